@@ -1,0 +1,1 @@
+//! Demo data: a realistic repository folder built offline.

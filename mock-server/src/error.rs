@@ -1,0 +1,41 @@
+//! The library's error type.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Errors from building, starting or driving a [`crate::MockHub`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Binding a listener failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A repository named in a call does not exist.
+    #[error("unknown repository {0:?}")]
+    UnknownRepo(String),
+    /// A setting or a fault specification is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, source: io::Error) -> Self {
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

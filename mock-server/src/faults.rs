@@ -1,0 +1,543 @@
+//! Fault injection: what can go wrong, where, and how often.
+//!
+//! A [`FaultRule`] is a [`Fault`] plus a scope (a path pattern, the hub or the CDN listener,
+//! file-body answers only) and a frequency (`times(n)`: the next `n` matching requests, or
+//! `rate(p)`: each matching request with probability `p`, drawn from the server's seeded RNG;
+//! neither: every matching request). Rules are checked in the order they were added and all
+//! those that fire apply together (a throttle and a cut, say); the first status fault that fires
+//! wins.
+//!
+//! Body faults ([`Fault::CutAfter`], [`Fault::Stall`], …) only concern answers that carry file
+//! bytes (a GET of a small file on the hub, a GET on the CDN); they neither fire nor use up
+//! their count on other requests.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// One kind of misbehaviour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Fault {
+    /// Send `bytes` bytes of the body, then abort the connection. The headers still announce the
+    /// full length, so the client sees a truncated body, never a clean end.
+    CutAfter {
+        /// Body bytes sent before the cut.
+        bytes: u64,
+    },
+    /// Like [`Fault::CutAfter`] at an offset drawn from the seeded RNG within the body.
+    CutRandom,
+    /// Answer this status instead (e.g. 500, 502, 503, or 429), with an empty JSON error.
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// Seconds for a `Retry-After` header (and `RateLimit` on 429).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after: Option<u64>,
+    },
+    /// Send the headers and `after_bytes` of the body, then nothing for `millis` ms, then the rest.
+    Stall {
+        /// Body bytes sent before the pause.
+        #[serde(default)]
+        after_bytes: u64,
+        /// Length of the pause in milliseconds.
+        millis: u64,
+    },
+    /// Send the body at no more than `bytes_per_sec` (a trickle, or a CDN's per-connection cap).
+    Throttle {
+        /// Bytes per second.
+        bytes_per_sec: u64,
+    },
+    /// Ignore `Range`: answer 200 with the whole file.
+    IgnoreRange,
+    /// Answer 206 with the requested bytes but a `Content-Range` that does not match the request.
+    WrongContentRange,
+    /// Flip `count` bytes (xor 0xff) at seeded-random positions of the body.
+    FlipBytes {
+        /// How many bytes to flip.
+        count: u32,
+    },
+    /// Leave out `Content-Length` (the body is sent chunked), as some mirrors and proxies do.
+    DropContentLength,
+    /// Leave out `Content-Range` on 206 answers.
+    DropContentRange,
+    /// After answering, push a new commit on `main` in which this file has different bytes (so a
+    /// new ETag and commit id): a push in the middle of a download.
+    Mutate,
+}
+
+impl Fault {
+    /// `Status { status, retry_after: None }`.
+    pub fn status(status: u16) -> Fault {
+        Fault::Status {
+            status,
+            retry_after: None,
+        }
+    }
+
+    /// A 429 with `Retry-After: secs`.
+    pub fn too_many_requests(retry_after_secs: u64) -> Fault {
+        Fault::Status {
+            status: 429,
+            retry_after: Some(retry_after_secs),
+        }
+    }
+
+    /// A pause of `pause` after `after_bytes` body bytes.
+    pub fn stall(after_bytes: u64, pause: Duration) -> Fault {
+        Fault::Stall {
+            after_bytes,
+            millis: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Whether this fault only concerns answers carrying file bytes.
+    pub fn is_body_fault(&self) -> bool {
+        !matches!(self, Fault::Status { .. } | Fault::Mutate)
+    }
+
+    /// This fault as a rule for every matching request.
+    pub fn rule(self) -> FaultRule {
+        FaultRule {
+            fault: self,
+            path: None,
+            target: Target::Any,
+            body_only: false,
+            times: None,
+            rate: None,
+        }
+    }
+
+    /// See [`FaultRule::on_path`].
+    pub fn on_path(self, pattern: impl Into<String>) -> FaultRule {
+        self.rule().on_path(pattern)
+    }
+
+    /// See [`FaultRule::times`].
+    pub fn times(self, n: u64) -> FaultRule {
+        self.rule().times(n)
+    }
+
+    /// See [`FaultRule::rate`].
+    pub fn rate(self, p: f64) -> FaultRule {
+        self.rule().rate(p)
+    }
+
+    /// See [`FaultRule::on`].
+    pub fn on(self, target: Target) -> FaultRule {
+        self.rule().on(target)
+    }
+
+    /// See [`FaultRule::body_only`].
+    pub fn body_only(self) -> FaultRule {
+        self.rule().body_only()
+    }
+}
+
+/// Which listener a rule concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// Both.
+    #[default]
+    Any,
+    /// The hub (API and `resolve`).
+    Hub,
+    /// The CDN that serves large files.
+    Cdn,
+}
+
+/// A fault with its scope and frequency. Build one from a [`Fault`] with its setters, parse one
+/// from the command-line syntax (see [`FaultRule::from_str`]) or from JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultRule {
+    /// What goes wrong.
+    #[serde(flatten)]
+    pub fault: Fault,
+    /// Pattern the request must match: with `*` or `?` a glob (`*` also crosses `/`), else a
+    /// substring. Matched against `{repo}/{file path}` for file requests (e.g.
+    /// `org/name/model.gguf`, `datasets/org/name/data.csv`), else against the URL path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Listener concerned (default: both).
+    #[serde(default)]
+    pub target: Target,
+    /// Only GET answers that carry file bytes (default: for status faults, every request).
+    #[serde(default)]
+    pub body_only: bool,
+    /// Remaining number of times this rule fires (default: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<u64>,
+    /// Probability of firing on each matching request (default: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+}
+
+impl FaultRule {
+    /// Restricts the rule to requests matching `pattern` (glob with `*`/`?`, else substring).
+    #[must_use]
+    pub fn on_path(mut self, pattern: impl Into<String>) -> Self {
+        self.path = Some(pattern.into());
+        self
+    }
+
+    /// Fires for the next `n` matching requests only.
+    #[must_use]
+    pub fn times(mut self, n: u64) -> Self {
+        self.times = Some(n);
+        self
+    }
+
+    /// Fires on each matching request with probability `p` (seeded RNG).
+    #[must_use]
+    pub fn rate(mut self, p: f64) -> Self {
+        self.rate = Some(p);
+        self
+    }
+
+    /// Restricts the rule to one listener.
+    #[must_use]
+    pub fn on(mut self, target: Target) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Restricts the rule to GET answers carrying file bytes.
+    #[must_use]
+    pub fn body_only(mut self) -> Self {
+        self.body_only = true;
+        self
+    }
+}
+
+impl From<Fault> for FaultRule {
+    fn from(f: Fault) -> Self {
+        f.rule()
+    }
+}
+
+impl fmt::Display for FaultRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match serde_json::to_string(self) {
+            Ok(s) => f.write_str(&s),
+            Err(_) => write!(f, "{self:?}"),
+        }
+    }
+}
+
+impl FromStr for FaultRule {
+    type Err = String;
+
+    /// Parses either JSON (`{"kind":"cut_after","bytes":1000,"times":2}`) or the compact
+    /// command-line form: `KIND[=ARG][,OPTION…]` where KIND is one of `cut-after=BYTES`,
+    /// `cut-random`, `status=CODE`, `429=SECS` (429 with Retry-After), `stall=MS` (with option
+    /// `after=BYTES`), `throttle=BYTES_PER_SEC`, `ignore-range`, `wrong-content-range`,
+    /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`; and OPTIONs are
+    /// `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.starts_with('{') {
+            return serde_json::from_str(s).map_err(|e| format!("bad fault JSON: {e}"));
+        }
+        let mut parts = s.split(',');
+        let head = parts.next().unwrap_or_default();
+        let (kind, arg) = match head.split_once('=') {
+            Some((k, a)) => (k.trim(), Some(a.trim())),
+            None => (head.trim(), None),
+        };
+        let num = |what: &str| -> Result<u64, String> {
+            arg.ok_or_else(|| format!("fault {kind:?} needs ={what}"))?
+                .parse::<u64>()
+                .map_err(|e| format!("fault {kind:?}: bad {what}: {e}"))
+        };
+        let mut after_bytes = 0u64;
+        let mut options = Vec::new();
+        for p in parts {
+            let (k, v) = match p.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (p.trim(), None),
+            };
+            if k == "after" {
+                after_bytes = v
+                    .ok_or("after needs =BYTES")?
+                    .parse()
+                    .map_err(|e| format!("bad after: {e}"))?;
+            } else {
+                options.push((k, v));
+            }
+        }
+        let fault = match kind {
+            "cut-after" | "cut" => Fault::CutAfter {
+                bytes: num("BYTES")?,
+            },
+            "cut-random" => Fault::CutRandom,
+            "status" => Fault::status(
+                u16::try_from(num("CODE")?).map_err(|_| "status out of range".to_string())?,
+            ),
+            "429" | "too-many-requests" => Fault::too_many_requests(num("SECS")?),
+            "stall" => Fault::Stall {
+                after_bytes,
+                millis: num("MS")?,
+            },
+            "throttle" | "trickle" => Fault::Throttle {
+                bytes_per_sec: num("BYTES_PER_SEC")?,
+            },
+            "ignore-range" => Fault::IgnoreRange,
+            "wrong-content-range" => Fault::WrongContentRange,
+            "flip" => Fault::FlipBytes {
+                count: u32::try_from(num("COUNT")?).map_err(|_| "flip count too large")?,
+            },
+            "drop-content-length" => Fault::DropContentLength,
+            "drop-content-range" => Fault::DropContentRange,
+            "mutate" => Fault::Mutate,
+            other => return Err(format!("unknown fault kind {other:?}")),
+        };
+        let mut rule = fault.rule();
+        for (k, v) in options {
+            match (k, v) {
+                ("path", Some(v)) => rule.path = Some(v.to_string()),
+                ("times", Some(v)) => {
+                    rule.times = Some(v.parse().map_err(|e| format!("bad times: {e}"))?)
+                }
+                ("rate", Some(v)) => {
+                    rule.rate = Some(v.parse().map_err(|e| format!("bad rate: {e}"))?)
+                }
+                ("target", Some("hub")) => rule.target = Target::Hub,
+                ("target", Some("cdn")) => rule.target = Target::Cdn,
+                ("target", Some("any")) => rule.target = Target::Any,
+                ("body-only", None) => rule.body_only = true,
+                _ => return Err(format!("unknown fault option {k:?}")),
+            }
+        }
+        Ok(rule)
+    }
+}
+
+/// What a request is, for matching rules.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestCtx<'a> {
+    pub target: Target,
+    /// The request carries (or would carry) file bytes: a GET of a file body.
+    pub is_body: bool,
+    /// The string patterns match against.
+    pub subject: &'a str,
+}
+
+/// The combined effect of the rules that fired for one request.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Plan {
+    pub status: Option<(u16, Option<u64>)>,
+    pub cut_after: Option<u64>,
+    pub cut_random: bool,
+    pub stall: Option<(u64, Duration)>,
+    pub throttle: Option<u64>,
+    pub ignore_range: bool,
+    pub wrong_content_range: bool,
+    pub flip: u32,
+    pub drop_content_length: bool,
+    pub drop_content_range: bool,
+    pub mutate: bool,
+}
+
+/// The live set of fault rules of a server, with its seeded RNG. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct Faults {
+    inner: Arc<Mutex<FaultsInner>>,
+}
+
+#[derive(Debug)]
+struct FaultsInner {
+    rules: Vec<FaultRule>,
+    rng: ChaCha8Rng,
+}
+
+impl Faults {
+    pub(crate) fn new(seed: u64, rules: Vec<FaultRule>) -> Self {
+        Faults {
+            inner: Arc::new(Mutex::new(FaultsInner {
+                rules,
+                rng: ChaCha8Rng::seed_from_u64(seed),
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultsInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a rule (after the existing ones).
+    pub fn push(&self, rule: impl Into<FaultRule>) {
+        self.lock().rules.push(rule.into());
+    }
+
+    /// Removes every rule.
+    pub fn clear(&self) {
+        self.lock().rules.clear();
+    }
+
+    /// The rules still active (with their remaining `times`).
+    pub fn list(&self) -> Vec<FaultRule> {
+        self.lock().rules.clone()
+    }
+
+    /// Restarts the RNG from `seed`, to replay a run.
+    pub fn reseed(&self, seed: u64) {
+        self.lock().rng = ChaCha8Rng::seed_from_u64(seed);
+    }
+
+    /// A number drawn from the shared RNG in `0..n` (`n > 0`).
+    pub(crate) fn random_below(&self, n: u64) -> u64 {
+        self.lock().rng.random_range(0..n.max(1))
+    }
+
+    /// Decides which rules fire for a request, using up their counts.
+    pub(crate) fn plan(&self, ctx: &RequestCtx<'_>) -> Plan {
+        let mut plan = Plan::default();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let mut exhausted = false;
+        for rule in inner.rules.iter_mut() {
+            if rule.target != Target::Any && rule.target != ctx.target {
+                continue;
+            }
+            if (rule.body_only || rule.fault.is_body_fault()) && !ctx.is_body {
+                continue;
+            }
+            if let Some(p) = &rule.path {
+                if !pattern_matches(p, ctx.subject) {
+                    continue;
+                }
+            }
+            if rule.times == Some(0) {
+                continue;
+            }
+            if matches!(rule.fault, Fault::Status { .. }) && plan.status.is_some() {
+                continue;
+            }
+            if let Some(p) = rule.rate {
+                if !inner.rng.random_bool(p.clamp(0.0, 1.0)) {
+                    continue;
+                }
+            }
+            if let Some(t) = rule.times.as_mut() {
+                *t -= 1;
+                exhausted |= *t == 0;
+            }
+            match &rule.fault {
+                Fault::CutAfter { bytes } => {
+                    plan.cut_after = Some(plan.cut_after.map_or(*bytes, |c| c.min(*bytes)))
+                }
+                Fault::CutRandom => plan.cut_random = true,
+                Fault::Status {
+                    status,
+                    retry_after,
+                } => plan.status = Some((*status, *retry_after)),
+                Fault::Stall { after_bytes, millis } => {
+                    plan.stall = Some((*after_bytes, Duration::from_millis(*millis)))
+                }
+                Fault::Throttle { bytes_per_sec } => {
+                    let b = (*bytes_per_sec).max(1);
+                    plan.throttle = Some(plan.throttle.map_or(b, |t| t.min(b)))
+                }
+                Fault::IgnoreRange => plan.ignore_range = true,
+                Fault::WrongContentRange => plan.wrong_content_range = true,
+                Fault::FlipBytes { count } => plan.flip += count,
+                Fault::DropContentLength => plan.drop_content_length = true,
+                Fault::DropContentRange => plan.drop_content_range = true,
+                Fault::Mutate => plan.mutate = true,
+            }
+        }
+        if exhausted {
+            inner.rules.retain(|r| r.times != Some(0));
+        }
+        plan
+    }
+}
+
+/// Glob (`*` any run of characters including `/`, `?` one character) when the pattern has `*`
+/// or `?`, else substring.
+pub(crate) fn pattern_matches(pattern: &str, s: &str) -> bool {
+    if !pattern.contains(['*', '?']) {
+        return s.contains(pattern);
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = s.chars().collect();
+    // A glob matches anywhere unless anchored by its own first/last characters: we match the
+    // whole subject, or any suffix of it (so `*.gguf` and `model-*.gguf` both work).
+    (0..=t.len()).any(|start| glob(&p, &t[start..]))
+}
+
+fn glob(p: &[char], t: &[char]) -> bool {
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        assert!(pattern_matches("model.gguf", "org/name/model.gguf"));
+        assert!(pattern_matches("*.gguf", "org/name/model.gguf"));
+        assert!(pattern_matches("org/*/model-?.gguf", "org/name/model-1.gguf"));
+        assert!(!pattern_matches("*.bin", "org/name/model.gguf"));
+        assert!(!pattern_matches("x.gguf", "org/name/model.gguf"));
+    }
+
+    #[test]
+    fn parse_compact() {
+        let r: FaultRule = "cut-after=1000,path=model.gguf,times=2".parse().unwrap();
+        assert_eq!(
+            r,
+            Fault::CutAfter { bytes: 1000 }.on_path("model.gguf").times(2)
+        );
+        let r: FaultRule = "stall=500,after=10,target=cdn".parse().unwrap();
+        assert_eq!(r, Fault::stall(10, Duration::from_millis(500)).on(Target::Cdn));
+        let r: FaultRule = "429=3,body-only,rate=0.5".parse().unwrap();
+        assert_eq!(r, Fault::too_many_requests(3).body_only().rate(0.5));
+        let r: FaultRule = r#"{"kind":"status","status":503,"times":1}"#.parse().unwrap();
+        assert_eq!(r, Fault::status(503).times(1));
+        assert!("bogus".parse::<FaultRule>().is_err());
+    }
+
+    #[test]
+    fn times_are_used_up() {
+        let f = Faults::new(1, vec![Fault::status(503).times(2)]);
+        let ctx = RequestCtx {
+            target: Target::Hub,
+            is_body: false,
+            subject: "/x",
+        };
+        assert!(f.plan(&ctx).status.is_some());
+        assert!(f.plan(&ctx).status.is_some());
+        assert!(f.plan(&ctx).status.is_none());
+        assert!(f.list().is_empty());
+    }
+}

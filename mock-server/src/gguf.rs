@@ -1,0 +1,1 @@
+//! A small GGUF v3 writer, for demo data.

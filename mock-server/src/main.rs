@@ -1,0 +1,2 @@
+//! `mock-hub`: placeholder.
+fn main() {}

@@ -1,0 +1,510 @@
+//! Repositories: scanning a folder, hashing its files (with an on-disk cache), commits and
+//! branches, and in-memory overlays for files changed by tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+
+/// Name of the per-repository hash cache written beside the data (never listed).
+pub const CACHE_FILE: &str = ".mock-hub-cache.json";
+/// Name of the optional per-repository settings file (never listed): `{"gated": true}`,
+/// `{"private": true}`, `{"gated": true, "approved": false}`.
+pub const SETTINGS_FILE: &str = ".mock-hub.json";
+
+/// The kind of a repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RepoKind {
+    /// A model repository: `/api/models/…`, `/{repo}/resolve/…`.
+    Model,
+    /// A dataset repository: `/api/datasets/…`, `/datasets/{repo}/resolve/…`.
+    Dataset,
+}
+
+impl RepoKind {
+    /// The API path segment: `models` or `datasets`.
+    pub fn api_segment(self) -> &'static str {
+        match self {
+            RepoKind::Model => "models",
+            RepoKind::Dataset => "datasets",
+        }
+    }
+
+    /// The prefix of resolve URLs: `""` or `"datasets/"`.
+    pub fn url_prefix(self) -> &'static str {
+        match self {
+            RepoKind::Model => "",
+            RepoKind::Dataset => "datasets/",
+        }
+    }
+
+    /// The key a repository is known by inside the server: `org/name` for models,
+    /// `datasets/org/name` for datasets.
+    pub fn key(self, id: &str) -> String {
+        format!("{}{}", self.url_prefix(), id)
+    }
+}
+
+/// Splits a repository key (`org/name` or `datasets/org/name`) into kind and id.
+pub fn parse_key(key: &str) -> (RepoKind, &str) {
+    match key.strip_prefix("datasets/") {
+        Some(id) => (RepoKind::Dataset, id),
+        None => (RepoKind::Model, key.strip_prefix("models/").unwrap_or(key)),
+    }
+}
+
+/// Where a file's bytes come from.
+#[derive(Debug, Clone)]
+pub enum Base {
+    /// A file on disk, streamed.
+    Disk(PathBuf),
+    /// Bytes in memory (files written by tests).
+    Memory(Bytes),
+}
+
+/// A file's content: a base plus byte patches (`offset`, xor mask) applied while streaming, so a
+/// mutated copy of a large file never needs to be held in memory.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The underlying bytes.
+    pub base: Base,
+    /// Absolute offsets and the masks xor-ed into the bytes there.
+    pub patches: Vec<(u64, u8)>,
+}
+
+/// One file of one commit.
+#[derive(Debug)]
+pub struct FileEntry {
+    /// Path inside the repository, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Hex SHA-256 of the content.
+    pub sha256: String,
+    /// Hex git blob SHA-1 of the content.
+    pub git_sha1: String,
+    /// Where the bytes come from.
+    pub source: Source,
+}
+
+impl FileEntry {
+    /// The git-lfs pointer file that would stand in the git tree for this file.
+    pub fn lfs_pointer(&self) -> String {
+        format!(
+            "version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize {}\n",
+            self.sha256, self.size
+        )
+    }
+
+    /// The git blob SHA-1 of the lfs pointer.
+    pub fn lfs_pointer_oid(&self) -> String {
+        git_blob_sha1(self.lfs_pointer().as_bytes())
+    }
+}
+
+/// The git blob SHA-1 of `data`: sha1("blob {len}\0" + data).
+pub fn git_blob_sha1(data: &[u8]) -> String {
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", data.len()).as_bytes());
+    h.update(data);
+    hex::encode(h.finalize())
+}
+
+/// One commit: a full set of files.
+#[derive(Debug)]
+pub struct Commit {
+    /// 40-hex commit id.
+    pub id: String,
+    /// Files by path.
+    pub files: BTreeMap<String, Arc<FileEntry>>,
+    /// ISO 8601 time, e.g. `2024-05-01T12:00:00.000Z`.
+    pub last_modified: String,
+}
+
+impl Commit {
+    fn new(parent: Option<&str>, files: BTreeMap<String, Arc<FileEntry>>, mtime: u64) -> Self {
+        let mut h = Sha1::new();
+        if let Some(p) = parent {
+            h.update(format!("parent {p}\n").as_bytes());
+        }
+        for (path, f) in &files {
+            h.update(format!("{path} {}\n", f.sha256).as_bytes());
+        }
+        Commit {
+            id: hex::encode(h.finalize()),
+            files,
+            last_modified: iso8601(mtime),
+        }
+    }
+}
+
+/// Access settings of a repository.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct RepoSettings {
+    /// Downloads need a valid token (metadata stays public, as on the Hub).
+    pub gated: bool,
+    /// With `gated`: whether the token's user was granted access. `false` answers 403.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    /// Everything needs a valid token; without one the repository looks absent.
+    pub private: bool,
+}
+
+/// A repository: commits, branches and settings.
+#[derive(Debug)]
+pub struct Repo {
+    /// Kind of repository.
+    pub kind: RepoKind,
+    /// `org/name`.
+    pub id: String,
+    /// Access settings.
+    pub settings: RepoSettings,
+    /// All commits ever served, by id.
+    pub commits: HashMap<String, Arc<Commit>>,
+    /// Branch name → commit id. Always has `main` and `dev`.
+    pub branches: BTreeMap<String, String>,
+    /// Counter of mutations, used to pick distinct patch positions.
+    pub mutations: u64,
+}
+
+impl Repo {
+    /// A repository whose `main` and `dev` point at one commit built from `files`.
+    pub fn new(kind: RepoKind, id: &str, files: BTreeMap<String, Arc<FileEntry>>, mtime: u64) -> Self {
+        let commit = Arc::new(Commit::new(None, files, mtime));
+        let mut branches = BTreeMap::new();
+        branches.insert("main".to_string(), commit.id.clone());
+        branches.insert("dev".to_string(), commit.id.clone());
+        let mut commits = HashMap::new();
+        commits.insert(commit.id.clone(), commit);
+        Repo {
+            kind,
+            id: id.to_string(),
+            settings: RepoSettings::default(),
+            commits,
+            branches,
+            mutations: 0,
+        }
+    }
+
+    /// The commit `rev` names: a branch or a full commit id.
+    pub fn resolve(&self, rev: &str) -> Option<Arc<Commit>> {
+        let id = self.branches.get(rev).map(String::as_str).unwrap_or(rev);
+        self.commits.get(id).cloned()
+    }
+
+    /// The commit `main` points at.
+    pub fn main(&self) -> Arc<Commit> {
+        self.resolve("main").expect("main always exists")
+    }
+
+    /// Puts `entry` (or removes `path` when `None`) in a new commit on `branch`, and returns the
+    /// new commit id.
+    pub fn commit_change(&mut self, branch: &str, path: &str, entry: Option<FileEntry>) -> String {
+        let parent = self
+            .resolve(branch)
+            .unwrap_or_else(|| self.main());
+        let mut files = parent.files.clone();
+        match entry {
+            Some(e) => {
+                files.insert(path.to_string(), Arc::new(e));
+            }
+            None => {
+                files.remove(path);
+            }
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let commit = Arc::new(Commit::new(Some(&parent.id), files, now));
+        let id = commit.id.clone();
+        self.commits.insert(id.clone(), commit);
+        self.branches.insert(branch.to_string(), id.clone());
+        id
+    }
+}
+
+/// Hashes of one file, as cached on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CachedHash {
+    size: u64,
+    mtime_ns: u128,
+    sha256: String,
+    git_sha1: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct HashCache {
+    version: u32,
+    files: BTreeMap<String, CachedHash>,
+}
+
+/// Scans `root`: every `root/{org}/{name}` is a model repository and every
+/// `root/datasets/{org}/{name}` a dataset. Hidden folders are skipped.
+pub fn scan_root(root: &Path, use_cache: bool) -> Result<Vec<Repo>, Error> {
+    let mut repos = Vec::new();
+    for org in sorted_dirs(root)? {
+        let org_name = file_name(&org);
+        if org_name == "datasets" {
+            for dorg in sorted_dirs(&org)? {
+                for repo in sorted_dirs(&dorg)? {
+                    let id = format!("{}/{}", file_name(&dorg), file_name(&repo));
+                    repos.push(scan_repo(RepoKind::Dataset, &id, &repo, use_cache)?);
+                }
+            }
+        } else {
+            for repo in sorted_dirs(&org)? {
+                let id = format!("{}/{}", org_name, file_name(&repo));
+                repos.push(scan_repo(RepoKind::Model, &id, &repo, use_cache)?);
+            }
+        }
+    }
+    Ok(repos)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn sorted_dirs(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let rd = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(dir, e))?;
+        let p = ent.path();
+        if file_name(&p).starts_with('.') {
+            continue;
+        }
+        if p.is_dir() {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Scans one repository folder, hashing files not found in its cache.
+pub fn scan_repo(kind: RepoKind, id: &str, dir: &Path, use_cache: bool) -> Result<Repo, Error> {
+    let mut paths = Vec::new();
+    walk(dir, "", &mut paths)?;
+    paths.sort();
+    let cache_path = dir.join(CACHE_FILE);
+    let old: HashCache = if use_cache {
+        fs::read(&cache_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .filter(|c: &HashCache| c.version == 1)
+            .unwrap_or_default()
+    } else {
+        HashCache::default()
+    };
+    let mut new = HashCache {
+        version: 1,
+        files: BTreeMap::new(),
+    };
+    let mut files = BTreeMap::new();
+    let mut max_mtime = 0u64;
+    let mut changed = false;
+    for rel in paths {
+        let full = dir.join(&rel);
+        let meta = fs::metadata(&full).map_err(|e| Error::io(&full, e))?;
+        let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok());
+        let mtime_ns = mtime.map(|d| d.as_nanos()).unwrap_or(0);
+        max_mtime = max_mtime.max(mtime.map(|d| d.as_secs()).unwrap_or(0));
+        let hashed = match old.files.get(&rel) {
+            Some(c) if c.size == meta.len() && c.mtime_ns == mtime_ns => c.clone(),
+            _ => {
+                changed = true;
+                let (sha256, git_sha1, size) = hash_file(&full)?;
+                CachedHash {
+                    size,
+                    mtime_ns,
+                    sha256,
+                    git_sha1,
+                }
+            }
+        };
+        files.insert(
+            rel.clone(),
+            Arc::new(FileEntry {
+                path: rel.clone(),
+                size: hashed.size,
+                sha256: hashed.sha256.clone(),
+                git_sha1: hashed.git_sha1.clone(),
+                source: Source {
+                    base: Base::Disk(full),
+                    patches: Vec::new(),
+                },
+            }),
+        );
+        new.files.insert(rel, hashed);
+    }
+    if use_cache && (changed || old.files.len() != new.files.len()) {
+        if let Ok(json) = serde_json::to_vec_pretty(&new) {
+            // A read-only data folder is fine: we only lose the cache.
+            let _ = fs::write(&cache_path, json);
+        }
+    }
+    let mut repo = Repo::new(kind, id, files, max_mtime);
+    if let Ok(b) = fs::read(dir.join(SETTINGS_FILE)) {
+        repo.settings = serde_json::from_slice(&b).map_err(|e| {
+            Error::Config(format!("{}: {e}", dir.join(SETTINGS_FILE).display()))
+        })?;
+    }
+    Ok(repo)
+}
+
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), Error> {
+    let rd = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(dir, e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let p = ent.path();
+        if p.is_dir() {
+            if name == ".git" {
+                continue;
+            }
+            walk(&p, &rel, out)?;
+        } else if prefix.is_empty() && (name == CACHE_FILE || name == SETTINGS_FILE) {
+            continue;
+        } else {
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
+/// SHA-256, git SHA-1 and size of a file, read in 1 MiB pieces.
+fn hash_file(path: &Path) -> Result<(String, String, u64), Error> {
+    let mut f = fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut sha256 = Sha256::new();
+    let mut sha1 = Sha1::new();
+    sha1.update(format!("blob {len}\0").as_bytes());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        sha256.update(&buf[..n]);
+        sha1.update(&buf[..n]);
+        total += n as u64;
+    }
+    if total != len {
+        return Err(Error::io(
+            path,
+            io::Error::other("file changed size while being hashed"),
+        ));
+    }
+    Ok((hex::encode(sha256.finalize()), hex::encode(sha1.finalize()), len))
+}
+
+/// Hashes a (possibly patched) source, streaming it (blocking).
+pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
+    let mut reader: Box<dyn Read> = match &source.base {
+        Base::Memory(b) => Box::new(io::Cursor::new(b.clone())),
+        Base::Disk(p) => Box::new(fs::File::open(p)?),
+    };
+    let len = match &source.base {
+        Base::Memory(b) => b.len() as u64,
+        Base::Disk(p) => fs::metadata(p)?.len(),
+    };
+    let mut sha256 = Sha256::new();
+    let mut sha1 = Sha1::new();
+    sha1.update(format!("blob {len}\0").as_bytes());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let chunk = &mut buf[..n];
+        for &(off, mask) in &source.patches {
+            if off >= pos && off < pos + n as u64 {
+                chunk[(off - pos) as usize] ^= mask;
+            }
+        }
+        sha256.update(&*chunk);
+        sha1.update(&*chunk);
+        pos += n as u64;
+    }
+    if pos != len {
+        return Err(io::Error::other("file changed size while being hashed"));
+    }
+    Ok((hex::encode(sha256.finalize()), hex::encode(sha1.finalize()), len))
+}
+
+/// Builds a file entry from in-memory bytes.
+pub fn memory_entry(path: &str, data: Bytes) -> FileEntry {
+    let mut h = Sha256::new();
+    h.update(&data);
+    FileEntry {
+        path: path.to_string(),
+        size: data.len() as u64,
+        sha256: hex::encode(h.finalize()),
+        git_sha1: git_blob_sha1(&data),
+        source: Source {
+            base: Base::Memory(data),
+            patches: Vec::new(),
+        },
+    }
+}
+
+/// Formats seconds since the epoch as `YYYY-MM-DDTHH:MM:SS.000Z`.
+pub fn iso8601(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(1_700_000_000), "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn git_sha1_of_empty_blob() {
+        assert_eq!(git_blob_sha1(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+    }
+}

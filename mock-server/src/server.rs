@@ -1,0 +1,1171 @@
+//! The two axum applications: the hub (API, `resolve`, control API) and the CDN.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use percent_encoding::percent_decode_str;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha1::{Digest, Sha1};
+
+use crate::body::{file_body, BodySpec};
+use crate::faults::{FaultRule, Faults, Plan, RequestCtx, Target};
+use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
+use crate::stats::{RequestRecord, StatsCell};
+
+/// How long a signed CDN URL stays valid.
+const SIGNATURE_TTL_SECS: u64 = 3600;
+
+/// Server settings fixed at start.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub lfs_threshold: u64,
+    pub token: Option<String>,
+    pub page_size: usize,
+}
+
+/// State shared by both listeners and the library handle.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub repos: RwLock<HashMap<String, Repo>>,
+    pub renames: RwLock<HashMap<String, String>>,
+    pub cfg: Config,
+    pub hub_url: String,
+    pub cdn_url: String,
+    pub faults: Faults,
+    pub stats: StatsCell,
+    pub sigs: Mutex<SigStore>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SigStore {
+    rng: ChaCha8Rng,
+    issued: HashMap<String, Signed>,
+}
+
+impl SigStore {
+    pub fn new(seed: u64) -> Self {
+        SigStore {
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5157_4e45_4443_444e),
+            issued: HashMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Signed {
+    stats_key: String,
+    entry: Arc<FileEntry>,
+    expires: u64,
+}
+
+/// Marks a response as concerning one file, for the stats middleware.
+#[derive(Debug, Clone)]
+struct FileKey(String);
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Shared {
+    pub fn read_repos(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Repo>> {
+        self.repos.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn write_repos(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Repo>> {
+        self.repos.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_lfs(&self, e: &FileEntry) -> bool {
+        e.size >= self.cfg.lfs_threshold
+    }
+
+    fn sign(&self, stats_key: &str, entry: &Arc<FileEntry>) -> String {
+        let mut store = self.sigs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut raw = [0u8; 32];
+        store.rng.fill_bytes(&mut raw);
+        let sig = hex::encode(raw);
+        let now = now_secs();
+        store.issued.retain(|_, s| s.expires > now);
+        store.issued.insert(
+            sig.clone(),
+            Signed {
+                stats_key: stats_key.to_string(),
+                entry: entry.clone(),
+                expires: now + SIGNATURE_TTL_SECS,
+            },
+        );
+        let sha = &entry.sha256;
+        format!(
+            "{}/repos/{}/{}/{}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date={}&X-Amz-Expires={}&X-Amz-SignedHeaders=host&X-Amz-Signature={}",
+            self.cdn_url,
+            &sha[..2],
+            &sha[2..4],
+            sha,
+            now,
+            SIGNATURE_TTL_SECS,
+            sig
+        )
+    }
+
+    /// Pushes a commit on `main` where `path` has patched bytes; returns the new commit id.
+    pub fn mutate_patch(&self, repo_key: &str, path: &str) -> Option<String> {
+        let (entry, k) = {
+            let mut repos = self.write_repos();
+            let repo = repos.get_mut(repo_key)?;
+            repo.mutations += 1;
+            (repo.main().files.get(path)?.clone(), repo.mutations)
+        };
+        let new = if entry.size == 0 {
+            repo::memory_entry(path, format!("mutated {k}\n").into_bytes().into())
+        } else {
+            let mut source: Source = entry.source.clone();
+            let off = k.wrapping_mul(2_654_435_761) % entry.size;
+            source.patches.push((off, (k as u8 ^ 0x5a) | 1));
+            let (sha256, git_sha1, size) = repo::hash_source(&source).ok()?;
+            FileEntry {
+                path: path.to_string(),
+                size,
+                sha256,
+                git_sha1,
+                source,
+            }
+        };
+        let mut repos = self.write_repos();
+        Some(repos.get_mut(repo_key)?.commit_change("main", path, Some(new)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routers
+
+#[derive(Clone)]
+struct RecordState {
+    shared: Arc<Shared>,
+    listener: &'static str,
+}
+
+/// The hub application: Hub API, `resolve`, and the `/_mock` control API.
+pub(crate) fn hub_app(shared: Arc<Shared>) -> Router {
+    let rec = RecordState {
+        shared: shared.clone(),
+        listener: "hub",
+    };
+    Router::new()
+        .route(
+            "/_mock/faults",
+            get(list_faults).post(add_faults).delete(clear_faults),
+        )
+        .route("/_mock/stats", get(get_stats).delete(reset_stats))
+        .route("/_mock/stats/reset", post(reset_stats))
+        .route("/_mock/mutate", post(mutate))
+        .route("/_mock/rename", post(rename))
+        .route("/_mock/seed", post(reseed))
+        .route("/_mock/repos", get(list_repos))
+        .fallback(hub_handler)
+        .layer(middleware::from_fn_with_state(rec, record))
+        .with_state(shared)
+}
+
+/// The CDN application: signed URLs for large files.
+pub(crate) fn cdn_app(shared: Arc<Shared>) -> Router {
+    let rec = RecordState {
+        shared: shared.clone(),
+        listener: "cdn",
+    };
+    Router::new()
+        .fallback(cdn_handler)
+        .layer(middleware::from_fn_with_state(rec, record))
+        .with_state(shared)
+}
+
+async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if path.starts_with("/_mock/") {
+        return next.run(req).await;
+    }
+    let method = req.method().to_string();
+    let range = req
+        .headers()
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let authorization = req.headers().contains_key(header::AUTHORIZATION);
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    let key = resp.extensions().get::<FileKey>().cloned();
+    rec.shared.stats.with(|s| {
+        s.total_requests += 1;
+        *s.by_method.entry(method.clone()).or_default() += 1;
+        *s.by_status.entry(status).or_default() += 1;
+        if let Some(FileKey(k)) = key {
+            let f = s.files.entry(k).or_default();
+            f.requests += 1;
+            match method.as_str() {
+                "HEAD" => f.head_requests += 1,
+                "GET" => f.get_requests += 1,
+                _ => {}
+            }
+            if rec.listener == "cdn" {
+                f.cdn_requests += 1;
+            }
+        }
+        s.requests.push(RequestRecord {
+            listener: rec.listener.to_string(),
+            method,
+            path,
+            status,
+            range,
+            authorization,
+        });
+    });
+    resp
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+fn hub_error(status: StatusCode, code: Option<&str>, msg: &str) -> Response {
+    let mut resp = (status, Json(json!({ "error": msg }))).into_response();
+    let h = resp.headers_mut();
+    if let Some(code) = code {
+        h.insert("x-error-code", hv(code));
+    }
+    h.insert("x-error-message", hv(msg));
+    resp
+}
+
+fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+fn not_found() -> Response {
+    hub_error(StatusCode::NOT_FOUND, None, "Not Found")
+}
+
+fn injected_status(status: u16, retry_after: Option<u64>) -> Response {
+    let st = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        st,
+        Json(json!({ "error": format!("mock-hub: injected {status}") })),
+    )
+        .into_response();
+    if let Some(secs) = retry_after {
+        let h = resp.headers_mut();
+        h.insert(header::RETRY_AFTER, hv(&secs.to_string()));
+        if status == 429 {
+            h.insert("ratelimit", hv(&format!("\"api\";r=0;t={secs}")));
+            h.insert("ratelimit-policy", hv("\"fixed window\";\"api\";q=500;w=300"));
+        }
+    }
+    resp
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    Anonymous,
+    Valid,
+    Invalid,
+}
+
+fn auth_of(shared: &Shared, headers: &HeaderMap) -> Auth {
+    let Some(v) = headers.get(header::AUTHORIZATION) else {
+        return Auth::Anonymous;
+    };
+    let v = v.to_str().unwrap_or("");
+    let Some(tok) = v.strip_prefix("Bearer ").map(str::trim) else {
+        return Auth::Invalid;
+    };
+    match &shared.cfg.token {
+        None if !tok.is_empty() => Auth::Valid,
+        Some(t) if t == tok => Auth::Valid,
+        _ => Auth::Invalid,
+    }
+}
+
+fn invalid_credentials() -> Response {
+    hub_error(
+        StatusCode::UNAUTHORIZED,
+        None,
+        "Invalid credentials in Authorization header",
+    )
+}
+
+fn repo_not_found(auth: Auth) -> Response {
+    let status = if auth == Auth::Valid {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::UNAUTHORIZED
+    };
+    hub_error(status, Some("RepoNotFound"), "Repository not found")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hub
+
+fn decode(seg: &str) -> String {
+    percent_decode_str(seg).decode_utf8_lossy().into_owned()
+}
+
+fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(&k.replace('+', " ")), decode(&v.replace('+', " ")))
+        })
+        .collect()
+}
+
+fn query_flag(q: &[(String, String)], name: &str) -> bool {
+    q.iter()
+        .any(|(k, v)| k == name && matches!(v.as_str(), "true" | "1" | "True" | ""))
+}
+
+async fn hub_handler(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return hub_error(StatusCode::METHOD_NOT_ALLOWED, None, "Method Not Allowed");
+    }
+    let raw: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+    if raw.first() == Some(&"api") {
+        return api(&shared, &method, &uri, &headers, &raw).await;
+    }
+    let (kind, rest) = if raw.first() == Some(&"datasets") {
+        (RepoKind::Dataset, &raw[1..])
+    } else if raw.first() == Some(&"spaces") {
+        return not_found();
+    } else {
+        (RepoKind::Model, &raw[..])
+    };
+    if rest.len() < 5 || rest[2] != "resolve" || rest[4..].iter().any(|s| s.is_empty()) {
+        return not_found();
+    }
+    let id = format!("{}/{}", decode(rest[0]), decode(rest[1]));
+    let key = kind.key(&id);
+    if let Some(to) = renamed(&shared, &key) {
+        let (_, new_id) = parse_key(&to);
+        let loc = format!(
+            "/{}{}/{}{}",
+            kind.url_prefix(),
+            new_id,
+            rest[2..].join("/"),
+            uri.query().map(|q| format!("?{q}")).unwrap_or_default()
+        );
+        return redirect_relative(&loc);
+    }
+    let rev = decode(rest[3]);
+    let path = rest[4..].iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
+    resolve(&shared, &method, &headers, kind, &key, &rev, &path).await
+}
+
+fn renamed(shared: &Shared, key: &str) -> Option<String> {
+    shared
+        .renames
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(key)
+        .cloned()
+}
+
+fn redirect_relative(loc: &str) -> Response {
+    let body = format!("Temporary Redirect. Redirecting to {loc}");
+    let mut resp = (StatusCode::TEMPORARY_REDIRECT, body).into_response();
+    resp.headers_mut().insert(header::LOCATION, hv(loc));
+    resp
+}
+
+/// Looks up repository and revision, enforcing access. `download` is true for `resolve`.
+fn lookup(
+    shared: &Shared,
+    headers: &HeaderMap,
+    key: &str,
+    rev: &str,
+    download: bool,
+) -> Result<(Arc<Commit>, String), Response> {
+    let auth = auth_of(shared, headers);
+    if auth == Auth::Invalid {
+        return Err(invalid_credentials());
+    }
+    let repos = shared.read_repos();
+    let Some(repo) = repos.get(key) else {
+        return Err(repo_not_found(auth));
+    };
+    if repo.settings.private && auth != Auth::Valid {
+        return Err(repo_not_found(auth));
+    }
+    if download && repo.settings.gated {
+        let what = match repo.kind {
+            RepoKind::Model => "model",
+            RepoKind::Dataset => "dataset",
+        };
+        if auth != Auth::Valid {
+            return Err(hub_error(
+                StatusCode::UNAUTHORIZED,
+                Some("GatedRepo"),
+                &format!(
+                    "Access to {what} {} is restricted. You must have access to it and be authenticated to access it. Please log in.",
+                    repo.id
+                ),
+            ));
+        }
+        if repo.settings.approved == Some(false) {
+            return Err(hub_error(
+                StatusCode::FORBIDDEN,
+                Some("GatedRepo"),
+                &format!(
+                    "Access to {what} {} is restricted and you are not in the authorized list. Visit {}/{}{} to ask for access.",
+                    repo.id,
+                    shared.hub_url,
+                    repo.kind.url_prefix(),
+                    repo.id
+                ),
+            ));
+        }
+    }
+    match repo.resolve(rev) {
+        Some(c) => Ok((c, repo.id.clone())),
+        None => Err(hub_error(
+            StatusCode::NOT_FOUND,
+            Some("RevisionNotFound"),
+            &format!("Invalid rev id: {rev}"),
+        )),
+    }
+}
+
+async fn resolve(
+    shared: &Arc<Shared>,
+    method: &Method,
+    headers: &HeaderMap,
+    kind: RepoKind,
+    key: &str,
+    rev: &str,
+    path: &str,
+) -> Response {
+    let (commit, _id) = match lookup(shared, headers, key, rev, true) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let Some(entry) = commit.files.get(path).cloned() else {
+        return hub_error(StatusCode::NOT_FOUND, Some("EntryNotFound"), "Entry not found");
+    };
+    let stats_key = format!("{key}/{path}");
+    let lfs = shared.is_lfs(&entry);
+    let plan = shared.faults.plan(&RequestCtx {
+        target: Target::Hub,
+        is_body: *method == Method::GET && !lfs,
+        subject: &stats_key,
+    });
+    let mut resp = if let Some((st, ra)) = plan.status {
+        injected_status(st, ra)
+    } else if lfs {
+        let location = shared.sign(&stats_key, &entry);
+        let body = format!("Found. Redirecting to {location}");
+        let mut h = HeaderMap::new();
+        h.insert(header::LOCATION, hv(&location));
+        h.insert("x-repo-commit", hv(&commit.id));
+        h.insert("x-linked-etag", hv(&format!("\"{}\"", entry.sha256)));
+        h.insert("x-linked-size", hv(&entry.size.to_string()));
+        // Like the real Hub, the ETag of a redirect is the redirect's own (weak) ETag: clients
+        // must prefer X-Linked-Etag.
+        let mut hsh = Sha1::new();
+        hsh.update(body.as_bytes());
+        let tag = hex::encode(hsh.finalize());
+        h.insert(header::ETAG, hv(&format!("W/\"{:x}-{}\"", body.len(), &tag[..27])));
+        h.insert(header::CONTENT_TYPE, hv("text/plain; charset=utf-8"));
+        h.insert(header::CONTENT_LENGTH, hv(&body.len().to_string()));
+        h.insert("x-repo-kind", hv(kind.api_segment()));
+        let b = if *method == Method::HEAD {
+            Body::empty()
+        } else {
+            Body::from(body)
+        };
+        let mut r = Response::new(b);
+        *r.status_mut() = StatusCode::FOUND;
+        *r.headers_mut() = h;
+        r
+    } else {
+        let mut h = HeaderMap::new();
+        h.insert("x-repo-commit", hv(&commit.id));
+        h.insert(header::ETAG, hv(&format!("\"{}\"", entry.git_sha1)));
+        h.insert(header::CONTENT_TYPE, hv(content_type(path)));
+        serve_file(shared, method, headers, &entry, &plan, h, &stats_key)
+    };
+    if plan.mutate {
+        let (shared, key, path) = (shared.clone(), key.to_string(), path.to_string());
+        let _ = tokio::task::spawn_blocking(move || shared.mutate_patch(&key, &path)).await;
+    }
+    resp.extensions_mut().insert(FileKey(stats_key));
+    resp
+}
+
+fn content_type(path: &str) -> &'static str {
+    let ext = path.rsplit('.').next().unwrap_or("");
+    match ext {
+        "json" => "application/json; charset=utf-8",
+        "md" | "txt" | "gitattributes" | "py" | "csv" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+/// A parsed `Range` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RangeReq {
+    /// No (usable) range: the whole file.
+    Full,
+    /// `start..=end`.
+    Span(u64, u64),
+    /// 416.
+    Unsatisfiable,
+}
+
+/// Parses `Range` against a file of `total` bytes. Multi-range and malformed headers are
+/// ignored (answered 200 with the whole file), as RFC 9110 allows.
+pub(crate) fn parse_range(h: Option<&str>, total: u64) -> RangeReq {
+    let Some(spec) = h.and_then(|h| h.trim().strip_prefix("bytes=")) else {
+        return RangeReq::Full;
+    };
+    if spec.contains(',') {
+        return RangeReq::Full;
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return RangeReq::Full;
+    };
+    let (a, b) = (a.trim(), b.trim());
+    if a.is_empty() {
+        let Ok(n) = b.parse::<u64>() else {
+            return RangeReq::Full;
+        };
+        if n == 0 || total == 0 {
+            return RangeReq::Unsatisfiable;
+        }
+        return RangeReq::Span(total - n.min(total), total - 1);
+    }
+    let Ok(start) = a.parse::<u64>() else {
+        return RangeReq::Full;
+    };
+    let end = if b.is_empty() {
+        u64::MAX
+    } else {
+        match b.parse::<u64>() {
+            Ok(e) if e >= start => e,
+            _ => return RangeReq::Full,
+        }
+    };
+    if start >= total {
+        return RangeReq::Unsatisfiable;
+    }
+    RangeReq::Span(start, end.min(total - 1))
+}
+
+/// Answers a GET or HEAD with (part of) a file, applying the body faults of `plan`.
+fn serve_file(
+    shared: &Shared,
+    method: &Method,
+    req_headers: &HeaderMap,
+    entry: &Arc<FileEntry>,
+    plan: &Plan,
+    mut h: HeaderMap,
+    stats_key: &str,
+) -> Response {
+    let total = entry.size;
+    let range_header = req_headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok());
+    let range = if plan.ignore_range {
+        RangeReq::Full
+    } else {
+        parse_range(range_header, total)
+    };
+    h.insert(header::ACCEPT_RANGES, hv("bytes"));
+    let is_get = *method == Method::GET;
+    if is_get {
+        shared
+            .stats
+            .file(stats_key, |f| f.ranges.push(range_header.map(str::to_string)));
+    }
+    let (status, start, len) = match range {
+        RangeReq::Unsatisfiable => {
+            if !plan.drop_content_range {
+                h.insert(header::CONTENT_RANGE, hv(&format!("bytes */{total}")));
+            }
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            h.insert(header::CONTENT_LENGTH, hv("0"));
+            *r.headers_mut() = h;
+            return r;
+        }
+        RangeReq::Full => (StatusCode::OK, 0, total),
+        RangeReq::Span(s, e) => {
+            let len = e - s + 1;
+            if !plan.drop_content_range {
+                let (cs, ce) = if plan.wrong_content_range {
+                    let cs = if s > 0 { 0 } else { 1 };
+                    (cs, cs + len - 1)
+                } else {
+                    (s, e)
+                };
+                h.insert(
+                    header::CONTENT_RANGE,
+                    hv(&format!("bytes {cs}-{ce}/{total}")),
+                );
+            }
+            (StatusCode::PARTIAL_CONTENT, s, len)
+        }
+    };
+    if !plan.drop_content_length {
+        h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
+    }
+    let body = if is_get {
+        if len > 0 {
+            shared
+                .stats
+                .file(stats_key, |f| f.served.push((start, start + len - 1)));
+        }
+        let cut_after = match (plan.cut_after, plan.cut_random) {
+            (Some(c), _) => Some(c.min(len)),
+            (None, true) => Some(shared.faults.random_below(len.max(1))),
+            (None, false) => None,
+        };
+        let flips = (0..plan.flip)
+            .filter(|_| len > 0)
+            .map(|_| start + shared.faults.random_below(len))
+            .collect();
+        let spec = BodySpec {
+            start,
+            len,
+            // A cut at the full length would be a clean end: only cut inside the body.
+            cut_after: cut_after.filter(|&c| c < len),
+            stall: plan.stall,
+            throttle: plan.throttle,
+            flips,
+            stats_key: stats_key.to_string(),
+        };
+        file_body(&entry.source, spec, shared.stats.clone())
+    } else {
+        Body::empty()
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = h;
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// API
+
+async fn api(
+    shared: &Arc<Shared>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    raw: &[&str],
+) -> Response {
+    // raw = ["api", "models", org, name, rest…]
+    let kind = match raw.get(1) {
+        Some(&"models") => RepoKind::Model,
+        Some(&"datasets") => RepoKind::Dataset,
+        Some(&"spaces") => return repo_not_found(auth_of(shared, headers)),
+        _ => return not_found(),
+    };
+    if raw.len() < 4 || raw[2].is_empty() || raw[3].is_empty() {
+        return not_found();
+    }
+    let plan = shared.faults.plan(&RequestCtx {
+        target: Target::Hub,
+        is_body: false,
+        subject: uri.path(),
+    });
+    if let Some((st, ra)) = plan.status {
+        return injected_status(st, ra);
+    }
+    let id = format!("{}/{}", decode(raw[2]), decode(raw[3]));
+    let key = kind.key(&id);
+    if let Some(to) = renamed(shared, &key) {
+        let (_, new_id) = parse_key(&to);
+        let mut loc = format!("/api/{}/{}", kind.api_segment(), new_id);
+        for s in &raw[4..] {
+            loc.push('/');
+            loc.push_str(s);
+        }
+        if let Some(q) = uri.query() {
+            loc.push('?');
+            loc.push_str(q);
+        }
+        return redirect_relative(&loc);
+    }
+    let q = query_pairs(uri);
+    let rest = &raw[4..];
+    let _ = method;
+    match rest {
+        [] => info(shared, headers, &key, "main", &q),
+        ["revision", rev @ ..] if !rev.is_empty() => {
+            let rev = rev.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
+            info(shared, headers, &key, &rev, &q)
+        }
+        ["tree", rev, path @ ..] => {
+            let rev = decode(rev);
+            let path = path
+                .iter()
+                .filter(|s| !s.is_empty())
+                .map(|s| decode(s))
+                .collect::<Vec<_>>()
+                .join("/");
+            tree(shared, uri, headers, &key, &rev, &path, &q)
+        }
+        ["refs"] => refs(shared, headers, &key),
+        _ => not_found(),
+    }
+}
+
+fn gated_value(repo: &Repo) -> Value {
+    match (repo.settings.gated, repo.settings.approved) {
+        (false, _) => Value::Bool(false),
+        (true, Some(false)) => Value::String("manual".into()),
+        (true, _) => Value::String("auto".into()),
+    }
+}
+
+fn info(
+    shared: &Shared,
+    headers: &HeaderMap,
+    key: &str,
+    rev: &str,
+    q: &[(String, String)],
+) -> Response {
+    let (commit, id) = match lookup(shared, headers, key, rev, false) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let blobs = query_flag(q, "blobs");
+    let repos = shared.read_repos();
+    let Some(repo) = repos.get(key) else {
+        return repo_not_found(Auth::Anonymous);
+    };
+    let siblings: Vec<Value> = commit
+        .files
+        .values()
+        .map(|f| {
+            if !blobs {
+                return json!({ "rfilename": f.path });
+            }
+            if shared.is_lfs(f) {
+                json!({
+                    "rfilename": f.path,
+                    "size": f.size,
+                    "blobId": f.lfs_pointer_oid(),
+                    "lfs": { "sha256": f.sha256, "size": f.size, "pointerSize": f.lfs_pointer().len() },
+                })
+            } else {
+                json!({ "rfilename": f.path, "size": f.size, "blobId": f.git_sha1 })
+            }
+        })
+        .collect();
+    let used: u64 = commit.files.values().map(|f| f.size).sum();
+    let mut h = Sha1::new();
+    h.update(key.as_bytes());
+    let oid = hex::encode(h.finalize());
+    let author = id.split('/').next().unwrap_or("").to_string();
+    let mut v = json!({
+        "_id": &oid[..24],
+        "id": id,
+        "author": author,
+        "sha": commit.id,
+        "lastModified": commit.last_modified,
+        "createdAt": commit.last_modified,
+        "private": repo.settings.private,
+        "gated": gated_value(repo),
+        "disabled": false,
+        "downloads": 0,
+        "likes": 0,
+        "tags": [],
+        "siblings": siblings,
+        "usedStorage": used,
+    });
+    if repo.kind == RepoKind::Model {
+        v["modelId"] = json!(id);
+        v["spaces"] = json!([]);
+    }
+    Json(v).into_response()
+}
+
+fn refs(shared: &Shared, headers: &HeaderMap, key: &str) -> Response {
+    if let Err(r) = lookup(shared, headers, key, "main", false) {
+        return r;
+    }
+    let repos = shared.read_repos();
+    let Some(repo) = repos.get(key) else {
+        return repo_not_found(Auth::Anonymous);
+    };
+    let branches: Vec<Value> = repo
+        .branches
+        .iter()
+        .map(|(name, c)| json!({"name": name, "ref": format!("refs/heads/{name}"), "targetCommit": c}))
+        .collect();
+    Json(json!({ "branches": branches, "converts": [], "tags": [] })).into_response()
+}
+
+fn tree(
+    shared: &Shared,
+    uri: &Uri,
+    headers: &HeaderMap,
+    key: &str,
+    rev: &str,
+    dir: &str,
+    q: &[(String, String)],
+) -> Response {
+    let (commit, _) = match lookup(shared, headers, key, rev, false) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let recursive = query_flag(q, "recursive");
+    // Every directory that holds a file, with the files below it (for its oid).
+    let mut dirs: BTreeMap<String, Sha1> = BTreeMap::new();
+    for (p, f) in &commit.files {
+        let mut acc = String::new();
+        let parts: Vec<&str> = p.split('/').collect();
+        for part in &parts[..parts.len() - 1] {
+            if !acc.is_empty() {
+                acc.push('/');
+            }
+            acc.push_str(part);
+            dirs.entry(acc.clone())
+                .or_default()
+                .update(format!("{p} {}\n", f.sha256).as_bytes());
+        }
+    }
+    if !dir.is_empty() && !dirs.contains_key(dir) {
+        return hub_error(
+            StatusCode::NOT_FOUND,
+            Some("EntryNotFound"),
+            &format!("{dir} does not exist on \"{rev}\""),
+        );
+    }
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let wanted = |p: &str| -> bool {
+        p.strip_prefix(&prefix)
+            .is_some_and(|rest| !rest.is_empty() && (recursive || !rest.contains('/')))
+    };
+    let mut entries: BTreeMap<String, Value> = BTreeMap::new();
+    for (p, h) in dirs {
+        if wanted(&p) {
+            let oid = hex::encode(h.finalize());
+            entries.insert(p.clone(), json!({"type": "directory", "oid": oid, "size": 0, "path": p}));
+        }
+    }
+    for (p, f) in &commit.files {
+        if !wanted(p) {
+            continue;
+        }
+        let v = if shared.is_lfs(f) {
+            json!({
+                "type": "file", "oid": f.lfs_pointer_oid(), "size": f.size, "path": p,
+                "lfs": { "oid": f.sha256, "size": f.size, "pointerSize": f.lfs_pointer().len() },
+            })
+        } else {
+            json!({"type": "file", "oid": f.git_sha1, "size": f.size, "path": p})
+        };
+        entries.insert(p.clone(), v);
+    }
+    let all: Vec<Value> = entries.into_values().collect();
+    let cursor: usize = q
+        .iter()
+        .find(|(k, _)| k == "cursor")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let page = shared.cfg.page_size.max(1);
+    let end = (cursor + page).min(all.len());
+    let items = all.get(cursor.min(all.len())..end).unwrap_or(&[]).to_vec();
+    let mut resp = Json(Value::Array(items)).into_response();
+    if end < all.len() {
+        let mut query: Vec<String> = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
+            .map(str::to_string)
+            .collect();
+        query.push(format!("cursor={end}"));
+        let link = format!(
+            "<{}{}?{}>; rel=\"next\"",
+            shared.hub_url,
+            uri.path(),
+            query.join("&")
+        );
+        resp.headers_mut().insert(header::LINK, hv(&link));
+    }
+    resp
+}
+
+// ---------------------------------------------------------------------------------------------
+// CDN
+
+fn s3_error(status: StatusCode, code: &str, msg: &str) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{msg}</Message></Error>"
+    );
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, hv("application/xml"));
+    r
+}
+
+async fn cdn_handler(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return s3_error(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "Method not allowed");
+    }
+    let sha = uri.path().rsplit('/').next().unwrap_or("").to_string();
+    let q = query_pairs(&uri);
+    let Some(sig) = q
+        .iter()
+        .find(|(k, _)| k == "X-Amz-Signature")
+        .map(|(_, v)| v.clone())
+    else {
+        return s3_error(StatusCode::FORBIDDEN, "AccessDenied", "Access Denied");
+    };
+    if headers.contains_key(header::AUTHORIZATION) {
+        return s3_error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string parameter or the Authorization header should be specified",
+        );
+    }
+    let signed = shared
+        .sigs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .issued
+        .get(&sig)
+        .cloned();
+    let Some(signed) = signed else {
+        return s3_error(
+            StatusCode::FORBIDDEN,
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match the signature you provided.",
+        );
+    };
+    if signed.expires <= now_secs() {
+        return s3_error(StatusCode::FORBIDDEN, "AccessDenied", "Request has expired");
+    }
+    if signed.entry.sha256 != sha {
+        return s3_error(
+            StatusCode::FORBIDDEN,
+            "SignatureDoesNotMatch",
+            "The signature was issued for another object.",
+        );
+    }
+    let entry = signed.entry.clone();
+    let plan = shared.faults.plan(&RequestCtx {
+        target: Target::Cdn,
+        is_body: method == Method::GET,
+        subject: &signed.stats_key,
+    });
+    let mut resp = if let Some((st, ra)) = plan.status {
+        injected_status(st, ra)
+    } else {
+        let mut h = HeaderMap::new();
+        h.insert(header::ETAG, hv(&format!("\"{}\"", entry.sha256)));
+        h.insert(header::CONTENT_TYPE, hv("application/octet-stream"));
+        let name = entry.path.rsplit('/').next().unwrap_or("file");
+        h.insert(
+            header::CONTENT_DISPOSITION,
+            hv(&format!("inline; filename*=UTF-8''{name}; filename=\"{name}\";")),
+        );
+        h.insert(header::CACHE_CONTROL, hv("public, max-age=604800, immutable"));
+        serve_file(&shared, &method, &headers, &entry, &plan, h, &signed.stats_key)
+    };
+    if plan.mutate {
+        let (repo_key, path) = split_stats_key(&shared, &signed.stats_key);
+        let sh = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || sh.mutate_patch(&repo_key, &path)).await;
+    }
+    resp.extensions_mut().insert(FileKey(signed.stats_key));
+    resp
+}
+
+/// Splits `org/name/path` (or `datasets/org/name/path`) into repo key and path.
+fn split_stats_key(_shared: &Shared, key: &str) -> (String, String) {
+    let n = if key.starts_with("datasets/") { 3 } else { 2 };
+    let mut it = key.splitn(n + 1, '/');
+    let repo: Vec<&str> = it.by_ref().take(n).collect();
+    (repo.join("/"), it.next().unwrap_or("").to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control API
+
+async fn list_faults(State(shared): State<Arc<Shared>>) -> Json<Vec<FaultRule>> {
+    Json(shared.faults.list())
+}
+
+async fn add_faults(State(shared): State<Arc<Shared>>, body: String) -> Response {
+    let parsed: Result<Vec<FaultRule>, String> = match serde_json::from_str::<Value>(&body) {
+        Ok(Value::Array(items)) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => s.parse(),
+                v => serde_json::from_value(v).map_err(|e| e.to_string()),
+            })
+            .collect(),
+        Ok(Value::String(s)) => s.parse().map(|r| vec![r]),
+        Ok(v) => serde_json::from_value(v)
+            .map(|r| vec![r])
+            .map_err(|e| e.to_string()),
+        // Not JSON: the compact command-line syntax.
+        Err(_) => body.parse().map(|r| vec![r]),
+    };
+    match parsed {
+        Ok(rules) => {
+            for r in rules {
+                shared.faults.push(r);
+            }
+            Json(shared.faults.list()).into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response(),
+    }
+}
+
+async fn clear_faults(State(shared): State<Arc<Shared>>) -> StatusCode {
+    shared.faults.clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn get_stats(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.stats.snapshot()).into_response()
+}
+
+async fn reset_stats(State(shared): State<Arc<Shared>>) -> StatusCode {
+    shared.stats.reset();
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct MutateReq {
+    repo: String,
+    path: String,
+    #[serde(default)]
+    content: Option<String>,
+}
+
+async fn mutate(State(shared): State<Arc<Shared>>, Json(m): Json<MutateReq>) -> Response {
+    let key = m.repo.clone();
+    let commit = match m.content {
+        Some(c) => {
+            let entry = repo::memory_entry(&m.path, c.into_bytes().into());
+            let mut repos = shared.write_repos();
+            repos
+                .get_mut(&key)
+                .map(|r| r.commit_change("main", &m.path, Some(entry)))
+        }
+        None => {
+            let sh = shared.clone();
+            let (k, p) = (key.clone(), m.path.clone());
+            tokio::task::spawn_blocking(move || sh.mutate_patch(&k, &p))
+                .await
+                .ok()
+                .flatten()
+        }
+    };
+    match commit {
+        Some(c) => Json(json!({ "commit": c })).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "error": "unknown repository or file" })),
+        )
+            .into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct RenameReq {
+    from: String,
+    to: String,
+}
+
+async fn rename(State(shared): State<Arc<Shared>>, Json(r): Json<RenameReq>) -> StatusCode {
+    shared
+        .renames
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(r.from, r.to);
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct SeedReq {
+    seed: u64,
+}
+
+async fn reseed(State(shared): State<Arc<Shared>>, Json(s): Json<SeedReq>) -> StatusCode {
+    shared.faults.reseed(s.seed);
+    StatusCode::NO_CONTENT
+}
+
+async fn list_repos(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    let repos = shared.read_repos();
+    let keys: BTreeSet<&String> = repos.keys().collect();
+    let list: Vec<Value> = keys
+        .into_iter()
+        .filter_map(|k| repos.get(k).map(|r| (k, r)))
+        .map(|(k, r)| {
+            json!({
+                "key": k,
+                "kind": r.kind,
+                "id": r.id,
+                "branches": r.branches,
+                "files": r.main().files.len(),
+                "settings": r.settings,
+            })
+        })
+        .collect();
+    Json(Value::Array(list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range(None, 10), RangeReq::Full);
+        assert_eq!(parse_range(Some("bytes=0-3"), 10), RangeReq::Span(0, 3));
+        assert_eq!(parse_range(Some("bytes=5-"), 10), RangeReq::Span(5, 9));
+        assert_eq!(parse_range(Some("bytes=5-100"), 10), RangeReq::Span(5, 9));
+        assert_eq!(parse_range(Some("bytes=-3"), 10), RangeReq::Span(7, 9));
+        assert_eq!(parse_range(Some("bytes=-30"), 10), RangeReq::Span(0, 9));
+        assert_eq!(parse_range(Some("bytes=10-"), 10), RangeReq::Unsatisfiable);
+        assert_eq!(parse_range(Some("bytes=-0"), 10), RangeReq::Unsatisfiable);
+        assert_eq!(parse_range(Some("bytes=0-"), 0), RangeReq::Unsatisfiable);
+        assert_eq!(parse_range(Some("bytes=3-1"), 10), RangeReq::Full);
+        assert_eq!(parse_range(Some("bytes=0-1,4-5"), 10), RangeReq::Full);
+        assert_eq!(parse_range(Some("items=0-1"), 10), RangeReq::Full);
+    }
+}

@@ -1,0 +1,266 @@
+//! `weight-inspect`: inspect and verify GGUF and safetensors files.
+//!
+//! A thin shell over `weight_inspect::verify`: it parses arguments, prints reports and maps
+//! outcomes to exit codes (0 all valid, 2 some model invalid, 1 usage or I/O error).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use clap::Parser;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use weight_inspect::verify::{self, InspectError, Options, Report};
+
+/// Inspect and verify GGUF and safetensors model files.
+#[derive(Debug, Parser)]
+#[command(name = "weight-inspect", version, about, long_about = None)]
+#[command(after_help = "PATH is a .gguf or .safetensors file, a model.safetensors.index.json, \
+the first shard of a split GGUF (NAME-00001-of-0000N.gguf), or a folder (every model in it).\n\n\
+Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error.")]
+struct Cli {
+    /// Print one JSON object per model (JSON Lines) instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Hash every tensor (SHA-256, in parallel) and show a checksum sample.
+    #[arg(long)]
+    verify: bool,
+    /// Treat warnings as failures (exit 2).
+    #[arg(long)]
+    strict: bool,
+    /// Files or folders to inspect.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+}
+
+const EXIT_INVALID: u8 = 2;
+const EXIT_USAGE_OR_IO: u8 = 1;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE_OR_IO } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let opts = Options {
+        hash_tensors: cli.verify,
+        strict: cli.strict,
+    };
+    let mut any_invalid = false;
+    let mut any_io = false;
+    let mut first = true;
+    for path in &cli.paths {
+        let targets = if path.is_dir() {
+            match verify::discover(path) {
+                Ok(t) => t,
+                Err(e) => {
+                    report_error(&e);
+                    any_io = true;
+                    continue;
+                }
+            }
+        } else {
+            vec![path.clone()]
+        };
+        for target in targets {
+            match verify::verify_path(&target, &opts) {
+                Ok(report) => {
+                    any_invalid |= !report.valid;
+                    let out = if cli.json {
+                        json_line(&report)
+                    } else {
+                        let sep = if first { "" } else { "\n" };
+                        format!("{sep}{}", table(&report, cli.verify))
+                    };
+                    first = false;
+                    if let Err(e) = io::stdout().lock().write_all(out.as_bytes()) {
+                        if e.kind() == io::ErrorKind::BrokenPipe {
+                            return ExitCode::SUCCESS;
+                        }
+                        eprintln!("weight-inspect: error: writing output: {e}");
+                        return ExitCode::from(EXIT_USAGE_OR_IO);
+                    }
+                }
+                Err(e) => {
+                    report_error(&e);
+                    any_io = true;
+                }
+            }
+        }
+    }
+    if any_io {
+        ExitCode::from(EXIT_USAGE_OR_IO)
+    } else if any_invalid {
+        ExitCode::from(EXIT_INVALID)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn report_error(e: &InspectError) {
+    eprintln!("weight-inspect: error: {e}");
+}
+
+fn json_line(report: &Report) -> String {
+    let mut s = serde_json::to_string(report).unwrap_or_else(|e| {
+        format!(r#"{{"path":{:?},"valid":false,"errors":["cannot serialise report: {e}"]}}"#, report.path)
+    });
+    s.push('\n');
+    s
+}
+
+/// Human sizes: `1.5 GiB`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `1234567` → `1,234,567`.
+fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Parameters the way model cards write them: `1.1B`, `22.7M`.
+fn short_count(n: u64) -> String {
+    match n {
+        0..=999_999 => format!("{:.1}K", n as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}M", n as f64 / 1e6),
+        _ => format!("{:.2}B", n as f64 / 1e9),
+    }
+}
+
+fn table(r: &Report, verify: bool) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let row = |s: &mut String, k: &str, v: String| {
+        let _ = writeln!(s, "  {k:<13}{v}");
+    };
+    let _ = writeln!(s, "{}", r.path);
+    if let Some(format) = r.format {
+        let mut f = format.to_string();
+        if let Some(v) = r.version {
+            let _ = write!(f, " v{v}");
+        }
+        if let Some(e) = r.endianness {
+            let _ = write!(f, ", {}-endian", e.as_str());
+        }
+        if let Some(a) = r.alignment {
+            let _ = write!(f, ", alignment {a}");
+        }
+        row(&mut s, "format", f);
+    }
+    let mut size = format!("{} ({})", grouped(r.file_size), human(r.file_size));
+    if let Some(off) = r.data_offset {
+        let _ = write!(size, ", data at byte {}", grouped(off));
+    }
+    if !r.files.is_empty() {
+        let _ = write!(size, ", {} files", r.files.len());
+    }
+    row(&mut s, "size", size);
+    if let (Some(t), Some(m)) = (r.tensor_count, r.metadata_count) {
+        row(&mut s, "tensors", format!("{}, metadata {} keys", grouped(t), grouped(m)));
+    }
+    if let (Some(p), Some(d)) = (r.total_params, r.data_size) {
+        row(
+            &mut s,
+            "parameters",
+            if p >= 10_000 {
+                format!("{} ({}), {} of tensor data", grouped(p), short_count(p), human(d))
+            } else {
+                format!("{}, {} of tensor data", grouped(p), human(d))
+            },
+        );
+    }
+    if r.architecture.is_some() || r.file_type.is_some() {
+        row(
+            &mut s,
+            "architecture",
+            format!(
+                "{}, file type {}",
+                r.architecture.as_deref().unwrap_or("(none)"),
+                r.file_type.as_deref().unwrap_or("(none)")
+            ),
+        );
+    }
+    if !r.dtypes.is_empty() {
+        let mut by_bytes: Vec<(&String, &u64)> = r.dtypes.iter().collect();
+        by_bytes.sort_by_key(|(name, _)| std::cmp::Reverse(r.dtype_bytes.get(*name).copied()));
+        let list: Vec<String> = by_bytes
+            .iter()
+            .map(|(name, n)| {
+                let bytes = r.dtype_bytes.get(*name).copied().unwrap_or(0);
+                format!("{name} {n}×{}", human(bytes))
+            })
+            .collect();
+        for (i, chunk) in list.chunks(4).enumerate() {
+            row(&mut s, if i == 0 { "dtypes" } else { "" }, chunk.join(", "));
+        }
+    }
+    if verify && r.hashed {
+        let hashed = r.tensors.iter().filter(|t| t.sha256.is_some()).count();
+        row(&mut s, "checksums", format!("{hashed} tensors hashed (SHA-256)"));
+        for t in r.tensors.iter().take(3) {
+            if let Some(h) = &t.sha256 {
+                row(&mut s, "", format!("{}  {}", &h[..16.min(h.len())], t.name));
+            }
+        }
+        if r.tensors.len() > 3 {
+            row(&mut s, "", format!("… {} more with --json", r.tensors.len() - 3));
+        }
+    }
+    let mut verdict = if r.valid {
+        "valid".to_owned()
+    } else {
+        "INVALID".to_owned()
+    };
+    let counts = match (r.errors.len(), r.warnings.len()) {
+        (0, 0) => String::new(),
+        (e, w) => format!(
+            ": {e} error{}, {w} warning{}",
+            if e == 1 { "" } else { "s" },
+            if w == 1 { "" } else { "s" }
+        ),
+    };
+    verdict.push_str(&counts);
+    if let Some(l) = r.llama_cpp_loadable {
+        let _ = write!(
+            verdict,
+            " (llama.cpp: {})",
+            if l { "loadable" } else { "would refuse" }
+        );
+    }
+    row(&mut s, "verdict", verdict);
+    // A hostile file can produce thousands of messages: the table shows the first ones,
+    // --json has them all.
+    const SHOWN: usize = 20;
+    for e in r.errors.iter().take(SHOWN) {
+        let _ = writeln!(s, "    error: {e}");
+    }
+    for w in r.warnings.iter().take(SHOWN.saturating_sub(r.errors.len().min(SHOWN))) {
+        let _ = writeln!(s, "    warning: {w}");
+    }
+    let hidden = (r.errors.len() + r.warnings.len()).saturating_sub(SHOWN);
+    if hidden > 0 {
+        let _ = writeln!(s, "    … {hidden} more (see --json)");
+    }
+    s
+}

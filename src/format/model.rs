@@ -1,0 +1,478 @@
+//! Opened models: memory-mapped files with parsed headers, and zero-copy tensor views.
+//!
+//! A [`ModelFile`] owns one memory map and its parsed [`Header`]. A [`TensorView`] borrows
+//! from the `ModelFile`, so it cannot outlive the map:
+//!
+//! ```compile_fail
+//! # use weight_inspect::format::ModelFile;
+//! let bytes = {
+//!     let file = ModelFile::open("model.gguf".as_ref()).unwrap();
+//!     file.tensor("token_embd.weight").unwrap().bytes()
+//! }; // `file` (and its map) is dropped here while `bytes` still borrows it
+//! # let _ = bytes;
+//! ```
+//!
+//! A [`Model`] groups the files of one model: a single file, a split GGUF
+//! (`NAME-00001-of-0000N.gguf`) or a sharded safetensors checkpoint
+//! (`model.safetensors.index.json`), with the cross-file checks of `FORMATS.md`.
+
+use super::mmap::Mmap;
+use super::{
+    gguf, safetensors, DType, Diagnostic, Endianness, Format, FormatError, FormatErrorKind, Header,
+    TensorInfo,
+};
+
+/// Largest `model.safetensors.index.json` read (real ones are well under 1 MB).
+const MAX_INDEX_BYTES: u64 = 64 << 20;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Why a model could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The file could not be opened, read or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The file's structure is broken beyond description.
+    #[error("{}: {source}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The format error, with its byte offset.
+        source: FormatError,
+    },
+}
+
+impl OpenError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            OpenError::Io { path, .. } | OpenError::Format { path, .. } => path,
+        }
+    }
+}
+
+/// Why a typed tensor view could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ViewError {
+    /// The tensor's dtype is not the element type asked for.
+    #[error("tensor '{tensor}' is {dtype}, not {wanted}")]
+    WrongDtype {
+        /// Tensor name.
+        tensor: String,
+        /// Its dtype.
+        dtype: &'static str,
+        /// The element type asked for.
+        wanted: &'static str,
+    },
+    /// The file's byte order is not the machine's.
+    #[error("tensor '{tensor}' is stored big-endian; a typed view needs native byte order")]
+    ForeignEndianness {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// The data is not aligned for the element type (safetensors guarantees no alignment).
+    #[error("tensor '{tensor}' at byte {offset} is not aligned to {align} bytes for a typed view")]
+    Misaligned {
+        /// Tensor name.
+        tensor: String,
+        /// Absolute offset in the file.
+        offset: u64,
+        /// Required alignment.
+        align: usize,
+    },
+    /// The tensor's bytes are not inside the file (an invalid file).
+    #[error("tensor '{tensor}' (bytes {start}..{end}) lies outside the {file_size}-byte file")]
+    OutOfBounds {
+        /// Tensor name.
+        tensor: String,
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+        /// File size.
+        file_size: u64,
+    },
+}
+
+/// One memory-mapped model file with its parsed header.
+#[derive(Debug)]
+pub struct ModelFile {
+    path: PathBuf,
+    map: Mmap,
+    header: Header,
+}
+
+impl ModelFile {
+    /// Open, map and parse the header of a GGUF or safetensors file. Only the header pages
+    /// are read; tensor data is untouched until a view's bytes are read.
+    pub fn open(path: &Path) -> Result<ModelFile, OpenError> {
+        let io_err = |source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io_err)?;
+        let meta = file.metadata().map_err(io_err)?;
+        if meta.is_dir() {
+            return Err(io_err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            )));
+        }
+        let map = Mmap::open(&file).map_err(io_err)?;
+        let header = super::parse(map.as_bytes()).map_err(|source| OpenError::Format {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(ModelFile {
+            path: path.to_path_buf(),
+            map,
+            header,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// `Gguf` or `Safetensors`.
+    pub fn format(&self) -> Format {
+        match self.header {
+            Header::Gguf(_) => Format::Gguf,
+            Header::Safetensors(_) => Format::Safetensors,
+        }
+    }
+
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_bytes()
+    }
+
+    /// File size in bytes.
+    pub fn size(&self) -> u64 {
+        self.map.as_bytes().len() as u64
+    }
+
+    /// The tensors of this file.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        self.header.tensors()
+    }
+
+    /// A view of the tensor called `name`, if this file has one.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        let info = self.tensors().iter().find(|t| t.name == name)?;
+        self.view(info).ok()
+    }
+
+    /// A view of `info`'s bytes (which must be one of this file's tensors), checked to lie
+    /// inside the file.
+    pub fn view<'a>(&'a self, info: &'a TensorInfo) -> Result<TensorView<'a>, ViewError> {
+        let bytes = self.map.as_bytes();
+        let out_of_bounds = || ViewError::OutOfBounds {
+            tensor: info.name.clone(),
+            start: info.offset,
+            end: info.offset.saturating_add(info.n_bytes),
+            file_size: bytes.len() as u64,
+        };
+        let start = usize::try_from(info.offset).map_err(|_| out_of_bounds())?;
+        let len = usize::try_from(info.n_bytes).map_err(|_| out_of_bounds())?;
+        let end = start.checked_add(len).ok_or_else(out_of_bounds)?;
+        let data = bytes.get(start..end).ok_or_else(out_of_bounds)?;
+        Ok(TensorView {
+            info,
+            data,
+            endianness: self.header.endianness(),
+        })
+    }
+
+    /// Advise the kernel that the file will be read front to back (before hashing it all).
+    pub fn advise_sequential(&self) {
+        self.map.advise_sequential();
+    }
+}
+
+/// A zero-copy view of one tensor's bytes, borrowed from its [`ModelFile`].
+#[derive(Debug, Clone, Copy)]
+pub struct TensorView<'a> {
+    info: &'a TensorInfo,
+    data: &'a [u8],
+    endianness: Endianness,
+}
+
+impl<'a> TensorView<'a> {
+    /// The tensor's description.
+    pub fn info(&self) -> &'a TensorInfo {
+        self.info
+    }
+
+    /// Exactly the tensor's `n_bytes` bytes, in the file's byte order.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// Byte order of the data.
+    pub fn endianness(&self) -> Endianness {
+        self.endianness
+    }
+
+    /// The data as a typed slice, without copying. Fails, rather than copying or guessing,
+    /// when the dtype differs, the byte order is not native, or the data is not aligned
+    /// for `T` (checked at run time; safetensors guarantees no alignment).
+    pub fn as_slice<T: Element>(&self) -> Result<&'a [T], ViewError> {
+        if !T::matches(self.info.dtype) {
+            return Err(ViewError::WrongDtype {
+                tensor: self.info.name.clone(),
+                dtype: self.info.dtype.name(),
+                wanted: T::NAME,
+            });
+        }
+        let native = if cfg!(target_endian = "little") {
+            Endianness::Little
+        } else {
+            Endianness::Big
+        };
+        if self.endianness != native {
+            return Err(ViewError::ForeignEndianness {
+                tensor: self.info.name.clone(),
+            });
+        }
+        bytemuck::try_cast_slice(self.data).map_err(|_| ViewError::Misaligned {
+            tensor: self.info.name.clone(),
+            offset: self.info.offset,
+            align: std::mem::align_of::<T>(),
+        })
+    }
+}
+
+/// Element types a [`TensorView`] can be viewed as.
+pub trait Element: bytemuck::Pod {
+    /// A name for messages.
+    const NAME: &'static str;
+    /// Whether tensors of `dtype` hold elements of this type.
+    fn matches(dtype: DType) -> bool;
+}
+
+macro_rules! element {
+    ($t:ty, $name:literal, $ggml:literal, $st:literal) => {
+        impl Element for $t {
+            const NAME: &'static str = $name;
+            fn matches(dtype: DType) -> bool {
+                match dtype {
+                    DType::Ggml(t) => t.name() == $ggml,
+                    DType::Safetensors(d) => d.name() == $st,
+                }
+            }
+        }
+    };
+}
+
+element!(f32, "f32", "F32", "F32");
+element!(f64, "f64", "F64", "F64");
+element!(half::f16, "f16", "F16", "F16");
+element!(half::bf16, "bf16", "BF16", "BF16");
+element!(i8, "i8", "I8", "I8");
+element!(i16, "i16", "I16", "I16");
+element!(i32, "i32", "I32", "I32");
+element!(i64, "i64", "I64", "I64");
+element!(u8, "u8", "-", "U8");
+element!(u16, "u16", "-", "U16");
+element!(u32, "u32", "-", "U32");
+element!(u64, "u64", "-", "U64");
+
+/// A model: one file, or the shards of one split/sharded model, opened together.
+#[derive(Debug)]
+pub struct Model {
+    format: Format,
+    path: PathBuf,
+    files: Vec<ModelFile>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Model {
+    /// Open a model from `path`: a `.gguf` or `.safetensors` file, the first shard of a split
+    /// GGUF (`NAME-00001-of-0000N.gguf`, all shards are opened), or a
+    /// `model.safetensors.index.json` (all shards it names are opened).
+    pub fn open(path: &Path) -> Result<Model, OpenError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.ends_with(".json") {
+            return Model::open_sharded_safetensors(path);
+        }
+        if let Some((_, 1, count)) = gguf::parse_split_name(&name) {
+            if count > 1 {
+                return Model::open_split_gguf(path, &name);
+            }
+        }
+        let file = ModelFile::open(path)?;
+        Ok(Model {
+            format: file.format(),
+            path: path.to_path_buf(),
+            files: vec![file],
+            diagnostics: Vec::new(),
+        })
+    }
+
+    fn open_split_gguf(path: &Path, name: &str) -> Result<Model, OpenError> {
+        let parent = path.parent().unwrap_or(Path::new(""));
+        let mut files = Vec::new();
+        for shard in gguf::split_shard_names(name).unwrap_or_default() {
+            let p = parent.join(&shard);
+            // A missing shard is reported by `check_split`, which knows the expected count.
+            if p == path || p.exists() {
+                files.push(ModelFile::open(&p)?);
+            }
+        }
+        let mut shards = Vec::with_capacity(files.len());
+        for f in &files {
+            match f.header() {
+                Header::Gguf(h) => shards.push((f.path().display().to_string(), h)),
+                Header::Safetensors(_) => {
+                    return Err(OpenError::Format {
+                        path: f.path().to_path_buf(),
+                        source: FormatError::new(
+                            FormatErrorKind::Other(
+                                "a shard of a split GGUF is not a GGUF file".into(),
+                            ),
+                            0,
+                        ),
+                    })
+                }
+            }
+        }
+        let diagnostics = gguf::check_split(&shards);
+        Ok(Model {
+            format: Format::GgufSplit,
+            path: path.to_path_buf(),
+            files,
+            diagnostics,
+        })
+    }
+
+    fn open_sharded_safetensors(path: &Path) -> Result<Model, OpenError> {
+        let io_err = |source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let len = std::fs::metadata(path).map_err(io_err)?.len();
+        if len > MAX_INDEX_BYTES {
+            return Err(OpenError::Format {
+                path: path.to_path_buf(),
+                source: FormatError::new(
+                    FormatErrorKind::LengthTooLarge {
+                        what: "safetensors index".into(),
+                        value: len,
+                        available: MAX_INDEX_BYTES,
+                    },
+                    0,
+                ),
+            });
+        }
+        let bytes = std::fs::read(path).map_err(io_err)?;
+        let index = safetensors::parse_index(&bytes).map_err(|source| OpenError::Format {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let parent = path.parent().unwrap_or(Path::new(""));
+        let mut files = Vec::new();
+        let mut diagnostics = Vec::new();
+        for shard in index.shard_files() {
+            let p = parent.join(&shard);
+            if p.exists() {
+                files.push(ModelFile::open(&p)?);
+            } else {
+                diagnostics.push(Diagnostic::error(
+                    "safetensors.shard-missing",
+                    format!("shard {shard} named by the index is missing"),
+                ));
+            }
+        }
+        let mut shards = Vec::with_capacity(files.len());
+        for f in &files {
+            match f.header() {
+                Header::Safetensors(h) => shards.push((
+                    f.path()
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    h,
+                )),
+                Header::Gguf(_) => {
+                    return Err(OpenError::Format {
+                        path: f.path().to_path_buf(),
+                        source: FormatError::new(
+                            FormatErrorKind::Other(
+                                "a shard named by a safetensors index is a GGUF file".into(),
+                            ),
+                            0,
+                        ),
+                    })
+                }
+            }
+        }
+        diagnostics.extend(safetensors::check_sharded(&index, &shards));
+        if files.is_empty() {
+            return Err(OpenError::Format {
+                path: path.to_path_buf(),
+                source: FormatError::new(
+                    FormatErrorKind::Other("no shard named by the index could be found".into()),
+                    0,
+                ),
+            });
+        }
+        Ok(Model {
+            format: Format::SafetensorsSharded,
+            path: path.to_path_buf(),
+            files,
+            diagnostics,
+        })
+    }
+
+    /// The format of the model as a whole (`GgufSplit`, `SafetensorsSharded` for
+    /// multi-file models).
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The path the model was opened from (the index or first shard for multi-file models).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The files, in shard order.
+    pub fn files(&self) -> &[ModelFile] {
+        &self.files
+    }
+
+    /// Problems found across files (missing shards, tensors in two shards, …).
+    pub fn cross_file_diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// Every tensor with the file holding it.
+    pub fn tensors(&self) -> impl Iterator<Item = (&ModelFile, &TensorInfo)> {
+        self.files
+            .iter()
+            .flat_map(|f| f.tensors().iter().map(move |t| (f, t)))
+    }
+
+    /// A view of the tensor called `name`, in whichever shard holds it.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        self.files.iter().find_map(|f| f.tensor(name))
+    }
+}

@@ -1,0 +1,212 @@
+//! The environment variables huggingface_hub reads, read the same way.
+//!
+//! Every function here has a `*_from` twin taking a lookup function, so that tests (and
+//! programs that keep their own environment) do not touch the process environment.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+/// The public Hub.
+pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+
+/// A lookup of one environment variable.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
+fn process_env(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
+fn non_empty(v: Option<OsString>) -> Option<OsString> {
+    v.filter(|v| !v.is_empty())
+}
+
+/// A Hub access token. Its `Debug` output hides the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token; surrounding whitespace is removed. `None` when nothing is left.
+    pub fn new(token: impl AsRef<str>) -> Option<Token> {
+        let t = token.as_ref().trim();
+        if t.is_empty() {
+            None
+        } else {
+            Some(Token(t.to_string()))
+        }
+    }
+
+    /// The token's value, to put in an `Authorization: Bearer` header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(***)")
+    }
+}
+
+/// `HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`.
+pub fn hf_home() -> PathBuf {
+    hf_home_from(&process_env)
+}
+
+/// [`hf_home`] with an explicit environment.
+pub fn hf_home_from(env: EnvLookup<'_>) -> PathBuf {
+    if let Some(h) = non_empty(env("HF_HOME")) {
+        return expand_tilde(PathBuf::from(h), env);
+    }
+    let xdg = non_empty(env("XDG_CACHE_HOME"))
+        .map(|x| expand_tilde(PathBuf::from(x), env))
+        .unwrap_or_else(|| home_dir(env).join(".cache"));
+    xdg.join("huggingface")
+}
+
+fn home_dir(env: EnvLookup<'_>) -> PathBuf {
+    non_empty(env("HOME"))
+        .or_else(|| non_empty(env("USERPROFILE")))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Expands a leading `~/` as Python's `os.path.expanduser` does for these variables.
+fn expand_tilde(p: PathBuf, env: EnvLookup<'_>) -> PathBuf {
+    match p.strip_prefix("~") {
+        Ok(rest) => home_dir(env).join(rest),
+        Err(_) => p,
+    }
+}
+
+/// The Hub endpoint: `HF_ENDPOINT`, else [`DEFAULT_ENDPOINT`], without a trailing `/`.
+pub fn endpoint() -> String {
+    endpoint_from(&process_env)
+}
+
+/// [`endpoint`] with an explicit environment.
+pub fn endpoint_from(env: EnvLookup<'_>) -> String {
+    let e = non_empty(env("HF_ENDPOINT"))
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
+    normalize_endpoint(&e)
+}
+
+/// Strips trailing `/` from an endpoint.
+pub fn normalize_endpoint(e: &str) -> String {
+    e.trim().trim_end_matches('/').to_string()
+}
+
+/// The token: `HF_TOKEN` (or the older `HUGGING_FACE_HUB_TOKEN`), else the content of the file
+/// `$HF_TOKEN_PATH`, else `$HF_HOME/token`. Whitespace around it is ignored; an empty value
+/// counts as none.
+pub fn token() -> Option<Token> {
+    token_from(&process_env)
+}
+
+/// [`token`] with an explicit environment.
+pub fn token_from(env: EnvLookup<'_>) -> Option<Token> {
+    for var in ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"] {
+        if let Some(t) = env(var).and_then(|v| Token::new(v.to_string_lossy())) {
+            return Some(t);
+        }
+    }
+    let path = non_empty(env("HF_TOKEN_PATH"))
+        .map(|p| expand_tilde(PathBuf::from(p), env))
+        .unwrap_or_else(|| hf_home_from(env).join("token"));
+    // A token file is small; refuse to read anything large.
+    let meta = std::fs::metadata(&path).ok()?;
+    if !meta.is_file() || meta.len() > 64 * 1024 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    Token::new(text)
+}
+
+/// Whether `HF_HUB_OFFLINE` asks for offline mode (`1`, `ON`, `YES`, `TRUE`, any case), as
+/// huggingface_hub reads it.
+pub fn offline() -> bool {
+    offline_from(&process_env)
+}
+
+/// [`offline`] with an explicit environment.
+pub fn offline_from(env: EnvLookup<'_>) -> bool {
+    env("HF_HUB_OFFLINE")
+        .map(|v| {
+            matches!(
+                v.to_string_lossy().trim().to_ascii_uppercase().as_str(),
+                "1" | "ON" | "YES" | "TRUE"
+            )
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let m: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn hf_home_order() {
+        let e = env_of(&[("HF_HOME", "/h"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/home/u")]);
+        assert_eq!(hf_home_from(&e), PathBuf::from("/h"));
+        let e = env_of(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/home/u")]);
+        assert_eq!(hf_home_from(&e), PathBuf::from("/x/huggingface"));
+        let e = env_of(&[("HOME", "/home/u")]);
+        assert_eq!(
+            hf_home_from(&e),
+            PathBuf::from("/home/u/.cache/huggingface")
+        );
+        let e = env_of(&[("HF_HOME", "~/hf"), ("HOME", "/home/u")]);
+        assert_eq!(hf_home_from(&e), PathBuf::from("/home/u/hf"));
+    }
+
+    #[test]
+    fn endpoint_strips_slash() {
+        let e = env_of(&[("HF_ENDPOINT", "http://127.0.0.1:8080//")]);
+        assert_eq!(endpoint_from(&e), "http://127.0.0.1:8080");
+        let e = env_of(&[]);
+        assert_eq!(endpoint_from(&e), DEFAULT_ENDPOINT);
+    }
+
+    #[test]
+    fn token_lookup_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("hfhome");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("token"), "  home-token\n").unwrap();
+        let other = dir.path().join("other-token");
+        std::fs::write(&other, "path-token\n").unwrap();
+        let h = home.to_str().unwrap();
+        let o = other.to_str().unwrap();
+
+        let e = env_of(&[("HF_TOKEN", "env"), ("HF_HOME", h), ("HF_TOKEN_PATH", o)]);
+        assert_eq!(token_from(&e).unwrap().expose(), "env");
+        let e = env_of(&[("HF_TOKEN", " "), ("HF_HOME", h), ("HF_TOKEN_PATH", o)]);
+        assert_eq!(token_from(&e).unwrap().expose(), "path-token");
+        let e = env_of(&[("HF_HOME", h)]);
+        assert_eq!(token_from(&e).unwrap().expose(), "home-token");
+        let e = env_of(&[("HF_HOME", dir.path().join("none").to_str().unwrap())]);
+        assert!(token_from(&e).is_none());
+        assert_eq!(format!("{:?}", Token::new("secret")), "Some(Token(***))");
+    }
+
+    #[test]
+    fn offline_values() {
+        for v in ["1", "true", "ON", "yes"] {
+            assert!(offline_from(&env_of(&[("HF_HUB_OFFLINE", v)])), "{v}");
+        }
+        for v in ["0", "", "false", "no"] {
+            assert!(!offline_from(&env_of(&[("HF_HUB_OFFLINE", v)])), "{v}");
+        }
+        assert!(!offline_from(&env_of(&[])));
+    }
+}

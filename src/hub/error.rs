@@ -1,0 +1,188 @@
+//! The Hub client's error type.
+
+use std::time::Duration;
+
+/// What a token hint says, appended to "needs a token" errors.
+pub(crate) const TOKEN_HINT: &str = "a token is needed: set HF_TOKEN or pass --token";
+
+/// An error talking to the Hub. Every variant names the repository, revision, path or URL it
+/// concerns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HubError {
+    /// The repository does not exist, or it is private and the token (if any) cannot see it.
+    #[error("repository '{repo}' not found{}", if *token_sent { "" } else { " (if it is private or gated, a token is needed: set HF_TOKEN or pass --token)" })]
+    RepoNotFound {
+        /// `org/name`.
+        repo: String,
+        /// Whether an `Authorization` header was sent.
+        token_sent: bool,
+    },
+    /// The repository exists but has no such branch, tag or commit.
+    #[error("revision '{revision}' not found in repository '{repo}'")]
+    RevisionNotFound {
+        /// `org/name`.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+    },
+    /// The repository and revision exist but have no such file.
+    #[error("file '{path}' not found in repository '{repo}' at revision '{revision}'")]
+    EntryNotFound {
+        /// `org/name`.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+        /// Path in the repository.
+        path: String,
+    },
+    /// A gated repository: the user must accept its conditions and send a token.
+    #[error("repository '{repo}' is gated: {}", if *token_sent { "this token has not been granted access (request access on the repository's page)" } else { TOKEN_HINT })]
+    GatedRepo {
+        /// `org/name`.
+        repo: String,
+        /// Whether an `Authorization` header was sent.
+        token_sent: bool,
+        /// The server's message, if any.
+        message: String,
+    },
+    /// The server refused access (401/403) without saying why.
+    #[error("access to repository '{repo}' denied (HTTP {status} from {url}): {}", if *token_sent { "the token was refused or has no access" } else { TOKEN_HINT })]
+    AccessDenied {
+        /// `org/name`.
+        repo: String,
+        /// The URL asked for.
+        url: String,
+        /// 401 or 403.
+        status: u16,
+        /// Whether an `Authorization` header was sent.
+        token_sent: bool,
+    },
+    /// A 404 without an error code.
+    #[error("not found: {url} (HTTP 404{})", fmt_message(message))]
+    NotFound {
+        /// The URL asked for.
+        url: String,
+        /// The server's message, if any.
+        message: String,
+    },
+    /// A connection, timeout or transport error, after retries.
+    #[error("request to {url} failed after {attempts} attempt(s) in {:.1}s: {source}", elapsed.as_secs_f64())]
+    Network {
+        /// The URL asked for.
+        url: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// Time spent, retries included.
+        elapsed: Duration,
+        /// The last transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server kept answering a transient error status (408, 429, 5xx) until retries ran out.
+    #[error("{url} answered HTTP {status} after {attempts} attempt(s) in {:.1}s{}", elapsed.as_secs_f64(), fmt_message(message))]
+    ServerError {
+        /// The URL asked for.
+        url: String,
+        /// The last status.
+        status: u16,
+        /// How many attempts were made.
+        attempts: u32,
+        /// Time spent, retries included.
+        elapsed: Duration,
+        /// The server's message, if any.
+        message: String,
+    },
+    /// A status this client does not expect.
+    #[error("unexpected answer HTTP {status} from {url}{}", fmt_message(message))]
+    UnexpectedStatus {
+        /// The URL asked for.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The server's message, if any.
+        message: String,
+    },
+    /// An answer that does not have the expected shape (missing header, bad JSON, too large).
+    #[error("invalid answer from {url}: {reason}")]
+    InvalidResponse {
+        /// The URL asked for.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The server listed a path that would escape the target folder (`..`, absolute, `\`,
+    /// empty segments). It is refused: nothing is written for it.
+    #[error("refusing unsafe path '{path}' from repository '{repo}': {reason}")]
+    UnsafePath {
+        /// `org/name`.
+        repo: String,
+        /// The path as listed.
+        path: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A repository id that is not `name` or `org/name`.
+    #[error("invalid repository id '{repo}': {reason}")]
+    InvalidRepoId {
+        /// The id given.
+        repo: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A revision that cannot name a ref file safely.
+    #[error("invalid revision '{revision}': {reason}")]
+    InvalidRevision {
+        /// The revision given.
+        revision: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// The endpoint is not an http(s) URL.
+    #[error("invalid Hub endpoint '{endpoint}': {reason}")]
+    InvalidEndpoint {
+        /// The endpoint given.
+        endpoint: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+fn fmt_message(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
+impl HubError {
+    /// True for "not found" and "access denied" errors (repository, revision, file, gated,
+    /// private): retrying will not help, the user must change the request or the token.
+    pub fn is_not_found_or_denied(&self) -> bool {
+        matches!(
+            self,
+            HubError::RepoNotFound { .. }
+                | HubError::RevisionNotFound { .. }
+                | HubError::EntryNotFound { .. }
+                | HubError::GatedRepo { .. }
+                | HubError::AccessDenied { .. }
+                | HubError::NotFound { .. }
+        )
+    }
+
+    /// True for transport failures and server errors after retries, and malformed answers.
+    pub fn is_network_or_server(&self) -> bool {
+        matches!(
+            self,
+            HubError::Network { .. }
+                | HubError::ServerError { .. }
+                | HubError::UnexpectedStatus { .. }
+                | HubError::InvalidResponse { .. }
+                | HubError::UnsafePath { .. }
+        )
+    }
+}

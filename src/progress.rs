@@ -1,0 +1,110 @@
+//! Progress reporting: the library never prints; it tells a [`Reporter`].
+//!
+//! The binaries implement this trait with indicatif bars (or log lines without a terminal);
+//! library users can implement it to feed their own UI, or use [`NoProgress`].
+//!
+//! Rules for implementors: `on_event` is called from many tasks and threads at once; it must
+//! not block for long and must not panic. After a file's [`Event::FileFailed`] no further
+//! events arrive for that file.
+
+use std::time::Duration;
+
+/// Something that receives progress events.
+pub trait Reporter: Send + Sync {
+    /// Called for every event. Must be cheap and must not panic.
+    fn on_event(&self, event: &Event<'_>);
+}
+
+/// A reporter that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Reporter for NoProgress {
+    fn on_event(&self, _event: &Event<'_>) {}
+}
+
+/// A progress event. `file` is always the path of the file inside its repository.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// The selection is resolved: this many files, this many bytes, some already cached.
+    Plan {
+        /// Files selected.
+        files: usize,
+        /// Their total size in bytes.
+        total_bytes: u64,
+        /// Bytes already complete in the cache (nothing to fetch for them).
+        cached_bytes: u64,
+    },
+    /// A file transfer starts (or resumes with `resumed_bytes` already on disk and re-checked).
+    FileStart {
+        /// Path in the repository.
+        file: &'a str,
+        /// Full size.
+        size: u64,
+        /// Bytes already on disk from an earlier run, whose hashes were re-checked.
+        resumed_bytes: u64,
+    },
+    /// `bytes` more bytes of `file` were written to disk.
+    Progress {
+        /// Path in the repository.
+        file: &'a str,
+        /// Newly written bytes (an increment, not a total).
+        bytes: u64,
+    },
+    /// Bytes that were written earlier were thrown away and will be fetched again
+    /// (a chunk that failed its hash, a truncated chunk, a changed remote file).
+    Discarded {
+        /// Path in the repository.
+        file: &'a str,
+        /// How many bytes.
+        bytes: u64,
+        /// Why, in a few words.
+        reason: &'a str,
+    },
+    /// A request failed and will be retried after `delay`.
+    Retry {
+        /// Path in the repository.
+        file: &'a str,
+        /// Which attempt failed (1 = the first).
+        attempt: u32,
+        /// Time until the next attempt.
+        delay: Duration,
+        /// The error, one line.
+        error: &'a str,
+    },
+    /// All bytes are on disk and the whole-file hash matched.
+    FileDownloaded {
+        /// Path in the repository.
+        file: &'a str,
+        /// Bytes transferred in this run (including re-fetched ones).
+        transferred: u64,
+    },
+    /// Tensor-level verification of a finished file starts.
+    Verifying {
+        /// Path in the repository.
+        file: &'a str,
+    },
+    /// A file is done: downloaded (or found in the cache), hashed and verified.
+    FileDone {
+        /// Path in the repository.
+        file: &'a str,
+        /// True when it came from the cache without any transfer.
+        cached: bool,
+    },
+    /// A file failed; no more events follow for it.
+    FileFailed {
+        /// Path in the repository.
+        file: &'a str,
+        /// The error, one line.
+        error: &'a str,
+    },
+    /// Something a user should know that is not an error (e.g. "remote file changed,
+    /// starting afresh").
+    Notice {
+        /// Path in the repository, when the notice concerns one file.
+        file: Option<&'a str>,
+        /// The message, one line.
+        message: &'a str,
+    },
+}

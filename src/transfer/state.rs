@@ -1,0 +1,346 @@
+//! The resume state: a small JSON file beside the partial file.
+//!
+//! ```json
+//! {
+//!   "format": "weight-inspect/transfer-state",
+//!   "version": 1,
+//!   "identity": {"repo": "org/name", "commit": "…", "path": "model.gguf", "etag": "…", "size": 123},
+//!   "expected": "sha256:<hex>",
+//!   "chunk_size": 16777216,
+//!   "chunks": [
+//!     {"index": 0, "written": 16777216, "complete": true,  "sha256": "<hex of the chunk>"},
+//!     {"index": 3, "written": 5242880,  "complete": false, "sha256": "<hex of its first 5242880 bytes>"}
+//!   ]
+//! }
+//! ```
+//!
+//! Only chunks with bytes on disk are listed. `written` counts the bytes at the start of the
+//! chunk that are on disk (synced before the state claiming them was written), and `sha256` is
+//! the digest of exactly those bytes: on resume every listed prefix is read back and hashed, and
+//! a prefix whose digest differs is thrown away (never trusted). The state never holds a URL (CDN
+//! URLs are signed and change per request).
+//!
+//! Written atomically: a temporary file beside it, `fsync`, `rename`, `fsync` of the folder.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::plan::Plan;
+use super::RemoteIdentity;
+
+/// The `format` field.
+pub(crate) const FORMAT: &str = "weight-inspect/transfer-state";
+/// The `version` field this code writes and reads.
+pub(crate) const VERSION: u32 = 1;
+/// Largest chunk size accepted from a state file (a sanity bound).
+const MAX_CHUNK_SIZE: u64 = 1 << 32;
+
+/// The resume state as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StateFile {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Always [`VERSION`].
+    pub version: u32,
+    /// What is being downloaded.
+    pub identity: RemoteIdentity,
+    /// The expected digest, `sha256:<hex>` or `git-sha1:<hex>`.
+    pub expected: String,
+    /// The chunk size the chunks below were cut with.
+    pub chunk_size: u64,
+    /// Chunks with bytes on disk.
+    pub chunks: Vec<ChunkRecord>,
+}
+
+/// One chunk with bytes on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChunkRecord {
+    /// Chunk number (offset = index × chunk_size).
+    pub index: usize,
+    /// Bytes on disk from the chunk's start.
+    pub written: u64,
+    /// All of the chunk is on disk.
+    pub complete: bool,
+    /// Hex SHA-256 of those `written` bytes.
+    pub sha256: String,
+}
+
+/// A chunk record checked against the plan, with its digest decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ValidChunk {
+    pub index: usize,
+    pub written: u64,
+    pub complete: bool,
+    pub sha256: [u8; 32],
+}
+
+/// What a state file on disk says about this download.
+#[derive(Debug)]
+pub(crate) enum Loaded {
+    /// No state file.
+    Missing,
+    /// A state file for this very file: the plan to resume with and its chunks.
+    Resume { plan: Plan, chunks: Vec<ValidChunk> },
+    /// A valid state file, but for another version of the remote file.
+    Changed { old: RemoteIdentity },
+    /// Unreadable, corrupt, or written by another version of this program.
+    Invalid { reason: String },
+}
+
+impl StateFile {
+    /// A state for a fresh download.
+    pub fn new(identity: RemoteIdentity, expected: String, chunk_size: u64) -> Self {
+        StateFile {
+            format: FORMAT.to_string(),
+            version: VERSION,
+            identity,
+            expected,
+            chunk_size,
+            chunks: Vec::new(),
+        }
+    }
+}
+
+/// Reads and checks the state at `path` against what we are about to download.
+pub(crate) fn load(path: &Path, identity: &RemoteIdentity, expected: &str) -> Loaded {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Loaded::Missing,
+        Err(e) => {
+            return Loaded::Invalid {
+                reason: format!("unreadable: {e}"),
+            }
+        }
+    };
+    // Check the format and version before the rest, so that a state from another version says
+    // so instead of "missing field".
+    let head: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return Loaded::Invalid {
+                reason: format!("not valid JSON ({e})"),
+            }
+        }
+    };
+    if head.get("format").and_then(|v| v.as_str()) != Some(FORMAT) {
+        return Loaded::Invalid {
+            reason: "not a weight-inspect resume state".to_string(),
+        };
+    }
+    match head.get("version").and_then(|v| v.as_u64()) {
+        Some(v) if v == u64::from(VERSION) => {}
+        other => {
+            return Loaded::Invalid {
+                reason: format!(
+                    "written by another version (state version {}, this program reads {VERSION})",
+                    other.map_or_else(|| "?".to_string(), |v| v.to_string())
+                ),
+            }
+        }
+    }
+    let state: StateFile = match serde_json::from_value(head) {
+        Ok(s) => s,
+        Err(e) => {
+            return Loaded::Invalid {
+                reason: format!("malformed ({e})"),
+            }
+        }
+    };
+    if &state.identity != identity || state.expected != expected {
+        return Loaded::Changed {
+            old: state.identity,
+        };
+    }
+    match validate(&state) {
+        Ok((plan, chunks)) => Loaded::Resume { plan, chunks },
+        Err(reason) => Loaded::Invalid { reason },
+    }
+}
+
+/// Checks every record against the plan the state implies.
+fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
+    if state.chunk_size == 0 || state.chunk_size > MAX_CHUNK_SIZE {
+        return Err(format!("impossible chunk size {}", state.chunk_size));
+    }
+    let plan = Plan::new(state.identity.size, state.chunk_size);
+    let mut seen = vec![false; plan.count()];
+    let mut out = Vec::with_capacity(state.chunks.len());
+    for c in &state.chunks {
+        let Some(range) = plan.chunk(c.index) else {
+            return Err(format!("chunk {} beyond the end of the file", c.index));
+        };
+        if std::mem::replace(&mut seen[c.index], true) {
+            return Err(format!("chunk {} listed twice", c.index));
+        }
+        if c.written > range.len || (c.complete && c.written != range.len) {
+            return Err(format!(
+                "chunk {}: {} bytes written of {} (complete: {})",
+                c.index, c.written, range.len, c.complete
+            ));
+        }
+        let mut sha256 = [0u8; 32];
+        hex::decode_to_slice(&c.sha256, &mut sha256)
+            .map_err(|e| format!("chunk {}: bad digest ({e})", c.index))?;
+        out.push(ValidChunk {
+            index: c.index,
+            written: c.written,
+            complete: c.complete,
+            sha256,
+        });
+    }
+    out.sort_by_key(|c| c.index);
+    Ok((plan, out))
+}
+
+/// The temporary file a state is written to before being renamed into place.
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Writes `state` at `path` atomically and durably (tmp, fsync, rename, fsync folder).
+pub(crate) fn save(path: &Path, state: &StateFile) -> io::Result<()> {
+    let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
+    let tmp = tmp_path(path);
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    sync_dir(path)
+}
+
+/// Removes the state (and a leftover temporary file), then syncs the folder.
+pub(crate) fn remove(path: &Path) -> io::Result<()> {
+    for p in [path.to_path_buf(), tmp_path(path)] {
+        match fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    sync_dir(path)
+}
+
+/// `fsync` of the folder holding `path`, so a rename or removal survives a power loss.
+pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> RemoteIdentity {
+        RemoteIdentity {
+            repo: "org/name".into(),
+            commit: "c".repeat(40),
+            path: "model.gguf".into(),
+            etag: "e".repeat(64),
+            size: 1000,
+        }
+    }
+
+    fn sample() -> StateFile {
+        let mut s = StateFile::new(identity(), format!("sha256:{}", "e".repeat(64)), 300);
+        s.chunks.push(ChunkRecord {
+            index: 0,
+            written: 300,
+            complete: true,
+            sha256: "ab".repeat(32),
+        });
+        s.chunks.push(ChunkRecord {
+            index: 3,
+            written: 50,
+            complete: false,
+            sha256: "cd".repeat(32),
+        });
+        s
+    }
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.state.json");
+        let s = sample();
+        save(&path, &s).unwrap();
+        assert!(!tmp_path(&path).exists());
+        match load(&path, &identity(), &s.expected) {
+            Loaded::Resume { plan, chunks } => {
+                assert_eq!(plan.count(), 4);
+                assert_eq!(plan.chunk(3).unwrap().len, 100);
+                assert_eq!(chunks.len(), 2);
+                assert_eq!(chunks[1].written, 50);
+                assert_eq!(chunks[1].sha256, [0xcd; 32]);
+            }
+            other => panic!("{other:?}"),
+        }
+        remove(&path).unwrap();
+        assert!(matches!(
+            load(&path, &identity(), &s.expected),
+            Loaded::Missing
+        ));
+    }
+
+    #[test]
+    fn changed_identity_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let s = sample();
+        save(&path, &s).unwrap();
+        let mut other = identity();
+        other.etag = "f".repeat(64);
+        assert!(matches!(
+            load(&path, &other, &s.expected),
+            Loaded::Changed { old } if old == identity()
+        ));
+        assert!(matches!(
+            load(&path, &identity(), "sha256:00"),
+            Loaded::Changed { .. }
+        ));
+    }
+
+    #[test]
+    fn invalid_states_are_never_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let expected = sample().expected;
+        let check = |bytes: Vec<u8>, want: &str| {
+            fs::write(&path, bytes).unwrap();
+            match load(&path, &identity(), &expected) {
+                Loaded::Invalid { reason } => assert!(reason.contains(want), "{reason}"),
+                other => panic!("{want}: {other:?}"),
+            }
+        };
+        check(b"{\"format\": \"weight-ins".to_vec(), "not valid JSON");
+        check(b"\x00\x01garbage".to_vec(), "not valid JSON");
+        check(br#"{"format":"aria2","version":1}"#.to_vec(), "not a weight-inspect");
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["version"] = 99.into();
+        check(serde_json::to_vec(&v).unwrap(), "another version");
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["chunks"][0].as_object_mut().unwrap().remove("sha256");
+        check(serde_json::to_vec(&v).unwrap(), "malformed");
+
+        let mutate = |f: &dyn Fn(&mut StateFile), want: &str| {
+            let mut s = sample();
+            f(&mut s);
+            check(serde_json::to_vec(&s).unwrap(), want);
+        };
+        mutate(&|s| s.chunk_size = 0, "chunk size");
+        mutate(&|s| s.chunks[1].index = 4, "beyond the end");
+        mutate(&|s| s.chunks[1].index = 0, "listed twice");
+        mutate(&|s| s.chunks[1].written = 101, "bytes written");
+        mutate(&|s| s.chunks[1].complete = true, "bytes written");
+        mutate(&|s| s.chunks[0].sha256 = "xyz".into(), "bad digest");
+    }
+}

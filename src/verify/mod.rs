@@ -1,0 +1,414 @@
+//! Verification: the verdict on a model (errors, warnings, llama.cpp loadability) and
+//! per-tensor SHA-256 hashes computed in parallel, zero-copy over the memory map.
+//!
+//! [`verify_path`] is the one call both binaries use: it opens a model (see
+//! [`Model::open`]), collects the parser's and the cross-file diagnostics, optionally hashes
+//! every tensor, and returns a [`Report`] that serialises to the JSON documented in the
+//! README. A file whose structure is broken beyond description is still a report (with
+//! `valid: false` and the error); only I/O failures (missing file, permissions) are `Err`.
+
+use crate::format::model::OpenError;
+use crate::format::{Diagnostic, Endianness, Format, Header, Model, Severity};
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// What [`verify_path`] should do beyond parsing.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Compute a SHA-256 of every tensor's bytes (reads all data; parallel across cores).
+    pub hash_tensors: bool,
+    /// Treat warnings as failures (the report's `valid` is false when there are warnings).
+    pub strict: bool,
+}
+
+/// Why a path could not be inspected at all (as opposed to being invalid).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InspectError {
+    /// The file or folder could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A folder held no GGUF or safetensors file.
+    #[error("{}: no .gguf, .safetensors or model.safetensors.index.json file found", path.display())]
+    NothingToInspect {
+        /// The folder.
+        path: PathBuf,
+    },
+}
+
+/// One tensor in a [`Report`].
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorEntry {
+    /// Name.
+    pub name: String,
+    /// Reference dtype name (`Q4_K`, `BF16`, …).
+    pub dtype: String,
+    /// Shape in the file's own order (GGUF: ne\[0\] first).
+    pub shape: Vec<u64>,
+    /// Absolute byte offset in its file.
+    pub offset: u64,
+    /// Exact data size in bytes.
+    pub n_bytes: u64,
+    /// For multi-file models: the file (shard) holding the tensor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// SHA-256 of exactly `n_bytes` bytes, when hashing was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// One file of a multi-file model in a [`Report`].
+#[derive(Debug, Clone, Serialize)]
+pub struct FileEntry {
+    /// Path.
+    pub path: String,
+    /// Size in bytes.
+    pub file_size: u64,
+    /// Tensors in this file.
+    pub tensor_count: u64,
+}
+
+/// The verdict on one model, serialised as one JSON object per model by `weight-inspect
+/// --json`. Fields that a broken file cannot give are `null`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The path inspected.
+    pub path: String,
+    /// `"gguf"`, `"gguf-split"`, `"safetensors"` or `"safetensors-sharded"`.
+    pub format: Option<Format>,
+    /// GGUF version; `null` for safetensors.
+    pub version: Option<u32>,
+    /// `"little"` or `"big"`.
+    pub endianness: Option<Endianness>,
+    /// GGUF data alignment; `null` for safetensors (which has none).
+    pub alignment: Option<u64>,
+    /// Total size of the model's files.
+    pub file_size: u64,
+    /// Where the data section starts (first file).
+    pub data_offset: Option<u64>,
+    /// Number of tensors.
+    pub tensor_count: Option<u64>,
+    /// GGUF: key/value pairs (all shards); safetensors: `__metadata__` entries.
+    pub metadata_count: Option<u64>,
+    /// Sum of the element counts of all tensors.
+    pub total_params: Option<u64>,
+    /// Sum of the tensors' data sizes.
+    pub data_size: Option<u64>,
+    /// Tensors per dtype.
+    pub dtypes: BTreeMap<String, u64>,
+    /// Bytes per dtype.
+    pub dtype_bytes: BTreeMap<String, u64>,
+    /// GGUF `general.architecture`.
+    pub architecture: Option<String>,
+    /// GGUF `general.file_type`, named (`MOSTLY_Q4_K_M`).
+    pub file_type: Option<String>,
+    /// The files of a multi-file model (empty for a single file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileEntry>,
+    /// Every tensor.
+    pub tensors: Vec<TensorEntry>,
+    /// GGUF key → value (long arrays summarised); safetensors `__metadata__`.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// True when there are no errors (and, with `--strict`, no warnings).
+    pub valid: bool,
+    /// Error messages.
+    pub errors: Vec<String>,
+    /// Warning messages.
+    pub warnings: Vec<String>,
+    /// Every diagnostic with its stable code.
+    pub diagnostics: Vec<Diagnostic>,
+    /// GGUF: whether llama.cpp's reader would load the model. `null` for safetensors.
+    pub llama_cpp_loadable: Option<bool>,
+    /// Whether per-tensor hashes were computed.
+    pub hashed: bool,
+}
+
+impl Report {
+    fn empty(path: &Path) -> Report {
+        Report {
+            path: path.display().to_string(),
+            format: None,
+            version: None,
+            endianness: None,
+            alignment: None,
+            file_size: 0,
+            data_offset: None,
+            tensor_count: None,
+            metadata_count: None,
+            total_params: None,
+            data_size: None,
+            dtypes: BTreeMap::new(),
+            dtype_bytes: BTreeMap::new(),
+            architecture: None,
+            file_type: None,
+            files: Vec::new(),
+            tensors: Vec::new(),
+            metadata: serde_json::Map::new(),
+            valid: false,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+            diagnostics: Vec::new(),
+            llama_cpp_loadable: None,
+            hashed: false,
+        }
+    }
+
+    fn push(&mut self, d: Diagnostic) {
+        match d.severity {
+            Severity::Error => self.errors.push(d.message.clone()),
+            Severity::Warning => self.warnings.push(d.message.clone()),
+        }
+        self.diagnostics.push(d);
+    }
+
+    fn settle(&mut self, strict: bool) {
+        self.valid = self.errors.is_empty() && (!strict || self.warnings.is_empty());
+    }
+}
+
+/// Inspect the model at `path` (a file, a split GGUF's first shard or a safetensors index).
+///
+/// Returns `Err` only when the path cannot be read; a malformed file gives a report with
+/// `valid: false`.
+pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> {
+    match Model::open(path) {
+        Ok(model) => Ok(verify_model(&model, opts)),
+        Err(OpenError::Io { path, source }) => Err(InspectError::Io { path, source }),
+        Err(OpenError::Format { path: bad, source }) => {
+            let mut report = Report::empty(path);
+            report.file_size = std::fs::metadata(&bad).map(|m| m.len()).unwrap_or(0);
+            let message = if bad == path {
+                source.to_string()
+            } else {
+                format!("{}: {source}", bad.display())
+            };
+            report.push(Diagnostic::error(source.code(), message));
+            report.settle(opts.strict);
+            Ok(report)
+        }
+    }
+}
+
+/// Build the report for an opened model.
+pub fn verify_model(model: &Model, opts: &Options) -> Report {
+    let mut report = Report::empty(model.path());
+    report.format = Some(model.format());
+    let multi = model.files().len() > 1;
+    let first = &model.files()[0];
+    report.endianness = Some(first.header().endianness());
+    report.data_offset = Some(first.header().data_offset());
+
+    let mut metadata_count = 0u64;
+    let mut loadable = true;
+    for file in model.files() {
+        report.file_size = report.file_size.saturating_add(file.size());
+        if multi {
+            report.files.push(FileEntry {
+                path: file.path().display().to_string(),
+                file_size: file.size(),
+                tensor_count: file.tensors().len() as u64,
+            });
+        }
+        for d in file.header().diagnostics() {
+            let mut d = d.clone();
+            if multi {
+                d.message = format!("{}: {}", file_name(file.path()), d.message);
+            }
+            report.push(d);
+        }
+        match file.header() {
+            Header::Gguf(h) => {
+                report.version.get_or_insert(h.version);
+                report.alignment.get_or_insert(h.alignment);
+                metadata_count += h.metadata.len() as u64;
+                loadable &= h.llama_cpp_loadable;
+                for (k, v) in &h.metadata {
+                    report.metadata.entry(k.clone()).or_insert_with(|| v.to_json());
+                }
+                if report.architecture.is_none() {
+                    report.architecture = h.architecture().map(str::to_owned);
+                }
+                if report.file_type.is_none() {
+                    report.file_type = h.file_type().map(|ft| {
+                        match crate::format::ggml::file_type_name(ft) {
+                            Some(name) => name.to_owned(),
+                            None => format!("unknown ({ft})"),
+                        }
+                    });
+                }
+            }
+            Header::Safetensors(h) => {
+                metadata_count += h.metadata.len() as u64;
+                for (k, v) in &h.metadata {
+                    report
+                        .metadata
+                        .entry(k.clone())
+                        .or_insert_with(|| serde_json::Value::String(v.clone()));
+                }
+            }
+        }
+    }
+    for d in model.cross_file_diagnostics() {
+        report.push(d.clone());
+    }
+    report.metadata_count = Some(metadata_count);
+    if matches!(model.format(), Format::Gguf | Format::GgufSplit) {
+        report.llama_cpp_loadable = Some(loadable && report.errors.is_empty());
+    }
+
+    let mut params = 0u64;
+    let mut data = 0u64;
+    for (file, t) in model.tensors() {
+        params = params.saturating_add(t.n_elements());
+        data = data.saturating_add(t.n_bytes);
+        *report.dtypes.entry(t.dtype.name().to_owned()).or_default() += 1;
+        let bytes = report.dtype_bytes.entry(t.dtype.name().to_owned()).or_default();
+        *bytes = bytes.saturating_add(t.n_bytes);
+        report.tensors.push(TensorEntry {
+            name: t.name.clone(),
+            dtype: t.dtype.name().to_owned(),
+            shape: t.shape.clone(),
+            offset: t.offset,
+            n_bytes: t.n_bytes,
+            file: multi.then(|| file_name(file.path())),
+            sha256: None,
+        });
+    }
+    report.tensor_count = Some(report.tensors.len() as u64);
+    report.total_params = Some(params);
+    report.data_size = Some(data);
+
+    if opts.hash_tensors {
+        let hashes = hash_tensors(model);
+        for (entry, hash) in report.tensors.iter_mut().zip(hashes) {
+            entry.sha256 = hash.map(hex::encode);
+        }
+        report.hashed = true;
+    }
+    report.settle(opts.strict);
+    report
+}
+
+/// SHA-256 of every tensor of `model`, in [`Model::tensors`] order, hashed in parallel on
+/// rayon's pool straight from the memory map (no copies). Largest tensors are started
+/// first so that one big tensor does not end the run alone. A tensor whose bytes lie
+/// outside its file (an invalid file) gets `None`.
+pub fn hash_tensors(model: &Model) -> Vec<Option<[u8; 32]>> {
+    for f in model.files() {
+        f.advise_sequential();
+    }
+    let mut jobs: Vec<(usize, &crate::format::ModelFile, &crate::format::TensorInfo)> = model
+        .tensors()
+        .enumerate()
+        .map(|(i, (f, t))| (i, f, t))
+        .collect();
+    jobs.sort_by(|a, b| b.2.n_bytes.cmp(&a.2.n_bytes));
+    let mut results: Vec<(usize, Option<[u8; 32]>)> = jobs
+        .par_iter()
+        .with_max_len(1)
+        .map(|&(i, f, t)| (i, f.view(t).ok().map(|v| sha256(v.bytes()))))
+        .collect();
+    results.sort_by_key(|r| r.0);
+    results.into_iter().map(|r| r.1).collect()
+}
+
+/// SHA-256 of a byte slice (uses SHA-NI where the CPU has it, through `sha2`'s runtime
+/// detection).
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The models inside a folder: every `model.safetensors.index.json` (its shards are not
+/// listed again), the first shard of every split GGUF (the other shards are not listed
+/// again), and every other `.gguf` and `.safetensors` file. Sub-folders are searched too
+/// (hidden ones such as `.cache` are skipped); the result is sorted.
+pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, InspectError> {
+    let mut files = Vec::new();
+    walk(dir, 0, &mut files).map_err(|source| InspectError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    files.sort();
+    let mut covered = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for f in &files {
+        let name = file_name(f);
+        if name.ends_with(".safetensors.index.json") {
+            if let Ok(bytes) = std::fs::read(f) {
+                if let Ok(index) = crate::format::safetensors::parse_index(&bytes) {
+                    let parent = f.parent().unwrap_or(Path::new(""));
+                    for shard in index.shard_files() {
+                        covered.insert(parent.join(shard));
+                    }
+                }
+            }
+            out.push(f.clone());
+        } else if let Some(names) = crate::format::gguf::split_shard_names(&name) {
+            let parent = f.parent().unwrap_or(Path::new(""));
+            if names.first().map(String::as_str) == Some(name.as_str()) {
+                out.push(f.clone());
+                for n in &names {
+                    covered.insert(parent.join(n));
+                }
+            }
+        }
+    }
+    for f in files {
+        let name = file_name(&f);
+        let model_file = name.ends_with(".gguf") || name.ends_with(".safetensors");
+        if model_file && !covered.contains(&f) && !out.contains(&f) {
+            // A split shard whose first shard is missing is still inspected on its own.
+            out.push(f);
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        return Err(InspectError::NothingToInspect {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, depth: u32, out: &mut Vec<PathBuf>) -> io::Result<()> {
+    if depth > 16 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // Follow symlinks (the HF cache's snapshots are links into blobs/).
+        let meta = std::fs::metadata(&path)?;
+        if meta.is_dir() {
+            walk(&path, depth + 1, out)?;
+        } else if meta.is_file() {
+            let n = name.to_string_lossy();
+            if n.ends_with(".gguf")
+                || n.ends_with(".safetensors")
+                || n.ends_with(".safetensors.index.json")
+            {
+                out.push(path);
+            }
+        }
+    }
+    Ok(())
+}

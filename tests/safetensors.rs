@@ -1,0 +1,1 @@
+//! safetensors tests (owned by the safetensors helper).

@@ -1,0 +1,1 @@
+//! safetensors writer for tests (owned by the safetensors helper).

@@ -1,0 +1,1 @@
+//! Transfer engine tests (owned by the transfer helper).

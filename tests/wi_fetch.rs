@@ -1,0 +1,1 @@
+//! wi-fetch end-to-end tests (owned by the fetch helper).
