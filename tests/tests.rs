@@ -6,3 +6,4 @@ mod gguf;
 mod safetensors;
 mod transfer;
 mod wi_fetch;
+mod inspect;

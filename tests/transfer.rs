@@ -1,1 +1,869 @@
-//! Transfer engine tests (owned by the transfer helper).
+//! Transfer engine tests (owned by the transfer helper): every fault mock-server can inject, the
+//! resume state, and what the server's counters say was fetched.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mock_server::{Fault, MockHub, MockHubBuilder, Target};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::Notify;
+use weight_inspect::progress::{Event, Reporter};
+use weight_inspect::transfer::{
+    Digest, Engine, EngineConfig, RemoteIdentity, TransferError, TransferSpec,
+};
+
+const REPO: &str = "org/name";
+const LFS: &str = "model.gguf";
+const SMALL: &str = "config.json";
+const CHUNK: u64 = 64 << 10;
+const SIZE: usize = 2 << 20; // 32 chunks
+
+/// Deterministic, incompressible-looking bytes.
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn sha256(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+fn git_sha1(b: &[u8]) -> [u8; 20] {
+    use sha1::Sha1;
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", b.len()).as_bytes());
+    h.update(b);
+    h.finalize().into()
+}
+
+/// What a test reporter saw.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Start { resumed: u64 },
+    Progress(u64),
+    Discarded { bytes: u64, reason: String },
+    Retry { attempt: u32, delay: Duration, error: String },
+    Downloaded { transferred: u64 },
+    Notice(String),
+}
+
+/// Records events; optionally fires `cancel` once `cancel_after` bytes were written.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<Seen>>,
+    progress: AtomicU64,
+    cancel_after: Option<u64>,
+    cancel: Notify,
+    /// Run once, when progress first passes `hook_after`.
+    hook_after: Option<u64>,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    hooked: AtomicBool,
+}
+
+impl Reporter for Recorder {
+    fn on_event(&self, e: &Event<'_>) {
+        let s = match e {
+            Event::FileStart { resumed_bytes, .. } => Seen::Start {
+                resumed: *resumed_bytes,
+            },
+            Event::Progress { bytes, .. } => {
+                let total = self.progress.fetch_add(*bytes, Ordering::SeqCst) + bytes;
+                if self.cancel_after.is_some_and(|c| total >= c) {
+                    self.cancel.notify_one();
+                }
+                if self.hook_after.is_some_and(|c| total >= c) && !self.hooked.swap(true, Ordering::SeqCst) {
+                    if let Some(f) = self.hook.lock().unwrap().take() {
+                        f();
+                    }
+                }
+                Seen::Progress(*bytes)
+            }
+            Event::Discarded { bytes, reason, .. } => Seen::Discarded {
+                bytes: *bytes,
+                reason: reason.to_string(),
+            },
+            Event::Retry {
+                attempt,
+                delay,
+                error,
+                ..
+            } => Seen::Retry {
+                attempt: *attempt,
+                delay: *delay,
+                error: error.to_string(),
+            },
+            Event::FileDownloaded { transferred, .. } => Seen::Downloaded {
+                transferred: *transferred,
+            },
+            Event::Notice { message, .. } => Seen::Notice(message.to_string()),
+            _ => return,
+        };
+        self.seen.lock().unwrap().push(s);
+    }
+}
+
+impl Recorder {
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+    fn notices(&self) -> Vec<String> {
+        self.seen()
+            .into_iter()
+            .filter_map(|s| match s {
+                Seen::Notice(m) => Some(m),
+                _ => None,
+            })
+            .collect()
+    }
+    fn retries(&self) -> Vec<String> {
+        self.seen()
+            .into_iter()
+            .filter_map(|s| match s {
+                Seen::Retry { error, .. } => Some(error),
+                _ => None,
+            })
+            .collect()
+    }
+    fn discarded(&self) -> Vec<(u64, String)> {
+        self.seen()
+            .into_iter()
+            .filter_map(|s| match s {
+                Seen::Discarded { bytes, reason } => Some((bytes, reason)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A mock hub serving `org/name` with a 2 MiB LFS file (through the CDN) and a small file.
+struct Fixture {
+    hub: MockHub,
+    dir: tempfile::TempDir,
+    lfs: Vec<u8>,
+    small: Vec<u8>,
+}
+
+fn builder(lfs: &[u8], small: &[u8]) -> MockHubBuilder {
+    MockHub::builder()
+        .lfs_threshold(1 << 20)
+        .hash_cache(false)
+        .seed(42)
+        .file(REPO, LFS, lfs.to_vec())
+        .file(REPO, SMALL, small.to_vec())
+}
+
+async fn fixture_with(f: impl FnOnce(MockHubBuilder) -> MockHubBuilder) -> Fixture {
+    let lfs = data(SIZE, 1);
+    let small = data(100_000, 2);
+    let hub = f(builder(&lfs, &small)).start().await.unwrap();
+    Fixture {
+        hub,
+        dir: tempfile::tempdir().unwrap(),
+        lfs,
+        small,
+    }
+}
+
+async fn fixture() -> Fixture {
+    fixture_with(|b| b).await
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        connections: 4,
+        chunk_size: CHUNK,
+        max_attempts: 5,
+        stall_timeout: Duration::from_millis(400),
+        connect_timeout: Duration::from_secs(2),
+        ..EngineConfig::default()
+    }
+    .with_fast_retries()
+}
+
+fn engine(cfg: EngineConfig) -> Engine {
+    let client = cfg.client_builder().build().unwrap();
+    Engine::new(client, cfg)
+}
+
+impl Fixture {
+    fn spec(&self, path: &str) -> TransferSpec {
+        let content = if path == SMALL { &self.small } else { &self.lfs };
+        self.spec_for(path, content, &self.hub.commit(REPO))
+    }
+
+    fn spec_for(&self, path: &str, content: &[u8], commit: &str) -> TransferSpec {
+        let (etag, expected) = if path == SMALL {
+            let d = git_sha1(content);
+            (hex::encode(d), Digest::GitSha1(d))
+        } else {
+            let d = sha256(content);
+            (hex::encode(d), Digest::Sha256(d))
+        };
+        let name = path.replace('/', "_");
+        TransferSpec {
+            file: path.to_string(),
+            url: format!("{}/{REPO}/resolve/{commit}/{path}", self.hub.url()),
+            headers: HeaderMap::new(),
+            identity: RemoteIdentity {
+                repo: REPO.into(),
+                commit: commit.into(),
+                path: path.into(),
+                etag,
+                size: content.len() as u64,
+            },
+            expected,
+            partial_path: self.dir.path().join(format!("{name}.incomplete")),
+            state_path: self.dir.path().join(format!("{name}.state.json")),
+        }
+    }
+
+    fn sent(&self, path: &str) -> u64 {
+        self.hub.stats().file(REPO, path).bytes_sent
+    }
+}
+
+/// The download finished with the right bytes, the state file is gone.
+fn assert_complete(spec: &TransferSpec, content: &[u8]) {
+    let got = std::fs::read(&spec.partial_path).unwrap();
+    assert_eq!(got.len(), content.len());
+    assert!(got == content, "downloaded bytes differ");
+    assert!(!spec.state_path.exists(), "state file left behind");
+}
+
+fn state_exists(p: &Path) -> bool {
+    p.exists()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_download_fetches_each_byte_once_in_ranged_chunks() {
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.sha256, sha256(&fx.lfs));
+    assert_eq!((out.size, out.transferred), (SIZE as u64, SIZE as u64));
+    assert_eq!((out.refetched, out.resumed), (0, 0));
+    let st = fx.hub.stats().file(REPO, LFS);
+    assert_eq!(st.bytes_sent, SIZE as u64);
+    assert_eq!(st.ranges.len(), SIZE / CHUNK as usize);
+    assert!(st.ranges.iter().all(|r| r.is_some()), "{:?}", st.ranges);
+    assert_eq!(st.cdn_requests, st.ranges.len() as u64);
+    let seen = rec.seen();
+    assert_eq!(seen.first(), Some(&Seen::Start { resumed: 0 }));
+    assert_eq!(
+        seen.last(),
+        Some(&Seen::Downloaded {
+            transferred: SIZE as u64
+        })
+    );
+    let progress: Vec<u64> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Progress(b) => Some(*b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress.iter().sum::<u64>(), SIZE as u64);
+    assert!(progress.len() <= 2 * SIZE / CHUNK as usize, "too chatty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_file_checks_the_git_blob_sha1() {
+    let fx = fixture().await;
+    let spec = fx.spec(SMALL);
+    let out = engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.small);
+    assert_eq!(out.sha256, sha256(&fx.small));
+    assert_eq!(fx.hub.stats().file(REPO, SMALL).cdn_requests, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_file_needs_no_request() {
+    let fx = fixture_with(|b| b.file(REPO, "empty.txt", Vec::<u8>::new())).await;
+    let spec = fx.spec_for("empty.txt", b"", &fx.hub.commit(REPO));
+    let spec = TransferSpec {
+        expected: Digest::Sha256(sha256(b"")),
+        ..spec
+    };
+    let out = engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    assert_eq!(out.size, 0);
+    assert_complete(&spec, b"");
+    assert_eq!(fx.hub.stats().file(REPO, "empty.txt").requests, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorization_goes_to_the_hub_only_never_to_the_cdn() {
+    let fx = fixture_with(|b| b.token("hf_secret").gated(REPO)).await;
+    let mut spec = fx.spec(LFS);
+    spec.headers
+        .insert(AUTHORIZATION, HeaderValue::from_static("Bearer hf_secret"));
+    engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let reqs = fx.hub.stats().requests;
+    assert!(reqs.iter().any(|r| r.listener == "cdn"));
+    for r in &reqs {
+        match r.listener.as_str() {
+            "hub" => assert!(r.authorization, "{r:?}"),
+            _ => assert!(!r.authorization, "token leaked to the CDN: {r:?}"),
+        }
+        // reqwest keeps Range across the redirect.
+        assert!(r.range.is_some(), "{r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_without_token_is_auth_error_without_retries() {
+    let fx = fixture_with(|b| b.token("hf_secret").gated(REPO)).await;
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let e = engine(config()).download(&spec, &rec).await.unwrap_err();
+    assert!(matches!(e, TransferError::Auth { .. }), "{e:?}");
+    assert!(e.is_denied_or_not_found() && e.exit_code() == 4);
+    assert!(rec.retries().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_file_is_not_found_without_retries() {
+    let fx = fixture().await;
+    let mut spec = fx.spec(LFS);
+    spec.url = spec.url.replace(LFS, "nope.gguf");
+    let rec = Recorder::default();
+    let e = engine(config()).download(&spec, &rec).await.unwrap_err();
+    assert!(matches!(e, TransferError::NotFound { status: 404, .. }), "{e:?}");
+    assert!(rec.retries().is_empty());
+    assert!(e.to_string().contains(LFS), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connections_keep_their_bytes_and_resume_mid_chunk() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::CutAfter { bytes: 10_000 }.on(Target::Cdn).times(3));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(rec.retries().len(), 3);
+    let st = fx.hub.stats().file(REPO, LFS);
+    // Retries asked only for the rest of their chunk.
+    let mid_chunk = st
+        .ranges
+        .iter()
+        .flatten()
+        .filter(|r| {
+            let start: u64 = r["bytes=".len()..].split('-').next().unwrap().parse().unwrap();
+            start % CHUNK != 0
+        })
+        .count();
+    assert_eq!(mid_chunk, 3, "{:?} {:?}", st.ranges, rec.retries());
+    assert!(st.bytes_sent <= SIZE as u64 + 3 * 10_000, "{}", st.bytes_sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_cuts_everywhere_still_finish() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::CutRandom.on(Target::Cdn).rate(0.3));
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        max_attempts: 10,
+        ..config()
+    };
+    let out = engine(cfg).download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    // Bytes delivered before a cut are kept: little is fetched twice.
+    assert!(fx.sent(LFS) < 2 * SIZE as u64, "{}", fx.sent(LFS));
+    assert_eq!(out.refetched, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried() {
+    let fx = fixture().await;
+    for s in [500, 502, 503] {
+        fx.hub.faults().push(Fault::status(s).on(Target::Cdn).times(2));
+    }
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let retries = rec.retries();
+    assert_eq!(retries.len(), 6, "{retries:?}");
+    for s in ["500", "502", "503"] {
+        assert!(retries.iter().any(|r| r.contains(s)), "{retries:?}");
+    }
+    assert_eq!(fx.sent(LFS), SIZE as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_server_error_gives_up_with_a_clear_message() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::status(500).on(Target::Cdn));
+    let spec = fx.spec(LFS);
+    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    match &e {
+        TransferError::Server {
+            status, attempts, ..
+        } => assert_eq!((*status, *attempts), (500, 5)),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.is_network() && e.exit_code() == 3);
+    let msg = e.to_string();
+    assert!(msg.contains(LFS) && msg.contains("after 5 attempts"), "{msg}");
+    // The state stays for a later run.
+    assert!(state_exists(&spec.state_path));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_honours_retry_after() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::too_many_requests(1).on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let cfg = EngineConfig {
+        max_delay: Duration::from_secs(2),
+        ..config()
+    };
+    let t = Instant::now();
+    engine(cfg).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    let delays: Vec<Duration> = rec
+        .seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Retry { delay, .. } => Some(delay),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delays.len(), 1);
+    assert!(delays[0] >= Duration::from_secs(1), "{delays:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connection_is_abandoned_and_resumed() {
+    let fx = fixture().await;
+    fx.hub.faults().push(
+        Fault::stall(20_000, Duration::from_secs(5))
+            .on(Target::Cdn)
+            .times(1),
+    );
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let t = Instant::now();
+    engine(config()).download(&spec, &rec).await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_complete(&spec, &fx.lfs);
+    let retries = rec.retries();
+    assert_eq!(retries.len(), 1);
+    assert!(retries[0].contains("stalled"), "{retries:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickle_is_slow_but_not_a_stall() {
+    let fx = fixture().await;
+    // 100 KB/s in 5 KB pieces: a piece every 50 ms, well inside the stall timeout.
+    fx.hub.faults().push(
+        Fault::Throttle {
+            bytes_per_sec: 100_000,
+        }
+        .on(Target::Cdn)
+        .times(2),
+    );
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert!(rec.retries().is_empty(), "{:?}", rec.retries());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_connection_bandwidth_cap_is_beaten_by_parallel_chunks() {
+    // 1 MiB/s per connection: one connection would need 2 s for 2 MiB.
+    let fx = fixture_with(|b| b.bandwidth(1 << 20)).await;
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 8,
+        ..config()
+    };
+    let t = Instant::now();
+    engine(cfg).download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert!(t.elapsed() < Duration::from_millis(1200), "{:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_ignoring_range_switches_to_one_sequential_stream() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::IgnoreRange.on(Target::Cdn));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.sha256, sha256(&fx.lfs));
+    assert!(
+        rec.notices().iter().any(|n| n.contains("sequential")),
+        "{:?}",
+        rec.notices()
+    );
+    let st = fx.hub.stats().file(REPO, LFS);
+    assert!(
+        st.ranges.iter().flatten().any(|r| r.ends_with('-')),
+        "{:?}",
+        st.ranges
+    );
+    // Refused 200 bodies are dropped after their headers (on localhost the server may already
+    // have pushed a small file whole into the socket buffers); we read the file once.
+    assert_eq!(out.transferred, SIZE as u64);
+    assert!(st.bytes_sent <= 5 * SIZE as u64, "{}", st.bytes_sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_ignored_range_is_just_retried() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::IgnoreRange.on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert!(rec.notices().is_empty(), "{:?}", rec.notices());
+    assert_eq!(rec.retries().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_content_range_is_never_written() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::WrongContentRange.on(Target::Cdn).times(3));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.refetched, 0);
+    assert_eq!(rec.retries().len(), 3);
+    assert!(rec.retries()[0].contains("Content-Range"), "{:?}", rec.retries());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_wrong_content_range_is_range_not_honoured() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::WrongContentRange.on(Target::Cdn));
+    let spec = fx.spec(LFS);
+    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    assert!(matches!(e, TransferError::RangeNotHonoured { attempts: 5, .. }), "{e:?}");
+    assert!(e.is_network());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_length_headers_are_worked_around() {
+    for faults in [
+        vec![Fault::DropContentLength],
+        vec![Fault::DropContentRange],
+        vec![Fault::DropContentLength, Fault::DropContentRange],
+    ] {
+        let fx = fixture().await;
+        for f in &faults {
+            fx.hub.faults().push(f.clone().on(Target::Cdn));
+        }
+        let spec = fx.spec(LFS);
+        let rec = Recorder::default();
+        engine(config()).download(&spec, &rec).await.unwrap();
+        assert_complete(&spec, &fx.lfs);
+        assert!(rec.retries().is_empty(), "{faults:?}: {:?}", rec.retries());
+        assert_eq!(fx.sent(LFS), SIZE as u64);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_chunk_is_found_and_refetched_alone() {
+    let fx = fixture().await;
+    // The first answer (chunk 0, with one connection) has flipped bytes.
+    fx.hub
+        .faults()
+        .push(Fault::FlipBytes { count: 3 }.on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let cfg = EngineConfig {
+        connections: 1,
+        ..config()
+    };
+    let out = engine(cfg).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.sha256, sha256(&fx.lfs));
+    assert!(fx.sent(LFS) <= SIZE as u64 + CHUNK, "{}", fx.sent(LFS));
+    let d = rec.discarded();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].0, CHUNK);
+    assert!(d[0].1.contains("differed"), "{d:?}");
+    assert_eq!(out.refetched, CHUNK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_middle_chunk_costs_at_most_one_more_pass() {
+    let fx = fixture().await;
+    let faults = fx.hub.faults().clone();
+    let rec = Recorder {
+        hook_after: Some(SIZE as u64 / 2),
+        hook: Mutex::new(Some(Box::new(move || {
+            faults.push(Fault::FlipBytes { count: 1 }.on(Target::Cdn).times(1));
+        }))),
+        ..Recorder::default()
+    };
+    let spec = fx.spec(LFS);
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let d = rec.discarded();
+    assert_eq!(d.len(), 1, "exactly one chunk replaced: {d:?}");
+    assert!(fx.sent(LFS) <= 2 * SIZE as u64, "{}", fx.sent(LFS));
+    assert!(out.refetched <= SIZE as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_corruption_is_a_hash_mismatch() {
+    let lfs = data(512 << 10, 3);
+    let hub = builder(&lfs, b"x")
+        .lfs_threshold(256 << 10)
+        .fault(Fault::FlipBytes { count: 1 }.on(Target::Cdn))
+        .start()
+        .await
+        .unwrap();
+    let fx = Fixture {
+        hub,
+        dir: tempfile::tempdir().unwrap(),
+        lfs,
+        small: b"x".to_vec(),
+    };
+    let spec = fx.spec(LFS);
+    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    assert!(matches!(e, TransferError::HashMismatch { .. }), "{e:?}");
+    assert!(e.is_integrity() && e.exit_code() == 2);
+    // Never a wholesale re-download loop: the file once, then at most two passes of chunks.
+    assert!(fx.sent(LFS) <= 3 * fx.lfs.len() as u64, "{}", fx.sent(LFS));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_during_download_does_not_affect_a_commit_pinned_download() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::Mutate.on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_ne!(fx.hub.commit(REPO), spec.identity.commit, "the mock pushed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_of_a_branch_that_moves_is_remote_changed() {
+    let fx = fixture().await;
+    let mut spec = fx.spec(LFS);
+    spec.url = spec.url.replace(&spec.identity.commit, "main");
+    fx.hub.mutate_file(REPO, LFS, data(SIZE, 9)).unwrap();
+    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    assert!(matches!(e, TransferError::RemoteChanged { .. }), "{e:?}");
+    assert!(e.is_remote_changed());
+}
+
+/// Runs a download and drops it once `after` bytes were written (as a kill would), returning
+/// the bytes written by then.
+async fn interrupted(engine: &Engine, spec: &TransferSpec, after: u64) -> u64 {
+    let rec = Recorder {
+        cancel_after: Some(after),
+        ..Recorder::default()
+    };
+    tokio::select! {
+        r = engine.download(spec, &rec) => panic!("finished before the cancel: {r:?}"),
+        () = rec.cancel.notified() => {}
+    }
+    rec.progress.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_fetches_only_what_is_missing() {
+    // Throttled so that the interruption lands mid-way.
+    let fx = fixture_with(|b| b.bandwidth(2 << 20)).await;
+    let spec = fx.spec(LFS);
+    let eng = engine(config());
+    let written = interrupted(&eng, &spec, SIZE as u64 / 2).await;
+    assert!(state_exists(&spec.state_path));
+    fx.hub.reset_stats();
+    let rec = Recorder::default();
+    let out = eng.download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert!(out.resumed > 0, "nothing was checkpointed");
+    assert!(out.resumed <= written);
+    // Chunks are checkpointed as they complete: at most the in-flight chunks are lost.
+    assert!(
+        written - out.resumed <= 4 * CHUNK + (1 << 20),
+        "lost {} bytes",
+        written - out.resumed
+    );
+    assert_eq!(rec.seen()[0], Seen::Start { resumed: out.resumed });
+    // The second run fetched exactly what was missing.
+    assert_eq!(fx.sent(LFS), SIZE as u64 - out.resumed);
+    assert_eq!(out.transferred, SIZE as u64 - out.resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_rechecks_bytes_on_disk() {
+    let fx = fixture_with(|b| b.bandwidth(2 << 20)).await;
+    let spec = fx.spec(LFS);
+    let eng = engine(config());
+    interrupted(&eng, &spec, SIZE as u64 / 2).await;
+    // Tamper with the first chunk (complete by now).
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec.state_path).unwrap()).unwrap();
+    let first = &state["chunks"][0];
+    assert_eq!(first["index"], 0, "{state}");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&spec.partial_path)
+            .unwrap();
+        f.write_all_at(b"tampered", 100).unwrap();
+    }
+    let written0 = first["written"].as_u64().unwrap();
+    fx.hub.reset_stats();
+    let rec = Recorder::default();
+    let out = eng.download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let d = rec.discarded();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].0, written0);
+    assert!(d[0].1.contains("resume"), "{d:?}");
+    assert_eq!(fx.sent(LFS), SIZE as u64 - out.resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_chunks_resume_from_their_written_prefix() {
+    // Two 1 MiB chunks at 512 KiB/s each: interrupted after ~1.5 s, when the once-a-second
+    // checkpoint has recorded about half of each.
+    let fx = fixture_with(|b| b.bandwidth(512 << 10)).await;
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 2,
+        chunk_size: 1 << 20,
+        ..config()
+    };
+    let eng = engine(cfg);
+    interrupted(&eng, &spec, 3 << 19).await;
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec.state_path).unwrap()).unwrap();
+    let partial: Vec<u64> = state["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["complete"] == false)
+        .map(|c| c["written"].as_u64().unwrap())
+        .collect();
+    assert!(!partial.is_empty() && partial.iter().all(|&w| w > 0), "{state}");
+    fx.hub.reset_stats();
+    let out = eng.download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.resumed, partial.iter().sum::<u64>());
+    assert_eq!(fx.sent(LFS), SIZE as u64 - out.resumed);
+    let st = fx.hub.stats().file(REPO, LFS);
+    let starts: Vec<u64> = st
+        .ranges
+        .iter()
+        .flatten()
+        .map(|r| r["bytes=".len()..].split('-').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(starts.iter().all(|s| s % (1 << 20) != 0), "{:?}", st.ranges);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_remote_file_discards_the_partial_download() {
+    let fx = fixture_with(|b| b.bandwidth(2 << 20)).await;
+    let spec = fx.spec(LFS);
+    let eng = engine(config());
+    interrupted(&eng, &spec, SIZE as u64 / 2).await;
+    let new = data(SIZE + 1000, 7);
+    let commit = fx.hub.mutate_file(REPO, LFS, new.clone()).unwrap();
+    let spec2 = fx.spec_for(LFS, &new, &commit);
+    assert_eq!(spec2.partial_path, spec.partial_path);
+    fx.hub.reset_stats();
+    let rec = Recorder::default();
+    let out = eng.download(&spec2, &rec).await.unwrap();
+    assert_complete(&spec2, &new);
+    assert_eq!(out.resumed, 0);
+    assert!(
+        rec.notices().iter().any(|n| n.contains("remote file changed")),
+        "{:?}",
+        rec.notices()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_or_foreign_state_is_discarded_with_a_notice() {
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    for (content, want) in [
+        (b"{\"format\": \"weight-insp".to_vec(), "not valid JSON"),
+        (
+            br#"{"format":"weight-inspect/transfer-state","version":99}"#.to_vec(),
+            "another version",
+        ),
+    ] {
+        std::fs::write(&spec.partial_path, vec![0xaa; 1000]).unwrap();
+        std::fs::write(&spec.state_path, content).unwrap();
+        fx.hub.reset_stats();
+        let rec = Recorder::default();
+        let out = engine(config()).download(&spec, &rec).await.unwrap();
+        assert_complete(&spec, &fx.lfs);
+        assert_eq!(out.resumed, 0);
+        assert!(
+            rec.notices().iter().any(|n| n.contains("discarding") && n.contains(want)),
+            "{:?}",
+            rec.notices()
+        );
+        assert_eq!(fx.sent(LFS), SIZE as u64);
+        std::fs::remove_file(&spec.partial_path).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_cdn_url_is_re_resolved_once() {
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::status(403).on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+
+    let fx = fixture().await;
+    fx.hub.faults().push(Fault::status(403).on(Target::Cdn));
+    let spec = fx.spec(LFS);
+    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    assert!(matches!(e, TransferError::Auth { status: 403, .. }), "{e:?}");
+    // The signed URL's query (its signature) is not in the message.
+    assert!(!e.to_string().contains("X-Amz-Signature"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_downloaded_at_once_share_one_engine() {
+    let fx = fixture().await;
+    let eng = engine(EngineConfig {
+        connections: 2,
+        ..config()
+    });
+    let eng2 = eng.clone();
+    let (a, b) = (fx.spec(LFS), fx.spec(SMALL));
+    let (reca, recb) = (Recorder::default(), Recorder::default());
+    let (ra, rb) = tokio::join!(eng2.download(&a, &reca), eng.download(&b, &recb));
+    ra.unwrap();
+    rb.unwrap();
+    assert_complete(&a, &fx.lfs);
+    assert_complete(&b, &fx.small);
+}

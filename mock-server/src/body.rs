@@ -89,6 +89,8 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
         return Ok(None);
     }
     if st.spec.cut_after == Some(st.sent) {
+        // Let the connection flush what was sent before the abort.
+        tokio::time::sleep(Duration::from_millis(20)).await;
         return Err(io::Error::new(
             io::ErrorKind::ConnectionAborted,
             "mock-hub: connection cut by fault injection",
@@ -148,7 +150,6 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
     }
     st.pos += n;
     st.sent += n;
-    st.stats
-        .file(&st.spec.stats_key, |f| f.bytes_sent += n);
+    st.stats.file(&st.spec.stats_key, |f| f.bytes_sent += n);
     Ok(Some(buf.freeze()))
 }

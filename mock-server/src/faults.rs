@@ -438,9 +438,10 @@ impl Faults {
                     status,
                     retry_after,
                 } => plan.status = Some((*status, *retry_after)),
-                Fault::Stall { after_bytes, millis } => {
-                    plan.stall = Some((*after_bytes, Duration::from_millis(*millis)))
-                }
+                Fault::Stall {
+                    after_bytes,
+                    millis,
+                } => plan.stall = Some((*after_bytes, Duration::from_millis(*millis))),
                 Fault::Throttle { bytes_per_sec } => {
                     let b = (*bytes_per_sec).max(1);
                     plan.throttle = Some(plan.throttle.map_or(b, |t| t.min(b)))
@@ -506,7 +507,10 @@ mod tests {
     fn patterns() {
         assert!(pattern_matches("model.gguf", "org/name/model.gguf"));
         assert!(pattern_matches("*.gguf", "org/name/model.gguf"));
-        assert!(pattern_matches("org/*/model-?.gguf", "org/name/model-1.gguf"));
+        assert!(pattern_matches(
+            "org/*/model-?.gguf",
+            "org/name/model-1.gguf"
+        ));
         assert!(!pattern_matches("*.bin", "org/name/model.gguf"));
         assert!(!pattern_matches("x.gguf", "org/name/model.gguf"));
     }
@@ -516,10 +520,15 @@ mod tests {
         let r: FaultRule = "cut-after=1000,path=model.gguf,times=2".parse().unwrap();
         assert_eq!(
             r,
-            Fault::CutAfter { bytes: 1000 }.on_path("model.gguf").times(2)
+            Fault::CutAfter { bytes: 1000 }
+                .on_path("model.gguf")
+                .times(2)
         );
         let r: FaultRule = "stall=500,after=10,target=cdn".parse().unwrap();
-        assert_eq!(r, Fault::stall(10, Duration::from_millis(500)).on(Target::Cdn));
+        assert_eq!(
+            r,
+            Fault::stall(10, Duration::from_millis(500)).on(Target::Cdn)
+        );
         let r: FaultRule = "429=3,body-only,rate=0.5".parse().unwrap();
         assert_eq!(r, Fault::too_many_requests(3).body_only().rate(0.5));
         let r: FaultRule = r#"{"kind":"status","status":503,"times":1}"#.parse().unwrap();

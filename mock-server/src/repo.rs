@@ -180,7 +180,12 @@ pub struct Repo {
 
 impl Repo {
     /// A repository whose `main` and `dev` point at one commit built from `files`.
-    pub fn new(kind: RepoKind, id: &str, files: BTreeMap<String, Arc<FileEntry>>, mtime: u64) -> Self {
+    pub fn new(
+        kind: RepoKind,
+        id: &str,
+        files: BTreeMap<String, Arc<FileEntry>>,
+        mtime: u64,
+    ) -> Self {
         let commit = Arc::new(Commit::new(None, files, mtime));
         let mut branches = BTreeMap::new();
         branches.insert("main".to_string(), commit.id.clone());
@@ -211,9 +216,7 @@ impl Repo {
     /// Puts `entry` (or removes `path` when `None`) in a new commit on `branch`, and returns the
     /// new commit id.
     pub fn commit_change(&mut self, branch: &str, path: &str, entry: Option<FileEntry>) -> String {
-        let parent = self
-            .resolve(branch)
-            .unwrap_or_else(|| self.main());
+        let parent = self.resolve(branch).unwrap_or_else(|| self.main());
         let mut files = parent.files.clone();
         match entry {
             Some(e) => {
@@ -321,7 +324,10 @@ pub fn scan_repo(kind: RepoKind, id: &str, dir: &Path, use_cache: bool) -> Resul
     for rel in paths {
         let full = dir.join(&rel);
         let meta = fs::metadata(&full).map_err(|e| Error::io(&full, e))?;
-        let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok());
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok());
         let mtime_ns = mtime.map(|d| d.as_nanos()).unwrap_or(0);
         max_mtime = max_mtime.max(mtime.map(|d| d.as_secs()).unwrap_or(0));
         let hashed = match old.files.get(&rel) {
@@ -360,9 +366,8 @@ pub fn scan_repo(kind: RepoKind, id: &str, dir: &Path, use_cache: bool) -> Resul
     }
     let mut repo = Repo::new(kind, id, files, max_mtime);
     if let Ok(b) = fs::read(dir.join(SETTINGS_FILE)) {
-        repo.settings = serde_json::from_slice(&b).map_err(|e| {
-            Error::Config(format!("{}: {e}", dir.join(SETTINGS_FILE).display()))
-        })?;
+        repo.settings = serde_json::from_slice(&b)
+            .map_err(|e| Error::Config(format!("{}: {e}", dir.join(SETTINGS_FILE).display())))?;
     }
     Ok(repo)
 }
@@ -416,7 +421,11 @@ fn hash_file(path: &Path) -> Result<(String, String, u64), Error> {
             io::Error::other("file changed size while being hashed"),
         ));
     }
-    Ok((hex::encode(sha256.finalize()), hex::encode(sha1.finalize()), len))
+    Ok((
+        hex::encode(sha256.finalize()),
+        hex::encode(sha1.finalize()),
+        len,
+    ))
 }
 
 /// Hashes a (possibly patched) source, streaming it (blocking).
@@ -452,7 +461,11 @@ pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
     if pos != len {
         return Err(io::Error::other("file changed size while being hashed"));
     }
-    Ok((hex::encode(sha256.finalize()), hex::encode(sha1.finalize()), len))
+    Ok((
+        hex::encode(sha256.finalize()),
+        hex::encode(sha1.finalize()),
+        len,
+    ))
 }
 
 /// Builds a file entry from in-memory bytes.
@@ -505,6 +518,9 @@ mod tests {
 
     #[test]
     fn git_sha1_of_empty_blob() {
-        assert_eq!(git_blob_sha1(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+        assert_eq!(
+            git_blob_sha1(b""),
+            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+        );
     }
 }

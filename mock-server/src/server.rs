@@ -11,7 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use percent_encoding::percent_decode_str;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
@@ -23,6 +23,13 @@ use crate::faults::{FaultRule, Faults, Plan, RequestCtx, Target};
 use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
 
+/// Characters escaped in a path segment of a redirect.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// How long a signed CDN URL stays valid.
 const SIGNATURE_TTL_SECS: u64 = 3600;
 
@@ -32,6 +39,7 @@ pub(crate) struct Config {
     pub lfs_threshold: u64,
     pub token: Option<String>,
     pub page_size: usize,
+    pub resolve_cache: bool,
 }
 
 /// State shared by both listeners and the library handle.
@@ -145,7 +153,11 @@ impl Shared {
             }
         };
         let mut repos = self.write_repos();
-        Some(repos.get_mut(repo_key)?.commit_change("main", path, Some(new)))
+        Some(
+            repos
+                .get_mut(repo_key)?
+                .commit_change("main", path, Some(new)),
+        )
     }
 }
 
@@ -223,6 +235,9 @@ async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Res
                 f.cdn_requests += 1;
             }
         }
+        if s.requests.len() >= crate::stats::MAX_RECORDS {
+            s.requests.drain(..crate::stats::MAX_RECORDS / 5);
+        }
         s.requests.push(RequestRecord {
             listener: rec.listener.to_string(),
             method,
@@ -268,7 +283,10 @@ fn injected_status(status: u16, retry_after: Option<u64>) -> Response {
         h.insert(header::RETRY_AFTER, hv(&secs.to_string()));
         if status == 429 {
             h.insert("ratelimit", hv(&format!("\"api\";r=0;t={secs}")));
-            h.insert("ratelimit-policy", hv("\"fixed window\";\"api\";q=500;w=300"));
+            h.insert(
+                "ratelimit-policy",
+                hv("\"fixed window\";\"api\";q=500;w=300"),
+            );
         }
     }
     resp
@@ -374,8 +392,12 @@ async fn hub_handler(
         return redirect_relative(&loc);
     }
     let rev = decode(rest[3]);
-    let path = rest[4..].iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
-    resolve(&shared, &method, &headers, kind, &key, &rev, &path).await
+    let path = rest[4..]
+        .iter()
+        .map(|s| decode(s))
+        .collect::<Vec<_>>()
+        .join("/");
+    resolve(&shared, &method, &headers, kind, &key, &rev, &path, false).await
 }
 
 fn renamed(shared: &Shared, key: &str) -> Option<String> {
@@ -395,6 +417,7 @@ fn redirect_relative(loc: &str) -> Response {
 }
 
 /// Looks up repository and revision, enforcing access. `download` is true for `resolve`.
+#[allow(clippy::result_large_err)] // the error is the answer; it is built once per request
 fn lookup(
     shared: &Shared,
     headers: &HeaderMap,
@@ -452,6 +475,9 @@ fn lookup(
     }
 }
 
+/// `resolve` (and, with `from_cache`, the `/api/resolve-cache/…` target of its relative
+/// redirects for small files).
+#[allow(clippy::too_many_arguments)]
 async fn resolve(
     shared: &Arc<Shared>,
     method: &Method,
@@ -460,23 +486,46 @@ async fn resolve(
     key: &str,
     rev: &str,
     path: &str,
+    from_cache: bool,
 ) -> Response {
     let (commit, _id) = match lookup(shared, headers, key, rev, true) {
         Ok(x) => x,
         Err(r) => return r,
     };
     let Some(entry) = commit.files.get(path).cloned() else {
-        return hub_error(StatusCode::NOT_FOUND, Some("EntryNotFound"), "Entry not found");
+        return hub_error(
+            StatusCode::NOT_FOUND,
+            Some("EntryNotFound"),
+            "Entry not found",
+        );
     };
     let stats_key = format!("{key}/{path}");
-    let lfs = shared.is_lfs(&entry);
+    let lfs = shared.is_lfs(&entry) && !from_cache;
+    let cache_redirect = !lfs && shared.cfg.resolve_cache && !from_cache;
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Hub,
-        is_body: *method == Method::GET && !lfs,
+        is_body: *method == Method::GET && !lfs && !cache_redirect,
         subject: &stats_key,
     });
     let mut resp = if let Some((st, ra)) = plan.status {
         injected_status(st, ra)
+    } else if cache_redirect {
+        let enc: String = path
+            .split('/')
+            .map(|s| utf8_percent_encode(s, PATH_SEGMENT).to_string())
+            .collect::<Vec<_>>()
+            .join("/");
+        let (_, id) = parse_key(key);
+        let loc = format!(
+            "/api/resolve-cache/{}/{}/{}/{}",
+            kind.api_segment(),
+            id,
+            commit.id,
+            enc
+        );
+        let mut r = redirect_relative(&loc);
+        r.headers_mut().insert("x-repo-commit", hv(&commit.id));
+        r
     } else if lfs {
         let location = shared.sign(&stats_key, &entry);
         let body = format!("Found. Redirecting to {location}");
@@ -490,7 +539,10 @@ async fn resolve(
         let mut hsh = Sha1::new();
         hsh.update(body.as_bytes());
         let tag = hex::encode(hsh.finalize());
-        h.insert(header::ETAG, hv(&format!("W/\"{:x}-{}\"", body.len(), &tag[..27])));
+        h.insert(
+            header::ETAG,
+            hv(&format!("W/\"{:x}-{}\"", body.len(), &tag[..27])),
+        );
         h.insert(header::CONTENT_TYPE, hv("text/plain; charset=utf-8"));
         h.insert(header::CONTENT_LENGTH, hv(&body.len().to_string()));
         h.insert("x-repo-kind", hv(kind.api_segment()));
@@ -588,9 +640,7 @@ fn serve_file(
     stats_key: &str,
 ) -> Response {
     let total = entry.size;
-    let range_header = req_headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok());
+    let range_header = req_headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let range = if plan.ignore_range {
         RangeReq::Full
     } else {
@@ -599,9 +649,9 @@ fn serve_file(
     h.insert(header::ACCEPT_RANGES, hv("bytes"));
     let is_get = *method == Method::GET;
     if is_get {
-        shared
-            .stats
-            .file(stats_key, |f| f.ranges.push(range_header.map(str::to_string)));
+        shared.stats.file(stats_key, |f| {
+            f.ranges.push(range_header.map(str::to_string))
+        });
     }
     let (status, start, len) = match range {
         RangeReq::Unsatisfiable => {
@@ -681,6 +731,34 @@ async fn api(
     raw: &[&str],
 ) -> Response {
     // raw = ["api", "models", org, name, rest…]
+    if raw.get(1) == Some(&"resolve-cache") {
+        // ["api", "resolve-cache", "models", org, name, commit, path…]
+        let kind = match raw.get(2) {
+            Some(&"models") => RepoKind::Model,
+            Some(&"datasets") => RepoKind::Dataset,
+            _ => return not_found(),
+        };
+        if raw.len() < 7 || raw[6..].iter().any(|s| s.is_empty()) {
+            return not_found();
+        }
+        let key = kind.key(&format!("{}/{}", decode(raw[3]), decode(raw[4])));
+        let path = raw[6..]
+            .iter()
+            .map(|s| decode(s))
+            .collect::<Vec<_>>()
+            .join("/");
+        return resolve(
+            shared,
+            method,
+            headers,
+            kind,
+            &key,
+            &decode(raw[5]),
+            &path,
+            true,
+        )
+        .await;
+    }
     let kind = match raw.get(1) {
         Some(&"models") => RepoKind::Model,
         Some(&"datasets") => RepoKind::Dataset,
@@ -715,7 +793,6 @@ async fn api(
     }
     let q = query_pairs(uri);
     let rest = &raw[4..];
-    let _ = method;
     match rest {
         [] => info(shared, headers, &key, "main", &q),
         ["revision", rev @ ..] if !rev.is_empty() => {
@@ -873,7 +950,10 @@ fn tree(
     for (p, h) in dirs {
         if wanted(&p) {
             let oid = hex::encode(h.finalize());
-            entries.insert(p.clone(), json!({"type": "directory", "oid": oid, "size": 0, "path": p}));
+            entries.insert(
+                p.clone(),
+                json!({"type": "directory", "oid": oid, "size": 0, "path": p}),
+            );
         }
     }
     for (p, f) in &commit.files {
@@ -940,7 +1020,11 @@ async fn cdn_handler(
     headers: HeaderMap,
 ) -> Response {
     if method != Method::GET && method != Method::HEAD {
-        return s3_error(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "Method not allowed");
+        return s3_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "Method not allowed",
+        );
     }
     let sha = uri.path().rsplit('/').next().unwrap_or("").to_string();
     let q = query_pairs(&uri);
@@ -997,10 +1081,23 @@ async fn cdn_handler(
         let name = entry.path.rsplit('/').next().unwrap_or("file");
         h.insert(
             header::CONTENT_DISPOSITION,
-            hv(&format!("inline; filename*=UTF-8''{name}; filename=\"{name}\";")),
+            hv(&format!(
+                "inline; filename*=UTF-8''{name}; filename=\"{name}\";"
+            )),
         );
-        h.insert(header::CACHE_CONTROL, hv("public, max-age=604800, immutable"));
-        serve_file(&shared, &method, &headers, &entry, &plan, h, &signed.stats_key)
+        h.insert(
+            header::CACHE_CONTROL,
+            hv("public, max-age=604800, immutable"),
+        );
+        serve_file(
+            &shared,
+            &method,
+            &headers,
+            &entry,
+            &plan,
+            h,
+            &signed.stats_key,
+        )
     };
     if plan.mutate {
         let (repo_key, path) = split_stats_key(&shared, &signed.stats_key);

@@ -17,7 +17,8 @@ pub struct Stats {
     /// Per file, keyed `{repo}/{path}` (e.g. `org/name/model.gguf`,
     /// `datasets/org/name/data.csv`); see [`Stats::file`].
     pub files: BTreeMap<String, FileStats>,
-    /// Every request in order (control API excluded).
+    /// Every request in order (control API excluded). A long-running server keeps the last
+    /// 40 000 to 50 000.
     pub requests: Vec<RequestRecord>,
 }
 
@@ -31,6 +32,9 @@ impl Stats {
             .unwrap_or_default()
     }
 }
+
+/// Most request records kept (the oldest fifth is dropped when reached).
+pub(crate) const MAX_RECORDS: usize = 50_000;
 
 /// Counters of one file, summed over the hub and the CDN.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

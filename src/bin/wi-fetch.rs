@@ -1,1 +1,581 @@
-fn main(){}
+//! `wi-fetch`: fetch files from the Hugging Face Hub into its cache — resumable, hash-checked,
+//! verified at the tensor level.
+//!
+//! A thin shell over `weight_inspect::fetch`: it parses arguments, draws progress from reporter
+//! events (indicatif bars on a terminal, a log line every few seconds otherwise), prints the
+//! local paths (or a JSON summary) on stdout and maps failures to exit codes.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::HashMap;
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use weight_inspect::fetch::{
+    human_bytes, parse_repo_spec, FetchError, FetchSummary, Fetcher, Plan, RepoRef, RepoType,
+    Selection,
+};
+use weight_inspect::progress::{Event, Reporter};
+
+/// Fetch files from the Hugging Face Hub into its cache: resumable, hash-checked, verified.
+#[derive(Debug, Parser)]
+#[command(name = "wi-fetch", version, about, long_about = None)]
+#[command(after_help = "\
+REPO is org/name; REPO:QUANT picks the GGUF carrying that quantization tag (all parts of a \
+split GGUF), as llama.cpp's -hf does. Without FILES, tag or --include, a GGUF repository gets \
+one model (Q4_K_M, else Q8_0, else the first GGUF) and any other repository is fetched whole.
+
+Prints the local path of every file on stdout, one per line (or a JSON summary with --json).
+
+Exit codes: 0 done and verified; 1 usage or local error (disk full, permissions); 2 integrity \
+failure (hash mismatch, failed tensor verification); 3 network or server failure after retries; \
+4 repository, revision or file not found, access denied (gated or private: a token is needed), \
+or not in the cache in offline mode.")]
+struct Cli {
+    /// The repository, org/name, optionally with a quantization tag: org/name:Q4_K_M.
+    #[arg(value_name = "REPO[:QUANT]")]
+    repo: String,
+    /// Files to fetch (paths in the repository).
+    #[arg(value_name = "FILES")]
+    files: Vec<String>,
+    /// Fetch files matching this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+    /// Leave out files matching this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Branch, tag or commit.
+    #[arg(long, default_value = "main")]
+    revision: String,
+    /// Repository type.
+    #[arg(long, default_value = "model", value_parser = ["model", "dataset"])]
+    repo_type: String,
+    /// Hub URL.
+    #[arg(long, env = "HF_ENDPOINT", value_name = "URL")]
+    endpoint: Option<String>,
+    /// Access token (default: HF_TOKEN, then the file $HF_TOKEN_PATH or $HF_HOME/token).
+    #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Put files at DIR/PATH instead of the cache.
+    #[arg(long, value_name = "DIR")]
+    local_dir: Option<PathBuf>,
+    /// Ranged requests in flight, across all files.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    connections: u16,
+    /// Files transferred at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    max_files: u16,
+    /// Bytes per ranged request (16M, 1MiB, 524288…).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    chunk_size: Option<u64>,
+    /// Never touch the network: serve from the cache or fail (also HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
+    /// Resolve and show what would be fetched; download nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print a JSON summary on stdout instead of paths.
+    #[arg(long)]
+    json: bool,
+    /// No progress and no summary on stderr (errors still).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Skip the tensor-level verification of GGUF and safetensors files.
+    #[arg(long)]
+    no_verify: bool,
+}
+
+/// Parses `16M`, `1MiB`, `512k`, `2G`, `1000000`: K/M/G (with or without `iB`) are powers of
+/// 1024, KB/MB/GB powers of 1000.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size '{s}' (e.g. 16M, 1MiB, 524288)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "invalid size unit in '{s}' (use K, M, G, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    let v = n * mult as f64;
+    if !(1.0..=(1u64 << 40) as f64).contains(&v) {
+        return Err(format!("size '{s}' out of range (1 B to 1 TiB)"));
+    }
+    Ok(v as u64)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let json = cli.json;
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((msg, code)) => {
+            eprintln!("wi-fetch: error: {msg}");
+            if json {
+                let v = serde_json::json!({ "error": msg, "exit_code": code });
+                let _ = writeln!(io::stdout(), "{v}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+type Failure = (String, u8);
+
+fn fail(e: FetchError) -> Failure {
+    (e.to_string(), e.exit_code() as u8)
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let (repo_id, quant) = parse_repo_spec(&cli.repo).map_err(|m| (m, 1))?;
+    let repo_type: RepoType = cli.repo_type.parse().map_err(|m: String| (m, 1))?;
+    let repo = RepoRef::model(repo_id)
+        .with_type(repo_type)
+        .with_revision(cli.revision.clone());
+    let selection = Selection {
+        files: cli.files.clone(),
+        include: cli.include.clone(),
+        exclude: cli.exclude.clone(),
+        quant,
+    };
+
+    let show = !cli.quiet;
+    let tty = show && io::stderr().is_terminal();
+    let progress = Arc::new(Progress::new(if !show {
+        Mode::Quiet
+    } else if tty {
+        Mode::Bars
+    } else {
+        Mode::Log
+    }));
+
+    let mut b = Fetcher::from_env()
+        .connections(cli.connections as usize)
+        .max_files(cli.max_files as usize)
+        .verify(!cli.no_verify)
+        .reporter(progress.clone());
+    if let Some(e) = &cli.endpoint {
+        if !e.trim().is_empty() {
+            b = b.endpoint(e);
+        }
+    }
+    if let Some(t) = &cli.token {
+        b = b.token(t);
+    }
+    if let Some(d) = &cli.cache_dir {
+        b = b.cache_dir(d);
+    }
+    if let Some(d) = &cli.local_dir {
+        b = b.local_dir(d);
+    }
+    if let Some(c) = cli.chunk_size {
+        b = b.chunk_size(c);
+    }
+    if cli.offline {
+        b = b.offline(true);
+    }
+    if std::env::var_os("WI_FETCH_FAST_RETRIES").is_some_and(|v| v == "1") {
+        // For tests of fault handling: near-zero retry delays.
+        b = b.fast_retries();
+    }
+    let fetcher = b.build_blocking().map_err(fail)?;
+
+    if cli.dry_run {
+        let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;
+        print_plan(&plan, cli.json, show);
+        return Ok(());
+    }
+    let result = fetcher.fetch(&repo, &selection);
+    progress.finish();
+    let summary = result.map_err(fail)?;
+    let mut out = io::stdout().lock();
+    if cli.json {
+        let s = serde_json::to_string_pretty(&summary).unwrap_or_else(|_| "{}".into());
+        let _ = writeln!(out, "{s}");
+    } else {
+        for f in &summary.files {
+            let _ = writeln!(out, "{}", f.local_path.display());
+        }
+    }
+    let _ = out.flush();
+    if show {
+        print_summary(&summary);
+    }
+    Ok(())
+}
+
+fn print_plan(plan: &Plan, json: bool, show: bool) {
+    let mut out = io::stdout().lock();
+    if json {
+        let s = serde_json::to_string_pretty(plan).unwrap_or_else(|_| "{}".into());
+        let _ = writeln!(out, "{s}");
+    } else {
+        for f in &plan.files {
+            let state = if f.cached {
+                "cached".to_string()
+            } else if f.partial_bytes > 0 {
+                format!("partial {}", human_bytes(f.partial_bytes))
+            } else {
+                "fetch".to_string()
+            };
+            let _ = writeln!(out, "{}\t{}\t{}", f.path, f.size, state);
+        }
+    }
+    let _ = out.flush();
+    if show {
+        if let Some(n) = &plan.notice {
+            eprintln!("wi-fetch: note: {n}");
+        }
+        eprintln!(
+            "wi-fetch: {} at {} → commit {}: {} file(s), {}; {} cached, {} to fetch (dry run: nothing downloaded)",
+            plan.repo,
+            plan.revision,
+            short(&plan.commit),
+            plan.files.len(),
+            human_bytes(plan.total_bytes()),
+            human_bytes(plan.cached_bytes()),
+            human_bytes(plan.bytes_to_fetch()),
+        );
+    }
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+fn print_summary(s: &FetchSummary) {
+    // The notice (if any) was shown when it came, as a reporter event.
+    let fetched = s.files.len() - s.cached_count();
+    let secs = s.elapsed.as_secs_f64().max(1e-3);
+    let mut line = format!(
+        "wi-fetch: {} at {} ({}): {} file(s), {}",
+        s.repo,
+        s.revision,
+        short(&s.commit),
+        s.files.len(),
+        human_bytes(s.total_bytes())
+    );
+    if fetched > 0 {
+        line.push_str(&format!(
+            "; fetched {} ({}) in {:.1}s at {}/s",
+            fetched,
+            human_bytes(s.transferred()),
+            secs,
+            human_bytes((s.transferred() as f64 / secs) as u64)
+        ));
+    }
+    if s.cached_count() > 0 {
+        line.push_str(&format!("; {} already in the cache", s.cached_count()));
+    }
+    if s.resumed() > 0 {
+        line.push_str(&format!(
+            "; resumed {} from an earlier run",
+            human_bytes(s.resumed())
+        ));
+    }
+    line.push_str(&format!(
+        "; re-fetched {} after faults",
+        human_bytes(s.refetched())
+    ));
+    let (n, ok) = s.verified();
+    if n > 0 {
+        line.push_str(&format!("; verification: {ok}/{n} model file(s) valid"));
+    } else {
+        line.push_str("; no model file to verify");
+    }
+    eprintln!("{line}");
+    for f in &s.files {
+        if let Some(v) = &f.verification {
+            for w in &v.warnings {
+                eprintln!("wi-fetch: warning: {}: {w}", f.path);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Quiet,
+    Bars,
+    Log,
+}
+
+struct Progress {
+    mode: Mode,
+    mp: MultiProgress,
+    state: Mutex<State>,
+}
+
+struct State {
+    total: Option<ProgressBar>,
+    bars: HashMap<String, ProgressBar>,
+    to_fetch: u64,
+    done: u64,
+    started: Instant,
+    last_log: Instant,
+}
+
+impl Progress {
+    fn new(mode: Mode) -> Self {
+        let mp = MultiProgress::with_draw_target(if mode == Mode::Bars {
+            ProgressDrawTarget::stderr_with_hz(10)
+        } else {
+            ProgressDrawTarget::hidden()
+        });
+        let now = Instant::now();
+        Progress {
+            mode,
+            mp,
+            state: Mutex::new(State {
+                total: None,
+                bars: HashMap::new(),
+                to_fetch: 0,
+                done: 0,
+                started: now,
+                last_log: now,
+            }),
+        }
+    }
+
+    fn line(&self, msg: &str) {
+        match self.mode {
+            Mode::Quiet => {}
+            Mode::Bars => {
+                let _ = self.mp.println(msg);
+            }
+            Mode::Log => eprintln!("{msg}"),
+        }
+    }
+
+    fn finish(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, b) in st.bars.drain() {
+            b.finish_and_clear();
+        }
+        if let Some(t) = st.total.take() {
+            t.finish_and_clear();
+        }
+        let _ = self.mp.clear();
+    }
+
+    fn file_style() -> ProgressStyle {
+        ProgressStyle::with_template(
+            "{msg:30!} [{bar:30.cyan/blue}] {bytes:>10}/{total_bytes:10} {bytes_per_sec:>12}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+    }
+
+    fn total_style() -> ProgressStyle {
+        ProgressStyle::with_template(
+            "{prefix:30!} [{bar:30.green/white}] {bytes:>10}/{total_bytes:10} {bytes_per_sec:>12} ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+    }
+
+    fn log_progress(&self, st: &mut State, force: bool) {
+        if self.mode != Mode::Log {
+            return;
+        }
+        let now = Instant::now();
+        if !force && now.duration_since(st.last_log) < Duration::from_secs(3) {
+            return;
+        }
+        st.last_log = now;
+        let secs = now.duration_since(st.started).as_secs_f64().max(1e-3);
+        let rate = st.done as f64 / secs;
+        let pct = if st.to_fetch > 0 {
+            100.0 * st.done as f64 / st.to_fetch as f64
+        } else {
+            100.0
+        };
+        let eta = if rate > 0.0 && st.to_fetch > st.done {
+            format!(", ETA {:.0}s", (st.to_fetch - st.done) as f64 / rate)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "wi-fetch: {pct:.0}% {}/{} at {}/s{eta}",
+            human_bytes(st.done),
+            human_bytes(st.to_fetch),
+            human_bytes(rate as u64)
+        );
+    }
+}
+
+impl Reporter for Progress {
+    fn on_event(&self, event: &Event<'_>) {
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            Event::Plan {
+                files,
+                total_bytes,
+                cached_bytes,
+            } => {
+                st.to_fetch = total_bytes.saturating_sub(*cached_bytes);
+                st.started = Instant::now();
+                if *cached_bytes > 0 || self.mode == Mode::Log {
+                    self.line(&format!(
+                        "wi-fetch: {files} file(s), {}; {} already in the cache",
+                        human_bytes(*total_bytes),
+                        human_bytes(*cached_bytes)
+                    ));
+                }
+                if self.mode == Mode::Bars && st.to_fetch > 0 {
+                    let t = self.mp.add(ProgressBar::new(st.to_fetch));
+                    t.set_style(Self::total_style());
+                    t.set_prefix(format!("total ({files} files)"));
+                    st.total = Some(t);
+                }
+            }
+            Event::FileStart {
+                file,
+                size,
+                resumed_bytes,
+            } => {
+                st.done += resumed_bytes;
+                if let Some(t) = &st.total {
+                    t.inc(*resumed_bytes);
+                }
+                if *resumed_bytes > 0 {
+                    self.line(&format!(
+                        "wi-fetch: {file}: resuming, {} already on disk",
+                        human_bytes(*resumed_bytes)
+                    ));
+                }
+                if self.mode == Mode::Bars {
+                    let b = match &st.total {
+                        Some(t) => self.mp.insert_before(t, ProgressBar::new(*size)),
+                        None => self.mp.add(ProgressBar::new(*size)),
+                    };
+                    b.set_style(Self::file_style());
+                    b.set_message(file.to_string());
+                    b.set_position(*resumed_bytes);
+                    b.reset_eta();
+                    st.bars.insert(file.to_string(), b);
+                }
+            }
+            Event::Progress { file, bytes } => {
+                st.done += bytes;
+                if let Some(b) = st.bars.get(*file) {
+                    b.inc(*bytes);
+                }
+                if let Some(t) = &st.total {
+                    t.inc(*bytes);
+                }
+                self.log_progress(&mut st, false);
+            }
+            Event::Discarded {
+                file,
+                bytes,
+                reason,
+            } => {
+                st.done = st.done.saturating_sub(*bytes);
+                if let Some(b) = st.bars.get(*file) {
+                    b.set_position(b.position().saturating_sub(*bytes));
+                }
+                if let Some(t) = &st.total {
+                    t.set_position(t.position().saturating_sub(*bytes));
+                }
+                self.line(&format!(
+                    "wi-fetch: {file}: {} to fetch again ({reason})",
+                    human_bytes(*bytes)
+                ));
+            }
+            Event::Retry {
+                file,
+                attempt,
+                delay,
+                error,
+            } => {
+                self.line(&format!(
+                    "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
+                    delay.as_secs_f64()
+                ));
+            }
+            Event::FileDownloaded { file, .. } => {
+                if let Some(b) = st.bars.get(*file) {
+                    b.set_message(format!("{file} (verifying)"));
+                }
+            }
+            Event::Verifying { .. } => {}
+            Event::FileDone { file, cached } => {
+                if let Some(b) = st.bars.remove(*file) {
+                    b.finish_and_clear();
+                    self.mp.remove(&b);
+                }
+                let how = if *cached { "in the cache" } else { "fetched" };
+                self.line(&format!("wi-fetch: {file}: {how}"));
+            }
+            Event::FileFailed { file, error } => {
+                if let Some(b) = st.bars.remove(*file) {
+                    b.abandon();
+                }
+                self.line(&format!("wi-fetch: {file}: FAILED: {error}"));
+            }
+            Event::Notice { file, message } => match file {
+                Some(f) => self.line(&format!("wi-fetch: note: {f}: {message}")),
+                None => self.line(&format!("wi-fetch: note: {message}")),
+            },
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
+        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("2MB").unwrap(), 2_000_000);
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn cli_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,1 +1,560 @@
-//! cache (being written).
+//! The Hugging Face cache layout, shared with huggingface_hub, hf-hub and llama.cpp.
+//!
+//! ```text
+//! {cache}/models--{org}--{name}/blobs/{etag}                     content, named by its hash
+//! {cache}/models--{org}--{name}/blobs/{etag}.incomplete          partial download
+//! {cache}/models--{org}--{name}/blobs/{etag}.incomplete.wi-state our resume state beside it
+//! {cache}/models--{org}--{name}/snapshots/{commit}/{path}        → ../../blobs/{etag}
+//! {cache}/models--{org}--{name}/refs/{revision}                  commit id, no newline
+//! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
+//! {cache}/.locks/models--{org}--{name}/{etag}.lock               held while a blob is written
+//! ```
+//!
+//! The cache root is `--cache-dir`, else `HF_HUB_CACHE`, else `$HF_HOME/hub` (see
+//! [`crate::hub::hf_home`]). Datasets use `datasets--{org}--{name}`.
+//!
+//! A blob is named by its ETag, which is the SHA-256 of its content (LFS files) or its git blob
+//! SHA-1: a blob that exists under its final name was verified before it was renamed there
+//! (by us, or trusted from the tool that wrote it), so a warm cache is not re-hashed. Only
+//! its size is checked. `--local-dir` mode is in [`LocalDir`].
+//!
+//! Nothing is written into place before its hash matched: the partial file is renamed to the
+//! blob, then the snapshot link is (atomically) replaced, then the ref is written.
+
+mod fsutil;
+mod local_dir;
+
+pub use fsutil::{replace_with_symlink, sync_dir, write_atomic, FileLock};
+pub use local_dir::{LocalDir, LocalMetadata};
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::hub::{self, check_repo_path, etag_kind, is_commit_hash, EnvLookup, RepoType};
+use local_dir::join_repo_path;
+
+/// Suffix of our resume-state file, added to the partial file's name.
+pub const STATE_SUFFIX: &str = ".wi-state";
+
+/// The cache folder name of a repository: `models--org--name`, `datasets--org--name`.
+pub fn repo_folder_name(repo_type: RepoType, id: &str) -> String {
+    let mut s = format!("{}s", repo_type.as_str());
+    for part in id.split('/') {
+        s.push_str("--");
+        s.push_str(part);
+    }
+    s
+}
+
+/// The cache root from the environment: `HF_HUB_CACHE` (or the older `HUGGINGFACE_HUB_CACHE`),
+/// else `$HF_HOME/hub`.
+pub fn default_cache_dir() -> PathBuf {
+    cache_dir_from(&|k| std::env::var_os(k))
+}
+
+/// [`default_cache_dir`] with an explicit environment.
+pub fn cache_dir_from(env: EnvLookup<'_>) -> PathBuf {
+    for var in ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"] {
+        if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+            let p = PathBuf::from(v);
+            if let Ok(rest) = p.strip_prefix("~") {
+                if let Some(home) = env("HOME").filter(|h| !h.is_empty()) {
+                    return PathBuf::from(home).join(rest);
+                }
+            }
+            return p;
+        }
+    }
+    hub::hf_home_from(env).join("hub")
+}
+
+/// A file found complete on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedFile {
+    /// Path in the repository.
+    pub path: String,
+    /// Its ETag (the blob name).
+    pub etag: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where a user opens it: the snapshot path (cache) or the file (local dir).
+    pub local_path: PathBuf,
+    /// The commit it belongs to.
+    pub commit: String,
+}
+
+/// A Hugging Face cache root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HfCache {
+    root: PathBuf,
+}
+
+impl HfCache {
+    /// A cache rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        HfCache { root: root.into() }
+    }
+
+    /// The cache named by the environment ([`default_cache_dir`]).
+    pub fn from_env() -> Self {
+        HfCache::new(default_cache_dir())
+    }
+
+    /// The root folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// One repository's part of the cache.
+    pub fn repo(&self, repo_type: RepoType, id: &str) -> RepoCache {
+        let folder = repo_folder_name(repo_type, id);
+        RepoCache {
+            dir: self.root.join(&folder),
+            locks: self.root.join(".locks").join(&folder),
+        }
+    }
+}
+
+/// One repository's folder in the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoCache {
+    dir: PathBuf,
+    locks: PathBuf,
+}
+
+impl RepoCache {
+    /// `{cache}/models--org--name`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `blobs/{etag}`.
+    pub fn blob_path(&self, etag: &str) -> PathBuf {
+        self.dir.join("blobs").join(etag)
+    }
+
+    /// `blobs/{etag}.incomplete`.
+    pub fn incomplete_path(&self, etag: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{etag}.incomplete"))
+    }
+
+    /// `blobs/{etag}.incomplete.wi-state`.
+    pub fn state_path(&self, etag: &str) -> PathBuf {
+        self.dir
+            .join("blobs")
+            .join(format!("{etag}.incomplete{STATE_SUFFIX}"))
+    }
+
+    /// `{cache}/.locks/models--org--name/{etag}.lock`.
+    pub fn lock_path(&self, etag: &str) -> PathBuf {
+        self.locks.join(format!("{etag}.lock"))
+    }
+
+    /// `snapshots/{commit}`.
+    pub fn snapshot_dir(&self, commit: &str) -> PathBuf {
+        self.dir.join("snapshots").join(commit)
+    }
+
+    /// `snapshots/{commit}/{path}`.
+    pub fn snapshot_path(&self, commit: &str, path: &str) -> PathBuf {
+        join_repo_path(&self.snapshot_dir(commit), path)
+    }
+
+    /// `refs/{revision}`.
+    pub fn ref_path(&self, revision: &str) -> PathBuf {
+        join_repo_path(&self.dir.join("refs"), revision)
+    }
+
+    /// `.no_exist/{commit}/{path}`.
+    pub fn no_exist_path(&self, commit: &str, path: &str) -> PathBuf {
+        join_repo_path(&self.dir.join(".no_exist").join(commit), path)
+    }
+
+    /// The relative symlink target from `snapshots/{commit}/{path}` to `blobs/{etag}`:
+    /// `../../blobs/{etag}` plus one `../` per folder in `path`.
+    pub fn link_target(path: &str, etag: &str) -> PathBuf {
+        let depth = 2 + path.matches('/').count();
+        let mut t = PathBuf::new();
+        for _ in 0..depth {
+            t.push("..");
+        }
+        t.push("blobs");
+        t.push(etag);
+        t
+    }
+
+    /// The commit `refs/{revision}` names, if the ref exists and holds a commit id.
+    pub fn read_ref(&self, revision: &str) -> Option<String> {
+        if check_repo_path(revision).is_err() {
+            return None;
+        }
+        let p = self.ref_path(revision);
+        if fs::metadata(&p).ok()?.len() > 1024 {
+            return None;
+        }
+        let s = fs::read_to_string(p).ok()?.trim().to_string();
+        is_commit_hash(&s).then_some(s)
+    }
+
+    /// Writes `refs/{revision}` = `commit` (no newline) unless the revision is the commit
+    /// itself or the ref already says so.
+    pub fn write_ref(&self, revision: &str, commit: &str) -> io::Result<()> {
+        if revision == commit || self.read_ref(revision).as_deref() == Some(commit) {
+            return Ok(());
+        }
+        if check_repo_path(revision).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unsafe revision '{revision}'"),
+            ));
+        }
+        write_atomic(&self.ref_path(revision), commit.as_bytes())
+    }
+
+    /// The commit a revision names without the network: a commit id whose snapshot folder
+    /// exists, else `refs/{revision}`.
+    pub fn resolve_offline(&self, revision: &str) -> Option<String> {
+        if is_commit_hash(revision) && self.snapshot_dir(revision).is_dir() {
+            return Some(revision.to_string());
+        }
+        self.read_ref(revision)
+    }
+
+    /// The blob for `etag` if it exists with the right size.
+    pub fn complete_blob(&self, etag: &str, size: u64) -> Option<PathBuf> {
+        let p = self.blob_path(etag);
+        let m = fs::metadata(&p).ok()?;
+        (m.is_file() && m.len() == size).then_some(p)
+    }
+
+    /// Points `snapshots/{commit}/{path}` at `blobs/{etag}` (replacing any older link) and
+    /// returns the snapshot path.
+    pub fn link_snapshot(&self, commit: &str, path: &str, etag: &str) -> io::Result<PathBuf> {
+        let link = self.snapshot_path(commit, path);
+        replace_with_symlink(
+            &link,
+            &RepoCache::link_target(path, etag),
+            &self.blob_path(etag),
+        )?;
+        Ok(link)
+    }
+
+    /// The snapshot path of a complete file, linking it from its blob when only the blob is
+    /// there (same content reached from another commit or path).
+    pub fn find_complete(
+        &self,
+        commit: &str,
+        path: &str,
+        etag: &str,
+        size: u64,
+    ) -> io::Result<Option<PathBuf>> {
+        if self.complete_blob(etag, size).is_none() {
+            return Ok(None);
+        }
+        self.link_snapshot(commit, path, etag).map(Some)
+    }
+
+    /// Commits a finished, hash-checked partial file: renames it to `blobs/{etag}` (or drops it
+    /// when the blob appeared meanwhile), links the snapshot, writes `refs/{revision}`, removes
+    /// the resume state. Returns the snapshot path.
+    pub fn commit(
+        &self,
+        partial: &Path,
+        etag: &str,
+        commit: &str,
+        path: &str,
+        revision: &str,
+    ) -> io::Result<PathBuf> {
+        let blob = self.blob_path(etag);
+        if let Some(parent) = blob.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::rename(partial, &blob)?;
+        if let Some(parent) = blob.parent() {
+            sync_dir(parent);
+        }
+        let _ = fs::remove_file(self.state_path(etag));
+        let link = self.link_snapshot(commit, path, etag)?;
+        self.write_ref(revision, commit)?;
+        Ok(link)
+    }
+
+    /// Leaves a `.no_exist/{commit}/{path}` marker: the file is known to be absent.
+    pub fn mark_missing(&self, commit: &str, path: &str) -> io::Result<()> {
+        if !is_commit_hash(commit) || check_repo_path(path).is_err() {
+            return Ok(());
+        }
+        let p = self.no_exist_path(commit, path);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map(|_| ())
+    }
+
+    /// Whether a `.no_exist` marker says the file is absent at `commit`.
+    pub fn is_marked_missing(&self, commit: &str, path: &str) -> bool {
+        check_repo_path(path).is_ok() && self.no_exist_path(commit, path).is_file()
+    }
+
+    /// Every file of `snapshots/{commit}` whose blob is present, for offline use. Entries that
+    /// are not links to a blob named by a hash are left out.
+    pub fn list_snapshot(&self, commit: &str) -> io::Result<Vec<CachedFile>> {
+        let root = self.snapshot_dir(commit);
+        let mut out = Vec::new();
+        if !root.is_dir() {
+            return Ok(out);
+        }
+        let mut stack = vec![(root, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for ent in fs::read_dir(&dir)? {
+                let ent = ent?;
+                let name = ent.file_name().to_string_lossy().into_owned();
+                let rel = if prefix.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}/{name}")
+                };
+                let ft = ent.file_type()?;
+                if ft.is_dir() {
+                    stack.push((ent.path(), rel));
+                    continue;
+                }
+                if !ft.is_symlink() || check_repo_path(&rel).is_err() {
+                    continue;
+                }
+                let Ok(target) = fs::read_link(ent.path()) else {
+                    continue;
+                };
+                let Some(etag) = target.file_name().map(|n| n.to_string_lossy().into_owned())
+                else {
+                    continue;
+                };
+                if etag_kind(&etag).is_none() {
+                    continue;
+                }
+                let Ok(m) = fs::metadata(self.blob_path(&etag)) else {
+                    continue;
+                };
+                if !m.is_file() {
+                    continue;
+                }
+                out.push(CachedFile {
+                    path: rel,
+                    etag,
+                    size: m.len(),
+                    local_path: ent.path(),
+                    commit: commit.to_string(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+}
+
+/// Where fetched files go: the shared cache or a local folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    /// The Hugging Face cache layout.
+    Cache(RepoCache),
+    /// `--local-dir` mode.
+    Local(LocalDir),
+}
+
+/// Where one file is written and locked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Partial download (preallocated, written in place).
+    pub partial_path: PathBuf,
+    /// Resume state beside it.
+    pub state_path: PathBuf,
+    /// Lock held while the file is written.
+    pub lock_path: PathBuf,
+}
+
+impl Store {
+    /// The folder whose file system receives the bytes (for the free-space check).
+    pub fn data_dir(&self) -> PathBuf {
+        match self {
+            Store::Cache(r) => r.dir().join("blobs"),
+            Store::Local(l) => l.download_dir(),
+        }
+    }
+
+    /// Creates the folders files are written to.
+    pub fn prepare(&self) -> io::Result<()> {
+        match self {
+            Store::Cache(r) => fs::create_dir_all(r.dir().join("blobs")),
+            Store::Local(l) => l.prepare(),
+        }
+    }
+
+    /// Where `path` with `etag` is downloaded.
+    pub fn placement(&self, path: &str, etag: &str) -> Placement {
+        match self {
+            Store::Cache(r) => Placement {
+                partial_path: r.incomplete_path(etag),
+                state_path: r.state_path(etag),
+                lock_path: r.lock_path(etag),
+            },
+            Store::Local(l) => Placement {
+                partial_path: l.incomplete_path(path, etag),
+                state_path: l.state_path(path, etag),
+                lock_path: l.lock_path(path),
+            },
+        }
+    }
+
+    /// The local path of `path` if it is already complete for `etag` and `size`.
+    pub fn find_complete(
+        &self,
+        commit: &str,
+        path: &str,
+        etag: &str,
+        size: u64,
+    ) -> io::Result<Option<PathBuf>> {
+        match self {
+            Store::Cache(r) => r.find_complete(commit, path, etag, size),
+            Store::Local(l) => Ok(l.find_complete(path, etag, size)),
+        }
+    }
+
+    /// Puts a finished, hash-checked partial file into place; returns its local path.
+    pub fn commit(
+        &self,
+        partial: &Path,
+        commit: &str,
+        path: &str,
+        etag: &str,
+        revision: &str,
+    ) -> io::Result<PathBuf> {
+        match self {
+            Store::Cache(r) => r.commit(partial, etag, commit, path, revision),
+            Store::Local(l) => l.commit(partial, path, commit, etag),
+        }
+    }
+
+    /// Records that `revision` resolved to `commit` (cache only).
+    pub fn write_ref(&self, revision: &str, commit: &str) -> io::Result<()> {
+        match self {
+            Store::Cache(r) => r.write_ref(revision, commit),
+            Store::Local(_) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    #[test]
+    fn folder_names() {
+        assert_eq!(
+            repo_folder_name(RepoType::Model, "org/name"),
+            "models--org--name"
+        );
+        assert_eq!(
+            repo_folder_name(RepoType::Dataset, "org/d"),
+            "datasets--org--d"
+        );
+        assert_eq!(repo_folder_name(RepoType::Model, "gpt2"), "models--gpt2");
+    }
+
+    #[test]
+    fn cache_dir_env_order() {
+        let m: HashMap<&str, &str> = [("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h")].into();
+        let env = |k: &str| m.get(k).map(OsString::from);
+        assert_eq!(cache_dir_from(&env), PathBuf::from("/c"));
+        let m: HashMap<&str, &str> = [("HF_HOME", "/h")].into();
+        let env = |k: &str| m.get(k).map(OsString::from);
+        assert_eq!(cache_dir_from(&env), PathBuf::from("/h/hub"));
+    }
+
+    #[test]
+    fn layout_paths() {
+        let c = HfCache::new("/cache");
+        let r = c.repo(RepoType::Model, "org/name");
+        let e = "e".repeat(64);
+        assert_eq!(
+            r.blob_path(&e),
+            PathBuf::from(format!("/cache/models--org--name/blobs/{e}"))
+        );
+        assert_eq!(
+            r.incomplete_path(&e),
+            PathBuf::from(format!("/cache/models--org--name/blobs/{e}.incomplete"))
+        );
+        assert_eq!(
+            r.lock_path(&e),
+            PathBuf::from(format!("/cache/.locks/models--org--name/{e}.lock"))
+        );
+        assert_eq!(
+            r.snapshot_path("c1", "a/b.gguf"),
+            PathBuf::from("/cache/models--org--name/snapshots/c1/a/b.gguf")
+        );
+        assert_eq!(
+            RepoCache::link_target("m.gguf", "x"),
+            PathBuf::from("../../blobs/x")
+        );
+        assert_eq!(
+            RepoCache::link_target("a/b/m.gguf", "x"),
+            PathBuf::from("../../../../blobs/x")
+        );
+        assert_eq!(
+            r.ref_path("refs/pr/1"),
+            PathBuf::from("/cache/models--org--name/refs/refs/pr/1")
+        );
+    }
+
+    #[test]
+    fn commit_link_ref_and_offline_listing() {
+        let t = tempfile::tempdir().unwrap();
+        let c = HfCache::new(t.path());
+        let r = c.repo(RepoType::Model, "org/name");
+        let commit = "c".repeat(40);
+        let etag = "a".repeat(64);
+        let store = Store::Cache(r.clone());
+        store.prepare().unwrap();
+        let pl = store.placement("dir/m.gguf", &etag);
+        fs::write(&pl.partial_path, b"data").unwrap();
+        fs::write(&pl.state_path, b"{}").unwrap();
+        let snap = store
+            .commit(&pl.partial_path, &commit, "dir/m.gguf", &etag, "main")
+            .unwrap();
+        assert_eq!(fs::read(&snap).unwrap(), b"data");
+        assert_eq!(
+            fs::read_link(&snap).unwrap(),
+            PathBuf::from(format!("../../../blobs/{etag}"))
+        );
+        assert!(!pl.partial_path.exists());
+        assert!(!pl.state_path.exists());
+        assert_eq!(fs::read_to_string(r.ref_path("main")).unwrap(), commit);
+        assert_eq!(r.resolve_offline("main"), Some(commit.clone()));
+        assert_eq!(r.resolve_offline(&commit), Some(commit.clone()));
+        assert_eq!(r.resolve_offline("dev"), None);
+        let files = r.list_snapshot(&commit).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, "dir/m.gguf");
+        assert_eq!(files[0].size, 4);
+        // Same blob from another commit: found complete and linked.
+        let c2 = "d".repeat(40);
+        let p = store
+            .find_complete(&c2, "m.gguf", &etag, 4)
+            .unwrap()
+            .unwrap();
+        assert_eq!(fs::read(p).unwrap(), b"data");
+        assert!(store
+            .find_complete(&c2, "m.gguf", &etag, 5)
+            .unwrap()
+            .is_none());
+        r.mark_missing(&commit, "nope.txt").unwrap();
+        assert!(r.is_marked_missing(&commit, "nope.txt"));
+        assert!(!r.is_marked_missing(&commit, "other.txt"));
+    }
+}

@@ -156,6 +156,15 @@ impl GgufHeader {
         self.metadata.len()
     }
 
+    /// The metadata as a JSON object, key → [`Value::to_json`] (the first of duplicates).
+    pub fn metadata_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::with_capacity(self.metadata.len());
+        for (k, v) in &self.metadata {
+            m.entry(k.clone()).or_insert_with(|| v.to_json());
+        }
+        serde_json::Value::Object(m)
+    }
+
     /// The tensor named `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
@@ -715,7 +724,7 @@ enum Ctx<'a> {
 impl fmt::Display for Ctx<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Ctx::Header(what) => write!(f, "header ({what})"),
+            Ctx::Header(what) => f.write_str(what),
             Ctx::Key { index, key: None } => write!(f, "metadata key {index}"),
             Ctx::Key {
                 index,
@@ -775,8 +784,10 @@ impl<'a> Reader<'a> {
         )
     }
 
-    /// `needed` bytes for `count` items (`count` is what the file says) must remain: a
-    /// need beyond the whole file is `LengthTooLarge`, else a shortfall is `Truncated`.
+    /// `needed` bytes for `count` items (`count` is what the file says) must remain. A need
+    /// that no plausible file could meet (beyond both the whole file and 1 GiB, or
+    /// overflowing) is `LengthTooLarge`; a smaller shortfall reads as a cut file,
+    /// `Truncated`.
     fn check_fits(
         &self,
         what: &str,
@@ -787,7 +798,7 @@ impl<'a> Reader<'a> {
         let available = self.remaining();
         match needed {
             Some(n) if n <= available => Ok(()),
-            Some(n) if n <= self.bytes.len() as u64 => Err(FormatError::new(
+            Some(n) if n <= (self.bytes.len() as u64).max(MAX_STRING_LEN) => Err(FormatError::new(
                 FormatErrorKind::Truncated {
                     what: format!("{} ({what} {count})", self.ctx),
                     needed: n,
@@ -1196,8 +1207,8 @@ pub fn parse(bytes: &[u8]) -> Result<GgufHeader, FormatError> {
     let min_kv: u64 = if v1 { 4 + 4 + 1 } else { 8 + 4 + 1 };
     let min_tensor: u64 = if v1 { 4 + 4 + 4 + 8 } else { 8 + 4 + 4 + 8 };
     let kv_bytes = kv_count.checked_mul(min_kv);
+    r.ctx = Ctx::Header("GGUF header");
     r.check_fits("metadata count", kv_count, kv_bytes, counts_at)?;
-    r.ctx = Ctx::Header("tensor count");
     r.check_fits(
         "tensor count",
         tensor_count,
@@ -2090,4 +2101,174 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
         }
     }
     d.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal little-endian v3 header: magic, version, counts.
+    fn header(tensors: u64, kvs: u64) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&tensors.to_le_bytes());
+        b.extend_from_slice(&kvs.to_le_bytes());
+        b
+    }
+
+    fn kv_str(b: &mut Vec<u8>, key: &str, val: &str) {
+        b.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        b.extend_from_slice(key.as_bytes());
+        b.extend_from_slice(&8u32.to_le_bytes());
+        b.extend_from_slice(&(val.len() as u64).to_le_bytes());
+        b.extend_from_slice(val.as_bytes());
+    }
+
+    #[test]
+    fn reader_reads_both_byte_orders_and_widths() {
+        let bytes = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let mut le = Reader::new(&bytes, false, 3);
+        assert_eq!(le.u16().unwrap(), 0x0201);
+        assert_eq!(le.u32().unwrap(), 0x0605_0403);
+        let mut be = Reader::new(&bytes, true, 3);
+        assert_eq!(be.u64().unwrap(), 0x0102_0304_0506_0708);
+        assert!(matches!(
+            be.u8().unwrap_err().kind,
+            FormatErrorKind::Truncated {
+                needed: 1,
+                available: 0,
+                ..
+            }
+        ));
+        let mut v1 = Reader::new(&bytes, false, 1);
+        assert_eq!(v1.count().unwrap(), 0x0403_0201);
+        let mut v3 = Reader::new(&bytes, false, 3);
+        assert_eq!(v3.count().unwrap(), 0x0807_0605_0403_0201);
+    }
+
+    #[test]
+    fn string_lengths_are_checked_before_use() {
+        let mut b = 5u64.to_le_bytes().to_vec();
+        b.extend_from_slice(b"abc");
+        let mut r = Reader::new(&b, false, 3);
+        assert!(matches!(
+            r.string().unwrap_err().kind,
+            FormatErrorKind::Truncated {
+                needed: 5,
+                available: 3,
+                ..
+            }
+        ));
+        let mut b = (MAX_STRING_LEN + 1).to_le_bytes().to_vec();
+        b.extend_from_slice(b"abc");
+        let mut r = Reader::new(&b, false, 3);
+        assert!(matches!(
+            r.string().unwrap_err().kind,
+            FormatErrorKind::LengthTooLarge { .. }
+        ));
+        let b = [2u8, 0, 0, 0, b'h', b'i'];
+        let mut r = Reader::new(&b, false, 1);
+        assert_eq!(r.string().unwrap(), b"hi");
+    }
+
+    #[test]
+    fn fits_distinguishes_cut_files_from_absurd_counts() {
+        let b = [0u8; 16];
+        let r = Reader::new(&b, false, 3);
+        assert!(r.check_fits("n", 2, Some(16), 0).is_ok());
+        assert!(matches!(
+            r.check_fits("n", 3, Some(24), 0).unwrap_err().kind,
+            FormatErrorKind::Truncated { .. }
+        ));
+        assert!(matches!(
+            r.check_fits("n", 1 << 40, Some(8 << 40), 0).unwrap_err().kind,
+            FormatErrorKind::LengthTooLarge { value, .. } if value == 1 << 40
+        ));
+        assert!(matches!(
+            r.check_fits("n", u64::MAX, None, 0).unwrap_err().kind,
+            FormatErrorKind::LengthTooLarge { .. }
+        ));
+    }
+
+    #[test]
+    fn align_up_pads_only_when_needed() {
+        assert_eq!(align_up(0, 32), Some(0));
+        assert_eq!(align_up(1, 32), Some(32));
+        assert_eq!(align_up(64, 32), Some(64));
+        assert_eq!(align_up(5, 1), Some(5));
+        assert_eq!(align_up(u64::MAX, 32), None);
+    }
+
+    #[test]
+    fn removed_types_keep_their_last_size() {
+        let q4044 = GgmlType::from_id(31).unwrap();
+        assert_eq!(legacy_bytes(q4044, &[64, 2]), Some(2 * 18 * 2));
+        assert_eq!(legacy_bytes(q4044, &[33]), None);
+        assert_eq!(legacy_bytes(GgmlType::from_id(4).unwrap(), &[32]), None);
+    }
+
+    #[test]
+    fn diagnostics_are_capped_per_code() {
+        let mut d = Diags::default();
+        for i in 0..20 {
+            d.error("a", format!("{i}"));
+        }
+        d.warning("b", "w".into());
+        assert!(d.has_errors());
+        let list = d.finish();
+        assert_eq!(list.len(), DIAG_LIMIT_PER_CODE + 1 + 1);
+        let last = list.last().unwrap();
+        assert_eq!((last.code, last.severity), ("a", Severity::Error));
+        assert!(last.message.contains("4 more"));
+    }
+
+    #[test]
+    fn value_min_sizes_follow_the_version() {
+        assert_eq!(ValueType::String.min_size(true), 4);
+        assert_eq!(ValueType::String.min_size(false), 8);
+        assert_eq!(ValueType::Array.min_size(false), 12);
+        assert_eq!(ValueType::F64.min_size(true), 8);
+        assert_eq!(ValueType::Bool.min_size(false), 1);
+    }
+
+    #[test]
+    fn minimal_files() {
+        // No metadata, no tensors: valid but without an architecture.
+        let h = parse(&header(0, 0)).unwrap();
+        assert_eq!(h.data_offset, 24);
+        assert_eq!(h.diagnostics.len(), 1);
+        assert_eq!(h.diagnostics[0].code, "gguf.meta.missing-architecture");
+        // One string key, byte for byte.
+        let mut b = header(0, 1);
+        kv_str(&mut b, "general.architecture", "llama");
+        let h = parse(&b).unwrap();
+        assert!(h.diagnostics.is_empty() && h.llama_cpp_loadable);
+        assert_eq!(h.architecture(), Some("llama"));
+        // Big-endian detection: version 3 stored big-endian reads as 0x03000000.
+        let mut b = b"GGUF".to_vec();
+        b.extend_from_slice(&3u32.to_be_bytes());
+        b.extend_from_slice(&[0; 16]);
+        let h = parse(&b).unwrap();
+        assert_eq!((h.version, h.endianness), (3, Endianness::Big));
+        // Short files.
+        assert!(matches!(
+            parse(b"GG").unwrap_err().kind,
+            FormatErrorKind::Truncated { .. }
+        ));
+        assert!(matches!(
+            parse(b"GGML\x03\0\0\0").unwrap_err().kind,
+            FormatErrorKind::BadMagic(_)
+        ));
+    }
+
+    #[test]
+    fn split_name_parts() {
+        assert_eq!(
+            parse_split_name("dir/a-00001-of-00002.gguf"),
+            Some(("dir/a", 1, 2))
+        );
+        assert_eq!(parse_split_name("a-00001-of-100000.gguf"), None);
+        assert_eq!(parse_split_name("a-00001-of-0000x.gguf"), None);
+        assert_eq!(parse_split_name("a-00001-of-00002.bin"), None);
+    }
 }

@@ -390,16 +390,12 @@ impl Model {
         })?;
         let parent = path.parent().unwrap_or(Path::new(""));
         let mut files = Vec::new();
-        let mut diagnostics = Vec::new();
+        // Missing shards are reported by `check_sharded`, which knows what the index names.
+        let mut diagnostics = index.diagnostics.clone();
         for shard in index.shard_files() {
             let p = parent.join(&shard);
             if p.exists() {
                 files.push(ModelFile::open(&p)?);
-            } else {
-                diagnostics.push(Diagnostic::error(
-                    "safetensors.shard-missing",
-                    format!("shard {shard} named by the index is missing"),
-                ));
             }
         }
         let mut shards = Vec::with_capacity(files.len());

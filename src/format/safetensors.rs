@@ -54,10 +54,15 @@
 //! reader. We report it as a warning rather than an error: it is suspicious, it fails
 //! `--strict`, and it does not change how we (or the reference) read the tensor.
 //!
-//! **Duplicate keys.** The reference keeps the last of two equal tensor entries (`serde`'s
-//! map insertion). We report every duplicate and keep the *first*: any reader that keeps
-//! either one may disagree with another reader about the file, so the file is invalid
-//! whichever we keep.
+//! **Duplicate keys.** The reference (checked with safetensors 0.8 from Python) loads a
+//! header with a tensor named twice (the last entry wins, so equal entries pass its offset
+//! checks) and `__metadata__` keys given twice (the last value wins); it rejects a field
+//! repeated inside one entry. We report every duplicate and keep the *first*: two readers
+//! that keep different copies disagree about the file, so it is invalid whichever we keep.
+//!
+//! **Other strictness.** The reference also accepts `"__metadata__": null`; we report it as
+//! `safetensors.metadata-not-map` (the format says "map of string to string"). An empty
+//! tensor placed inside another tensor's bytes is an overlap here, as in the reference.
 //!
 //! # Dtypes
 //!
@@ -678,7 +683,10 @@ fn check_layout(header: &mut SafetensorsHeader, entries: Vec<RawEntry>, data_len
         let Some(n_elements) = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)) else {
             diags.push(Diagnostic::error(
                 "safetensors.overflow",
-                format!("tensor '{name}': element count of shape {shape:?} overflows 64 bits"),
+                format!(
+                    "tensor '{name}' [{begin}, {end}]: element count of shape {shape:?} \
+                     overflows 64 bits"
+                ),
             ));
             continue;
         };
@@ -686,7 +694,8 @@ fn check_layout(header: &mut SafetensorsHeader, entries: Vec<RawEntry>, data_len
             diags.push(Diagnostic::error(
                 "safetensors.overflow",
                 format!(
-                    "tensor '{name}': {n_elements} elements of {dtype} ({} bits) overflow 64 bits",
+                    "tensor '{name}' [{begin}, {end}]: {n_elements} elements of {dtype} ({} bits) \
+                     overflow 64 bits",
                     dtype.bits()
                 ),
             ));
@@ -696,8 +705,8 @@ fn check_layout(header: &mut SafetensorsHeader, entries: Vec<RawEntry>, data_len
             diags.push(Diagnostic::error(
                 "safetensors.partial-byte",
                 format!(
-                    "tensor '{name}': {n_elements} elements of {dtype} are {bits} bits, not a \
-                     whole number of bytes"
+                    "tensor '{name}' [{begin}, {end}]: {n_elements} elements of {dtype} are {bits} \
+                     bits, not a whole number of bytes"
                 ),
             ));
             continue;

@@ -156,7 +156,11 @@ mod tests {
 
     #[test]
     fn hf_home_order() {
-        let e = env_of(&[("HF_HOME", "/h"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/home/u")]);
+        let e = env_of(&[
+            ("HF_HOME", "/h"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/home/u"),
+        ]);
         assert_eq!(hf_home_from(&e), PathBuf::from("/h"));
         let e = env_of(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/home/u")]);
         assert_eq!(hf_home_from(&e), PathBuf::from("/x/huggingface"));

@@ -522,10 +522,7 @@ impl HubClient {
         let auth = self.auth_headers();
         let resp = self
             .send(url, || {
-                self.client
-                    .get(url)
-                    .headers(auth.clone())
-                    .timeout(timeout)
+                self.client.get(url).headers(auth.clone()).timeout(timeout)
             })
             .await?;
         if !resp.status().is_success() {
@@ -546,14 +543,24 @@ impl HubClient {
         let headers = resp.headers().clone();
         let body = read_limited(resp, 64 * 1024, url).await.ok();
         let (code, message) = error_code_and_message(&headers, body.as_deref());
-        classify(status, code.as_deref(), message, url, ctx, self.cfg.token.is_some())
+        classify(
+            status,
+            code.as_deref(),
+            message,
+            url,
+            ctx,
+            self.cfg.token.is_some(),
+        )
     }
 
     /// The commit a revision points at: `GET /api/{type}s/{repo}/revision/{rev}` → `sha`.
     /// A full commit id is still asked about, so that a missing one is reported.
     pub async fn repo_commit(&self, repo: &RepoRef) -> Result<String, HubError> {
         repo.validate()?;
-        let url = self.api_url(repo, &format!("revision/{}", encode_revision(&repo.revision)));
+        let url = self.api_url(
+            repo,
+            &format!("revision/{}", encode_revision(&repo.revision)),
+        );
         let ctx = Ctx {
             repo,
             revision: &repo.revision,
@@ -1077,10 +1084,27 @@ mod tests {
             ctx,
             false,
         );
-        assert!(e.to_string().contains("set HF_TOKEN or pass --token"), "{e}");
-        let e = classify(StatusCode::NOT_FOUND, Some("EntryNotFound"), String::new(), "u", ctx, false);
+        assert!(
+            e.to_string().contains("set HF_TOKEN or pass --token"),
+            "{e}"
+        );
+        let e = classify(
+            StatusCode::NOT_FOUND,
+            Some("EntryNotFound"),
+            String::new(),
+            "u",
+            ctx,
+            false,
+        );
         assert!(matches!(e, HubError::EntryNotFound { ref path, .. } if path == "x"));
-        let e = classify(StatusCode::UNAUTHORIZED, None, String::new(), "u", ctx, false);
+        let e = classify(
+            StatusCode::UNAUTHORIZED,
+            None,
+            String::new(),
+            "u",
+            ctx,
+            false,
+        );
         assert!(e.is_not_found_or_denied());
         assert!(e.to_string().contains("token"));
     }

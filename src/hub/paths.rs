@@ -124,7 +124,13 @@ mod tests {
         ] {
             assert!(check_repo_path(p).is_err(), "{p:?} should be refused");
         }
-        for p in ["model.gguf", "sub/dir/x.safetensors", ".gitattributes", "a..b", "...x"] {
+        for p in [
+            "model.gguf",
+            "sub/dir/x.safetensors",
+            ".gitattributes",
+            "a..b",
+            "...x",
+        ] {
             assert!(check_repo_path(p).is_ok(), "{p:?} should be accepted");
         }
     }
@@ -134,7 +140,9 @@ mod tests {
         for ok in ["gpt2", "org/name", "Org-1/na_me.v2"] {
             assert!(validate_repo_id(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "a/b/c", "a//b", "/a", "a--b/c", "a/../b", "a b/c", "-a/b", "a/b."] {
+        for bad in [
+            "", "a/b/c", "a//b", "/a", "a--b/c", "a/../b", "a b/c", "-a/b", "a/b.",
+        ] {
             assert!(validate_repo_id(bad).is_err(), "{bad}");
         }
     }

@@ -56,14 +56,17 @@ pub(crate) fn clean_etag(v: &str) -> &str {
     v.trim_matches('"')
 }
 
-/// The ETag a response announces for the file: `X-Linked-Etag`, else `ETag` when the answer came
-/// straight from the Hub (a CDN's own `ETag` means something else, e.g. an MD5).
+/// The ETag a response announces for the file: `X-Linked-Etag`; else `ETag` when the answer
+/// came straight from the Hub, or when it looks like a SHA-256 (64 hex digits, as LFS CDNs
+/// send). Other CDN ETags (an S3 MD5, say) mean something else and are ignored.
 pub(crate) fn announced_etag(h: &HeaderMap, from_hub: bool) -> Option<String> {
-    let v = h
-        .get("x-linked-etag")
-        .or_else(|| from_hub.then(|| h.get(ETAG)).flatten())?;
-    let s = clean_etag(v.to_str().ok()?);
-    (!s.is_empty()).then(|| s.to_string())
+    if let Some(v) = h.get("x-linked-etag") {
+        let s = clean_etag(v.to_str().ok()?);
+        return (!s.is_empty()).then(|| s.to_string());
+    }
+    let s = clean_etag(h.get(ETAG)?.to_str().ok()?);
+    let sha256_like = s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (!s.is_empty() && (from_hub || sha256_like)).then(|| s.to_ascii_lowercase())
 }
 
 /// Same scheme, host and port (reqwest strips credentials on redirects that change these).
@@ -135,6 +138,9 @@ mod tests {
         assert_eq!(content_length(&h), Some(42));
         assert_eq!(announced_etag(&h, true).as_deref(), Some("abc"));
         assert_eq!(announced_etag(&h, false), None);
+        let sha = "Ab".repeat(32);
+        h.insert(ETAG, HeaderValue::from_str(&format!("\"{sha}\"")).unwrap());
+        assert_eq!(announced_etag(&h, false), Some(sha.to_ascii_lowercase()));
         h.insert("x-linked-etag", HeaderValue::from_static("\"def\""));
         assert_eq!(announced_etag(&h, false).as_deref(), Some("def"));
         assert!(content_range(&h).is_none());

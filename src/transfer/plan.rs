@@ -52,10 +52,14 @@ impl Plan {
 
     /// The chunk holding byte `offset`.
     pub fn chunk_at(&self, offset: u64) -> Option<ChunkRange> {
+        if offset >= self.size {
+            return None;
+        }
         self.chunk(usize::try_from(offset / self.chunk_size).ok()?)
     }
 
     /// All chunks in order.
+    #[cfg(test)]
     pub fn chunks(&self) -> impl Iterator<Item = ChunkRange> + '_ {
         (0..self.count()).filter_map(|i| self.chunk(i))
     }

@@ -22,9 +22,12 @@
 //!
 //! Written atomically: a temporary file beside it, `fsync`, `rename`, `fsync` of the folder.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde::{Deserialize, Serialize};
 
@@ -195,10 +198,34 @@ fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
     Ok((plan, out))
 }
 
-/// The temporary file a state is written to before being renamed into place.
+/// A lock per state path, shared by every download in this process: a download that was
+/// dropped may still have a save in flight on the blocking pool when the next run on the same
+/// file starts.
+pub(crate) fn path_lock(path: &Path) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> = OnceLock::new();
+    let mut map = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(l) = map.get(path).and_then(Weak::upgrade) {
+        return l;
+    }
+    map.retain(|_, w| w.strong_count() > 0);
+    let l = Arc::new(Mutex::new(()));
+    map.insert(path.to_path_buf(), Arc::downgrade(&l));
+    l
+}
+
+/// A fresh temporary file name beside `path` (unique per process and call, so that concurrent
+/// writers never share one).
 fn tmp_path(path: &Path) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
+    name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     path.with_file_name(name)
 }
 
@@ -206,23 +233,25 @@ fn tmp_path(path: &Path) -> PathBuf {
 pub(crate) fn save(path: &Path, state: &StateFile) -> io::Result<()> {
     let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
     let tmp = tmp_path(path);
-    {
+    let written = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(&json)?;
         f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
     }
-    fs::rename(&tmp, path)?;
+    written?;
     sync_dir(path)
 }
 
-/// Removes the state (and a leftover temporary file), then syncs the folder.
+/// Removes the state, then syncs the folder.
 pub(crate) fn remove(path: &Path) -> io::Result<()> {
-    for p in [path.to_path_buf(), tmp_path(path)] {
-        match fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     sync_dir(path)
 }
@@ -273,7 +302,7 @@ mod tests {
         let path = dir.path().join("x.state.json");
         let s = sample();
         save(&path, &s).unwrap();
-        assert!(!tmp_path(&path).exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
         match load(&path, &identity(), &s.expected) {
             Loaded::Resume { plan, chunks } => {
                 assert_eq!(plan.count(), 4);

@@ -294,7 +294,7 @@ pub fn tensor_size(type_id: u32, dims: &[u64]) -> u64 {
 }
 
 fn pad(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
+    x.div_ceil(a).saturating_mul(a)
 }
 
 impl GgufWriter {
@@ -490,7 +490,7 @@ impl GgufWriter {
         for t in &self.tensors {
             let size = tensor_size(t.type_id, &t.dims);
             let off = t.offset.unwrap_or(running);
-            running = pad(off + size, a);
+            running = pad(off.saturating_add(size), a);
             sizes.push(size);
             offsets.push(off);
         }
@@ -515,7 +515,7 @@ impl GgufWriter {
             let end = offsets
                 .iter()
                 .zip(&sizes)
-                .map(|(o, s)| o + s)
+                .map(|(o, s)| o.saturating_add(*s))
                 .max()
                 .unwrap_or(0);
             let end = if self.tail_padding { pad(end, a) } else { end };

@@ -1,0 +1,300 @@
+//! The `/_mock` control API, the background runner and the `mock-hub` binary.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::*;
+use mock_server::{Fault, FaultRule, Stats};
+
+#[tokio::test]
+async fn control_api_manages_faults() {
+    let (hub, _d) = start().await;
+    let c = client();
+    let u = format!("{}/_mock/faults", hub.url());
+    let r = c
+        .post(&u)
+        .json(&json!({"kind": "status", "status": 503, "times": 1, "path": "config.json"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = c
+        .post(&u)
+        .body("cut-after=10,path=nested.txt,times=1")
+        .send()
+        .await
+        .unwrap();
+    let list: Vec<FaultRule> = r.json().await.unwrap();
+    assert_eq!(
+        list,
+        [
+            Fault::status(503).on_path("config.json").times(1),
+            Fault::CutAfter { bytes: 10 }.on_path("nested.txt").times(1),
+        ]
+    );
+    assert_eq!(hub.faults().list().len(), 2);
+    let cfg = format!("{}/org/model/resolve/main/config.json", hub.url());
+    assert_eq!(c.get(&cfg).send().await.unwrap().status(), 503);
+    let list: Vec<FaultRule> = c.get(&u).send().await.unwrap().json().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        c.delete(&u).send().await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    assert!(hub.faults().list().is_empty());
+    let r = c.post(&u).body("no-such-fault").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = c
+        .post(&u)
+        .json(&json!(["ignore-range,times=1", {"kind": "flip_bytes", "count": 1}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.json::<Vec<Value>>().await.unwrap().len(), 2);
+    let r = c
+        .post(format!("{}/_mock/seed", hub.url()))
+        .json(&json!({"seed": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn control_api_stats_and_reset() {
+    let (hub, _d) = start().await;
+    let c = client();
+    let url = format!("{}/org/model/resolve/main/config.json", hub.url());
+    c.head(&url).send().await.unwrap();
+    c.get(&url)
+        .header("range", "bytes=2-5")
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let s: Stats = c
+        .get(format!("{}/_mock/stats", hub.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s, hub.stats());
+    assert_eq!(s.total_requests, 2);
+    assert_eq!(s.by_method["HEAD"], 1);
+    assert_eq!(s.by_status[&206], 1);
+    let f = s.file("org/model", "config.json");
+    assert_eq!((f.requests, f.head_requests, f.get_requests), (2, 1, 1));
+    assert_eq!(f.bytes_sent, 4);
+    assert_eq!(f.ranges, [Some("bytes=2-5".to_string())]);
+    assert_eq!(s.requests[1].range.as_deref(), Some("bytes=2-5"));
+    assert_eq!(s.requests[0].listener, "hub");
+    let r = c
+        .post(format!("{}/_mock/stats/reset", hub.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hub.stats(), Stats::default());
+    c.get(&url).send().await.unwrap();
+    hub.reset_stats();
+    assert_eq!(hub.stats().total_requests, 0);
+    c.delete(format!("{}/_mock/stats", hub.url()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn control_api_mutates_renames_and_lists() {
+    let (hub, _d) = start().await;
+    let c = client();
+    let before = hub.commit("org/model");
+    let v: Value = c
+        .post(format!("{}/_mock/mutate", hub.url()))
+        .json(&json!({"repo": "org/model", "path": "config.json", "content": "{}"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let commit = v["commit"].as_str().unwrap().to_string();
+    assert_ne!(commit, before);
+    assert_eq!(hub.commit("org/model"), commit);
+    let body = reqwest::get(format!("{}/org/model/resolve/main/config.json", hub.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "{}");
+    // Without content: a byte of the file is changed.
+    let v: Value = c
+        .post(format!("{}/_mock/mutate", hub.url()))
+        .json(&json!({"repo": "org/model", "path": "model.bin"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_ne!(v["commit"].as_str().unwrap(), commit);
+    let r = c
+        .post(format!("{}/_mock/mutate", hub.url()))
+        .json(&json!({"repo": "no/repo", "path": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    c.post(format!("{}/_mock/rename", hub.url()))
+        .json(&json!({"from": "x/y", "to": "org/model"}))
+        .send()
+        .await
+        .unwrap();
+    let r = c
+        .head(format!("{}/x/y/resolve/main/config.json", hub.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT);
+    let repos: Vec<Value> = c
+        .get(format!("{}/_mock/repos", hub.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = repos.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["datasets/org/data", "org/gated", "org/model", "org/private"]
+    );
+    // The control API is not counted.
+    assert!(hub
+        .stats()
+        .requests
+        .iter()
+        .all(|r| !r.path.starts_with("/_mock")));
+}
+
+#[test]
+fn background_hub_serves_blocking_callers() {
+    let d = fixture_root();
+    let hub = builder(d.path()).start_in_background().unwrap();
+    let url = format!("{}/org/model/resolve/main/config.json", hub.url());
+    // A plain blocking HTTP/1.0 request, as a CLI under test would make from its own thread.
+    let addr = hub.addr();
+    let body = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /org/model/resolve/main/config.json HTTP/1.0\r\nHost: x\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .join()
+    .unwrap();
+    assert!(
+        body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
+        "{body}"
+    );
+    assert!(body.ends_with(r#"{"model_type": "llama"}"#));
+    assert_eq!(hub.stats().file("org/model", "config.json").get_requests, 1);
+    let _ = url;
+    hub.shutdown();
+}
+
+#[test]
+fn binary_builds_demo_data_and_serves_it() {
+    let bin = env!("CARGO_BIN_EXE_mock-hub");
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(bin)
+        .args(["demo-data", "--size-mb", "1", "--out"])
+        .arg(out.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let repo = out.path().join("demo/TinyLlama-GGUF");
+    for name in [
+        "tinyllama-q4_k_m.gguf",
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f16.gguf",
+        "tinyllama-f32-00001-of-00002.gguf",
+        "tinyllama-f32-00002-of-00002.gguf",
+    ] {
+        let data = std::fs::read(repo.join(name)).unwrap();
+        assert_eq!(&data[..4], b"GGUF", "{name}");
+        assert_eq!(u32::from_le_bytes(data[4..8].try_into().unwrap()), 3);
+        assert_eq!(data.len() % 32, 0, "{name}: tail padding");
+    }
+    assert!(repo.join("README.md").is_file() && repo.join("config.json").is_file());
+    assert!(!out.path().join("sentence-transformers").exists());
+
+    let mut child = Command::new(bin)
+        .args([
+            "--addr",
+            "127.0.0.1:0",
+            "--lfs-threshold",
+            "1000",
+            "--fault",
+            "status=503,path=README.md,times=1",
+            "--root",
+        ])
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line.trim().to_string();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = client();
+        let r = c
+            .get(format!("{base}/demo/TinyLlama-GGUF/resolve/main/README.md"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        let r = c
+            .head(format!(
+                "{base}/demo/TinyLlama-GGUF/resolve/main/tinyllama-q8_0.gguf"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 302);
+        let v: Value = c
+            .get(format!("{base}/api/datasets/demo/tiny-text"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["id"], "demo/tiny-text");
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -1,0 +1,8 @@
+//! Integration tests of mock-hub over HTTP (reqwest against an in-process server).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod control;
+mod faults;
+mod routes;

@@ -1,0 +1,306 @@
+//! `--local-dir` mode: files at `{dir}/{path}`, download metadata under
+//! `{dir}/.cache/huggingface/download/`, as huggingface_hub's `_local_folder.py` lays them out.
+//!
+//! ```text
+//! {dir}/{path}                                               the file
+//! {dir}/.cache/huggingface/.gitignore                        "*"
+//! {dir}/.cache/huggingface/download/{path}.metadata          commit \n etag \n unix-time \n
+//! {dir}/.cache/huggingface/download/{path}.lock              lock while it is written
+//! {dir}/.cache/huggingface/download/{path}.{etag}.incomplete partial download
+//! {dir}/.cache/huggingface/download/{path}.{etag}.incomplete.wi-state   our resume state
+//! ```
+//!
+//! A file counts as complete when its metadata names the same ETag, its size is right and it
+//! was not modified after the metadata was written (one second of slack, as huggingface_hub
+//! allows).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::fsutil::write_atomic;
+use super::{CachedFile, STATE_SUFFIX};
+use crate::hub::{check_repo_path, etag_kind, is_commit_hash};
+
+/// A local folder that receives files directly (no blobs, no symlinks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDir {
+    root: PathBuf,
+}
+
+/// The content of a `.metadata` file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalMetadata {
+    /// Commit the file was downloaded at.
+    pub commit: String,
+    /// ETag of the file.
+    pub etag: String,
+    /// Unix time (seconds) the metadata was written.
+    pub timestamp: f64,
+}
+
+impl LocalDir {
+    /// A local folder (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        LocalDir { root: root.into() }
+    }
+
+    /// The folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `{dir}/.cache/huggingface`.
+    pub fn huggingface_dir(&self) -> PathBuf {
+        self.root.join(".cache").join("huggingface")
+    }
+
+    /// `{dir}/.cache/huggingface/download`.
+    pub fn download_dir(&self) -> PathBuf {
+        self.huggingface_dir().join("download")
+    }
+
+    /// Where the file `path` goes: `{dir}/{path}`.
+    pub fn file_path(&self, path: &str) -> PathBuf {
+        join_repo_path(&self.root, path)
+    }
+
+    /// `{download}/{path}.metadata`.
+    pub fn metadata_path(&self, path: &str) -> PathBuf {
+        join_repo_path(&self.download_dir(), &format!("{path}.metadata"))
+    }
+
+    /// `{download}/{path}.lock`.
+    pub fn lock_path(&self, path: &str) -> PathBuf {
+        join_repo_path(&self.download_dir(), &format!("{path}.lock"))
+    }
+
+    /// `{download}/{path}.{etag}.incomplete`.
+    pub fn incomplete_path(&self, path: &str, etag: &str) -> PathBuf {
+        join_repo_path(&self.download_dir(), &format!("{path}.{etag}.incomplete"))
+    }
+
+    /// The resume state beside the partial file.
+    pub fn state_path(&self, path: &str, etag: &str) -> PathBuf {
+        let mut p = self.incomplete_path(path, etag).into_os_string();
+        p.push(STATE_SUFFIX);
+        PathBuf::from(p)
+    }
+
+    /// Creates `.cache/huggingface/download` and the `.gitignore` huggingface_hub puts there.
+    pub fn prepare(&self) -> io::Result<()> {
+        fs::create_dir_all(self.download_dir())?;
+        let gi = self.huggingface_dir().join(".gitignore");
+        if !gi.exists() {
+            write_atomic(&gi, b"*")?;
+        }
+        Ok(())
+    }
+
+    /// Reads the metadata of `path`, if present and well-formed.
+    pub fn read_metadata(&self, path: &str) -> Option<LocalMetadata> {
+        let p = self.metadata_path(path);
+        let meta = fs::metadata(&p).ok()?;
+        if meta.len() > 4096 {
+            return None;
+        }
+        parse_metadata(&fs::read_to_string(&p).ok()?)
+    }
+
+    /// Writes the metadata of `path`: commit, ETag, the current time.
+    pub fn write_metadata(&self, path: &str, commit: &str, etag: &str) -> io::Result<()> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        write_atomic(
+            &self.metadata_path(path),
+            format!("{commit}\n{etag}\n{now}\n").as_bytes(),
+        )
+    }
+
+    /// The file `path` if it is complete for `etag` (see the module docs).
+    pub fn find_complete(&self, path: &str, etag: &str, size: u64) -> Option<PathBuf> {
+        let md = self.read_metadata(path)?;
+        if md.etag != etag {
+            return None;
+        }
+        let file = self.file_path(path);
+        let st = fs::metadata(&file).ok()?;
+        if !st.is_file() || st.len() != size {
+            return None;
+        }
+        let mtime = st
+            .modified()
+            .ok()?
+            .duration_since(UNIX_EPOCH)
+            .ok()?
+            .as_secs_f64();
+        if mtime - 1.0 <= md.timestamp {
+            Some(file)
+        } else {
+            None
+        }
+    }
+
+    /// Moves a finished partial file into place and writes its metadata.
+    pub fn commit(
+        &self,
+        partial: &Path,
+        path: &str,
+        commit: &str,
+        etag: &str,
+    ) -> io::Result<PathBuf> {
+        let dst = self.file_path(path);
+        if let Some(parent) = dst.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::rename(partial, &dst)?;
+        if let Some(parent) = dst.parent() {
+            super::fsutil::sync_dir(parent);
+        }
+        let _ = fs::remove_file(self.state_path(path, etag));
+        self.write_metadata(path, commit, etag)?;
+        Ok(dst)
+    }
+
+    /// Every file with valid metadata whose content is still as downloaded, for offline use.
+    /// With `commit`, only files downloaded at that commit.
+    pub fn list_complete(&self, commit: Option<&str>) -> io::Result<Vec<CachedFile>> {
+        let dl = self.download_dir();
+        let mut out = Vec::new();
+        if !dl.is_dir() {
+            return Ok(out);
+        }
+        let mut stack = vec![(dl.clone(), String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for ent in fs::read_dir(&dir)? {
+                let ent = ent?;
+                let name = ent.file_name().to_string_lossy().into_owned();
+                let rel = if prefix.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}/{name}")
+                };
+                let ft = ent.file_type()?;
+                if ft.is_dir() {
+                    stack.push((ent.path(), rel));
+                    continue;
+                }
+                let Some(path) = rel.strip_suffix(".metadata") else {
+                    continue;
+                };
+                if check_repo_path(path).is_err() {
+                    continue;
+                }
+                let Some(md) = self.read_metadata(path) else {
+                    continue;
+                };
+                if commit.is_some_and(|c| c != md.commit) || etag_kind(&md.etag).is_none() {
+                    continue;
+                }
+                let file = self.file_path(path);
+                let Ok(st) = fs::metadata(&file) else {
+                    continue;
+                };
+                if self.find_complete(path, &md.etag, st.len()).is_none() {
+                    continue;
+                }
+                out.push(CachedFile {
+                    path: path.to_string(),
+                    etag: md.etag,
+                    size: st.len(),
+                    local_path: file,
+                    commit: md.commit,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+}
+
+fn parse_metadata(text: &str) -> Option<LocalMetadata> {
+    let mut lines = text.lines();
+    let commit = lines.next()?.trim().to_string();
+    let etag = lines.next()?.trim().to_string();
+    let timestamp = lines.next()?.trim().parse::<f64>().ok()?;
+    if !is_commit_hash(&commit) || etag.is_empty() || !timestamp.is_finite() {
+        return None;
+    }
+    Some(LocalMetadata {
+        commit,
+        etag,
+        timestamp,
+    })
+}
+
+/// Joins a checked `/`-separated repository path onto `base`, segment by segment.
+pub(crate) fn join_repo_path(base: &Path, path: &str) -> PathBuf {
+    let mut p = base.to_path_buf();
+    for seg in path.split('/') {
+        p.push(seg);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_match_huggingface_hub() {
+        let d = LocalDir::new("/x");
+        assert_eq!(d.file_path("a/b.gguf"), PathBuf::from("/x/a/b.gguf"));
+        assert_eq!(
+            d.metadata_path("a/b.gguf"),
+            PathBuf::from("/x/.cache/huggingface/download/a/b.gguf.metadata")
+        );
+        assert_eq!(
+            d.lock_path("b.gguf"),
+            PathBuf::from("/x/.cache/huggingface/download/b.gguf.lock")
+        );
+        assert_eq!(
+            d.incomplete_path("b.gguf", "abc"),
+            PathBuf::from("/x/.cache/huggingface/download/b.gguf.abc.incomplete")
+        );
+        assert_eq!(
+            d.state_path("b.gguf", "abc"),
+            PathBuf::from("/x/.cache/huggingface/download/b.gguf.abc.incomplete.wi-state")
+        );
+    }
+
+    #[test]
+    fn metadata_round_trip_and_completeness() {
+        let t = tempfile::tempdir().unwrap();
+        let d = LocalDir::new(t.path());
+        d.prepare().unwrap();
+        assert_eq!(
+            fs::read_to_string(d.huggingface_dir().join(".gitignore")).unwrap(),
+            "*"
+        );
+        let commit = "c".repeat(40);
+        let etag = "e".repeat(64);
+        let partial = d.incomplete_path("sub/m.gguf", &etag);
+        fs::create_dir_all(partial.parent().unwrap()).unwrap();
+        fs::write(&partial, b"hello").unwrap();
+        let dst = d.commit(&partial, "sub/m.gguf", &commit, &etag).unwrap();
+        assert_eq!(fs::read(&dst).unwrap(), b"hello");
+        let md = d.read_metadata("sub/m.gguf").unwrap();
+        assert_eq!(md.commit, commit);
+        assert_eq!(md.etag, etag);
+        let text = fs::read_to_string(d.metadata_path("sub/m.gguf")).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert!(d.find_complete("sub/m.gguf", &etag, 5).is_some());
+        assert!(d.find_complete("sub/m.gguf", &etag, 6).is_none());
+        assert!(d.find_complete("sub/m.gguf", &"f".repeat(64), 5).is_none());
+        let all = d.list_complete(None).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].path, "sub/m.gguf");
+        assert!(d.list_complete(Some(&"d".repeat(40))).unwrap().is_empty());
+        // Python writes e.g. "1712656091.123"; an integer timestamp is accepted too.
+        assert!(parse_metadata(&format!("{commit}\n{etag}\n1712656091\n")).is_some());
+        assert!(parse_metadata("garbage").is_none());
+    }
+}

@@ -1,0 +1,510 @@
+//! Which files of a repository to fetch.
+//!
+//! - Explicit files: exactly those paths.
+//! - `--include` / `--exclude` globs (globset, `*` crosses `/` as in huggingface_hub's
+//!   `fnmatch`; a pattern ending in `/` means everything below that folder).
+//! - A quantization tag (`REPO:Q4_K_M`), as llama.cpp's `-hf` reads it: the first GGUF whose
+//!   path contains the tag followed by `.` or `-` (any case), leaving out `mmproj` and
+//!   `imatrix` files and split parts other than the first; every part of a split GGUF
+//!   (`NAME-00001-of-0000N.gguf`) is then fetched.
+//! - Nothing at all: a repository holding GGUF models gets one model — `Q4_K_M` first, then
+//!   `Q8_0`, then the first GGUF — and a note says which and how to get the others; any other
+//!   repository is fetched whole, as `hf download` does.
+//!
+//! Explicit files, the quantization's files and the files matching `--include` add up;
+//! `--exclude` removes files matched by the globs or the quantization (never explicit files).
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+/// The default quantizations tried, in order, for a bare GGUF repository.
+pub const DEFAULT_QUANTS: [&str; 2] = ["Q4_K_M", "Q8_0"];
+
+/// What to fetch from a repository. The default (nothing set) is the bare selection described
+/// in the module docs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Explicit repository paths.
+    pub files: Vec<String>,
+    /// Glob patterns a file must match (any of them).
+    pub include: Vec<String>,
+    /// Glob patterns that remove files.
+    pub exclude: Vec<String>,
+    /// A quantization tag such as `Q4_K_M`.
+    pub quant: Option<String>,
+}
+
+impl Selection {
+    /// Everything (or one model of a GGUF repository): the bare selection.
+    pub fn all() -> Self {
+        Selection::default()
+    }
+
+    /// Exactly these files.
+    pub fn files<I, S>(files: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Selection {
+            files: files.into_iter().map(Into::into).collect(),
+            ..Selection::default()
+        }
+    }
+
+    /// The GGUF file(s) carrying this quantization tag.
+    pub fn quant(tag: impl Into<String>) -> Self {
+        Selection {
+            quant: Some(tag.into()),
+            ..Selection::default()
+        }
+    }
+
+    /// Adds an explicit file.
+    #[must_use]
+    pub fn with_file(mut self, path: impl Into<String>) -> Self {
+        self.files.push(path.into());
+        self
+    }
+
+    /// Adds an include pattern.
+    #[must_use]
+    pub fn with_include(mut self, glob: impl Into<String>) -> Self {
+        self.include.push(glob.into());
+        self
+    }
+
+    /// Adds an exclude pattern.
+    #[must_use]
+    pub fn with_exclude(mut self, glob: impl Into<String>) -> Self {
+        self.exclude.push(glob.into());
+        self
+    }
+
+    /// Sets the quantization tag.
+    #[must_use]
+    pub fn with_quant(mut self, tag: impl Into<String>) -> Self {
+        self.quant = Some(tag.into());
+        self
+    }
+
+    /// True when only explicit files are asked for (they can be resolved one by one, without
+    /// listing the repository).
+    pub fn is_explicit_only(&self) -> bool {
+        !self.files.is_empty() && self.include.is_empty() && self.quant.is_none()
+    }
+
+    /// True when no file, tag or include pattern is given.
+    pub fn is_bare(&self) -> bool {
+        self.files.is_empty() && self.include.is_empty() && self.quant.is_none()
+    }
+}
+
+/// Splits `REPO[:QUANT]`. An empty tag is an error.
+pub fn parse_repo_spec(spec: &str) -> Result<(String, Option<String>), String> {
+    match spec.split_once(':') {
+        None => Ok((spec.to_string(), None)),
+        Some((repo, tag)) => {
+            if tag.is_empty() || tag.contains(':') || tag.contains('/') {
+                Err(format!(
+                    "invalid '{spec}': expected REPO or REPO:QUANT (e.g. org/name:Q4_K_M)"
+                ))
+            } else {
+                Ok((repo.to_string(), Some(tag.to_string())))
+            }
+        }
+    }
+}
+
+/// A split GGUF file name: `{prefix}-{index:05}-of-{count:05}.gguf`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitInfo {
+    /// The path without the split suffix and `.gguf`.
+    pub prefix: String,
+    /// 1-based part number.
+    pub index: u32,
+    /// Number of parts.
+    pub count: u32,
+}
+
+/// Reads the split suffix of a `.gguf` path, if any.
+pub fn split_info(path: &str) -> Option<SplitInfo> {
+    let stem = strip_suffix_ci(path, ".gguf")?;
+    // "-00001-of-00003" is 15 bytes.
+    if stem.len() < 16 || !stem.is_char_boundary(stem.len() - 15) {
+        return None;
+    }
+    let (prefix, tail) = stem.split_at(stem.len() - 15);
+    let b = tail.as_bytes();
+    let digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
+    if b[0] != b'-'
+        || !digits(&b[1..6])
+        || !tail[6..10].eq_ignore_ascii_case("-of-")
+        || !digits(&b[10..15])
+    {
+        return None;
+    }
+    let index = tail[1..6].parse().ok()?;
+    let count = tail[10..15].parse().ok()?;
+    if index == 0 || count == 0 || index > count {
+        return None;
+    }
+    Some(SplitInfo {
+        prefix: prefix.to_string(),
+        index,
+        count,
+    })
+}
+
+fn strip_suffix_ci<'a>(s: &'a str, suffix: &str) -> Option<&'a str> {
+    let n = s.len().checked_sub(suffix.len())?;
+    if s.is_char_boundary(n) && s[n..].eq_ignore_ascii_case(suffix) {
+        Some(&s[..n])
+    } else {
+        None
+    }
+}
+
+/// True for a `.gguf` path.
+pub fn is_gguf(path: &str) -> bool {
+    strip_suffix_ci(path, ".gguf").is_some()
+}
+
+/// True for a GGUF that holds a model, not a projector or an importance matrix (its file name
+/// contains neither `mmproj` nor `imatrix`).
+pub fn is_gguf_model(path: &str) -> bool {
+    if !is_gguf(path) {
+        return false;
+    }
+    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    !name.contains("mmproj") && !name.contains("imatrix")
+}
+
+/// True when `path` carries `tag` followed by `.` or `-`, ignoring case.
+pub fn has_quant_tag(path: &str, tag: &str) -> bool {
+    if tag.is_empty() {
+        return false;
+    }
+    let p = path.to_ascii_lowercase();
+    let t = tag.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(i) = p[from..].find(&t) {
+        let end = from + i + t.len();
+        if matches!(p.as_bytes().get(end), Some(b'.') | Some(b'-')) {
+            return true;
+        }
+        from += i + 1;
+        while !p.is_char_boundary(from) {
+            from += 1;
+        }
+    }
+    false
+}
+
+/// The first model GGUF (first part of a split) carrying `tag`, in `paths` order.
+pub fn find_quant<'a>(paths: &[&'a str], tag: &str) -> Option<&'a str> {
+    paths.iter().copied().find(|p| {
+        is_gguf_model(p)
+            && has_quant_tag(p, tag)
+            && split_info(p).is_none_or(|s| s.count <= 1 || s.index == 1)
+    })
+}
+
+/// Every part of the split GGUF `path` belongs to (just `path` when it is not split), in
+/// `paths` order.
+pub fn split_parts<'a>(paths: &[&'a str], path: &'a str) -> Vec<&'a str> {
+    match split_info(path) {
+        Some(s) if s.count > 1 => paths
+            .iter()
+            .copied()
+            .filter(|p| split_info(p).is_some_and(|o| o.prefix == s.prefix && o.count == s.count))
+            .collect(),
+        _ => vec![path],
+    }
+}
+
+/// The model a bare GGUF repository gets: Q4_K_M, else Q8_0, else the first model GGUF.
+/// Returns the chosen first part and the tag that chose it (`None` for "the first").
+pub fn default_gguf<'a>(paths: &[&'a str]) -> Option<(&'a str, Option<&'static str>)> {
+    for tag in DEFAULT_QUANTS {
+        if let Some(p) = find_quant(paths, tag) {
+            return Some((p, Some(tag)));
+        }
+    }
+    paths
+        .iter()
+        .copied()
+        .find(|p| is_gguf_model(p) && split_info(p).is_none_or(|s| s.count <= 1 || s.index == 1))
+        .map(|p| (p, None))
+}
+
+/// Builds a glob set; `*` crosses `/`, a trailing `/` means "everything below".
+pub fn build_globs(patterns: &[String]) -> Result<GlobSet, String> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        let pat = if p.ends_with('/') {
+            format!("{p}*")
+        } else {
+            p.clone()
+        };
+        let g = GlobBuilder::new(&pat)
+            .literal_separator(false)
+            .build()
+            .map_err(|e| format!("invalid pattern '{p}': {e}"))?;
+        b.add(g);
+    }
+    b.build().map_err(|e| format!("invalid patterns: {e}"))
+}
+
+/// The outcome of applying a selection to a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    /// Chosen paths, in listing order.
+    pub paths: Vec<String>,
+    /// A note for the user (which model a bare GGUF repository got, and how to get others).
+    pub notice: Option<String>,
+}
+
+/// Why a selection chose nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelectError {
+    /// A pattern does not parse.
+    BadPattern(String),
+    /// An explicit file is not in the listing.
+    MissingFile(String),
+    /// No GGUF carries the tag.
+    NoQuant {
+        /// The tag.
+        tag: String,
+        /// The GGUF files there are.
+        available: Vec<String>,
+    },
+    /// Nothing matched.
+    Empty,
+}
+
+/// Applies `sel` to the paths of a listing (in listing order).
+pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, SelectError> {
+    let include = build_globs(&sel.include).map_err(SelectError::BadPattern)?;
+    let exclude = build_globs(&sel.exclude).map_err(SelectError::BadPattern)?;
+    let mut picked = vec![false; paths.len()];
+    let mut notice = None;
+    let index_of = |p: &str| paths.iter().position(|q| *q == p);
+
+    for f in &sel.files {
+        match index_of(f) {
+            Some(i) => picked[i] = true,
+            None => return Err(SelectError::MissingFile(f.clone())),
+        }
+    }
+    let mut globbed = vec![false; paths.len()];
+    if let Some(tag) = &sel.quant {
+        let first = find_quant(paths, tag).ok_or_else(|| SelectError::NoQuant {
+            tag: tag.clone(),
+            available: paths
+                .iter()
+                .filter(|p| is_gguf(p))
+                .map(|p| p.to_string())
+                .collect(),
+        })?;
+        for part in split_parts(paths, first) {
+            if let Some(i) = index_of(part) {
+                globbed[i] = true;
+            }
+        }
+    }
+    if !sel.include.is_empty() {
+        for (i, p) in paths.iter().enumerate() {
+            if include.is_match(p) {
+                globbed[i] = true;
+            }
+        }
+    }
+    if sel.is_bare() {
+        match default_gguf(paths) {
+            Some((first, tag)) => {
+                let parts = split_parts(paths, first);
+                for part in &parts {
+                    if let Some(i) = index_of(part) {
+                        globbed[i] = true;
+                    }
+                }
+                let models: Vec<&str> = paths
+                    .iter()
+                    .copied()
+                    .filter(|p| {
+                        is_gguf_model(p)
+                            && split_info(p).is_none_or(|s| s.count <= 1 || s.index == 1)
+                    })
+                    .collect();
+                let why = match tag {
+                    Some(t) => format!("the {t} quantization"),
+                    None => "the first GGUF model".to_string(),
+                };
+                let what = if parts.len() > 1 {
+                    format!("{first} ({} parts)", parts.len())
+                } else {
+                    first.to_string()
+                };
+                notice = Some(if models.len() > 1 {
+                    format!(
+                        "{repo} holds {} GGUF models; fetching {why}: {what}. \
+                         Choose another with {repo}:QUANT, or fetch them all with --include '*.gguf'",
+                        models.len()
+                    )
+                } else {
+                    format!("{repo} is a GGUF repository; fetching {why}: {what}. Fetch everything with --include '*'")
+                });
+            }
+            None => globbed.iter_mut().for_each(|g| *g = true),
+        }
+    }
+    for (i, p) in paths.iter().enumerate() {
+        if globbed[i] && !exclude.is_match(p) {
+            picked[i] = true;
+        }
+    }
+    let out: Vec<String> = paths
+        .iter()
+        .zip(&picked)
+        .filter(|(_, k)| **k)
+        .map(|(p, _)| p.to_string())
+        .collect();
+    if out.is_empty() {
+        return Err(SelectError::Empty);
+    }
+    Ok(Chosen { paths: out, notice })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPO: &[&str] = &[
+        ".gitattributes",
+        "README.md",
+        "model-F16.gguf",
+        "model-Q4_K_M.gguf",
+        "model-Q8_0.gguf",
+        "mmproj-model-Q8_0.gguf",
+        "big/model-Q5_K_M-00001-of-00002.gguf",
+        "big/model-Q5_K_M-00002-of-00002.gguf",
+    ];
+
+    fn pick(paths: &[&str], sel: &Selection) -> Vec<String> {
+        choose(paths, sel, "org/name").unwrap().paths
+    }
+
+    #[test]
+    fn repo_spec() {
+        assert_eq!(parse_repo_spec("a/b").unwrap(), ("a/b".into(), None));
+        assert_eq!(
+            parse_repo_spec("a/b:Q4_K_M").unwrap(),
+            ("a/b".into(), Some("Q4_K_M".into()))
+        );
+        assert!(parse_repo_spec("a/b:").is_err());
+        assert!(parse_repo_spec("a/b:x:y").is_err());
+    }
+
+    #[test]
+    fn quant_tags() {
+        assert!(has_quant_tag("model-Q4_K_M.gguf", "q4_k_m"));
+        assert!(has_quant_tag("model.Q8_0-00001-of-00002.gguf", "Q8_0"));
+        assert!(!has_quant_tag("model-Q4_K_M.gguf", "Q4_K"));
+        assert!(!has_quant_tag("model-Q4_K_Mx.gguf", "Q4_K_M"));
+        assert_eq!(
+            pick(REPO, &Selection::quant("Q8_0")),
+            vec!["model-Q8_0.gguf"]
+        );
+        assert_eq!(
+            pick(REPO, &Selection::quant("q8_0")),
+            vec!["model-Q8_0.gguf"]
+        );
+        assert_eq!(
+            pick(REPO, &Selection::quant("Q5_K_M")),
+            vec![
+                "big/model-Q5_K_M-00001-of-00002.gguf",
+                "big/model-Q5_K_M-00002-of-00002.gguf"
+            ]
+        );
+        match choose(REPO, &Selection::quant("Q2_K"), "r") {
+            Err(SelectError::NoQuant { tag, available }) => {
+                assert_eq!(tag, "Q2_K");
+                assert_eq!(available.len(), 6);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn mmproj_is_skipped() {
+        let paths = ["mmproj-Q8_0.gguf", "llava-Q8_0.gguf"];
+        assert_eq!(
+            pick(&paths, &Selection::quant("Q8_0")),
+            vec!["llava-Q8_0.gguf"]
+        );
+        let paths = ["mmproj-Q8_0.gguf"];
+        assert!(choose(&paths, &Selection::quant("Q8_0"), "r").is_err());
+    }
+
+    #[test]
+    fn splits() {
+        let s = split_info("a/x-Q4-00002-of-00003.gguf").unwrap();
+        assert_eq!((s.prefix.as_str(), s.index, s.count), ("a/x-Q4", 2, 3));
+        assert!(split_info("x-Q4.gguf").is_none());
+        assert!(split_info("x-00004-of-00003.gguf").is_none());
+        // A second part alone never starts a selection.
+        let paths = ["m-Q8_0-00002-of-00002.gguf", "m-Q8_0-00001-of-00002.gguf"];
+        assert_eq!(
+            pick(&paths, &Selection::quant("Q8_0")),
+            vec!["m-Q8_0-00002-of-00002.gguf", "m-Q8_0-00001-of-00002.gguf"]
+        );
+    }
+
+    #[test]
+    fn bare_gguf_repo_prefers_q4_k_m_then_q8_0_then_first() {
+        let c = choose(REPO, &Selection::all(), "org/name").unwrap();
+        assert_eq!(c.paths, vec!["model-Q4_K_M.gguf"]);
+        let n = c.notice.unwrap();
+        assert!(n.contains("Q4_K_M") && n.contains("org/name:QUANT"), "{n}");
+        let no_q4: Vec<&str> = REPO.iter().copied().filter(|p| !p.contains("Q4")).collect();
+        assert_eq!(pick(&no_q4, &Selection::all()), vec!["model-Q8_0.gguf"]);
+        let only = ["README.md", "mmproj-f16.gguf", "m-f16.gguf", "m-bf16.gguf"];
+        let c = choose(&only, &Selection::all(), "r").unwrap();
+        assert_eq!(c.paths, vec!["m-f16.gguf"]);
+        assert!(c.notice.unwrap().contains("first GGUF"));
+    }
+
+    #[test]
+    fn bare_other_repo_is_fetched_whole() {
+        let paths = ["config.json", "model.safetensors", "sub/tok.json"];
+        let c = choose(&paths, &Selection::all(), "r").unwrap();
+        assert_eq!(c.paths.len(), 3);
+        assert!(c.notice.is_none());
+        let c = choose(&paths, &Selection::all().with_exclude("*.json"), "r").unwrap();
+        assert_eq!(c.paths, vec!["model.safetensors"]);
+    }
+
+    #[test]
+    fn globs_and_files() {
+        let sel = Selection::all()
+            .with_include("*.gguf")
+            .with_exclude("*mmproj*");
+        assert_eq!(pick(REPO, &sel).len(), 5);
+        let sel = Selection::all().with_include("big/");
+        assert_eq!(pick(REPO, &sel).len(), 2);
+        let sel = Selection::files(["README.md"]).with_quant("Q8_0");
+        assert_eq!(pick(REPO, &sel), vec!["README.md", "model-Q8_0.gguf"]);
+        assert_eq!(
+            choose(REPO, &Selection::files(["nope"]), "r"),
+            Err(SelectError::MissingFile("nope".into()))
+        );
+        assert_eq!(
+            choose(REPO, &Selection::all().with_include("*.bin"), "r"),
+            Err(SelectError::Empty)
+        );
+        assert!(matches!(
+            choose(REPO, &Selection::all().with_include("["), "r"),
+            Err(SelectError::BadPattern(_))
+        ));
+    }
+}

@@ -1,0 +1,478 @@
+//! `weight-inspect` end to end: exit codes, JSON fields, folders, multi-file models,
+//! per-tensor hashes, typed views, and gguf-py as an independent reference.
+
+use crate::support::gguf_writer::{Fill, GgufWriter, Val};
+use crate::support::st_writer::{self, StWriter};
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use weight_inspect::format::model::ViewError;
+use weight_inspect::format::{Format, Model, ModelFile};
+use weight_inspect::verify::{self, Options};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weight-inspect"))
+}
+
+fn run(args: &[&str], paths: &[&Path]) -> Output {
+    bin().args(args).args(paths).output().expect("run weight-inspect")
+}
+
+fn json_lines(out: &Output) -> Vec<Json> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each stdout line is JSON"))
+        .collect()
+}
+
+fn small_model() -> GgufWriter {
+    GgufWriter::new()
+        .arch("llama")
+        .kv("general.file_type", Val::U32(7))
+        .kv("general.quantization_version", Val::U32(2))
+        .kv("llama.block_count", Val::U32(1))
+        .tensor("token_embd.weight", 8, &[64, 4])
+        .tensor("blk.0.attn_q.weight", 0, &[16, 16])
+        .tensor("output_norm.weight", 1, &[64])
+        .fill(Fill::Pattern)
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn json_report_has_the_documented_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "m.gguf", &small_model().build());
+    let out = run(&["--json"], &[&p]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = &json_lines(&out)[0];
+    for field in [
+        "path", "format", "version", "endianness", "alignment", "file_size", "data_offset",
+        "tensor_count", "metadata_count", "total_params", "dtypes", "tensors", "metadata",
+        "valid", "errors", "warnings", "llama_cpp_loadable",
+    ] {
+        assert!(r.get(field).is_some(), "missing field {field}");
+    }
+    assert_eq!(r["format"], "gguf");
+    assert_eq!(r["version"], 3);
+    assert_eq!(r["endianness"], "little");
+    assert_eq!(r["tensor_count"], 3);
+    assert_eq!(r["metadata_count"], 4);
+    assert_eq!(r["total_params"], 64 * 4 + 256 + 64);
+    assert_eq!(r["dtypes"]["Q8_0"], 1);
+    assert_eq!(r["dtypes"]["F32"], 1);
+    assert_eq!(r["dtypes"]["F16"], 1);
+    assert_eq!(r["architecture"], "llama");
+    assert_eq!(r["file_type"], "MOSTLY_Q8_0");
+    assert_eq!(r["valid"], true);
+    assert_eq!(r["llama_cpp_loadable"], true);
+    let t0 = &r["tensors"][0];
+    assert_eq!(t0["name"], "token_embd.weight");
+    assert_eq!(t0["dtype"], "Q8_0");
+    assert_eq!(t0["shape"], serde_json::json!([64, 4]));
+    assert_eq!(t0["n_bytes"], 2 * 34 * 4);
+    assert_eq!(t0["offset"], r["data_offset"], "first tensor starts the data section");
+    assert!(t0.get("sha256").is_none(), "no hashes without --verify");
+}
+
+#[test]
+fn verify_hashes_exactly_each_tensors_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "m.gguf", &small_model().build());
+    let bytes = std::fs::read(&p).unwrap();
+    let out = run(&["--json", "--verify"], &[&p]);
+    assert_eq!(out.status.code(), Some(0));
+    let r = &json_lines(&out)[0];
+    let tensors = r["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 3);
+    for t in tensors {
+        let off = t["offset"].as_u64().unwrap() as usize;
+        let n = t["n_bytes"].as_u64().unwrap() as usize;
+        let want = hex::encode(Sha256::digest(&bytes[off..off + n]));
+        assert_eq!(t["sha256"], want.as_str(), "tensor {}", t["name"]);
+    }
+    // The table shows a checksum sample.
+    let out = run(&["--verify"], &[&p]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("3 tensors hashed"), "{text}");
+}
+
+#[test]
+fn exit_codes_distinguish_valid_invalid_and_io_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.gguf", &small_model().build());
+    let bad = write(dir.path(), "bad.gguf", &small_model().truncate(40).build());
+    let missing = dir.path().join("missing.gguf");
+
+    assert_eq!(run(&[], &[&good]).status.code(), Some(0));
+    let out = run(&[], &[&good, &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("INVALID"), "{text}");
+    assert!(text.contains("truncated"), "the error is named: {text}");
+
+    let out = run(&[], &[&missing]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing.gguf"), "names the file: {err}");
+    assert_eq!(err.lines().count(), 1, "one-line message: {err}");
+
+    // Usage errors are 1, not clap's default 2 (2 means "invalid model").
+    assert_eq!(bin().output().unwrap().status.code(), Some(1));
+    assert_eq!(bin().arg("--bogus").arg(&good).output().unwrap().status.code(), Some(1));
+
+    // Not a model at all.
+    let junk = write(dir.path(), "junk.bin", b"hello, this is not a model file at all");
+    let out = run(&["--json"], &[&junk]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_lines(&out)[0]["valid"], false);
+}
+
+#[test]
+fn strict_turns_warnings_into_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    // A quantized tensor without general.quantization_version is a warning only.
+    let w = GgufWriter::new()
+        .arch("llama")
+        .tensor("blk.0.w", 8, &[32])
+        .fill(Fill::Zeros);
+    let p = write(dir.path(), "warn.gguf", &w.build());
+    let out = run(&["--json"], &[&p]);
+    assert_eq!(out.status.code(), Some(0));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["valid"], true);
+    assert!(!r["warnings"].as_array().unwrap().is_empty());
+    assert_eq!(run(&["--strict"], &[&p]).status.code(), Some(2));
+}
+
+#[test]
+fn garbage_never_panics_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = small_model().build();
+    let mut cases = vec![Vec::new(), b"GGUF".to_vec(), vec![0xff; 64]];
+    for cut in [5, 9, 24, 40, valid.len() / 2, valid.len() - 1] {
+        cases.push(valid[..cut].to_vec());
+    }
+    let mut huge = valid.clone();
+    huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes()); // tensor count
+    cases.push(huge);
+    for (i, bytes) in cases.iter().enumerate() {
+        let p = write(dir.path(), &format!("case{i}.gguf"), bytes);
+        let out = run(&["--json", "--verify"], &[&p]);
+        let code = out.status.code();
+        assert!(matches!(code, Some(0) | Some(2)), "case {i}: exit {code:?}");
+    }
+}
+
+#[test]
+fn folders_list_every_model_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.gguf", &small_model().build());
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    write(&sub, "b.safetensors", &StWriter::new().zeros("w", "F32", &[4]).build());
+    write(dir.path(), "notes.txt", b"not a model");
+    // A split pair counts once.
+    let (s1, s2) = split_pair();
+    write(dir.path(), "x-00001-of-00002.gguf", &s1);
+    write(dir.path(), "x-00002-of-00002.gguf", &s2);
+    let hidden = dir.path().join(".cache");
+    std::fs::create_dir(&hidden).unwrap();
+    write(&hidden, "skip.gguf", b"junk");
+
+    let out = run(&["--json"], &[dir.path()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports = json_lines(&out);
+    let names: Vec<String> = reports
+        .iter()
+        .map(|r| {
+            Path::new(r["path"].as_str().unwrap())
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(names, ["a.gguf", "b.safetensors", "x-00001-of-00002.gguf"]);
+    assert_eq!(reports[2]["format"], "gguf-split");
+
+    let empty = tempfile::tempdir().unwrap();
+    let out = run(&[], &[empty.path()]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+fn split_shard(no: u16, tensors: &[&str]) -> Vec<u8> {
+    let mut w = GgufWriter::new()
+        .kv("split.no", Val::U16(no))
+        .kv("split.count", Val::U16(2))
+        .kv("split.tensors.count", Val::I32(3))
+        .fill(Fill::Pattern);
+    if no == 0 {
+        w = w.arch("llama").kv("general.file_type", Val::U32(0));
+    }
+    for t in tensors {
+        w = w.tensor(t, 0, &[8, 2]);
+    }
+    w.build()
+}
+
+fn split_pair() -> (Vec<u8>, Vec<u8>) {
+    (
+        split_shard(0, &["a.weight", "b.weight"]),
+        split_shard(1, &["c.weight"]),
+    )
+}
+
+#[test]
+fn split_gguf_opens_as_one_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s1, s2) = split_pair();
+    let first = write(dir.path(), "m-00001-of-00002.gguf", &s1);
+    write(dir.path(), "m-00002-of-00002.gguf", &s2);
+    let model = Model::open(&first).unwrap();
+    assert_eq!(model.format(), Format::GgufSplit);
+    assert_eq!(model.files().len(), 2);
+    assert_eq!(model.tensors().count(), 3);
+    let c = model.tensor("c.weight").expect("tensor from the second shard");
+    assert_eq!(c.as_slice::<f32>().unwrap().len(), 16);
+
+    let r = verify::verify_model(&model, &Options { hash_tensors: true, strict: false });
+    assert!(r.valid, "{:?}", r.errors);
+    assert_eq!(r.files.len(), 2);
+    assert_eq!(r.tensors[2].file.as_deref(), Some("m-00002-of-00002.gguf"));
+    assert!(r.tensors.iter().all(|t| t.sha256.is_some()));
+
+    // A missing shard makes the model invalid, with the shard named.
+    std::fs::remove_file(dir.path().join("m-00002-of-00002.gguf")).unwrap();
+    let r = verify::verify_path(&first, &Options::default()).unwrap();
+    assert!(!r.valid);
+    assert!(
+        r.diagnostics.iter().any(|d| d.code == "gguf.split.missing-shard"),
+        "{:?}",
+        r.diagnostics
+    );
+
+    // The same tensor in both shards.
+    write(dir.path(), "m-00002-of-00002.gguf", &split_shard(1, &["a.weight"]));
+    let r = verify::verify_path(&first, &Options::default()).unwrap();
+    assert!(r.diagnostics.iter().any(|d| d.code == "gguf.split.duplicate-tensor"));
+}
+
+#[test]
+fn sharded_safetensors_open_through_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let s1 = st_writer::shard_name("model", 1, 2);
+    let s2 = st_writer::shard_name("model", 2, 2);
+    StWriter::new()
+        .zeros("a", "F32", &[2, 3])
+        .write(&dir.path().join(&s1))
+        .unwrap();
+    StWriter::new()
+        .zeros("b", "BF16", &[5])
+        .write(&dir.path().join(&s2))
+        .unwrap();
+    let index = dir.path().join("model.safetensors.index.json");
+    std::fs::write(
+        &index,
+        st_writer::index_json(Some(24 + 10), &[("a", &s1), ("b", &s2)]),
+    )
+    .unwrap();
+    let out = run(&["--json", "--verify"], &[&index]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["format"], "safetensors-sharded");
+    assert_eq!(r["tensor_count"], 2);
+    assert_eq!(r["version"], Json::Null);
+    assert_eq!(r["llama_cpp_loadable"], Json::Null);
+    assert_eq!(r["dtypes"]["BF16"], 1);
+
+    // The folder lists the index once, not its shards.
+    let out = run(&["--json"], &[dir.path()]);
+    assert_eq!(json_lines(&out).len(), 1);
+
+    // A tensor the map sends to the wrong shard.
+    std::fs::write(
+        &index,
+        st_writer::index_json(None, &[("a", &s2), ("b", &s2)]),
+    )
+    .unwrap();
+    let out = run(&["--json"], &[&index]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn typed_views_check_dtype_alignment_and_byte_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "m.gguf", &small_model().build());
+    let file = ModelFile::open(&p).unwrap();
+    let q = file.tensor("blk.0.attn_q.weight").unwrap();
+    let floats = q.as_slice::<f32>().unwrap();
+    assert_eq!(floats.len(), 256);
+    assert_eq!(
+        floats.as_ptr() as usize,
+        q.bytes().as_ptr() as usize,
+        "the typed view is the same memory, not a copy"
+    );
+    assert!(matches!(
+        q.as_slice::<half::f16>(),
+        Err(ViewError::WrongDtype { .. })
+    ));
+    let norm = file.tensor("output_norm.weight").unwrap();
+    assert_eq!(norm.as_slice::<half::f16>().unwrap().len(), 64);
+
+    // safetensors guarantees no alignment: pad the header so that F32 data is misaligned.
+    let base = StWriter::new().zeros("w", "F32", &[4]);
+    let json_len = base.header_json().len();
+    let spaces = (0..4).find(|s| (8 + json_len + s) % 4 != 0).unwrap();
+    let p = dir.path().join("odd.safetensors");
+    base.padding(st_writer::Padding::Spaces(spaces))
+        .write(&p)
+        .unwrap();
+    let file = ModelFile::open(&p).unwrap();
+    let view = file.tensor("w").unwrap();
+    assert_ne!(view.info().offset % 4, 0);
+    assert!(matches!(
+        view.as_slice::<f32>(),
+        Err(ViewError::Misaligned { .. })
+    ));
+    assert_eq!(view.bytes().len(), 16, "raw bytes are always available");
+
+    // Big-endian GGUF: values read right, typed views refused.
+    let be = GgufWriter::new()
+        .big_endian()
+        .arch("llama")
+        .tensor("t", 0, &[4])
+        .fill(Fill::Pattern)
+        .build();
+    let p = write(dir.path(), "be.gguf", &be);
+    let file = ModelFile::open(&p).unwrap();
+    assert_eq!(
+        file.header().endianness(),
+        weight_inspect::format::Endianness::Big
+    );
+    assert!(matches!(
+        file.tensor("t").unwrap().as_slice::<f32>(),
+        Err(ViewError::ForeignEndianness { .. })
+    ));
+    let out = run(&["--json"], &[&p]);
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["endianness"], "big");
+    assert_eq!(r["llama_cpp_loadable"], false);
+}
+
+#[test]
+fn real_vocab_files_are_valid_with_the_documented_counts() {
+    let Some(data) = crate::support::shared_data() else {
+        return;
+    };
+    let dir = data.join("gguf-vocab");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let mut expected = Vec::new();
+    for line in readme.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() >= 5 && cells[1].ends_with(".gguf") {
+            expected.push((
+                cells[1].to_owned(),
+                cells[2].parse::<u64>().unwrap(),
+                cells[4].to_owned(),
+            ));
+        }
+    }
+    assert_eq!(expected.len(), 12, "the README lists 12 files");
+    let out = run(&["--json", "--verify"], &[&dir]);
+    assert_eq!(out.status.code(), Some(0));
+    let reports = json_lines(&out);
+    assert_eq!(reports.len(), 12);
+    for (name, kv, arch) in expected {
+        let r = reports
+            .iter()
+            .find(|r| r["path"].as_str().unwrap().ends_with(&name))
+            .unwrap_or_else(|| panic!("{name} inspected"));
+        assert_eq!(r["valid"], true, "{name}: {:?}", r["errors"]);
+        assert_eq!(r["metadata_count"], kv, "{name}");
+        assert_eq!(r["architecture"], arch.as_str(), "{name}");
+        assert_eq!(r["tensor_count"], 0, "{name}");
+        assert_eq!(r["llama_cpp_loadable"], true, "{name}");
+    }
+}
+
+/// gguf-py (an independent implementation) writes files with every value type and several
+/// tensor types; our reader must see the same keys, values, tensors and offsets as
+/// gguf-py's own reader. Needs `WI_PYTHON` with the `gguf` package (`.ci/run` sets it).
+#[test]
+fn gguf_py_files_read_the_same_as_gguf_py_reads_them() {
+    let Ok(python) = std::env::var("WI_PYTHON") else {
+        eprintln!("note: WI_PYTHON is unset; the gguf-py comparison passes over");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("py.gguf");
+    let script = r#"
+import sys, json
+import numpy as np
+import gguf
+path = sys.argv[1]
+w = gguf.GGUFWriter(path, "llama")
+w.add_uint8("t.u8", 7); w.add_int8("t.i8", -7); w.add_uint16("t.u16", 700); w.add_int16("t.i16", -700)
+w.add_uint32("t.u32", 70000); w.add_int32("t.i32", -70000); w.add_float32("t.f32", 1.5)
+w.add_bool("t.bool", True); w.add_string("t.str", "héllo"); w.add_uint64("t.u64", 2**40)
+w.add_int64("t.i64", -2**40); w.add_float64("t.f64", 2.25)
+w.add_array("t.arr", [1, 2, 3]); w.add_array("t.strs", ["a", "bc"])
+w.add_uint32("general.quantization_version", 2)
+w.add_tensor("a.weight", np.arange(96, dtype=np.float32).reshape(3, 32))
+w.add_tensor("b.weight", np.ones((2, 64), dtype=np.float16))
+q = np.zeros((4, 34), dtype=np.uint8)
+w.add_tensor("c.weight", q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+r = gguf.GGUFReader(path)
+out = {"kv": len(r.fields), "tensors": []}
+for t in r.tensors:
+    out["tensors"].append({"name": t.name, "type": t.tensor_type.name, "shape": [int(x) for x in t.shape], "offset": int(t.data_offset), "n_bytes": int(t.n_bytes)})
+out["u64"] = int(r.fields["t.u64"].parts[-1][0])
+print(json.dumps(out))
+"#;
+    let py = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .expect("run python");
+    assert!(
+        py.status.success(),
+        "gguf-py failed: {}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    let theirs: Json = serde_json::from_slice(&py.stdout).unwrap();
+    let out = run(&["--json"], &[&path]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let ours = &json_lines(&out)[0];
+    // GGUFReader counts the 3 header fields (version, tensor count, kv count) as fields.
+    assert_eq!(ours["metadata_count"].as_u64().unwrap() + 3, theirs["kv"].as_u64().unwrap());
+    let m = &ours["metadata"];
+    assert_eq!(m["t.u8"], 7);
+    assert_eq!(m["t.i8"], -7);
+    assert_eq!(m["t.i16"], -700);
+    assert_eq!(m["t.i32"], -70000);
+    assert_eq!(m["t.f32"], 1.5);
+    assert_eq!(m["t.bool"], true);
+    assert_eq!(m["t.str"], "héllo");
+    assert_eq!(m["t.u64"], theirs["u64"]);
+    assert_eq!(m["t.i64"], -(1i64 << 40));
+    assert_eq!(m["t.f64"], 2.25);
+    assert_eq!(m["t.strs"], serde_json::json!(["a", "bc"]));
+    let ours_t = ours["tensors"].as_array().unwrap();
+    let theirs_t = theirs["tensors"].as_array().unwrap();
+    assert_eq!(ours_t.len(), theirs_t.len());
+    for (a, b) in ours_t.iter().zip(theirs_t) {
+        assert_eq!(a["name"], b["name"]);
+        assert_eq!(a["dtype"], b["type"]);
+        assert_eq!(a["shape"], b["shape"], "ne[0] first in both");
+        assert_eq!(a["offset"], b["offset"]);
+        assert_eq!(a["n_bytes"], b["n_bytes"]);
+    }
+}
