@@ -46,7 +46,7 @@ fn header_heavy_file(dir: &Path) -> PathBuf {
     let n_tokens = 100_000;
     let tokens: Vec<String> = (0..n_tokens).map(|i| format!("tok{i}")).collect();
     let scores: Vec<f32> = (0..n_tokens).map(|i| -(i as f32)).collect();
-    let types: Vec<i32> = (0..n_tokens).map(|i| 1 + (i % 6) as i32).collect();
+    let types: Vec<i32> = (0..n_tokens).map(|i| 1 + (i % 6)).collect();
     let mut w = GgufWriter::new()
         .arch("llama")
         .kv("llama.block_count", Val::U32(500))

@@ -1,4 +1,6 @@
 //! Integration tests, one binary (as ripgrep does): one module per feature.
+// Tests may print notes (e.g. why an optional comparison was passed over).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod support;
 

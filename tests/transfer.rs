@@ -49,11 +49,22 @@ fn git_sha1(b: &[u8]) -> [u8; 20] {
 /// What a test reporter saw.
 #[derive(Debug, Clone, PartialEq)]
 enum Seen {
-    Start { resumed: u64 },
+    Start {
+        resumed: u64,
+    },
     Progress(u64),
-    Discarded { bytes: u64, reason: String },
-    Retry { attempt: u32, delay: Duration, error: String },
-    Downloaded { transferred: u64 },
+    Discarded {
+        bytes: u64,
+        reason: String,
+    },
+    Retry {
+        attempt: u32,
+        delay: Duration,
+        error: String,
+    },
+    Downloaded {
+        transferred: u64,
+    },
     Notice(String),
 }
 
@@ -81,7 +92,9 @@ impl Reporter for Recorder {
                 if self.cancel_after.is_some_and(|c| total >= c) {
                     self.cancel.notify_one();
                 }
-                if self.hook_after.is_some_and(|c| total >= c) && !self.hooked.swap(true, Ordering::SeqCst) {
+                if self.hook_after.is_some_and(|c| total >= c)
+                    && !self.hooked.swap(true, Ordering::SeqCst)
+                {
                     if let Some(f) = self.hook.lock().unwrap().take() {
                         f();
                     }
@@ -197,7 +210,11 @@ fn engine(cfg: EngineConfig) -> Engine {
 
 impl Fixture {
     fn spec(&self, path: &str) -> TransferSpec {
-        let content = if path == SMALL { &self.small } else { &self.lfs };
+        let content = if path == SMALL {
+            &self.small
+        } else {
+            &self.lfs
+        };
         self.spec_for(path, content, &self.hub.commit(REPO))
     }
 
@@ -282,7 +299,10 @@ async fn clean_download_fetches_each_byte_once_in_ranged_chunks() {
 async fn small_file_checks_the_git_blob_sha1() {
     let fx = fixture().await;
     let spec = fx.spec(SMALL);
-    let out = engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    let out = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_complete(&spec, &fx.small);
     assert_eq!(out.sha256, sha256(&fx.small));
     assert_eq!(fx.hub.stats().file(REPO, SMALL).cdn_requests, 0);
@@ -296,7 +316,10 @@ async fn empty_file_needs_no_request() {
         expected: Digest::Sha256(sha256(b"")),
         ..spec
     };
-    let out = engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    let out = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_eq!(out.size, 0);
     assert_complete(&spec, b"");
     assert_eq!(fx.hub.stats().file(REPO, "empty.txt").requests, 0);
@@ -308,7 +331,10 @@ async fn authorization_goes_to_the_hub_only_never_to_the_cdn() {
     let mut spec = fx.spec(LFS);
     spec.headers
         .insert(AUTHORIZATION, HeaderValue::from_static("Bearer hf_secret"));
-    engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_complete(&spec, &fx.lfs);
     let reqs = fx.hub.stats().requests;
     assert!(reqs.iter().any(|r| r.listener == "cdn"));
@@ -340,7 +366,10 @@ async fn missing_file_is_not_found_without_retries() {
     spec.url = spec.url.replace(LFS, "nope.gguf");
     let rec = Recorder::default();
     let e = engine(config()).download(&spec, &rec).await.unwrap_err();
-    assert!(matches!(e, TransferError::NotFound { status: 404, .. }), "{e:?}");
+    assert!(
+        matches!(e, TransferError::NotFound { status: 404, .. }),
+        "{e:?}"
+    );
     assert!(rec.retries().is_empty());
     assert!(e.to_string().contains(LFS), "{e}");
 }
@@ -363,24 +392,38 @@ async fn cut_connections_keep_their_bytes_and_resume_mid_chunk() {
         .iter()
         .flatten()
         .filter(|r| {
-            let start: u64 = r["bytes=".len()..].split('-').next().unwrap().parse().unwrap();
+            let start: u64 = r["bytes=".len()..]
+                .split('-')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
             start % CHUNK != 0
         })
         .count();
     assert_eq!(mid_chunk, 3, "{:?} {:?}", st.ranges, rec.retries());
-    assert!(st.bytes_sent <= SIZE as u64 + 3 * 10_000, "{}", st.bytes_sent);
+    assert!(
+        st.bytes_sent <= SIZE as u64 + 3 * 10_000,
+        "{}",
+        st.bytes_sent
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_cuts_everywhere_still_finish() {
     let fx = fixture().await;
-    fx.hub.faults().push(Fault::CutRandom.on(Target::Cdn).rate(0.3));
+    fx.hub
+        .faults()
+        .push(Fault::CutRandom.on(Target::Cdn).rate(0.3));
     let spec = fx.spec(LFS);
     let cfg = EngineConfig {
         max_attempts: 10,
         ..config()
     };
-    let out = engine(cfg).download(&spec, &Recorder::default()).await.unwrap();
+    let out = engine(cfg)
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_complete(&spec, &fx.lfs);
     // Bytes delivered before a cut are kept: little is fetched twice.
     assert!(fx.sent(LFS) < 2 * SIZE as u64, "{}", fx.sent(LFS));
@@ -391,7 +434,9 @@ async fn random_cuts_everywhere_still_finish() {
 async fn server_errors_are_retried() {
     let fx = fixture().await;
     for s in [500, 502, 503] {
-        fx.hub.faults().push(Fault::status(s).on(Target::Cdn).times(2));
+        fx.hub
+            .faults()
+            .push(Fault::status(s).on(Target::Cdn).times(2));
     }
     let spec = fx.spec(LFS);
     let rec = Recorder::default();
@@ -410,7 +455,10 @@ async fn persistent_server_error_gives_up_with_a_clear_message() {
     let fx = fixture().await;
     fx.hub.faults().push(Fault::status(500).on(Target::Cdn));
     let spec = fx.spec(LFS);
-    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
     match &e {
         TransferError::Server {
             status, attempts, ..
@@ -419,7 +467,10 @@ async fn persistent_server_error_gives_up_with_a_clear_message() {
     }
     assert!(e.is_network() && e.exit_code() == 3);
     let msg = e.to_string();
-    assert!(msg.contains(LFS) && msg.contains("after 5 attempts"), "{msg}");
+    assert!(
+        msg.contains(LFS) && msg.contains("after 5 attempts"),
+        "{msg}"
+    );
     // The state stays for a later run.
     assert!(state_exists(&spec.state_path));
 }
@@ -499,9 +550,16 @@ async fn per_connection_bandwidth_cap_is_beaten_by_parallel_chunks() {
         ..config()
     };
     let t = Instant::now();
-    engine(cfg).download(&spec, &Recorder::default()).await.unwrap();
+    engine(cfg)
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_complete(&spec, &fx.lfs);
-    assert!(t.elapsed() < Duration::from_millis(1200), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -533,7 +591,9 @@ async fn server_ignoring_range_switches_to_one_sequential_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ignored_range_is_just_retried() {
     let fx = fixture().await;
-    fx.hub.faults().push(Fault::IgnoreRange.on(Target::Cdn).times(1));
+    fx.hub
+        .faults()
+        .push(Fault::IgnoreRange.on(Target::Cdn).times(1));
     let spec = fx.spec(LFS);
     let rec = Recorder::default();
     engine(config()).download(&spec, &rec).await.unwrap();
@@ -554,16 +614,28 @@ async fn wrong_content_range_is_never_written() {
     assert_complete(&spec, &fx.lfs);
     assert_eq!(out.refetched, 0);
     assert_eq!(rec.retries().len(), 3);
-    assert!(rec.retries()[0].contains("Content-Range"), "{:?}", rec.retries());
+    assert!(
+        rec.retries()[0].contains("Content-Range"),
+        "{:?}",
+        rec.retries()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_wrong_content_range_is_range_not_honoured() {
     let fx = fixture().await;
-    fx.hub.faults().push(Fault::WrongContentRange.on(Target::Cdn));
+    fx.hub
+        .faults()
+        .push(Fault::WrongContentRange.on(Target::Cdn));
     let spec = fx.spec(LFS);
-    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
-    assert!(matches!(e, TransferError::RangeNotHonoured { attempts: 5, .. }), "{e:?}");
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransferError::RangeNotHonoured { attempts: 5, .. }),
+        "{e:?}"
+    );
     assert!(e.is_network());
 }
 
@@ -647,7 +719,10 @@ async fn persistent_corruption_is_a_hash_mismatch() {
         small: b"x".to_vec(),
     };
     let spec = fx.spec(LFS);
-    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
     assert!(matches!(e, TransferError::HashMismatch { .. }), "{e:?}");
     assert!(e.is_integrity() && e.exit_code() == 2);
     // Never a wholesale re-download loop: the file once, then at most two passes of chunks.
@@ -659,7 +734,10 @@ async fn push_during_download_does_not_affect_a_commit_pinned_download() {
     let fx = fixture().await;
     fx.hub.faults().push(Fault::Mutate.on(Target::Cdn).times(1));
     let spec = fx.spec(LFS);
-    engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_complete(&spec, &fx.lfs);
     assert_ne!(fx.hub.commit(REPO), spec.identity.commit, "the mock pushed");
 }
@@ -670,7 +748,10 @@ async fn download_of_a_branch_that_moves_is_remote_changed() {
     let mut spec = fx.spec(LFS);
     spec.url = spec.url.replace(&spec.identity.commit, "main");
     fx.hub.mutate_file(REPO, LFS, data(SIZE, 9)).unwrap();
-    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
     assert!(matches!(e, TransferError::RemoteChanged { .. }), "{e:?}");
     assert!(e.is_remote_changed());
 }
@@ -709,7 +790,12 @@ async fn resume_fetches_only_what_is_missing() {
         "lost {} bytes",
         written - out.resumed
     );
-    assert_eq!(rec.seen()[0], Seen::Start { resumed: out.resumed });
+    assert_eq!(
+        rec.seen()[0],
+        Seen::Start {
+            resumed: out.resumed
+        }
+    );
     // The second run fetched exactly what was missing.
     assert_eq!(fx.sent(LFS), SIZE as u64 - out.resumed);
     assert_eq!(out.transferred, SIZE as u64 - out.resumed);
@@ -768,7 +854,10 @@ async fn partial_chunks_resume_from_their_written_prefix() {
         .filter(|c| c["complete"] == false)
         .map(|c| c["written"].as_u64().unwrap())
         .collect();
-    assert!(!partial.is_empty() && partial.iter().all(|&w| w > 0), "{state}");
+    assert!(
+        !partial.is_empty() && partial.iter().all(|&w| w > 0),
+        "{state}"
+    );
     fx.hub.reset_stats();
     let out = eng.download(&spec, &Recorder::default()).await.unwrap();
     assert_complete(&spec, &fx.lfs);
@@ -779,7 +868,14 @@ async fn partial_chunks_resume_from_their_written_prefix() {
         .ranges
         .iter()
         .flatten()
-        .map(|r| r["bytes=".len()..].split('-').next().unwrap().parse().unwrap())
+        .map(|r| {
+            r["bytes=".len()..]
+                .split('-')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
         .collect();
     assert!(starts.iter().all(|s| s % (1 << 20) != 0), "{:?}", st.ranges);
 }
@@ -800,7 +896,9 @@ async fn changed_remote_file_discards_the_partial_download() {
     assert_complete(&spec2, &new);
     assert_eq!(out.resumed, 0);
     assert!(
-        rec.notices().iter().any(|n| n.contains("remote file changed")),
+        rec.notices()
+            .iter()
+            .any(|n| n.contains("remote file changed")),
         "{:?}",
         rec.notices()
     );
@@ -825,7 +923,9 @@ async fn corrupt_or_foreign_state_is_discarded_with_a_notice() {
         assert_complete(&spec, &fx.lfs);
         assert_eq!(out.resumed, 0);
         assert!(
-            rec.notices().iter().any(|n| n.contains("discarding") && n.contains(want)),
+            rec.notices()
+                .iter()
+                .any(|n| n.contains("discarding") && n.contains(want)),
             "{:?}",
             rec.notices()
         );
@@ -837,16 +937,27 @@ async fn corrupt_or_foreign_state_is_discarded_with_a_notice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_cdn_url_is_re_resolved_once() {
     let fx = fixture().await;
-    fx.hub.faults().push(Fault::status(403).on(Target::Cdn).times(1));
+    fx.hub
+        .faults()
+        .push(Fault::status(403).on(Target::Cdn).times(1));
     let spec = fx.spec(LFS);
-    engine(config()).download(&spec, &Recorder::default()).await.unwrap();
+    engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
     assert_complete(&spec, &fx.lfs);
 
     let fx = fixture().await;
     fx.hub.faults().push(Fault::status(403).on(Target::Cdn));
     let spec = fx.spec(LFS);
-    let e = engine(config()).download(&spec, &Recorder::default()).await.unwrap_err();
-    assert!(matches!(e, TransferError::Auth { status: 403, .. }), "{e:?}");
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransferError::Auth { status: 403, .. }),
+        "{e:?}"
+    );
     // The signed URL's query (its signature) is not in the message.
     assert!(!e.to_string().contains("X-Amz-Signature"), "{e}");
 }

@@ -541,12 +541,29 @@ fn sigkill_then_resume_fetches_only_what_is_missing() {
         "--chunk-size",
         "128K",
     ];
+    let state = sb
+        .repo_dir("big/model")
+        .join("blobs")
+        .join(format!("{}.incomplete.wi-state", sha256_hex(&data)));
     let mut sent = Vec::new();
-    for wait_ms in [1300, 1600] {
+    for extra_ms in [100, 400] {
         let mut c = sb.cmd(&hub);
         c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+        let started = std::time::SystemTime::now();
         let mut child = c.spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(wait_ms));
+        // Kill once this run has saved resume state at least once (then a little later), so
+        // the test holds on a slow machine too.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            let saved = fs::metadata(&state)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > started);
+            if saved {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(extra_ms));
         child.kill().unwrap(); // SIGKILL
         let _ = child.wait();
         sent.push(hub.stats().file("big/model", "weights.bin").bytes_sent);

@@ -152,7 +152,7 @@ fn table(r: &Report, verify: bool) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let row = |s: &mut String, k: &str, v: String| {
-        let _ = writeln!(s, "  {k:<13}{v}");
+        let _ = writeln!(s, "  {k:<14}{v}");
     };
     let _ = writeln!(s, "{}", r.path);
     if let Some(format) = r.format {

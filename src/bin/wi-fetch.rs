@@ -312,7 +312,7 @@ fn print_summary(s: &FetchSummary) {
     }
     eprintln!("{line}");
     for f in &s.files {
-        if let Some(v) = &f.verification {
+        if let Some(v) = f.verification.as_ref().filter(|v| v.covered_by.is_none()) {
             for w in &v.warnings {
                 eprintln!("wi-fetch: warning: {}: {w}", f.path);
             }

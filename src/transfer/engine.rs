@@ -248,7 +248,15 @@ impl<'a> Job<'a> {
             state::save(&path, &snapshot)
         })
         .await;
-        r.map_err(|e| local_error(&self.spec.file, &self.spec.state_path, "save resume state", 0, e))
+        r.map_err(|e| {
+            local_error(
+                &self.spec.file,
+                &self.spec.state_path,
+                "save resume state",
+                0,
+                e,
+            )
+        })
     }
 
     /// Success: syncs the file and removes the state (no later save may recreate it).
@@ -342,7 +350,11 @@ impl<'a> Job<'a> {
     /// Runs the chunk workers, then (if the server turned out to ignore ranges) the sequential
     /// stream, until every chunk is complete.
     async fn fetch_all(&self) -> Result<(), TransferError> {
-        let workers = self.config().connections.max(1).min(lock(&self.queue).len());
+        let workers = self
+            .config()
+            .connections
+            .max(1)
+            .min(lock(&self.queue).len());
         if workers > 0 {
             futures::future::try_join_all((0..workers).map(|_| fetch::worker(self))).await?;
         }
@@ -373,7 +385,12 @@ fn open_partial(spec: &TransferSpec, size: u64) -> Result<(File, u64), TransferE
 /// Sets the file's length to `size` and reserves its blocks, so that a full disk shows up now
 /// rather than in the middle of the download. File systems without `fallocate` keep a sparse
 /// file.
-pub(crate) fn preallocate(file: &File, path: &Path, spec_file: &str, size: u64) -> Result<(), TransferError> {
+pub(crate) fn preallocate(
+    file: &File,
+    path: &Path,
+    spec_file: &str,
+    size: u64,
+) -> Result<(), TransferError> {
     file.set_len(size)
         .map_err(|e| local_error(spec_file, path, "resize", size, e))?;
     if size == 0 {
@@ -381,7 +398,9 @@ pub(crate) fn preallocate(file: &File, path: &Path, spec_file: &str, size: u64) 
     }
     match fs4::fs_std::FileExt::allocate(file, size) {
         Ok(()) => Ok(()),
-        Err(e) if super::error::is_no_space(&e) => Err(local_error(spec_file, path, "preallocate", size, e)),
+        Err(e) if super::error::is_no_space(&e) => {
+            Err(local_error(spec_file, path, "preallocate", size, e))
+        }
         // EOPNOTSUPP, EINVAL…: the file system cannot reserve blocks; carry on sparse.
         Err(_) => Ok(()),
     }
@@ -501,7 +520,13 @@ pub(crate) async fn download(
         let (chunk_hash, whole) = blocking(move || {
             let mut chunk = Sha256::new();
             let mut whole = whole;
-            hash_range(&f, range.start, rec.written, Some(&mut chunk), whole.as_mut())?;
+            hash_range(
+                &f,
+                range.start,
+                rec.written,
+                Some(&mut chunk),
+                whole.as_mut(),
+            )?;
             Ok((chunk, whole))
         })
         .await
@@ -542,8 +567,10 @@ pub(crate) async fn download(
     // 4. Fetch, hash and checkpoint side by side.
     let main = async {
         let r = async {
-            let (_, hasher) =
-                futures::try_join!(job.fetch_all(), job.hash_prefix(hashed_upto, hasher, &snapshots))?;
+            let (_, hasher) = futures::try_join!(
+                job.fetch_all(),
+                job.hash_prefix(hashed_upto, hasher, &snapshots)
+            )?;
             let (sha256, actual) = hasher.finish();
             if actual == spec.expected {
                 Ok(sha256)

@@ -137,7 +137,9 @@ pub enum TransferError {
         new_etag: String,
     },
     /// 401 or 403: a missing or insufficient token, or a gated repository.
-    #[error("{file}: access denied ({status}) on {url}; check the token and the repository's access")]
+    #[error(
+        "{file}: access denied ({status}) on {url}; check the token and the repository's access"
+    )]
     Auth {
         /// Path in the repository.
         file: String,

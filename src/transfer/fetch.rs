@@ -203,7 +203,7 @@ pub(crate) enum FailKind {
     /// 401/403/404/410 from the CDN: perhaps an expired signature; re-resolve once.
     Cdn { status: u16, url: String },
     /// Nothing to retry.
-    Fatal(TransferError),
+    Fatal(Box<TransferError>),
 }
 
 /// A failed attempt.
@@ -241,7 +241,7 @@ impl Failure {
     fn fatal(e: TransferError) -> Self {
         Failure {
             message: e.to_string(),
-            kind: FailKind::Fatal(e),
+            kind: FailKind::Fatal(Box::new(e)),
             retry_after: None,
         }
     }
@@ -309,16 +309,16 @@ fn check_response(job: &Job<'_>, resp: &reqwest::Response) -> Result<(), Failure
     let file = job.spec.file.clone();
     let kind = match code {
         401 | 403 | 404 | 410 if !from_hub => FailKind::Cdn { status: code, url },
-        401 | 403 => FailKind::Fatal(TransferError::Auth {
+        401 | 403 => FailKind::Fatal(Box::new(TransferError::Auth {
             file,
             url,
             status: code,
-        }),
-        404 | 410 => FailKind::Fatal(TransferError::NotFound {
+        })),
+        404 | 410 => FailKind::Fatal(Box::new(TransferError::NotFound {
             file,
             url,
             status: code,
-        }),
+        })),
         _ => FailKind::Status {
             status: code,
             transient: is_transient_status(status),
@@ -551,7 +551,7 @@ impl Retrier {
                 TransferError::Auth { file, url, status }
             }
             FailKind::Cdn { status, url } => TransferError::NotFound { file, url, status },
-            FailKind::Fatal(e) => e,
+            FailKind::Fatal(e) => *e,
         }
     }
 }
@@ -593,7 +593,12 @@ pub(crate) async fn run_slot<'a>(
             Next::Switch => return Err(Stop::Sequential),
             Next::GiveUp => {
                 let offset = slot.range.start + slot.written;
-                return Err(Stop::Fatal(retry.error(job, f, offset, slot.range.end() - 1)));
+                return Err(Stop::Fatal(retry.error(
+                    job,
+                    f,
+                    offset,
+                    slot.range.end() - 1,
+                )));
             }
             Next::Wait(delay) => {
                 job.event(Event::Retry {
@@ -746,7 +751,10 @@ where
         let mut data: &[u8] = piece.as_ref();
         while !data.is_empty() {
             let Some(c) = job.plan.chunk_at(*pos) else {
-                return Err(Failure::range(requested, "a body longer than the file".into()));
+                return Err(Failure::range(
+                    requested,
+                    "a body longer than the file".into(),
+                ));
             };
             if cur.as_ref().is_some_and(|s| s.range.index != c.index) {
                 if let Some(mut s) = cur.take() {

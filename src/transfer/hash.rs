@@ -63,10 +63,17 @@ pub(crate) fn hash_range(
     mut chunk: Option<&mut Sha256>,
     mut whole: Option<&mut FileHasher>,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; READ_BUF.min(usize::try_from(len).unwrap_or(READ_BUF)).max(1)];
+    let mut buf = vec![
+        0u8;
+        READ_BUF
+            .min(usize::try_from(len).unwrap_or(READ_BUF))
+            .max(1)
+    ];
     let mut done = 0u64;
     while done < len {
-        let n = buf.len().min(usize::try_from(len - done).unwrap_or(usize::MAX));
+        let n = buf
+            .len()
+            .min(usize::try_from(len - done).unwrap_or(usize::MAX));
         let piece = &mut buf[..n];
         file.read_exact_at(piece, offset + done)?;
         if let Some(h) = chunk.as_deref_mut() {

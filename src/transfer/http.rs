@@ -6,8 +6,11 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, CONTENT_LENGTH, CONTENT_RANGE, ETAG, RETRY_AFTER};
 use reqwest::StatusCode;
 
+/// A parsed `Content-Range`: first byte, last byte, total size (if given).
+pub(crate) type ContentRange = (u64, u64, Option<u64>);
+
 /// `Content-Range: bytes a-b/total` (or `bytes a-b/*`) → `(a, b, total)`.
-pub(crate) fn parse_content_range(v: &str) -> Option<(u64, u64, Option<u64>)> {
+pub(crate) fn parse_content_range(v: &str) -> Option<ContentRange> {
     let rest = v.trim().strip_prefix("bytes")?.trim_start();
     let (span, total) = rest.split_once('/')?;
     let (a, b) = span.trim().split_once('-')?;
@@ -27,7 +30,7 @@ pub(crate) fn parse_content_range(v: &str) -> Option<(u64, u64, Option<u64>)> {
 }
 
 /// The `Content-Range` header: `None` when absent, `Some(Err(raw))` when unparsable.
-pub(crate) fn content_range(h: &HeaderMap) -> Option<Result<(u64, u64, Option<u64>), String>> {
+pub(crate) fn content_range(h: &HeaderMap) -> Option<Result<ContentRange, String>> {
     let v = h.get(CONTENT_RANGE)?;
     let s = String::from_utf8_lossy(v.as_bytes()).into_owned();
     Some(parse_content_range(&s).ok_or(s))
@@ -117,9 +120,15 @@ mod tests {
 
     #[test]
     fn content_ranges() {
-        assert_eq!(parse_content_range("bytes 0-99/1000"), Some((0, 99, Some(1000))));
+        assert_eq!(
+            parse_content_range("bytes 0-99/1000"),
+            Some((0, 99, Some(1000)))
+        );
         assert_eq!(parse_content_range("bytes 5-5/*"), Some((5, 5, None)));
-        assert_eq!(parse_content_range(" bytes  10-20/21 "), Some((10, 20, Some(21))));
+        assert_eq!(
+            parse_content_range(" bytes  10-20/21 "),
+            Some((10, 20, Some(21)))
+        );
         assert_eq!(parse_content_range("bytes 10-20/20"), None);
         assert_eq!(parse_content_range("bytes */1000"), None);
         assert_eq!(parse_content_range("bytes 9-3/100"), None);
@@ -154,7 +163,10 @@ mod tests {
             assert!(is_transient_status(StatusCode::from_u16(s).unwrap()), "{s}");
         }
         for s in [400, 401, 403, 404, 410, 416] {
-            assert!(!is_transient_status(StatusCode::from_u16(s).unwrap()), "{s}");
+            assert!(
+                !is_transient_status(StatusCode::from_u16(s).unwrap()),
+                "{s}"
+            );
         }
         let a = url::Url::parse("http://127.0.0.1:80/a").unwrap();
         let b = url::Url::parse("http://127.0.0.1/b").unwrap();

@@ -21,7 +21,7 @@
 //! signed CDN URL), the chunk size, and for every chunk with bytes on disk how many bytes and the
 //! SHA-256 of exactly those bytes. Data is `fdatasync`ed before a state claiming it is written
 //! (atomically: temporary file, fsync, rename, fsync of the folder), about every second and every
-//! 2 MiB per connection, so a `kill -9` or a power cut loses at most a few MB per connection. A
+//! 2 MiB per connection, and whenever a chunk completes, so a `kill -9` or a power cut loses at most a few MB per connection. A
 //! new run re-reads and re-hashes every claimed range (nothing on disk is trusted unchecked),
 //! keeps what matches, and fetches the rest. A state for another version of the file (ETag, size
 //! or commit changed) or a corrupt one is discarded with a [`Event::Notice`](crate::progress::Event::Notice).
@@ -148,9 +148,8 @@ impl FromStr for Digest {
         let bad = || format!("not a digest: {s:?} (want sha256:<64 hex> or git-sha1:<40 hex>)");
         let (kind, hex) = s.split_once(':').ok_or_else(bad)?;
         match (kind, Digest::from_etag(hex)) {
-            ("sha256", Some(d @ Digest::Sha256(_))) | ("git-sha1", Some(d @ Digest::GitSha1(_))) => {
-                Ok(d)
-            }
+            ("sha256", Some(d @ Digest::Sha256(_)))
+            | ("git-sha1", Some(d @ Digest::GitSha1(_))) => Ok(d),
             _ => Err(bad()),
         }
     }
@@ -324,7 +323,9 @@ mod tests {
         assert!(matches!(g, Digest::GitSha1(_)));
         assert_eq!(g.to_string().parse::<Digest>().unwrap(), g);
         assert!(Digest::from_etag("abc").is_none());
-        assert!(format!("sha256:{}", "0f".repeat(20)).parse::<Digest>().is_err());
+        assert!(format!("sha256:{}", "0f".repeat(20))
+            .parse::<Digest>()
+            .is_err());
         assert!("md5:00".parse::<Digest>().is_err());
     }
 

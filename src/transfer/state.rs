@@ -302,7 +302,11 @@ mod tests {
         let path = dir.path().join("x.state.json");
         let s = sample();
         save(&path, &s).unwrap();
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
         match load(&path, &identity(), &s.expected) {
             Loaded::Resume { plan, chunks } => {
                 assert_eq!(plan.count(), 4);
@@ -352,7 +356,10 @@ mod tests {
         };
         check(b"{\"format\": \"weight-ins".to_vec(), "not valid JSON");
         check(b"\x00\x01garbage".to_vec(), "not valid JSON");
-        check(br#"{"format":"aria2","version":1}"#.to_vec(), "not a weight-inspect");
+        check(
+            br#"{"format":"aria2","version":1}"#.to_vec(),
+            "not a weight-inspect",
+        );
         let mut v = serde_json::to_value(sample()).unwrap();
         v["version"] = 99.into();
         check(serde_json::to_vec(&v).unwrap(), "another version");

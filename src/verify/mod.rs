@@ -198,6 +198,12 @@ pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> 
     }
 }
 
+/// Diagnostics about model-level metadata that a split GGUF's later shards need not carry.
+const SPLIT_FIRST_SHARD_ONLY: [&str; 2] = [
+    "gguf.meta.missing-architecture",
+    "gguf.meta.missing-quantization-version",
+];
+
 /// Build the report for an opened model.
 pub fn verify_model(model: &Model, opts: &Options) -> Report {
     let mut report = Report::empty(model.path());
@@ -209,7 +215,7 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
 
     let mut metadata_count = 0u64;
     let mut loadable = true;
-    for file in model.files() {
+    for (i, file) in model.files().iter().enumerate() {
         report.file_size = report.file_size.saturating_add(file.size());
         if multi {
             report.files.push(FileEntry {
@@ -219,6 +225,13 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
             });
         }
         for d in file.header().diagnostics() {
+            // A split GGUF keeps its model metadata in the first shard only.
+            if i > 0
+                && model.format() == Format::GgufSplit
+                && SPLIT_FIRST_SHARD_ONLY.contains(&d.code)
+            {
+                continue;
+            }
             let mut d = d.clone();
             if multi {
                 d.message = format!("{}: {}", file_name(file.path()), d.message);
@@ -311,7 +324,7 @@ pub fn hash_tensors(model: &Model) -> Vec<Option<[u8; 32]>> {
         .enumerate()
         .map(|(i, (f, t))| (i, f, t))
         .collect();
-    jobs.sort_by(|a, b| b.2.n_bytes.cmp(&a.2.n_bytes));
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.2.n_bytes));
     let mut results: Vec<(usize, Option<[u8; 32]>)> = jobs
         .par_iter()
         .with_max_len(1)
