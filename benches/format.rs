@@ -89,7 +89,10 @@ fn python_time(python: &str, code: &str, path: &Path) -> Option<Duration> {
     if !out.status.success() {
         eprintln!(
             "python failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         );
         return None;
     }
@@ -151,7 +154,10 @@ fn main() {
     let python = std::env::var("WI_PYTHON").ok();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut md = String::new();
-    let _ = writeln!(md, "| benchmark | weight-inspect | peer (same run) | ratio |");
+    let _ = writeln!(
+        md,
+        "| benchmark | weight-inspect | peer (same run) | ratio |"
+    );
     let _ = writeln!(md, "|---|---|---|---|");
 
     // 1. Header parse.
@@ -166,7 +172,10 @@ fn main() {
     let fmt = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
     match python.as_deref() {
         Some(py) => {
-            for (name, code) in [("gguf-py GGUFReader", GGUF_READER), ("gguf-dump", GGUF_DUMP)] {
+            for (name, code) in [
+                ("gguf-py GGUFReader", GGUF_READER),
+                ("gguf-dump", GGUF_DUMP),
+            ] {
                 match python_time(py, code, &heavy) {
                     Some(peer) => {
                         let _ = writeln!(

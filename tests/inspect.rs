@@ -16,7 +16,11 @@ fn bin() -> Command {
 }
 
 fn run(args: &[&str], paths: &[&Path]) -> Output {
-    bin().args(args).args(paths).output().expect("run weight-inspect")
+    bin()
+        .args(args)
+        .args(paths)
+        .output()
+        .expect("run weight-inspect")
 }
 
 fn json_lines(out: &Output) -> Vec<Json> {
@@ -49,12 +53,31 @@ fn json_report_has_the_documented_fields() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "m.gguf", &small_model().build());
     let out = run(&["--json"], &[&p]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r = &json_lines(&out)[0];
     for field in [
-        "path", "format", "version", "endianness", "alignment", "file_size", "data_offset",
-        "tensor_count", "metadata_count", "total_params", "dtypes", "tensors", "metadata",
-        "valid", "errors", "warnings", "llama_cpp_loadable",
+        "path",
+        "format",
+        "version",
+        "endianness",
+        "alignment",
+        "file_size",
+        "data_offset",
+        "tensor_count",
+        "metadata_count",
+        "total_params",
+        "dtypes",
+        "tensors",
+        "metadata",
+        "valid",
+        "errors",
+        "warnings",
+        "llama_cpp_loadable",
     ] {
         assert!(r.get(field).is_some(), "missing field {field}");
     }
@@ -76,7 +99,10 @@ fn json_report_has_the_documented_fields() {
     assert_eq!(t0["dtype"], "Q8_0");
     assert_eq!(t0["shape"], serde_json::json!([64, 4]));
     assert_eq!(t0["n_bytes"], 2 * 34 * 4);
-    assert_eq!(t0["offset"], r["data_offset"], "first tensor starts the data section");
+    assert_eq!(
+        t0["offset"], r["data_offset"],
+        "first tensor starts the data section"
+    );
     assert!(t0.get("sha256").is_none(), "no hashes without --verify");
 }
 
@@ -124,10 +150,23 @@ fn exit_codes_distinguish_valid_invalid_and_io_errors() {
 
     // Usage errors are 1, not clap's default 2 (2 means "invalid model").
     assert_eq!(bin().output().unwrap().status.code(), Some(1));
-    assert_eq!(bin().arg("--bogus").arg(&good).output().unwrap().status.code(), Some(1));
+    assert_eq!(
+        bin()
+            .arg("--bogus")
+            .arg(&good)
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(1)
+    );
 
     // Not a model at all.
-    let junk = write(dir.path(), "junk.bin", b"hello, this is not a model file at all");
+    let junk = write(
+        dir.path(),
+        "junk.bin",
+        b"hello, this is not a model file at all",
+    );
     let out = run(&["--json"], &[&junk]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json_lines(&out)[0]["valid"], false);
@@ -175,7 +214,11 @@ fn folders_list_every_model_once() {
     write(dir.path(), "a.gguf", &small_model().build());
     let sub = dir.path().join("sub");
     std::fs::create_dir(&sub).unwrap();
-    write(&sub, "b.safetensors", &StWriter::new().zeros("w", "F32", &[4]).build());
+    write(
+        &sub,
+        "b.safetensors",
+        &StWriter::new().zeros("w", "F32", &[4]).build(),
+    );
     write(dir.path(), "notes.txt", b"not a model");
     // A split pair counts once.
     let (s1, s2) = split_pair();
@@ -186,7 +229,12 @@ fn folders_list_every_model_once() {
     write(&hidden, "skip.gguf", b"junk");
 
     let out = run(&["--json"], &[dir.path()]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let reports = json_lines(&out);
     let names: Vec<String> = reports
         .iter()
@@ -238,10 +286,18 @@ fn split_gguf_opens_as_one_model() {
     assert_eq!(model.format(), Format::GgufSplit);
     assert_eq!(model.files().len(), 2);
     assert_eq!(model.tensors().count(), 3);
-    let c = model.tensor("c.weight").expect("tensor from the second shard");
+    let c = model
+        .tensor("c.weight")
+        .expect("tensor from the second shard");
     assert_eq!(c.as_slice::<f32>().unwrap().len(), 16);
 
-    let r = verify::verify_model(&model, &Options { hash_tensors: true, strict: false });
+    let r = verify::verify_model(
+        &model,
+        &Options {
+            hash_tensors: true,
+            strict: false,
+        },
+    );
     assert!(r.valid, "{:?}", r.errors);
     assert_eq!(r.files.len(), 2);
     assert_eq!(r.tensors[2].file.as_deref(), Some("m-00002-of-00002.gguf"));
@@ -252,15 +308,24 @@ fn split_gguf_opens_as_one_model() {
     let r = verify::verify_path(&first, &Options::default()).unwrap();
     assert!(!r.valid);
     assert!(
-        r.diagnostics.iter().any(|d| d.code == "gguf.split.missing-shard"),
+        r.diagnostics
+            .iter()
+            .any(|d| d.code == "gguf.split.missing-shard"),
         "{:?}",
         r.diagnostics
     );
 
     // The same tensor in both shards.
-    write(dir.path(), "m-00002-of-00002.gguf", &split_shard(1, &["a.weight"]));
+    write(
+        dir.path(),
+        "m-00002-of-00002.gguf",
+        &split_shard(1, &["a.weight"]),
+    );
     let r = verify::verify_path(&first, &Options::default()).unwrap();
-    assert!(r.diagnostics.iter().any(|d| d.code == "gguf.split.duplicate-tensor"));
+    assert!(r
+        .diagnostics
+        .iter()
+        .any(|d| d.code == "gguf.split.duplicate-tensor"));
 }
 
 #[test]
@@ -283,7 +348,12 @@ fn sharded_safetensors_open_through_the_index() {
     )
     .unwrap();
     let out = run(&["--json", "--verify"], &[&index]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let r = &json_lines(&out)[0];
     assert_eq!(r["format"], "safetensors-sharded");
     assert_eq!(r["tensor_count"], 2);
@@ -449,10 +519,18 @@ print(json.dumps(out))
     );
     let theirs: Json = serde_json::from_slice(&py.stdout).unwrap();
     let out = run(&["--json"], &[&path]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let ours = &json_lines(&out)[0];
     // GGUFReader counts the 3 header fields (version, tensor count, kv count) as fields.
-    assert_eq!(ours["metadata_count"].as_u64().unwrap() + 3, theirs["kv"].as_u64().unwrap());
+    assert_eq!(
+        ours["metadata_count"].as_u64().unwrap() + 3,
+        theirs["kv"].as_u64().unwrap()
+    );
     let m = &ours["metadata"];
     assert_eq!(m["t.u8"], 7);
     assert_eq!(m["t.i8"], -7);

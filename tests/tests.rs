@@ -5,7 +5,7 @@
 mod support;
 
 mod gguf;
+mod inspect;
 mod safetensors;
 mod transfer;
 mod wi_fetch;
-mod inspect;

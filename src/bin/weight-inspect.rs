@@ -13,9 +13,11 @@ use weight_inspect::verify::{self, InspectError, Options, Report};
 /// Inspect and verify GGUF and safetensors model files.
 #[derive(Debug, Parser)]
 #[command(name = "weight-inspect", version, about, long_about = None)]
-#[command(after_help = "PATH is a .gguf or .safetensors file, a model.safetensors.index.json, \
+#[command(
+    after_help = "PATH is a .gguf or .safetensors file, a model.safetensors.index.json, \
 the first shard of a split GGUF (NAME-00001-of-0000N.gguf), or a folder (every model in it).\n\n\
-Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error.")]
+Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error."
+)]
 struct Cli {
     /// Print one JSON object per model (JSON Lines) instead of a table.
     #[arg(long)]
@@ -104,7 +106,10 @@ fn report_error(e: &InspectError) {
 
 fn json_line(report: &Report) -> String {
     let mut s = serde_json::to_string(report).unwrap_or_else(|e| {
-        format!(r#"{{"path":{:?},"valid":false,"errors":["cannot serialise report: {e}"]}}"#, report.path)
+        format!(
+            r#"{{"path":{:?},"valid":false,"errors":["cannot serialise report: {e}"]}}"#,
+            report.path
+        )
     });
     s.push('\n');
     s
@@ -177,14 +182,23 @@ fn table(r: &Report, verify: bool) -> String {
     }
     row(&mut s, "size", size);
     if let (Some(t), Some(m)) = (r.tensor_count, r.metadata_count) {
-        row(&mut s, "tensors", format!("{}, metadata {} keys", grouped(t), grouped(m)));
+        row(
+            &mut s,
+            "tensors",
+            format!("{}, metadata {} keys", grouped(t), grouped(m)),
+        );
     }
     if let (Some(p), Some(d)) = (r.total_params, r.data_size) {
         row(
             &mut s,
             "parameters",
             if p >= 10_000 {
-                format!("{} ({}), {} of tensor data", grouped(p), short_count(p), human(d))
+                format!(
+                    "{} ({}), {} of tensor data",
+                    grouped(p),
+                    short_count(p),
+                    human(d)
+                )
             } else {
                 format!("{}, {} of tensor data", grouped(p), human(d))
             },
@@ -217,14 +231,22 @@ fn table(r: &Report, verify: bool) -> String {
     }
     if verify && r.hashed {
         let hashed = r.tensors.iter().filter(|t| t.sha256.is_some()).count();
-        row(&mut s, "checksums", format!("{hashed} tensors hashed (SHA-256)"));
+        row(
+            &mut s,
+            "checksums",
+            format!("{hashed} tensors hashed (SHA-256)"),
+        );
         for t in r.tensors.iter().take(3) {
             if let Some(h) = &t.sha256 {
                 row(&mut s, "", format!("{}  {}", &h[..16.min(h.len())], t.name));
             }
         }
         if r.tensors.len() > 3 {
-            row(&mut s, "", format!("… {} more with --json", r.tensors.len() - 3));
+            row(
+                &mut s,
+                "",
+                format!("… {} more with --json", r.tensors.len() - 3),
+            );
         }
     }
     let mut verdict = if r.valid {
@@ -255,7 +277,11 @@ fn table(r: &Report, verify: bool) -> String {
     for e in r.errors.iter().take(SHOWN) {
         let _ = writeln!(s, "    error: {e}");
     }
-    for w in r.warnings.iter().take(SHOWN.saturating_sub(r.errors.len().min(SHOWN))) {
+    for w in r
+        .warnings
+        .iter()
+        .take(SHOWN.saturating_sub(r.errors.len().min(SHOWN)))
+    {
         let _ = writeln!(s, "    warning: {w}");
     }
     let hidden = (r.errors.len() + r.warnings.len()).saturating_sub(SHOWN);

@@ -249,8 +249,15 @@ mod tests {
     #[test]
     fn table_matches_reference_sizes() {
         let q4k = GgmlType::from_name("q4_k").unwrap();
-        assert_eq!((q4k.id(), q4k.block_size(), q4k.type_size()), (12, 256, 144));
-        assert_eq!(GgmlType::from_id(9).unwrap().type_size(), 36, "Q8_1 is 36, not 40");
+        assert_eq!(
+            (q4k.id(), q4k.block_size(), q4k.type_size()),
+            (12, 256, 144)
+        );
+        assert_eq!(
+            GgmlType::from_id(9).unwrap().type_size(),
+            36,
+            "Q8_1 is 36, not 40"
+        );
         assert_eq!(GgmlType::from_id(39).unwrap().name(), "MXFP4");
         assert_eq!(GgmlType::from_id(42).unwrap().name(), "Q2_0");
         assert!(GgmlType::from_id(43).is_none());

@@ -245,18 +245,21 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
                 metadata_count += h.metadata.len() as u64;
                 loadable &= h.llama_cpp_loadable;
                 for (k, v) in &h.metadata {
-                    report.metadata.entry(k.clone()).or_insert_with(|| v.to_json());
+                    report
+                        .metadata
+                        .entry(k.clone())
+                        .or_insert_with(|| v.to_json());
                 }
                 if report.architecture.is_none() {
                     report.architecture = h.architecture().map(str::to_owned);
                 }
                 if report.file_type.is_none() {
-                    report.file_type = h.file_type().map(|ft| {
-                        match crate::format::ggml::file_type_name(ft) {
-                            Some(name) => name.to_owned(),
-                            None => format!("unknown ({ft})"),
-                        }
-                    });
+                    report.file_type =
+                        h.file_type()
+                            .map(|ft| match crate::format::ggml::file_type_name(ft) {
+                                Some(name) => name.to_owned(),
+                                None => format!("unknown ({ft})"),
+                            });
                 }
             }
             Header::Safetensors(h) => {
@@ -284,7 +287,10 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
         params = params.saturating_add(t.n_elements());
         data = data.saturating_add(t.n_bytes);
         *report.dtypes.entry(t.dtype.name().to_owned()).or_default() += 1;
-        let bytes = report.dtype_bytes.entry(t.dtype.name().to_owned()).or_default();
+        let bytes = report
+            .dtype_bytes
+            .entry(t.dtype.name().to_owned())
+            .or_default();
         *bytes = bytes.saturating_add(t.n_bytes);
         report.tensors.push(TensorEntry {
             name: t.name.clone(),

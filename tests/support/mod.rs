@@ -13,7 +13,10 @@ pub fn shared_data() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("note: {} is absent; tests on real files pass over it", dir.display());
+        eprintln!(
+            "note: {} is absent; tests on real files pass over it",
+            dir.display()
+        );
         None
     }
 }
