@@ -59,3 +59,8 @@ pub mod hub;
 pub mod progress;
 pub mod transfer;
 pub mod verify;
+
+/// The README's Rust examples, compiled as doctests so that they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,692 @@
+#!/usr/bin/env bash
+# Download benchmark (issue 4): wi-fetch against hf download, aria2c, curl and hf_transfer,
+# all in one session against mock-hub on loopback, capped (20 MB/s per connection, as a CDN
+# caps) and uncapped, plus a kill -9 / resume test of wi-fetch.
+#
+# Usage: benches/fetch.sh [SIZE_MB]           (default 2048; MB = 10^6 bytes)
+#
+# Environment (all optional):
+#   CARGO_TARGET_DIR   where release binaries are built      (default /work/target-bench)
+#   BENCH_DIR          data cache and scratch folder         (default <repo>/target/bench-fetch)
+#   BENCH_OUT          the Markdown report                    (default <repo>/target/bench-fetch.md)
+#   KILL_SEED          seed of the kill points (printed; set it to replay a run)
+#   KILL_TRIALS        kill/resume trials                     (default 3)
+#   CAP_BPS            per-connection cap of the capped mode  (default 20000000)
+#   WI_FETCH_ARGS      extra wi-fetch flags for the timed runs (e.g. "--connections 16")
+#   MODES              "capped uncapped" (default), or one of them
+#   TOOLS              subset of "wi-fetch hf aria2c curl hf_transfer" (default: all)
+#   SKIP_INSTALL=1     do not apt-get / pip install anything
+#   SKIP_BUILD=1       use the binaries already in $CARGO_TARGET_DIR/release
+#
+# Exit status: 0 the benchmark ran and every download was byte-exact (targets may still FAIL:
+# read the table); 1 setup error (install, build, data, server); 2 a download failed or its
+# SHA-256 did not match (the table is still written).
+#
+# Everything talks to 127.0.0.1 only (mock-hub's hub and CDN listeners); the only other
+# traffic is apt-get / pip when something is missing.
+
+set -euo pipefail
+export LC_ALL=C
+
+die() {
+	echo "fetch.sh: error: $*" >&2
+	exit 1
+}
+log() { echo "fetch.sh: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+SIZE_MB="${1:-2048}"
+if ! [[ "$SIZE_MB" =~ ^[0-9]+$ ]] || ((SIZE_MB < 16)); then
+	die "SIZE_MB must be an integer >= 16 (got '$SIZE_MB')"
+fi
+[[ $# -le 1 ]] || die "usage: benches/fetch.sh [SIZE_MB]"
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-bench}"
+BENCH_DIR="${BENCH_DIR:-$REPO_DIR/target/bench-fetch}"
+BENCH_OUT="${BENCH_OUT:-$REPO_DIR/target/bench-fetch.md}"
+VENV="$REPO_DIR/.venv"
+PY="$VENV/bin/python"
+CAP_BPS="${CAP_BPS:-20000000}"
+KILL_TRIALS="${KILL_TRIALS:-3}"
+KILL_CONNECTIONS=8
+MODES="${MODES:-capped uncapped}"
+TOOLS="${TOOLS:-wi-fetch hf aria2c curl hf_transfer}"
+WI_FETCH_ARGS="${WI_FETCH_ARGS:-}"
+if [[ -z "${KILL_SEED:-}" ]]; then
+	KILL_SEED=$(($(date +%s%N) % 32768))
+fi
+[[ "$KILL_SEED" =~ ^[0-9]+$ ]] || die "KILL_SEED must be a non-negative integer"
+
+REPO_ID="bench/big"
+FILE="model.gguf"
+DATA_ROOT="$BENCH_DIR/data-$SIZE_MB" # mock-hub --root; holds only bench/big
+SRC="$DATA_ROOT/$REPO_ID/$FILE"
+WORK="$BENCH_DIR/work" # downloads land here (the filesystem under test)
+LOGS="$BENCH_DIR/logs"
+HELPERS="$BENCH_DIR/helpers"
+
+# Loopback only: no proxies, no Hub token, no user Hugging Face config.
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY all_proxy HF_TOKEN HF_TOKEN_PATH \
+	HF_HUB_ENABLE_HF_TRANSFER HF_HUB_OFFLINE HF_ENDPOINT HF_HUB_CACHE
+export no_proxy="127.0.0.1,localhost" NO_PROXY="127.0.0.1,localhost"
+export HF_HOME="$BENCH_DIR/hf-home"
+export HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1
+export HF_HUB_DISABLE_IMPLICIT_TOKEN=1 DO_NOT_TRACK=1
+
+# ---------------------------------------------------------------------------------------------
+# Cleanup: every background process this script starts is recorded here and ended on exit.
+
+PIDS=()
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		# Only our own children (a recorded pid that ended may have been reused).
+		if [[ "$(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null)" == "$$" ]]; then
+			kill -INT "$pid" 2>/dev/null || true
+			for _ in 1 2 3 4 5 6 7 8 9 10; do
+				kill -0 "$pid" 2>/dev/null || break
+				sleep 0.2
+			done
+			kill -KILL "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+		fi
+	done
+	PIDS=()
+}
+trap cleanup EXIT
+trap 'echo "fetch.sh: interrupted" >&2; exit 130' INT TERM
+
+mkdir -p "$BENCH_DIR" "$WORK" "$LOGS" "$HELPERS" "$HF_HOME" "$(dirname "$BENCH_OUT")"
+
+# ---------------------------------------------------------------------------------------------
+# 1. Tools
+
+install_tools() {
+	local need=()
+	command -v aria2c >/dev/null || need+=(aria2)
+	command -v curl >/dev/null || need+=(curl)
+	command -v shellcheck >/dev/null || need+=(shellcheck)
+	command -v python3 >/dev/null || need+=(python3 python3-venv)
+	if ((${#need[@]})); then
+		if [[ "${SKIP_INSTALL:-0}" == 1 ]]; then
+			log "missing ${need[*]} (SKIP_INSTALL=1: not installing)"
+		else
+			log "apt-get install ${need[*]}"
+			export DEBIAN_FRONTEND=noninteractive
+			apt-get install -y -q "${need[@]}" >"$LOGS/apt.log" 2>&1 ||
+				{ apt-get update -q >>"$LOGS/apt.log" 2>&1 && apt-get install -y -q "${need[@]}" >>"$LOGS/apt.log" 2>&1; } ||
+				log "apt-get install ${need[*]} failed (see $LOGS/apt.log)"
+		fi
+	fi
+	command -v curl >/dev/null || die "curl is required"
+	if [[ ! -x "$PY" ]]; then
+		[[ "${SKIP_INSTALL:-0}" == 1 ]] && die "no venv at $VENV"
+		log "creating $VENV"
+		python3 -m venv "$VENV" || die "python3 -m venv $VENV failed"
+	fi
+	if ! "$PY" -c 'import numpy, huggingface_hub' 2>/dev/null; then
+		[[ "${SKIP_INSTALL:-0}" == 1 ]] && die "the venv lacks numpy or huggingface_hub"
+		log "pip install numpy huggingface_hub"
+		"$PY" -m pip install -q numpy huggingface_hub >"$LOGS/pip.log" 2>&1 ||
+			die "pip install numpy huggingface_hub failed (see $LOGS/pip.log)"
+	fi
+	if ! "$PY" -c 'import hf_transfer' 2>/dev/null && [[ "${SKIP_INSTALL:-0}" != 1 ]]; then
+		log "pip install hf_transfer"
+		"$PY" -m pip install -q hf_transfer >>"$LOGS/pip.log" 2>&1 || log "hf_transfer did not install (see $LOGS/pip.log)"
+	fi
+}
+
+install_tools
+HF_CLI=""
+if [[ -x "$VENV/bin/hf" ]]; then
+	HF_CLI="$VENV/bin/hf"
+elif [[ -x "$VENV/bin/huggingface-cli" ]]; then
+	HF_CLI="$VENV/bin/huggingface-cli"
+fi
+HF_HUB_VERSION="$("$PY" -c 'import huggingface_hub as h; print(h.__version__)' 2>/dev/null || echo "?")"
+HF_TRANSFER_VERSION="$("$PY" -c 'import hf_transfer as h; print(getattr(h, "__version__", "?"))' 2>/dev/null || true)"
+if [[ -z "$HF_TRANSFER_VERSION" ]]; then
+	HF_TRANSFER_VERSION="$("$PY" -m pip show hf_transfer 2>/dev/null | awk '/^Version:/ {print $2}' || true)"
+	"$PY" -c 'import hf_transfer' 2>/dev/null || HF_TRANSFER_VERSION=""
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 2. Build
+
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+	log "cargo build --release (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+	(cd "$REPO_DIR" && cargo build --release --bin wi-fetch -p weight-inspect) >"$LOGS/build.log" 2>&1 ||
+		die "building wi-fetch failed; see $LOGS/build.log"
+	(cd "$REPO_DIR" && cargo build --release -p mock-server --bin mock-hub) >>"$LOGS/build.log" 2>&1 ||
+		die "building mock-hub failed; see $LOGS/build.log"
+fi
+WI_FETCH="$CARGO_TARGET_DIR/release/wi-fetch"
+MOCK_HUB="$CARGO_TARGET_DIR/release/mock-hub"
+[[ -x "$WI_FETCH" ]] || die "no $WI_FETCH"
+[[ -x "$MOCK_HUB" ]] || die "no $MOCK_HUB"
+
+# ---------------------------------------------------------------------------------------------
+# Helpers in Python (the venv's): a GGUF writer, a process meter, hf_transfer, a stats reader.
+
+cat >"$HELPERS/make_gguf.py" <<'EOF'
+"""Writes a valid GGUF v3 llama-shaped F16 model of about SIZE_MB MB (10^6 bytes), streaming."""
+import struct, sys
+import numpy as np
+
+out, size_mb = sys.argv[1], int(sys.argv[2])
+ALIGN = 32
+E, FF, KV, VOCAB = 2048, 5632, 256, 4096
+def tensors_for(n_layer):
+    t = [("token_embd.weight", [E, VOCAB], 1)]
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", [E], 0), (b + "attn_q.weight", [E, E], 1),
+              (b + "attn_k.weight", [E, KV], 1), (b + "attn_v.weight", [E, KV], 1),
+              (b + "attn_output.weight", [E, E], 1), (b + "ffn_norm.weight", [E], 0),
+              (b + "ffn_gate.weight", [E, FF], 1), (b + "ffn_up.weight", [E, FF], 1),
+              (b + "ffn_down.weight", [FF, E], 1)]
+    t += [("output_norm.weight", [E], 0), ("output.weight", [E, VOCAB], 1)]
+    return t
+def nbytes(dims, ty):
+    n = 1
+    for d in dims:
+        n *= d
+    return n * (4 if ty == 0 else 2)
+def pad(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+def data_size(ts):
+    return sum(pad(nbytes(d, ty)) for _, d, ty in ts)
+budget = size_mb * 1_000_000
+n_layer = 1
+while data_size(tensors_for(n_layer + 1)) <= budget:
+    n_layer += 1
+# Take one more layer if that lands closer to the asked size.
+if abs(data_size(tensors_for(n_layer + 1)) - budget) < abs(data_size(tensors_for(n_layer)) - budget):
+    n_layer += 1
+ts = tensors_for(n_layer)
+
+def s(x):
+    b = x.encode()
+    return struct.pack("<Q", len(b)) + b
+def kv(k, ty, payload):
+    return s(k) + struct.pack("<I", ty) + payload
+U32, F32, STR = 4, 6, 8
+kvs = [kv("general.architecture", STR, s("llama")), kv("general.name", STR, s("fetch benchmark")),
+       kv("general.file_type", U32, struct.pack("<I", 1)),
+       kv("llama.context_length", U32, struct.pack("<I", 2048)),
+       kv("llama.embedding_length", U32, struct.pack("<I", E)),
+       kv("llama.block_count", U32, struct.pack("<I", n_layer)),
+       kv("llama.feed_forward_length", U32, struct.pack("<I", FF)),
+       kv("llama.rope.dimension_count", U32, struct.pack("<I", 64)),
+       kv("llama.attention.head_count", U32, struct.pack("<I", 32)),
+       kv("llama.attention.head_count_kv", U32, struct.pack("<I", KV // 64)),
+       kv("llama.attention.layer_norm_rms_epsilon", F32, struct.pack("<f", 1e-5)),
+       kv("llama.vocab_size", U32, struct.pack("<I", VOCAB))]
+head = b"GGUF" + struct.pack("<IQQ", 3, len(ts), len(kvs)) + b"".join(kvs)
+off = 0
+for name, dims, ty in ts:
+    head += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+    head += struct.pack("<IQ", ty, off)
+    off += pad(nbytes(dims, ty))
+head += b"\0" * (pad(len(head)) - len(head))
+
+rng = np.random.default_rng(42)
+with open(out, "wb") as f:
+    f.write(head)
+    for name, dims, ty in ts:
+        n = nbytes(dims, ty)
+        left = n
+        while left:
+            k = min(left, 32 << 20)
+            if ty == 0:
+                buf = (1.0 + rng.uniform(-0.1, 0.1, k // 4)).astype("<f4").tobytes()
+            else:
+                r = rng.integers(0, 1 << 16, k // 2, dtype=np.uint16)
+                # |x| in [2^-7, 2^-4): never NaN or Inf (as mock-hub's demo data).
+                bits = (r & 0x8000) | ((8 + (r >> 10) % 3) << 10) | (r & 0x3FF)
+                buf = bits.astype("<u2").tobytes()
+            f.write(buf)
+            left -= k
+        f.write(b"\0" * (pad(n) - n))
+print(f"{out}: {n_layer} layers, {len(ts)} tensors")
+EOF
+
+# meter.py OUT_JSON CMD...: runs CMD (stdin closed), samples the peak anonymous RSS of it and its
+# descendants every 5 ms, and writes {"rc", "wall_s", "maxrss_kib" (wait4: max RSS of the
+# child, file-backed pages included, what /usr/bin/time %M shows), "peak_anon_kib"}.
+cat >"$HELPERS/meter.py" <<'EOF'
+import json, os, subprocess, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+def anon(pid):
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        total += int(line.split()[1])
+                        break
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return total
+t0 = time.monotonic()
+p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+peak = 0
+while True:
+    pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+    if pid:
+        break
+    peak = max(peak, anon(p.pid))
+    time.sleep(0.005)
+wall = time.monotonic() - t0
+rc = os.waitstatus_to_exitcode(status)
+json.dump({"rc": rc, "wall_s": wall, "maxrss_kib": ru.ru_maxrss, "peak_anon_kib": peak}, open(out, "w"))
+EOF
+
+# hf_transfer.py BASE_URL REPO FILE OUT: resolves the file's CDN URL as huggingface_hub did
+# (HEAD on /resolve/, no redirect following) and downloads it with hf_transfer.download, with
+# huggingface_hub 0.x's settings (100 parallel requests of 10 MiB, 3 parallel failures, 5 retries).
+cat >"$HELPERS/hf_transfer_get.py" <<'EOF'
+import sys, urllib.error, urllib.request
+import hf_transfer
+base, repo, name, out = sys.argv[1:5]
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+opener = urllib.request.build_opener(NoRedirect, urllib.request.ProxyHandler({}))
+url = f"{base}/{repo}/resolve/main/{name}"
+try:
+    r = opener.open(urllib.request.Request(url, method="HEAD"))
+    cdn = url
+except urllib.error.HTTPError as e:
+    if e.code not in (301, 302, 303, 307, 308):
+        raise
+    cdn = urllib.parse.urljoin(url, e.headers["Location"])
+hf_transfer.download(url=cdn, filename=out, max_files=100, chunk_size=10 * 1024 * 1024,
+                     parallel_failures=3, max_retries=5)
+EOF
+
+# stats.py URL KEY: bytes_sent and GET count of one file from mock-hub's /_mock/stats.
+cat >"$HELPERS/stats.py" <<'EOF'
+import json, sys, urllib.request
+url, key = sys.argv[1], sys.argv[2]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+s = json.load(opener.open(url + "/_mock/stats"))
+f = s.get("files", {}).get(key, {})
+print(f.get("bytes_sent", 0), f.get("get_requests", 0))
+EOF
+
+# ---------------------------------------------------------------------------------------------
+# 3. Data (cached by size; the source hash is recomputed every run, which also times sha256sum)
+
+if [[ ! -s "$SRC" || ! -f "$SRC.complete" ]]; then
+	log "making a ${SIZE_MB} MB GGUF at $SRC"
+	rm -rf "$DATA_ROOT"
+	mkdir -p "$(dirname "$SRC")"
+	"$PY" "$HELPERS/make_gguf.py" "$SRC" "$SIZE_MB" >"$LOGS/make_gguf.log" 2>&1 ||
+		die "making the GGUF failed; see $LOGS/make_gguf.log"
+	printf '*.gguf filter=lfs diff=lfs merge=lfs -text\n' >"$DATA_ROOT/$REPO_ID/.gitattributes"
+	touch "$SRC.complete"
+fi
+SIZE_BYTES=$(stat -c %s "$SRC")
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+log "source: $SRC ($(mb "$SIZE_BYTES") MB)"
+
+# ---------------------------------------------------------------------------------------------
+# 4. Reference figures: cores, single-core SHA-256 (OpenSSL via hashlib; coreutils sha256sum
+# on the page-cached source), disk write speed of the download filesystem.
+
+CORES=$(nproc)
+CPU_MODEL=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
+SHA_NI=no
+grep -qw sha_ni /proc/cpuinfo && SHA_NI=yes
+
+SHA_PY_MBS=$("$PY" - <<'EOF'
+import hashlib, time
+buf = bytes(256 << 20)
+best = 0.0
+for _ in range(3):
+    t = time.perf_counter()
+    hashlib.sha256(buf).digest()
+    best = max(best, len(buf) / (time.perf_counter() - t) / 1e6)
+print(f"{best:.0f}")
+EOF
+)
+cat "$SRC" >/dev/null
+t0=$(date +%s.%N)
+SRC_SHA=$(sha256sum "$SRC" | awk '{print $1}')
+t1=$(date +%s.%N)
+SHA_SUM_MBS=$(awk -v b="$SIZE_BYTES" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.0f", b / (z - a) / 1e6 }')
+log "source sha256 $SRC_SHA; single-core SHA-256: hashlib $SHA_PY_MBS MB/s, sha256sum $SHA_SUM_MBS MB/s"
+
+DD_MB=$((SIZE_MB < 256 ? 256 : (SIZE_MB > 2048 ? 2048 : SIZE_MB)))
+DD_COUNT=$(((DD_MB * 1000000 + 16777215) / 16777216))
+dd_out=$(dd if=/dev/zero of="$WORK/dd.tmp" bs=16M count="$DD_COUNT" conv=fsync 2>&1) || die "dd failed: $dd_out"
+rm -f "$WORK/dd.tmp"
+DISK_MBS=$(echo "$dd_out" | awk '/copied/ { printf "%.0f", $1 / $(NF-3) / 1e6 }')
+[[ -n "$DISK_MBS" ]] || die "could not parse dd's output: $dd_out"
+log "disk write (dd bs=16M conv=fsync, $((DD_COUNT * 16)) MiB): $DISK_MBS MB/s; cores: $CORES"
+
+DROP_CACHES=no
+if (sync && echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then DROP_CACHES=yes; fi
+
+# ---------------------------------------------------------------------------------------------
+# 5. mock-hub
+
+SERVER_PID=""
+URL=""
+start_server() { # start_server MODE
+	local mode=$1 args=(--root "$DATA_ROOT" --addr 127.0.0.1:0 --cdn-addr 127.0.0.1:0)
+	[[ "$mode" == capped ]] && args+=(--bandwidth "$CAP_BPS")
+	: >"$LOGS/mock-hub-$mode.out"
+	"$MOCK_HUB" "${args[@]}" >"$LOGS/mock-hub-$mode.out" 2>"$LOGS/mock-hub-$mode.err" &
+	SERVER_PID=$!
+	PIDS+=("$SERVER_PID")
+	local i
+	for ((i = 0; i < 1200; i++)); do
+		URL=$(head -n1 "$LOGS/mock-hub-$mode.out")
+		[[ -n "$URL" ]] && break
+		kill -0 "$SERVER_PID" 2>/dev/null || die "mock-hub exited at start; see $LOGS/mock-hub-$mode.err"
+		sleep 0.1
+	done
+	[[ "$URL" == http://127.0.0.1:* ]] || die "mock-hub did not print its URL in 120 s (got '$URL'); see $LOGS/mock-hub-$mode.err"
+	curl -fsS --noproxy '*' -o /dev/null -I "$URL/$REPO_ID/resolve/main/$FILE" ||
+		die "mock-hub at $URL does not serve $REPO_ID/$FILE; see $LOGS/mock-hub-$mode.err"
+	log "mock-hub ($mode) at $URL"
+}
+stop_server() {
+	cleanup
+	SERVER_PID=""
+	URL=""
+}
+reset_stats() { curl -fsS --noproxy '*' -o /dev/null -X POST "$URL/_mock/stats/reset" || die "POST $URL/_mock/stats/reset failed"; }
+bytes_sent() { "$PY" "$HELPERS/stats.py" "$URL" "$REPO_ID/$FILE" | awk '{print $1}'; }
+
+# ---------------------------------------------------------------------------------------------
+# 6. One timed download
+
+# Results, keyed "mode/tool".
+declare -A R_SEC R_MBS R_RSS R_ANON R_OK R_SENT R_NOTE
+BAD=0
+
+prepare() { # fresh output folder, cold page cache for it, warm source (the "CDN" serves from RAM)
+	rm -rf "$WORK/out"
+	mkdir -p "$WORK/out"
+	if [[ "$DROP_CACHES" == yes ]]; then
+		(sync && echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null || true
+	fi
+	cat "$SRC" >/dev/null
+}
+
+tool_cmd() { # tool_cmd TOOL: sets CMD
+	local tool=$1 out="$WORK/out"
+	case "$tool" in
+	wi-fetch)
+		# shellcheck disable=SC2206 # WI_FETCH_ARGS is split on purpose
+		CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet $WI_FETCH_ARGS)
+		;;
+	hf) CMD=(env HF_ENDPOINT="$URL" "$HF_CLI" download "$REPO_ID" "$FILE" --cache-dir "$out") ;;
+	aria2c)
+		CMD=(aria2c -x16 -s16 -k1M --file-allocation=none --no-conf=true --quiet=true
+			--allow-overwrite=true --auto-file-renaming=false --check-certificate=false
+			--all-proxy="" -d "$out" -o "$FILE" "$URL/$REPO_ID/resolve/main/$FILE")
+		;;
+	curl) CMD=(curl -sSfL --noproxy '*' -o "$out/$FILE" "$URL/$REPO_ID/resolve/main/$FILE") ;;
+	hf_transfer) CMD=("$PY" "$HELPERS/hf_transfer_get.py" "$URL" "$REPO_ID" "$FILE" "$out/$FILE") ;;
+	*) die "unknown tool $tool" ;;
+	esac
+}
+
+run_tool() { # run_tool MODE TOOL
+	local mode=$1 tool=$2 k="$1/$2" log="$LOGS/$1-$2.log"
+	case "$tool" in
+	hf) [[ -n "$HF_CLI" ]] || {
+		R_NOTE[$k]="no hf CLI in $VENV"
+		return
+	} ;;
+	hf_transfer) [[ -n "$HF_TRANSFER_VERSION" ]] || {
+		R_NOTE[$k]="not installable"
+		return
+	} ;;
+	aria2c) command -v aria2c >/dev/null || {
+		R_NOTE[$k]="not installed"
+		return
+	} ;;
+	esac
+	prepare
+	reset_stats
+	tool_cmd "$tool"
+	log "$mode: $tool"
+	echo "+ ${CMD[*]}" >"$log"
+	rm -f "$WORK/meter.json"
+	"$PY" "$HELPERS/meter.py" "$WORK/meter.json" "${CMD[@]}" >>"$log" 2>&1 || true
+	[[ -s "$WORK/meter.json" ]] || die "measuring $tool failed; see $log"
+	local rc wall maxrss anon
+	read -r rc wall maxrss anon < <("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["rc"], m["wall_s"], m["maxrss_kib"], m["peak_anon_kib"])' "$WORK/meter.json")
+	R_SENT[$k]=$(bytes_sent)
+	R_SEC[$k]=$(printf '%.2f' "$wall")
+	R_MBS[$k]=$(awk -v b="$SIZE_BYTES" -v t="$wall" 'BEGIN { printf "%.1f", b / t / 1e6 }')
+	R_RSS[$k]=$(awk -v k="$maxrss" 'BEGIN { printf "%.1f", k * 1024 / 1e6 }')
+	R_ANON[$k]=$(awk -v k="$anon" 'BEGIN { printf "%.1f", k * 1024 / 1e6 }')
+	local got
+	got=$(find "$WORK/out" -name "$FILE" \( -type f -o -type l \) -print -quit)
+	if ((rc != 0)); then
+		R_OK[$k]="FAIL (exit $rc)"
+		R_NOTE[$k]="see $log: $(grep -v '^+ ' "$log" | tail -n1 | cut -c1-120)"
+		BAD=1
+		log "$tool exited $rc; see $log"
+	elif [[ -z "$got" ]]; then
+		R_OK[$k]="FAIL (no file)"
+		BAD=1
+		log "$tool: no $FILE under $WORK/out"
+	elif [[ "$(sha256sum "$got" | awk '{print $1}')" == "$SRC_SHA" ]]; then
+		R_OK[$k]="yes"
+	else
+		R_OK[$k]="FAIL (hash)"
+		BAD=1
+		log "$tool: SHA-256 of $got does not match the source"
+	fi
+	log "$mode: $tool ${R_SEC[$k]} s, ${R_MBS[$k]} MB/s, max RSS ${R_RSS[$k]} MB, anon ${R_ANON[$k]} MB, hash ${R_OK[$k]}"
+	rm -rf "$WORK/out"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 7. Kill test: wi-fetch --connections 8 on the capped server, kill -9 at 20–80% of the expected
+# time, resume, check the hash; re-fetched = bytes the server sent for the file − its size.
+
+K_LINES=()
+K_WORST=""
+kill_test() {
+	local expect=$1 trial
+	RANDOM=$KILL_SEED
+	for ((trial = 1; trial <= KILL_TRIALS; trial++)); do
+		local pct=$((20 + RANDOM % 61))
+		local delay
+		delay=$(awk -v e="$expect" -v p="$pct" 'BEGIN { printf "%.2f", e * p / 100 }')
+		prepare
+		reset_stats
+		local log="$LOGS/kill-$trial.log"
+		local cmd=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$WORK/out" --quiet
+			--connections "$KILL_CONNECTIONS")
+		echo "+ ${cmd[*]}  (kill -9 after $delay s)" >"$log"
+		"${cmd[@]}" >>"$log" 2>&1 &
+		local pid=$! killed=yes
+		PIDS+=("$pid")
+		sleep "$delay"
+		if kill -0 "$pid" 2>/dev/null; then
+			kill -KILL "$pid" 2>/dev/null || killed=no
+		else
+			killed=no
+		fi
+		wait "$pid" 2>/dev/null || true
+		unset 'PIDS[-1]'
+		sleep 0.3 # let the server notice the closed connections
+		local at_kill
+		at_kill=$(bytes_sent)
+		echo "+ resume" >>"$log"
+		local rc=0
+		"${cmd[@]}" >>"$log" 2>&1 || rc=$?
+		local total ok got
+		total=$(bytes_sent)
+		got=$(find "$WORK/out" -name "$FILE" \( -type f -o -type l \) -print -quit)
+		ok="FAIL"
+		if ((rc != 0)); then
+			ok="FAIL (exit $rc)"
+			BAD=1
+		elif [[ -n "$got" && "$(sha256sum "$got" | awk '{print $1}')" == "$SRC_SHA" ]]; then
+			ok="yes"
+		else
+			BAD=1
+		fi
+		local refetch=$((total - SIZE_BYTES))
+		local per
+		per=$(awk -v r="$refetch" -v c="$KILL_CONNECTIONS" 'BEGIN { printf "%.2f", r / c / 1e6 }')
+		[[ "$killed" == yes ]] || per="n/a (finished before the kill)"
+		K_LINES+=("| $trial | $pct% ($delay s) | $(mb "$at_kill") | $(mb "$total") | $(mb "$refetch") | $per | $ok |")
+		if [[ "$killed" == yes && "$ok" == yes ]]; then
+			if [[ -z "$K_WORST" ]] || awk -v a="$per" -v b="$K_WORST" 'BEGIN { exit !(a > b) }'; then K_WORST=$per; fi
+		elif [[ "$ok" != yes ]]; then
+			K_WORST="FAIL"
+		fi
+		log "kill trial $trial: kill at $pct% ($delay s, killed=$killed), sent before kill $(mb "$at_kill") MB, total $(mb "$total") MB, re-fetched $per MB/connection, hash $ok"
+		rm -rf "$WORK/out"
+	done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Run
+
+KILL_DONE=no
+for mode in $MODES; do
+	[[ "$mode" == capped || "$mode" == uncapped ]] || die "MODES: unknown mode $mode"
+	start_server "$mode"
+	for tool in $TOOLS; do
+		run_tool "$mode" "$tool"
+	done
+	if [[ "$mode" == capped ]] && ((KILL_TRIALS > 0)); then
+		expect=${R_SEC[capped/wi-fetch]:-}
+		if [[ -z "$expect" || "${R_OK[capped/wi-fetch]:-}" != yes ]]; then
+			expect=$(awk -v b="$SIZE_BYTES" -v c="$KILL_CONNECTIONS" -v r="$CAP_BPS" 'BEGIN { printf "%.2f", b / (c * r) }')
+		fi
+		log "kill test: seed $KILL_SEED, expected duration $expect s"
+		kill_test "$expect"
+		KILL_DONE=yes
+	fi
+	stop_server
+done
+
+# ---------------------------------------------------------------------------------------------
+# 8. Report
+
+verdict() { if awk "BEGIN { exit !($1) }"; then echo PASS; else echo FAIL; fi; }
+num_ok() { [[ "${R_OK[$1]:-}" == yes ]]; }
+
+TARGETS=()
+if [[ " $MODES " == *" capped "* ]]; then
+	best=""
+	best_tool=""
+	for tool in hf aria2c curl hf_transfer; do
+		num_ok "capped/$tool" || continue
+		if [[ -z "$best" ]] || awk -v a="${R_MBS[capped/$tool]}" -v b="$best" 'BEGIN { exit !(a > b) }'; then
+			best=${R_MBS[capped/$tool]}
+			best_tool=$tool
+		fi
+	done
+	if num_ok capped/wi-fetch && [[ -n "$best" ]]; then
+		TARGETS+=("| capped: wi-fetch (verification on) ≥ fastest peer | ${R_MBS[capped/wi-fetch]} MB/s vs $best_tool $best MB/s | $(verdict "${R_MBS[capped/wi-fetch]} >= $best") |")
+	else
+		TARGETS+=("| capped: wi-fetch (verification on) ≥ fastest peer | wi-fetch ${R_OK[capped/wi-fetch]:-not run}; fastest peer ${best_tool:-none} ${best:-} | FAIL |")
+	fi
+fi
+LIMIT=$((DISK_MBS < SHA_PY_MBS ? DISK_MBS : SHA_PY_MBS))
+LIMIT80=$(awk -v l="$LIMIT" 'BEGIN { printf "%.0f", 0.8 * l }')
+if [[ " $MODES " == *" uncapped "* ]]; then
+	if num_ok uncapped/wi-fetch; then
+		TARGETS+=("| uncapped: wi-fetch ≥ 80% of min(disk write, single-core SHA-256) | ${R_MBS[uncapped/wi-fetch]} MB/s vs 0.8 × $LIMIT = $LIMIT80 MB/s | $(verdict "${R_MBS[uncapped/wi-fetch]} >= $LIMIT80") |")
+	else
+		TARGETS+=("| uncapped: wi-fetch ≥ 80% of min(disk write, single-core SHA-256) | wi-fetch ${R_OK[uncapped/wi-fetch]:-not run} | FAIL |")
+	fi
+fi
+peak_rss=0
+peak_anon=0
+for mode in $MODES; do
+	num_ok "$mode/wi-fetch" || continue
+	peak_rss=$(awk -v a="$peak_rss" -v b="${R_RSS[$mode/wi-fetch]}" 'BEGIN { print (b > a ? b : a) }')
+	peak_anon=$(awk -v a="$peak_anon" -v b="${R_ANON[$mode/wi-fetch]}" 'BEGIN { print (b > a ? b : a) }')
+done
+if num_ok capped/wi-fetch || num_ok uncapped/wi-fetch; then
+	TARGETS+=("| wi-fetch peak anonymous RSS < 64 MB (heap, stacks; what the process owns) | $peak_anon MB | $(verdict "$peak_anon < 64") |")
+	TARGETS+=("| wi-fetch peak RSS < 64 MB (wait4 max RSS: also counts mapped file pages) | $peak_rss MB | $(verdict "$peak_rss < 64") |")
+else
+	TARGETS+=("| wi-fetch peak RSS < 64 MB | wi-fetch did not complete | FAIL |")
+fi
+if [[ "$KILL_DONE" == yes ]]; then
+	if [[ -n "$K_WORST" && "$K_WORST" != FAIL ]]; then
+		TARGETS+=("| kill -9 at 20–80%, resume: re-fetched < 8 MB per connection (worst of $KILL_TRIALS) | $K_WORST MB | $(verdict "$K_WORST < 8") |")
+	else
+		TARGETS+=("| kill -9 at 20–80%, resume: re-fetched < 8 MB per connection | ${K_WORST:-no trial was killed mid-download} | FAIL |")
+	fi
+fi
+
+REPRO="KILL_SEED=$KILL_SEED benches/fetch.sh $SIZE_MB"
+[[ -n "$WI_FETCH_ARGS" ]] && REPRO="WI_FETCH_ARGS='$WI_FETCH_ARGS' $REPRO"
+[[ "$CAP_BPS" != 20000000 ]] && REPRO="CAP_BPS=$CAP_BPS $REPRO"
+{
+	echo "### Download benchmark: $(mb "$SIZE_BYTES") MB GGUF over loopback ($(date -u +%Y-%m-%dT%H:%MZ))"
+	echo
+	echo "Machine: $CORES cores ($CPU_MODEL, SHA-NI: $SHA_NI); disk write (dd bs=16M conv=fsync, $((DD_COUNT * 16)) MiB): **$DISK_MBS MB/s**;"
+	echo "single-core SHA-256: **$SHA_PY_MBS MB/s** (OpenSSL via Python hashlib, 256 MiB in memory), $SHA_SUM_MBS MB/s (coreutils sha256sum, page-cached file);"
+	echo "page cache dropped before each download: $DROP_CACHES. MB = 10^6 bytes. Capped = mock-hub --bandwidth $CAP_BPS (each response body, i.e. each connection, capped at $(mb "$CAP_BPS") MB/s)."
+	echo "Versions: wi-fetch $("$WI_FETCH" --version 2>/dev/null | awk '{print $2}'), huggingface_hub $HF_HUB_VERSION, hf_transfer ${HF_TRANSFER_VERSION:-not installable}, $(aria2c --version 2>/dev/null | head -n1 || echo 'aria2c: not installed'), $(curl --version | head -n1 | cut -d' ' -f1-2)."
+	echo
+	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | server sent / size | SHA-256 OK | note |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+	for mode in $MODES; do
+		for tool in $TOOLS; do
+			k="$mode/$tool"
+			if [[ -n "${R_SEC[$k]:-}" ]]; then
+				ratio=$(awk -v s="${R_SENT[$k]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
+				echo "| $mode | $tool | ${R_SEC[$k]} | ${R_MBS[$k]} | ${R_RSS[$k]} | ${R_ANON[$k]} | $ratio | ${R_OK[$k]} | ${R_NOTE[$k]:-} |"
+			else
+				echo "| $mode | $tool | – | – | – | – | – | – | ${R_NOTE[$k]:-not run} |"
+			fi
+		done
+	done
+	echo
+	echo "Commands: wi-fetch \`$REPO_ID $FILE --endpoint URL --cache-dir DIR --quiet${WI_FETCH_ARGS:+ $WI_FETCH_ARGS}\` (defaults: 8 connections, verification on);"
+	echo "\`hf download $REPO_ID $FILE --cache-dir DIR\` (HF_ENDPOINT=URL, HF_HUB_DISABLE_XET=1); \`aria2c -x16 -s16 -k1M --file-allocation=none\`;"
+	echo "\`curl -sSfL\`; hf_transfer: \`hf_transfer.download(cdn_url, max_files=100, chunk_size=10 MiB)\` called directly on the CDN URL (huggingface_hub $HF_HUB_VERSION no longer uses hf_transfer)."
+	if [[ "$KILL_DONE" == yes ]]; then
+		echo
+		echo "Kill test (capped server, \`wi-fetch --connections $KILL_CONNECTIONS\`, kill -9 at a random 20–80% of the capped wi-fetch time, then resume; seed $KILL_SEED):"
+		echo
+		echo "| trial | kill at | MB sent before kill | MB sent in total | re-fetched MB | re-fetched MB per connection | SHA-256 OK |"
+		echo "|---|---|---|---|---|---|---|"
+		printf '%s\n' "${K_LINES[@]}"
+	fi
+	echo
+	echo "| target | measured | result |"
+	echo "|---|---|---|"
+	printf '%s\n' "${TARGETS[@]}"
+	echo
+	echo "Reproduce: \`$REPRO\`"
+} >"$BENCH_OUT"
+
+echo
+cat "$BENCH_OUT"
+echo
+log "report written to $BENCH_OUT; logs in $LOGS"
+if ((BAD)); then
+	log "some download failed or did not match the source hash (see the table and $LOGS)"
+	exit 2
+fi
