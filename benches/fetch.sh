@@ -100,6 +100,8 @@ trap cleanup EXIT
 trap 'echo "fetch.sh: interrupted" >&2; exit 130' INT TERM
 
 mkdir -p "$BENCH_DIR" "$WORK" "$LOGS" "$HELPERS" "$HF_HOME" "$(dirname "$BENCH_OUT")"
+exec 9>"$BENCH_DIR/.lock"
+flock -n 9 || die "another benches/fetch.sh is running (lock $BENCH_DIR/.lock)"
 
 # ---------------------------------------------------------------------------------------------
 # 1. Tools
@@ -178,9 +180,9 @@ import numpy as np
 
 out, size_mb = sys.argv[1], int(sys.argv[2])
 ALIGN = 32
-E, FF, KV, VOCAB = 2048, 5632, 256, 4096
-def tensors_for(n_layer):
-    t = [("token_embd.weight", [E, VOCAB], 1)]
+E, FF, KV = 2048, 5632, 256
+def tensors_for(n_layer, vocab):
+    t = [("token_embd.weight", [E, vocab], 1)]
     for i in range(n_layer):
         b = f"blk.{i}."
         t += [(b + "attn_norm.weight", [E], 0), (b + "attn_q.weight", [E, E], 1),
@@ -188,7 +190,7 @@ def tensors_for(n_layer):
               (b + "attn_output.weight", [E, E], 1), (b + "ffn_norm.weight", [E], 0),
               (b + "ffn_gate.weight", [E, FF], 1), (b + "ffn_up.weight", [E, FF], 1),
               (b + "ffn_down.weight", [FF, E], 1)]
-    t += [("output_norm.weight", [E], 0), ("output.weight", [E, VOCAB], 1)]
+    t += [("output_norm.weight", [E], 0), ("output.weight", [E, vocab], 1)]
     return t
 def nbytes(dims, ty):
     n = 1
@@ -199,14 +201,14 @@ def pad(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 def data_size(ts):
     return sum(pad(nbytes(d, ty)) for _, d, ty in ts)
+# As many 88 MB layers as fit with a 256-token vocabulary, then a vocabulary (token_embd and
+# output, 8 KB per token) that fills the rest: the file lands within a few KB of the size.
 budget = size_mb * 1_000_000
-n_layer = 1
-while data_size(tensors_for(n_layer + 1)) <= budget:
+n_layer = 0
+while data_size(tensors_for(n_layer + 1, 256)) <= budget:
     n_layer += 1
-# Take one more layer if that lands closer to the asked size.
-if abs(data_size(tensors_for(n_layer + 1)) - budget) < abs(data_size(tensors_for(n_layer)) - budget):
-    n_layer += 1
-ts = tensors_for(n_layer)
+VOCAB = max(256, 256 + (budget - data_size(tensors_for(n_layer, 256))) // (2 * E * 2))
+ts = tensors_for(n_layer, VOCAB)
 
 def s(x):
     b = x.encode()
@@ -251,7 +253,7 @@ with open(out, "wb") as f:
             f.write(buf)
             left -= k
         f.write(b"\0" * (pad(n) - n))
-print(f"{out}: {n_layer} layers, {len(ts)} tensors")
+print(f"{out}: {n_layer} layers, {VOCAB} tokens, {len(ts)} tensors")
 EOF
 
 # meter.py OUT_JSON CMD...: runs CMD (stdin closed), samples the peak anonymous RSS of it and its
@@ -329,14 +331,16 @@ EOF
 # ---------------------------------------------------------------------------------------------
 # 3. Data (cached by size; the source hash is recomputed every run, which also times sha256sum)
 
-if [[ ! -s "$SRC" || ! -f "$SRC.complete" ]]; then
+# The marker (outside the served folder) names the generator's hash: a changed generator remakes.
+GEN_ID=$(sha256sum "$HELPERS/make_gguf.py" | awk '{print $1}')
+if [[ ! -s "$SRC" || "$(cat "$DATA_ROOT.complete" 2>/dev/null)" != "$GEN_ID" ]]; then
 	log "making a ${SIZE_MB} MB GGUF at $SRC"
-	rm -rf "$DATA_ROOT"
+	rm -rf "$DATA_ROOT" "$DATA_ROOT.complete"
 	mkdir -p "$(dirname "$SRC")"
 	"$PY" "$HELPERS/make_gguf.py" "$SRC" "$SIZE_MB" >"$LOGS/make_gguf.log" 2>&1 ||
 		die "making the GGUF failed; see $LOGS/make_gguf.log"
 	printf '*.gguf filter=lfs diff=lfs merge=lfs -text\n' >"$DATA_ROOT/$REPO_ID/.gitattributes"
-	touch "$SRC.complete"
+	echo "$GEN_ID" >"$DATA_ROOT.complete"
 fi
 SIZE_BYTES=$(stat -c %s "$SRC")
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
@@ -389,7 +393,7 @@ start_server() { # start_server MODE
 	local mode=$1 args=(--root "$DATA_ROOT" --addr 127.0.0.1:0 --cdn-addr 127.0.0.1:0)
 	[[ "$mode" == capped ]] && args+=(--bandwidth "$CAP_BPS")
 	: >"$LOGS/mock-hub-$mode.out"
-	"$MOCK_HUB" "${args[@]}" >"$LOGS/mock-hub-$mode.out" 2>"$LOGS/mock-hub-$mode.err" &
+	"$MOCK_HUB" "${args[@]}" >"$LOGS/mock-hub-$mode.out" 2>"$LOGS/mock-hub-$mode.err" 9>&- &
 	SERVER_PID=$!
 	PIDS+=("$SERVER_PID")
 	local i

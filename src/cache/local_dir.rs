@@ -168,53 +168,34 @@ impl LocalDir {
     /// Every file with valid metadata whose content is still as downloaded, for offline use.
     /// With `commit`, only files downloaded at that commit.
     pub fn list_complete(&self, commit: Option<&str>) -> io::Result<Vec<CachedFile>> {
-        let dl = self.download_dir();
         let mut out = Vec::new();
-        if !dl.is_dir() {
-            return Ok(out);
-        }
-        let mut stack = vec![(dl.clone(), String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            for ent in fs::read_dir(&dir)? {
-                let ent = ent?;
-                let name = ent.file_name().to_string_lossy().into_owned();
-                let rel = if prefix.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{prefix}/{name}")
-                };
-                let ft = ent.file_type()?;
-                if ft.is_dir() {
-                    stack.push((ent.path(), rel));
-                    continue;
-                }
-                let Some(path) = rel.strip_suffix(".metadata") else {
-                    continue;
-                };
-                if check_repo_path(path).is_err() {
-                    continue;
-                }
-                let Some(md) = self.read_metadata(path) else {
-                    continue;
-                };
-                if commit.is_some_and(|c| c != md.commit) || etag_kind(&md.etag).is_none() {
-                    continue;
-                }
-                let file = self.file_path(path);
-                let Ok(st) = fs::metadata(&file) else {
-                    continue;
-                };
-                if self.find_complete(path, &md.etag, st.len()).is_none() {
-                    continue;
-                }
-                out.push(CachedFile {
-                    path: path.to_string(),
-                    etag: md.etag,
-                    size: st.len(),
-                    local_path: file,
-                    commit: md.commit,
-                });
+        for (rel, _, _) in super::fsutil::walk_relative(&self.download_dir())? {
+            let Some(path) = rel.strip_suffix(".metadata") else {
+                continue;
+            };
+            if check_repo_path(path).is_err() {
+                continue;
             }
+            let Some(md) = self.read_metadata(path) else {
+                continue;
+            };
+            if commit.is_some_and(|c| c != md.commit) || etag_kind(&md.etag).is_none() {
+                continue;
+            }
+            let file = self.file_path(path);
+            let Ok(st) = fs::metadata(&file) else {
+                continue;
+            };
+            if self.find_complete(path, &md.etag, st.len()).is_none() {
+                continue;
+            }
+            out.push(CachedFile {
+                path: path.to_string(),
+                etag: md.etag,
+                size: st.len(),
+                local_path: file,
+                commit: md.commit,
+            });
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)

@@ -304,53 +304,33 @@ impl RepoCache {
     /// Every file of `snapshots/{commit}` whose blob is present, for offline use. Entries that
     /// are not links to a blob named by a hash are left out.
     pub fn list_snapshot(&self, commit: &str) -> io::Result<Vec<CachedFile>> {
-        let root = self.snapshot_dir(commit);
         let mut out = Vec::new();
-        if !root.is_dir() {
-            return Ok(out);
-        }
-        let mut stack = vec![(root, String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            for ent in fs::read_dir(&dir)? {
-                let ent = ent?;
-                let name = ent.file_name().to_string_lossy().into_owned();
-                let rel = if prefix.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{prefix}/{name}")
-                };
-                let ft = ent.file_type()?;
-                if ft.is_dir() {
-                    stack.push((ent.path(), rel));
-                    continue;
-                }
-                if !ft.is_symlink() || check_repo_path(&rel).is_err() {
-                    continue;
-                }
-                let Ok(target) = fs::read_link(ent.path()) else {
-                    continue;
-                };
-                let Some(etag) = target.file_name().map(|n| n.to_string_lossy().into_owned())
-                else {
-                    continue;
-                };
-                if etag_kind(&etag).is_none() {
-                    continue;
-                }
-                let Ok(m) = fs::metadata(self.blob_path(&etag)) else {
-                    continue;
-                };
-                if !m.is_file() {
-                    continue;
-                }
-                out.push(CachedFile {
-                    path: rel,
-                    etag,
-                    size: m.len(),
-                    local_path: ent.path(),
-                    commit: commit.to_string(),
-                });
+        for (rel, full, ft) in fsutil::walk_relative(&self.snapshot_dir(commit))? {
+            if !ft.is_symlink() || check_repo_path(&rel).is_err() {
+                continue;
             }
+            let Ok(target) = fs::read_link(&full) else {
+                continue;
+            };
+            let Some(etag) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            if etag_kind(&etag).is_none() {
+                continue;
+            }
+            let Ok(m) = fs::metadata(self.blob_path(&etag)) else {
+                continue;
+            };
+            if !m.is_file() {
+                continue;
+            }
+            out.push(CachedFile {
+                path: rel,
+                etag,
+                size: m.len(),
+                local_path: full,
+                commit: commit.to_string(),
+            });
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)

@@ -54,14 +54,14 @@ impl FileHasher {
     }
 }
 
-/// Reads `len` bytes at `offset` of `file` and feeds them to the given hashers (blocking).
-/// Fails with `UnexpectedEof` if the file is shorter.
-pub(crate) fn hash_range(
+/// Reads `len` bytes at `offset` of `file` in pieces of at most [`READ_BUF`] bytes and hands
+/// each piece, with its offset relative to `offset`, to `each` (blocking). Fails with
+/// `UnexpectedEof` if the file is shorter.
+pub(crate) fn read_range(
     file: &File,
     offset: u64,
     len: u64,
-    mut chunk: Option<&mut Sha256>,
-    mut whole: Option<&mut FileHasher>,
+    mut each: impl FnMut(u64, &[u8]) -> io::Result<()>,
 ) -> io::Result<()> {
     let mut buf = vec![
         0u8;
@@ -76,15 +76,30 @@ pub(crate) fn hash_range(
             .min(usize::try_from(len - done).unwrap_or(usize::MAX));
         let piece = &mut buf[..n];
         file.read_exact_at(piece, offset + done)?;
+        each(done, piece)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Reads `len` bytes at `offset` of `file` and feeds them to the given hashers (blocking).
+/// Fails with `UnexpectedEof` if the file is shorter.
+pub(crate) fn hash_range(
+    file: &File,
+    offset: u64,
+    len: u64,
+    mut chunk: Option<&mut Sha256>,
+    mut whole: Option<&mut FileHasher>,
+) -> io::Result<()> {
+    read_range(file, offset, len, |_, piece| {
         if let Some(h) = chunk.as_deref_mut() {
-            h.update(&*piece);
+            h.update(piece);
         }
         if let Some(h) = whole.as_deref_mut() {
             h.update(piece);
         }
-        done += n as u64;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]

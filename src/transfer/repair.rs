@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use super::engine::{blocking, Job};
 use super::error::{local_error, TransferError};
 use super::fetch::{run_slot, Slot, Stop};
-use super::hash::{FileHasher, READ_BUF};
+use super::hash::{read_range, FileHasher};
 use super::Digest;
 use crate::progress::Event;
 
@@ -127,20 +127,7 @@ async fn search(
 
 /// Copies `len` bytes from `src` at `from` to `dst` at `to` (blocking).
 fn copy_range(src: &File, from: u64, dst: &File, to: u64, len: u64) -> io::Result<()> {
-    let mut buf = vec![
-        0u8;
-        READ_BUF
-            .min(usize::try_from(len).unwrap_or(READ_BUF))
-            .max(1)
-    ];
-    let mut done = 0u64;
-    while done < len {
-        let n = buf
-            .len()
-            .min(usize::try_from(len - done).unwrap_or(usize::MAX));
-        src.read_exact_at(&mut buf[..n], from + done)?;
-        dst.write_all_at(&buf[..n], to + done)?;
-        done += n as u64;
-    }
-    Ok(())
+    read_range(src, from, len, |done, piece| {
+        dst.write_all_at(piece, to + done)
+    })
 }
