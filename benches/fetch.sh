@@ -6,7 +6,7 @@
 # Usage: benches/fetch.sh [SIZE_MB]           (default 2048; MB = 10^6 bytes)
 #
 # Environment (all optional):
-#   CARGO_TARGET_DIR   where release binaries are built      (default /work/target-bench)
+#   CARGO_TARGET_DIR   where release binaries are built      (default <repo>/target)
 #   BENCH_DIR          data cache and scratch folder         (default <repo>/target/bench-fetch)
 #   BENCH_OUT          the Markdown report                    (default <repo>/target/bench-fetch.md)
 #   KILL_SEED          seed of the kill points (printed; set it to replay a run)
@@ -45,7 +45,7 @@ fi
 [[ $# -le 1 ]] || die "usage: benches/fetch.sh [SIZE_MB]"
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target-bench}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_DIR/target}"
 BENCH_DIR="${BENCH_DIR:-$REPO_DIR/target/bench-fetch}"
 BENCH_OUT="${BENCH_OUT:-$REPO_DIR/target/bench-fetch.md}"
 VENV="$REPO_DIR/.venv"

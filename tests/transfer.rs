@@ -239,8 +239,8 @@ impl Fixture {
                 size: content.len() as u64,
             },
             expected,
-            partial_path: self.dir.path().join(format!("{name}.incomplete")),
-            state_path: self.dir.path().join(format!("{name}.state.json")),
+            partial_path: self.dir.path().join(format!("{name}.wi-partial")),
+            state_path: self.dir.path().join(format!("{name}.wi-partial.state")),
         }
     }
 
@@ -249,12 +249,21 @@ impl Fixture {
     }
 }
 
-/// The download finished with the right bytes, the state file is gone.
+/// The download finished with the right bytes; the state file is still there (the caller's
+/// commit removes it), saying that every chunk is complete.
 fn assert_complete(spec: &TransferSpec, content: &[u8]) {
     let got = std::fs::read(&spec.partial_path).unwrap();
     assert_eq!(got.len(), content.len());
     assert!(got == content, "downloaded bytes differ");
-    assert!(!spec.state_path.exists(), "state file left behind");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec.state_path).expect("state file kept")).unwrap();
+    let chunks = state["chunks"].as_array().unwrap();
+    assert!(
+        chunks.iter().all(|c| c["complete"] == true),
+        "state not complete: {state}"
+    );
+    let written: u64 = chunks.iter().map(|c| c["written"].as_u64().unwrap()).sum();
+    assert_eq!(written, content.len() as u64, "{state}");
 }
 
 fn state_exists(p: &Path) -> bool {
@@ -908,15 +917,37 @@ async fn changed_remote_file_discards_the_partial_download() {
 async fn corrupt_or_foreign_state_is_discarded_with_a_notice() {
     let fx = fixture().await;
     let spec = fx.spec(LFS);
+    // A state for this very file, but cut in 4 KiB chunks (below the 64 KiB minimum): 512
+    // records that could as well be millions.
+    let tiny_chunks = serde_json::to_vec(&serde_json::json!({
+        "format": "weight-inspect/transfer-state",
+        "version": 1,
+        "identity": spec.identity,
+        "expected": spec.expected.to_string(),
+        "chunk_size": 4096,
+        "chunks": [],
+    }))
+    .unwrap();
     for (content, want) in [
         (b"{\"format\": \"weight-insp".to_vec(), "not valid JSON"),
         (
             br#"{"format":"weight-inspect/transfer-state","version":99}"#.to_vec(),
             "another version",
         ),
+        (tiny_chunks, "impossible chunk size"),
+        // Larger than any state: not even read (sparse, so no disk is used).
+        (Vec::new(), "too large"),
     ] {
         std::fs::write(&spec.partial_path, vec![0xaa; 1000]).unwrap();
-        std::fs::write(&spec.state_path, content).unwrap();
+        std::fs::write(&spec.state_path, &content).unwrap();
+        if content.is_empty() {
+            std::fs::File::options()
+                .write(true)
+                .open(&spec.state_path)
+                .unwrap()
+                .set_len((64 << 20) + 1)
+                .unwrap();
+        }
         fx.hub.reset_stats();
         let rec = Recorder::default();
         let out = engine(config()).download(&spec, &rec).await.unwrap();
@@ -977,4 +1008,144 @@ async fn files_downloaded_at_once_share_one_engine() {
     rb.unwrap();
     assert_complete(&a, &fx.lfs);
     assert_complete(&b, &fx.small);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_but_uncommitted_download_is_finished_without_a_transfer() {
+    // A kill between the end of the download and the caller's commit (rename) must not cost
+    // the download: the state stays until the commit, and says every chunk is complete.
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    let eng = engine(config());
+    let first = eng.download(&spec, &Recorder::default()).await.unwrap();
+    assert_eq!(first.transferred, SIZE as u64);
+    assert_complete(&spec, &fx.lfs);
+    fx.hub.reset_stats();
+    let rec = Recorder::default();
+    let out = eng.download(&spec, &rec).await.unwrap();
+    assert_eq!((out.transferred, out.resumed), (0, SIZE as u64));
+    assert_eq!((out.refetched, out.sha256), (0, sha256(&fx.lfs)));
+    assert_eq!(fx.hub.stats().file(REPO, LFS).requests, 0);
+    assert_eq!(
+        rec.seen().first(),
+        Some(&Seen::Start {
+            resumed: SIZE as u64
+        })
+    );
+    assert!(rec.notices().is_empty(), "{:?}", rec.notices());
+    assert_complete(&spec, &fx.lfs);
+
+    // The same for a small (git blob SHA-1) file, whose state is a single chunk.
+    let spec = fx.spec(SMALL);
+    eng.download(&spec, &Recorder::default()).await.unwrap();
+    fx.hub.reset_stats();
+    let out = eng.download(&spec, &Recorder::default()).await.unwrap();
+    assert_eq!((out.transferred, out.resumed), (0, fx.small.len() as u64));
+    assert_eq!(fx.hub.stats().file(REPO, SMALL).requests, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_chunk_size_is_raised_to_the_minimum() {
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    for chunk_size in [0, 1, 4096] {
+        std::fs::remove_file(&spec.state_path).ok();
+        std::fs::remove_file(&spec.partial_path).ok();
+        fx.hub.reset_stats();
+        let out = engine(EngineConfig {
+            chunk_size,
+            ..config()
+        })
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+        assert_eq!(out.transferred, SIZE as u64);
+        assert_complete(&spec, &fx.lfs);
+        let st = fx.hub.stats().file(REPO, LFS);
+        // 64 KiB chunks, the minimum.
+        assert_eq!(st.ranges.len(), SIZE / (64 << 10), "{:?}", st.ranges);
+        let state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&spec.state_path).unwrap()).unwrap();
+        assert_eq!(state["chunk_size"], 64 << 10);
+    }
+}
+
+/// A full disk is `DiskFull`, naming the file in the repository and the local file that could
+/// not be written: the partial file when it is preallocated, the state when a checkpoint cannot
+/// be saved. Needs root (a small tmpfs is mounted) and `WI_TMPFS_TESTS=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_names_the_file_and_the_local_path() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if std::env::var_os("WI_TMPFS_TESTS").is_none_or(|v| v != "1") || !root {
+        eprintln!("note: a_full_disk_names_the_file_and_the_local_path needs WI_TMPFS_TESTS=1 and root; passing over");
+        return;
+    }
+    struct Mount(std::path::PathBuf);
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let mount = |fx: &Fixture, size: &str| {
+        let dir = fx.dir.path().to_path_buf();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs (needs root)");
+        Mount(dir)
+    };
+
+    // Too small for the file: the preallocation fails, before any request.
+    let fx = fixture().await;
+    let m = mount(&fx, "1m");
+    let spec = fx.spec(LFS);
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    drop(m);
+    match &e {
+        TransferError::DiskFull {
+            file, path, needed, ..
+        } => {
+            assert_eq!(file, LFS);
+            assert_eq!(path, &spec.partial_path);
+            assert_eq!(*needed, SIZE as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fx.sent(LFS), 0);
+
+    // Room for the file, then the disk fills up mid-download: the next checkpoint fails.
+    let fx = fixture_with(|b| b.bandwidth(2 << 20)).await;
+    let m = mount(&fx, "3m");
+    let spec = fx.spec(LFS);
+    let filler = fx.dir.path().join("filler");
+    let rec = Recorder {
+        hook_after: Some(SIZE as u64 / 4),
+        hook: Mutex::new(Some(Box::new(move || {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&filler).unwrap();
+            while f.write_all(&[0u8; 4096]).is_ok() {}
+        }))),
+        ..Recorder::default()
+    };
+    let e = engine(config()).download(&spec, &rec).await.unwrap_err();
+    drop(m);
+    match &e {
+        TransferError::DiskFull { file, path, .. } => {
+            assert_eq!(file, LFS);
+            assert_eq!(path, &spec.state_path);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.is_disk_full() && e.exit_code() == 1);
+    let msg = e.to_string();
+    assert!(msg.contains("no space left") && msg.contains(LFS), "{msg}");
 }

@@ -6,14 +6,15 @@
 //!
 //! Optional parts announce themselves on stderr and pass when their environment is missing:
 //! `WI_PYTHON` (a python with huggingface_hub) for the interop tests, root plus
-//! `WI_TMPFS_TESTS=1` for the disk-full test.
+//! `WI_TMPFS_TESTS=1` for the disk-full tests — except on CI (`CI` set), where a missing tmpfs
+//! environment fails those tests instead of passing them silently.
 #![allow(clippy::print_stderr)] // notes about tests passed over
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mock_server::demo::{self, DemoOptions};
 use mock_server::{BackgroundHub, Fault, MockHub, MockHubBuilder};
@@ -519,6 +520,49 @@ fn big_file(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Polls `cond` every few milliseconds until it holds or `limit` passed.
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// SIGKILL, and reap.
+fn kill9(mut child: Child) {
+    child.kill().unwrap();
+    let _ = child.wait();
+}
+
+/// `blobs/` without the temporary files an atomic save killed with SIGKILL leaves behind
+/// (`{state}.{pid}.{n}.tmp`: nothing removes them yet; they are not partial downloads).
+fn blobs_after_kill(repo_dir: &Path) -> Vec<String> {
+    blobs(repo_dir)
+        .into_iter()
+        .filter(|n| !n.ends_with(".tmp"))
+        .collect()
+}
+
+/// Partial downloads (and their states) in a repository folder's `blobs/`.
+fn partials(repo_dir: &Path) -> Vec<String> {
+    blobs(repo_dir)
+        .into_iter()
+        .filter(|n| {
+            !n.ends_with(".tmp")
+                && (n.contains("partial") || n.contains("incomplete") || n.contains("state"))
+        })
+        .collect()
+}
+
+/// A run of `args` killed with SIGKILL once `when` holds.
+fn killed_run(sb: &Sandbox, hub: &MockHub, args: &[&str], when: impl FnMut() -> bool) {
+    let mut c = sb.cmd(hub);
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+    let child = c.spawn().unwrap();
+    wait_until(Duration::from_secs(20), when);
+    kill9(child);
+}
+
 /// kill -9 at several points, then a rerun: the file is correct and, from the server's
 /// counters, the runs together fetched little more than the file.
 #[test]
@@ -581,6 +625,169 @@ fn sigkill_then_resume_fetches_only_what_is_missing() {
     let e = stderr(&o);
     assert!(e.contains("resum"), "{e}");
     assert_eq!(blobs(&sb.repo_dir("big/model")).len(), 1);
+}
+
+/// kill -9 right at the start (first requests; the partial file just created), in the middle
+/// and near the end of a transfer: every rerun ends with the right bytes and no partial left,
+/// and one killed near the end fetches only the rest.
+#[test]
+fn sigkill_at_start_middle_and_end() {
+    const SIZE: usize = 2 << 20;
+    let data = big_file(SIZE);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .bandwidth(256 << 10)
+            .file("kill/model", "w.bin", data.clone()),
+    );
+    let args = [
+        "kill/model",
+        "w.bin",
+        "--connections",
+        "4",
+        "--chunk-size",
+        "128K",
+    ];
+    let sha = sha256_hex(&data);
+    let sent = |h: &MockHub| h.stats().file("kill/model", "w.bin").bytes_sent;
+    for point in ["first request", "partial created", "middle", "near the end"] {
+        let sb = Sandbox::new();
+        let repo_dir = sb.repo_dir("kill/model");
+        hub.reset_stats();
+        killed_run(&sb, &hub, &args, || match point {
+            "first request" => hub.stats().total_requests > 0,
+            "partial created" => !partials(&repo_dir).is_empty(),
+            "middle" => sent(&hub) >= SIZE as u64 / 2,
+            _ => sent(&hub) >= SIZE as u64 * 9 / 10,
+        });
+        assert!(
+            !blobs(&repo_dir).contains(&sha),
+            "{point}: the killed run had already finished"
+        );
+        hub.reset_stats();
+        let mut c = sb.cmd(&hub);
+        c.args(args).arg("-q");
+        let o = run(c);
+        expect_code(&o, 0);
+        assert_eq!(fs::read(&lines(&o)[0]).unwrap(), data, "{point}");
+        assert_eq!(blobs_after_kill(&repo_dir), vec![sha.clone()], "{point}");
+        if point == "near the end" {
+            let again = sent(&hub);
+            assert!(
+                again <= SIZE as u64 / 2,
+                "{point}: the rerun fetched {again} of {SIZE} bytes"
+            );
+        }
+    }
+}
+
+/// After a kill, `--dry-run` shows the bytes the resume state records (strictly between 0 and
+/// the size: partial files are preallocated, their length says nothing), and the rerun resumes
+/// exactly those.
+#[test]
+fn dry_run_shows_the_recorded_partial_bytes() {
+    const SIZE: usize = 4 << 20;
+    let data = big_file(SIZE);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .bandwidth(192 << 10)
+            .file("dry/model", "w.bin", data.clone()),
+    );
+    let sb = Sandbox::new();
+    let args = [
+        "dry/model",
+        "w.bin",
+        "--connections",
+        "4",
+        "--chunk-size",
+        "128K",
+    ];
+    let sent = |h: &MockHub| h.stats().file("dry/model", "w.bin").bytes_sent;
+    let mut c = sb.cmd(&hub);
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+    let child = c.spawn().unwrap();
+    wait_until(Duration::from_secs(20), || sent(&hub) >= 1 << 20);
+    std::thread::sleep(Duration::from_millis(1100)); // a checkpoint
+    kill9(child);
+    assert!(sent(&hub) < SIZE as u64, "killed too late");
+
+    let mut c = sb.cmd(&hub);
+    c.args(args).args(["--dry-run", "--json"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let partial = v["files"][0]["partial_bytes"].as_u64().unwrap();
+    assert!(partial > 0 && partial < SIZE as u64, "{v}");
+    assert_eq!(v["files"][0]["cached"], false);
+    let mut c = sb.cmd(&hub);
+    c.args(args).arg("--dry-run");
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(stdout(&o).contains("\tpartial "), "{}", stdout(&o));
+
+    let mut c = sb.cmd(&hub);
+    c.args(args).args(["--json", "-q"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["files"][0];
+    assert_eq!(fs::read(f["local_path"].as_str().unwrap()).unwrap(), data);
+    assert_eq!(f["resumed"].as_u64().unwrap(), partial, "{v}");
+}
+
+/// A download killed midway, then the file changes on the Hub: the rerun fetches the new
+/// version, says it discards the old partial, and leaves none of it in `blobs/`.
+#[test]
+fn changed_remote_file_discards_the_old_partial() {
+    const SIZE: usize = 2 << 20;
+    let old = big_file(SIZE);
+    let new: Vec<u8> = big_file(SIZE + 100)[100..].to_vec();
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .bandwidth(256 << 10)
+            .file("chg/model", "w.bin", old.clone()),
+    );
+    let sb = Sandbox::new();
+    let repo_dir = sb.repo_dir("chg/model");
+    let args = [
+        "chg/model",
+        "w.bin",
+        "--connections",
+        "4",
+        "--chunk-size",
+        "128K",
+    ];
+    killed_run(&sb, &hub, &args, || {
+        hub.stats().file("chg/model", "w.bin").bytes_sent >= SIZE as u64 / 3
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !partials(&repo_dir).is_empty(),
+        "a partial download is left"
+    );
+    let old_commit = hub.commit("chg/model");
+    let new_commit = hub.mutate_file("chg/model", "w.bin", new.clone()).unwrap();
+    assert_ne!(old_commit, new_commit);
+
+    let mut c = sb.cmd(&hub);
+    c.args(args);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert!(
+        e.contains("remote file changed since the interrupted download; discarding"),
+        "{e}"
+    );
+    let local = &lines(&o)[0];
+    assert!(local.contains(&new_commit), "{local}");
+    assert_eq!(fs::read(local).unwrap(), new);
+    assert_eq!(blobs_after_kill(&repo_dir), vec![sha256_hex(&new)]);
+    assert!(partials(&repo_dir).is_empty());
 }
 
 /// Two processes on the same file: one downloads, the other waits for the lock and finds the
@@ -655,6 +862,128 @@ fn push_during_download_keeps_one_commit() {
     assert!(lines(&o)[0].contains(&new));
     assert_ne!(fs::read(&lines(&o)[0]).unwrap(), data);
     assert_eq!(blobs(&sb.repo_dir("push/model")).len(), 2);
+}
+
+// ---- renamed repositories and redirects ----
+
+/// A renamed repository answers with relative 307s to its new name (API and `resolve`):
+/// `old-org/old-name:Q8_0` is fetched, and lands in the cache under the name asked for, as
+/// huggingface_hub does (checked against it when `WI_PYTHON` is set).
+#[test]
+fn renamed_repository_is_followed() {
+    const OLD: &str = "old-org/old-name";
+    let hub = start(hub_builder().rename(OLD, REPO));
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{OLD}:Q8_0"));
+    let o = run(c);
+    expect_code(&o, 0);
+    let want = demo_file("tinyllama-q8_0.gguf");
+    let commit = hub.commit(REPO);
+    let old_dir = sb.repo_dir(OLD);
+    let snap = old_dir
+        .join("snapshots")
+        .join(&commit)
+        .join("tinyllama-q8_0.gguf");
+    assert_eq!(lines(&o), vec![snap.display().to_string()]);
+    assert_eq!(fs::read(&snap).unwrap(), want);
+    assert_eq!(
+        fs::read_to_string(old_dir.join("refs/main")).unwrap(),
+        commit
+    );
+    assert!(!sb.repo_dir(REPO).exists());
+    assert!(
+        hub.stats()
+            .requests
+            .iter()
+            .any(|r| r.status == 307 && r.path.starts_with(&format!("/api/models/{OLD}/"))),
+        "the API redirected: {:?}",
+        hub.stats().requests
+    );
+    assert!(
+        stderr(&o).contains("1/1 model file(s) valid"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Explicit files (one HEAD each), a dry run, and the new name set at run time.
+    let mut c = sb.cmd(&hub);
+    c.args([OLD, "config.json", "-q"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(fs::read(&lines(&o)[0]).unwrap(), demo_file("config.json"));
+    hub.rename("older/name", OLD)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut c = sb.cmd(&hub);
+    c.args(["older/name", "--include", "*.md", "--dry-run"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(lines(&o).len(), 1, "{}", stdout(&o));
+
+    // huggingface_hub also keeps a renamed repository under the name asked for.
+    if let Some(python) = python() {
+        let script = format!(
+            "from huggingface_hub import hf_hub_download\n\
+             print(hf_hub_download('{OLD}', 'config.json'))\n"
+        );
+        let p = py(&python, &sb, &hub, &script);
+        assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+        let theirs = String::from_utf8_lossy(&p.stdout).trim().to_string();
+        assert_eq!(
+            theirs,
+            old_dir
+                .join("snapshots")
+                .join(&commit)
+                .join("config.json")
+                .display()
+                .to_string()
+        );
+    }
+}
+
+/// With the Hub's `resolve-cache` redirects (small files answer a relative 307 to
+/// `/api/resolve-cache/…`, on HEAD too), small and LFS files are fetched and correct, also
+/// through a renamed repository.
+#[test]
+fn resolve_cache_redirects_are_followed() {
+    let hub = start(
+        hub_builder()
+            .resolve_cache_redirects(true)
+            .rename("old-org/old-name", REPO),
+    );
+    for repo in [REPO, "old-org/old-name"] {
+        // A listing (tree API), then explicit files only (one HEAD each).
+        let quant = format!("{repo}:Q8_0");
+        for (args, count) in [
+            (vec![quant.as_str(), "config.json", "README.md"], 3),
+            (vec![repo, "config.json", "README.md"], 2),
+        ] {
+            let sb = Sandbox::new();
+            let mut c = sb.cmd(&hub);
+            c.args(&args).args(["--json", "-q"]);
+            let o = run(c);
+            expect_code(&o, 0);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            let files = v["files"].as_array().unwrap();
+            assert_eq!(files.len(), count, "{v}");
+            for f in files {
+                let want = demo_file(f["path"].as_str().unwrap());
+                assert_eq!(fs::read(f["local_path"].as_str().unwrap()).unwrap(), want);
+                assert_eq!(f["cached"], false, "{args:?}: {f}");
+            }
+        }
+    }
+    // The small files did go through the resolve-cache redirect, on HEAD and GET.
+    let st = hub.stats();
+    for method in ["HEAD", "GET"] {
+        assert!(
+            st.requests.iter().any(|r| r.method == method
+                && matches!(r.status, 200 | 206)
+                && r.path.starts_with("/api/resolve-cache/")),
+            "{method}: {:?}",
+            st.requests
+        );
+    }
 }
 
 // ---- the library ----
@@ -743,6 +1072,59 @@ fn local_dir_mode() {
     expect_code(&run(c), 0);
 }
 
+/// Offline, a local folder holding files downloaded at two commits reports the newest
+/// download's commit, and says that they are mixed.
+#[test]
+fn local_dir_offline_with_mixed_commits() {
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .file("mix/repo", "a.txt", &b"first"[..]),
+    );
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().join("out");
+    let fetch = |file: &str| {
+        let mut c = sb.cmd(&hub);
+        c.args(["mix/repo", file, "-q", "--local-dir"]).arg(&dir);
+        expect_code(&run(c), 0);
+    };
+    fetch("a.txt");
+    let old = hub.commit("mix/repo");
+    std::thread::sleep(Duration::from_millis(20));
+    let new = hub
+        .mutate_file("mix/repo", "b.txt", &b"second"[..])
+        .unwrap();
+    fetch("b.txt");
+    let mut c = sb.cmd(&hub);
+    c.args([
+        "mix/repo",
+        "--include",
+        "*",
+        "--offline",
+        "--dry-run",
+        "--json",
+    ])
+    .arg("--local-dir")
+    .arg(&dir);
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["commit"], new.as_str(), "not the older {old}: {v}");
+    let notice = v["notice"].as_str().unwrap_or_default();
+    assert!(notice.contains("2 different commits"), "{v}");
+    // One commit only: no notice.
+    let mut c = sb.cmd(&hub);
+    c.args(["mix/repo", "a.txt", "--offline", "--dry-run", "--json"])
+        .arg("--local-dir")
+        .arg(&dir);
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["commit"], old.as_str());
+    assert!(v["notice"].is_null(), "{v}");
+}
+
 /// Transient server errors on the metadata API are retried.
 #[test]
 fn metadata_5xx_is_retried() {
@@ -759,8 +1141,7 @@ fn metadata_5xx_is_retried() {
 /// message. Needs root and `WI_TMPFS_TESTS=1`.
 #[test]
 fn disk_full_fails_up_front() {
-    if std::env::var_os("WI_TMPFS_TESTS").is_none_or(|v| v != "1") || !is_root() {
-        eprintln!("note: disk_full_fails_up_front needs root and WI_TMPFS_TESTS=1; passing over");
+    if !tmpfs_tests("disk_full_fails_up_front") {
         return;
     }
     let hub = start(
@@ -770,21 +1151,175 @@ fn disk_full_fails_up_front() {
             .file("big/disk", "w.bin", big_file(6 << 20)),
     );
     let sb = Sandbox::new();
-    fs::create_dir_all(sb.cache()).unwrap();
-    let m = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-        .arg(sb.cache())
-        .status()
-        .unwrap();
-    assert!(m.success(), "mount tmpfs");
+    let _tmpfs = Tmpfs::mount(&sb.cache(), "4m");
     let mut c = sb.cmd(&hub);
     c.args(["big/disk", "w.bin"]);
     let o = run(c);
-    let _ = Command::new("umount").arg(sb.cache()).status();
     expect_code(&o, 1);
     let e = stderr(&o);
-    assert!(e.contains("not enough disk space"), "{e}");
+    assert!(
+        e.contains("not enough disk space") && e.contains("1 file(s) (w.bin)"),
+        "{e}"
+    );
     assert_eq!(hub.stats().file("big/disk", "w.bin").bytes_sent, 0);
+}
+
+/// The disk fills up in the middle of a download (after the up-front check passed): exit 1
+/// with a message naming the file and the lack of space; once space is freed, a rerun
+/// succeeds and, from the server's counters, fetches about only what was still missing.
+/// Needs root and `WI_TMPFS_TESTS=1`.
+#[test]
+fn disk_fills_up_mid_download_then_resumes() {
+    if !tmpfs_tests("disk_fills_up_mid_download_then_resumes") {
+        return;
+    }
+    const SIZE: usize = 2 << 20;
+    let (a, b) = (big_file(SIZE), big_file(SIZE + 4096)[4096..].to_vec());
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .bandwidth(256 << 10)
+            .file("fill/model", "w1.bin", a.clone())
+            .file("fill/model", "w2.bin", b.clone()),
+    );
+    let sb = Sandbox::new();
+    // Room for both files (the up-front check passes), not for the ballast as well.
+    let tmpfs = Tmpfs::mount(&sb.cache(), "6m");
+    let args = [
+        "fill/model",
+        "w1.bin",
+        "w2.bin",
+        "--max-files",
+        "1",
+        "--connections",
+        "2",
+        "--chunk-size",
+        "128K",
+    ];
+    let mut c = sb.cmd(&hub);
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    // Once the first file is well under way and its progress recorded, fill the disk.
+    let sent = |h: &MockHub| {
+        let st = h.stats();
+        st.file("fill/model", "w1.bin").bytes_sent + st.file("fill/model", "w2.bin").bytes_sent
+    };
+    wait_until(Duration::from_secs(20), || sent(&hub) >= 512 << 10);
+    std::thread::sleep(Duration::from_millis(1100));
+    let ballast = tmpfs.fill();
+    let o = child.wait_with_output().unwrap();
+    expect_code(&o, 1);
+    let e = stderr(&o);
+    let err_line = e
+        .lines()
+        .find(|l| l.starts_with("wi-fetch: error:"))
+        .unwrap_or_default();
+    assert!(
+        (err_line.contains("w1.bin") || err_line.contains("w2.bin"))
+            && (err_line.contains("space") || err_line.contains("disk")),
+        "{e}"
+    );
+    let first = sent(&hub);
+    assert!(first < 2 * SIZE as u64, "the first run was not cut short");
+    hub.reset_stats();
+
+    fs::remove_file(&ballast).unwrap();
+    let mut c = sb.cmd(&hub);
+    c.args(args).arg("--json");
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (f, want) in v["files"].as_array().unwrap().iter().zip([&a, &b]) {
+        assert_eq!(&fs::read(f["local_path"].as_str().unwrap()).unwrap(), want);
+    }
+    let second = sent(&hub);
+    // Bytes lost to the failure: those received since the last checkpoint (about a second,
+    // 2 connections × 256 KiB/s) and chunks in flight.
+    let slack = 2 * 2 * (256u64 << 10) + 2 * (128 << 10);
+    assert!(
+        first + second <= 2 * SIZE as u64 + slack,
+        "sent {first} then {second} for {} bytes",
+        2 * SIZE
+    );
+    assert!(
+        second + (256 << 10) <= 2 * SIZE as u64,
+        "the rerun fetched {second} of {} bytes: it did not resume",
+        2 * SIZE
+    );
+    assert!(v["files"][0]["resumed"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// Whether the tests that mount a tmpfs can run: root and `WI_TMPFS_TESTS=1`. Without them the
+/// test passes over with a note, unless `CI` is set: CI is meant to run them, so there (or when
+/// `WI_TMPFS_TESTS=1` asks for them but we are not root) a missing environment fails.
+fn tmpfs_tests(name: &str) -> bool {
+    let asked = std::env::var_os("WI_TMPFS_TESTS").is_some_and(|v| v == "1");
+    let root = is_root();
+    if asked && root {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"));
+    let why = if asked {
+        "WI_TMPFS_TESTS=1 but not running as root"
+    } else {
+        "WI_TMPFS_TESTS=1 is not set"
+    };
+    assert!(
+        !ci && !asked,
+        "{name} needs root and WI_TMPFS_TESTS=1 ({why}){}",
+        if ci {
+            "; CI is set, and CI must run it"
+        } else {
+            ""
+        }
+    );
+    eprintln!("note: {name} needs root and WI_TMPFS_TESTS=1 ({why}); passing over");
+    false
+}
+
+/// A tmpfs mounted on a folder, unmounted when dropped.
+struct Tmpfs {
+    dir: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        fs::create_dir_all(dir).unwrap();
+        let m = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(m.success(), "mount tmpfs on {}", dir.display());
+        Tmpfs {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Writes a ballast file until the file system is full; returns its path.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write as _;
+        let p = self.dir.join("ballast");
+        let mut f = fs::File::create(&p).unwrap();
+        let block = vec![0x5au8; 16 << 10];
+        loop {
+            match f.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+                Err(e) => panic!("ballast: {e}"),
+            }
+        }
+        let _ = f.flush();
+        p
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
 }
 
 fn is_root() -> bool {

@@ -34,7 +34,8 @@ Prints the local path of every file on stdout, one per line (or a JSON summary w
 Exit codes: 0 done and verified; 1 usage or local error (disk full, permissions); 2 integrity \
 failure (hash mismatch, failed tensor verification); 3 network or server failure after retries; \
 4 repository, revision or file not found, access denied (gated or private: a token is needed), \
-or not in the cache in offline mode.")]
+or not in the cache in offline mode. When several files fail differently, the most serious \
+failure sets the code, whatever the order they failed in: 2, then 4, then 3, then 1.")]
 struct Cli {
     /// The repository, org/name, optionally with a quantization tag: org/name:Q4_K_M.
     #[arg(value_name = "REPO[:QUANT]")]

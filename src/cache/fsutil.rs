@@ -129,6 +129,34 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Every non-directory entry below `root`, with its path relative to `root` (`/`-separated),
+/// its full path and its file type (symlinks are not followed). A missing `root` has none.
+pub(crate) fn walk_relative(root: &Path) -> io::Result<Vec<(String, PathBuf, fs::FileType)>> {
+    let mut out = Vec::new();
+    if !root.is_dir() {
+        return Ok(out);
+    }
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        for ent in fs::read_dir(&dir)? {
+            let ent = ent?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let ft = ent.file_type()?;
+            if ft.is_dir() {
+                stack.push((ent.path(), rel));
+            } else {
+                out.push((rel, ent.path(), ft));
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,32 +188,4 @@ mod tests {
         drop(l);
         assert!(FileLock::try_acquire(&p).unwrap().is_some());
     }
-}
-
-/// Every non-directory entry below `root`, with its path relative to `root` (`/`-separated),
-/// its full path and its file type (symlinks are not followed). A missing `root` has none.
-pub(crate) fn walk_relative(root: &Path) -> io::Result<Vec<(String, PathBuf, fs::FileType)>> {
-    let mut out = Vec::new();
-    if !root.is_dir() {
-        return Ok(out);
-    }
-    let mut stack = vec![(root.to_path_buf(), String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        for ent in fs::read_dir(&dir)? {
-            let ent = ent?;
-            let name = ent.file_name().to_string_lossy().into_owned();
-            let rel = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
-            };
-            let ft = ent.file_type()?;
-            if ft.is_dir() {
-                stack.push((ent.path(), rel));
-            } else {
-                out.push((rel, ent.path(), ft));
-            }
-        }
-    }
-    Ok(out)
 }

@@ -6,9 +6,12 @@
 //! {dir}/.cache/huggingface/.gitignore                        "*"
 //! {dir}/.cache/huggingface/download/{path}.metadata          commit \n etag \n unix-time \n
 //! {dir}/.cache/huggingface/download/{path}.lock              lock while it is written
-//! {dir}/.cache/huggingface/download/{path}.{etag}.incomplete partial download
-//! {dir}/.cache/huggingface/download/{path}.{etag}.incomplete.wi-state   our resume state
+//! {dir}/.cache/huggingface/download/{path}.{etag}.wi-partial        our partial download
+//! {dir}/.cache/huggingface/download/{path}.{etag}.wi-partial.state  our resume state
 //! ```
+//!
+//! huggingface_hub's own partial file is `{path}.{etag}.incomplete`; ours must not be (see the
+//! [cache docs](super)).
 //!
 //! A file counts as complete when its metadata names the same ETag, its size is right and it
 //! was not modified after the metadata was written (one second of slack, as huggingface_hub
@@ -20,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::fsutil::write_atomic;
-use super::{CachedFile, STATE_SUFFIX};
+use super::{stale_state, CachedFile, PARTIAL_SUFFIX, STATE_SUFFIX};
 use crate::hub::{check_repo_path, etag_kind, is_commit_hash};
 
 /// A local folder that receives files directly (no blobs, no symlinks).
@@ -76,16 +79,64 @@ impl LocalDir {
         join_repo_path(&self.download_dir(), &format!("{path}.lock"))
     }
 
-    /// `{download}/{path}.{etag}.incomplete`.
-    pub fn incomplete_path(&self, path: &str, etag: &str) -> PathBuf {
-        join_repo_path(&self.download_dir(), &format!("{path}.{etag}.incomplete"))
+    /// `{download}/{path}.{etag}.wi-partial`: our partial download.
+    pub fn partial_path(&self, path: &str, etag: &str) -> PathBuf {
+        join_repo_path(
+            &self.download_dir(),
+            &format!("{path}.{etag}{PARTIAL_SUFFIX}"),
+        )
     }
 
-    /// The resume state beside the partial file.
+    /// `{download}/{path}.{etag}.wi-partial.state`: our resume state, beside the partial file.
     pub fn state_path(&self, path: &str, etag: &str) -> PathBuf {
-        let mut p = self.incomplete_path(path, etag).into_os_string();
-        p.push(STATE_SUFFIX);
-        PathBuf::from(p)
+        join_repo_path(
+            &self.download_dir(),
+            &format!("{path}.{etag}{STATE_SUFFIX}"),
+        )
+    }
+
+    /// Interrupted downloads of `path` for another version of it than `current_etag`: every
+    /// `{download}/{path}.*.wi-partial.state` whose recorded identity names `path` with another
+    /// ETag, as (partial file, state file). The partial file may be missing; states that cannot
+    /// be read are left out. The caller holds [`lock_path`](Self::lock_path)`(path)`, which
+    /// covers every version of the file.
+    pub fn stale_partials(
+        &self,
+        path: &str,
+        current_etag: &str,
+    ) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+        check_repo_path(path).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unsafe path '{path}': {e}"),
+            )
+        })?;
+        let file = join_repo_path(&self.download_dir(), path);
+        let (Some(dir), Some(base)) = (file.parent(), path.rsplit('/').next()) else {
+            return Ok(Vec::new());
+        };
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let prefix = format!("{base}.");
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(etag) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|n| n.strip_suffix(STATE_SUFFIX))
+            else {
+                continue;
+            };
+            if let Some(state) = stale_state(&entry.path(), etag, path, current_etag) {
+                out.push((self.partial_path(path, etag), state));
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     /// Creates `.cache/huggingface/download` and the `.gitignore` huggingface_hub puts there.
@@ -144,7 +195,8 @@ impl LocalDir {
         }
     }
 
-    /// Moves a finished partial file into place and writes its metadata.
+    /// Moves a finished partial file into place, removes its resume state (only now: until the
+    /// rename, it lets a new run finish without a transfer) and writes its metadata.
     pub fn commit(
         &self,
         partial: &Path,
@@ -243,12 +295,12 @@ mod tests {
             PathBuf::from("/x/.cache/huggingface/download/b.gguf.lock")
         );
         assert_eq!(
-            d.incomplete_path("b.gguf", "abc"),
-            PathBuf::from("/x/.cache/huggingface/download/b.gguf.abc.incomplete")
+            d.partial_path("b.gguf", "abc"),
+            PathBuf::from("/x/.cache/huggingface/download/b.gguf.abc.wi-partial")
         );
         assert_eq!(
-            d.state_path("b.gguf", "abc"),
-            PathBuf::from("/x/.cache/huggingface/download/b.gguf.abc.incomplete.wi-state")
+            d.state_path("a/b.gguf", "abc"),
+            PathBuf::from("/x/.cache/huggingface/download/a/b.gguf.abc.wi-partial.state")
         );
     }
 
@@ -263,7 +315,7 @@ mod tests {
         );
         let commit = "c".repeat(40);
         let etag = "e".repeat(64);
-        let partial = d.incomplete_path("sub/m.gguf", &etag);
+        let partial = d.partial_path("sub/m.gguf", &etag);
         fs::create_dir_all(partial.parent().unwrap()).unwrap();
         fs::write(&partial, b"hello").unwrap();
         let dst = d.commit(&partial, "sub/m.gguf", &commit, &etag).unwrap();

@@ -2,13 +2,18 @@
 //!
 //! ```text
 //! {cache}/models--{org}--{name}/blobs/{etag}                     content, named by its hash
-//! {cache}/models--{org}--{name}/blobs/{etag}.incomplete          partial download
-//! {cache}/models--{org}--{name}/blobs/{etag}.incomplete.wi-state our resume state beside it
+//! {cache}/models--{org}--{name}/blobs/{etag}.wi-partial          our partial download
+//! {cache}/models--{org}--{name}/blobs/{etag}.wi-partial.state    our resume state beside it
 //! {cache}/models--{org}--{name}/snapshots/{commit}/{path}        → ../../blobs/{etag}
 //! {cache}/models--{org}--{name}/refs/{revision}                  commit id, no newline
 //! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
 //! {cache}/.locks/models--{org}--{name}/{etag}.lock               held while a blob is written
 //! ```
+//!
+//! The partial file is **not** huggingface_hub's `blobs/{etag}.incomplete`: huggingface_hub
+//! (0.30 and later) reopens that name in append mode and, when it already has the expected
+//! size — ours is preallocated to full size — moves it to `blobs/{etag}` without hashing it,
+//! which would publish a half-filled blob to every tool.
 //!
 //! The cache root is `--cache-dir`, else `HF_HUB_CACHE`, else `$HF_HOME/hub` (see
 //! [`crate::hub::hf_home`]). Datasets use `datasets--{org}--{name}`.
@@ -34,8 +39,14 @@ use std::path::{Path, PathBuf};
 use crate::hub::{self, check_repo_path, etag_kind, is_commit_hash, EnvLookup, RepoType};
 use local_dir::join_repo_path;
 
-/// Suffix of our resume-state file, added to the partial file's name.
-pub const STATE_SUFFIX: &str = ".wi-state";
+/// Suffix of our partial downloads: `blobs/{etag}.wi-partial`,
+/// `{download}/{path}.{etag}.wi-partial` (never huggingface_hub's `.incomplete`, see the module
+/// docs).
+pub const PARTIAL_SUFFIX: &str = ".wi-partial";
+
+/// Suffix of our resume states, beside the partial file: `blobs/{etag}.wi-partial.state`,
+/// `{download}/{path}.{etag}.wi-partial.state`.
+pub const STATE_SUFFIX: &str = ".wi-partial.state";
 
 /// The cache folder name of a repository: `models--org--name`, `datasets--org--name`.
 pub fn repo_folder_name(repo_type: RepoType, id: &str) -> String {
@@ -134,16 +145,49 @@ impl RepoCache {
         self.dir.join("blobs").join(etag)
     }
 
-    /// `blobs/{etag}.incomplete`.
-    pub fn incomplete_path(&self, etag: &str) -> PathBuf {
-        self.dir.join("blobs").join(format!("{etag}.incomplete"))
-    }
-
-    /// `blobs/{etag}.incomplete.wi-state`.
-    pub fn state_path(&self, etag: &str) -> PathBuf {
+    /// `blobs/{etag}.wi-partial`: our partial download.
+    pub fn partial_path(&self, etag: &str) -> PathBuf {
         self.dir
             .join("blobs")
-            .join(format!("{etag}.incomplete{STATE_SUFFIX}"))
+            .join(format!("{etag}{PARTIAL_SUFFIX}"))
+    }
+
+    /// `blobs/{etag}.wi-partial.state`: our resume state.
+    pub fn state_path(&self, etag: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{etag}{STATE_SUFFIX}"))
+    }
+
+    /// Interrupted downloads of `repo_path` for another version of it than `current_etag`:
+    /// every `blobs/*.wi-partial.state` whose recorded identity names `repo_path` with another
+    /// ETag, as (partial file, state file). The partial file may be missing. States that cannot
+    /// be read are left out (the engine discards one when it meets it).
+    ///
+    /// Another process may be downloading that other version right now (two revisions at once):
+    /// hold (or [`FileLock::try_acquire`]) its lock, [`lock_path`](Self::lock_path) of the ETag
+    /// in the state's name (`{etag}.wi-partial.state`), before deleting anything.
+    pub fn stale_partials(
+        &self,
+        repo_path: &str,
+        current_etag: &str,
+    ) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+        let blobs = self.dir.join("blobs");
+        let entries = match fs::read_dir(&blobs) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(etag) = name.to_str().and_then(|n| n.strip_suffix(STATE_SUFFIX)) else {
+                continue;
+            };
+            if let Some(state) = stale_state(&entry.path(), etag, repo_path, current_etag) {
+                out.push((self.partial_path(etag), state));
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     /// `{cache}/.locks/models--org--name/{etag}.lock`.
@@ -255,9 +299,10 @@ impl RepoCache {
         self.link_snapshot(commit, path, etag).map(Some)
     }
 
-    /// Commits a finished, hash-checked partial file: renames it to `blobs/{etag}` (or drops it
-    /// when the blob appeared meanwhile), links the snapshot, writes `refs/{revision}`, removes
-    /// the resume state. Returns the snapshot path.
+    /// Commits a finished, hash-checked partial file: renames it to `blobs/{etag}` (replacing a
+    /// blob that appeared meanwhile), removes the resume state (only now: until the rename, it
+    /// lets a new run commit the verified file without a transfer), links the snapshot, writes
+    /// `refs/{revision}`. Returns the snapshot path.
     pub fn commit(
         &self,
         partial: &Path,
@@ -337,6 +382,17 @@ impl RepoCache {
     }
 }
 
+/// `state` (named for `etag`) if it records a download of `repo_path` at another ETag than
+/// `current_etag`.
+fn stale_state(state: &Path, etag: &str, repo_path: &str, current_etag: &str) -> Option<PathBuf> {
+    if etag.is_empty() || etag.contains('.') || etag.eq_ignore_ascii_case(current_etag) {
+        return None;
+    }
+    let id = crate::transfer::stored_identity(state)?;
+    (id.path == repo_path && !id.etag.eq_ignore_ascii_case(current_etag))
+        .then(|| state.to_path_buf())
+}
+
 /// Where fetched files go: the shared cache or a local folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Store {
@@ -378,12 +434,12 @@ impl Store {
     pub fn placement(&self, path: &str, etag: &str) -> Placement {
         match self {
             Store::Cache(r) => Placement {
-                partial_path: r.incomplete_path(etag),
+                partial_path: r.partial_path(etag),
                 state_path: r.state_path(etag),
                 lock_path: r.lock_path(etag),
             },
             Store::Local(l) => Placement {
-                partial_path: l.incomplete_path(path, etag),
+                partial_path: l.partial_path(path, etag),
                 state_path: l.state_path(path, etag),
                 lock_path: l.lock_path(path),
             },
@@ -416,6 +472,15 @@ impl Store {
         match self {
             Store::Cache(r) => r.commit(partial, etag, commit, path, revision),
             Store::Local(l) => l.commit(partial, path, commit, etag),
+        }
+    }
+
+    /// Interrupted downloads of `path` for another version of it than `etag`, as (partial file,
+    /// state file): see [`RepoCache::stale_partials`] and [`LocalDir::stale_partials`].
+    pub fn stale_partials(&self, path: &str, etag: &str) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+        match self {
+            Store::Cache(r) => r.stale_partials(path, etag),
+            Store::Local(l) => l.stale_partials(path, etag),
         }
     }
 
@@ -467,8 +532,14 @@ mod tests {
             PathBuf::from(format!("/cache/models--org--name/blobs/{e}"))
         );
         assert_eq!(
-            r.incomplete_path(&e),
-            PathBuf::from(format!("/cache/models--org--name/blobs/{e}.incomplete"))
+            r.partial_path(&e),
+            PathBuf::from(format!("/cache/models--org--name/blobs/{e}.wi-partial"))
+        );
+        assert_eq!(
+            r.state_path(&e),
+            PathBuf::from(format!(
+                "/cache/models--org--name/blobs/{e}.wi-partial.state"
+            ))
         );
         assert_eq!(
             r.lock_path(&e),
@@ -536,5 +607,103 @@ mod tests {
         r.mark_missing(&commit, "nope.txt").unwrap();
         assert!(r.is_marked_missing(&commit, "nope.txt"));
         assert!(!r.is_marked_missing(&commit, "other.txt"));
+    }
+
+    /// Writes a resume state recording `path` at `etag`, as the engine does.
+    pub(crate) fn write_state(state: &Path, path: &str, etag: &str) {
+        let j = serde_json::json!({
+            "format": "weight-inspect/transfer-state",
+            "version": 1,
+            "identity": {"repo": "org/name", "commit": "c".repeat(40), "path": path,
+                         "etag": etag, "size": 10},
+            "expected": format!("sha256:{etag}"),
+            "chunk_size": 65536,
+            "chunks": [],
+        });
+        fs::write(state, serde_json::to_vec(&j).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn stale_partials_are_other_versions_of_the_same_path() {
+        let t = tempfile::tempdir().unwrap();
+        let r = HfCache::new(t.path()).repo(RepoType::Model, "org/name");
+        let store = Store::Cache(r.clone());
+        // No blobs folder yet: nothing, no error.
+        assert!(store.stale_partials("m.gguf", "x").unwrap().is_empty());
+        store.prepare().unwrap();
+        let (cur, old, older, other) = (
+            "a".repeat(64),
+            "b".repeat(64),
+            "c".repeat(40),
+            "d".repeat(64),
+        );
+        // The current version: not stale.
+        write_state(&r.state_path(&cur), "m.gguf", &cur);
+        fs::write(r.partial_path(&cur), b"x").unwrap();
+        // Two older versions of m.gguf (one without its partial file).
+        write_state(&r.state_path(&old), "m.gguf", &old);
+        fs::write(r.partial_path(&old), b"x").unwrap();
+        write_state(&r.state_path(&older), "m.gguf", &older);
+        // Another file, an unreadable state, a foreign file, a complete blob.
+        write_state(&r.state_path(&other), "other.gguf", &other);
+        fs::write(r.state_path(&"e".repeat(64)), b"{garbage").unwrap();
+        fs::write(r.blob_path(&"f".repeat(64)), b"blob").unwrap();
+        fs::write(
+            r.dir().join("blobs").join(format!("{old}.incomplete")),
+            b"hf",
+        )
+        .unwrap();
+        let got = store.stale_partials("m.gguf", &cur).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (r.partial_path(&old), r.state_path(&old)),
+                (r.partial_path(&older), r.state_path(&older)),
+            ]
+        );
+        // The ETag is compared without regard to case.
+        assert_eq!(
+            store
+                .stale_partials("m.gguf", &cur.to_ascii_uppercase())
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            store.stale_partials("other.gguf", &cur).unwrap(),
+            vec![(r.partial_path(&other), r.state_path(&other))]
+        );
+        assert!(store.stale_partials("nope.gguf", &cur).unwrap().is_empty());
+    }
+
+    #[test]
+    fn stale_partials_in_a_local_dir() {
+        let t = tempfile::tempdir().unwrap();
+        let d = LocalDir::new(t.path());
+        let store = Store::Local(d.clone());
+        assert!(store.stale_partials("sub/m.gguf", "x").unwrap().is_empty());
+        store.prepare().unwrap();
+        let (cur, old) = ("a".repeat(64), "b".repeat(64));
+        let state = |p: &str, e: &str| {
+            let s = d.state_path(p, e);
+            fs::create_dir_all(s.parent().unwrap()).unwrap();
+            write_state(&s, p, e);
+        };
+        state("sub/m.gguf", &cur);
+        state("sub/m.gguf", &old);
+        // Same folder, a name that starts alike: another file.
+        state("sub/m.gguf.bak", &old);
+        // Same base name in another folder.
+        state("m.gguf", &old);
+        fs::write(d.state_path("sub/m.gguf", &"c".repeat(64)), b"").unwrap();
+        assert_eq!(
+            store.stale_partials("sub/m.gguf", &cur).unwrap(),
+            vec![(
+                d.partial_path("sub/m.gguf", &old),
+                d.state_path("sub/m.gguf", &old)
+            )]
+        );
+        assert_eq!(store.stale_partials("m.gguf", &cur).unwrap().len(), 1);
+        assert!(store.stale_partials("../m.gguf", &cur).is_err());
     }
 }

@@ -7,6 +7,10 @@ use crate::hub::HubError;
 use crate::transfer::TransferError;
 
 /// The class of a failure, which the `wi-fetch` binary turns into its exit code.
+///
+/// When several files fail, [`FetchError::several`] keeps the most serious failure
+/// ([`ExitClass::severity`]): integrity (2) > not found or denied (4) > network (3) > local (1),
+/// so the exit code does not depend on the order in which the files failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ExitClass {
@@ -29,6 +33,18 @@ impl ExitClass {
             ExitClass::Integrity => 2,
             ExitClass::Network => 3,
             ExitClass::NotFound => 4,
+        }
+    }
+
+    /// How serious the class is, to choose one when several files failed differently:
+    /// integrity (wrong bytes or a broken model) > not found or denied (retrying will not
+    /// help) > network (retrying may) > local. Higher is more serious.
+    pub fn severity(self) -> u8 {
+        match self {
+            ExitClass::Integrity => 4,
+            ExitClass::NotFound => 3,
+            ExitClass::Network => 2,
+            ExitClass::Local => 1,
         }
     }
 }
@@ -88,8 +104,8 @@ pub enum FetchError {
     },
     /// Not enough free space for the selected files, found before anything was downloaded.
     #[error(
-        "not enough disk space in {}: {} needed for {files} file(s), {} available",
-        dir.display(), human_bytes(*needed), human_bytes(*available)
+        "not enough disk space in {}: {} needed for {}, {} available",
+        dir.display(), human_bytes(*needed), fmt_files(files), human_bytes(*available)
     )]
     DiskSpace {
         /// The folder the files go to.
@@ -98,8 +114,28 @@ pub enum FetchError {
         needed: u64,
         /// Bytes available there.
         available: u64,
-        /// Files still to fetch.
-        files: usize,
+        /// The files still to fetch (paths in the repository), largest first.
+        files: Vec<String>,
+    },
+    /// The disk (or the quota) filled up during a local operation, after the up-front check
+    /// passed (another program wrote meanwhile, or the file system reserves space lazily).
+    #[error(
+        "{}cannot {op} {}: no space left on the disk ({} available): {source}",
+        file.as_ref().map(|f| format!("{f}: ")).unwrap_or_default(),
+        path.display(), human_bytes(*available)
+    )]
+    DiskFull {
+        /// The file of the repository concerned, when the operation was for one.
+        file: Option<String>,
+        /// What we were doing.
+        op: &'static str,
+        /// The local path.
+        path: PathBuf,
+        /// Bytes available on that file system (0 if unknown).
+        available: u64,
+        /// The cause (ENOSPC or EDQUOT).
+        #[source]
+        source: io::Error,
     },
     /// A local file operation failed.
     #[error("cannot {op} {}: {source}", path.display())]
@@ -120,14 +156,37 @@ pub enum FetchError {
         /// The verifier's errors.
         errors: Vec<String>,
     },
-    /// Several files failed; the first error is kept, the others are counted.
+    /// Several files failed; the most serious error is kept (see [`FetchError::several`]), the
+    /// others are counted.
     #[error("{first} (and {others} more failed file(s))")]
     Several {
-        /// The first failure.
+        /// The most serious failure (the first of those equally serious).
         first: Box<FetchError>,
         /// How many other files failed.
         others: usize,
     },
+}
+
+/// `3 file(s) (a.gguf, b.gguf, c.gguf)`, naming at most the first three.
+fn fmt_files(files: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut s = format!("{} file(s)", files.len());
+    if !files.is_empty() {
+        s.push_str(" (");
+        s.push_str(
+            &files
+                .iter()
+                .take(SHOWN)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        if files.len() > SHOWN {
+            s.push_str(&format!(" and {} more", files.len() - SHOWN));
+        }
+        s.push(')');
+    }
+    s
 }
 
 fn fmt_available(a: &[String]) -> String {
@@ -184,9 +243,10 @@ impl FetchError {
             | FetchError::NoSuchQuant { .. }
             | FetchError::NothingSelected { .. }
             | FetchError::NotCached { .. } => ExitClass::NotFound,
-            FetchError::Invalid(_) | FetchError::DiskSpace { .. } | FetchError::Io { .. } => {
-                ExitClass::Local
-            }
+            FetchError::Invalid(_)
+            | FetchError::DiskSpace { .. }
+            | FetchError::DiskFull { .. }
+            | FetchError::Io { .. } => ExitClass::Local,
             FetchError::Verification { .. } => ExitClass::Integrity,
             FetchError::Several { first, .. } => first.exit_class(),
         }
@@ -197,25 +257,63 @@ impl FetchError {
         self.exit_class().code()
     }
 
+    /// One error for the failures of several files, or `None` without any: the most serious
+    /// one by [`ExitClass::severity`] (the first of those equally serious), so the exit code does
+    /// not depend on the order in which files failed; the others are counted in
+    /// [`FetchError::Several`].
+    pub fn several(mut errors: Vec<FetchError>) -> Option<FetchError> {
+        let mut best = 0;
+        for (i, e) in errors.iter().enumerate() {
+            if e.exit_class().severity() > errors[best].exit_class().severity() {
+                best = i;
+            }
+        }
+        if errors.is_empty() {
+            return None;
+        }
+        let others = errors.len() - 1;
+        let first = errors.swap_remove(best);
+        Some(if others == 0 {
+            first
+        } else {
+            FetchError::Several {
+                first: Box::new(first),
+                others,
+            }
+        })
+    }
+
+    /// A failed local operation on `path` (not for one file of the repository).
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::io_for(None, op, path, source)
+    }
+
+    /// A failed local operation on `path`, for the repository's `file` when there is one. A full
+    /// disk (ENOSPC, EDQUOT) becomes [`FetchError::DiskFull`], keeping the operation and path.
+    pub(crate) fn io_for(
+        file: Option<&str>,
+        op: &'static str,
+        path: impl Into<PathBuf>,
+        source: io::Error,
+    ) -> Self {
+        let path = path.into();
         if matches!(
             source.kind(),
             io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
         ) {
-            let path = path.into();
-            let available = fs4::available_space(path.parent().unwrap_or(&path)).unwrap_or(0);
-            return FetchError::DiskSpace {
-                dir: path,
-                needed: 0,
-                available,
-                files: 1,
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(&path);
+            return FetchError::DiskFull {
+                file: file.map(str::to_string),
+                op,
+                available: fs4::available_space(dir).unwrap_or(0),
+                path,
+                source,
             };
         }
-        FetchError::Io {
-            op,
-            path: path.into(),
-            source,
-        }
+        FetchError::Io { op, path, source }
     }
 }
 
@@ -240,10 +338,24 @@ mod tests {
             dir: "/d".into(),
             needed: 5 << 20,
             available: 1024,
-            files: 1,
+            files: vec!["m.gguf".into()],
         };
         assert_eq!(e.exit_code(), 1);
-        assert!(e.to_string().contains("5.0 MiB"), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("5.0 MiB") && m.contains("1 file(s) (m.gguf)"),
+            "{m}"
+        );
+        let e = FetchError::DiskSpace {
+            dir: "/d".into(),
+            needed: 5 << 20,
+            available: 1024,
+            files: (1..=5).map(|i| format!("p{i}")).collect(),
+        };
+        assert!(
+            e.to_string().contains("5 file(s) (p1, p2, p3 and 2 more)"),
+            "{e}"
+        );
         let e = FetchError::Verification {
             file: "m.gguf".into(),
             errors: vec!["bad".into()],
@@ -254,5 +366,102 @@ mod tests {
             others: 2,
         };
         assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn disk_full_keeps_the_operation_path_and_file() {
+        let e = FetchError::io_for(
+            Some("m.gguf"),
+            "move into place",
+            "/c/blobs/x.part",
+            io::Error::from(io::ErrorKind::StorageFull),
+        );
+        assert_eq!(e.exit_code(), 1);
+        let m = e.to_string();
+        assert!(
+            m.starts_with("m.gguf: cannot move into place /c/blobs/x.part: no space left"),
+            "{m}"
+        );
+        assert!(matches!(e, FetchError::DiskFull { .. }));
+        let e = FetchError::io(
+            "create",
+            "/c",
+            io::Error::from(io::ErrorKind::QuotaExceeded),
+        );
+        assert!(
+            e.to_string().starts_with("cannot create /c: no space"),
+            "{e}"
+        );
+        let e = FetchError::io(
+            "create",
+            "/c",
+            io::Error::from(io::ErrorKind::PermissionDenied),
+        );
+        assert!(matches!(e, FetchError::Io { .. }), "{e:?}");
+    }
+
+    /// The exit code of several failures is the most serious one's, whatever their order.
+    #[test]
+    fn several_failures_exit_by_severity() {
+        fn make(class: ExitClass) -> FetchError {
+            match class {
+                ExitClass::Integrity => FetchError::Verification {
+                    file: "v".into(),
+                    errors: vec!["bad".into()],
+                },
+                ExitClass::NotFound => FetchError::FileNotFound {
+                    repo: "a/b".into(),
+                    revision: "main".into(),
+                    file: "f".into(),
+                },
+                ExitClass::Network => FetchError::Hub(HubError::ServerError {
+                    url: "u".into(),
+                    status: 503,
+                    attempts: 6,
+                    elapsed: std::time::Duration::ZERO,
+                    message: String::new(),
+                }),
+                _ => FetchError::Invalid("local".into()),
+            }
+        }
+        let all = [
+            ExitClass::Local,
+            ExitClass::Network,
+            ExitClass::NotFound,
+            ExitClass::Integrity,
+        ];
+        assert!(FetchError::several(Vec::new()).is_none());
+        // Every ordered pair and every rotation of all four.
+        for &a in &all {
+            for &b in &all {
+                let e = FetchError::several(vec![make(a), make(b)]).unwrap();
+                let want = if a.severity() >= b.severity() { a } else { b };
+                assert_eq!(e.exit_class(), want, "{a:?} then {b:?}");
+                assert!(matches!(e, FetchError::Several { others: 1, .. }));
+            }
+        }
+        for r in 0..all.len() {
+            let mut order = all.to_vec();
+            order.rotate_left(r);
+            let e = FetchError::several(order.into_iter().map(make).collect()).unwrap();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().contains("and 3 more"), "{e}");
+        }
+        let e =
+            FetchError::several(vec![make(ExitClass::Local), make(ExitClass::Network)]).unwrap();
+        assert_eq!(e.exit_code(), 3);
+        let e =
+            FetchError::several(vec![make(ExitClass::Network), make(ExitClass::NotFound)]).unwrap();
+        assert_eq!(e.exit_code(), 4);
+        // One error stays itself.
+        let e = FetchError::several(vec![make(ExitClass::Network)]).unwrap();
+        assert!(matches!(e, FetchError::Hub(_)));
+        // Equally serious: the first is kept.
+        let mut first = make(ExitClass::NotFound);
+        if let FetchError::FileNotFound { file, .. } = &mut first {
+            *file = "first".into();
+        }
+        let e = FetchError::several(vec![first, make(ExitClass::NotFound)]).unwrap();
+        assert!(e.to_string().contains("'first'"), "{e}");
     }
 }

@@ -16,6 +16,17 @@
 //! of the right size is therefore not re-hashed; the tensor verification still runs (it reads
 //! the headers, which is fast).
 //!
+//! **Interrupted downloads** resume from their partial file and resume state (see
+//! [`crate::transfer`]); [`Plan`] counts the bytes such a state records. Partial files are named
+//! by ETag, so when a file changed on the Hub since it was interrupted, the old partial is
+//! deleted before the new version is fetched, with an [`Event::Notice`].
+//!
+//! **Exit codes** ([`FetchError::exit_code`]): when several files fail, the most serious failure
+//! is returned ([`FetchError::several`]): integrity > not found or denied > network > local.
+//!
+//! **Renamed repositories** are followed (the Hub answers with relative redirects to the new
+//! name) and land in the cache under the name asked for, as huggingface_hub does.
+//!
 //! **Offline** ([`FetcherBuilder::offline`], `HF_HUB_OFFLINE=1`): the revision is resolved
 //! through `refs/` and `snapshots/` of the cache (or the local folder's metadata), nothing
 //! touches the network, and anything not on disk is a [`FetchError::NotCached`].
@@ -50,6 +61,7 @@
 
 pub mod blocking;
 mod error;
+mod partial;
 pub mod selection;
 mod verification;
 
@@ -285,7 +297,9 @@ pub struct PlannedFile {
     pub local_path: PathBuf,
     /// True when it is already complete on disk.
     pub cached: bool,
-    /// Bytes of a partial download from an earlier run (re-checked before use).
+    /// Bytes an earlier, interrupted run of this very version recorded in its resume state
+    /// (re-hashed before use); 0 without a valid state. Not the partial file's length: partial
+    /// files are preallocated to their full size.
     pub partial_bytes: u64,
 }
 
@@ -552,7 +566,7 @@ impl Fetcher {
         };
         let files = wanted
             .into_iter()
-            .map(|w| planned(&store, &commit, w))
+            .map(|w| planned(&store, repo, &commit, w))
             .collect();
         Ok(Plan {
             repo: repo.to_string(),
@@ -593,6 +607,7 @@ impl Fetcher {
                 let files = l
                     .list_complete(filter)
                     .map_err(|e| FetchError::io("read", l.download_dir(), e))?;
+                // Provisional: the commit reported is that of the files chosen (below).
                 let commit = files.first().map(|f| f.commit.clone()).ok_or_else(|| {
                     not_cached(format!(
                         "repository '{repo}' at revision '{}'",
@@ -631,10 +646,32 @@ impl Fetcher {
         })?;
         let by_path: BTreeMap<&str, &cache::CachedFile> =
             files.iter().map(|f| (f.path.as_str(), f)).collect();
-        let files = chosen
+        let picked: Vec<&cache::CachedFile> = chosen
             .paths
             .iter()
-            .filter_map(|p| by_path.get(p.as_str()))
+            .filter_map(|p| by_path.get(p.as_str()).copied())
+            .collect();
+        let mut notice = chosen.notice;
+        let commit = match store {
+            Store::Local(l) => {
+                let (newest, mixed) = local_commit(l, &picked).unwrap_or((commit, 0));
+                if mixed > 1 {
+                    let n = format!(
+                        "the files in {} come from {mixed} different commits; \
+                         reporting the newest download's, {newest}",
+                        l.root().display()
+                    );
+                    notice = Some(match notice {
+                        Some(old) => format!("{old}; {n}"),
+                        None => n,
+                    });
+                }
+                newest
+            }
+            Store::Cache(_) => commit,
+        };
+        let files = picked
+            .into_iter()
             .map(|f| PlannedFile {
                 path: f.path.clone(),
                 size: f.size,
@@ -649,7 +686,7 @@ impl Fetcher {
             revision: repo.revision.clone(),
             commit,
             files,
-            notice: chosen.notice,
+            notice,
             offline: true,
         })
     }
@@ -746,17 +783,9 @@ impl Fetcher {
                 }
             }
         }
-        if !errors.is_empty() {
-            let others = errors.len() - 1;
-            let first = errors.swap_remove(0);
-            return Err(if others == 0 {
-                first
-            } else {
-                FetchError::Several {
-                    first: Box::new(first),
-                    others,
-                }
-            });
+        // The most serious failure decides the exit code, whatever order files failed in.
+        if let Some(e) = FetchError::several(errors) {
+            return Err(e);
         }
         Ok(FetchSummary {
             repo: plan.repo,
@@ -846,14 +875,16 @@ impl Fetcher {
         let lock = tokio::task::spawn_blocking(move || FileLock::acquire(&lock_path))
             .await
             .map_err(|e| FetchError::Invalid(format!("lock task failed: {e}")))?
-            .map_err(|e| FetchError::io("lock", &pl.lock_path, e))?;
+            .map_err(|e| FetchError::io_for(Some(&f.path), "lock", &pl.lock_path, e))?;
         // Another process (or task) may have finished it while we waited.
         if let Some(rep) = self.cached_report(store, commit, f, t0).await? {
             drop(lock);
             return Ok(rep);
         }
+        self.discard_stale_partials(store, f);
         if let Some(parent) = pl.partial_path.parent() {
-            fs::create_dir_all(parent).map_err(|e| FetchError::io("create", parent, e))?;
+            fs::create_dir_all(parent)
+                .map_err(|e| FetchError::io_for(Some(&f.path), "create", parent, e))?;
         }
         let expected = Digest::from_etag(&f.etag).ok_or_else(|| {
             FetchError::Hub(HubError::InvalidResponse {
@@ -865,13 +896,7 @@ impl Fetcher {
             file: f.path.clone(),
             url: self.hub.resolve_url(repo, commit, &f.path),
             headers: self.hub.auth_headers(),
-            identity: RemoteIdentity {
-                repo: repo.to_string(),
-                commit: commit.to_string(),
-                path: f.path.clone(),
-                etag: f.etag.clone(),
-                size: f.size,
-            },
+            identity: identity(repo, commit, &f.path, &f.etag, f.size),
             expected,
             partial_path: pl.partial_path.clone(),
             state_path: pl.state_path.clone(),
@@ -890,7 +915,9 @@ impl Fetcher {
         };
         let local = store
             .commit(&pl.partial_path, commit, &f.path, &f.etag, &repo.revision)
-            .map_err(|e| FetchError::io("move into place", &pl.partial_path, e))?;
+            .map_err(|e| {
+                FetchError::io_for(Some(&f.path), "move into place", &pl.partial_path, e)
+            })?;
         drop(lock);
         Ok(FileReport {
             path: f.path.clone(),
@@ -905,6 +932,69 @@ impl Fetcher {
             elapsed: t0.elapsed(),
             verification: None,
         })
+    }
+
+    /// Deletes the partial downloads of `f.path` for an older version of it (another ETag),
+    /// saying so with a [`Event::Notice`]: partial files are named by ETag, so the engine never
+    /// meets them once the file changed on the Hub. Call it holding `f`'s lock. In the cache, a
+    /// partial whose own lock is held (another process is downloading that version right now,
+    /// e.g. at another revision) is left alone. Failures only cost disk space: they are reported
+    /// as notices, not errors.
+    fn discard_stale_partials(&self, store: &Store, f: &PlannedFile) {
+        let notice = |message: &str| {
+            self.reporter.on_event(&Event::Notice {
+                file: Some(&f.path),
+                message,
+            })
+        };
+        let stale = match store.stale_partials(&f.path, &f.etag) {
+            Ok(s) => s,
+            Err(e) => {
+                notice(&format!(
+                    "cannot look for partial downloads of older versions: {e}"
+                ));
+                return;
+            }
+        };
+        for (partial_path, state_path) in stale {
+            let recorded = partial::read_state(&state_path);
+            // In the cache, every version has its own lock (by ETag); in a local folder the
+            // lock is per path, and we hold it.
+            let _lock = match store {
+                Store::Cache(r) => {
+                    let etag = recorded
+                        .as_ref()
+                        .map(|s| s.identity.etag.clone())
+                        .or_else(|| {
+                            let name = state_path.file_name()?.to_str()?;
+                            Some(name.strip_suffix(cache::STATE_SUFFIX)?.to_string())
+                        });
+                    let Some(etag) = etag.filter(|e| hub::etag_kind(e).is_some()) else {
+                        continue;
+                    };
+                    match FileLock::try_acquire(&r.lock_path(&etag)) {
+                        Ok(Some(l)) => Some(l),
+                        // Being downloaded right now, or the lock is unusable: leave it.
+                        Ok(None) | Err(_) => continue,
+                    }
+                }
+                Store::Local(_) => None,
+            };
+            let bytes = recorded.map_or(0, |s| s.bytes);
+            notice(&format!(
+                "remote file changed since the interrupted download; discarding {} of the old \
+                 partial ({})",
+                human_bytes(bytes),
+                partial_path.display()
+            ));
+            for p in [&partial_path, &state_path] {
+                match fs::remove_file(p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => notice(&format!("cannot remove {}: {e}", p.display())),
+                }
+            }
+        }
     }
 
     /// The report of a file already complete on disk, or `None`.
@@ -924,7 +1014,7 @@ impl Fetcher {
         } else {
             store
                 .find_complete(commit, &f.path, &f.etag, f.size)
-                .map_err(|e| FetchError::io("link", &f.local_path, e))?
+                .map_err(|e| FetchError::io_for(Some(&f.path), "link", &f.local_path, e))?
         };
         let Some(local) = found else {
             return Ok(None);
@@ -936,7 +1026,7 @@ impl Fetcher {
             tokio::task::spawn_blocking(move || sha256_file(&p))
                 .await
                 .map_err(|e| FetchError::Invalid(format!("hash task failed: {e}")))?
-                .map_err(|e| FetchError::io("read", &local, e))?
+                .map_err(|e| FetchError::io_for(Some(&f.path), "read", &local, e))?
         };
         Ok(Some(FileReport {
             path: f.path.clone(),
@@ -1002,6 +1092,22 @@ impl Fetcher {
     }
 }
 
+/// The commit to report for files of a local folder, found offline: the commit of the most
+/// recently downloaded one (by the time in its metadata), and how many different commits the
+/// files come from. `None` without files.
+fn local_commit(l: &LocalDir, files: &[&cache::CachedFile]) -> Option<(String, usize)> {
+    let commits: std::collections::BTreeSet<&str> =
+        files.iter().map(|f| f.commit.as_str()).collect();
+    let newest = files
+        .iter()
+        .map(|f| {
+            let t = l.read_metadata(&f.path).map_or(0.0, |m| m.timestamp);
+            (t, &f.commit)
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)))?;
+    Some((newest.1.clone(), commits.len()))
+}
+
 fn remote_changed(e: &FetchError) -> bool {
     match e {
         FetchError::Transfer(t) => t.is_remote_changed(),
@@ -1010,7 +1116,19 @@ fn remote_changed(e: &FetchError) -> bool {
     }
 }
 
-fn planned(store: &Store, commit: &str, w: Wanted) -> PlannedFile {
+/// The identity the transfer engine records for `path` of `repo` at `commit` (see
+/// [`RemoteIdentity`]).
+fn identity(repo: &RepoRef, commit: &str, path: &str, etag: &str, size: u64) -> RemoteIdentity {
+    RemoteIdentity {
+        repo: repo.to_string(),
+        commit: commit.to_string(),
+        path: path.to_string(),
+        etag: etag.to_string(),
+        size,
+    }
+}
+
+fn planned(store: &Store, repo: &RepoRef, commit: &str, w: Wanted) -> PlannedFile {
     let (local_path, cached) = match store {
         Store::Cache(r) => (
             r.snapshot_path(commit, &w.path),
@@ -1021,12 +1139,19 @@ fn planned(store: &Store, commit: &str, w: Wanted) -> PlannedFile {
             l.find_complete(&w.path, &w.etag, w.size).is_some(),
         ),
     };
-    let partial_bytes = if cached {
-        0
-    } else {
-        fs::metadata(store.placement(&w.path, &w.etag).partial_path)
-            .map(|m| m.len().min(w.size))
-            .unwrap_or(0)
+    // What the resume state of an earlier run records (partial files are preallocated to full
+    // size, so their length says nothing), counted only when the engine would resume from it.
+    let partial_bytes = match (cached, Digest::from_etag(&w.etag)) {
+        (false, Some(d)) => {
+            let pl = store.placement(&w.path, &w.etag);
+            partial::resumable_bytes(
+                &pl.partial_path,
+                &pl.state_path,
+                &identity(repo, commit, &w.path, &w.etag, w.size),
+                &d.to_string(),
+            )
+        }
+        _ => 0,
     };
     PlannedFile {
         path: w.path,
@@ -1062,9 +1187,35 @@ fn select_error(e: SelectError, repo: &RepoRef, commit: &str, store: &Store) -> 
     }
 }
 
+/// Bytes the files still to fetch will take on disk beyond what they already hold, and those
+/// files (largest first). In the cache, paths that share an ETag share one blob and count once;
+/// a partial file from an earlier run already holds the blocks it has (partial files are
+/// preallocated), so only the rest counts.
+fn space_needed(store: &Store, plan: &Plan) -> (u64, Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut files: Vec<(u64, &str)> = Vec::new();
+    let mut needed: u64 = 0;
+    for f in plan.files.iter().filter(|f| !f.cached) {
+        if matches!(store, Store::Cache(_)) && !seen.insert(f.etag.as_str()) {
+            continue;
+        }
+        let held = partial::allocated_bytes(&store.placement(&f.path, &f.etag).partial_path);
+        let n = f.size.saturating_sub(held);
+        if n > 0 {
+            needed = needed.saturating_add(n);
+            files.push((n, &f.path));
+        }
+    }
+    files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    (
+        needed,
+        files.into_iter().map(|(_, p)| p.to_string()).collect(),
+    )
+}
+
 /// Fails early when the selected files cannot fit.
 fn check_space(store: &Store, plan: &Plan) -> Result<(), FetchError> {
-    let needed = plan.bytes_to_fetch();
+    let (needed, files) = space_needed(store, plan);
     if needed == 0 {
         return Ok(());
     }
@@ -1076,7 +1227,7 @@ fn check_space(store: &Store, plan: &Plan) -> Result<(), FetchError> {
             dir: dir.parent().map(Path::to_path_buf).unwrap_or(dir),
             needed,
             available,
-            files: plan.files.iter().filter(|f| !f.cached).count(),
+            files,
         });
     }
     Ok(())
@@ -1094,4 +1245,55 @@ fn sha256_file(p: &Path) -> std::io::Result<String> {
         h.update(&buf[..n]);
     }
     Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(files: &[(&str, u64, &str)]) -> Plan {
+        Plan {
+            repo: "org/name".into(),
+            revision: "main".into(),
+            commit: "c".repeat(40),
+            files: files
+                .iter()
+                .map(|&(path, size, etag)| PlannedFile {
+                    path: path.into(),
+                    size,
+                    etag: etag.into(),
+                    local_path: PathBuf::from(path),
+                    cached: false,
+                    partial_bytes: 0,
+                })
+                .collect(),
+            notice: None,
+            offline: false,
+        }
+    }
+
+    /// In the cache, paths sharing an ETag share one blob and count once; in a local folder
+    /// each path is a file of its own. A preallocated partial already holds its blocks.
+    #[test]
+    fn space_needed_dedupes_blobs_and_counts_preallocated_partials() {
+        let t = tempfile::tempdir().unwrap();
+        let (e1, e2) = ("a".repeat(64), "b".repeat(64));
+        let p = plan(&[
+            ("x.bin", 1000, &e1),
+            ("copy/x.bin", 1000, &e1),
+            ("y.bin", 5000, &e2),
+        ]);
+        let cache = Store::Cache(HfCache::new(t.path().join("c")).repo(RepoType::Model, "o/n"));
+        assert_eq!(
+            space_needed(&cache, &p),
+            (6000, vec!["y.bin".to_string(), "x.bin".to_string()])
+        );
+        let local = Store::Local(LocalDir::new(t.path().join("l")));
+        assert_eq!(space_needed(&local, &p).0, 7000);
+        // A partial file with all its blocks (as the engine preallocates them).
+        cache.prepare().unwrap();
+        let pl = cache.placement("y.bin", &e2);
+        fs::write(&pl.partial_path, vec![1u8; 5000]).unwrap();
+        assert_eq!(space_needed(&cache, &p), (1000, vec!["x.bin".to_string()]));
+    }
 }

@@ -12,7 +12,9 @@
 //!
 //! Every answer is bounded before it sizes an allocation (page size, page count), every path a
 //! server lists is checked before it can become a local file name ([`check_repo_path`]), and
-//! every Hub error becomes a typed [`HubError`]. Transient failures (connection errors,
+//! every Hub error becomes a typed [`HubError`]. A renamed repository answers every request
+//! with a relative `307` to its new name: API requests and `HEAD`s follow redirects on the same
+//! host (at most 10), never one to another host (which would carry the token there). Transient failures (connection errors,
 //! timeouts, 408, 429, 5xx) are retried with exponential backoff and jitter, honouring
 //! `Retry-After`. This module never writes files.
 
@@ -513,28 +515,43 @@ impl HubClient {
         }
     }
 
+    /// `GET` of a JSON answer. Follows redirects to the same host ([`next_hop`]: a renamed
+    /// repository answers a relative 307) at most [`MAX_REDIRECTS`] times; returns the value,
+    /// the headers and the URL that answered (to resolve relative links against).
     async fn get_json<T: for<'de> Deserialize<'de>>(
         &self,
         url: &str,
         ctx: Ctx<'_>,
         timeout: Duration,
-    ) -> Result<(T, HeaderMap), HubError> {
+    ) -> Result<(T, HeaderMap, String), HubError> {
         let auth = self.auth_headers();
-        let resp = self
-            .send(url, || {
-                self.client.get(url).headers(auth.clone()).timeout(timeout)
-            })
-            .await?;
-        if !resp.status().is_success() {
-            return Err(self.error_from(resp, url, ctx).await);
+        let mut url = url.to_string();
+        for _hop in 0..=MAX_REDIRECTS {
+            let resp = self
+                .send(&url, || {
+                    self.client.get(&url).headers(auth.clone()).timeout(timeout)
+                })
+                .await?;
+            let status = resp.status();
+            if status.is_redirection() {
+                url = next_hop(&url, status, resp.headers())?;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(self.error_from(resp, &url, ctx).await);
+            }
+            let headers = resp.headers().clone();
+            let body = read_limited(resp, self.cfg.max_response_bytes, &url).await?;
+            let v = serde_json::from_slice(&body).map_err(|e| HubError::InvalidResponse {
+                url: url.clone(),
+                reason: format!("bad JSON: {e}"),
+            })?;
+            return Ok((v, headers, url));
         }
-        let headers = resp.headers().clone();
-        let body = read_limited(resp, self.cfg.max_response_bytes, url).await?;
-        let v = serde_json::from_slice(&body).map_err(|e| HubError::InvalidResponse {
-            url: url.to_string(),
-            reason: format!("bad JSON: {e}"),
-        })?;
-        Ok((v, headers))
+        Err(HubError::InvalidResponse {
+            url,
+            reason: format!("more than {MAX_REDIRECTS} redirects"),
+        })
     }
 
     /// Turns an error answer into a typed error.
@@ -566,7 +583,8 @@ impl HubClient {
             revision: &repo.revision,
             path: None,
         };
-        let (info, headers): (RepoInfo, _) = self.get_json(&url, ctx, self.cfg.timeout).await?;
+        let (info, headers, url): (RepoInfo, _, _) =
+            self.get_json(&url, ctx, self.cfg.timeout).await?;
         let sha = info
             .sha
             .or_else(|| header_str(&headers, "x-repo-commit"))
@@ -611,8 +629,9 @@ impl HubClient {
         };
         let mut files = Vec::new();
         for _page in 0..self.cfg.max_pages {
-            let (entries, headers): (Vec<TreeEntry>, _) =
+            let (entries, headers, answered): (Vec<TreeEntry>, _, _) =
                 self.get_json(&url, ctx, self.cfg.timeout * 3).await?;
+            url = answered;
             for e in entries {
                 if e.kind != "file" {
                     continue;
@@ -667,7 +686,7 @@ impl HubClient {
         let mut url = self.resolve_url(repo, revision, path);
         let mut headers = self.auth_headers();
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-        for _hop in 0..10 {
+        for _hop in 0..=MAX_REDIRECTS {
             let resp = self
                 .send(&url, || {
                     self.client
@@ -677,24 +696,19 @@ impl HubClient {
                 })
                 .await?;
             let status = resp.status();
-            let location = header_str(resp.headers(), "location");
             if status.is_redirection() {
-                let loc = location.ok_or_else(|| HubError::InvalidResponse {
-                    url: url.clone(),
-                    reason: format!("redirect {status} without Location"),
+                let loc = header_str(resp.headers(), "location").ok_or_else(|| {
+                    HubError::InvalidResponse {
+                        url: url.clone(),
+                        reason: format!("redirect {status} without Location"),
+                    }
                 })?;
                 if is_relative_url(&loc) {
-                    let cur = url::Url::parse(&url).map_err(|e| HubError::InvalidResponse {
-                        url: url.clone(),
-                        reason: e.to_string(),
-                    })?;
-                    let next = cur.join(&loc).map_err(|e| HubError::InvalidResponse {
-                        url: url.clone(),
-                        reason: format!("bad Location '{loc}': {e}"),
-                    })?;
-                    url = next.to_string();
+                    url = next_hop(&url, status, resp.headers())?;
                     continue;
                 }
+                // An absolute Location is the CDN: not followed (it would carry the token to
+                // another host); the headers of this answer describe the file.
                 return metadata_from(resp.headers(), true, loc, &url);
             }
             if !status.is_success() {
@@ -705,7 +719,7 @@ impl HubClient {
         }
         Err(HubError::InvalidResponse {
             url,
-            reason: "too many redirects".into(),
+            reason: format!("more than {MAX_REDIRECTS} redirects"),
         })
     }
 }
@@ -763,6 +777,33 @@ fn check_commit(sha: &str, url: &str) -> Result<String, HubError> {
             reason: format!("'{sha}' is not a commit id"),
         })
     }
+}
+
+/// Redirects followed by one metadata request at most.
+const MAX_REDIRECTS: usize = 10;
+
+/// The URL a redirect answer from `url` points at, when it may be followed with the token: a
+/// relative `Location` (what the Hub sends for a renamed repository, and for `resolve-cache`),
+/// or an absolute one on the very same origin (scheme, host and port). A redirect to another
+/// host is refused rather than followed with (or silently without) the `Authorization` header.
+fn next_hop(url: &str, status: StatusCode, h: &HeaderMap) -> Result<String, HubError> {
+    let invalid = |reason: String| HubError::InvalidResponse {
+        url: url.to_string(),
+        reason,
+    };
+    let loc = header_str(h, "location")
+        .ok_or_else(|| invalid(format!("redirect {status} without Location")))?;
+    let cur = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    let next = cur
+        .join(&loc)
+        .map_err(|e| invalid(format!("bad Location '{loc}': {e}")))?;
+    if !is_relative_url(&loc) && next.origin() != cur.origin() {
+        return Err(invalid(format!(
+            "redirect {status} to another host ({}), not followed",
+            next.origin().ascii_serialization()
+        )));
+    }
+    Ok(next.to_string())
 }
 
 fn is_relative_url(loc: &str) -> bool {
@@ -1027,6 +1068,32 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("link", HeaderValue::from_static("<a>; rel=\"prev\""));
         assert_eq!(next_link(&h), None);
+    }
+
+    #[test]
+    fn redirect_hops() {
+        let loc = |l: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert("location", HeaderValue::from_static(l));
+            h
+        };
+        let s = StatusCode::TEMPORARY_REDIRECT;
+        let from = "http://h:1/api/models/old/name/revision/main";
+        assert_eq!(
+            next_hop(from, s, &loc("/api/models/new/name/revision/main")).unwrap(),
+            "http://h:1/api/models/new/name/revision/main"
+        );
+        assert_eq!(
+            next_hop(from, s, &loc("http://h:1/api/models/new/name")).unwrap(),
+            "http://h:1/api/models/new/name"
+        );
+        for other in ["http://h:2/x", "https://h:1/x", "//evil/x", "http://evil/x"] {
+            let mut h = HeaderMap::new();
+            h.insert("location", HeaderValue::from_str(other).unwrap());
+            let e = next_hop(from, s, &h).unwrap_err();
+            assert!(e.to_string().contains("another host"), "{other}: {e}");
+        }
+        assert!(next_hop(from, s, &HeaderMap::new()).is_err());
     }
 
     #[test]

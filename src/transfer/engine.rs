@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use futures::future::Either;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 
 use super::error::{local_error, TransferError};
 use super::hash::{hash_range, FileHasher};
-use super::plan::{ChunkRange, Plan};
+use super::plan::{effective_chunk_size, ChunkRange, Plan};
 use super::state::{self, ChunkRecord, Loaded, StateFile};
 use super::{fetch, repair, EngineConfig, TransferOutcome, TransferSpec};
 use crate::progress::{Event, Reporter};
@@ -24,6 +25,16 @@ use crate::progress::{Event, Reporter};
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// ... and whenever this many bytes per configured connection arrived since the last one.
 const CHECKPOINT_BYTES_PER_CONNECTION: u64 = 2 << 20;
+/// Bytes of resume state per chunk record, roughly (for the `needed` of a full disk).
+const STATE_BYTES_ESTIMATE: u64 = 160;
+
+/// Which write of a checkpoint failed.
+enum Saving {
+    /// Syncing the data file.
+    Data(io::Error),
+    /// Writing the state file.
+    State(io::Error),
+}
 
 /// What every clone of an [`super::Engine`] shares.
 pub(crate) struct Inner {
@@ -90,7 +101,8 @@ pub(crate) struct Job<'a> {
     pub range_ignored: AtomicU32,
     pub transferred: AtomicU64,
     pub refetched: AtomicU64,
-    /// Once true, no state may be written any more (it was removed on success).
+    /// Once true, no state may be written any more (the download succeeded: the last state,
+    /// every chunk complete, is on disk, and whoever commits the file removes it).
     closed: Arc<Mutex<bool>>,
     /// Serialises state writes to this path across the process.
     path_lock: Arc<Mutex<()>>,
@@ -233,6 +245,11 @@ impl<'a> Job<'a> {
         s
     }
 
+    /// Bytes of the file not on disk yet (what a full disk keeps from being written).
+    pub fn bytes_missing(&self) -> u64 {
+        self.plan.size.saturating_sub(self.bytes_on_disk())
+    }
+
     /// Syncs the data, then writes the state claiming it.
     pub async fn save(&self) -> Result<(), TransferError> {
         let snapshot = self.snapshot();
@@ -242,37 +259,42 @@ impl<'a> Job<'a> {
         let r = blocking(move || {
             let _serial = lock(&path_lock);
             if *lock(&closed) {
-                return Ok(());
+                return Ok(Ok(()));
             }
-            file.sync_data()?;
-            state::save(&path, &snapshot)
+            // The two failures name different files: the data file, or the state file.
+            if let Err(e) = file.sync_data() {
+                return Ok(Err(Saving::Data(e)));
+            }
+            Ok(state::save(&path, &snapshot).map_err(Saving::State))
         })
         .await;
-        r.map_err(|e| {
-            local_error(
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Saving::Data(e))) => Err(self.io_error("sync", self.bytes_missing(), e)),
+            Err(e) | Ok(Err(Saving::State(e))) => Err(local_error(
                 &self.spec.file,
                 &self.spec.state_path,
                 "save resume state",
-                0,
+                STATE_BYTES_ESTIMATE * (lock(&self.chunks).len() as u64 + 1),
                 e,
-            )
-        })
+            )),
+        }
     }
 
-    /// Success: syncs the file and removes the state (no later save may recreate it).
+    /// Success: syncs the file; no later save may touch the state any more. The state stays
+    /// (its last version, written by the checkpointer's final save, says every chunk is
+    /// complete): whoever commits the file removes it after the rename, so a crash before then
+    /// loses nothing (the next run re-checks the chunks and commits without a transfer).
     async fn close(&self) -> Result<(), TransferError> {
         let file = self.file.clone();
-        let path = self.spec.state_path.clone();
         let (closed, path_lock) = (self.closed.clone(), self.path_lock.clone());
-        let r = blocking(move || {
+        blocking(move || {
             let _serial = lock(&path_lock);
             *lock(&closed) = true;
-            Ok((file.sync_all(), state::remove(&path)))
+            file.sync_all()
         })
-        .await;
-        let (synced, removed) = r.map_err(|e| self.io_error("sync", 0, e))?;
-        synced.map_err(|e| self.io_error("sync", 0, e))?;
-        removed.map_err(|e| local_error(&self.spec.file, &self.spec.state_path, "remove", 0, e))
+        .await
+        .map_err(|e| self.io_error("sync", 0, e))
     }
 
     /// Saves every second, or sooner when enough bytes arrived; one last time at the end.
@@ -415,12 +437,8 @@ pub(crate) async fn download(
     let started = Instant::now();
     let size = spec.identity.size;
     let config = &inner.config;
-    if config.chunk_size == 0 {
-        return Err(TransferError::InvalidSpec {
-            file: spec.file.clone(),
-            reason: "chunk size 0".into(),
-        });
-    }
+    // Bounded: at least 64 KiB, and at most `MAX_CHUNKS` chunks (the memory per chunk).
+    let chunk_size = effective_chunk_size(size, config.chunk_size);
     let hub_url = url::Url::parse(&spec.url).ok();
     if hub_url.is_none() {
         return Err(TransferError::InvalidSpec {
@@ -440,7 +458,7 @@ pub(crate) async fn download(
     let loaded = state::load(&spec.state_path, &spec.identity, &expected_str);
     let state_missing = matches!(loaded, Loaded::Missing);
     let (plan, mut records) = match loaded {
-        Loaded::Missing => (Plan::new(size, config.chunk_size), Vec::new()),
+        Loaded::Missing => (Plan::new(size, chunk_size), Vec::new()),
         Loaded::Resume { plan, chunks } => (plan, chunks),
         Loaded::Changed { old } => {
             notice(&format!(
@@ -448,14 +466,14 @@ pub(crate) async fn download(
                  commit {} → {}): discarding it and starting afresh",
                 old.etag, spec.identity.etag, old.size, size, old.commit, spec.identity.commit
             ));
-            (Plan::new(size, config.chunk_size), Vec::new())
+            (Plan::new(size, chunk_size), Vec::new())
         }
         Loaded::Invalid { reason } => {
             notice(&format!(
                 "discarding the resume state {}: {reason}; starting afresh",
                 spec.state_path.display()
             ));
-            (Plan::new(size, config.chunk_size), Vec::new())
+            (Plan::new(size, chunk_size), Vec::new())
         }
     };
 
@@ -580,10 +598,21 @@ pub(crate) async fn download(
         }
         .await;
         job.finish();
-        Ok::<_, TransferError>(r)
+        r
     };
-    let (result, ()) = futures::try_join!(main, job.checkpointer())?;
-    let sha256 = result?;
+    let checkpointer = job.checkpointer();
+    futures::pin_mut!(main, checkpointer);
+    let (sha256, unsaved) = match futures::future::select(main, checkpointer).await {
+        // The checkpointer only ends early on an error: stop the download.
+        Either::Right((Err(e), _)) => return Err(e),
+        Either::Right((Ok(()), main)) => outcome(main.await, Ok(()), &spec.state_path)?,
+        Either::Left((r, checkpointer)) => outcome(r, checkpointer.await, &spec.state_path)?,
+    };
+    if let Some(e) = unsaved {
+        job.notice(&format!(
+            "could not record the finished download ({e}); the file is complete and verified"
+        ));
+    }
     job.close().await?;
     let transferred = job.transferred.load(Ordering::Relaxed);
     job.event(Event::FileDownloaded {
@@ -598,4 +627,69 @@ pub(crate) async fn download(
         resumed,
         elapsed: started.elapsed(),
     })
+}
+
+/// The result of a download from the result of fetching and verifying (`main`) and that of the
+/// checkpointer's final save. A failed download reports its own error, not the save's: when the
+/// disk fills up both fail, and the data file's error is the one that names what is being
+/// downloaded. After a verified download, a failure to sync the data fails it; a failure to
+/// write the state file at `state_path` does not (the data is synced by `close`, and the
+/// older state on disk is removed by the commit), it is returned to be reported.
+fn outcome(
+    main: Result<[u8; 32], TransferError>,
+    last_save: Result<(), TransferError>,
+    state_path: &Path,
+) -> Result<([u8; 32], Option<TransferError>), TransferError> {
+    let sha256 = main?;
+    match last_save {
+        Ok(()) => Ok((sha256, None)),
+        Err(e) if error_path(&e) == Some(state_path) => Ok((sha256, Some(e))),
+        Err(e) => Err(e),
+    }
+}
+
+/// The local file a local error names.
+fn error_path(e: &TransferError) -> Option<&Path> {
+    match e {
+        TransferError::Io { path, .. } | TransferError::DiskFull { path, .. } => Some(path),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn full(path: &str) -> TransferError {
+        super::super::error::local_error(
+            "m.gguf",
+            Path::new(path),
+            "write",
+            1,
+            io::Error::from_raw_os_error(28), // ENOSPC
+        )
+    }
+
+    #[test]
+    fn the_data_files_error_wins_over_the_states() {
+        let state = PathBuf::from("/c/blobs/e.wi-partial.state");
+        let data = "/c/blobs/e.wi-partial";
+        // Both fail (a full disk): the data file's error is reported.
+        let e = outcome(Err(full(data)), Err(full(state.to_str().unwrap())), &state).unwrap_err();
+        assert!(e.is_disk_full());
+        assert_eq!(error_path(&e), Some(Path::new(data)));
+        assert!(e.to_string().contains("m.gguf"), "{e}");
+        // Verified, but the last state could not be written: still a success, with a note.
+        let (sha, note) = outcome(Ok([7; 32]), Err(full(state.to_str().unwrap())), &state).unwrap();
+        assert_eq!(sha, [7; 32]);
+        assert!(note.is_some_and(|e| e.is_disk_full()));
+        // Verified, but the data could not be synced: a failure.
+        let e = outcome(Ok([7; 32]), Err(full(data)), &state).unwrap_err();
+        assert_eq!(error_path(&e), Some(Path::new(data)));
+        assert!(matches!(
+            outcome(Ok([1; 32]), Ok(()), &state),
+            Ok(([1, ..], None))
+        ));
+    }
 }

@@ -158,7 +158,7 @@ pub enum TransferError {
         /// The status.
         status: u16,
     },
-    /// The request itself is unusable (a chunk size of 0, an unparsable URL…).
+    /// The request itself is unusable (an unparsable URL…).
     #[error("{file}: invalid transfer: {reason}")]
     InvalidSpec {
         /// Path in the repository.
@@ -320,7 +320,7 @@ mod tests {
     #[test]
     fn enospc_and_edquot_map_to_disk_full() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("blob.incomplete");
+        let path = dir.path().join("blob.wi-partial");
         for raw in [28, 122] {
             // ENOSPC, EDQUOT on Linux.
             let e = local_error(

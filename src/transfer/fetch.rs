@@ -22,7 +22,7 @@ use super::engine::{blocking, Job, SUSPECT_RETRIED, SUSPECT_UNCHECKED};
 use super::error::{local_error, BoxError, TransferError};
 use super::http::{
     announced_etag, content_length, content_range, is_transient, is_transient_status, one_line,
-    retry_after, same_origin,
+    retry_after, same_etag, same_origin,
 };
 use super::plan::ChunkRange;
 use crate::progress::Event;
@@ -103,13 +103,20 @@ impl Slot {
             return Ok(());
         }
         let n = self.buf.len() as u64;
-        let (file, offset, path) = match &self.dest {
+        // What a full disk keeps from being written: the rest of the file, or of the chunk.
+        let (file, offset, path, needed) = match &self.dest {
             Dest::Main => (
                 job.file.clone(),
                 self.range.start + self.written,
                 &job.spec.partial_path,
+                job.bytes_missing().max(n),
             ),
-            Dest::Scratch(f, p) => (f.clone(), self.written, p),
+            Dest::Scratch(f, p) => (
+                f.clone(),
+                self.written,
+                p,
+                self.range.len.saturating_sub(self.written),
+            ),
         };
         let buf = mem::take(&mut self.buf);
         let hasher = mem::take(&mut self.hasher);
@@ -120,7 +127,7 @@ impl Slot {
             Ok((buf, hasher))
         })
         .await
-        .map_err(|e| local_error(&job.spec.file, path, "write", n, e))?;
+        .map_err(|e| local_error(&job.spec.file, path, "write", needed, e))?;
         self.buf = buf;
         self.buf.clear();
         self.hasher = hasher;
@@ -294,7 +301,7 @@ fn check_response(job: &Job<'_>, resp: &reqwest::Response) -> Result<(), Failure
         .is_some_and(|h| same_origin(h, resp.url()));
     if status.is_success() {
         if let Some(etag) = announced_etag(resp.headers(), from_hub) {
-            if etag != job.spec.identity.etag {
+            if !same_etag(&etag, &job.spec.identity.etag) {
                 return Err(Failure::fatal(TransferError::RemoteChanged {
                     file: job.spec.file.clone(),
                     old_etag: job.spec.identity.etag.clone(),

@@ -59,17 +59,24 @@ pub(crate) fn clean_etag(v: &str) -> &str {
     v.trim_matches('"')
 }
 
-/// The ETag a response announces for the file: `X-Linked-Etag`; else `ETag` when the answer
-/// came straight from the Hub, or when it looks like a SHA-256 (64 hex digits, as LFS CDNs
-/// send). Other CDN ETags (an S3 MD5, say) mean something else and are ignored.
+/// The ETag a response announces for the file, in lowercase (hex digests are compared
+/// without regard to case): `X-Linked-Etag`; else `ETag` when the answer came straight from the
+/// Hub, or when it looks like a SHA-256 (64 hex digits, as LFS CDNs send). Other CDN ETags (an
+/// S3 MD5, say) mean something else and are ignored.
 pub(crate) fn announced_etag(h: &HeaderMap, from_hub: bool) -> Option<String> {
     if let Some(v) = h.get("x-linked-etag") {
         let s = clean_etag(v.to_str().ok()?);
-        return (!s.is_empty()).then(|| s.to_string());
+        return (!s.is_empty()).then(|| s.to_ascii_lowercase());
     }
     let s = clean_etag(h.get(ETAG)?.to_str().ok()?);
     let sha256_like = s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
     (!s.is_empty() && (from_hub || sha256_like)).then(|| s.to_ascii_lowercase())
+}
+
+/// Whether an announced ETag names the file being downloaded (`expected`, the identity's ETag):
+/// compared without quotes, `W/` or regard to case.
+pub(crate) fn same_etag(announced: &str, expected: &str) -> bool {
+    clean_etag(announced).eq_ignore_ascii_case(clean_etag(expected))
 }
 
 /// Same scheme, host and port (reqwest strips credentials on redirects that change these).
@@ -153,8 +160,34 @@ mod tests {
         h.insert("x-linked-etag", HeaderValue::from_static("\"def\""));
         assert_eq!(announced_etag(&h, false).as_deref(), Some("def"));
         assert!(content_range(&h).is_none());
+        // X-Linked-Etag in capitals (a proxy, another Hub implementation) is the same file.
+        let upper = "AB12".repeat(16);
+        h.insert(
+            "x-linked-etag",
+            HeaderValue::from_str(&format!("\"{upper}\"")).unwrap(),
+        );
+        assert_eq!(announced_etag(&h, false), Some(upper.to_ascii_lowercase()));
+        assert_eq!(announced_etag(&h, true), Some(upper.to_ascii_lowercase()));
         h.insert(CONTENT_RANGE, HeaderValue::from_static("bogus"));
         assert_eq!(content_range(&h), Some(Err("bogus".to_string())));
+    }
+
+    #[test]
+    fn etags_compare_without_case() {
+        let lower = "ab12".repeat(16);
+        let upper = lower.to_ascii_uppercase();
+        assert!(same_etag(&upper, &lower));
+        assert!(same_etag(&lower, &upper));
+        assert!(same_etag(&format!("W/\"{upper}\""), &lower));
+        assert!(!same_etag(&"cd34".repeat(16), &lower));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-linked-etag",
+            HeaderValue::from_str(&format!("\"{upper}\"")).unwrap(),
+        );
+        let got = announced_etag(&h, true).unwrap();
+        assert_eq!(got, lower);
+        assert!(same_etag(&got, &lower));
     }
 
     #[test]

@@ -24,7 +24,17 @@
 //! 2 MiB per connection, and whenever a chunk completes, so a `kill -9` or a power cut loses at most a few MB per connection. A
 //! new run re-reads and re-hashes every claimed range (nothing on disk is trusted unchecked),
 //! keeps what matches, and fetches the rest. A state for another version of the file (ETag, size
-//! or commit changed) or a corrupt one is discarded with a [`Event::Notice`](crate::progress::Event::Notice).
+//! or commit changed) or a corrupt one (also: larger than 64 MiB, or a chunk size below 64 KiB
+//! or giving more than 2^18 chunks) is discarded with a
+//! [`Event::Notice`](crate::progress::Event::Notice).
+//!
+//! A successful download leaves its state (every chunk complete) for the caller to remove once
+//! the file is in place: a crash between the two then costs a re-check, not a download.
+//!
+//! The partial file and the state are named by the caller; they must not be names another tool
+//! uses (the cache uses `blobs/{etag}.wi-partial`, not huggingface_hub's `{etag}.incomplete`,
+//! which huggingface_hub would take as its own, preallocated to full size, and move into place
+//! unverified).
 //!
 //! # Faults
 //!
@@ -85,6 +95,7 @@ use serde::{Deserialize, Serialize};
 use crate::progress::Reporter;
 
 pub use error::{BoxError, TransferError};
+pub(crate) use state::stored_identity;
 
 /// The digest the Hub publishes for a file, which the downloaded bytes must match.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,8 +208,9 @@ pub struct TransferSpec {
 pub struct EngineConfig {
     /// Ranged requests in flight, in total across every file of this engine. Default 8.
     pub connections: usize,
-    /// Bytes per chunk (one ranged request, retried alone). Default 16 MiB. A resumed download
-    /// keeps the chunk size it started with.
+    /// Bytes per chunk (one ranged request, retried alone). Default 16 MiB. At least 64 KiB
+    /// (a smaller one is raised to it) and at most 4 GiB; raised for a huge file so that it has
+    /// at most 2^18 chunks. A resumed download keeps the chunk size it started with.
     pub chunk_size: u64,
     /// Failed attempts in a row, without progress, after which a chunk is given up. Default 8.
     pub max_attempts: u32,
@@ -298,9 +310,16 @@ impl Engine {
     /// describes the same remote file.
     ///
     /// On success the partial file is complete, synced, and its digest matched
-    /// `spec.expected`; the state file is removed. The caller moves the file into place. On
-    /// failure both stay, for a later run to resume. Dropping the future stops the download
-    /// (what was checkpointed can be resumed).
+    /// `spec.expected`. The state file stays, saying that every chunk is complete: the caller
+    /// moves the file into place and then removes the state (so that a crash in between loses
+    /// nothing: a new download of the same file re-checks the chunks on disk, finds them all,
+    /// and succeeds without transferring a byte). On failure both stay, for a later run to
+    /// resume. Dropping the future stops the download (what was checkpointed can be resumed).
+    ///
+    /// A local error that is a full disk or quota (ENOSPC, EDQUOT), wherever it happens
+    /// (preallocating, writing, syncing, saving the state), is
+    /// [`TransferError::DiskFull`] naming the file and the local path; when the data file and
+    /// the state fail together, the data file's error is the one returned.
     pub async fn download(
         &self,
         spec: &TransferSpec,

@@ -1,4 +1,41 @@
-//! Cutting a file into chunks.
+//! Cutting a file into chunks, and the bounds on the chunk size.
+
+/// Smallest chunk size used: a smaller one asked for is raised to it, and a resume state with a
+/// smaller one is discarded.
+pub(crate) const MIN_CHUNK_SIZE: u64 = 64 << 10;
+/// Largest chunk size used (unless a file is so large that [`MAX_CHUNKS`] needs bigger ones).
+pub(crate) const MAX_CHUNK_SIZE: u64 = 1 << 32;
+/// Most chunks one file is cut into. Every chunk costs a few hundred bytes of memory (its status,
+/// a hash state, a snapshot of the whole-file hasher) and about 150 bytes of resume state, so
+/// this bounds both (about 110 MiB and 40 MiB); the chunk size is raised for files larger than
+/// `MAX_CHUNKS` × the chunk size asked for.
+pub(crate) const MAX_CHUNKS: u64 = 1 << 18;
+
+/// The chunk size a file of `size` bytes is cut with when `requested` was asked for: at least
+/// [`MIN_CHUNK_SIZE`], at most [`MAX_CHUNK_SIZE`], and large enough for at most [`MAX_CHUNKS`]
+/// chunks.
+pub(crate) fn effective_chunk_size(size: u64, requested: u64) -> u64 {
+    requested
+        .clamp(MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
+        .max(size.div_ceil(MAX_CHUNKS))
+}
+
+/// Why `chunk_size` (read from a resume state) cannot cut a file of `size` bytes: outside the
+/// bounds [`effective_chunk_size`] keeps to, or more than [`MAX_CHUNKS`] chunks.
+pub(crate) fn check_chunk_size(size: u64, chunk_size: u64) -> Result<(), String> {
+    if chunk_size < MIN_CHUNK_SIZE || chunk_size > MAX_CHUNK_SIZE.max(size.div_ceil(MAX_CHUNKS)) {
+        return Err(format!(
+            "impossible chunk size {chunk_size} (from {MIN_CHUNK_SIZE} to {MAX_CHUNK_SIZE} bytes)"
+        ));
+    }
+    let count = size.div_ceil(chunk_size);
+    if count > MAX_CHUNKS {
+        return Err(format!(
+            "chunk size {chunk_size} cuts the file into {count} chunks (at most {MAX_CHUNKS})"
+        ));
+    }
+    Ok(())
+}
 
 /// A file of `size` bytes cut into chunks of `chunk_size` (the last one shorter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +129,43 @@ mod tests {
         assert_eq!(p.chunk_at(19).unwrap().index, 1);
         assert_eq!(p.chunk_at(25), None);
         assert_eq!(p.chunk(usize::MAX), None);
+    }
+
+    #[test]
+    fn chunk_size_bounds() {
+        assert_eq!(effective_chunk_size(1000, 0), MIN_CHUNK_SIZE);
+        assert_eq!(effective_chunk_size(1000, 1), MIN_CHUNK_SIZE);
+        assert_eq!(effective_chunk_size(1000, 16 << 20), 16 << 20);
+        assert_eq!(effective_chunk_size(1000, u64::MAX), MAX_CHUNK_SIZE);
+        // A huge file gets bigger chunks rather than more of them.
+        let huge = MAX_CHUNKS * MIN_CHUNK_SIZE * 3 + 1;
+        let c = effective_chunk_size(huge, 1);
+        assert!(c > 3 * MIN_CHUNK_SIZE);
+        assert!(Plan::new(huge, c).count() as u64 <= MAX_CHUNKS);
+        assert!(check_chunk_size(huge, c).is_ok());
+        assert_eq!(
+            Plan::new(
+                MAX_CHUNKS * MIN_CHUNK_SIZE,
+                effective_chunk_size(MAX_CHUNKS * MIN_CHUNK_SIZE, 1)
+            )
+            .count() as u64,
+            MAX_CHUNKS
+        );
+        // Whatever is asked for, a file of any size stays within the bounds.
+        for size in [0, 1, 1 << 40, 1 << 50, u64::MAX / 2, u64::MAX] {
+            for req in [0, 1, 4096, 1 << 20, 1 << 40, u64::MAX] {
+                let c = effective_chunk_size(size, req);
+                assert!(check_chunk_size(size, c).is_ok(), "{size} {req} → {c}");
+                assert!(Plan::new(size, c).count() as u64 <= MAX_CHUNKS);
+            }
+        }
+        assert!(check_chunk_size(1000, 1)
+            .unwrap_err()
+            .contains("impossible"));
+        assert!(check_chunk_size(1000, 0).is_err());
+        assert!(check_chunk_size(1000, MAX_CHUNK_SIZE + 1).is_err());
+        let err = check_chunk_size(huge, MIN_CHUNK_SIZE).unwrap_err();
+        assert!(err.contains("chunks (at most"), "{err}");
     }
 
     proptest! {

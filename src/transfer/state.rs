@@ -24,22 +24,23 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::Plan;
+use super::plan::{check_chunk_size, Plan};
 use super::RemoteIdentity;
 
 /// The `format` field.
 pub(crate) const FORMAT: &str = "weight-inspect/transfer-state";
 /// The `version` field this code writes and reads.
 pub(crate) const VERSION: u32 = 1;
-/// Largest chunk size accepted from a state file (a sanity bound).
-const MAX_CHUNK_SIZE: u64 = 1 << 32;
+/// Largest state file read. A legitimate one stays well below (at most
+/// [`MAX_CHUNKS`](super::plan::MAX_CHUNKS) records of about 150 bytes).
+pub(crate) const MAX_STATE_BYTES: u64 = 64 << 20;
 
 /// The resume state as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,50 +108,65 @@ impl StateFile {
     }
 }
 
-/// Reads and checks the state at `path` against what we are about to download.
-pub(crate) fn load(path: &Path, identity: &RemoteIdentity, expected: &str) -> Loaded {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Loaded::Missing,
-        Err(e) => {
-            return Loaded::Invalid {
-                reason: format!("unreadable: {e}"),
-            }
-        }
+/// Reads the state at `path` without comparing it with anything: `Ok(None)` when there is none,
+/// `Err(reason)` when it is unreadable, too large, corrupt, or written by another version.
+pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("unreadable: {e}")),
     };
+    let len = file
+        .metadata()
+        .map_err(|e| format!("unreadable: {e}"))?
+        .len();
+    if len > MAX_STATE_BYTES {
+        return Err(format!(
+            "too large ({len} bytes; a resume state has at most {MAX_STATE_BYTES})"
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // `take`: the file may grow after the size check.
+    (&mut file)
+        .take(MAX_STATE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("unreadable: {e}"))?;
+    if bytes.len() as u64 > MAX_STATE_BYTES {
+        return Err(format!("too large (more than {MAX_STATE_BYTES} bytes)"));
+    }
     // Check the format and version before the rest, so that a state from another version says
     // so instead of "missing field".
-    let head: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            return Loaded::Invalid {
-                reason: format!("not valid JSON ({e})"),
-            }
-        }
-    };
+    let head: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("not valid JSON ({e})"))?;
     if head.get("format").and_then(|v| v.as_str()) != Some(FORMAT) {
-        return Loaded::Invalid {
-            reason: "not a weight-inspect resume state".to_string(),
-        };
+        return Err("not a weight-inspect resume state".to_string());
     }
     match head.get("version").and_then(|v| v.as_u64()) {
         Some(v) if v == u64::from(VERSION) => {}
         other => {
-            return Loaded::Invalid {
-                reason: format!(
-                    "written by another version (state version {}, this program reads {VERSION})",
-                    other.map_or_else(|| "?".to_string(), |v| v.to_string())
-                ),
-            }
+            return Err(format!(
+                "written by another version (state version {}, this program reads {VERSION})",
+                other.map_or_else(|| "?".to_string(), |v| v.to_string())
+            ))
         }
     }
-    let state: StateFile = match serde_json::from_value(head) {
-        Ok(s) => s,
-        Err(e) => {
-            return Loaded::Invalid {
-                reason: format!("malformed ({e})"),
-            }
-        }
+    serde_json::from_value(head)
+        .map(Some)
+        .map_err(|e| format!("malformed ({e})"))
+}
+
+/// The identity a readable state at `path` records (`None` when there is no state, or it is
+/// unreadable or corrupt).
+pub(crate) fn stored_identity(path: &Path) -> Option<RemoteIdentity> {
+    read(path).ok().flatten().map(|s| s.identity)
+}
+
+/// Reads and checks the state at `path` against what we are about to download.
+pub(crate) fn load(path: &Path, identity: &RemoteIdentity, expected: &str) -> Loaded {
+    let state = match read(path) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Loaded::Missing,
+        Err(reason) => return Loaded::Invalid { reason },
     };
     if &state.identity != identity || state.expected != expected {
         return Loaded::Changed {
@@ -165,9 +181,8 @@ pub(crate) fn load(path: &Path, identity: &RemoteIdentity, expected: &str) -> Lo
 
 /// Checks every record against the plan the state implies.
 fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
-    if state.chunk_size == 0 || state.chunk_size > MAX_CHUNK_SIZE {
-        return Err(format!("impossible chunk size {}", state.chunk_size));
-    }
+    // Bounds the allocations below: at most `MAX_CHUNKS` chunks.
+    check_chunk_size(state.identity.size, state.chunk_size)?;
     let plan = Plan::new(state.identity.size, state.chunk_size);
     let mut seen = vec![false; plan.count()];
     let mut out = Vec::with_capacity(state.chunks.len());
@@ -246,16 +261,6 @@ pub(crate) fn save(path: &Path, state: &StateFile) -> io::Result<()> {
     sync_dir(path)
 }
 
-/// Removes the state, then syncs the folder.
-pub(crate) fn remove(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    sync_dir(path)
-}
-
 /// `fsync` of the folder holding `path`, so a rename or removal survives a power loss.
 pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
     let dir = path
@@ -267,7 +272,11 @@ pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::plan::{MAX_CHUNKS, MIN_CHUNK_SIZE};
     use super::*;
+
+    /// The sample's chunk size.
+    const C: u64 = MIN_CHUNK_SIZE;
 
     fn identity() -> RemoteIdentity {
         RemoteIdentity {
@@ -275,15 +284,15 @@ mod tests {
             commit: "c".repeat(40),
             path: "model.gguf".into(),
             etag: "e".repeat(64),
-            size: 1000,
+            size: 3 * C + 100,
         }
     }
 
     fn sample() -> StateFile {
-        let mut s = StateFile::new(identity(), format!("sha256:{}", "e".repeat(64)), 300);
+        let mut s = StateFile::new(identity(), format!("sha256:{}", "e".repeat(64)), C);
         s.chunks.push(ChunkRecord {
             index: 0,
-            written: 300,
+            written: C,
             complete: true,
             sha256: "ab".repeat(32),
         });
@@ -317,7 +326,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        remove(&path).unwrap();
+        fs::remove_file(&path).unwrap();
         assert!(matches!(
             load(&path, &identity(), &s.expected),
             Loaded::Missing
@@ -373,10 +382,58 @@ mod tests {
             check(serde_json::to_vec(&s).unwrap(), want);
         };
         mutate(&|s| s.chunk_size = 0, "chunk size");
+        mutate(&|s| s.chunk_size = 1, "impossible chunk size");
+        mutate(&|s| s.chunk_size = C - 1, "impossible chunk size");
+        mutate(&|s| s.chunk_size = (1 << 32) + 1, "impossible chunk size");
         mutate(&|s| s.chunks[1].index = 4, "beyond the end");
         mutate(&|s| s.chunks[1].index = 0, "listed twice");
         mutate(&|s| s.chunks[1].written = 101, "bytes written");
         mutate(&|s| s.chunks[1].complete = true, "bytes written");
         mutate(&|s| s.chunks[0].sha256 = "xyz".into(), "bad digest");
+    }
+
+    #[test]
+    fn a_chunk_size_giving_too_many_chunks_is_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let mut id = identity();
+        id.size = (MAX_CHUNKS + 1) * C;
+        let s = StateFile::new(id.clone(), sample().expected, C);
+        save(&path, &s).unwrap();
+        match load(&path, &id, &s.expected) {
+            Loaded::Invalid { reason } => assert!(reason.contains("chunks (at most"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        // The same file with the chunk size the engine would pick is fine.
+        let s = StateFile::new(id.clone(), s.expected, 2 * C);
+        save(&path, &s).unwrap();
+        assert!(matches!(
+            load(&path, &id, &s.expected),
+            Loaded::Resume { plan, .. } if plan.count() as u64 == MAX_CHUNKS / 2 + 1
+        ));
+    }
+
+    #[test]
+    fn an_oversized_state_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let f = fs::File::create(&path).unwrap();
+        f.set_len(MAX_STATE_BYTES + 1).unwrap(); // sparse: no disk used
+        match load(&path, &identity(), &sample().expected) {
+            Loaded::Invalid { reason } => assert!(reason.contains("too large"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(stored_identity(&path), None);
+    }
+
+    #[test]
+    fn stored_identity_reads_any_valid_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        assert_eq!(stored_identity(&path), None);
+        save(&path, &sample()).unwrap();
+        assert_eq!(stored_identity(&path), Some(identity()));
+        fs::write(&path, b"{\"format\": 1").unwrap();
+        assert_eq!(stored_identity(&path), None);
     }
 }
