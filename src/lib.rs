@@ -8,7 +8,7 @@
 //! Face cache. The library never prints: it returns typed errors and reports, and reports
 //! progress through the [`progress::Reporter`] trait.
 //!
-//! - [`format`] parses GGUF (v1–v3, both byte orders, every metadata type and ggml tensor
+//! - [`format`](mod@format) parses GGUF (v1–v3, both byte orders, every metadata type and ggml tensor
 //!   type) and safetensors (every dtype and spec rule) from bytes, and opens memory-mapped
 //!   [`format::Model`]s whose zero-copy tensor views borrow the map.
 //! - [`verify`] turns a model into a [`verify::Report`]: errors, warnings, llama.cpp

@@ -534,13 +534,10 @@ fn kill9(mut child: Child) {
     let _ = child.wait();
 }
 
-/// `blobs/` without the temporary files an atomic save killed with SIGKILL leaves behind
-/// (`{state}.{pid}.{n}.tmp`: nothing removes them yet; they are not partial downloads).
+/// `blobs/` after a run that follows a SIGKILL: the commit removed every state and the
+/// temporary file of a save the kill cut short, so only blobs are left.
 fn blobs_after_kill(repo_dir: &Path) -> Vec<String> {
     blobs(repo_dir)
-        .into_iter()
-        .filter(|n| !n.ends_with(".tmp"))
-        .collect()
 }
 
 /// Partial downloads (and their states) in a repository folder's `blobs/`.
@@ -548,8 +545,10 @@ fn partials(repo_dir: &Path) -> Vec<String> {
     blobs(repo_dir)
         .into_iter()
         .filter(|n| {
-            !n.ends_with(".tmp")
-                && (n.contains("partial") || n.contains("incomplete") || n.contains("state"))
+            n.contains("partial")
+                || n.contains("incomplete")
+                || n.contains("state")
+                || n.ends_with(".tmp")
         })
         .collect()
 }

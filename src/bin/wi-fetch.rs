@@ -68,7 +68,7 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     local_dir: Option<PathBuf>,
     /// Ranged requests in flight, across all files.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: u16,
     /// Files transferred at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]

@@ -212,7 +212,7 @@ impl LocalDir {
         if let Some(parent) = dst.parent() {
             super::fsutil::sync_dir(parent);
         }
-        let _ = fs::remove_file(self.state_path(path, etag));
+        let _ = crate::transfer::remove_state(&self.state_path(path, etag));
         self.write_metadata(path, commit, etag)?;
         Ok(dst)
     }

@@ -319,7 +319,7 @@ impl RepoCache {
         if let Some(parent) = blob.parent() {
             sync_dir(parent);
         }
-        let _ = fs::remove_file(self.state_path(etag));
+        let _ = crate::transfer::remove_state(&self.state_path(etag));
         let link = self.link_snapshot(commit, path, etag)?;
         self.write_ref(revision, commit)?;
         Ok(link)

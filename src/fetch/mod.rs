@@ -166,7 +166,7 @@ impl FetcherBuilder {
         self
     }
 
-    /// Ranged requests in flight across all files. Default 8.
+    /// Ranged requests in flight across all files. Default 16.
     pub fn connections(mut self, n: usize) -> Self {
         self.engine.connections = n.max(1);
         self
@@ -957,14 +957,14 @@ impl Fetcher {
             }
         };
         for (partial_path, state_path) in stale {
-            let recorded = partial::read_state(&state_path);
+            let recorded = crate::transfer::stored_record(&state_path);
             // In the cache, every version has its own lock (by ETag); in a local folder the
             // lock is per path, and we hold it.
             let _lock = match store {
                 Store::Cache(r) => {
                     let etag = recorded
                         .as_ref()
-                        .map(|s| s.identity.etag.clone())
+                        .map(|(identity, _)| identity.etag.clone())
                         .or_else(|| {
                             let name = state_path.file_name()?.to_str()?;
                             Some(name.strip_suffix(cache::STATE_SUFFIX)?.to_string())
@@ -980,19 +980,20 @@ impl Fetcher {
                 }
                 Store::Local(_) => None,
             };
-            let bytes = recorded.map_or(0, |s| s.bytes);
+            let bytes = recorded.map_or(0, |(_, bytes)| bytes);
             notice(&format!(
                 "remote file changed since the interrupted download; discarding {} of the old \
                  partial ({})",
                 human_bytes(bytes),
                 partial_path.display()
             ));
-            for p in [&partial_path, &state_path] {
-                match fs::remove_file(p) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => notice(&format!("cannot remove {}: {e}", p.display())),
-                }
+            match fs::remove_file(&partial_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => notice(&format!("cannot remove {}: {e}", partial_path.display())),
+            }
+            if let Err(e) = crate::transfer::remove_state(&state_path) {
+                notice(&format!("cannot remove {}: {e}", state_path.display()));
             }
         }
     }

@@ -95,7 +95,7 @@ use serde::{Deserialize, Serialize};
 use crate::progress::Reporter;
 
 pub use error::{BoxError, TransferError};
-pub(crate) use state::stored_identity;
+pub(crate) use state::{remove_state, resumable_bytes, stored_identity, stored_record};
 
 /// The digest the Hub publishes for a file, which the downloaded bytes must match.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -206,7 +206,9 @@ pub struct TransferSpec {
 /// Tuning of an [`Engine`].
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Ranged requests in flight, in total across every file of this engine. Default 8.
+    /// Ranged requests in flight, in total across every file of this engine. Default 16, as
+    /// `aria2c -x16`: CDNs cap each connection (often near 20 MB/s), so the connection count
+    /// sets the ceiling (see BENCHMARKS.md).
     pub connections: usize,
     /// Bytes per chunk (one ranged request, retried alone). Default 16 MiB. At least 64 KiB
     /// (a smaller one is raised to it) and at most 4 GiB; raised for a huge file so that it has
@@ -229,7 +231,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            connections: 8,
+            connections: 16,
             chunk_size: 16 << 20,
             max_attempts: 8,
             base_delay: Duration::from_millis(500),

@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde::{Deserialize, Serialize};
@@ -158,7 +157,26 @@ pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
 /// The identity a readable state at `path` records (`None` when there is no state, or it is
 /// unreadable or corrupt).
 pub(crate) fn stored_identity(path: &Path) -> Option<RemoteIdentity> {
-    read(path).ok().flatten().map(|s| s.identity)
+    stored_record(path).map(|(identity, _)| identity)
+}
+
+/// The identity a readable state at `path` records and the bytes it claims are on disk, for
+/// reports about a download that is not being resumed (an older version about to be
+/// discarded). `None` when there is no state, or it is unreadable or corrupt.
+pub(crate) fn stored_record(path: &Path) -> Option<(RemoteIdentity, u64)> {
+    let state = read(path).ok().flatten()?;
+    let (_, chunks) = validate(&state).ok()?;
+    let bytes: u64 = chunks.iter().map(|c| c.written).sum();
+    Some((state.identity, bytes))
+}
+
+/// Bytes a run downloading exactly `identity` (with digest `expected`) would resume from:
+/// what the state at `path` records, when the engine would accept it; else 0.
+pub(crate) fn resumable_bytes(path: &Path, identity: &RemoteIdentity, expected: &str) -> u64 {
+    match load(path, identity, expected) {
+        Loaded::Resume { chunks, .. } => chunks.iter().map(|c| c.written).sum(),
+        _ => 0,
+    }
 }
 
 /// Reads and checks the state at `path` against what we are about to download.
@@ -231,17 +249,27 @@ pub(crate) fn path_lock(path: &Path) -> Arc<Mutex<()>> {
     l
 }
 
-/// A fresh temporary file name beside `path` (unique per process and call, so that concurrent
-/// writers never share one).
-fn tmp_path(path: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
+/// The temporary file a save of the state at `path` writes before renaming it into place:
+/// `{state}.tmp`. One fixed name per state is safe because saves of one state are serialized in
+/// the process ([`path_lock`]) and across processes by the cache's file lock; a save cut short
+/// by a kill leaves at most this one file, which the next save overwrites and
+/// [`remove_state`] removes.
+pub(crate) fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    name.push(".tmp");
     path.with_file_name(name)
+}
+
+/// Removes the state at `path` and any temporary file of a save cut short (for whoever
+/// commits or discards the download). Missing files are fine.
+pub(crate) fn remove_state(path: &Path) -> io::Result<()> {
+    for p in [path.to_path_buf(), tmp_path(path)] {
+        match fs::remove_file(&p) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Writes `state` at `path` atomically and durably (tmp, fsync, rename, fsync folder).
