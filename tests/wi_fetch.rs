@@ -562,44 +562,43 @@ fn killed_run(sb: &Sandbox, hub: &MockHub, args: &[&str], when: impl FnMut() -> 
     kill9(child);
 }
 
+/// A hub serving `data` as `repo/file`, large-file style (through the CDN), each connection
+/// capped at `bytes_per_sec` so that a test can kill a download midway.
+fn throttled_hub(repo: &str, file: &str, data: &[u8], bytes_per_sec: u64) -> BackgroundHub {
+    start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .bandwidth(bytes_per_sec)
+            .file(repo, file, data.to_vec()),
+    )
+}
+
+/// wi-fetch arguments for `repo file` in 128 KiB chunks over 4 connections.
+fn ranged_args<'a>(repo: &'a str, file: &'a str) -> [&'a str; 6] {
+    [repo, file, "--connections", "4", "--chunk-size", "128K"]
+}
+
 /// kill -9 at several points, then a rerun: the file is correct and, from the server's
 /// counters, the runs together fetched little more than the file.
 #[test]
 fn sigkill_then_resume_fetches_only_what_is_missing() {
     const SIZE: usize = 4 << 20;
     let data = big_file(SIZE);
-    let hub = start(
-        MockHub::builder()
-            .hash_cache(false)
-            .lfs_threshold(64 << 10)
-            .bandwidth(192 << 10)
-            .file("big/model", "weights.bin", data.clone()),
-    );
+    let hub = throttled_hub("big/model", "weights.bin", &data, 192 << 10);
     let sb = Sandbox::new();
-    let args = [
-        "big/model",
-        "weights.bin",
-        "--connections",
-        "4",
-        "--chunk-size",
-        "128K",
-    ];
+    let args = ranged_args("big/model", "weights.bin");
     let mut sent = Vec::new();
     for _ in 0..2 {
-        let mut c = sb.cmd(&hub);
-        c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
-        let mut child = c.spawn().unwrap();
         // Kill once this run has received 512 KiB and had time to save its resume state
         // (about every second), so the test holds on a slow machine too.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::time::Instant::now() < deadline
-            && hub.stats().file("big/model", "weights.bin").bytes_sent < 512 << 10
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(1100));
-        child.kill().unwrap(); // SIGKILL
-        let _ = child.wait();
+        killed_run(&sb, &hub, &args, || {
+            let enough = hub.stats().file("big/model", "weights.bin").bytes_sent >= 512 << 10;
+            if enough {
+                std::thread::sleep(Duration::from_millis(1100));
+            }
+            enough
+        });
         sent.push(hub.stats().file("big/model", "weights.bin").bytes_sent);
         hub.reset_stats();
     }
@@ -633,21 +632,8 @@ fn sigkill_then_resume_fetches_only_what_is_missing() {
 fn sigkill_at_start_middle_and_end() {
     const SIZE: usize = 2 << 20;
     let data = big_file(SIZE);
-    let hub = start(
-        MockHub::builder()
-            .hash_cache(false)
-            .lfs_threshold(64 << 10)
-            .bandwidth(256 << 10)
-            .file("kill/model", "w.bin", data.clone()),
-    );
-    let args = [
-        "kill/model",
-        "w.bin",
-        "--connections",
-        "4",
-        "--chunk-size",
-        "128K",
-    ];
+    let hub = throttled_hub("kill/model", "w.bin", &data, 256 << 10);
+    let args = ranged_args("kill/model", "w.bin");
     let sha = sha256_hex(&data);
     let sent = |h: &MockHub| h.stats().file("kill/model", "w.bin").bytes_sent;
     for point in ["first request", "partial created", "middle", "near the end"] {
@@ -688,22 +674,9 @@ fn sigkill_at_start_middle_and_end() {
 fn dry_run_shows_the_recorded_partial_bytes() {
     const SIZE: usize = 4 << 20;
     let data = big_file(SIZE);
-    let hub = start(
-        MockHub::builder()
-            .hash_cache(false)
-            .lfs_threshold(64 << 10)
-            .bandwidth(192 << 10)
-            .file("dry/model", "w.bin", data.clone()),
-    );
+    let hub = throttled_hub("dry/model", "w.bin", &data, 192 << 10);
     let sb = Sandbox::new();
-    let args = [
-        "dry/model",
-        "w.bin",
-        "--connections",
-        "4",
-        "--chunk-size",
-        "128K",
-    ];
+    let args = ranged_args("dry/model", "w.bin");
     let sent = |h: &MockHub| h.stats().file("dry/model", "w.bin").bytes_sent;
     let mut c = sb.cmd(&hub);
     c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
@@ -744,23 +717,10 @@ fn changed_remote_file_discards_the_old_partial() {
     const SIZE: usize = 2 << 20;
     let old = big_file(SIZE);
     let new: Vec<u8> = big_file(SIZE + 100)[100..].to_vec();
-    let hub = start(
-        MockHub::builder()
-            .hash_cache(false)
-            .lfs_threshold(64 << 10)
-            .bandwidth(256 << 10)
-            .file("chg/model", "w.bin", old.clone()),
-    );
+    let hub = throttled_hub("chg/model", "w.bin", &old, 256 << 10);
     let sb = Sandbox::new();
     let repo_dir = sb.repo_dir("chg/model");
-    let args = [
-        "chg/model",
-        "w.bin",
-        "--connections",
-        "4",
-        "--chunk-size",
-        "128K",
-    ];
+    let args = ranged_args("chg/model", "w.bin");
     killed_run(&sb, &hub, &args, || {
         hub.stats().file("chg/model", "w.bin").bytes_sent >= SIZE as u64 / 3
     });
