@@ -245,6 +245,23 @@ impl Failure {
         }
     }
 
+    /// A `Content-Range` that does not match the request (`None`: the header was absent where
+    /// it was required).
+    fn bad_content_range(
+        requested: &str,
+        got: Option<Result<super::http::ContentRange, String>>,
+    ) -> Self {
+        let got = match got {
+            Some(Ok((a, b, total))) => {
+                let total = total.map_or_else(|| "*".to_string(), |t| t.to_string());
+                format!("Content-Range: bytes {a}-{b}/{total}")
+            }
+            Some(Err(raw)) => format!("Content-Range: {raw}"),
+            None => "no Content-Range".to_string(),
+        };
+        Failure::range(requested, got)
+    }
+
     fn fatal(e: TransferError) -> Self {
         Failure {
             message: e.to_string(),
@@ -378,16 +395,7 @@ async fn attempt(job: &Job<'_>, slot: &mut Slot) -> Result<(), Failure> {
             None => slot.suspicion |= SUSPECT_UNCHECKED,
             Some(Ok((a, b, total)))
                 if a == start && b == end && total.is_none_or(|t| t == size) => {}
-            Some(Ok((a, b, total))) => {
-                let total = total.map_or_else(|| "*".to_string(), |t| t.to_string());
-                return Err(Failure::range(
-                    &requested,
-                    format!("Content-Range: bytes {a}-{b}/{total}"),
-                ));
-            }
-            Some(Err(raw)) => {
-                return Err(Failure::range(&requested, format!("Content-Range: {raw}")))
-            }
+            other => return Err(Failure::bad_content_range(&requested, other)),
         },
         200 if start == 0 && end + 1 == size => {}
         200 => {
@@ -700,16 +708,7 @@ async fn sequential_attempt(job: &Job<'_>, from: u64) -> Result<(), Failure> {
             {
                 a
             }
-            Some(Ok((a, b, total))) => {
-                let total = total.map_or_else(|| "*".to_string(), |t| t.to_string());
-                return Err(Failure::range(
-                    &requested,
-                    format!("Content-Range: bytes {a}-{b}/{total}"),
-                ));
-            }
-            Some(Err(raw)) => {
-                return Err(Failure::range(&requested, format!("Content-Range: {raw}")))
-            }
+            other => return Err(Failure::bad_content_range(&requested, other)),
         },
         200 => 0,
         s => return Err(Failure::range(&requested, format!("status {s}"))),
