@@ -13,7 +13,11 @@
 //!   [`format::Model`]s whose zero-copy tensor views borrow the map.
 //! - [`verify`] turns a model into a [`verify::Report`]: errors, warnings, llama.cpp
 //!   loadability, per-tensor SHA-256 computed in parallel.
-//! - [`hub`], [`cache`], [`transfer`] and [`fetch`] download files from the Hub.
+//! - [`hub`], [`cache`], [`transfer`] and [`fetch`] download files from the Hub; [`net`],
+//!   [`names`], [`env`] and [`safe_fs`] are what they share: the HTTP rules (credentials to
+//!   their own origin only, transient failures by type), the checks on names that come from
+//!   servers and files, huggingface_hub's environment variables, and files written in shared
+//!   folders without following planted links.
 //!
 //! # Example
 //!
@@ -53,10 +57,14 @@
 //! a runtime. See the `wi-fetch` binary for a complete client.
 
 pub mod cache;
+pub mod env;
 pub mod fetch;
 pub mod format;
 pub mod hub;
+pub mod names;
+pub mod net;
 pub mod progress;
+pub mod safe_fs;
 pub mod transfer;
 pub mod verify;
 

@@ -4,8 +4,9 @@
 //! library users can implement it to feed their own UI, or use [`NoProgress`].
 //!
 //! Rules for implementors: `on_event` is called from many tasks and threads at once; it must
-//! not block for long and must not panic. After a file's [`Event::FileFailed`] no further
-//! events arrive for that file.
+//! not block for long and must not panic. After a file's [`Event::FileFailed`] or
+//! [`Event::FileDone`] no further events arrive for that file (the fetch API keeps this even when
+//! it resolves a selection again).
 
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ impl Reporter for NoProgress {
     fn on_event(&self, _event: &Event<'_>) {}
 }
 
-/// A progress event. `file` is always the path of the file inside its repository.
+/// A progress event. `file` is always the path of the file inside its repository, as the
+/// repository lists it: print it through [`crate::names::escape`], never raw.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Event<'a> {
@@ -107,4 +109,22 @@ pub enum Event<'a> {
         /// The message, one line.
         message: &'a str,
     },
+}
+
+impl Event<'_> {
+    /// The file the event concerns, if it concerns one.
+    pub fn file(&self) -> Option<&str> {
+        match self {
+            Event::FileStart { file, .. }
+            | Event::Progress { file, .. }
+            | Event::Discarded { file, .. }
+            | Event::Retry { file, .. }
+            | Event::FileDownloaded { file, .. }
+            | Event::Verifying { file }
+            | Event::FileDone { file, .. }
+            | Event::FileFailed { file, .. } => Some(file),
+            Event::Notice { file, .. } => *file,
+            Event::Plan { .. } => None,
+        }
+    }
 }

@@ -5,6 +5,7 @@
 mod support;
 
 mod gguf;
+mod hostile;
 mod inspect;
 mod safetensors;
 mod transfer;

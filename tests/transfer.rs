@@ -12,7 +12,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 use weight_inspect::progress::{Event, Reporter};
 use weight_inspect::transfer::{
-    Digest, Engine, EngineConfig, RemoteIdentity, TransferError, TransferSpec,
+    Digest, Engine, EngineConfig, PartialPaths, RemoteIdentity, TransferError, TransferOutcome,
+    TransferSpec,
 };
 
 const REPO: &str = "org/name";
@@ -200,16 +201,59 @@ fn config() -> EngineConfig {
         connect_timeout: Duration::from_secs(2),
         ..EngineConfig::default()
     }
-    .with_fast_retries()
+    .with_retry_delays(Duration::from_millis(1), Duration::from_millis(20))
 }
 
-fn engine(cfg: EngineConfig) -> Engine {
+/// The engine, taking each partial download's lock before downloading into it, as the fetch
+/// API does.
+#[derive(Clone)]
+struct Eng(Engine);
+
+impl Eng {
+    /// Locks and downloads; the finished download is left uncommitted (its state stays, every
+    /// chunk complete, as after a crash just before the commit).
+    async fn download(
+        &self,
+        spec: &Spec,
+        rec: &dyn Reporter,
+    ) -> Result<TransferOutcome, TransferError> {
+        let locked = self.0.lock(&spec.paths, &spec.file, rec).await?;
+        self.0
+            .download(&spec.spec, locked, rec)
+            .await
+            .map(|f| f.outcome)
+    }
+}
+
+fn engine(cfg: EngineConfig) -> Eng {
     let client = cfg.client_builder().build().unwrap();
-    Engine::new(client, cfg)
+    Eng(Engine::new(client, cfg))
+}
+
+/// A transfer and where its partial download lives.
+#[derive(Debug, Clone)]
+struct Spec {
+    spec: TransferSpec,
+    partial_path: std::path::PathBuf,
+    state_path: std::path::PathBuf,
+    paths: PartialPaths,
+}
+
+impl std::ops::Deref for Spec {
+    type Target = TransferSpec;
+    fn deref(&self) -> &TransferSpec {
+        &self.spec
+    }
+}
+
+impl std::ops::DerefMut for Spec {
+    fn deref_mut(&mut self) -> &mut TransferSpec {
+        &mut self.spec
+    }
 }
 
 impl Fixture {
-    fn spec(&self, path: &str) -> TransferSpec {
+    fn spec(&self, path: &str) -> Spec {
         let content = if path == SMALL {
             &self.small
         } else {
@@ -218,7 +262,7 @@ impl Fixture {
         self.spec_for(path, content, &self.hub.commit(REPO))
     }
 
-    fn spec_for(&self, path: &str, content: &[u8], commit: &str) -> TransferSpec {
+    fn spec_for(&self, path: &str, content: &[u8], commit: &str) -> Spec {
         let (etag, expected) = if path == SMALL {
             let d = git_sha1(content);
             (hex::encode(d), Digest::GitSha1(d))
@@ -227,20 +271,30 @@ impl Fixture {
             (hex::encode(d), Digest::Sha256(d))
         };
         let name = path.replace('/', "_");
-        TransferSpec {
-            file: path.to_string(),
-            url: format!("{}/{REPO}/resolve/{commit}/{path}", self.hub.url()),
-            headers: HeaderMap::new(),
-            identity: RemoteIdentity {
-                repo: REPO.into(),
-                commit: commit.into(),
-                path: path.into(),
-                etag,
-                size: content.len() as u64,
+        let partial_path = self.dir.path().join(format!("{name}.wi-partial"));
+        let state_path = self.dir.path().join(format!("{name}.wi-partial.state"));
+        Spec {
+            spec: TransferSpec {
+                file: path.to_string(),
+                url: format!("{}/{REPO}/resolve/{commit}/{path}", self.hub.url()),
+                headers: HeaderMap::new(),
+                identity: RemoteIdentity {
+                    repo: REPO.into(),
+                    commit: commit.into(),
+                    path: path.into(),
+                    etag,
+                    size: content.len() as u64,
+                },
+                expected,
             },
-            expected,
-            partial_path: self.dir.path().join(format!("{name}.wi-partial")),
-            state_path: self.dir.path().join(format!("{name}.wi-partial.state")),
+            paths: PartialPaths {
+                data: partial_path.clone(),
+                state: state_path.clone(),
+                lock: self.dir.path().join(format!("{name}.lock")),
+                watch: Vec::new(),
+            },
+            partial_path,
+            state_path,
         }
     }
 
@@ -251,7 +305,7 @@ impl Fixture {
 
 /// The download finished with the right bytes; the state file is still there (the caller's
 /// commit removes it), saying that every chunk is complete.
-fn assert_complete(spec: &TransferSpec, content: &[u8]) {
+fn assert_complete(spec: &Spec, content: &[u8]) {
     let got = std::fs::read(&spec.partial_path).unwrap();
     assert_eq!(got.len(), content.len());
     assert!(got == content, "downloaded bytes differ");
@@ -321,10 +375,8 @@ async fn small_file_checks_the_git_blob_sha1() {
 async fn empty_file_needs_no_request() {
     let fx = fixture_with(|b| b.file(REPO, "empty.txt", Vec::<u8>::new())).await;
     let spec = fx.spec_for("empty.txt", b"", &fx.hub.commit(REPO));
-    let spec = TransferSpec {
-        expected: Digest::Sha256(sha256(b"")),
-        ..spec
-    };
+    let mut spec = spec;
+    spec.expected = Digest::Sha256(sha256(b""));
     let out = engine(config())
         .download(&spec, &Recorder::default())
         .await
@@ -592,9 +644,10 @@ async fn server_ignoring_range_switches_to_one_sequential_stream() {
         st.ranges
     );
     // Refused 200 bodies are dropped after their headers (on localhost the server may already
-    // have pushed a small file whole into the socket buffers); we read the file once.
+    // have pushed a small file whole into the socket buffers); we read the file once. Two 200s
+    // switch the file: at most one per connection (4) and a retry came before the switch.
     assert_eq!(out.transferred, SIZE as u64);
-    assert!(st.bytes_sent <= 5 * SIZE as u64, "{}", st.bytes_sent);
+    assert!(st.served.len() <= 4 + 2, "{:?}", st.served);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -712,6 +765,45 @@ async fn corrupted_middle_chunk_costs_at_most_one_more_pass() {
     assert!(out.refetched <= SIZE as u64);
 }
 
+/// Regression: repair compared a fresh chunk with the hash recorded when the chunk arrived, not
+/// with the bytes on disk now, so bytes damaged on disk after they were written (and before the
+/// whole-file hash read them) were never repaired: the download failed with a hash mismatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_damaged_on_disk_after_it_arrived_is_repaired() {
+    let fx = fixture().await;
+    // Chunk 0's answer pauses, so the whole-file hash waits at chunk 0 while later chunks land.
+    fx.hub.faults().push(
+        Fault::stall(0, Duration::from_millis(300))
+            .on(Target::Cdn)
+            .times(1),
+    );
+    let spec = fx.spec(LFS);
+    let partial = spec.partial_path.clone();
+    let rec = Recorder {
+        hook_after: Some(3 * CHUNK),
+        hook: Mutex::new(Some(Box::new(move || {
+            // Chunk 1 is on disk by now; damage it there.
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&partial)
+                .unwrap();
+            f.write_all_at(b"damaged on disk", CHUNK + 10).unwrap();
+        }))),
+        ..Recorder::default()
+    };
+    let cfg = EngineConfig {
+        connections: 4,
+        ..config()
+    };
+    let out = engine(cfg).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.sha256, sha256(&fx.lfs));
+    let d = rec.discarded();
+    assert_eq!(d.len(), 1, "exactly one chunk replaced: {d:?}");
+    assert_eq!(d[0].0, CHUNK);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_corruption_is_a_hash_mismatch() {
     let lfs = data(512 << 10, 3);
@@ -767,7 +859,7 @@ async fn download_of_a_branch_that_moves_is_remote_changed() {
 
 /// Runs a download and drops it once `after` bytes were written (as a kill would), returning
 /// the bytes written by then.
-async fn interrupted(engine: &Engine, spec: &TransferSpec, after: u64) -> u64 {
+async fn interrupted(engine: &Eng, spec: &Spec, after: u64) -> u64 {
     let rec = Recorder {
         cancel_after: Some(after),
         ..Recorder::default()
@@ -936,7 +1028,7 @@ async fn corrupt_or_foreign_state_is_discarded_with_a_notice() {
         ),
         (tiny_chunks, "impossible chunk size"),
         // Larger than any state: not even read (sparse, so no disk is used).
-        (Vec::new(), "too large"),
+        (Vec::new(), "larger than"),
     ] {
         std::fs::write(&spec.partial_path, vec![0xaa; 1000]).unwrap();
         std::fs::write(&spec.state_path, &content).unwrap();

@@ -692,7 +692,7 @@ fn serve_file(
                 .file(stats_key, |f| f.served.push((start, start + len - 1)));
         }
         let cut_after = match (plan.cut_after, plan.cut_random) {
-            (Some(c), _) => Some(c.min(len)),
+            (Some(c), _) => Some(c),
             (None, true) => Some(shared.faults.random_below(len.max(1))),
             (None, false) => None,
         };
@@ -703,8 +703,9 @@ fn serve_file(
         let spec = BodySpec {
             start,
             len,
-            // A cut at the full length would be a clean end: only cut inside the body.
-            cut_after: cut_after.filter(|&c| c < len),
+            // A cut at the full length aborts right after the last byte, before the clean end
+            // of the body (a chunked body lacks its last chunk); one beyond it never fires.
+            cut_after: cut_after.filter(|&c| c <= len),
             stall: plan.stall,
             throttle: plan.throttle,
             flips,

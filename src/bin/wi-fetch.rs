@@ -19,6 +19,7 @@ use weight_inspect::fetch::{
     human_bytes, parse_repo_spec, FetchError, FetchSummary, Fetcher, Plan, RepoRef, RepoType,
     Selection,
 };
+use weight_inspect::names::escape;
 use weight_inspect::progress::{Event, Reporter};
 
 /// Fetch files from the Hugging Face Hub into its cache: resumable, hash-checked, verified.
@@ -91,6 +92,47 @@ struct Cli {
     /// Skip the tensor-level verification of GGUF and safetensors files.
     #[arg(long)]
     no_verify: bool,
+    /// First delay before a failed request is retried (doubling up to --retry-max-delay, with
+    /// jitter): 500ms, 2s, …
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "500ms")]
+    retry_delay: Duration,
+    /// Longest delay between retries, also the cap on a server's Retry-After.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "30s")]
+    retry_max_delay: Duration,
+    /// A connection that delivers no byte for this long is dropped and its range retried.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "20s")]
+    stall_timeout: Duration,
+    /// Give up waiting for another process downloading the same file after it made no progress
+    /// for this long.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10m")]
+    lock_timeout: Duration,
+}
+
+/// Parses `500ms`, `2s`, `1.5s`, `10m`, `1h`; a bare number is seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}' (e.g. 500ms, 2s, 10m)"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in '{s}' (use ms, s, m or h)"
+            ))
+        }
+    };
+    if !(0.0..=7.0 * 86400.0).contains(&secs) {
+        return Err(format!("duration '{s}' out of range (0 to 7 days)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Parses `16M`, `1MiB`, `512k`, `2G`, `1000000`: K/M/G (with or without `iB`) are powers of
@@ -138,7 +180,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err((msg, code)) => {
-            eprintln!("wi-fetch: error: {msg}");
+            eprintln!("wi-fetch: error: {}", escape(&msg));
             if json {
                 let v = serde_json::json!({ "error": msg, "exit_code": code });
                 let _ = writeln!(io::stdout(), "{v}");
@@ -181,6 +223,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         .connections(cli.connections as usize)
         .max_files(cli.max_files as usize)
         .verify(!cli.no_verify)
+        .retry_delays(cli.retry_delay, cli.retry_max_delay)
+        .stall_timeout(cli.stall_timeout)
+        .lock_timeout(cli.lock_timeout)
         .reporter(progress.clone());
     if let Some(e) = &cli.endpoint {
         if !e.trim().is_empty() {
@@ -202,62 +247,77 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.offline {
         b = b.offline(true);
     }
-    if std::env::var_os("WI_FETCH_FAST_RETRIES").is_some_and(|v| v == "1") {
-        // For tests of fault handling: near-zero retry delays.
-        b = b.fast_retries();
-    }
     let fetcher = b.build_blocking().map_err(fail)?;
 
     if cli.dry_run {
         let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;
-        print_plan(&plan, cli.json, show);
-        return Ok(());
+        return print_plan(&plan, cli.json, show);
     }
     let result = fetcher.fetch(&repo, &selection);
     progress.finish();
     let summary = result.map_err(fail)?;
-    let mut out = io::stdout().lock();
-    if cli.json {
-        let s = serde_json::to_string_pretty(&summary).unwrap_or_else(|_| "{}".into());
-        let _ = writeln!(out, "{s}");
-    } else {
-        for f in &summary.files {
-            let _ = writeln!(out, "{}", f.local_path.display());
+    write_stdout(|out| {
+        if cli.json {
+            let s = serde_json::to_string_pretty(&summary).map_err(io::Error::other)?;
+            writeln!(out, "{s}")
+        } else {
+            for f in &summary.files {
+                writeln!(out, "{}", escape(&f.local_path.to_string_lossy()))?;
+            }
+            Ok(())
         }
-    }
-    let _ = out.flush();
+    })?;
     if show {
         print_summary(&summary);
     }
     Ok(())
 }
 
-fn print_plan(plan: &Plan, json: bool, show: bool) {
+/// Writes to stdout with `f`, then flushes: a write that fails (a full disk) is an error (exit
+/// 1) naming stdout; a closed pipe (`wi-fetch … | head -1`) just ends the output.
+fn write_stdout(f: impl FnOnce(&mut io::StdoutLock<'_>) -> io::Result<()>) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
-    if json {
-        let s = serde_json::to_string_pretty(plan).unwrap_or_else(|_| "{}".into());
-        let _ = writeln!(out, "{s}");
-    } else {
-        for f in &plan.files {
-            let state = if f.cached {
-                "cached".to_string()
-            } else if f.partial_bytes > 0 {
-                format!("partial {}", human_bytes(f.partial_bytes))
-            } else {
-                "fetch".to_string()
-            };
-            let _ = writeln!(out, "{}\t{}\t{}", f.path, f.size, state);
-        }
+    match f(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err((format!("cannot write the output to stdout: {e}"), 1)),
     }
-    let _ = out.flush();
+}
+
+fn print_plan(plan: &Plan, json: bool, show: bool) -> Result<(), Failure> {
+    write_stdout(|out| {
+        if json {
+            let s = serde_json::to_string_pretty(plan).map_err(io::Error::other)?;
+            writeln!(out, "{s}")
+        } else {
+            for f in &plan.files {
+                let state = if f.cached {
+                    "cached".to_string()
+                } else if f.partial_bytes > 0 {
+                    format!("partial {}", human_bytes(f.partial_bytes))
+                } else {
+                    "fetch".to_string()
+                };
+                writeln!(out, "{}\t{}\t{}", escape(&f.path), f.size, state)?;
+            }
+            Ok(())
+        }
+    })?;
     if show {
         if let Some(n) = &plan.notice {
-            eprintln!("wi-fetch: note: {n}");
+            eprintln!("wi-fetch: note: {}", escape(n));
+        }
+        for r in &plan.refused {
+            eprintln!(
+                "wi-fetch: note: left out '{}' of the listing: {}",
+                escape(&r.path),
+                escape(&r.reason)
+            );
         }
         eprintln!(
             "wi-fetch: {} at {} → commit {}: {} file(s), {}; {} cached, {} to fetch (dry run: nothing downloaded)",
             plan.repo,
-            plan.revision,
+            escape(&plan.revision),
             short(&plan.commit),
             plan.files.len(),
             human_bytes(plan.total_bytes()),
@@ -265,6 +325,7 @@ fn print_plan(plan: &Plan, json: bool, show: bool) {
             human_bytes(plan.bytes_to_fetch()),
         );
     }
+    Ok(())
 }
 
 fn short(commit: &str) -> &str {
@@ -278,7 +339,7 @@ fn print_summary(s: &FetchSummary) {
     let mut line = format!(
         "wi-fetch: {} at {} ({}): {} file(s), {}",
         s.repo,
-        s.revision,
+        escape(&s.revision),
         short(&s.commit),
         s.files.len(),
         human_bytes(s.total_bytes())
@@ -315,7 +376,7 @@ fn print_summary(s: &FetchSummary) {
     for f in &s.files {
         if let Some(v) = f.verification.as_ref().filter(|v| v.covered_by.is_none()) {
             for w in &v.warnings {
-                eprintln!("wi-fetch: warning: {}: {w}", f.path);
+                eprintln!("wi-fetch: warning: {}: {}", escape(&f.path), escape(w));
             }
         }
     }
@@ -372,9 +433,9 @@ impl Progress {
         match self.mode {
             Mode::Quiet => {}
             Mode::Bars => {
-                let _ = self.mp.println(msg);
+                let _ = self.mp.println(escape(msg));
             }
-            Mode::Log => eprintln!("{msg}"),
+            Mode::Log => eprintln!("{}", escape(msg)),
         }
     }
 
@@ -484,7 +545,7 @@ impl Reporter for Progress {
                         None => self.mp.add(ProgressBar::new(*size)),
                     };
                     b.set_style(Self::file_style());
-                    b.set_message(file.to_string());
+                    b.set_message(escape(file).into_owned());
                     b.set_position(*resumed_bytes);
                     b.reset_eta();
                     st.bars.insert(file.to_string(), b);
@@ -530,7 +591,7 @@ impl Reporter for Progress {
             }
             Event::FileDownloaded { file, .. } => {
                 if let Some(b) = st.bars.get(*file) {
-                    b.set_message(format!("{file} (verifying)"));
+                    b.set_message(format!("{} (verifying)", escape(file)));
                 }
             }
             Event::Verifying { .. } => {}

@@ -22,9 +22,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::fsutil::write_atomic;
-use super::{stale_state, CachedFile, PARTIAL_SUFFIX, STATE_SUFFIX};
-use crate::hub::{check_repo_path, etag_kind, is_commit_hash};
+use super::{CachedFile, Placement, PARTIAL_SUFFIX, STATE_SUFFIX};
+use crate::names::{check_repo_path, etag_kind, is_commit_hash};
+use crate::safe_fs::{self, create_dirs_below, write_atomic};
 
 /// A local folder that receives files directly (no blobs, no symlinks).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,20 +95,32 @@ impl LocalDir {
         )
     }
 
-    /// Interrupted downloads of `path` for another version of it than `current_etag`: every
-    /// `{download}/{path}.*.wi-partial.state` whose recorded identity names `path` with another
-    /// ETag, as (partial file, state file). The partial file may be missing; states that cannot
-    /// be read are left out. The caller holds [`lock_path`](Self::lock_path)`(path)`, which
-    /// covers every version of the file.
-    pub fn stale_partials(
+    /// Where `path` at `etag` is downloaded and locked (the lock is per path: it covers every
+    /// version of the file).
+    pub fn placement(&self, path: &str, etag: &str) -> Placement {
+        Placement {
+            partial_path: self.partial_path(path, etag),
+            state_path: self.state_path(path, etag),
+            lock_path: self.lock_path(path),
+            foreign_partial_path: Some(join_repo_path(
+                &self.download_dir(),
+                &format!("{path}.{etag}.incomplete"),
+            )),
+        }
+    }
+
+    /// Partial downloads of `path` with another ETag than `current_etag` (every
+    /// `{download}/{path}.*.wi-partial.state` whose middle is a hash): the ETags with their
+    /// placements. They share `path`'s lock, which covers every version of the file.
+    pub fn other_partials(
         &self,
         path: &str,
         current_etag: &str,
-    ) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+    ) -> io::Result<Vec<(String, Placement)>> {
         check_repo_path(path).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("unsafe path '{path}': {e}"),
+                format!("unsafe path '{}': {e}", crate::names::escape(path)),
             )
         })?;
         let file = join_repo_path(&self.download_dir(), path);
@@ -131,32 +143,37 @@ impl LocalDir {
             else {
                 continue;
             };
-            if let Some(state) = stale_state(&entry.path(), etag, path, current_etag) {
-                out.push((self.partial_path(path, etag), state));
+            if etag_kind(etag).is_none() || etag.eq_ignore_ascii_case(current_etag) {
+                continue;
             }
+            out.push((etag.to_string(), self.placement(path, etag)));
         }
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
     /// Creates `.cache/huggingface/download` and the `.gitignore` huggingface_hub puts there.
     pub fn prepare(&self) -> io::Result<()> {
-        fs::create_dir_all(self.download_dir())?;
+        create_dirs_below(&self.root, &self.download_dir())?;
         let gi = self.huggingface_dir().join(".gitignore");
-        if !gi.exists() {
+        if fs::symlink_metadata(&gi).is_err() {
             write_atomic(&gi, b"*")?;
         }
         Ok(())
     }
 
+    /// [`prepare`](Self::prepare), and the folders of `path` under the download folder (its
+    /// partial download, state and lock go there), refusing links on the way.
+    pub fn prepare_for(&self, path: &str, etag: &str) -> io::Result<()> {
+        self.prepare()?;
+        let partial = self.partial_path(path, etag);
+        create_dirs_below(&self.root, partial.parent().unwrap_or(&self.root))
+    }
+
     /// Reads the metadata of `path`, if present and well-formed.
     pub fn read_metadata(&self, path: &str) -> Option<LocalMetadata> {
-        let p = self.metadata_path(path);
-        let meta = fs::metadata(&p).ok()?;
-        if meta.len() > 4096 {
-            return None;
-        }
-        parse_metadata(&fs::read_to_string(&p).ok()?)
+        let bytes = safe_fs::read_bounded(&self.metadata_path(path), 4096).ok()??;
+        parse_metadata(std::str::from_utf8(&bytes).ok()?)
     }
 
     /// Writes the metadata of `path`: commit, ETag, the current time.
@@ -165,10 +182,9 @@ impl LocalDir {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        write_atomic(
-            &self.metadata_path(path),
-            format!("{commit}\n{etag}\n{now}\n").as_bytes(),
-        )
+        let p = self.metadata_path(path);
+        create_dirs_below(&self.root, p.parent().unwrap_or(&self.root))?;
+        write_atomic(&p, format!("{commit}\n{etag}\n{now}\n").as_bytes())
     }
 
     /// The file `path` if it is complete for `etag` (see the module docs).
@@ -178,7 +194,7 @@ impl LocalDir {
             return None;
         }
         let file = self.file_path(path);
-        let st = fs::metadata(&file).ok()?;
+        let st = fs::symlink_metadata(&file).ok()?;
         if !st.is_file() || st.len() != size {
             return None;
         }
@@ -195,8 +211,9 @@ impl LocalDir {
         }
     }
 
-    /// Moves a finished partial file into place, removes its resume state (only now: until the
-    /// rename, it lets a new run finish without a transfer) and writes its metadata.
+    /// Moves a finished partial file into place (replacing whatever is there, a planted link
+    /// included, never writing through it) and writes its metadata. (The resume state is the
+    /// download's to remove, once this returned.)
     pub fn commit(
         &self,
         partial: &Path,
@@ -205,14 +222,10 @@ impl LocalDir {
         etag: &str,
     ) -> io::Result<PathBuf> {
         let dst = self.file_path(path);
-        if let Some(parent) = dst.parent() {
-            fs::create_dir_all(parent)?;
-        }
+        let parent = dst.parent().unwrap_or(&self.root).to_path_buf();
+        create_dirs_below(&self.root, &parent)?;
         fs::rename(partial, &dst)?;
-        if let Some(parent) = dst.parent() {
-            super::fsutil::sync_dir(parent);
-        }
-        let _ = crate::transfer::remove_state(&self.state_path(path, etag));
+        safe_fs::sync_dir(&parent)?;
         self.write_metadata(path, commit, etag)?;
         Ok(dst)
     }
@@ -221,7 +234,7 @@ impl LocalDir {
     /// With `commit`, only files downloaded at that commit.
     pub fn list_complete(&self, commit: Option<&str>) -> io::Result<Vec<CachedFile>> {
         let mut out = Vec::new();
-        for (rel, _, _) in super::fsutil::walk_relative(&self.download_dir())? {
+        for (rel, _, _) in safe_fs::walk_relative(&self.download_dir())? {
             let Some(path) = rel.strip_suffix(".metadata") else {
                 continue;
             };
@@ -235,7 +248,7 @@ impl LocalDir {
                 continue;
             }
             let file = self.file_path(path);
-            let Ok(st) = fs::metadata(&file) else {
+            let Ok(st) = fs::symlink_metadata(&file) else {
                 continue;
             };
             if self.find_complete(path, &md.etag, st.len()).is_none() {

@@ -16,7 +16,7 @@
 //! which would publish a half-filled blob to every tool.
 //!
 //! The cache root is `--cache-dir`, else `HF_HUB_CACHE`, else `$HF_HOME/hub` (see
-//! [`crate::hub::hf_home`]). Datasets use `datasets--{org}--{name}`.
+//! [`crate::env::hf_home`]). Datasets use `datasets--{org}--{name}`.
 //!
 //! A blob is named by its ETag, which is the SHA-256 of its content (LFS files) or its git blob
 //! SHA-1: a blob that exists under its final name was verified before it was renamed there
@@ -26,17 +26,18 @@
 //! Nothing is written into place before its hash matched: the partial file is renamed to the
 //! blob, then the snapshot link is (atomically) replaced, then the ref is written.
 
-mod fsutil;
 mod local_dir;
 
-pub use fsutil::{replace_with_symlink, sync_dir, write_atomic, FileLock};
+pub use crate::safe_fs::{replace_with_symlink, write_atomic, FileLock};
 pub use local_dir::{LocalDir, LocalMetadata};
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::hub::{self, check_repo_path, etag_kind, is_commit_hash, EnvLookup, RepoType};
+use crate::env::{hf_home_from, EnvLookup};
+use crate::names::{check_repo_path, etag_kind, is_commit_hash, RepoType};
+use crate::safe_fs::{self, create_dirs_below};
 use local_dir::join_repo_path;
 
 /// Suffix of our partial downloads: `blobs/{etag}.wi-partial`,
@@ -77,7 +78,7 @@ pub fn cache_dir_from(env: EnvLookup<'_>) -> PathBuf {
             return p;
         }
     }
-    hub::hf_home_from(env).join("hub")
+    hf_home_from(env).join("hub")
 }
 
 /// A file found complete on disk.
@@ -121,6 +122,7 @@ impl HfCache {
     pub fn repo(&self, repo_type: RepoType, id: &str) -> RepoCache {
         let folder = repo_folder_name(repo_type, id);
         RepoCache {
+            root: self.root.clone(),
             dir: self.root.join(&folder),
             locks: self.root.join(".locks").join(&folder),
         }
@@ -130,6 +132,7 @@ impl HfCache {
 /// One repository's folder in the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoCache {
+    root: PathBuf,
     dir: PathBuf,
     locks: PathBuf,
 }
@@ -157,19 +160,10 @@ impl RepoCache {
         self.dir.join("blobs").join(format!("{etag}{STATE_SUFFIX}"))
     }
 
-    /// Interrupted downloads of `repo_path` for another version of it than `current_etag`:
-    /// every `blobs/*.wi-partial.state` whose recorded identity names `repo_path` with another
-    /// ETag, as (partial file, state file). The partial file may be missing. States that cannot
-    /// be read are left out (the engine discards one when it meets it).
-    ///
-    /// Another process may be downloading that other version right now (two revisions at once):
-    /// hold (or [`FileLock::try_acquire`]) its lock, [`lock_path`](Self::lock_path) of the ETag
-    /// in the state's name (`{etag}.wi-partial.state`), before deleting anything.
-    pub fn stale_partials(
-        &self,
-        repo_path: &str,
-        current_etag: &str,
-    ) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+    /// Every partial download in `blobs/` whose ETag (in its name) is not `current_etag`: the
+    /// ETags with their placement. Which file each was for is recorded in its resume state,
+    /// which this module does not read (see `transfer::partial`).
+    pub fn other_partials(&self, current_etag: &str) -> io::Result<Vec<(String, Placement)>> {
         let blobs = self.dir.join("blobs");
         let entries = match fs::read_dir(&blobs) {
             Ok(e) => e,
@@ -182,12 +176,23 @@ impl RepoCache {
             let Some(etag) = name.to_str().and_then(|n| n.strip_suffix(STATE_SUFFIX)) else {
                 continue;
             };
-            if let Some(state) = stale_state(&entry.path(), etag, repo_path, current_etag) {
-                out.push((self.partial_path(etag), state));
+            if etag_kind(etag).is_none() || etag.eq_ignore_ascii_case(current_etag) {
+                continue;
             }
+            out.push((etag.to_string(), self.placement(etag)));
         }
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
+    }
+
+    /// Where the blob `etag` is downloaded and locked.
+    pub fn placement(&self, etag: &str) -> Placement {
+        Placement {
+            partial_path: self.partial_path(etag),
+            state_path: self.state_path(etag),
+            lock_path: self.lock_path(etag),
+            foreign_partial_path: Some(self.dir.join("blobs").join(format!("{etag}.incomplete"))),
+        }
     }
 
     /// `{cache}/.locks/models--org--name/{etag}.lock`.
@@ -233,11 +238,8 @@ impl RepoCache {
         if check_repo_path(revision).is_err() {
             return None;
         }
-        let p = self.ref_path(revision);
-        if fs::metadata(&p).ok()?.len() > 1024 {
-            return None;
-        }
-        let s = fs::read_to_string(p).ok()?.trim().to_string();
+        let bytes = safe_fs::read_bounded(&self.ref_path(revision), 1024).ok()??;
+        let s = String::from_utf8(bytes).ok()?.trim().to_string();
         is_commit_hash(&s).then_some(s)
     }
 
@@ -253,7 +255,21 @@ impl RepoCache {
                 format!("unsafe revision '{revision}'"),
             ));
         }
-        write_atomic(&self.ref_path(revision), commit.as_bytes())
+        let p = self.ref_path(revision);
+        self.create_dirs(p.parent().unwrap_or(&self.dir))?;
+        write_atomic(&p, commit.as_bytes())
+    }
+
+    /// Creates `dir` (inside this repository's folder, or its lock folder) below the cache root,
+    /// refusing links on the way ([`create_dirs_below`]).
+    fn create_dirs(&self, dir: &Path) -> io::Result<()> {
+        create_dirs_below(&self.root, dir)
+    }
+
+    /// Creates `blobs/` and the lock folder, refusing links on the way.
+    pub fn prepare(&self) -> io::Result<()> {
+        self.create_dirs(&self.dir.join("blobs"))?;
+        self.create_dirs(&self.locks)
     }
 
     /// The commit a revision names without the network: a commit id whose snapshot folder
@@ -276,6 +292,7 @@ impl RepoCache {
     /// returns the snapshot path.
     pub fn link_snapshot(&self, commit: &str, path: &str, etag: &str) -> io::Result<PathBuf> {
         let link = self.snapshot_path(commit, path);
+        self.create_dirs(link.parent().unwrap_or(&self.dir))?;
         replace_with_symlink(
             &link,
             &RepoCache::link_target(path, etag),
@@ -300,9 +317,9 @@ impl RepoCache {
     }
 
     /// Commits a finished, hash-checked partial file: renames it to `blobs/{etag}` (replacing a
-    /// blob that appeared meanwhile), removes the resume state (only now: until the rename, it
-    /// lets a new run commit the verified file without a transfer), links the snapshot, writes
-    /// `refs/{revision}`. Returns the snapshot path.
+    /// blob, or anything else, that appeared meanwhile), links the snapshot, writes
+    /// `refs/{revision}`. Returns the snapshot path. (The resume state is the download's to
+    /// remove, once this returned.)
     pub fn commit(
         &self,
         partial: &Path,
@@ -312,14 +329,10 @@ impl RepoCache {
         revision: &str,
     ) -> io::Result<PathBuf> {
         let blob = self.blob_path(etag);
-        if let Some(parent) = blob.parent() {
-            fs::create_dir_all(parent)?;
-        }
+        let blobs = self.dir.join("blobs");
+        self.create_dirs(&blobs)?;
         fs::rename(partial, &blob)?;
-        if let Some(parent) = blob.parent() {
-            sync_dir(parent);
-        }
-        let _ = crate::transfer::remove_state(&self.state_path(etag));
+        safe_fs::sync_dir(&blobs)?;
         let link = self.link_snapshot(commit, path, etag)?;
         self.write_ref(revision, commit)?;
         Ok(link)
@@ -331,26 +344,21 @@ impl RepoCache {
             return Ok(());
         }
         let p = self.no_exist_path(commit, path);
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .map(|_| ())
+        self.create_dirs(p.parent().unwrap_or(&self.dir))?;
+        safe_fs::open_rw(&p).map(|_| ())
     }
 
     /// Whether a `.no_exist` marker says the file is absent at `commit`.
     pub fn is_marked_missing(&self, commit: &str, path: &str) -> bool {
-        check_repo_path(path).is_ok() && self.no_exist_path(commit, path).is_file()
+        check_repo_path(path).is_ok()
+            && fs::symlink_metadata(self.no_exist_path(commit, path)).is_ok_and(|m| m.is_file())
     }
 
     /// Every file of `snapshots/{commit}` whose blob is present, for offline use. Entries that
     /// are not links to a blob named by a hash are left out.
     pub fn list_snapshot(&self, commit: &str) -> io::Result<Vec<CachedFile>> {
         let mut out = Vec::new();
-        for (rel, full, ft) in fsutil::walk_relative(&self.snapshot_dir(commit))? {
+        for (rel, full, ft) in safe_fs::walk_relative(&self.snapshot_dir(commit))? {
             if !ft.is_symlink() || check_repo_path(&rel).is_err() {
                 continue;
             }
@@ -382,17 +390,6 @@ impl RepoCache {
     }
 }
 
-/// `state` (named for `etag`) if it records a download of `repo_path` at another ETag than
-/// `current_etag`.
-fn stale_state(state: &Path, etag: &str, repo_path: &str, current_etag: &str) -> Option<PathBuf> {
-    if etag.is_empty() || etag.contains('.') || etag.eq_ignore_ascii_case(current_etag) {
-        return None;
-    }
-    let id = crate::transfer::stored_identity(state)?;
-    (id.path == repo_path && !id.etag.eq_ignore_ascii_case(current_etag))
-        .then(|| state.to_path_buf())
-}
-
 /// Where fetched files go: the shared cache or a local folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Store {
@@ -411,6 +408,9 @@ pub struct Placement {
     pub state_path: PathBuf,
     /// Lock held while the file is written.
     pub lock_path: PathBuf,
+    /// Where huggingface_hub fills the same file while holding the same lock
+    /// (`{etag}.incomplete`): its progress tells a waiting process that the holder is alive.
+    pub foreign_partial_path: Option<PathBuf>,
 }
 
 impl Store {
@@ -422,27 +422,28 @@ impl Store {
         }
     }
 
-    /// Creates the folders files are written to.
+    /// Creates the folders files are written to (and their locks), refusing links on the way.
     pub fn prepare(&self) -> io::Result<()> {
         match self {
-            Store::Cache(r) => fs::create_dir_all(r.dir().join("blobs")),
+            Store::Cache(r) => r.prepare(),
             Store::Local(l) => l.prepare(),
+        }
+    }
+
+    /// Creates the folders `path`'s partial download, state and lock go in (local folders keep
+    /// the repository's folder structure), refusing links on the way.
+    pub fn prepare_for(&self, path: &str, etag: &str) -> io::Result<()> {
+        match self {
+            Store::Cache(r) => r.prepare(),
+            Store::Local(l) => l.prepare_for(path, etag),
         }
     }
 
     /// Where `path` with `etag` is downloaded.
     pub fn placement(&self, path: &str, etag: &str) -> Placement {
         match self {
-            Store::Cache(r) => Placement {
-                partial_path: r.partial_path(etag),
-                state_path: r.state_path(etag),
-                lock_path: r.lock_path(etag),
-            },
-            Store::Local(l) => Placement {
-                partial_path: l.partial_path(path, etag),
-                state_path: l.state_path(path, etag),
-                lock_path: l.lock_path(path),
-            },
+            Store::Cache(r) => r.placement(etag),
+            Store::Local(l) => l.placement(path, etag),
         }
     }
 
@@ -475,12 +476,14 @@ impl Store {
         }
     }
 
-    /// Interrupted downloads of `path` for another version of it than `etag`, as (partial file,
-    /// state file): see [`RepoCache::stale_partials`] and [`LocalDir::stale_partials`].
-    pub fn stale_partials(&self, path: &str, etag: &str) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+    /// Partial downloads that may be older versions of `path` (another ETag than `etag`), with
+    /// their ETags and placements: in the cache every partial in `blobs/` with another ETag
+    /// (which file each is for is in its resume state), in a local folder those named after
+    /// `path`. See [`RepoCache::other_partials`] and [`LocalDir::other_partials`].
+    pub fn other_partials(&self, path: &str, etag: &str) -> io::Result<Vec<(String, Placement)>> {
         match self {
-            Store::Cache(r) => r.stale_partials(path, etag),
-            Store::Local(l) => l.stale_partials(path, etag),
+            Store::Cache(r) => r.other_partials(etag),
+            Store::Local(l) => l.other_partials(path, etag),
         }
     }
 
@@ -584,7 +587,8 @@ mod tests {
             PathBuf::from(format!("../../../blobs/{etag}"))
         );
         assert!(!pl.partial_path.exists());
-        assert!(!pl.state_path.exists());
+        // The state is the download's to remove, after the commit.
+        assert!(pl.state_path.exists());
         assert_eq!(fs::read_to_string(r.ref_path("main")).unwrap(), commit);
         assert_eq!(r.resolve_offline("main"), Some(commit.clone()));
         assert_eq!(r.resolve_offline(&commit), Some(commit.clone()));
@@ -609,101 +613,70 @@ mod tests {
         assert!(!r.is_marked_missing(&commit, "other.txt"));
     }
 
-    /// Writes a resume state recording `path` at `etag`, as the engine does.
-    pub(crate) fn write_state(state: &Path, path: &str, etag: &str) {
-        let j = serde_json::json!({
-            "format": "weight-inspect/transfer-state",
-            "version": 1,
-            "identity": {"repo": "org/name", "commit": "c".repeat(40), "path": path,
-                         "etag": etag, "size": 10},
-            "expected": format!("sha256:{etag}"),
-            "chunk_size": 65536,
-            "chunks": [],
-        });
-        fs::write(state, serde_json::to_vec(&j).unwrap()).unwrap();
-    }
-
     #[test]
-    fn stale_partials_are_other_versions_of_the_same_path() {
+    fn other_partials_are_listed_by_name() {
         let t = tempfile::tempdir().unwrap();
         let r = HfCache::new(t.path()).repo(RepoType::Model, "org/name");
         let store = Store::Cache(r.clone());
         // No blobs folder yet: nothing, no error.
-        assert!(store.stale_partials("m.gguf", "x").unwrap().is_empty());
+        assert!(store.other_partials("m.gguf", "x").unwrap().is_empty());
         store.prepare().unwrap();
-        let (cur, old, older, other) = (
-            "a".repeat(64),
-            "b".repeat(64),
-            "c".repeat(40),
-            "d".repeat(64),
-        );
-        // The current version: not stale.
-        write_state(&r.state_path(&cur), "m.gguf", &cur);
-        fs::write(r.partial_path(&cur), b"x").unwrap();
-        // Two older versions of m.gguf (one without its partial file).
-        write_state(&r.state_path(&old), "m.gguf", &old);
-        fs::write(r.partial_path(&old), b"x").unwrap();
-        write_state(&r.state_path(&older), "m.gguf", &older);
-        // Another file, an unreadable state, a foreign file, a complete blob.
-        write_state(&r.state_path(&other), "other.gguf", &other);
-        fs::write(r.state_path(&"e".repeat(64)), b"{garbage").unwrap();
+        let (cur, old, older) = ("a".repeat(64), "b".repeat(64), "c".repeat(40));
+        for e in [&cur, &old, &older] {
+            fs::write(r.state_path(e), b"{}").unwrap();
+        }
+        fs::write(r.state_path("not-a-hash"), b"{}").unwrap();
         fs::write(r.blob_path(&"f".repeat(64)), b"blob").unwrap();
-        fs::write(
-            r.dir().join("blobs").join(format!("{old}.incomplete")),
-            b"hf",
-        )
-        .unwrap();
-        let got = store.stale_partials("m.gguf", &cur).unwrap();
-        assert_eq!(
-            got,
-            vec![
-                (r.partial_path(&old), r.state_path(&old)),
-                (r.partial_path(&older), r.state_path(&older)),
-            ]
-        );
-        // The ETag is compared without regard to case.
-        assert_eq!(
-            store
-                .stale_partials("m.gguf", &cur.to_ascii_uppercase())
-                .unwrap()
-                .len(),
-            2
-        );
-        assert_eq!(
-            store.stale_partials("other.gguf", &cur).unwrap(),
-            vec![(r.partial_path(&other), r.state_path(&other))]
-        );
-        assert!(store.stale_partials("nope.gguf", &cur).unwrap().is_empty());
+        let got: Vec<String> = store
+            .other_partials("m.gguf", &cur.to_ascii_uppercase())
+            .unwrap()
+            .into_iter()
+            .map(|(e, p)| {
+                assert_eq!(p, r.placement(&e));
+                e
+            })
+            .collect();
+        assert_eq!(got, vec![old.clone(), older.clone()]);
     }
 
     #[test]
-    fn stale_partials_in_a_local_dir() {
+    fn other_partials_in_a_local_dir() {
         let t = tempfile::tempdir().unwrap();
         let d = LocalDir::new(t.path());
         let store = Store::Local(d.clone());
-        assert!(store.stale_partials("sub/m.gguf", "x").unwrap().is_empty());
-        store.prepare().unwrap();
+        assert!(store.other_partials("sub/m.gguf", "x").unwrap().is_empty());
         let (cur, old) = ("a".repeat(64), "b".repeat(64));
-        let state = |p: &str, e: &str| {
-            let s = d.state_path(p, e);
-            fs::create_dir_all(s.parent().unwrap()).unwrap();
-            write_state(&s, p, e);
-        };
-        state("sub/m.gguf", &cur);
-        state("sub/m.gguf", &old);
-        // Same folder, a name that starts alike: another file.
-        state("sub/m.gguf.bak", &old);
-        // Same base name in another folder.
-        state("m.gguf", &old);
-        fs::write(d.state_path("sub/m.gguf", &"c".repeat(64)), b"").unwrap();
-        assert_eq!(
-            store.stale_partials("sub/m.gguf", &cur).unwrap(),
-            vec![(
-                d.partial_path("sub/m.gguf", &old),
-                d.state_path("sub/m.gguf", &old)
-            )]
-        );
-        assert_eq!(store.stale_partials("m.gguf", &cur).unwrap().len(), 1);
-        assert!(store.stale_partials("../m.gguf", &cur).is_err());
+        store.prepare_for("sub/m.gguf", &cur).unwrap();
+        for (p, e) in [
+            ("sub/m.gguf", &cur),
+            ("sub/m.gguf", &old),
+            ("sub/m.gguf.bak", &old),
+        ] {
+            fs::write(d.state_path(p, e), b"{}").unwrap();
+        }
+        let got = store.other_partials("sub/m.gguf", &cur).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, old);
+        assert!(store.other_partials("../m.gguf", &cur).is_err());
+    }
+
+    /// Links planted in the cache never lead a write outside it.
+    #[test]
+    fn planted_links_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        let c = HfCache::new(t.path().join("cache"));
+        let r = c.repo(RepoType::Model, "org/name");
+        fs::create_dir_all(r.dir()).unwrap();
+        std::os::unix::fs::symlink(&outside, r.dir().join("blobs")).unwrap();
+        assert!(r.prepare().is_err());
+        std::os::unix::fs::symlink(&outside, r.dir().join("refs")).unwrap();
+        assert!(r.write_ref("main", &"c".repeat(40)).is_err());
+        std::os::unix::fs::symlink(&outside, r.dir().join("snapshots")).unwrap();
+        assert!(r
+            .link_snapshot(&"c".repeat(40), "m.gguf", &"a".repeat(64))
+            .is_err());
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
     }
 }

@@ -16,7 +16,8 @@ use crate::transfer::TransferError;
 pub enum ExitClass {
     /// Usage or local error (bad arguments, disk full, permissions): exit code 1.
     Local,
-    /// The bytes or the model are wrong (hash mismatch, failed tensor verification): 2.
+    /// The bytes or the model are wrong (hash mismatch, failed tensor verification), or what
+    /// the server said about a file asked for cannot be trusted (an unsafe name): 2.
     Integrity,
     /// The network or the server failed, after retries: 3.
     Network,
@@ -87,6 +88,17 @@ pub enum FetchError {
     NothingSelected {
         /// The repository.
         repo: String,
+    },
+    /// A file asked for by name that the repository's listing describes in a way that cannot be
+    /// trusted (an unsafe name, an impossible size, a name that collides with another).
+    #[error("refusing '{file}' of '{repo}': {reason}")]
+    Refused {
+        /// The repository.
+        repo: String,
+        /// The path asked for (escaped).
+        file: String,
+        /// Why.
+        reason: String,
     },
     /// A selection or setting that cannot work (bad glob, bad repository spec).
     #[error("{0}")]
@@ -247,7 +259,7 @@ impl FetchError {
             | FetchError::DiskSpace { .. }
             | FetchError::DiskFull { .. }
             | FetchError::Io { .. } => ExitClass::Local,
-            FetchError::Verification { .. } => ExitClass::Integrity,
+            FetchError::Verification { .. } | FetchError::Refused { .. } => ExitClass::Integrity,
             FetchError::Several { first, .. } => first.exit_class(),
         }
     }

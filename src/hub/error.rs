@@ -111,9 +111,10 @@ pub enum HubError {
         /// What is wrong.
         reason: String,
     },
-    /// The server listed a path that would escape the target folder (`..`, absolute, `\`,
-    /// empty segments). It is refused: nothing is written for it.
-    #[error("refusing unsafe path '{path}' from repository '{repo}': {reason}")]
+    /// A path that could not safely become a local file name (`..`, absolute, `\`, empty
+    /// segments, control characters…). It is refused: nothing is written for it. (Unsafe paths
+    /// a *server* lists are set aside in [`super::RepoListing::refused`] instead.)
+    #[error("refusing unsafe path '{path}' in repository '{repo}': {reason}")]
     UnsafePath {
         /// `org/name`.
         repo: String,
@@ -146,6 +147,16 @@ pub enum HubError {
         /// Why it is refused.
         reason: String,
     },
+    /// A redirect that is not followed: to another host (for API requests), to another scheme,
+    /// from https to http, a loop, or too many hops.
+    #[error("{url}: {source}")]
+    Redirect {
+        /// The URL that answered with the redirect (without its query).
+        url: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::net::RedirectError,
+    },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
@@ -174,7 +185,8 @@ impl HubError {
         )
     }
 
-    /// True for transport failures and server errors after retries, and malformed answers.
+    /// True for transport failures and server errors after retries, malformed answers and
+    /// redirects that are not followed.
     pub fn is_network_or_server(&self) -> bool {
         matches!(
             self,
@@ -182,7 +194,7 @@ impl HubError {
                 | HubError::ServerError { .. }
                 | HubError::UnexpectedStatus { .. }
                 | HubError::InvalidResponse { .. }
-                | HubError::UnsafePath { .. }
+                | HubError::Redirect { .. }
         )
     }
 }

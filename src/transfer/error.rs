@@ -158,6 +158,36 @@ pub enum TransferError {
         /// The status.
         status: u16,
     },
+    /// Another process held the partial download's lock and made no progress for the time
+    /// allowed ([`EngineConfig::lock_timeout`](super::EngineConfig::lock_timeout)).
+    #[error(
+        "{file}: gave up waiting for another process downloading it: the lock {} was held for \
+         {} without progress ({} in all); if no other download is running, check which process \
+         holds it",
+        lock.display(), Secs(*still), Secs(*waited)
+    )]
+    LockTimeout {
+        /// Path in the repository.
+        file: String,
+        /// The lock file.
+        lock: PathBuf,
+        /// How long this process waited.
+        waited: Duration,
+        /// How long the holder made no progress.
+        still: Duration,
+    },
+    /// A redirect that is not followed: to another scheme, from https to http, a loop, or too
+    /// many hops.
+    #[error("{file}: {url}: {source}")]
+    Redirect {
+        /// Path in the repository.
+        file: String,
+        /// The URL that answered with the redirect (without its query).
+        url: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::net::RedirectError,
+    },
     /// The request itself is unusable (an unparsable URL…).
     #[error("{file}: invalid transfer: {reason}")]
     InvalidSpec {
@@ -183,6 +213,7 @@ impl TransferError {
                 | TransferError::Server { .. }
                 | TransferError::RangeNotHonoured { .. }
                 | TransferError::RemoteChanged { .. }
+                | TransferError::Redirect { .. }
         )
     }
 
@@ -200,13 +231,15 @@ impl TransferError {
         )
     }
 
-    /// A local problem: disk full, I/O error, invalid request (exit code 1).
+    /// A local problem: disk full, I/O error (a link planted where a file goes included), a lock
+    /// held by a stuck process, an invalid request (exit code 1).
     pub fn is_local(&self) -> bool {
         matches!(
             self,
             TransferError::DiskFull { .. }
                 | TransferError::Io { .. }
                 | TransferError::InvalidSpec { .. }
+                | TransferError::LockTimeout { .. }
         )
     }
 
@@ -241,7 +274,18 @@ impl TransferError {
             | TransferError::RemoteChanged { file, .. }
             | TransferError::Auth { file, .. }
             | TransferError::NotFound { file, .. }
-            | TransferError::InvalidSpec { file, .. } => file,
+            | TransferError::InvalidSpec { file, .. }
+            | TransferError::LockTimeout { file, .. }
+            | TransferError::Redirect { file, .. } => file,
+        }
+    }
+
+    /// The local file a local error names (the partial file, the state, the lock…).
+    pub fn local_path(&self) -> Option<&Path> {
+        match self {
+            TransferError::Io { path, .. } | TransferError::DiskFull { path, .. } => Some(path),
+            TransferError::LockTimeout { lock, .. } => Some(lock),
+            _ => None,
         }
     }
 }

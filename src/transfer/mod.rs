@@ -2,17 +2,39 @@
 //!
 //! # Overview
 //!
-//! [`Engine::download`] fills a preallocated partial file with concurrent ranged requests
-//! (`Range: bytes=a-b`, one chunk each), streaming every response straight into its place with
-//! positional writes through a small bounded buffer, and hashing each chunk with SHA-256 as it
-//! streams. The whole-file digest is computed while the download runs: a hasher follows the
-//! finished prefix of the file (reading it back while it is still in the page cache), so when the
-//! last chunk lands only the last few chunks remain to hash. The result is compared with the
-//! digest the Hub published ([`Digest`]): the SHA-256 of LFS files or the git blob SHA-1 of small
-//! ones.
+//! [`Engine::download`] fills a [`LockedPartial`] — a partial download whose lock the caller took
+//! ([`PartialPaths::lock`]) — with concurrent ranged requests (`Range: bytes=a-b`, one chunk
+//! each), streaming every response straight into its place with positional writes through a
+//! small buffer, and hashing each chunk with SHA-256 as it streams. The whole-file digest follows
+//! the finished prefix of the file while the download runs, so when the last chunk lands only the
+//! last few chunks remain to hash. The result is compared with the digest the Hub published
+//! ([`Digest`]): the SHA-256 of LFS files or the git blob SHA-1 of small ones. On success the
+//! [`Finished`] download still holds the lock; [`Finished::commit`] moves the file into place
+//! and only then removes the resume state and lets the lock go.
 //!
 //! Every connection shares one budget ([`EngineConfig::connections`]) across all the files an
 //! [`Engine`] (and its clones) download at once.
+//!
+//! # The parts, and how a chunk travels
+//!
+//! The module is a one-way tree: each part only uses the parts below it.
+//!
+//! ```text
+//! engine          orchestrates one file: opens the locked partial, runs a mode, hashes, closes
+//!  ├─ modes       concurrent · sequential · repair — each drives the chunk table
+//!  │   ├─ retry   the policy: every attempt counted, backoff, no loop without progress or bound
+//!  │   └─ range   one HTTP answer → one sink: redirects, status, Content-Range, streaming
+//!  │        └─ sink        positional write + SHA-256: the partial file, or a scratch file
+//!  ├─ checkpoint  reads the table, syncs the data, writes the resume state
+//!  ├─ prefix_hash reads the table, advances the whole-file hash
+//!  ├─ table       which chunk is pending / in flight / done, and its bytes' digest; no I/O
+//!  └─ partial     the one owner of a partial download: inspect, lock, open, discard
+//!       └─ state  the resume state's format
+//! ```
+//!
+//! A worker claims a chunk from the table, a sink takes its bytes as `range` streams them, the
+//! table records what is on disk, the checkpointer makes it durable, the whole-file hash reads it
+//! back once the chunk is done.
 //!
 //! # Resuming
 //!
@@ -20,16 +42,13 @@
 //! docs for the format): the remote identity (repository, commit, path, ETag, size — never the
 //! signed CDN URL), the chunk size, and for every chunk with bytes on disk how many bytes and the
 //! SHA-256 of exactly those bytes. Data is `fdatasync`ed before a state claiming it is written
-//! (atomically: temporary file, fsync, rename, fsync of the folder), about every second and every
-//! 2 MiB per connection, and whenever a chunk completes, so a `kill -9` or a power cut loses at most a few MB per connection. A
-//! new run re-reads and re-hashes every claimed range (nothing on disk is trusted unchecked),
-//! keeps what matches, and fetches the rest. A state for another version of the file (ETag, size
-//! or commit changed) or a corrupt one (also: larger than 64 MiB, or a chunk size below 64 KiB
-//! or giving more than 2^18 chunks) is discarded with a
+//! (atomically, no link followed), about every second and every 2 MiB per connection, and
+//! whenever a chunk completes, so a `kill -9` or a power cut loses at most a few MB per
+//! connection. A new run re-reads and re-hashes every claimed range (nothing on disk is trusted
+//! unchecked), keeps what matches, and fetches the rest. A state for another version of the file
+//! (ETag, size or commit changed) or a corrupt one (unreadable, not a regular file, larger than
+//! 64 MiB, a chunk size below 64 KiB or giving more than 2^18 chunks) is discarded with a
 //! [`Event::Notice`](crate::progress::Event::Notice).
-//!
-//! A successful download leaves its state (every chunk complete) for the caller to remove once
-//! the file is in place: a crash between the two then costs a re-check, not a download.
 //!
 //! The partial file and the state are named by the caller; they must not be names another tool
 //! uses (the cache uses `blobs/{etag}.wi-partial`, not huggingface_hub's `{etag}.incomplete`,
@@ -47,45 +66,44 @@
 //! download with an error naming the file, the byte range, the attempts and the time spent.
 //! 401/403/404 from the Hub are final; from the CDN they may be an expired signed URL, so the
 //! resolve URL is asked again once (every request starts at the resolve URL, so each one gets a
-//! freshly signed location; the `Authorization` header is only ever sent to the Hub's host:
-//! reqwest strips it on a redirect to another host or port).
+//! freshly signed location). Redirects are followed by hand under the rule of
+//! [`crate::net::redirect`]: the headers of the [`TransferSpec`] (the token) go to the resolve
+//! URL's origin only, judged on the joined `Location`.
 //!
-//! Responses are checked before a byte is written: a ranged request must get a 206 whose
-//! `Content-Range` matches the request exactly (or no `Content-Range` at all, for mirrors that
-//! drop it: the body length is then counted against the chunk's length), and a
-//! `Content-Length`, when present, must match. A body that ends early is a failed attempt (its
-//! bytes are kept, the rest is asked for); one longer than asked for is discarded entirely.
+//! Answers are checked before a byte is written (see `range`): a 206 whose `Content-Range`
+//! matches the request exactly (or none, for mirrors that drop it), a `Content-Length` that
+//! matches, no `Content-Encoding` but the identity. A body that ends early is a failed attempt
+//! (its bytes are kept); one longer than asked for is discarded entirely.
 //!
 //! **A server that ignores `Range`** (200 with the whole file): the body is never written at a
 //! chunk's offset. A first 200 is treated as a transient failure of that chunk; at the second the
-//! download of this file switches to a single sequential stream (`Range: bytes=N-`, N = the
-//! first missing byte): whatever the server then sends — a 206 from N or a 200 from 0 — is
-//! followed byte by byte, skipping ranges already on disk and filling the others, so nothing is
-//! lost and nothing is written at a wrong place.
+//! download of this file switches to a single sequential stream (`modes::sequential`).
 //!
-//! **Corruption in transit.** The Hub publishes only a whole-file digest, so a corrupted chunk
-//! shows up as a whole-file mismatch once everything has arrived. The engine then re-fetches
-//! chunks one at a time into a scratch file (chunks that had trouble in this run, or came from a
-//! previous one, first), compares each fresh chunk's SHA-256 with the one recorded for the bytes
-//! on disk, replaces a chunk that differs (alone), re-hashes from that chunk on (using the hash
-//! state saved at every chunk boundary) and stops as soon as the whole-file digest matches. It
-//! never re-downloads the whole file wholesale; at most one more pass over the chunks is made if
-//! a replaced chunk did not settle it, then [`TransferError::HashMismatch`].
+//! **Corruption** in transit or on disk: see `modes::repair`.
 //!
-//! Events ([`crate::progress::Event`]) go to a [`Reporter`]: `FileStart` (with the resumed bytes), `Progress` (about every
-//! 256 KiB), `Retry`, `Discarded`, `Notice` and `FileDownloaded`.
+//! Events ([`crate::progress::Event`]) go to a [`Reporter`]: `FileStart` (with the resumed
+//! bytes), `Progress` (about every 256 KiB), `Retry`, `Discarded`, `Notice` and
+//! `FileDownloaded`; none after [`Engine::download`] returned.
 
+mod checkpoint;
+mod ctx;
 mod engine;
 mod error;
-mod fetch;
+mod events;
+mod failure;
 mod hash;
-mod http;
+mod modes;
+mod partial;
 mod plan;
-mod repair;
+mod prefix_hash;
+mod range;
+mod retry;
+mod sink;
+mod source;
 mod state;
+mod table;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +113,7 @@ use serde::{Deserialize, Serialize};
 use crate::progress::Reporter;
 
 pub use error::{BoxError, TransferError};
-pub(crate) use state::{remove_state, resumable_bytes, stored_identity, stored_record};
+pub use partial::{LockedPartial, PartialInfo, PartialPaths};
 
 /// The digest the Hub publishes for a file, which the downloaded bytes must match.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,7 +128,8 @@ impl Digest {
     /// The digest an ETag names: 64 hex digits are a SHA-256, 40 a git blob SHA-1. Quotes and
     /// `W/` are ignored.
     pub fn from_etag(etag: &str) -> Option<Digest> {
-        let e = http::clean_etag(etag);
+        let e = crate::net::normalize_etag(etag);
+        let e = e.as_str();
         match e.len() {
             64 => {
                 let mut d = [0u8; 32];
@@ -188,19 +207,15 @@ pub struct TransferSpec {
     /// Path in the repository (for events and messages).
     pub file: String,
     /// The resolve URL, `{endpoint}/{repo}/resolve/{commit}/{path}`. Every request starts here;
-    /// redirects (to a CDN with a freshly signed URL) are followed by the client per request.
+    /// its redirects (to a CDN with a freshly signed URL) are followed per request.
     pub url: String,
-    /// Extra headers, e.g. `Authorization: Bearer …`. The client must not forward credentials
-    /// across hosts on redirect (reqwest's default policy does not).
+    /// Extra headers, e.g. `Authorization: Bearer …`: sent to the resolve URL's origin only,
+    /// never across a redirect to another one.
     pub headers: reqwest::header::HeaderMap,
     /// What is being downloaded.
     pub identity: RemoteIdentity,
     /// The digest the content must have.
     pub expected: Digest,
-    /// The destination being filled (created and preallocated to `identity.size`).
-    pub partial_path: PathBuf,
-    /// The resume state, beside it.
-    pub state_path: PathBuf,
 }
 
 /// Tuning of an [`Engine`].
@@ -226,6 +241,9 @@ pub struct EngineConfig {
     /// Time allowed to connect; response headers must arrive within this plus
     /// `stall_timeout`. Default 10 s.
     pub connect_timeout: Duration,
+    /// How long to wait for another process holding a partial download's lock while it makes no
+    /// progress, before giving up ([`TransferError::LockTimeout`]). Default 10 minutes.
+    pub lock_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -238,27 +256,30 @@ impl Default for EngineConfig {
             max_delay: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(10),
+            lock_timeout: Duration::from_secs(600),
         }
     }
 }
 
 impl EngineConfig {
-    /// Near-zero retry delays (1 ms doubling up to 20 ms), for tests of fault handling.
+    /// Retry delays from `min` doubling up to `max` (also the cap on `Retry-After`).
     #[must_use]
-    pub fn with_fast_retries(mut self) -> Self {
-        self.base_delay = Duration::from_millis(1);
-        self.max_delay = Duration::from_millis(20);
+    pub fn with_retry_delays(mut self, min: Duration, max: Duration) -> Self {
+        self.base_delay = min;
+        self.max_delay = max.max(min);
         self
     }
 
-    /// A reqwest client builder suited to the engine: the connect timeout, no overall timeout
-    /// (stalls are detected per read), no compression, and the default redirect policy (which
-    /// strips `Authorization` when a redirect leaves the host).
+    /// A reqwest client builder suited to the engine: no automatic redirects (the engine
+    /// follows them under its own rule), the connect timeout, no overall timeout (stalls are
+    /// detected per read), no compression, `TCP_NODELAY`, an idle pool as large as the
+    /// connection budget.
     pub fn client_builder(&self) -> reqwest::ClientBuilder {
-        reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(self.connections.max(1))
+        crate::net::client_builder(
+            self.connect_timeout,
+            &format!("weight-inspect/{}", env!("CARGO_PKG_VERSION")),
+        )
+        .pool_max_idle_per_host(self.connections.max(1))
     }
 }
 
@@ -277,8 +298,41 @@ pub struct TransferOutcome {
     pub refetched: u64,
     /// Bytes found on disk from an earlier run whose hashes were re-checked.
     pub resumed: u64,
+    /// Failed attempts that were retried.
+    pub retries: u32,
     /// Wall time of this run.
     pub elapsed: Duration,
+}
+
+/// A finished download: every byte on disk, synced, the digest matched. It still holds the
+/// partial download's lock and its resume state (every chunk complete), so that a crash before
+/// the file is in place costs a re-check, not a download: move it into place with
+/// [`commit`](Self::commit). Dropped without a commit, it leaves the partial download for the
+/// next run to finish without a transfer.
+#[derive(Debug)]
+pub struct Finished {
+    /// What the download did.
+    pub outcome: TransferOutcome,
+    partial: LockedPartial,
+}
+
+impl Finished {
+    /// The complete file (still at its partial download's name).
+    pub fn data_path(&self) -> &std::path::Path {
+        &self.partial.paths().data
+    }
+
+    /// Moves the file into place with `place` (given the data file's path; a rename), then
+    /// removes the resume state and releases the lock. When `place` fails, nothing is removed.
+    /// A failure to remove the state is reported as `Ok` with a message: the file is in place,
+    /// and the state left behind is stale (the next download of the file discards it).
+    pub fn commit<T, E>(
+        self,
+        place: impl FnOnce(&std::path::Path) -> Result<T, E>,
+    ) -> Result<(T, Option<std::io::Error>), E> {
+        let placed = place(self.data_path())?;
+        Ok((placed, self.partial.finish().err()))
+    }
 }
 
 /// The download engine. Cheap to clone; clones share the client and the connection budget.
@@ -308,26 +362,52 @@ impl Engine {
         &self.inner.config
     }
 
-    /// Downloads `spec.url` into `spec.partial_path`, resuming from `spec.state_path` if it
-    /// describes the same remote file.
+    /// Downloads `spec.url` into `partial` (whose lock the caller holds: see
+    /// [`PartialPaths::lock`]), resuming from its state when that describes the same remote file.
     ///
-    /// On success the partial file is complete, synced, and its digest matched
-    /// `spec.expected`. The state file stays, saying that every chunk is complete: the caller
-    /// moves the file into place and then removes the state (so that a crash in between loses
-    /// nothing: a new download of the same file re-checks the chunks on disk, finds them all,
-    /// and succeeds without transferring a byte). On failure both stay, for a later run to
-    /// resume. Dropping the future stops the download (what was checkpointed can be resumed).
+    /// On success the file is complete, synced, and its digest matched `spec.expected`; the
+    /// [`Finished`] download holds the lock until it is committed. On failure the partial
+    /// download stays on disk for a later run to resume, and the lock is released. Dropping the
+    /// future stops the download (what was checkpointed can be resumed; saves still running keep
+    /// the lock until they end).
     ///
     /// A local error that is a full disk or quota (ENOSPC, EDQUOT), wherever it happens
-    /// (preallocating, writing, syncing, saving the state), is
-    /// [`TransferError::DiskFull`] naming the file and the local path; when the data file and
-    /// the state fail together, the data file's error is the one returned.
+    /// (preallocating, writing, syncing, saving the state), is [`TransferError::DiskFull`]
+    /// naming the file and the local path; when the data file and the state fail together, the
+    /// data file's error is the one returned.
     pub async fn download(
         &self,
         spec: &TransferSpec,
+        partial: LockedPartial,
         reporter: &dyn Reporter,
-    ) -> Result<TransferOutcome, TransferError> {
-        engine::download(&self.inner, spec, reporter).await
+    ) -> Result<Finished, TransferError> {
+        engine::download(&self.inner, spec, partial, reporter).await
+    }
+
+    /// Takes the lock of the partial download at `paths` for `file`, waiting at most
+    /// [`EngineConfig::lock_timeout`] for a holder that makes no progress (see
+    /// [`PartialPaths::lock`]).
+    pub async fn lock(
+        &self,
+        paths: &PartialPaths,
+        file: &str,
+        reporter: &dyn Reporter,
+    ) -> Result<LockedPartial, TransferError> {
+        paths
+            .lock(file, self.inner.config.lock_timeout, reporter)
+            .await
+    }
+}
+
+/// Runs `f` on the blocking pool (file I/O and hashing), turning a panic into an I/O error.
+pub(crate) async fn blocking<T, F>(f: F) -> std::io::Result<T>
+where
+    F: FnOnce() -> std::io::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(std::io::Error::other(format!("blocking task failed: {e}"))),
     }
 }
 

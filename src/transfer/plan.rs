@@ -87,6 +87,11 @@ impl Plan {
         })
     }
 
+    /// Where chunk `index` starts (past the end for an index beyond the plan).
+    pub fn chunk_start(&self, index: usize) -> u64 {
+        (index as u64).saturating_mul(self.chunk_size)
+    }
+
     /// The chunk holding byte `offset`.
     pub fn chunk_at(&self, offset: u64) -> Option<ChunkRange> {
         if offset >= self.size {

@@ -20,15 +20,22 @@
 //! a prefix whose digest differs is thrown away (never trusted). The state never holds a URL (CDN
 //! URLs are signed and change per request).
 //!
-//! Written atomically: a temporary file beside it, `fsync`, `rename`, `fsync` of the folder.
+//! A record with `written` equal to the chunk's length is a complete chunk, whatever its
+//! `complete` says (a connection cut right after a chunk's last byte, before the clean end of its
+//! body, used to leave such records; asking for "the rest" of such a chunk would be an inverted
+//! range).
+//!
+//! Read without following a link and without blocking on a FIFO, at most [`MAX_STATE_BYTES`];
+//! anything unreadable is [`Loaded::Invalid`] and thrown away, never trusted. Written
+//! atomically: a fresh temporary file with a random name beside it (`O_EXCL`, so a planted link
+//! cannot be written through), `fsync`, `rename`, `fsync` of the folder.
 
-use std::collections::HashMap;
-use std::fs;
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::io::{self, Write};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use crate::safe_fs;
 
 use super::plan::{check_chunk_size, Plan};
 use super::RemoteIdentity;
@@ -108,39 +115,33 @@ impl StateFile {
 }
 
 /// Reads the state at `path` without comparing it with anything: `Ok(None)` when there is none,
-/// `Err(reason)` when it is unreadable, too large, corrupt, or written by another version.
+/// `Err(reason)` when it is unreadable, too large, not a regular file, corrupt, or written by
+/// another version.
 pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
-    let mut file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+    let bytes = match safe_fs::read_bounded(path, MAX_STATE_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
         Err(e) => return Err(format!("unreadable: {e}")),
     };
-    let len = file
-        .metadata()
-        .map_err(|e| format!("unreadable: {e}"))?
-        .len();
-    if len > MAX_STATE_BYTES {
-        return Err(format!(
-            "too large ({len} bytes; a resume state has at most {MAX_STATE_BYTES})"
-        ));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    // `take`: the file may grow after the size check.
-    (&mut file)
-        .take(MAX_STATE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("unreadable: {e}"))?;
-    if bytes.len() as u64 > MAX_STATE_BYTES {
-        return Err(format!("too large (more than {MAX_STATE_BYTES} bytes)"));
-    }
     // Check the format and version before the rest, so that a state from another version says
-    // so instead of "missing field".
-    let head: serde_json::Value =
+    // so instead of "missing field" (without building a tree of the whole document).
+    #[derive(Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        format: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow, default)]
+        version: Option<&'a serde_json::value::RawValue>,
+    }
+    let head: Head<'_> =
         serde_json::from_slice(&bytes).map_err(|e| format!("not valid JSON ({e})"))?;
-    if head.get("format").and_then(|v| v.as_str()) != Some(FORMAT) {
+    let format: Option<String> = head.format.and_then(|f| serde_json::from_str(f.get()).ok());
+    if format.as_deref() != Some(FORMAT) {
         return Err("not a weight-inspect resume state".to_string());
     }
-    match head.get("version").and_then(|v| v.as_u64()) {
+    match head
+        .version
+        .and_then(|v| serde_json::from_str::<u64>(v.get()).ok())
+    {
         Some(v) if v == u64::from(VERSION) => {}
         other => {
             return Err(format!(
@@ -149,34 +150,9 @@ pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
             ))
         }
     }
-    serde_json::from_value(head)
+    serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| format!("malformed ({e})"))
-}
-
-/// The identity a readable state at `path` records (`None` when there is no state, or it is
-/// unreadable or corrupt).
-pub(crate) fn stored_identity(path: &Path) -> Option<RemoteIdentity> {
-    stored_record(path).map(|(identity, _)| identity)
-}
-
-/// The identity a readable state at `path` records and the bytes it claims are on disk, for
-/// reports about a download that is not being resumed (an older version about to be
-/// discarded). `None` when there is no state, or it is unreadable or corrupt.
-pub(crate) fn stored_record(path: &Path) -> Option<(RemoteIdentity, u64)> {
-    let state = read(path).ok().flatten()?;
-    let (_, chunks) = validate(&state).ok()?;
-    let bytes: u64 = chunks.iter().map(|c| c.written).sum();
-    Some((state.identity, bytes))
-}
-
-/// Bytes a run downloading exactly `identity` (with digest `expected`) would resume from:
-/// what the state at `path` records, when the engine would accept it; else 0.
-pub(crate) fn resumable_bytes(path: &Path, identity: &RemoteIdentity, expected: &str) -> u64 {
-    match load(path, identity, expected) {
-        Loaded::Resume { chunks, .. } => chunks.iter().map(|c| c.written).sum(),
-        _ => 0,
-    }
 }
 
 /// Reads and checks the state at `path` against what we are about to download.
@@ -198,7 +174,7 @@ pub(crate) fn load(path: &Path, identity: &RemoteIdentity, expected: &str) -> Lo
 }
 
 /// Checks every record against the plan the state implies.
-fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
+pub(crate) fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
     // Bounds the allocations below: at most `MAX_CHUNKS` chunks.
     check_chunk_size(state.identity.size, state.chunk_size)?;
     let plan = Plan::new(state.identity.size, state.chunk_size);
@@ -223,7 +199,8 @@ fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
         out.push(ValidChunk {
             index: c.index,
             written: c.written,
-            complete: c.complete,
+            // All of the chunk's bytes are on disk: it is complete (see the module docs).
+            complete: c.written == range.len,
             sha256,
         });
     }
@@ -231,77 +208,39 @@ fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), String> {
     Ok((plan, out))
 }
 
-/// A lock per state path, shared by every download in this process: a download that was
-/// dropped may still have a save in flight on the blocking pool when the next run on the same
-/// file starts.
-pub(crate) fn path_lock(path: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> = OnceLock::new();
-    let mut map = LOCKS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(l) = map.get(path).and_then(Weak::upgrade) {
-        return l;
-    }
-    map.retain(|_, w| w.strong_count() > 0);
-    let l = Arc::new(Mutex::new(()));
-    map.insert(path.to_path_buf(), Arc::downgrade(&l));
-    l
-}
-
-/// The temporary file a save of the state at `path` writes before renaming it into place:
-/// `{state}.tmp`. One fixed name per state is safe because saves of one state are serialized in
-/// the process ([`path_lock`]) and across processes by the cache's file lock; a save cut short
-/// by a kill leaves at most this one file, which the next save overwrites and
-/// [`remove_state`] removes.
-pub(crate) fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
-
 /// Removes the state at `path` and any temporary file of a save cut short (for whoever
-/// commits or discards the download). Missing files are fine.
+/// commits or discards the download). Missing files are fine; links are removed, not followed.
 pub(crate) fn remove_state(path: &Path) -> io::Result<()> {
-    for p in [path.to_path_buf(), tmp_path(path)] {
-        match fs::remove_file(&p) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-    }
-    Ok(())
+    safe_fs::remove_file_if_exists(path)?;
+    safe_fs::remove_leftover_tempfiles(path)
 }
 
-/// Writes `state` at `path` atomically and durably (tmp, fsync, rename, fsync folder).
+/// Writes `state` at `path` atomically and durably (see the module docs).
 pub(crate) fn save(path: &Path, state: &StateFile) -> io::Result<()> {
-    let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
-    let tmp = tmp_path(path);
-    let written = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written?;
-    sync_dir(path)
-}
-
-/// `fsync` of the folder holding `path`, so a rename or removal survives a power loss.
-pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
+    let json = serde_json::to_vec(state).map_err(io::Error::other)?;
+    let mut tmp = safe_fs::tempfile(path)?;
+    tmp.write_all(&json)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    fs::File::open(dir)?.sync_all()
+    safe_fs::sync_dir(dir)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::plan::{MAX_CHUNKS, MIN_CHUNK_SIZE};
     use super::*;
+    use std::fs;
+
+    /// What a readable, consistent state at `path` records as its identity.
+    fn stored_identity(path: &Path) -> Option<RemoteIdentity> {
+        let s = read(path).ok().flatten()?;
+        validate(&s).ok()?;
+        Some(s.identity)
+    }
 
     /// The sample's chunk size.
     const C: u64 = MIN_CHUNK_SIZE;
@@ -448,10 +387,58 @@ mod tests {
         let f = fs::File::create(&path).unwrap();
         f.set_len(MAX_STATE_BYTES + 1).unwrap(); // sparse: no disk used
         match load(&path, &identity(), &sample().expected) {
-            Loaded::Invalid { reason } => assert!(reason.contains("too large"), "{reason}"),
+            Loaded::Invalid { reason } => assert!(reason.contains("larger than"), "{reason}"),
             other => panic!("{other:?}"),
         }
         assert_eq!(stored_identity(&path), None);
+    }
+
+    /// Regression: a record with every byte of its chunk but `complete: false` (a connection cut
+    /// right after the chunk's last byte) made the next run ask for an inverted range, forever.
+    #[test]
+    fn a_chunk_with_every_byte_is_complete_whatever_the_record_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let mut s = sample();
+        s.chunks[0].complete = false;
+        save(&path, &s).unwrap();
+        match load(&path, &identity(), &s.expected) {
+            Loaded::Resume { chunks, .. } => {
+                assert!(chunks[0].complete && chunks[0].written == C);
+                assert!(!chunks[1].complete);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A state that is a link, a FIFO or a folder is unreadable, never followed or waited on.
+    #[test]
+    fn a_state_that_is_not_a_regular_file_is_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        save(&real, &sample()).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for p in [&link, &fifo, &dir.path().to_path_buf()] {
+            match load(p, &identity(), &sample().expected) {
+                Loaded::Invalid { reason } => {
+                    assert!(reason.contains("not a regular file"), "{reason}")
+                }
+                other => panic!("{}: {other:?}", p.display()),
+            }
+        }
+        // Saving over the link replaces the link, not the file it points to.
+        let mut other = sample();
+        other.chunks.clear();
+        save(&link, &other).unwrap();
+        assert_eq!(read(&real).unwrap().unwrap(), sample());
+        assert_eq!(read(&link).unwrap().unwrap(), other);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The environment variables huggingface_hub reads, read the same way.
+//! The environment variables huggingface_hub reads (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HOME`,
+//! `HF_HUB_OFFLINE`, …), read the same way.
 //!
 //! Every function here has a `*_from` twin taking a lookup function, so that tests (and
 //! programs that keep their own environment) do not touch the process environment.
@@ -114,13 +115,10 @@ pub fn token_from(env: EnvLookup<'_>) -> Option<Token> {
     let path = non_empty(env("HF_TOKEN_PATH"))
         .map(|p| expand_tilde(PathBuf::from(p), env))
         .unwrap_or_else(|| hf_home_from(env).join("token"));
-    // A token file is small; refuse to read anything large.
-    let meta = std::fs::metadata(&path).ok()?;
-    if !meta.is_file() || meta.len() > 64 * 1024 {
-        return None;
-    }
-    let text = std::fs::read_to_string(&path).ok()?;
-    Token::new(text)
+    // A token file is small: refuse anything large, and anything but a regular file (a FIFO
+    // would block the read).
+    let bytes = crate::safe_fs::read_bounded(&path, 64 * 1024).ok()??;
+    Token::new(String::from_utf8(bytes).ok()?)
 }
 
 /// Whether `HF_HUB_OFFLINE` asks for offline mode (`1`, `ON`, `YES`, `TRUE`, any case), as

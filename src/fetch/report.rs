@@ -1,0 +1,168 @@
+//! What a fetch reports: the plan of what would be fetched, and what happened to every file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use super::Verification;
+
+/// One file of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedFile {
+    /// Path in the repository.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag: SHA-256 (LFS) or git blob SHA-1.
+    pub etag: String,
+    /// Where the file is (or will be) on disk.
+    pub local_path: PathBuf,
+    /// True when it is already complete on disk.
+    pub cached: bool,
+    /// Bytes an earlier, interrupted run of this very version recorded in its resume state
+    /// (re-hashed before use); 0 without a valid state. Not the partial file's length: partial
+    /// files are preallocated to their full size.
+    pub partial_bytes: u64,
+}
+
+/// What a selection resolves to (see [`Fetcher::resolve`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// The repository, `org/name` (with `datasets/` in front for datasets).
+    pub repo: String,
+    /// The revision asked for.
+    pub revision: String,
+    /// The commit it resolved to.
+    pub commit: String,
+    /// The selected files, in repository order.
+    pub files: Vec<PlannedFile>,
+    /// A note for the user (e.g. which model of a GGUF repository was chosen).
+    pub notice: Option<String>,
+    /// Files of the listing that were refused and left out (unsafe names, impossible sizes,
+    /// names that collide), with why; names escaped.
+    pub refused: Vec<crate::hub::RefusedEntry>,
+    /// True when resolved from disk only.
+    pub offline: bool,
+}
+
+impl Plan {
+    /// Total size of the selected files (saturating: listed sizes are hostile).
+    pub fn total_bytes(&self) -> u64 {
+        sum(self.files.iter().map(|f| f.size))
+    }
+
+    /// Size of the files already complete on disk.
+    pub fn cached_bytes(&self) -> u64 {
+        sum(self.files.iter().filter(|f| f.cached).map(|f| f.size))
+    }
+
+    /// Bytes still to download (partial downloads counted as present).
+    pub fn bytes_to_fetch(&self) -> u64 {
+        sum(self
+            .files
+            .iter()
+            .filter(|f| !f.cached)
+            .map(|f| f.size.saturating_sub(f.partial_bytes)))
+    }
+}
+
+fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((d.as_secs_f64() * 1000.0).round() / 1000.0)
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileReport {
+    /// Path in the repository.
+    pub path: String,
+    /// Where it is on disk (a snapshot path in the cache, or the file in the local folder).
+    pub local_path: PathBuf,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+    /// The ETag (the blob's name in the cache).
+    pub etag: String,
+    /// True when it was already complete on disk (nothing transferred).
+    pub cached: bool,
+    /// Bytes received in this run, re-fetched ones included.
+    pub transferred: u64,
+    /// Bytes fetched again after faults (cut connections, corrupted chunks, …).
+    pub refetched: u64,
+    /// Bytes reused from an earlier, interrupted run (after re-checking their hashes).
+    pub resumed: u64,
+    /// Failed attempts that were retried.
+    pub retries: u32,
+    /// Time spent on this file.
+    #[serde(rename = "elapsed_secs", serialize_with = "secs")]
+    pub elapsed: Duration,
+    /// The tensor-level verifier's verdict (GGUF and safetensors files, when enabled).
+    pub verification: Option<Verification>,
+}
+
+/// The result of [`Fetcher::fetch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FetchSummary {
+    /// The repository.
+    pub repo: String,
+    /// The revision asked for.
+    pub revision: String,
+    /// The commit it resolved to.
+    pub commit: String,
+    /// Every selected file, in repository order.
+    pub files: Vec<FileReport>,
+    /// A note for the user (e.g. which model of a GGUF repository was chosen and how to get
+    /// the others).
+    pub notice: Option<String>,
+    /// Wall time.
+    #[serde(rename = "elapsed_secs", serialize_with = "secs")]
+    pub elapsed: Duration,
+}
+
+impl FetchSummary {
+    /// Total size of the files.
+    pub fn total_bytes(&self) -> u64 {
+        sum(self.files.iter().map(|f| f.size))
+    }
+
+    /// Bytes received in this run.
+    pub fn transferred(&self) -> u64 {
+        sum(self.files.iter().map(|f| f.transferred))
+    }
+
+    /// Bytes fetched again after faults.
+    pub fn refetched(&self) -> u64 {
+        sum(self.files.iter().map(|f| f.refetched))
+    }
+
+    /// Bytes reused from interrupted runs.
+    pub fn resumed(&self) -> u64 {
+        sum(self.files.iter().map(|f| f.resumed))
+    }
+
+    /// Failed attempts that were retried, over all files.
+    pub fn retries(&self) -> u64 {
+        self.files.iter().map(|f| u64::from(f.retries)).sum()
+    }
+
+    /// Files that were already on disk.
+    pub fn cached_count(&self) -> usize {
+        self.files.iter().filter(|f| f.cached).count()
+    }
+
+    /// Files verified, and how many of them passed.
+    pub fn verified(&self) -> (usize, usize) {
+        let v: Vec<_> = self
+            .files
+            .iter()
+            .filter_map(|f| f.verification.as_ref())
+            .collect();
+        (v.len(), v.iter().filter(|v| v.valid).count())
+    }
+}
+
+/// A sum that saturates instead of overflowing.
+fn sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}

@@ -1,0 +1,345 @@
+//! Resolving a selection to files: online (the Hub's listing, or one `HEAD` per explicit file)
+//! or offline (the cache's `refs/` and `snapshots/`, or a local folder's metadata).
+//!
+//! Entries the listing refused (unsafe names, impossible sizes, names that collide) are left out
+//! of the selection and reported in [`Plan::refused`]; asking for one of them by name is a
+//! [`FetchError::Refused`].
+
+use std::collections::BTreeMap;
+
+use futures::stream::{self, StreamExt};
+
+use super::selection::{choose, SelectError};
+use super::{FetchError, Fetcher, Plan, PlannedFile, RepoRef, Selection};
+use crate::cache::{self, LocalDir, Store};
+use crate::hub::{self, HubError};
+use crate::names::{check_repo_path, escape, is_commit_hash};
+use crate::transfer::{Digest, PartialPaths, RemoteIdentity};
+
+/// A remote file chosen for download, before the cache is consulted.
+pub(super) struct Wanted {
+    path: String,
+    size: u64,
+    etag: String,
+}
+
+impl Fetcher {
+    /// Resolves a selection to files, sizes and hashes, and says which are already on disk.
+    /// Reads metadata only (online: the revision, then the tree listing or one `HEAD` per
+    /// explicit file); downloads nothing. This is `wi-fetch --dry-run`.
+    pub async fn resolve(&self, repo: &RepoRef, selection: &Selection) -> Result<Plan, FetchError> {
+        repo.validate()?;
+        for f in &selection.files {
+            check_repo_path(f).map_err(|reason| {
+                FetchError::Invalid(format!("invalid file path '{}': {reason}", escape(f)))
+            })?;
+        }
+        let store = self.store_for(repo);
+        if self.offline {
+            return self.resolve_offline(repo, selection, &store);
+        }
+        // A commit id and explicit files already in its snapshot: nothing to ask the Hub.
+        if is_commit_hash(&repo.revision) && selection.is_explicit_only() {
+            if let Ok(plan) = self.resolve_offline(repo, selection, &store) {
+                return Ok(plan);
+            }
+        }
+        let mut refused = Vec::new();
+        let (commit, wanted, notice) = if selection.is_explicit_only() {
+            let commit = self.hub.repo_commit(repo).await?;
+            let heads = stream::iter(selection.files.iter())
+                .map(|f| {
+                    let commit = commit.clone();
+                    let store = &store;
+                    async move {
+                        match self.hub.file_metadata(repo, &commit, f).await {
+                            Ok(m) => Ok(Wanted {
+                                path: f.clone(),
+                                size: m.size,
+                                etag: m.etag,
+                            }),
+                            Err(HubError::EntryNotFound { .. })
+                            | Err(HubError::NotFound { .. }) => {
+                                if let Store::Cache(r) = store {
+                                    let _ = r.mark_missing(&commit, f);
+                                }
+                                Err(FetchError::FileNotFound {
+                                    repo: repo.to_string(),
+                                    revision: repo.revision.clone(),
+                                    file: f.clone(),
+                                })
+                            }
+                            Err(e) => Err(e.into()),
+                        }
+                    }
+                })
+                .buffered(8)
+                .collect::<Vec<_>>()
+                .await;
+            let mut wanted = Vec::new();
+            for h in heads {
+                let w = h?;
+                if !wanted.iter().any(|x: &Wanted| x.path == w.path) {
+                    wanted.push(w);
+                }
+            }
+            (commit, wanted, None)
+        } else {
+            let listing = self.hub.list_files(repo).await?;
+            if let Some(r) = listing
+                .refused
+                .iter()
+                .find(|r| selection.files.contains(&r.path))
+            {
+                return Err(FetchError::Refused {
+                    repo: repo.to_string(),
+                    file: r.path.clone(),
+                    reason: r.reason.clone(),
+                });
+            }
+            refused = listing.refused.clone();
+            let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
+            let chosen = choose(&paths, selection, &repo.to_string())
+                .map_err(|e| select_error(e, repo, &listing.commit, &store))?;
+            let by_path: BTreeMap<&str, &hub::RemoteFile> =
+                listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
+            let wanted = chosen
+                .paths
+                .iter()
+                .filter_map(|p| by_path.get(p.as_str()))
+                .map(|f| Wanted {
+                    path: f.path.clone(),
+                    size: f.size,
+                    etag: f.etag().to_string(),
+                })
+                .collect();
+            (listing.commit, wanted, chosen.notice)
+        };
+        let files = wanted
+            .into_iter()
+            .map(|w| planned(&store, repo, &commit, w))
+            .collect();
+        Ok(Plan {
+            repo: repo.to_string(),
+            revision: repo.revision.clone(),
+            commit,
+            files,
+            notice,
+            refused,
+            offline: false,
+        })
+    }
+
+    fn resolve_offline(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        store: &Store,
+    ) -> Result<Plan, FetchError> {
+        let dir = self.store_dir(repo);
+        let not_cached = |what: String| FetchError::NotCached {
+            what,
+            dir: dir.clone(),
+        };
+        let (commit, files) = match store {
+            Store::Cache(r) => {
+                let commit = r.resolve_offline(&repo.revision).ok_or_else(|| {
+                    not_cached(format!(
+                        "repository '{repo}' at revision '{}'",
+                        repo.revision
+                    ))
+                })?;
+                let files = r
+                    .list_snapshot(&commit)
+                    .map_err(|e| FetchError::io("read", r.snapshot_dir(&commit), e))?;
+                (commit, files)
+            }
+            Store::Local(l) => {
+                let filter = is_commit_hash(&repo.revision).then_some(repo.revision.as_str());
+                let files = l
+                    .list_complete(filter)
+                    .map_err(|e| FetchError::io("read", l.download_dir(), e))?;
+                // Provisional: the commit reported is that of the files chosen (below).
+                let commit = files.first().map(|f| f.commit.clone()).ok_or_else(|| {
+                    not_cached(format!(
+                        "repository '{repo}' at revision '{}'",
+                        repo.revision
+                    ))
+                })?;
+                (commit, files)
+            }
+        };
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        let chosen = choose(&paths, selection, &repo.to_string()).map_err(|e| match e {
+            SelectError::MissingFile(f) => {
+                if let Store::Cache(r) = store {
+                    if r.is_marked_missing(&commit, &f) {
+                        return FetchError::FileNotFound {
+                            repo: repo.to_string(),
+                            revision: repo.revision.clone(),
+                            file: f,
+                        };
+                    }
+                }
+                not_cached(format!(
+                    "file '{f}' of '{repo}' at revision '{}'",
+                    repo.revision
+                ))
+            }
+            SelectError::NoQuant { tag, .. } => not_cached(format!(
+                "a GGUF file with quantization '{tag}' of '{repo}' at revision '{}'",
+                repo.revision
+            )),
+            SelectError::Empty => not_cached(format!(
+                "a file matching the selection in '{repo}' at revision '{}'",
+                repo.revision
+            )),
+            SelectError::BadPattern(p) => FetchError::Invalid(p),
+        })?;
+        let by_path: BTreeMap<&str, &cache::CachedFile> =
+            files.iter().map(|f| (f.path.as_str(), f)).collect();
+        let picked: Vec<&cache::CachedFile> = chosen
+            .paths
+            .iter()
+            .filter_map(|p| by_path.get(p.as_str()).copied())
+            .collect();
+        let mut notice = chosen.notice;
+        let commit = match store {
+            Store::Local(l) => {
+                let (newest, mixed) = local_commit(l, &picked).unwrap_or((commit, 0));
+                if mixed > 1 {
+                    let n = format!(
+                        "the files in {} come from {mixed} different commits; \
+                         reporting the newest download's, {newest}",
+                        l.root().display()
+                    );
+                    notice = Some(match notice {
+                        Some(old) => format!("{old}; {n}"),
+                        None => n,
+                    });
+                }
+                newest
+            }
+            Store::Cache(_) => commit,
+        };
+        let files = picked
+            .into_iter()
+            .map(|f| PlannedFile {
+                path: f.path.clone(),
+                size: f.size,
+                etag: f.etag.clone(),
+                local_path: f.local_path.clone(),
+                cached: true,
+                partial_bytes: 0,
+            })
+            .collect();
+        Ok(Plan {
+            repo: repo.to_string(),
+            revision: repo.revision.clone(),
+            commit,
+            files,
+            notice,
+            refused: Vec::new(),
+            offline: true,
+        })
+    }
+}
+
+/// The commit to report for files of a local folder, found offline: the commit of the most
+/// recently downloaded one (by the time in its metadata), and how many different commits the
+/// files come from. `None` without files.
+fn local_commit(l: &LocalDir, files: &[&cache::CachedFile]) -> Option<(String, usize)> {
+    let commits: std::collections::BTreeSet<&str> =
+        files.iter().map(|f| f.commit.as_str()).collect();
+    let newest = files
+        .iter()
+        .map(|f| {
+            let t = l.read_metadata(&f.path).map_or(0.0, |m| m.timestamp);
+            (t, &f.commit)
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)))?;
+    Some((newest.1.clone(), commits.len()))
+}
+
+/// Where `path` at `etag` is (or would be) downloaded, as the transfer engine names it.
+pub(super) fn partial_paths(store: &Store, path: &str, etag: &str) -> PartialPaths {
+    let pl = store.placement(path, etag);
+    PartialPaths {
+        data: pl.partial_path,
+        state: pl.state_path,
+        lock: pl.lock_path,
+        watch: pl.foreign_partial_path.into_iter().collect(),
+    }
+}
+
+/// The identity the transfer engine records for `path` of `repo` at `commit` (see
+/// [`RemoteIdentity`]).
+pub(super) fn identity(
+    repo: &RepoRef,
+    commit: &str,
+    path: &str,
+    etag: &str,
+    size: u64,
+) -> RemoteIdentity {
+    RemoteIdentity {
+        repo: repo.to_string(),
+        commit: commit.to_string(),
+        path: path.to_string(),
+        etag: etag.to_string(),
+        size,
+    }
+}
+
+fn planned(store: &Store, repo: &RepoRef, commit: &str, w: Wanted) -> PlannedFile {
+    let (local_path, cached) = match store {
+        Store::Cache(r) => (
+            r.snapshot_path(commit, &w.path),
+            r.complete_blob(&w.etag, w.size).is_some(),
+        ),
+        Store::Local(l) => (
+            l.file_path(&w.path),
+            l.find_complete(&w.path, &w.etag, w.size).is_some(),
+        ),
+    };
+    // What the resume state of an earlier run records (partial files are preallocated to full
+    // size, so their length says nothing), counted only when the engine would resume from it.
+    let partial_bytes = match (cached, Digest::from_etag(&w.etag)) {
+        (false, Some(d)) => partial_paths(store, &w.path, &w.etag).resumable_bytes(
+            &identity(repo, commit, &w.path, &w.etag, w.size),
+            &d.to_string(),
+        ),
+        _ => 0,
+    };
+    PlannedFile {
+        path: w.path,
+        size: w.size,
+        etag: w.etag,
+        local_path,
+        cached,
+        partial_bytes,
+    }
+}
+
+fn select_error(e: SelectError, repo: &RepoRef, commit: &str, store: &Store) -> FetchError {
+    match e {
+        SelectError::MissingFile(f) => {
+            if let Store::Cache(r) = store {
+                let _ = r.mark_missing(commit, &f);
+            }
+            FetchError::FileNotFound {
+                repo: repo.to_string(),
+                revision: repo.revision.clone(),
+                file: f,
+            }
+        }
+        SelectError::NoQuant { tag, available } => FetchError::NoSuchQuant {
+            repo: repo.to_string(),
+            tag,
+            available,
+        },
+        SelectError::Empty => FetchError::NothingSelected {
+            repo: repo.to_string(),
+        },
+        SelectError::BadPattern(p) => FetchError::Invalid(p),
+    }
+}

@@ -1,0 +1,548 @@
+//! Fetching the files of a plan: the lock of each partial download, the cache, the transfer
+//! engine, the commit into place, the tensor-level verification, and each file's events.
+//!
+//! **Events keep the [`Reporter`] contract**: every file gets at most one terminal event
+//! ([`Event::FileDone`] or [`Event::FileFailed`]) and nothing after it. A file whose download
+//! found the remote file changed is not reported failed while its selection is resolved again
+//! (a notice says so); and a gate between the fetch and the caller's reporter drops anything a
+//! second round would say about a file that already ended.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use futures::stream::{self, StreamExt};
+use sha2::{Digest as _, Sha256};
+
+use super::resolve::{identity, partial_paths};
+use super::selection;
+use super::space::check_space;
+use super::verification::{is_model_file, is_split_part, verify_file};
+use super::{
+    FetchError, FetchSummary, Fetcher, FileReport, PlannedFile, RepoRef, Selection, Verification,
+};
+use crate::cache::Store;
+use crate::hub::HubError;
+use crate::names::{escape, is_commit_hash};
+use crate::progress::{Event, Reporter};
+use crate::safe_fs;
+use crate::transfer::{Digest, LockedPartial, TransferSpec};
+
+/// Refused listing entries named one by one in notices; the rest are counted.
+const REFUSED_NAMED: usize = 5;
+
+/// See the module docs: drops every event about a file after its terminal event, and keeps the
+/// failures held back while a selection may be resolved again.
+struct Gate<'a> {
+    inner: &'a dyn Reporter,
+    ended: Mutex<HashSet<String>>,
+    /// Files whose failure (the remote file changed) is not reported yet, with the message.
+    held: Mutex<Vec<(String, String)>>,
+}
+
+impl<'a> Gate<'a> {
+    fn new(inner: &'a dyn Reporter) -> Self {
+        Gate {
+            inner,
+            ended: Mutex::new(HashSet::new()),
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Holds back `file`'s failure.
+    fn hold(&self, file: &str, error: String) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((file.to_string(), error));
+    }
+
+    /// Reports the failures held back (no second round will end them).
+    fn release(&self) {
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        for (file, error) in held {
+            self.on_event(&Event::FileFailed {
+                file: &file,
+                error: &error,
+            });
+        }
+    }
+}
+
+impl Reporter for Gate<'_> {
+    fn on_event(&self, event: &Event<'_>) {
+        if let Some(file) = event.file() {
+            let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+            if ended.contains(file) {
+                return;
+            }
+            if matches!(event, Event::FileDone { .. } | Event::FileFailed { .. }) {
+                ended.insert(file.to_string());
+            }
+        }
+        self.inner.on_event(event);
+    }
+}
+
+fn notice(rep: &dyn Reporter, file: Option<&str>, message: &str) {
+    rep.on_event(&Event::Notice { file, message });
+}
+
+impl Fetcher {
+    /// Fetches the selected files: resolve, check free space, download what is missing
+    /// (`max_files` at a time), commit, verify. Returns what happened to every file, or the
+    /// most serious failure (after letting the other files finish; each failure is also
+    /// reported as [`Event::FileFailed`]).
+    ///
+    /// When a file changes on the Hub during its download (a server that serves a branch's
+    /// newest bytes under an older commit), the selection is resolved again, once, and the
+    /// fetch restarts at the new commit (files already complete are not fetched again).
+    pub async fn fetch(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+    ) -> Result<FetchSummary, FetchError> {
+        let start = Instant::now();
+        let gate = Gate::new(&*self.reporter);
+        let may_retry = !self.offline && !is_commit_hash(&repo.revision);
+        let first = self
+            .fetch_once(repo, selection, start, &gate, !may_retry)
+            .await;
+        match first {
+            Err(e) if may_retry && remote_changed(&e) => {
+                notice(
+                    &gate,
+                    None,
+                    &format!("{e}; resolving '{}' again", escape(&repo.revision)),
+                );
+                gate.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                self.fetch_once(repo, selection, start, &gate, true).await
+            }
+            other => {
+                gate.release();
+                other
+            }
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        start: Instant,
+        rep: &Gate<'_>,
+        last_round: bool,
+    ) -> Result<FetchSummary, FetchError> {
+        let plan = self.resolve(repo, selection).await?;
+        rep.on_event(&Event::Plan {
+            files: plan.files.len(),
+            total_bytes: plan.total_bytes(),
+            cached_bytes: plan.cached_bytes(),
+        });
+        if let Some(n) = &plan.notice {
+            notice(rep, None, n);
+        }
+        for r in plan.refused.iter().take(REFUSED_NAMED) {
+            notice(
+                rep,
+                None,
+                &format!("left out '{}' of the listing: {}", r.path, r.reason),
+            );
+        }
+        if plan.refused.len() > REFUSED_NAMED {
+            notice(
+                rep,
+                None,
+                &format!(
+                    "left out {} more files of the listing",
+                    plan.refused.len() - REFUSED_NAMED
+                ),
+            );
+        }
+        let store = self.store_for(repo);
+        if plan.files.iter().any(|f| !f.cached) {
+            store
+                .prepare()
+                .map_err(|e| FetchError::io("create", store.data_dir(), e))?;
+            check_space(&store, &plan)?;
+        }
+        if !plan.offline {
+            // As huggingface_hub does, remember what the revision resolved to.
+            if let Err(e) = store.write_ref(&repo.revision, &plan.commit) {
+                if plan.files.iter().any(|f| !f.cached) {
+                    return Err(FetchError::io("write the ref of", self.store_dir(repo), e));
+                }
+            }
+        }
+        let results: Vec<Result<FileReport, FetchError>> = stream::iter(plan.files.iter())
+            .map(|f| self.fetch_one(repo, &plan.commit, &store, f, rep, last_round))
+            .buffered(self.max_files)
+            .collect()
+            .await;
+        let mut reports = Vec::new();
+        let mut errors = Vec::new();
+        for r in results {
+            match r {
+                Ok(rep) => reports.push(rep),
+                Err(e) => errors.push(e),
+            }
+        }
+        if self.verify {
+            self.verify_split_sets(&mut reports, rep).await;
+        }
+        for r in &reports {
+            let verdict = r.verification.as_ref();
+            if is_split_part(&r.path) && self.verify {
+                match verdict {
+                    Some(v) if !v.valid => {
+                        let msg = match &v.covered_by {
+                            Some(first) => {
+                                format!("the split model fails verification (see {first})")
+                            }
+                            None => format!("failed verification: {}", v.errors.join("; ")),
+                        };
+                        rep.on_event(&Event::FileFailed {
+                            file: &r.path,
+                            error: &msg,
+                        });
+                    }
+                    _ => rep.on_event(&Event::FileDone {
+                        file: &r.path,
+                        cached: r.cached,
+                    }),
+                }
+            }
+            if let Some(v) = verdict {
+                if !v.valid && v.covered_by.is_none() {
+                    errors.push(FetchError::Verification {
+                        file: r.path.clone(),
+                        errors: v.errors.clone(),
+                    });
+                }
+            }
+        }
+        // The most serious failure decides the exit code, whatever order files failed in.
+        if let Some(e) = FetchError::several(errors) {
+            return Err(e);
+        }
+        Ok(FetchSummary {
+            repo: plan.repo,
+            revision: plan.revision,
+            commit: plan.commit,
+            files: reports,
+            notice: plan.notice,
+            elapsed: start.elapsed(),
+        })
+    }
+
+    async fn fetch_one(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        f: &PlannedFile,
+        rep: &Gate<'_>,
+        last_round: bool,
+    ) -> Result<FileReport, FetchError> {
+        match self.fetch_one_inner(repo, commit, store, f, rep).await {
+            Ok(mut report) => {
+                if self.verify && is_model_file(&report.path) && !is_split_part(&report.path) {
+                    rep.on_event(&Event::Verifying { file: &report.path });
+                    let p = report.local_path.clone();
+                    report.verification = Some(
+                        tokio::task::spawn_blocking(move || verify_file(&p))
+                            .await
+                            .unwrap_or_else(|e| crashed(&e)),
+                    );
+                }
+                // Split parts end once their set is verified (see `fetch_once`).
+                if !(self.verify && is_split_part(&report.path)) {
+                    match &report.verification {
+                        Some(v) if !v.valid => {
+                            let msg = format!("failed verification: {}", v.errors.join("; "));
+                            rep.on_event(&Event::FileFailed {
+                                file: &report.path,
+                                error: &msg,
+                            });
+                        }
+                        _ => rep.on_event(&Event::FileDone {
+                            file: &report.path,
+                            cached: report.cached,
+                        }),
+                    }
+                }
+                Ok(report)
+            }
+            Err(e) if !last_round && remote_changed(&e) => {
+                // Not failed yet: the selection may be resolved again.
+                notice(rep, Some(&f.path), &e.to_string());
+                rep.hold(&f.path, e.to_string());
+                Err(e)
+            }
+            Err(e) => {
+                rep.on_event(&Event::FileFailed {
+                    file: &f.path,
+                    error: &e.to_string(),
+                });
+                Err(e)
+            }
+        }
+    }
+
+    async fn fetch_one_inner(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        f: &PlannedFile,
+        rep: &dyn Reporter,
+    ) -> Result<FileReport, FetchError> {
+        let t0 = Instant::now();
+        if f.cached {
+            if let Some(r) = self.cached_report(store, commit, f, t0).await? {
+                return Ok(r);
+            }
+            if self.offline {
+                return Err(FetchError::NotCached {
+                    what: format!("file '{}' of '{repo}'", escape(&f.path)),
+                    dir: self.store_dir(repo),
+                });
+            }
+        }
+        let paths = partial_paths(store, &f.path, &f.etag);
+        store.prepare_for(&f.path, &f.etag).map_err(|e| {
+            FetchError::io_for(Some(&f.path), "create the folder of", &paths.data, e)
+        })?;
+        let locked = self.engine.lock(&paths, &f.path, rep).await?;
+        // Another process (or task) may have finished it while we waited.
+        if let Some(r) = self.cached_report(store, commit, f, t0).await? {
+            return Ok(r);
+        }
+        self.discard_stale_partials(store, f, &locked, rep);
+        let expected = Digest::from_etag(&f.etag).ok_or_else(|| {
+            FetchError::Hub(HubError::InvalidResponse {
+                url: self.hub.resolve_url(repo, commit, &f.path),
+                reason: format!("ETag '{}' is not a hash", escape(&f.etag)),
+            })
+        })?;
+        let spec = TransferSpec {
+            file: f.path.clone(),
+            url: self.hub.resolve_url(repo, commit, &f.path),
+            headers: self.hub.auth_headers(),
+            identity: identity(repo, commit, &f.path, &f.etag, f.size),
+            expected,
+        };
+        let finished = match self.engine.download(&spec, locked, rep).await {
+            Ok(done) => done,
+            Err(e) if e.is_denied_or_not_found() => {
+                // The transfer only saw a status; the Hub's metadata answer says why (gated,
+                // private, a token needed), so ask it once.
+                return Err(match self.hub.file_metadata(repo, commit, &f.path).await {
+                    Err(h) if h.is_not_found_or_denied() => FetchError::Hub(h),
+                    _ => FetchError::Transfer(e),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let out = finished.outcome.clone();
+        let (local, leftover) = finished.commit(|p| {
+            store
+                .commit(p, commit, &f.path, &f.etag, &repo.revision)
+                .map_err(|e| FetchError::io_for(Some(&f.path), "move into place", p, e))
+        })?;
+        if let Some(e) = leftover {
+            notice(
+                rep,
+                Some(&f.path),
+                &format!("the file is in place, but its finished resume state stays: {e}"),
+            );
+        }
+        Ok(FileReport {
+            path: f.path.clone(),
+            local_path: local,
+            size: out.size,
+            sha256: hex::encode(out.sha256),
+            etag: f.etag.clone(),
+            cached: false,
+            transferred: out.transferred,
+            refetched: out.refetched,
+            resumed: out.resumed,
+            retries: out.retries,
+            elapsed: t0.elapsed(),
+            verification: None,
+        })
+    }
+
+    /// Deletes the partial downloads of `f.path` for an older version of it (another ETag),
+    /// saying so with a notice: partial files are named by ETag, so the engine never meets them
+    /// once the file changed on the Hub. `locked` is `f`'s own partial download. In the cache, a
+    /// partial whose own lock is held (another process is downloading that version right now,
+    /// e.g. at another revision) is left alone, and so is one whose state cannot be read (which
+    /// file it was for is unknown). Failures only cost disk space: they are notices, not errors.
+    fn discard_stale_partials(
+        &self,
+        store: &Store,
+        f: &PlannedFile,
+        locked: &LockedPartial,
+        rep: &dyn Reporter,
+    ) {
+        let say = |message: &str| notice(rep, Some(&f.path), message);
+        let others = match store.other_partials(&f.path, &f.etag) {
+            Ok(o) => o,
+            Err(e) => {
+                say(&format!(
+                    "cannot look for partial downloads of older versions: {e}"
+                ));
+                return;
+            }
+        };
+        for (etag, pl) in others {
+            let paths = partial_paths(store, &f.path, &etag);
+            debug_assert_eq!(paths.data, pl.partial_path);
+            let Some(info) = paths.inspect() else {
+                continue;
+            };
+            if info.identity.path != f.path {
+                continue;
+            }
+            let discarded = match store {
+                Store::Cache(_) => match paths.try_lock() {
+                    Ok(Some(other)) => other.discard(),
+                    // Being downloaded right now, or the lock is unusable: leave it.
+                    Ok(None) | Err(_) => continue,
+                },
+                Store::Local(_) => locked.discard_other(&paths),
+            };
+            say(&format!(
+                "remote file changed since the interrupted download; discarding {} of the old \
+                 partial ({})",
+                super::human_bytes(info.recorded_bytes),
+                paths.data.display()
+            ));
+            if let Err(e) = discarded {
+                say(&format!("cannot remove {}: {e}", paths.data.display()));
+            }
+        }
+    }
+
+    /// The report of a file already complete on disk, or `None`.
+    async fn cached_report(
+        &self,
+        store: &Store,
+        commit: &str,
+        f: &PlannedFile,
+        t0: Instant,
+    ) -> Result<Option<FileReport>, FetchError> {
+        let found = if self.offline {
+            // Offline plans point at existing files; never write (not even a link).
+            std::fs::metadata(&f.local_path)
+                .ok()
+                .filter(|m| m.is_file() && m.len() == f.size)
+                .map(|_| f.local_path.clone())
+        } else {
+            store
+                .find_complete(commit, &f.path, &f.etag, f.size)
+                .map_err(|e| FetchError::io_for(Some(&f.path), "link", &f.local_path, e))?
+        };
+        let Some(local) = found else {
+            return Ok(None);
+        };
+        let sha256 = if f.etag.len() == 64 {
+            f.etag.clone()
+        } else {
+            let p = local.clone();
+            tokio::task::spawn_blocking(move || sha256_file(&p))
+                .await
+                .map_err(|e| FetchError::Invalid(format!("hash task failed: {e}")))?
+                .map_err(|e| FetchError::io_for(Some(&f.path), "read", &local, e))?
+        };
+        Ok(Some(FileReport {
+            path: f.path.clone(),
+            local_path: local,
+            size: f.size,
+            sha256,
+            etag: f.etag.clone(),
+            cached: true,
+            transferred: 0,
+            refetched: 0,
+            resumed: 0,
+            retries: 0,
+            elapsed: t0.elapsed(),
+            verification: None,
+        }))
+    }
+
+    /// Verifies each complete split-GGUF set through its first part; parts of incomplete sets
+    /// are left unverified with a notice.
+    async fn verify_split_sets(&self, reports: &mut [FileReport], rep: &dyn Reporter) {
+        let mut sets: BTreeMap<(String, u32), Vec<usize>> = BTreeMap::new();
+        for (i, r) in reports.iter().enumerate() {
+            if let Some(s) = selection::split_info(&r.path).filter(|s| s.count > 1) {
+                sets.entry((s.prefix, s.count)).or_default().push(i);
+            }
+        }
+        for ((prefix, count), idx) in sets {
+            let first = idx
+                .iter()
+                .copied()
+                .find(|&i| selection::split_info(&reports[i].path).is_some_and(|s| s.index == 1));
+            let (Some(first), true) = (first, idx.len() == count as usize) else {
+                let msg = format!(
+                    "{}: only {} of {count} parts selected; the split model is not verified",
+                    escape(&prefix),
+                    idx.len()
+                );
+                notice(rep, None, &msg);
+                continue;
+            };
+            let first_path = reports[first].path.clone();
+            rep.on_event(&Event::Verifying { file: &first_path });
+            let p = reports[first].local_path.clone();
+            let v = tokio::task::spawn_blocking(move || verify_file(&p))
+                .await
+                .unwrap_or_else(|e| crashed(&e));
+            for &i in &idx {
+                let mut vi = v.clone();
+                if i != first {
+                    vi.covered_by = Some(first_path.clone());
+                }
+                reports[i].verification = Some(vi);
+            }
+        }
+    }
+}
+
+/// The verdict when the verifier's task failed.
+fn crashed(e: &tokio::task::JoinError) -> Verification {
+    Verification {
+        valid: false,
+        format: None,
+        errors: vec![format!("verifier crashed: {e}")],
+        warnings: Vec::new(),
+        covered_by: None,
+    }
+}
+
+fn remote_changed(e: &FetchError) -> bool {
+    match e {
+        FetchError::Transfer(t) => t.is_remote_changed(),
+        FetchError::Several { first, .. } => remote_changed(first),
+        _ => false,
+    }
+}
+
+fn sha256_file(p: &Path) -> std::io::Result<String> {
+    let mut f = safe_fs::open_read_following(p)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}

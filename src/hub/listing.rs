@@ -1,0 +1,471 @@
+//! Listing a repository: the commit a revision points at, and the tree at that commit.
+//!
+//! A listing is bounded in every direction: each page's body ([`HubConfig::max_response_bytes`]),
+//! the pages ([`HubConfig::max_pages`]; a `next` link to a page already read is a pagination
+//! loop and refused at once), and the totals over all pages ([`HubConfig::max_listing_entries`],
+//! [`HubConfig::max_listing_bytes`]). Entries whose path could not safely become a local file
+//! name, whose size is past 2^63, or whose name collides with another's on a case-insensitive
+//! file system are not fatal: they are set aside in [`RepoListing::refused`] with the reason.
+//!
+//! [`HubConfig::max_response_bytes`]: super::HubConfig::max_response_bytes
+//! [`HubConfig::max_pages`]: super::HubConfig::max_pages
+//! [`HubConfig::max_listing_entries`]: super::HubConfig::max_listing_entries
+//! [`HubConfig::max_listing_bytes`]: super::HubConfig::max_listing_bytes
+
+use std::collections::{BTreeMap, HashSet};
+
+use reqwest::header::HeaderMap;
+use serde::{Deserialize, Deserializer};
+
+use super::request::Ctx;
+use super::{encode_revision, HubClient, HubError, RepoRef};
+use crate::names::{case_fold, check_repo_path, escape, etag_kind, is_commit_hash, EtagKind};
+use crate::net::{header_str, redact};
+
+/// Largest file size accepted from a listing or a `HEAD`: 2^63 − 1 bytes. Anything larger is not
+/// a file anyone can store, and would overflow the sums made of sizes.
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+/// One file of a repository listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteFile {
+    /// Path in the repository (checked with [`check_repo_path`]).
+    pub path: String,
+    /// Size in bytes (at most [`MAX_FILE_SIZE`]).
+    pub size: u64,
+    /// Git blob SHA-1 (of the LFS pointer for LFS files), lowercase hex.
+    pub git_oid: String,
+    /// SHA-256 of the content for LFS files, lowercase hex.
+    pub lfs_sha256: Option<String>,
+}
+
+impl RemoteFile {
+    /// The file's ETag on the Hub, which names its blob in the cache: the LFS SHA-256, else the
+    /// git blob SHA-1.
+    pub fn etag(&self) -> &str {
+        self.lfs_sha256.as_deref().unwrap_or(&self.git_oid)
+    }
+}
+
+/// A listed entry that was not kept: its path could not safely become a local file name, its
+/// size or hashes are impossible, or it collides with another entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefusedEntry {
+    /// The path as listed, with control characters escaped (safe to print).
+    pub path: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// The files of a repository at one commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoListing {
+    /// The commit the revision resolved to (40 hex digits).
+    pub commit: String,
+    /// Every file kept, in the server's order.
+    pub files: Vec<RemoteFile>,
+    /// Entries that were refused, in the server's order.
+    pub refused: Vec<RefusedEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RepoInfo {
+    #[serde(default)]
+    sha: Option<String>,
+}
+
+/// A size as listed: any JSON number, judged later (a negative, fractional or huge one is an
+/// entry to refuse, not a listing to fail).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Size {
+    Valid(u64),
+    Invalid,
+}
+
+fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Size>, D::Error> {
+    let n: Option<serde_json::Number> = Option::deserialize(d)?;
+    Ok(n.map(|n| match n.as_u64() {
+        Some(v) if v <= MAX_FILE_SIZE => Size::Valid(v),
+        _ => Size::Invalid,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+struct TreeEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    path: String,
+    #[serde(default)]
+    oid: Option<String>,
+    #[serde(default, deserialize_with = "size")]
+    size: Option<Size>,
+    #[serde(default)]
+    lfs: Option<LfsInfo>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LfsInfo {
+    #[serde(default)]
+    oid: Option<String>,
+    #[serde(default)]
+    sha256: Option<String>,
+    #[serde(default, deserialize_with = "size")]
+    size: Option<Size>,
+}
+
+/// An entry of a listing page: one of ours, or something malformed (refused, not fatal).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PageEntry {
+    Entry(TreeEntry),
+    Other(serde::de::IgnoredAny),
+}
+
+impl TreeEntry {
+    /// The file this entry describes, or why it is refused.
+    fn into_remote(self) -> Result<RemoteFile, RefusedEntry> {
+        let refuse = |reason: String| RefusedEntry {
+            path: escape(&self.path).into_owned(),
+            reason,
+        };
+        if let Err(reason) = check_repo_path(&self.path) {
+            return Err(refuse(reason.to_string()));
+        }
+        let oid = match &self.oid {
+            Some(o) if etag_kind(&o.to_ascii_lowercase()) == Some(EtagKind::GitSha1) => {
+                o.to_ascii_lowercase()
+            }
+            Some(o) => return Err(refuse(format!("bad git oid '{}'", escape(o)))),
+            None => return Err(refuse("no git oid".into())),
+        };
+        let (lfs_sha256, size) = match &self.lfs {
+            Some(l) => {
+                let sha = l
+                    .oid
+                    .as_deref()
+                    .or(l.sha256.as_deref())
+                    .map(|s| s.trim_start_matches("sha256:").to_ascii_lowercase());
+                match sha {
+                    Some(ref s) if etag_kind(s) == Some(EtagKind::Sha256) => {}
+                    Some(s) => return Err(refuse(format!("bad LFS oid '{}'", escape(&s)))),
+                    None => return Err(refuse("no LFS oid".into())),
+                }
+                (sha, l.size.or(self.size))
+            }
+            None => (None, self.size),
+        };
+        let size = match size {
+            Some(Size::Valid(s)) => s,
+            Some(Size::Invalid) => {
+                return Err(refuse(format!(
+                    "impossible size (not a whole number of bytes up to {MAX_FILE_SIZE})"
+                )))
+            }
+            None => return Err(refuse("no size".into())),
+        };
+        Ok(RemoteFile {
+            path: self.path,
+            size,
+            git_oid: oid,
+            lfs_sha256,
+        })
+    }
+}
+
+/// Sets aside every file whose path collides with another's once case is folded (two names a
+/// case-insensitive file system stores as one), or that is also a folder of another path (`a`
+/// and `a/b`): which of them a local folder would end up holding cannot be told.
+fn refuse_collisions(files: Vec<RemoteFile>, refused: &mut Vec<RefusedEntry>) -> Vec<RemoteFile> {
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &files {
+        *by_key.entry(case_fold(&f.path)).or_default() += 1;
+    }
+    let folders: HashSet<String> = by_key
+        .keys()
+        .flat_map(|k| {
+            k.match_indices('/')
+                .map(|(i, _)| k[..i].to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut kept = Vec::with_capacity(files.len());
+    for f in files {
+        let key = case_fold(&f.path);
+        if by_key[&key] > 1 {
+            refused.push(RefusedEntry {
+                path: escape(&f.path).into_owned(),
+                reason: "another file's name differs from it only in case".into(),
+            });
+        } else if folders.contains(&key) {
+            refused.push(RefusedEntry {
+                path: escape(&f.path).into_owned(),
+                reason: "it is also the folder of other files".into(),
+            });
+        } else {
+            kept.push(f);
+        }
+    }
+    kept
+}
+
+impl HubClient {
+    /// The commit a revision points at: `GET /api/{type}s/{repo}/revision/{rev}` → `sha`.
+    /// A full commit id is still asked about, so that a missing one is reported.
+    pub async fn repo_commit(&self, repo: &RepoRef) -> Result<String, HubError> {
+        repo.validate()?;
+        let url = self.api_url(
+            repo,
+            &format!("revision/{}", encode_revision(&repo.revision)),
+        );
+        let ctx = Ctx {
+            repo,
+            revision: &repo.revision,
+            path: None,
+        };
+        let (info, headers, url, _): (RepoInfo, _, _, _) = self
+            .get_json(&url, ctx, self.cfg.timeout, self.cfg.max_response_bytes)
+            .await?;
+        let sha = info
+            .sha
+            .or_else(|| header_str(&headers, "x-repo-commit").map(str::to_string))
+            .ok_or_else(|| HubError::InvalidResponse {
+                url: redact(&url),
+                reason: "no commit ('sha') in the repository info".into(),
+            })?;
+        check_commit(&sha, &redact(&url))
+    }
+
+    /// Every file of the repository at its revision, and the commit the revision resolved to.
+    ///
+    /// The revision is resolved first ([`HubClient::repo_commit`]) and the tree is listed at
+    /// that commit, so that a push in between cannot mix two commits.
+    pub async fn list_files(&self, repo: &RepoRef) -> Result<RepoListing, HubError> {
+        let commit = self.repo_commit(repo).await?;
+        let (files, refused) = self.list_tree(repo, &commit).await?;
+        Ok(RepoListing {
+            commit,
+            files,
+            refused,
+        })
+    }
+
+    /// The files of the tree at `revision` (a commit, preferably), following pagination within
+    /// the bounds of the module docs; and the entries refused.
+    pub async fn list_tree(
+        &self,
+        repo: &RepoRef,
+        revision: &str,
+    ) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), HubError> {
+        repo.validate()?;
+        let mut url = self.api_url(
+            repo,
+            &format!("tree/{}?recursive=true", encode_revision(revision)),
+        );
+        let ctx = Ctx {
+            repo,
+            revision,
+            path: None,
+        };
+        let cfg = &self.cfg;
+        let mut files = Vec::new();
+        let mut refused = Vec::new();
+        let mut seen_pages: HashSet<url::Url> = HashSet::new();
+        let (mut entries_total, mut bytes_total) = (0usize, 0u64);
+        for _page in 0..cfg.max_pages {
+            let (entries, headers, answered, bytes): (Vec<PageEntry>, _, _, _) = self
+                .get_json(&url, ctx, cfg.timeout * 3, cfg.max_response_bytes)
+                .await?;
+            let invalid = |reason: String| HubError::InvalidResponse {
+                url: redact(&answered),
+                reason,
+            };
+            seen_pages.insert(answered.clone());
+            entries_total = entries_total.saturating_add(entries.len());
+            bytes_total = bytes_total.saturating_add(bytes as u64);
+            if entries_total > cfg.max_listing_entries {
+                return Err(invalid(format!(
+                    "the listing has more than {} entries",
+                    cfg.max_listing_entries
+                )));
+            }
+            if bytes_total > cfg.max_listing_bytes {
+                return Err(invalid(format!(
+                    "the listing is larger than {} bytes",
+                    cfg.max_listing_bytes
+                )));
+            }
+            for e in entries {
+                let e = match e {
+                    PageEntry::Entry(e) if e.kind == "file" => e,
+                    PageEntry::Entry(_) => continue,
+                    PageEntry::Other(_) => {
+                        refused.push(RefusedEntry {
+                            path: "?".into(),
+                            reason: "a malformed listing entry".into(),
+                        });
+                        continue;
+                    }
+                };
+                match e.into_remote() {
+                    Ok(f) => files.push(f),
+                    Err(r) => refused.push(r),
+                }
+            }
+            match next_link(&headers) {
+                None => {
+                    let files = refuse_collisions(files, &mut refused);
+                    return Ok((files, refused));
+                }
+                Some(next) => {
+                    let next = answered
+                        .join(&next)
+                        .map_err(|e| invalid(format!("bad next-page link: {e}")))?;
+                    if !crate::net::same_origin(&next, self.base_url()) {
+                        return Err(invalid(format!(
+                            "next-page link to another host: {}",
+                            redact(&next)
+                        )));
+                    }
+                    if seen_pages.contains(&next) {
+                        return Err(invalid(format!(
+                            "pagination loop: the next-page link points back at {}",
+                            redact(&next)
+                        )));
+                    }
+                    url = next.to_string();
+                }
+            }
+        }
+        Err(HubError::InvalidResponse {
+            url: escape(&url).into_owned(),
+            reason: format!("more than {} pages of listing", cfg.max_pages),
+        })
+    }
+}
+
+pub(super) fn check_commit(sha: &str, url: &str) -> Result<String, HubError> {
+    let sha = sha.trim().to_ascii_lowercase();
+    if is_commit_hash(&sha) {
+        Ok(sha)
+    } else {
+        Err(HubError::InvalidResponse {
+            url: url.to_string(),
+            reason: format!("'{}' is not a commit id", escape(&sha)),
+        })
+    }
+}
+
+/// The `rel="next"` target of a `Link` header.
+fn next_link(h: &HeaderMap) -> Option<String> {
+    for v in h.get_all("link") {
+        let Ok(s) = v.to_str() else { continue };
+        for part in s.split(',') {
+            let mut pieces = part.split(';');
+            let target = pieces.next()?.trim();
+            let is_next = pieces.any(|p| {
+                let p = p.trim().replace(' ', "");
+                p == "rel=\"next\"" || p == "rel=next"
+            });
+            if is_next {
+                if let Some(t) = target.strip_prefix('<').and_then(|t| t.strip_suffix('>')) {
+                    return Some(t.to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn entry(json: serde_json::Value) -> Result<RemoteFile, RefusedEntry> {
+        serde_json::from_value::<TreeEntry>(json)
+            .unwrap()
+            .into_remote()
+    }
+
+    #[test]
+    fn link_header() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "link",
+            HeaderValue::from_static("<https://h/api/models/a/b/tree/main?cursor=x>; rel=\"next\""),
+        );
+        assert_eq!(
+            next_link(&h).as_deref(),
+            Some("https://h/api/models/a/b/tree/main?cursor=x")
+        );
+        let mut h = HeaderMap::new();
+        h.insert("link", HeaderValue::from_static("<a>; rel=\"prev\""));
+        assert_eq!(next_link(&h), None);
+    }
+
+    #[test]
+    fn entries_are_checked_and_refused_not_fatal() {
+        let oid = "0".repeat(40);
+        let r =
+            entry(serde_json::json!({"type": "file", "path": "../evil", "oid": oid, "size": 1}))
+                .unwrap_err();
+        assert_eq!(r.path, "../evil");
+        let r = entry(
+            serde_json::json!({"type": "file", "path": "a\n/etc/passwd", "oid": oid, "size": 1}),
+        )
+        .unwrap_err();
+        assert_eq!(r.path, "a\\n/etc/passwd");
+        assert!(r.reason.contains("control"), "{r:?}");
+        for size in [
+            serde_json::json!(9_223_372_036_854_775_808u64),
+            serde_json::json!(18_446_744_073_709_551_615u64),
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!(1e30),
+        ] {
+            let r =
+                entry(serde_json::json!({"type": "file", "path": "m", "oid": oid, "size": size}))
+                    .unwrap_err();
+            assert!(r.reason.contains("impossible size"), "{size}: {r:?}");
+        }
+        let f = entry(serde_json::json!({
+            "type": "file", "path": "m.gguf", "oid": oid, "size": 130,
+            "lfs": {"oid": "A".repeat(64), "size": MAX_FILE_SIZE},
+        }))
+        .unwrap();
+        assert_eq!(f.size, MAX_FILE_SIZE);
+        assert_eq!(f.etag(), "a".repeat(64));
+        let r = entry(serde_json::json!({
+            "type": "file", "path": "m.gguf", "oid": oid, "size": 130,
+            "lfs": {"oid": "../../x", "size": 1},
+        }))
+        .unwrap_err();
+        assert!(r.reason.contains("bad LFS oid"), "{r:?}");
+    }
+
+    #[test]
+    fn case_collisions_and_file_folder_clashes_are_refused() {
+        let f = |p: &str| RemoteFile {
+            path: p.into(),
+            size: 1,
+            git_oid: "0".repeat(40),
+            lfs_sha256: None,
+        };
+        let mut refused = Vec::new();
+        let kept = refuse_collisions(
+            vec![
+                f("A.gguf"),
+                f("a.gguf"),
+                f("b.gguf"),
+                f("dir"),
+                f("dir/x"),
+                f("Dir2/y"),
+            ],
+            &mut refused,
+        );
+        let kept: Vec<_> = kept.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(kept, ["b.gguf", "dir/x", "Dir2/y"]);
+        let names: Vec<_> = refused.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(names, ["A.gguf", "a.gguf", "dir"]);
+    }
+}

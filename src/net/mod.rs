@@ -1,0 +1,71 @@
+//! What the Hub client ([`crate::hub`]) and the download engine ([`crate::transfer`]) share
+//! about HTTP, so that each rule exists once:
+//!
+//! - **Credentials go to their origin only** ([`redirect`]): every redirect is followed by hand
+//!   (clients are built without an automatic redirect policy), the `Location` is joined to the
+//!   URL that answered and the joined URL's origin decides whether the `Authorization` header
+//!   goes along. Redirect loops, more than [`MAX_REDIRECTS`] hops, schemes other than http(s)
+//!   and https→http downgrades are refused.
+//! - **Transient or not, by type** ([`retry`]): [`transience`] walks an error's causes for TLS
+//!   errors and dropped connections; [`is_transient_status`]; [`retry_after`]; [`backoff`].
+//! - **Headers read one way** ([`headers`]): ETag normalisation, `Content-Range` with checked
+//!   arithmetic, `Content-Length`, a `Content-Encoding` that is not the identity.
+//! - **Bounded bodies** ([`read_bounded`]): an answer read whole is read up to a limit, never
+//!   sized by a header.
+
+pub mod headers;
+pub mod redirect;
+pub mod retry;
+
+pub use headers::{
+    announced_etag, content_encoding, content_length, content_range, header_str, normalize_etag,
+    same_etag, ContentRange,
+};
+pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
+pub use retry::{backoff, is_transient_status, one_line, retry_after, transience, Transience};
+
+use std::time::Duration;
+
+/// A `reqwest` client builder with the settings both the Hub client and the engine need: no
+/// automatic redirects (they are followed by hand, see [`redirect`]), the connect timeout, no
+/// response compression (the crate builds `reqwest` without it; downloads send
+/// `Accept-Encoding: identity`), `TCP_NODELAY`, and the user agent.
+pub fn client_builder(connect_timeout: Duration, user_agent: &str) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .user_agent(user_agent.to_string())
+}
+
+/// Why a body could not be read whole.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BodyError {
+    /// More than the limit.
+    #[error("answer larger than the {limit}-byte limit")]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The connection failed while reading.
+    #[error("reading the answer failed: {0}")]
+    Network(#[source] reqwest::Error),
+}
+
+/// Reads a whole body, refusing more than `limit` bytes: a `Content-Length` above it is refused
+/// before reading, and the count is checked as pieces arrive (a body without a length, or
+/// longer than its length, cannot make it grow past the limit).
+pub async fn read_bounded(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, BodyError> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge { limit });
+    }
+    let mut out = Vec::new();
+    while let Some(piece) = resp.chunk().await.map_err(BodyError::Network)? {
+        if out.len().saturating_add(piece.len()) > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        out.extend_from_slice(&piece);
+    }
+    Ok(out)
+}

@@ -1,0 +1,72 @@
+//! The events of one file's download, as the engine's parts tell them to the [`Reporter`].
+
+use std::time::Duration;
+
+use crate::progress::{Event, Reporter};
+
+/// One file's events: the reporter and the file's path in its repository.
+#[derive(Clone, Copy)]
+pub(crate) struct Events<'a> {
+    reporter: &'a dyn Reporter,
+    file: &'a str,
+}
+
+impl<'a> Events<'a> {
+    pub fn new(reporter: &'a dyn Reporter, file: &'a str) -> Self {
+        Events { reporter, file }
+    }
+
+    /// The file's path in its repository.
+    pub fn file(&self) -> &'a str {
+        self.file
+    }
+
+    pub fn notice(&self, message: &str) {
+        self.reporter.on_event(&Event::Notice {
+            file: Some(self.file),
+            message,
+        });
+    }
+
+    pub fn start(&self, size: u64, resumed_bytes: u64) {
+        self.reporter.on_event(&Event::FileStart {
+            file: self.file,
+            size,
+            resumed_bytes,
+        });
+    }
+
+    pub fn progress(&self, bytes: u64) {
+        self.reporter.on_event(&Event::Progress {
+            file: self.file,
+            bytes,
+        });
+    }
+
+    /// Bytes thrown away (nothing is said for none).
+    pub fn discarded(&self, bytes: u64, reason: &str) {
+        if bytes > 0 {
+            self.reporter.on_event(&Event::Discarded {
+                file: self.file,
+                bytes,
+                reason,
+            });
+        }
+    }
+
+    pub fn retry(&self, attempt: u32, delay: Duration, error: &str) {
+        self.reporter.on_event(&Event::Retry {
+            file: self.file,
+            attempt,
+            delay,
+            error,
+        });
+    }
+
+    pub fn downloaded(&self, transferred: u64) {
+        self.reporter.on_event(&Event::FileDownloaded {
+            file: self.file,
+            transferred,
+        });
+    }
+}

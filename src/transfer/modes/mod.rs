@@ -1,0 +1,98 @@
+//! The ways a download drives the chunk table: [`concurrent`] ranged requests (the normal
+//! way), one [`sequential`] stream (for servers that ignore `Range`), and [`repair`] (finding a
+//! chunk that does not match after everything arrived).
+
+pub(crate) mod concurrent;
+pub(crate) mod repair;
+pub(crate) mod sequential;
+
+use std::sync::atomic::Ordering;
+
+use tokio::sync::SemaphorePermit;
+
+use super::ctx::Ctx;
+use super::error::TransferError;
+use super::range;
+use super::retry::{Next, Retrier};
+use super::sink::Sink;
+use super::table::suspicion;
+
+/// 200 answers to ranged requests after which a file is fetched as one sequential stream.
+const RANGE_IGNORED_SWITCH: u32 = 2;
+
+/// Why filling a chunk stopped without completing it.
+pub(crate) enum Stop {
+    /// Nothing more to try.
+    Fatal(TransferError),
+    /// The file switched to one sequential stream; the chunk goes back to the table.
+    Sequential,
+}
+
+/// Fetches the rest of `sink`'s chunk, retrying as the policy says (see `retry`). `may_switch`:
+/// a server that ignores `Range` may switch the whole file to the sequential stream (not while
+/// repairing). Returns the reasons to suspect the chunk.
+pub(crate) async fn fill<'a>(
+    ctx: &Ctx<'a>,
+    sink: &mut impl Sink,
+    mut permit: Option<SemaphorePermit<'a>>,
+    may_switch: bool,
+) -> Result<u8, Stop> {
+    let mut retry = Retrier::new(ctx.cfg);
+    let mut suspect = 0u8;
+    loop {
+        // A connection cut right after the chunk's last byte leaves it full: it is done, there
+        // is no rest to ask for.
+        if sink.pending() == sink.range().len {
+            return Ok(suspect);
+        }
+        if may_switch && ctx.is_sequential() {
+            return Err(Stop::Sequential);
+        }
+        let p = match permit.take() {
+            Some(p) => p,
+            None => ctx.permit().await,
+        };
+        retry.attempt();
+        let before = sink.pending();
+        let r = range::fetch_into(ctx, sink).await;
+        drop(p);
+        let f = match r {
+            Ok(s) => return Ok(suspect | s),
+            Err(f) => f,
+        };
+        suspect |= suspicion::RETRIED;
+        let next = retry.decide(&f, sink.pending() > before, may_switch);
+        let delay = match next {
+            Next::Wait(d) => d,
+            Next::RangeIgnored => {
+                let seen = ctx.range_ignored.fetch_add(1, Ordering::AcqRel) + 1;
+                if seen >= RANGE_IGNORED_SWITCH {
+                    if seen == RANGE_IGNORED_SWITCH {
+                        ctx.events.notice(
+                            "the server ignores Range requests: fetching the rest of the file \
+                             as one sequential stream",
+                        );
+                    }
+                    ctx.sequential.store(true, Ordering::Release);
+                    return Err(Stop::Sequential);
+                }
+                std::time::Duration::ZERO
+            }
+            Next::GiveUp => {
+                let r = sink.range();
+                let offset = r.start + sink.pending();
+                let url = ctx.source.url.to_string();
+                return Err(Stop::Fatal(retry.error(
+                    f,
+                    ctx.events.file(),
+                    &url,
+                    offset,
+                    r.end() - 1,
+                )));
+            }
+        };
+        ctx.counters.retries.fetch_add(1, Ordering::Relaxed);
+        ctx.events.retry(retry.attempts, delay, &f.message);
+        tokio::time::sleep(delay).await;
+    }
+}

@@ -1,0 +1,122 @@
+//! Finding and replacing a chunk that does not match.
+//!
+//! The Hub publishes one digest per file, so once every chunk has arrived and the file's digest
+//! does not match, nothing says which chunk is wrong. Chunks are fetched again one at a time into
+//! an anonymous scratch file (the suspects first: chunks that needed retries, came without
+//! `Content-Range`, or were resumed from an earlier run), and each fresh copy is compared with
+//! **the bytes on disk now** — read back and hashed at that moment, so damage done on disk after
+//! the chunk arrived is found as surely as corruption in transit. A chunk that differs is
+//! replaced, alone, by its fresh copy; the file is re-hashed from that chunk on (from the hash
+//! state saved at its boundary), and the search stops as soon as the file's digest matches. A
+//! second pass is made only if the first one replaced something without settling it; then the
+//! download fails with [`TransferError::HashMismatch`]. It never re-downloads the whole file
+//! wholesale.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+
+use super::super::blocking;
+use super::super::ctx::Ctx;
+use super::super::error::{local_error, TransferError};
+use super::super::hash::{hash_range, read_range};
+use super::super::sink::ScratchSink;
+use super::super::Digest;
+use super::{fill, Stop};
+
+/// Passes over the chunks before giving up.
+const MAX_ROUNDS: usize = 2;
+
+/// Repairs the file after a digest mismatch (`actual` instead of `expected`); returns its
+/// SHA-256 once the digest matches.
+pub(crate) async fn run(
+    ctx: &Ctx<'_>,
+    expected: Digest,
+    mut actual: Digest,
+) -> Result<[u8; 32], TransferError> {
+    ctx.events.notice(&format!(
+        "the downloaded bytes do not match the published {expected} (got {actual}): \
+         re-fetching chunks one at a time to find the one that differs"
+    ));
+    let file_name = ctx.events.file();
+    let dir = ctx
+        .data_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let scratch = Arc::new(crate::safe_fs::scratch_file(&dir).map_err(|e| {
+        local_error(
+            file_name,
+            &dir,
+            "create a scratch file in",
+            ctx.plan.chunk_size,
+            e,
+        )
+    })?);
+    let mut refetched_chunks = 0usize;
+    for _ in 0..MAX_ROUNDS {
+        let mut replaced = false;
+        let order = ctx.chunks.lock().by_suspicion();
+        for index in order {
+            let range = ctx.plan.chunk(index).expect("chunk index within the plan");
+            // The bytes on disk, as they are now.
+            let (f, start, len) = (ctx.file.clone(), range.start, range.len);
+            let on_disk: [u8; 32] = blocking(move || {
+                let mut h = Sha256::new();
+                hash_range(&f, start, len, Some(&mut h), None)?;
+                Ok(h.finalize().into())
+            })
+            .await
+            .map_err(|e| local_error(file_name, ctx.data_path, "read back", 0, e))?;
+            let mut sink = ScratchSink::new(range, scratch.clone(), dir.clone(), file_name);
+            match fill(ctx, &mut sink, None, false).await {
+                Ok(_) => {}
+                Err(Stop::Fatal(e)) => return Err(e),
+                Err(Stop::Sequential) => unreachable!("repairs never switch modes"),
+            }
+            refetched_chunks += 1;
+            ctx.counters.refetch(range.len);
+            let fresh = sink.digest();
+            if fresh == on_disk {
+                continue;
+            }
+            let (src, dst) = (scratch.clone(), ctx.file.clone());
+            blocking(move || copy_range(&src, 0, &dst, start, len))
+                .await
+                .map_err(|e| local_error(file_name, ctx.data_path, "write", len, e))?;
+            ctx.chunks.lock().replaced(index, fresh);
+            ctx.events.discarded(
+                len,
+                "this chunk differed from a fresh copy after a whole-file digest mismatch",
+            );
+            ctx.events.progress(len);
+            ctx.checkpoint.changed();
+            replaced = true;
+            let (sha256, digest) = ctx.prefix.rehash_from(index).await?.finish();
+            if digest == expected {
+                return Ok(sha256);
+            }
+            actual = digest;
+        }
+        if !replaced {
+            break;
+        }
+    }
+    Err(TransferError::HashMismatch {
+        file: file_name.to_string(),
+        expected: expected.to_string(),
+        actual: actual.to_string(),
+        refetched_chunks,
+    })
+}
+
+/// Copies `len` bytes from `src` at `from` to `dst` at `to` (blocking).
+fn copy_range(src: &File, from: u64, dst: &File, to: u64, len: u64) -> io::Result<()> {
+    read_range(src, from, len, |done, piece| {
+        dst.write_all_at(piece, to + done)
+    })
+}

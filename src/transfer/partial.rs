@@ -1,0 +1,426 @@
+//! A partial download: the one owner of what a running or interrupted download keeps on disk —
+//! the data file (preallocated, filled in place), its resume state beside it, and the lock file
+//! that says who may write them.
+//!
+//! - **Inspect** ([`PartialPaths::inspect`]) reads what the state records, without the lock and
+//!   without trusting it (plans, dry runs, finding partials of older versions).
+//! - **Lock** ([`PartialPaths::lock`]) takes the lock, waiting while another process holds it —
+//!   saying so once, and giving up with [`TransferError::LockTimeout`] when the holder makes no
+//!   progress (neither its state nor its data file changes) for the configured time. Only a
+//!   [`LockedPartial`] can be downloaded into, opened or discarded, so nothing writes a partial
+//!   download without its lock.
+//! - **Open** (for the engine) reads the state, opens the data file, throws away what cannot be
+//!   trusted and re-hashes every byte the state claims before counting it.
+//! - **Discard** removes the data file, the state and any temporary file a crash left.
+//!
+//! Every file is opened without following a link ([`crate::safe_fs`]): a link, FIFO or folder
+//! planted where the data file goes is an error naming it; one where the state goes is a corrupt
+//! state, thrown away.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use sha2::{Digest as _, Sha256};
+
+use super::error::{local_error, TransferError};
+use super::events::Events;
+use super::hash::{hash_range, FileHasher};
+use super::plan::Plan;
+use super::state::{self, Loaded, ValidChunk};
+use super::{blocking, RemoteIdentity};
+use crate::progress::Reporter;
+use crate::safe_fs::{self, FileLock};
+
+/// How often a waiting process checks the lock and the holder's progress.
+const LOCK_POLL: Duration = Duration::from_millis(100);
+/// A wait shorter than this is not announced (a save of a download that just ended still holds
+/// the lock for a moment).
+const ANNOUNCE_AFTER: Duration = Duration::from_millis(500);
+
+/// Where one partial download lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialPaths {
+    /// The data file, preallocated to the file's size and filled in place.
+    pub data: PathBuf,
+    /// The resume state beside it.
+    pub state: PathBuf,
+    /// The lock file held while the data file and the state are written.
+    pub lock: PathBuf,
+    /// Files another tool fills while holding the same lock (huggingface_hub's
+    /// `blobs/{etag}.incomplete`): watched, with ours, for the holder's progress.
+    pub watch: Vec<PathBuf>,
+}
+
+/// What a partial download's state records (read without the lock; nothing in it is trusted
+/// until the bytes are re-hashed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialInfo {
+    /// What was being downloaded.
+    pub identity: RemoteIdentity,
+    /// The digest it had to match, `sha256:<hex>` or `git-sha1:<hex>`.
+    pub expected: String,
+    /// Bytes the state says are on disk.
+    pub recorded_bytes: u64,
+}
+
+impl PartialPaths {
+    /// What the state records, when there is a readable, consistent state and a data file;
+    /// `None` otherwise.
+    pub fn inspect(&self) -> Option<PartialInfo> {
+        if !std::fs::symlink_metadata(&self.data).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        let st = state::read(&self.state).ok().flatten()?;
+        let (_, chunks) = state::validate(&st).ok()?;
+        Some(PartialInfo {
+            recorded_bytes: chunks.iter().map(|c| c.written).sum(),
+            identity: st.identity,
+            expected: st.expected,
+        })
+    }
+
+    /// Bytes a download of exactly `identity` (with digest `expected`) would resume from: what
+    /// the state records when it is for that very file; else 0.
+    pub fn resumable_bytes(&self, identity: &RemoteIdentity, expected: &str) -> u64 {
+        match self.inspect() {
+            Some(i) if &i.identity == identity && i.expected == expected => i.recorded_bytes,
+            _ => 0,
+        }
+    }
+
+    /// A mark that changes whenever the holder of the lock makes progress: the size and time of
+    /// every file it writes.
+    fn progress_mark(&self) -> Vec<Option<(u64, SystemTime)>> {
+        [&self.state, &self.data]
+            .into_iter()
+            .chain(&self.watch)
+            .map(|p| {
+                std::fs::symlink_metadata(p)
+                    .ok()
+                    .and_then(|m| Some((m.len(), m.modified().ok()?)))
+            })
+            .collect()
+    }
+
+    /// Takes the lock at once, or `None` when someone else holds it.
+    pub fn try_lock(&self) -> io::Result<Option<LockedPartial>> {
+        Ok(FileLock::try_acquire(&self.lock)?.map(|g| LockedPartial {
+            paths: self.clone(),
+            guard: Arc::new(g),
+        }))
+    }
+
+    /// Takes the lock, waiting while another process (or another download in this one) holds
+    /// it: a notice says what it waits for, and after `patience` without any progress of the
+    /// holder the wait ends with [`TransferError::LockTimeout`]. `file` names the download in
+    /// events and errors.
+    pub async fn lock(
+        &self,
+        file: &str,
+        patience: Duration,
+        reporter: &dyn Reporter,
+    ) -> Result<LockedPartial, TransferError> {
+        let lock_error = |e: io::Error| local_error(file, &self.lock, "lock", 0, e);
+        let try_now = || {
+            let me = self.clone();
+            blocking(move || me.try_lock())
+        };
+        if let Some(l) = try_now().await.map_err(lock_error)? {
+            return Ok(l);
+        }
+        let started = Instant::now();
+        let mut announced = false;
+        let mut mark = self.progress_mark();
+        let mut still_since = Instant::now();
+        loop {
+            tokio::time::sleep(LOCK_POLL).await;
+            if let Some(l) = try_now().await.map_err(lock_error)? {
+                return Ok(l);
+            }
+            if !announced && started.elapsed() >= ANNOUNCE_AFTER.min(patience) {
+                announced = true;
+                Events::new(reporter, file).notice(&format!(
+                    "waiting for another process downloading this file (it holds the lock {}); \
+                     giving up after {:.0}s without progress",
+                    self.lock.display(),
+                    patience.as_secs_f64()
+                ));
+            }
+            let now = self.progress_mark();
+            if now != mark {
+                mark = now;
+                still_since = Instant::now();
+            } else if still_since.elapsed() >= patience {
+                return Err(TransferError::LockTimeout {
+                    file: file.to_string(),
+                    lock: self.lock.clone(),
+                    waited: started.elapsed(),
+                    still: still_since.elapsed(),
+                });
+            }
+        }
+    }
+}
+
+/// A partial download whose lock this process holds (released when the last clone of its guard
+/// goes: saves still running on the blocking pool keep it).
+#[derive(Debug)]
+pub struct LockedPartial {
+    paths: PartialPaths,
+    guard: Arc<FileLock>,
+}
+
+/// What [`LockedPartial::open`] found.
+pub(crate) struct Opened {
+    pub file: Arc<File>,
+    pub plan: Plan,
+    /// Chunks whose bytes on disk matched their recorded hashes, in index order, with the hash
+    /// state of an incomplete one's bytes (to go on from).
+    pub chunks: Vec<(ValidChunk, Option<Sha256>)>,
+    /// Bytes in those chunks.
+    pub resumed: u64,
+    /// Bytes the state claimed that failed their hash and were thrown away.
+    pub thrown_away: u64,
+    /// True when there was nothing to resume (a fresh state must be written before anything).
+    pub fresh: bool,
+    /// The whole-file hash over the leading complete chunks, and its state at the start of each
+    /// of them.
+    pub prefix: (FileHasher, Vec<FileHasher>),
+}
+
+impl LockedPartial {
+    /// The paths.
+    pub fn paths(&self) -> &PartialPaths {
+        &self.paths
+    }
+
+    /// A handle on the lock, for work that must finish before it is released.
+    pub(crate) fn guard(&self) -> Arc<FileLock> {
+        self.guard.clone()
+    }
+
+    /// Removes the data file, the state, and temporary files a crash left beside the state.
+    pub fn discard(&self) -> io::Result<()> {
+        safe_fs::remove_file_if_exists(&self.paths.data)?;
+        state::remove_state(&self.paths.state)
+    }
+
+    /// Discards another partial download that this lock covers too (a local folder's lock is per
+    /// path and covers every version of the file). Refused for one with another lock.
+    pub fn discard_other(&self, other: &PartialPaths) -> io::Result<()> {
+        if other.lock != self.paths.lock {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is not covered by the lock {}",
+                    other.data.display(),
+                    self.paths.lock.display()
+                ),
+            ));
+        }
+        safe_fs::remove_file_if_exists(&other.data)?;
+        state::remove_state(&other.state)
+    }
+
+    /// Removes the state (once the data file was moved into place) and releases the lock.
+    pub(crate) fn finish(self) -> io::Result<()> {
+        state::remove_state(&self.paths.state)
+    }
+
+    /// Opens the partial download of `identity` for `expected` in chunks of `chunk_size` (a
+    /// resumed download keeps its own): reads the state, opens the data file (no link
+    /// followed), throws away what cannot be trusted (with a notice saying why), preallocates,
+    /// and re-hashes every byte the state claims. The leading complete chunks also feed
+    /// `whole`, the whole-file hash (in the same pass).
+    pub(crate) async fn open(
+        &self,
+        identity: &RemoteIdentity,
+        expected: &str,
+        chunk_size: u64,
+        events: Events<'_>,
+        whole: FileHasher,
+    ) -> Result<Opened, TransferError> {
+        let (file_name, paths) = (events.file(), &self.paths);
+        let size = identity.size;
+        let loaded = state::load(&paths.state, identity, expected);
+        let state_missing = matches!(loaded, Loaded::Missing);
+        let (plan, mut records) = match loaded {
+            Loaded::Missing => (Plan::new(size, chunk_size), Vec::new()),
+            Loaded::Resume { plan, chunks } => (plan, chunks),
+            Loaded::Changed { old } => {
+                events.notice(&format!(
+                    "remote file changed since the partial download (ETag {} → {}, size {} → {}, \
+                     commit {} → {}): discarding it and starting afresh",
+                    crate::names::escape(&old.etag),
+                    identity.etag,
+                    old.size,
+                    size,
+                    crate::names::escape(&old.commit),
+                    identity.commit
+                ));
+                (Plan::new(size, chunk_size), Vec::new())
+            }
+            Loaded::Invalid { reason } => {
+                events.notice(&format!(
+                    "discarding the resume state {}: {reason}; starting afresh",
+                    paths.state.display()
+                ));
+                (Plan::new(size, chunk_size), Vec::new())
+            }
+        };
+        let file = safe_fs::open_rw(&paths.data)
+            .map_err(|e| local_error(file_name, &paths.data, "open", size, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| local_error(file_name, &paths.data, "inspect", size, e))?
+            .len();
+        if !records.is_empty() && len != size {
+            events.notice(&format!(
+                "the partial file {} has {len} bytes instead of {size}: starting afresh",
+                paths.data.display()
+            ));
+            records.clear();
+        }
+        let fresh = records.is_empty();
+        if fresh {
+            if len > 0 && state_missing {
+                events.notice(&format!(
+                    "{} exists without a resume state: its bytes cannot be trusted, starting afresh",
+                    paths.data.display()
+                ));
+            }
+            // Stale bytes must not pretend to be anything.
+            file.set_len(0)
+                .map_err(|e| local_error(file_name, &paths.data, "truncate", size, e))?;
+        }
+        preallocate(&file, &paths.data, file_name, size)?;
+        let file = Arc::new(file);
+
+        // Re-hash every claimed prefix (on the blocking pool, in one pass).
+        let f = file.clone();
+        let (checked, prefix) = blocking(move || {
+            let mut out = Vec::with_capacity(records.len());
+            let (mut whole, mut boundaries) = (whole, Vec::new());
+            for rec in records {
+                // A complete chunk right after the hashed prefix extends it.
+                let extends = rec.complete && rec.index == boundaries.len();
+                let mut fed = extends.then(|| whole.clone());
+                let mut h = Sha256::new();
+                hash_range(
+                    &f,
+                    plan.chunk_start(rec.index),
+                    rec.written,
+                    Some(&mut h),
+                    fed.as_mut(),
+                )?;
+                let digest: [u8; 32] = h.clone().finalize().into();
+                let ok = digest == rec.sha256;
+                if let (true, Some(fed)) = (ok, fed) {
+                    boundaries.push(std::mem::replace(&mut whole, fed));
+                }
+                let hasher = (!rec.complete).then_some(h);
+                out.push((rec, ok, hasher));
+            }
+            Ok((out, (whole, boundaries)))
+        })
+        .await
+        .map_err(|e| local_error(file_name, &paths.data, "read back", 0, e))?;
+        let (mut chunks, mut resumed, mut thrown_away) = (Vec::new(), 0u64, 0u64);
+        for (rec, ok, hasher) in checked {
+            if ok {
+                resumed += rec.written;
+                chunks.push((rec, hasher));
+            } else {
+                thrown_away += rec.written;
+                events.discarded(rec.written, "failed its hash check on resume");
+            }
+        }
+        Ok(Opened {
+            file,
+            plan,
+            chunks,
+            resumed,
+            thrown_away,
+            fresh,
+            prefix,
+        })
+    }
+}
+
+/// Sets the file's length to `size` and reserves its blocks, so that a full disk shows up now
+/// rather than in the middle of the download. File systems without `fallocate` keep a sparse
+/// file.
+fn preallocate(file: &File, path: &Path, file_name: &str, size: u64) -> Result<(), TransferError> {
+    file.set_len(size)
+        .map_err(|e| local_error(file_name, path, "resize", size, e))?;
+    if size == 0 {
+        return Ok(());
+    }
+    match fs4::fs_std::FileExt::allocate(file, size) {
+        Ok(()) => Ok(()),
+        Err(e) if super::error::is_no_space(&e) => {
+            Err(local_error(file_name, path, "preallocate", size, e))
+        }
+        // EOPNOTSUPP, EINVAL…: the file system cannot reserve blocks; carry on sparse.
+        Err(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+
+    fn paths(dir: &Path) -> PartialPaths {
+        PartialPaths {
+            data: dir.join("p.wi-partial"),
+            state: dir.join("p.wi-partial.state"),
+            lock: dir.join("p.lock"),
+            watch: Vec::new(),
+        }
+    }
+
+    /// A stuck holder (no progress): the waiter says so and gives up; a moving one is waited for.
+    #[tokio::test]
+    async fn a_waiter_gives_up_on_a_stuck_holder_only() {
+        let d = tempfile::tempdir().unwrap();
+        let p = paths(d.path());
+        let held = p.try_lock().unwrap().unwrap();
+        assert!(p.try_lock().unwrap().is_none());
+        let seen = std::sync::Mutex::new(Vec::new());
+        struct Rec<'a>(&'a std::sync::Mutex<Vec<String>>);
+        impl Reporter for Rec<'_> {
+            fn on_event(&self, e: &crate::progress::Event<'_>) {
+                if let crate::progress::Event::Notice { message, .. } = e {
+                    self.0.lock().unwrap().push(message.to_string());
+                }
+            }
+        }
+        let e = p
+            .lock("m.gguf", Duration::from_millis(300), &Rec(&seen))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransferError::LockTimeout { .. }), "{e}");
+        assert!(e.to_string().contains("p.lock"), "{e}");
+        assert_eq!(e.exit_code(), 1);
+        assert!(seen.lock().unwrap()[0].contains("waiting for another process"));
+        // A holder that keeps writing its state is waited for until it lets go.
+        let state = p.state.clone();
+        let writer = tokio::spawn(async move {
+            for i in 0..8u8 {
+                std::fs::write(&state, vec![b'x'; usize::from(i) + 1]).unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            drop(held);
+        });
+        let l = p
+            .lock("m.gguf", Duration::from_millis(300), &NoProgress)
+            .await
+            .unwrap();
+        writer.await.unwrap();
+        assert_eq!(l.paths(), &p);
+    }
+}

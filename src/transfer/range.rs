@@ -1,0 +1,288 @@
+//! One ranged request: ask for bytes `first..=last` (or `first..`), follow the redirects (the
+//! resolve URL answers with a freshly signed CDN URL; credentials go to their own origin only,
+//! see [`crate::net::redirect`]), check the answer before a single byte is written, and stream
+//! its body into a [`Sink`].
+//!
+//! An answer is accepted when it is a 206 whose `Content-Range` matches the request exactly (or
+//! has none, for mirrors that drop it: the body length is then what is checked, and the chunk is
+//! marked as unchecked), or a 200 that is the whole file when the whole file was asked for; its
+//! `Content-Length`, when present, must be what was asked for; its `Content-Encoding` must be
+//! the identity (a compressed body is not the file's bytes); and when it announces an ETag, it
+//! must be the file's. A body that ends early is a failed attempt whose bytes are kept; one that
+//! goes on past what was asked for is thrown away whole.
+
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use reqwest::header::{ACCEPT_ENCODING, RANGE};
+use url::Url;
+
+use super::ctx::Ctx;
+use super::error::TransferError;
+use super::failure::{FailKind, Failure};
+use super::sink::Sink;
+use super::table::suspicion;
+use crate::net::{self, redact, Chain, ContentRange, Transience};
+
+type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// What was asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Want {
+    /// Bytes `first..=last`.
+    Span { first: u64, last: u64 },
+    /// Bytes from `first` to the end (a server may answer from 0).
+    From { first: u64 },
+}
+
+impl Want {
+    fn header(&self) -> String {
+        match *self {
+            Want::Span { first, last } => format!("bytes={first}-{last}"),
+            Want::From { first } => format!("bytes={first}-"),
+        }
+    }
+}
+
+/// A checked answer, its body still to read.
+pub(crate) struct Answer {
+    body: Body,
+    /// File offset of the body's first byte.
+    pub start: u64,
+    /// Body bytes the answer promises (to the end of what was asked, or of the file).
+    pub promised: u64,
+    /// No `Content-Range` came to check the offset against.
+    pub unchecked: bool,
+    /// The `Range` asked for, for messages.
+    pub requested: String,
+}
+
+/// Sends one GET for `want`, following redirects, and checks the answer.
+pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure> {
+    let src = &ctx.source;
+    let requested = want.header();
+    let mut chain = Chain::new(src.url.clone(), &src.url);
+    let wait = ctx.cfg.connect_timeout + ctx.cfg.stall_timeout;
+    let resp = loop {
+        let mut req = src
+            .client
+            .get(chain.url().clone())
+            .header(RANGE, &requested)
+            .header(ACCEPT_ENCODING, "identity");
+        if chain.credentials_allowed() {
+            req = req.headers(src.headers.clone());
+        }
+        let resp = match tokio::time::timeout(wait, req.send()).await {
+            Err(_) => {
+                return Err(Failure::io(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no response within {wait:?}"),
+                ))
+            }
+            Ok(Err(e)) => {
+                let transient = net::transience(&e) == Transience::Transient;
+                return Err(Failure::network(e, transient));
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        if !status.is_redirection() {
+            break resp;
+        }
+        let from = redact(chain.url());
+        chain.follow(status, resp.headers()).map_err(|source| {
+            Failure::fatal(TransferError::Redirect {
+                file: ctx.events.file().to_string(),
+                url: from,
+                source,
+            })
+        })?;
+    };
+    let from_hub = net::same_origin(resp.url(), &src.url);
+    check_status(ctx, &resp, from_hub)?;
+    let h = resp.headers();
+    if let Some(enc) = net::content_encoding(h) {
+        return Err(Failure::range(
+            &requested,
+            format!("a body with Content-Encoding: {enc} (not the file's bytes)"),
+        ));
+    }
+    let size = src.size;
+    let (start, end, unchecked) = match (resp.status().as_u16(), want) {
+        (206, Want::Span { first, last }) => match net::content_range(h) {
+            None => (first, last + 1, true),
+            Some(Ok(ContentRange {
+                first: a,
+                last: b,
+                total,
+            })) if a == first && b == last && total.is_none_or(|t| t == size) => {
+                (first, last + 1, false)
+            }
+            other => return Err(Failure::bad_content_range(&requested, other)),
+        },
+        (206, Want::From { first }) => match net::content_range(h) {
+            None => (first, size, true),
+            Some(Ok(cr))
+                if cr.first <= first && cr.end() == size && cr.total.is_none_or(|t| t == size) =>
+            {
+                (cr.first, size, false)
+            }
+            other => return Err(Failure::bad_content_range(&requested, other)),
+        },
+        (200, Want::Span { first: 0, last }) if last + 1 == size => (0, size, false),
+        (200, Want::From { .. }) => (0, size, false),
+        (200, Want::Span { .. }) => {
+            return Err(Failure {
+                message: format!("asked for {requested}, got 200 with the whole file"),
+                kind: FailKind::RangeIgnored { requested },
+                retry_after: None,
+            })
+        }
+        (s, _) => return Err(Failure::range(&requested, format!("status {s}"))),
+    };
+    let promised = end - start;
+    if let Some(len) = net::content_length(h) {
+        if len != promised {
+            return Err(Failure::range(
+                &requested,
+                format!("Content-Length: {len} (for {promised} bytes)"),
+            ));
+        }
+    }
+    Ok(Answer {
+        body: Box::pin(resp.bytes_stream()),
+        start,
+        promised,
+        unchecked,
+        requested,
+    })
+}
+
+/// Sorts out error statuses, and checks that the file is still the one being downloaded.
+fn check_status(ctx: &Ctx<'_>, resp: &reqwest::Response, from_hub: bool) -> Result<(), Failure> {
+    let status = resp.status();
+    let file = ctx.events.file().to_string();
+    if status.is_success() {
+        if let Some(etag) = net::announced_etag(resp.headers(), from_hub) {
+            if !net::same_etag(&etag, ctx.source.etag) {
+                return Err(Failure::fatal(TransferError::RemoteChanged {
+                    file,
+                    old_etag: ctx.source.etag.to_string(),
+                    new_etag: crate::names::escape(&etag).into_owned(),
+                }));
+            }
+        }
+        return Ok(());
+    }
+    let code = status.as_u16();
+    let url = redact(resp.url());
+    let kind = match code {
+        401 | 403 | 404 | 410 if !from_hub => FailKind::Cdn {
+            status: code,
+            url: url.clone(),
+        },
+        401 | 403 => FailKind::Fatal(Box::new(TransferError::Auth {
+            file,
+            url: url.clone(),
+            status: code,
+        })),
+        404 | 410 => FailKind::Fatal(Box::new(TransferError::NotFound {
+            file,
+            url: url.clone(),
+            status: code,
+        })),
+        _ => FailKind::Status {
+            status: code,
+            transient: net::is_transient_status(status),
+        },
+    };
+    let retry_after = matches!(code, 429 | 503)
+        .then(|| net::retry_after(resp.headers()))
+        .flatten();
+    Err(Failure {
+        message: format!("HTTP {status} from {url}"),
+        kind,
+        retry_after,
+    })
+}
+
+impl Answer {
+    /// The next piece of the body, waiting at most the stall timeout; counts what arrives.
+    pub async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Bytes>, Failure> {
+        let stall = ctx.cfg.stall_timeout;
+        match tokio::time::timeout(stall, self.body.next()).await {
+            Err(_) => Err(Failure::io(
+                std::io::ErrorKind::TimedOut,
+                format!("stalled: no data for {stall:?}"),
+            )),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(e))) => {
+                let transient = net::transience(&e) == Transience::Transient;
+                Err(Failure::network(e, transient))
+            }
+            Ok(Some(Ok(b))) => {
+                ctx.counters.received(b.len() as u64);
+                Ok(Some(b))
+            }
+        }
+    }
+}
+
+/// One attempt at the rest of the chunk `sink` fills: asks for the bytes it lacks and streams
+/// them in. Returns the reasons to suspect the chunk that the answer gave.
+pub(crate) async fn fetch_into(ctx: &Ctx<'_>, sink: &mut impl Sink) -> Result<u8, Failure> {
+    let range = sink.range();
+    let first = range.start + sink.pending();
+    let last = range.end() - 1;
+    debug_assert!(
+        first <= last,
+        "a chunk with every byte is done, never fetched"
+    );
+    let mut answer = request(ctx, Want::Span { first, last }).await?;
+    let want = answer.promised;
+    let base = sink.mark();
+    let mut received = 0u64;
+    loop {
+        let piece = match answer.next(ctx).await {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(f) => {
+                sink.flush().await?;
+                return Err(f);
+            }
+        };
+        received += piece.len() as u64;
+        if received > want {
+            sink.rollback(base, "the answer was longer than the range asked for");
+            return Err(Failure::range(
+                &answer.requested,
+                format!("a body longer than {want} bytes"),
+            ));
+        }
+        sink.push(&piece).await?;
+    }
+    sink.flush().await?;
+    if received < want {
+        return Err(Failure::io(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("the body ended after {received} of {want} bytes"),
+        ));
+    }
+    Ok(if answer.unchecked {
+        suspicion::UNCHECKED
+    } else {
+        0
+    })
+}
+
+/// The URL a download starts at, parsed (an unparsable one is a spec error).
+pub(crate) fn parse_url(file: &str, url: &str) -> Result<Url, TransferError> {
+    match Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(u),
+        _ => Err(TransferError::InvalidSpec {
+            file: file.to_string(),
+            reason: format!("unusable URL {:?}", crate::names::escape(url)),
+        }),
+    }
+}

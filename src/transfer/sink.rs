@@ -1,0 +1,287 @@
+//! Where a chunk's bytes go: a hashing sink, positional writes through a small buffer with the
+//! chunk's SHA-256 advancing over exactly the bytes written. One implementation fills the
+//! partial file at the chunk's place and tells the chunk table, the reporter and the
+//! checkpointer ([`PartialSink`]); the other fills an anonymous scratch file and tells no one
+//! ([`ScratchSink`], for repairs).
+
+use std::fs::File;
+use std::mem;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+
+use super::blocking;
+use super::ctx::Ctx;
+use super::error::{local_error, TransferError};
+use super::plan::ChunkRange;
+use super::table::Claim;
+
+/// Bytes gathered from the network before one positional write (and one progress event).
+const WRITE_BUF: usize = 256 << 10;
+
+/// A point to roll back to: bytes on disk and their hash state.
+pub(crate) struct Mark {
+    written: u64,
+    hasher: Sha256,
+}
+
+/// A sink for the bytes of one chunk, in order from where it stands.
+pub(crate) trait Sink {
+    /// The chunk.
+    fn range(&self) -> ChunkRange;
+    /// Bytes accounted for: on disk plus buffered.
+    fn pending(&self) -> u64;
+    /// The next bytes of the chunk (never more than it has room for: the caller checks).
+    async fn push(&mut self, data: &[u8]) -> Result<(), TransferError>;
+    /// Writes what is buffered.
+    async fn flush(&mut self) -> Result<(), TransferError>;
+    /// Where the sink stands now (flushed or not).
+    fn mark(&self) -> Mark;
+    /// Forgets everything accounted for since `mark` (it will be fetched again).
+    fn rollback(&mut self, mark: Mark, reason: &str);
+}
+
+/// The common part: positional writes at `base + written`, hashing on the way.
+struct Writer {
+    range: ChunkRange,
+    file: Arc<File>,
+    /// File offset of the chunk's first byte.
+    base: u64,
+    written: u64,
+    hasher: Sha256,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    fn pending(&self) -> u64 {
+        self.written + self.buf.len() as u64
+    }
+
+    /// Writes the buffer at its place; returns how many bytes (the error is the I/O error).
+    async fn flush(&mut self) -> std::io::Result<u64> {
+        if self.buf.is_empty() {
+            return Ok(0);
+        }
+        let n = self.buf.len() as u64;
+        let (file, offset) = (self.file.clone(), self.base + self.written);
+        let buf = mem::take(&mut self.buf);
+        let hasher = mem::take(&mut self.hasher);
+        let (mut buf, hasher) = blocking(move || {
+            let mut hasher = hasher;
+            hasher.update(&buf);
+            file.write_all_at(&buf, offset)?;
+            Ok((buf, hasher))
+        })
+        .await?;
+        buf.clear();
+        self.buf = buf;
+        self.hasher = hasher;
+        self.written += n;
+        Ok(n)
+    }
+
+    fn mark(&self) -> Mark {
+        // Only flushed bytes are in the hash state: a mark is taken flushed.
+        Mark {
+            written: self.written,
+            hasher: self.hasher.clone(),
+        }
+    }
+
+    /// Back to `mark`; returns how many bytes were dropped.
+    fn rollback(&mut self, mark: Mark) -> u64 {
+        let dropped = self.pending().saturating_sub(mark.written);
+        self.buf.clear();
+        self.written = mark.written;
+        self.hasher = mark.hasher;
+        dropped
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        self.hasher.clone().finalize().into()
+    }
+}
+
+/// Fills chunk `range` of the partial file, publishing what is on disk as it goes.
+pub(crate) struct PartialSink<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    w: Writer,
+    /// Reasons to suspect the chunk, gathered on the way (see `table::suspicion`).
+    pub suspicion: u8,
+}
+
+impl<'c, 'a> PartialSink<'c, 'a> {
+    /// A sink for a chunk the table handed out.
+    pub fn new(ctx: &'c Ctx<'a>, claim: Claim) -> Self {
+        PartialSink {
+            ctx,
+            w: Writer {
+                range: claim.range,
+                file: ctx.file.clone(),
+                base: claim.range.start,
+                written: claim.written,
+                hasher: claim.hasher,
+                buf: Vec::new(),
+            },
+            suspicion: 0,
+        }
+    }
+
+    /// The chunk is whole: flushes, records it complete, wakes the whole-file hasher. A chunk
+    /// short of bytes is given back instead.
+    pub async fn complete(mut self) -> Result<(), TransferError> {
+        let flushed = Sink::flush(&mut self).await;
+        let PartialSink { ctx, w, suspicion } = self;
+        let index = w.range.index;
+        let done = ctx
+            .chunks
+            .lock()
+            .release(index, w.written, w.hasher, suspicion);
+        if done {
+            ctx.chunks.notify_done();
+            ctx.checkpoint.changed();
+        }
+        flushed
+    }
+
+    /// Gives the chunk back to the table with what is on disk of it (a chunk with every byte is
+    /// done: see `table`), flushing first.
+    pub async fn release(self) -> Result<(), TransferError> {
+        self.complete().await
+    }
+}
+
+impl Sink for PartialSink<'_, '_> {
+    fn range(&self) -> ChunkRange {
+        self.w.range
+    }
+
+    fn pending(&self) -> u64 {
+        self.w.pending()
+    }
+
+    async fn push(&mut self, data: &[u8]) -> Result<(), TransferError> {
+        self.w.buf.extend_from_slice(data);
+        if self.w.buf.len() >= WRITE_BUF {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), TransferError> {
+        let ctx = self.ctx;
+        let n = match self.w.flush().await {
+            Ok(n) => n,
+            Err(e) => {
+                // What a full disk keeps from being written: the rest of the file.
+                let needed = ctx
+                    .chunks
+                    .lock()
+                    .bytes_missing()
+                    .max(self.w.buf.len() as u64);
+                return Err(local_error(
+                    ctx.events.file(),
+                    ctx.data_path,
+                    "write",
+                    needed,
+                    e,
+                ));
+            }
+        };
+        if n > 0 {
+            let digest = self.w.digest();
+            ctx.chunks
+                .lock()
+                .progress(self.w.range.index, self.w.written, digest);
+            ctx.checkpoint.note_written(n);
+            ctx.events.progress(n);
+        }
+        Ok(())
+    }
+
+    fn mark(&self) -> Mark {
+        self.w.mark()
+    }
+
+    fn rollback(&mut self, mark: Mark, reason: &str) {
+        let dropped = self.w.rollback(mark);
+        let digest = self.w.digest();
+        self.ctx
+            .chunks
+            .lock()
+            .progress(self.w.range.index, self.w.written, digest);
+        self.ctx.events.discarded(dropped, reason);
+        self.ctx.counters.refetch(dropped);
+    }
+}
+
+/// Fills an anonymous scratch file with a fresh copy of a chunk, from its offset 0.
+pub(crate) struct ScratchSink {
+    w: Writer,
+    path: PathBuf,
+    file_name: String,
+}
+
+impl ScratchSink {
+    /// A sink for a fresh copy of `range` in `file` (an anonymous file in `dir`, named in errors).
+    pub fn new(range: ChunkRange, file: Arc<File>, dir: PathBuf, file_name: &str) -> Self {
+        ScratchSink {
+            w: Writer {
+                range,
+                file,
+                base: 0,
+                written: 0,
+                hasher: Sha256::new(),
+                buf: Vec::new(),
+            },
+            path: dir,
+            file_name: file_name.to_string(),
+        }
+    }
+
+    /// The digest of the bytes written (all flushed).
+    pub fn digest(&self) -> [u8; 32] {
+        self.w.digest()
+    }
+}
+
+impl Sink for ScratchSink {
+    fn range(&self) -> ChunkRange {
+        self.w.range
+    }
+
+    fn pending(&self) -> u64 {
+        self.w.pending()
+    }
+
+    async fn push(&mut self, data: &[u8]) -> Result<(), TransferError> {
+        self.w.buf.extend_from_slice(data);
+        if self.w.buf.len() >= WRITE_BUF {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), TransferError> {
+        let needed = self.w.range.len.saturating_sub(self.w.written);
+        self.w.flush().await.map(|_| ()).map_err(|e| {
+            local_error(
+                &self.file_name,
+                &self.path,
+                "write a scratch copy in",
+                needed,
+                e,
+            )
+        })
+    }
+
+    fn mark(&self) -> Mark {
+        self.w.mark()
+    }
+
+    fn rollback(&mut self, mark: Mark, _reason: &str) {
+        self.w.rollback(mark);
+    }
+}
