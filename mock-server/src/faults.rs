@@ -70,6 +70,18 @@ pub enum Fault {
     /// After answering, push a new commit on `main` in which this file has different bytes (so a
     /// new ETag and commit id): a push in the middle of a download.
     Mutate,
+    /// Answer `status` with a `Location` header instead (like [`Fault::Status`], it concerns
+    /// every matching request: `HEAD`/`GET` on `resolve`, the API, the CDN). In `location`,
+    /// `{hub}` and `{cdn}` become the listeners' `127.0.0.1:PORT` and `{path}` the request's
+    /// path and query; everything else is sent byte for byte (a TAB, a backslash, `//host`,
+    /// `ftp://…` are all possible; CR, LF and other control bytes cannot be sent in a header and
+    /// turn the answer into a 500 saying so).
+    Redirect {
+        /// The HTTP status (301, 302, 303, 307, 308, or anything else).
+        status: u16,
+        /// The `Location` template.
+        location: String,
+    },
 }
 
 impl Fault {
@@ -97,9 +109,26 @@ impl Fault {
         }
     }
 
+    /// A redirect answering `status` with `Location: location` (see [`Fault::Redirect`]).
+    pub fn redirect(status: u16, location: impl Into<String>) -> Fault {
+        Fault::Redirect {
+            status,
+            location: location.into(),
+        }
+    }
+
     /// Whether this fault only concerns answers carrying file bytes.
     pub fn is_body_fault(&self) -> bool {
-        !matches!(self, Fault::Status { .. } | Fault::Mutate)
+        !matches!(
+            self,
+            Fault::Status { .. } | Fault::Mutate | Fault::Redirect { .. }
+        )
+    }
+
+    /// Whether this fault replaces the answer ([`Fault::Status`], [`Fault::Redirect`]); the
+    /// first such rule that fires wins.
+    fn is_answer(&self) -> bool {
+        matches!(self, Fault::Status { .. } | Fault::Redirect { .. })
     }
 
     /// This fault as a rule for every matching request.
@@ -238,38 +267,40 @@ impl FromStr for FaultRule {
     /// command-line form: `KIND[=ARG][,OPTION…]` where KIND is one of `cut-after=BYTES`,
     /// `cut-random`, `status=CODE`, `429=SECS` (429 with Retry-After), `stall=MS` (with option
     /// `after=BYTES`), `throttle=BYTES_PER_SEC`, `ignore-range`, `wrong-content-range`,
-    /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`; and OPTIONs are
-    /// `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`,
+    /// `redirect=CODE` (with option `location=LOCATION`); and OPTIONs are `path=PATTERN`,
+    /// `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    ///
+    /// A value may be written in double quotes, as a JSON string: then it may hold commas and
+    /// escapes such as `\t` (`redirect=302,location="/\t/{cdn}/x"`). Unquoted values end at the
+    /// next comma and are trimmed.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         if s.starts_with('{') {
             return serde_json::from_str(s).map_err(|e| format!("bad fault JSON: {e}"));
         }
-        let mut parts = s.split(',');
-        let head = parts.next().unwrap_or_default();
-        let (kind, arg) = match head.split_once('=') {
-            Some((k, a)) => (k.trim(), Some(a.trim())),
-            None => (head.trim(), None),
-        };
+        let mut parts = split_spec(s)?.into_iter();
+        let (kind, arg) = parts.next().unwrap_or_default();
+        let kind = kind.as_str();
         let num = |what: &str| -> Result<u64, String> {
-            arg.ok_or_else(|| format!("fault {kind:?} needs ={what}"))?
+            arg.as_deref()
+                .ok_or_else(|| format!("fault {kind:?} needs ={what}"))?
                 .parse::<u64>()
                 .map_err(|e| format!("fault {kind:?}: bad {what}: {e}"))
         };
         let mut after_bytes = 0u64;
+        let mut location = None;
         let mut options = Vec::new();
-        for p in parts {
-            let (k, v) = match p.split_once('=') {
-                Some((k, v)) => (k.trim(), Some(v.trim())),
-                None => (p.trim(), None),
-            };
-            if k == "after" {
-                after_bytes = v
-                    .ok_or("after needs =BYTES")?
-                    .parse()
-                    .map_err(|e| format!("bad after: {e}"))?;
-            } else {
-                options.push((k, v));
+        for (k, v) in parts {
+            match k.as_str() {
+                "after" => {
+                    after_bytes = v
+                        .ok_or("after needs =BYTES")?
+                        .parse()
+                        .map_err(|e| format!("bad after: {e}"))?
+                }
+                "location" => location = Some(v.ok_or("location needs =LOCATION")?),
+                _ => options.push((k, v)),
             }
         }
         let fault = match kind {
@@ -296,11 +327,19 @@ impl FromStr for FaultRule {
             "drop-content-length" => Fault::DropContentLength,
             "drop-content-range" => Fault::DropContentRange,
             "mutate" => Fault::Mutate,
+            "redirect" => Fault::Redirect {
+                status: u16::try_from(num("CODE")?)
+                    .map_err(|_| "status out of range".to_string())?,
+                location: location.take().ok_or("redirect needs location=LOCATION")?,
+            },
             other => return Err(format!("unknown fault kind {other:?}")),
         };
+        if location.is_some() {
+            return Err(format!("location= does not apply to {kind:?}"));
+        }
         let mut rule = fault.rule();
         for (k, v) in options {
-            match (k, v) {
+            match (k.as_str(), v.as_deref()) {
                 ("path", Some(v)) => rule.path = Some(v.to_string()),
                 ("times", Some(v)) => {
                     rule.times = Some(v.parse().map_err(|e| format!("bad times: {e}"))?)
@@ -319,6 +358,58 @@ impl FromStr for FaultRule {
     }
 }
 
+/// Splits a compact spec into `(key, value)` items at the commas outside double quotes. A
+/// quoted value is a JSON string (escapes allowed); an unquoted one is trimmed.
+fn split_spec(s: &str) -> Result<Vec<(String, Option<String>)>, String> {
+    let mut items = Vec::new();
+    let mut rest = s;
+    loop {
+        let key_end = rest.find([',', '=']).unwrap_or(rest.len());
+        let key = rest[..key_end].trim().to_string();
+        rest = &rest[key_end..];
+        let value = if let Some(after_eq) = rest.strip_prefix('=') {
+            let v = after_eq.trim_start();
+            if v.starts_with('"') {
+                let len = quoted_len(v).ok_or_else(|| format!("unterminated quote in {s:?}"))?;
+                let value: String = serde_json::from_str(&v[..len])
+                    .map_err(|e| format!("bad quoted value {:?}: {e}", &v[..len]))?;
+                rest = v[len..].trim_start();
+                if !rest.is_empty() && !rest.starts_with(',') {
+                    return Err(format!("expected a comma after {:?}", &v[..len]));
+                }
+                Some(value)
+            } else {
+                let end = v.find(',').unwrap_or(v.len());
+                rest = &v[end..];
+                Some(v[..end].trim().to_string())
+            }
+        } else {
+            None
+        };
+        items.push((key, value));
+        match rest.strip_prefix(',') {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    Ok(items)
+}
+
+/// Length of the JSON string literal at the start of `s` (which starts with `"`), quotes
+/// included.
+fn quoted_len(s: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '"') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// What a request is, for matching rules.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestCtx<'a> {
@@ -329,10 +420,19 @@ pub(crate) struct RequestCtx<'a> {
     pub subject: &'a str,
 }
 
+/// An answer that replaces the normal one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Answer {
+    /// A status with an optional `Retry-After`.
+    Status(u16, Option<u64>),
+    /// A status with a `Location` template.
+    Redirect(u16, String),
+}
+
 /// The combined effect of the rules that fired for one request.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Plan {
-    pub status: Option<(u16, Option<u64>)>,
+    pub answer: Option<Answer>,
     pub cut_after: Option<u64>,
     pub cut_random: bool,
     pub stall: Option<(u64, Duration)>,
@@ -417,7 +517,7 @@ impl Faults {
             if rule.times == Some(0) {
                 continue;
             }
-            if matches!(rule.fault, Fault::Status { .. }) && plan.status.is_some() {
+            if rule.fault.is_answer() && plan.answer.is_some() {
                 continue;
             }
             if let Some(p) = rule.rate {
@@ -437,7 +537,10 @@ impl Faults {
                 Fault::Status {
                     status,
                     retry_after,
-                } => plan.status = Some((*status, *retry_after)),
+                } => plan.answer = Some(Answer::Status(*status, *retry_after)),
+                Fault::Redirect { status, location } => {
+                    plan.answer = Some(Answer::Redirect(*status, location.clone()))
+                }
                 Fault::Stall {
                     after_bytes,
                     millis,
@@ -537,6 +640,50 @@ mod tests {
     }
 
     #[test]
+    fn parse_redirects_and_quoted_values() {
+        let r: FaultRule = "redirect=302,location=http://{cdn}/x,times=1"
+            .parse()
+            .unwrap();
+        assert_eq!(r, Fault::redirect(302, "http://{cdn}/x").times(1));
+        // Quoted: JSON escapes, commas and `=` inside.
+        let r: FaultRule = r#"redirect=307,path=a.bin,location="/\t/{cdn}/x?a=1,b=2""#
+            .parse()
+            .unwrap();
+        assert_eq!(
+            r,
+            Fault::redirect(307, "/\t/{cdn}/x?a=1,b=2").on_path("a.bin")
+        );
+        let r: FaultRule = "redirect=301,location=/\\{cdn}/x".parse().unwrap();
+        assert_eq!(r, Fault::redirect(301, "/\\{cdn}/x").rule());
+        assert!("redirect=302".parse::<FaultRule>().is_err());
+        assert!("status=500,location=x".parse::<FaultRule>().is_err());
+        assert!(r#"redirect=302,location="x"#.parse::<FaultRule>().is_err());
+        assert!(r#"redirect=302,location="x"y"#.parse::<FaultRule>().is_err());
+        let json = serde_json::to_string(&Fault::redirect(302, "//{cdn}/x").times(1)).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"redirect","status":302,"location":"//{cdn}/x","target":"any","body_only":false,"times":1}"#
+        );
+    }
+
+    #[test]
+    fn answers_take_the_first_status_or_redirect() {
+        let f = Faults::new(
+            1,
+            vec![Fault::redirect(302, "/x").rule(), Fault::status(503).rule()],
+        );
+        let ctx = RequestCtx {
+            target: Target::Hub,
+            is_body: false,
+            subject: "/x",
+        };
+        assert_eq!(
+            f.plan(&ctx).answer,
+            Some(Answer::Redirect(302, "/x".into()))
+        );
+    }
+
+    #[test]
     fn times_are_used_up() {
         let f = Faults::new(1, vec![Fault::status(503).times(2)]);
         let ctx = RequestCtx {
@@ -544,9 +691,9 @@ mod tests {
             is_body: false,
             subject: "/x",
         };
-        assert!(f.plan(&ctx).status.is_some());
-        assert!(f.plan(&ctx).status.is_some());
-        assert!(f.plan(&ctx).status.is_none());
+        assert!(f.plan(&ctx).answer.is_some());
+        assert!(f.plan(&ctx).answer.is_some());
+        assert!(f.plan(&ctx).answer.is_none());
         assert!(f.list().is_empty());
     }
 }

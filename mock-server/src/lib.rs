@@ -12,8 +12,8 @@
 //!
 //! Each server can misbehave on request ([`Fault`], [`FaultRule`]): cut connections, 5xx and
 //! 429 answers, stalls and throttling, ignored or wrong ranges, flipped bytes, a push in the
-//! middle of a download, missing length headers. Faults are deterministic under a seed. It
-//! counts what it answered ([`Stats`]).
+//! middle of a download, missing length headers, redirects anywhere. Faults are deterministic
+//! under a seed. It counts what it answered ([`Stats`]).
 //!
 //! # Example
 //!

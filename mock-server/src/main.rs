@@ -60,8 +60,10 @@ struct ServeArgs {
     /// A fault, e.g. `cut-after=1000,path=*.gguf,times=2`, `status=503,rate=0.1`,
     /// `429=5`, `stall=3000,after=0`, `throttle=100000`, `ignore-range`,
     /// `wrong-content-range`, `flip=1`, `drop-content-length`, `drop-content-range`, `mutate`,
-    /// `cut-random,rate=0.2`; options `path=`, `times=`, `rate=`, `target=hub|cdn`,
-    /// `body-only`. JSON is accepted too. Repeatable.
+    /// `cut-random,rate=0.2`, `redirect=302,location=http://{cdn}/x` ({hub}, {cdn}, {path}
+    /// are replaced); options `path=`, `times=`, `rate=`, `target=hub|cdn`, `body-only`.
+    /// A value may be a quoted JSON string (`location="/\t/{cdn}/x"`). JSON rules are
+    /// accepted too. Repeatable.
     #[arg(long = "fault", value_name = "SPEC")]
     faults: Vec<FaultRule>,
     /// Mark a repository gated (org/name or datasets/org/name). Repeatable.

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 
 use crate::body::{file_body, BodySpec};
-use crate::faults::{FaultRule, Faults, Plan, RequestCtx, Target};
+use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
 use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
 
@@ -116,12 +116,14 @@ impl Shared {
                 expires: now + SIGNATURE_TTL_SECS,
             },
         );
-        let sha = &entry.sha256;
+        // The object name is the sha256 (any string for injected listing entries, so escaped
+        // and sliced without assuming hex).
+        let sha = utf8_percent_encode(&entry.sha256, PATH_SEGMENT).to_string();
         format!(
             "{}/repos/{}/{}/{}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date={}&X-Amz-Expires={}&X-Amz-SignedHeaders=host&X-Amz-Signature={}",
             self.cdn_url,
-            &sha[..2],
-            &sha[2..4],
+            sha.get(..2).unwrap_or("00"),
+            sha.get(2..4).unwrap_or("00"),
             sha,
             now,
             SIGNATURE_TTL_SECS,
@@ -206,7 +208,7 @@ pub(crate) fn cdn_app(shared: Arc<Shared>) -> Router {
 
 async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
-    if path.starts_with("/_mock/") {
+    if rec.listener == "hub" && path.starts_with("/_mock/") {
         return next.run(req).await;
     }
     let method = req.method().to_string();
@@ -290,6 +292,63 @@ fn injected_status(status: u16, retry_after: Option<u64>) -> Response {
         }
     }
     resp
+}
+
+/// The answer a status or redirect fault puts in place of the normal one.
+fn injected(shared: &Shared, answer: &Answer, uri: &Uri) -> Response {
+    match answer {
+        Answer::Status(st, ra) => injected_status(*st, *ra),
+        Answer::Redirect(st, template) => {
+            let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+            let loc = expand_location(
+                template,
+                host_of(&shared.hub_url),
+                host_of(&shared.cdn_url),
+                path,
+            );
+            // Byte for byte: `HeaderValue` keeps TABs, backslashes and non-ASCII bytes as given.
+            let Ok(value) = HeaderValue::from_bytes(loc.as_bytes()) else {
+                return hub_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    "mock-hub: the injected Location holds a byte a header cannot carry (CR, LF, NUL or another control byte)",
+                );
+            };
+            let st = StatusCode::from_u16(*st).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = (st, format!("mock-hub: injected {}", st.as_u16())).into_response();
+            resp.headers_mut().insert(header::LOCATION, value);
+            resp
+        }
+    }
+}
+
+/// `127.0.0.1:PORT` of a base URL `http://127.0.0.1:PORT`.
+fn host_of(url: &str) -> &str {
+    url.strip_prefix("http://").unwrap_or(url)
+}
+
+/// Replaces `{hub}`, `{cdn}` and `{path}` in one pass (a substituted value is never expanded
+/// again); every other byte is kept.
+pub(crate) fn expand_location(template: &str, hub: &str, cdn: &str, path: &str) -> String {
+    let mut out = String::with_capacity(template.len() + path.len());
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let (value, len) = if rest.starts_with("{hub}") {
+            (hub, 5)
+        } else if rest.starts_with("{cdn}") {
+            (cdn, 5)
+        } else if rest.starts_with("{path}") {
+            (path, 6)
+        } else {
+            ("{", 1)
+        };
+        out.push_str(value);
+        rest = &rest[len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,7 +456,10 @@ async fn hub_handler(
         .map(|s| decode(s))
         .collect::<Vec<_>>()
         .join("/");
-    resolve(&shared, &method, &headers, kind, &key, &rev, &path, false).await
+    resolve(
+        &shared, &method, &uri, &headers, kind, &key, &rev, &path, false,
+    )
+    .await
 }
 
 fn renamed(shared: &Shared, key: &str) -> Option<String> {
@@ -481,6 +543,7 @@ fn lookup(
 async fn resolve(
     shared: &Arc<Shared>,
     method: &Method,
+    uri: &Uri,
     headers: &HeaderMap,
     kind: RepoKind,
     key: &str,
@@ -507,8 +570,8 @@ async fn resolve(
         is_body: *method == Method::GET && !lfs && !cache_redirect,
         subject: &stats_key,
     });
-    let mut resp = if let Some((st, ra)) = plan.status {
-        injected_status(st, ra)
+    let mut resp = if let Some(answer) = &plan.answer {
+        injected(shared, answer, uri)
     } else if cache_redirect {
         let enc: String = path
             .split('/')
@@ -750,6 +813,7 @@ async fn api(
         return resolve(
             shared,
             method,
+            uri,
             headers,
             kind,
             &key,
@@ -773,8 +837,8 @@ async fn api(
         is_body: false,
         subject: uri.path(),
     });
-    if let Some((st, ra)) = plan.status {
-        return injected_status(st, ra);
+    if let Some(answer) = &plan.answer {
+        return injected(shared, answer, uri);
     }
     let id = format!("{}/{}", decode(raw[2]), decode(raw[3]));
     let key = kind.key(&id);
@@ -1026,7 +1090,17 @@ async fn cdn_handler(
             "Method not allowed",
         );
     }
-    let sha = uri.path().rsplit('/').next().unwrap_or("").to_string();
+    // Only `/repos/xx/yy/{sha256}` names an object; anything else (a redirect fault may send
+    // clients anywhere) is answered 404, and recorded like every request.
+    let segs: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+    let ["repos", _, _, sha] = segs[..] else {
+        return s3_error(
+            StatusCode::NOT_FOUND,
+            "NoSuchKey",
+            "The specified key does not exist.",
+        );
+    };
+    let sha = decode(sha);
     let q = query_pairs(&uri);
     let Some(sig) = q
         .iter()
@@ -1072,8 +1146,8 @@ async fn cdn_handler(
         is_body: method == Method::GET,
         subject: &signed.stats_key,
     });
-    let mut resp = if let Some((st, ra)) = plan.status {
-        injected_status(st, ra)
+    let mut resp = if let Some(answer) = &plan.answer {
+        injected(&shared, answer, &uri)
     } else {
         let mut h = HeaderMap::new();
         h.insert(header::ETAG, hv(&format!("\"{}\"", entry.sha256)));
@@ -1264,5 +1338,16 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=3-1"), 10), RangeReq::Full);
         assert_eq!(parse_range(Some("bytes=0-1,4-5"), 10), RangeReq::Full);
         assert_eq!(parse_range(Some("items=0-1"), 10), RangeReq::Full);
+    }
+
+    #[test]
+    fn locations_expand_once() {
+        let e = |t: &str| expand_location(t, "127.0.0.1:1", "127.0.0.1:2", "/p?q={hub}");
+        assert_eq!(e("http://{cdn}/x"), "http://127.0.0.1:2/x");
+        assert_eq!(e("/\\{cdn}/x"), "/\\127.0.0.1:2/x");
+        assert_eq!(e("/\t/{cdn}/x"), "/\t/127.0.0.1:2/x");
+        assert_eq!(e("https://{hub}{path}"), "https://127.0.0.1:1/p?q={hub}");
+        assert_eq!(e("{{path}}{"), "{/p?q={hub}}{");
+        assert_eq!(e("ftp://x/y"), "ftp://x/y");
     }
 }

@@ -5,4 +5,5 @@ mod common;
 
 mod control;
 mod faults;
+mod redirects;
 mod routes;
