@@ -82,6 +82,32 @@ pub enum Fault {
         /// The `Location` template.
         location: String,
     },
+    /// Send the body with `Content-Encoding: encoding`. For `gzip` the (ranged) body really is
+    /// gzip-compressed, and `Content-Length` is the compressed length (`Content-Range` still
+    /// describes the uncompressed span); any other value only sets the header on the unchanged
+    /// body.
+    ContentEncoding {
+        /// The header value (`gzip` compresses).
+        encoding: String,
+    },
+    /// After the promised bytes, send `extra` more (bytes of a fixed pattern: byte `i` of the
+    /// excess is `i as u8`). `Content-Length` is left out (the body goes chunked: the server
+    /// library would not send more than it announced); `Content-Range` stays as promised.
+    Overlong {
+        /// Bytes sent beyond the promised ones.
+        extra: u64,
+    },
+    /// Announce no length (chunked) and never end: after the promised bytes comes the pattern
+    /// of [`Fault::Overlong`], forever (paced by a [`Fault::Throttle`] if one applies too; the
+    /// server holds no more than one 64 KiB piece at a time).
+    Endless,
+    /// On 206 answers, send this `Content-Range` value instead of the true one (e.g.
+    /// `bytes 0-18446744073709551614/*`); the body is unchanged. It wins over
+    /// [`Fault::WrongContentRange`] and [`Fault::DropContentRange`].
+    ContentRangeHeader {
+        /// The literal header value.
+        value: String,
+    },
 }
 
 impl Fault {
@@ -268,7 +294,8 @@ impl FromStr for FaultRule {
     /// `cut-random`, `status=CODE`, `429=SECS` (429 with Retry-After), `stall=MS` (with option
     /// `after=BYTES`), `throttle=BYTES_PER_SEC`, `ignore-range`, `wrong-content-range`,
     /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`,
-    /// `redirect=CODE` (with option `location=LOCATION`); and OPTIONs are `path=PATTERN`,
+    /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
+    /// `overlong=EXTRA`, `endless`, `content-range=VALUE`; and OPTIONs are `path=PATTERN`,
     /// `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
     ///
     /// A value may be written in double quotes, as a JSON string: then it may hold commas and
@@ -331,6 +358,16 @@ impl FromStr for FaultRule {
                 status: u16::try_from(num("CODE")?)
                     .map_err(|_| "status out of range".to_string())?,
                 location: location.take().ok_or("redirect needs location=LOCATION")?,
+            },
+            "content-encoding" => Fault::ContentEncoding {
+                encoding: arg.clone().ok_or("content-encoding needs =VALUE")?,
+            },
+            "overlong" => Fault::Overlong {
+                extra: num("EXTRA")?,
+            },
+            "endless" => Fault::Endless,
+            "content-range" | "content-range-header" => Fault::ContentRangeHeader {
+                value: arg.clone().ok_or("content-range needs =VALUE")?,
             },
             other => return Err(format!("unknown fault kind {other:?}")),
         };
@@ -443,6 +480,10 @@ pub(crate) struct Plan {
     pub drop_content_length: bool,
     pub drop_content_range: bool,
     pub mutate: bool,
+    pub content_encoding: Option<String>,
+    pub overlong: u64,
+    pub endless: bool,
+    pub content_range: Option<String>,
 }
 
 /// The live set of fault rules of a server, with its seeded RNG. Cheap to clone (shared).
@@ -555,6 +596,12 @@ impl Faults {
                 Fault::DropContentLength => plan.drop_content_length = true,
                 Fault::DropContentRange => plan.drop_content_range = true,
                 Fault::Mutate => plan.mutate = true,
+                Fault::ContentEncoding { encoding } => {
+                    plan.content_encoding = Some(encoding.clone())
+                }
+                Fault::Overlong { extra } => plan.overlong = plan.overlong.saturating_add(*extra),
+                Fault::Endless => plan.endless = true,
+                Fault::ContentRangeHeader { value } => plan.content_range = Some(value.clone()),
             }
         }
         if exhausted {
@@ -663,6 +710,36 @@ mod tests {
         assert_eq!(
             json,
             r#"{"kind":"redirect","status":302,"location":"//{cdn}/x","target":"any","body_only":false,"times":1}"#
+        );
+    }
+
+    #[test]
+    fn parse_body_shapes() {
+        let p = |s: &str| s.parse::<FaultRule>().unwrap();
+        let enc = |e: &str| Fault::ContentEncoding { encoding: e.into() };
+        let cr = |v: &str| Fault::ContentRangeHeader { value: v.into() };
+        assert_eq!(p("content-encoding=gzip,times=1"), enc("gzip").times(1));
+        assert_eq!(p(r#"content-encoding="gzip, br""#), enc("gzip, br").rule());
+        assert_eq!(p("overlong=10"), Fault::Overlong { extra: 10 }.rule());
+        assert_eq!(p("endless,target=cdn"), Fault::Endless.on(Target::Cdn));
+        assert_eq!(
+            p("content-range=bytes 0-18446744073709551614/*"),
+            cr("bytes 0-18446744073709551614/*").rule()
+        );
+        assert!("overlong".parse::<FaultRule>().is_err());
+        assert!("content-encoding".parse::<FaultRule>().is_err());
+        assert_eq!(
+            p(r#"{"kind":"content_range_header","value":"bytes */5"}"#),
+            cr("bytes */5").rule()
+        );
+        assert_eq!(p(r#"{"kind":"endless"}"#), Fault::Endless.rule());
+        assert_eq!(
+            p(r#"{"kind":"overlong","extra":3}"#),
+            Fault::Overlong { extra: 3 }.rule()
+        );
+        assert_eq!(
+            p(r#"{"kind":"content_encoding","encoding":"br"}"#),
+            enc("br").rule()
         );
     }
 

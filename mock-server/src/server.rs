@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 
-use crate::body::{file_body, BodySpec};
+use crate::body::{file_body, gzip_len, BodySpec, Tail};
 use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
 use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
@@ -623,7 +623,7 @@ async fn resolve(
         h.insert("x-repo-commit", hv(&commit.id));
         h.insert(header::ETAG, hv(&format!("\"{}\"", entry.git_sha1)));
         h.insert(header::CONTENT_TYPE, hv(content_type(path)));
-        serve_file(shared, method, headers, &entry, &plan, h, &stats_key)
+        serve_file(shared, method, headers, &entry, &plan, h, &stats_key).await
     };
     if plan.mutate {
         let (shared, key, path) = (shared.clone(), key.to_string(), path.to_string());
@@ -692,8 +692,17 @@ pub(crate) fn parse_range(h: Option<&str>, total: u64) -> RangeReq {
     RangeReq::Span(start, end.min(total - 1))
 }
 
+/// A 500 saying a header value asked for by a fault cannot be sent.
+fn unsendable(what: &str) -> Response {
+    hub_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        None,
+        &format!("mock-hub: the injected {what} holds a byte a header cannot carry"),
+    )
+}
+
 /// Answers a GET or HEAD with (part of) a file, applying the body faults of `plan`.
-fn serve_file(
+async fn serve_file(
     shared: &Shared,
     method: &Method,
     req_headers: &HeaderMap,
@@ -730,7 +739,12 @@ fn serve_file(
         RangeReq::Full => (StatusCode::OK, 0, total),
         RangeReq::Span(s, e) => {
             let len = e - s + 1;
-            if !plan.drop_content_range {
+            if let Some(v) = &plan.content_range {
+                let Ok(v) = HeaderValue::from_bytes(v.as_bytes()) else {
+                    return unsendable("Content-Range");
+                };
+                h.insert(header::CONTENT_RANGE, v);
+            } else if !plan.drop_content_range {
                 let (cs, ce) = if plan.wrong_content_range {
                     let cs = if s > 0 { 0 } else { 1 };
                     (cs, cs + len - 1)
@@ -745,29 +759,75 @@ fn serve_file(
             (StatusCode::PARTIAL_CONTENT, s, len)
         }
     };
-    if !plan.drop_content_length {
-        h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
-    }
     let body = if is_get {
+        // Drawn in this order (cut, then flips) so seeded runs replay as before.
+        let cut_draw = (plan.cut_after.is_none() && plan.cut_random)
+            .then(|| shared.faults.random_below(len.max(1)));
+        let flips: Vec<u64> = (0..plan.flip)
+            .filter(|_| len > 0)
+            .map(|_| start + shared.faults.random_below(len))
+            .collect();
+        let gzip = plan.content_encoding.as_deref() == Some("gzip");
+        if let Some(enc) = &plan.content_encoding {
+            let Ok(v) = HeaderValue::from_bytes(enc.as_bytes()) else {
+                return unsendable("Content-Encoding");
+            };
+            h.insert(header::CONTENT_ENCODING, v);
+        }
+        let tail = if plan.endless {
+            Tail::Endless
+        } else if plan.overlong > 0 {
+            Tail::Extra(plan.overlong)
+        } else {
+            Tail::None
+        };
+        // Bytes sent for the span: compressed with gzip (measured by compressing it once).
+        let span_len = if gzip && tail != Tail::Endless {
+            match gzip_len(&entry.source, start, len, &flips).await {
+                Ok(n) => n,
+                Err(e) => {
+                    return hub_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        None,
+                        &format!("mock-hub: cannot read the file: {e}"),
+                    )
+                }
+            }
+        } else {
+            len
+        };
+        let out_len = match tail {
+            Tail::None => Some(span_len),
+            Tail::Extra(x) => Some(span_len.saturating_add(x)),
+            Tail::Endless => None,
+        };
+        // With more bytes than promised the length cannot be announced (hyper enforces it).
+        if !plan.drop_content_length && tail == Tail::None {
+            h.insert(header::CONTENT_LENGTH, hv(&span_len.to_string()));
+        }
         if len > 0 {
             shared
                 .stats
                 .file(stats_key, |f| f.served.push((start, start + len - 1)));
         }
-        let cut_after = match (plan.cut_after, plan.cut_random) {
-            (Some(c), _) => Some(c.min(len)),
-            (None, true) => Some(shared.faults.random_below(len.max(1))),
-            (None, false) => None,
+        let cut_after = match (plan.cut_after, cut_draw) {
+            (Some(c), _) => Some(c),
+            // The same place in proportion when more (or fewer, compressed) bytes are sent.
+            (None, Some(r)) => Some(match out_len {
+                Some(out) if out != len && len > 0 => {
+                    u64::try_from(u128::from(r) * u128::from(out) / u128::from(len)).unwrap_or(r)
+                }
+                _ => r,
+            }),
+            (None, None) => None,
         };
-        let flips = (0..plan.flip)
-            .filter(|_| len > 0)
-            .map(|_| start + shared.faults.random_below(len))
-            .collect();
         let spec = BodySpec {
             start,
             len,
+            gzip,
+            tail,
             // A cut at the full length would be a clean end: only cut inside the body.
-            cut_after: cut_after.filter(|&c| c < len),
+            cut_after: cut_after.filter(|&c| out_len.is_none_or(|t| c < t)),
             stall: plan.stall,
             throttle: plan.throttle,
             flips,
@@ -775,6 +835,9 @@ fn serve_file(
         };
         file_body(&entry.source, spec, shared.stats.clone())
     } else {
+        if !plan.drop_content_length {
+            h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
+        }
         Body::empty()
     };
     let mut r = Response::new(body);
@@ -1172,6 +1235,7 @@ async fn cdn_handler(
             h,
             &signed.stats_key,
         )
+        .await
     };
     if plan.mutate {
         let (repo_key, path) = split_stats_key(&shared, &signed.stats_key);

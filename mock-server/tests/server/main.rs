@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bodies;
 mod control;
 mod faults;
 mod redirects;
