@@ -1,7 +1,8 @@
 //! Streaming one body: a byte span of a file with its patches and flipped bytes, optionally
 //! gzip-compressed and followed by extra bytes (a fixed number, or forever), paced by cuts,
-//! stalls and throttling. Memory stays bounded whatever the length: files are read in 64 KiB
-//! pieces and the extra bytes are slices of one static buffer.
+//! stalls, holds and throttling. Memory stays bounded whatever the length: files are read in
+//! 64 KiB pieces and the extra bytes are slices of one static buffer. A body counts in the
+//! `in_flight` gauge while it lives, and ends with an error when the server stops.
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -12,6 +13,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use futures::stream;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::repo::{Base, Source};
@@ -48,6 +50,8 @@ pub(crate) struct BodySpec {
     pub stall: Option<(u64, Duration)>,
     /// Bytes per second.
     pub throttle: Option<u64>,
+    /// Wait for a release once this many body bytes were sent.
+    pub hold: Option<u64>,
     /// Extra absolute offsets to flip (xor 0xff).
     pub flips: Vec<u64>,
     /// Stats key of the file, for `bytes_sent`.
@@ -193,6 +197,11 @@ struct Producer {
 }
 
 impl Producer {
+    /// Whether [`Producer::next`] would give `None`.
+    fn is_done(&self) -> bool {
+        self.span.is_done() && self.gzip.is_none() && self.tail == Tail::None
+    }
+
     /// The next non-empty piece, or `None` at the end.
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
         loop {
@@ -239,19 +248,85 @@ impl Producer {
     }
 }
 
+/// What a body needs from the server besides its spec.
+#[derive(Debug, Clone)]
+pub(crate) struct BodyCtl {
+    pub stats: StatsCell,
+    /// Becomes true (or closes) when the server stops.
+    pub stop: watch::Receiver<bool>,
+    /// The release generation, bumped by `MockHub::release_holds`.
+    pub release: watch::Receiver<u64>,
+}
+
+/// Counts one body in the `in_flight` gauge until [`Flight::end`] or drop.
+struct Flight {
+    stats: StatsCell,
+    key: String,
+    live: bool,
+}
+
+impl Flight {
+    fn start(stats: StatsCell, key: String) -> Self {
+        stats.body_started(&key);
+        Flight {
+            stats,
+            key,
+            live: true,
+        }
+    }
+
+    fn end(&mut self) {
+        if std::mem::take(&mut self.live) {
+            self.stats.body_ended(&self.key);
+        }
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Counts one body in the `held` gauge while it lives.
+struct Held(StatsCell);
+
+impl Held {
+    fn new(stats: &StatsCell) -> Self {
+        stats.held(true);
+        Held(stats.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.held(false);
+    }
+}
+
 struct St {
     producer: Producer,
     pending: Bytes,
     sent: u64,
     spec: BodySpec,
     stalled: bool,
+    hold_done: bool,
     started: Option<Instant>,
     done: bool,
     stats: StatsCell,
+    release: watch::Receiver<u64>,
 }
 
-/// A body streaming `spec.len` bytes of `source` from `spec.start`, shaped by `spec`.
-pub(crate) fn file_body(source: &Source, spec: BodySpec, stats: StatsCell) -> Body {
+/// The stream's state: the body, and what outlives each step.
+struct Outer {
+    st: St,
+    stop: watch::Receiver<bool>,
+    flight: Flight,
+}
+
+/// A body streaming `spec.len` bytes of `source` from `spec.start`, shaped by `spec`. It counts
+/// in `in_flight` from now on.
+pub(crate) fn file_body(source: &Source, spec: BodySpec, ctl: BodyCtl) -> Body {
     let producer = Producer {
         span: Span::new(source, spec.start, spec.len, &spec.flips),
         gzip: spec.gzip.then(|| gzip_encoder(Vec::new())),
@@ -261,23 +336,45 @@ pub(crate) fn file_body(source: &Source, spec: BodySpec, stats: StatsCell) -> Bo
         },
         tail_pos: 0,
     };
+    let flight = Flight::start(ctl.stats.clone(), spec.stats_key.clone());
     let st = St {
         producer,
         pending: Bytes::new(),
         sent: 0,
         stalled: false,
+        hold_done: false,
         started: None,
         done: false,
         spec,
-        stats,
+        stats: ctl.stats,
+        release: ctl.release,
     };
-    Body::from_stream(stream::unfold(st, |mut st| async move {
-        match step(&mut st).await {
-            Ok(Some(b)) => Some((Ok(b), st)),
+    let outer = Outer {
+        st,
+        stop: ctl.stop,
+        flight,
+    };
+    Body::from_stream(stream::unfold(outer, |mut o| async move {
+        let r = tokio::select! {
+            r = step(&mut o.st) => r,
+            _ = o.stop.wait_for(|stop| *stop) => Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "mock-hub: the server stopped",
+            )),
+        };
+        match r {
+            Ok(Some(b)) => {
+                // The last byte is handed over: the body no longer counts as in flight.
+                if o.st.pending.is_empty() && o.st.producer.is_done() {
+                    o.flight.end();
+                }
+                Some((Ok(b), o))
+            }
             Ok(None) => None,
             Err(e) => {
-                st.done = true;
-                Some((Err(e), st))
+                o.flight.end();
+                o.st.done = true;
+                Some((Err(e), o))
             }
         }
     }))
@@ -307,6 +404,17 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
             tokio::time::sleep(pause).await;
         }
     }
+    if let Some(after) = st.spec.hold {
+        if !st.hold_done && st.sent >= after {
+            st.hold_done = true;
+            // Released by any release after this point; counted in `held` while waiting (also
+            // if the body is dropped while waiting).
+            let seen = *st.release.borrow_and_update();
+            let _held = Held::new(&st.stats);
+            // An error means the hub is gone: then go on (the stop ends the body anyway).
+            let _ = st.release.wait_for(|g| *g != seen).await;
+        }
+    }
     let started = *st.started.get_or_insert_with(Instant::now);
     let mut n = CHUNK.min(st.pending.len() as u64);
     if let Some(cut) = st.spec.cut_after {
@@ -314,6 +422,11 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
     }
     if let Some((after, _)) = st.spec.stall {
         if !st.stalled && after > st.sent {
+            n = n.min(after - st.sent);
+        }
+    }
+    if let Some(after) = st.spec.hold {
+        if !st.hold_done && after > st.sent {
             n = n.min(after - st.sent);
         }
     }

@@ -108,6 +108,16 @@ pub enum Fault {
         /// The literal header value.
         value: String,
     },
+    /// Send the headers and `after_bytes` of the body, then wait — no timer — until
+    /// [`crate::MockHub::release_holds`] (or `POST /_mock/release`) is called, then send the
+    /// rest normally. [`crate::Stats::held`] counts the bodies waiting, so a test can wait for
+    /// "the body is being held". A body no longer than `after_bytes` is sent whole, without
+    /// waiting. With `times(n)`, n bodies are held.
+    Hold {
+        /// Body bytes sent before the wait.
+        #[serde(default)]
+        after_bytes: u64,
+    },
 }
 
 impl Fault {
@@ -295,7 +305,8 @@ impl FromStr for FaultRule {
     /// `after=BYTES`), `throttle=BYTES_PER_SEC`, `ignore-range`, `wrong-content-range`,
     /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`,
     /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
-    /// `overlong=EXTRA`, `endless`, `content-range=VALUE`; and OPTIONs are `path=PATTERN`,
+    /// `overlong=EXTRA`, `endless`, `content-range=VALUE`, `hold` (with option `after=BYTES`,
+    /// or `hold=BYTES`); and OPTIONs are `path=PATTERN`,
     /// `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
     ///
     /// A value may be written in double quotes, as a JSON string: then it may hold commas and
@@ -366,6 +377,12 @@ impl FromStr for FaultRule {
                 extra: num("EXTRA")?,
             },
             "endless" => Fault::Endless,
+            "hold" => Fault::Hold {
+                after_bytes: match arg {
+                    Some(_) => num("BYTES")?,
+                    None => after_bytes,
+                },
+            },
             "content-range" | "content-range-header" => Fault::ContentRangeHeader {
                 value: arg.clone().ok_or("content-range needs =VALUE")?,
             },
@@ -484,6 +501,7 @@ pub(crate) struct Plan {
     pub overlong: u64,
     pub endless: bool,
     pub content_range: Option<String>,
+    pub hold: Option<u64>,
 }
 
 /// The live set of fault rules of a server, with its seeded RNG. Cheap to clone (shared).
@@ -602,6 +620,9 @@ impl Faults {
                 Fault::Overlong { extra } => plan.overlong = plan.overlong.saturating_add(*extra),
                 Fault::Endless => plan.endless = true,
                 Fault::ContentRangeHeader { value } => plan.content_range = Some(value.clone()),
+                Fault::Hold { after_bytes } => {
+                    plan.hold = Some(plan.hold.map_or(*after_bytes, |h| h.min(*after_bytes)))
+                }
             }
         }
         if exhausted {
@@ -733,6 +754,12 @@ mod tests {
             cr("bytes */5").rule()
         );
         assert_eq!(p(r#"{"kind":"endless"}"#), Fault::Endless.rule());
+        let hold = |after_bytes| Fault::Hold { after_bytes };
+        assert_eq!(p("hold,times=4"), hold(0).times(4));
+        assert_eq!(p("hold,after=10"), hold(10).rule());
+        assert_eq!(p("hold=7,target=cdn"), hold(7).on(Target::Cdn));
+        assert_eq!(p(r#"{"kind":"hold"}"#), hold(0).rule());
+        assert_eq!(p(r#"{"kind":"hold","after_bytes":5}"#), hold(5).rule());
         assert_eq!(
             p(r#"{"kind":"overlong","extra":3}"#),
             Fault::Overlong { extra: 3 }.rule()

@@ -44,8 +44,8 @@
 //! # Control API
 //!
 //! The hub listener also answers `GET|POST|DELETE /_mock/faults`, `GET|DELETE /_mock/stats`,
-//! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed` and
-//! `GET /_mock/repos`; see the crate's README.
+//! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed`,
+//! `POST /_mock/release` and `GET /_mock/repos`; see the crate's README.
 
 mod body;
 pub mod demo;
@@ -270,6 +270,7 @@ impl MockHubBuilder {
             })?;
         let hub_addr = local_addr(&hub_l)?;
         let cdn_addr = local_addr(&cdn_l)?;
+        let (tx, rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             repos: RwLock::new(repos),
             renames: RwLock::new(self.renames.iter().cloned().collect()),
@@ -284,8 +285,9 @@ impl MockHubBuilder {
             faults: Faults::new(self.seed, self.rules.clone()),
             stats: StatsCell::default(),
             sigs: Mutex::new(SigStore::new(self.seed)),
+            stop: rx.clone(),
+            release: watch::Sender::new(0),
         });
-        let (tx, rx) = watch::channel(false);
         let mut tasks = Vec::new();
         for (listener, app) in [
             (hub_l, server::hub_app(shared.clone())),
@@ -444,9 +446,52 @@ impl MockHub {
         self.shared.stats.snapshot()
     }
 
-    /// Zeroes the counters.
+    /// Zeroes the counters. The gauges [`Stats::in_flight`] and [`Stats::held`] keep their
+    /// values, and the peaks start again from the current ones.
     pub fn reset_stats(&self) {
         self.shared.stats.reset();
+    }
+
+    /// Waits until `pred` holds for the counters, and returns them as they were then. It
+    /// wakes on every change (no polling): `hub.wait_for(|s| s.held == 4, secs(10)).await?`.
+    /// After `timeout` without `pred` holding, it fails with [`Error::Timeout`].
+    ///
+    /// `pred` runs while the counters are locked: it must not call back into the hub.
+    pub async fn wait_for(
+        &self,
+        mut pred: impl FnMut(&Stats) -> bool,
+        timeout: Duration,
+    ) -> Result<Stats, Error> {
+        let cell = &self.shared.stats;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = cell.changed();
+            tokio::pin!(changed);
+            // Registered before the check, so a change right after it is not missed.
+            changed.as_mut().enable();
+            if let Some(s) = cell.check(&mut pred) {
+                return Ok(s);
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                if let Some(s) = cell.check(&mut pred) {
+                    return Ok(s);
+                }
+                let s = cell.snapshot();
+                return Err(Error::Timeout {
+                    waited: timeout,
+                    last: format!(
+                        "in_flight={}, peak_in_flight={}, held={}, total_requests={}",
+                        s.in_flight, s.peak_in_flight, s.held, s.total_requests
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Lets every body waiting at a [`Fault::Hold`] go on (bodies reaching a hold later wait
+    /// for the next call). Same as `POST /_mock/release`.
+    pub fn release_holds(&self) {
+        self.shared.release_holds();
     }
 
     /// The commit `main` of `repo` points at, if the repository exists.
@@ -573,6 +618,16 @@ impl std::ops::Deref for BackgroundHub {
 }
 
 impl BackgroundHub {
+    /// [`MockHub::wait_for`] for blocking callers (not from inside an async runtime).
+    pub fn wait_for_blocking(
+        &self,
+        pred: impl FnMut(&Stats) -> bool,
+        timeout: Duration,
+    ) -> Result<Stats, Error> {
+        let rt = self.rt.as_ref().expect("present until shutdown");
+        rt.block_on(self.wait_for(pred, timeout))
+    }
+
     /// Stops the server and its runtime.
     pub fn shutdown(mut self) {
         self.stop();

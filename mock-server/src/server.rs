@@ -17,8 +17,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
+use tokio::sync::watch;
 
-use crate::body::{file_body, gzip_len, BodySpec, Tail};
+use crate::body::{file_body, gzip_len, BodyCtl, BodySpec, Tail};
 use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
 use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
@@ -53,6 +54,10 @@ pub(crate) struct Shared {
     pub faults: Faults,
     pub stats: StatsCell,
     pub sigs: Mutex<SigStore>,
+    /// Becomes true when the server stops (bodies then end with an error).
+    pub stop: watch::Receiver<bool>,
+    /// Generation of `MockHub::release_holds`: held bodies wait for it to change.
+    pub release: watch::Sender<u64>,
 }
 
 #[derive(Debug)]
@@ -131,6 +136,13 @@ impl Shared {
         )
     }
 
+    /// Lets every body waiting at a hold go on; returns how many were waiting.
+    pub fn release_holds(&self) -> u64 {
+        let held = self.stats.snapshot().held;
+        self.release.send_modify(|g| *g = g.wrapping_add(1));
+        held
+    }
+
     /// Pushes a commit on `main` where `path` has patched bytes; returns the new commit id.
     pub fn mutate_patch(&self, repo_key: &str, path: &str) -> Option<String> {
         let (entry, k) = {
@@ -188,6 +200,7 @@ pub(crate) fn hub_app(shared: Arc<Shared>) -> Router {
         .route("/_mock/mutate", post(mutate))
         .route("/_mock/rename", post(rename))
         .route("/_mock/seed", post(reseed))
+        .route("/_mock/release", post(release_holds))
         .route("/_mock/repos", get(list_repos))
         .fallback(hub_handler)
         .layer(middleware::from_fn_with_state(rec, record))
@@ -830,10 +843,16 @@ async fn serve_file(
             cut_after: cut_after.filter(|&c| out_len.is_none_or(|t| c < t)),
             stall: plan.stall,
             throttle: plan.throttle,
+            hold: plan.hold,
             flips,
             stats_key: stats_key.to_string(),
         };
-        file_body(&entry.source, spec, shared.stats.clone())
+        let ctl = BodyCtl {
+            stats: shared.stats.clone(),
+            stop: shared.stop.clone(),
+            release: shared.release.subscribe(),
+        };
+        file_body(&entry.source, spec, ctl)
     } else {
         if !plan.drop_content_length {
             h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
@@ -1362,6 +1381,10 @@ struct SeedReq {
 async fn reseed(State(shared): State<Arc<Shared>>, Json(s): Json<SeedReq>) -> StatusCode {
     shared.faults.reseed(s.seed);
     StatusCode::NO_CONTENT
+}
+
+async fn release_holds(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    Json(json!({ "released": shared.release_holds() }))
 }
 
 async fn list_repos(State(shared): State<Arc<Shared>>) -> Json<Value> {

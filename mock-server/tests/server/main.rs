@@ -6,5 +6,6 @@ mod common;
 mod bodies;
 mod control;
 mod faults;
+mod holds;
 mod redirects;
 mod routes;
