@@ -77,6 +77,31 @@ fn filler(pos: u64, n: u64) -> Bytes {
     Bytes::from_static(&FILLER[off..off + n])
 }
 
+static SPACES: [u8; CHUNK as usize] = [b' '; CHUNK as usize];
+
+/// A JSON document followed by spaces up to `total` bytes in all, streamed in 64 KiB pieces of
+/// one static buffer (so any length costs no memory), without a length (chunked). It ends with
+/// an error if the server stops.
+pub(crate) fn padded_json(json: Bytes, total: u64, stop: watch::Receiver<bool>) -> Body {
+    let pad = total.saturating_sub(json.len() as u64);
+    let state = (Some(json), pad, stop);
+    Body::from_stream(stream::unfold(state, |(json, pad, mut stop)| async move {
+        if let Some(j) = json {
+            return Some((Ok(j), (None, pad, stop)));
+        }
+        if pad == 0 {
+            return None;
+        }
+        if *stop.borrow_and_update() || stop.has_changed().is_err() {
+            let e = io::Error::new(io::ErrorKind::ConnectionAborted, "mock-hub: stopped");
+            return Some((Err(e), (None, 0, stop)));
+        }
+        let n = pad.min(CHUNK);
+        let piece = Bytes::from_static(&SPACES[..n as usize]);
+        Some((Ok(piece), (None, pad - n, stop)))
+    }))
+}
+
 enum Reader {
     Pending(std::path::PathBuf),
     File(tokio::fs::File),

@@ -118,6 +118,18 @@ pub enum Fault {
         #[serde(default)]
         after_bytes: u64,
     },
+    /// Tree API (`/api/{models|datasets}/{repo}/tree/…`): every page's
+    /// `Link: <…>; rel="next"` points at the very URL that was asked, a pagination loop.
+    ListingSelfLink,
+    /// Tree API: every page has a `rel="next"` link with a new cursor, forever; the pages after
+    /// the real listing are empty arrays `[]`.
+    ListingEndless,
+    /// Tree API: the page's JSON followed by spaces up to `bytes` bytes in all, streamed (the
+    /// padding is never held in memory) without `Content-Length` (chunked).
+    ListingPad {
+        /// Total body length (the JSON alone if it is longer).
+        bytes: u64,
+    },
 }
 
 impl Fault {
@@ -158,6 +170,15 @@ impl Fault {
         !matches!(
             self,
             Fault::Status { .. } | Fault::Mutate | Fault::Redirect { .. }
+        ) && !self.is_listing_fault()
+    }
+
+    /// Whether this fault only concerns tree listings (it neither fires nor uses up its count
+    /// on other requests).
+    pub fn is_listing_fault(&self) -> bool {
+        matches!(
+            self,
+            Fault::ListingSelfLink | Fault::ListingEndless | Fault::ListingPad { .. }
         )
     }
 
@@ -306,7 +327,8 @@ impl FromStr for FaultRule {
     /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`,
     /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
     /// `overlong=EXTRA`, `endless`, `content-range=VALUE`, `hold` (with option `after=BYTES`,
-    /// or `hold=BYTES`); and OPTIONs are `path=PATTERN`,
+    /// or `hold=BYTES`), `listing-self-link`, `listing-endless`, `listing-pad=BYTES`; and
+    /// OPTIONs are `path=PATTERN`,
     /// `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
     ///
     /// A value may be written in double quotes, as a JSON string: then it may hold commas and
@@ -377,6 +399,11 @@ impl FromStr for FaultRule {
                 extra: num("EXTRA")?,
             },
             "endless" => Fault::Endless,
+            "listing-self-link" => Fault::ListingSelfLink,
+            "listing-endless" => Fault::ListingEndless,
+            "listing-pad" => Fault::ListingPad {
+                bytes: num("BYTES")?,
+            },
             "hold" => Fault::Hold {
                 after_bytes: match arg {
                     Some(_) => num("BYTES")?,
@@ -470,6 +497,8 @@ pub(crate) struct RequestCtx<'a> {
     pub target: Target,
     /// The request carries (or would carry) file bytes: a GET of a file body.
     pub is_body: bool,
+    /// The request is a tree listing.
+    pub is_listing: bool,
     /// The string patterns match against.
     pub subject: &'a str,
 }
@@ -502,6 +531,9 @@ pub(crate) struct Plan {
     pub endless: bool,
     pub content_range: Option<String>,
     pub hold: Option<u64>,
+    pub listing_self_link: bool,
+    pub listing_endless: bool,
+    pub listing_pad: Option<u64>,
 }
 
 /// The live set of fault rules of a server, with its seeded RNG. Cheap to clone (shared).
@@ -568,6 +600,9 @@ impl Faults {
             if (rule.body_only || rule.fault.is_body_fault()) && !ctx.is_body {
                 continue;
             }
+            if rule.fault.is_listing_fault() && !ctx.is_listing {
+                continue;
+            }
             if let Some(p) = &rule.path {
                 if !pattern_matches(p, ctx.subject) {
                     continue;
@@ -622,6 +657,11 @@ impl Faults {
                 Fault::ContentRangeHeader { value } => plan.content_range = Some(value.clone()),
                 Fault::Hold { after_bytes } => {
                     plan.hold = Some(plan.hold.map_or(*after_bytes, |h| h.min(*after_bytes)))
+                }
+                Fault::ListingSelfLink => plan.listing_self_link = true,
+                Fault::ListingEndless => plan.listing_endless = true,
+                Fault::ListingPad { bytes } => {
+                    plan.listing_pad = Some(plan.listing_pad.map_or(*bytes, |b| b.max(*bytes)))
                 }
             }
         }
@@ -771,6 +811,39 @@ mod tests {
     }
 
     #[test]
+    fn listing_faults_only_fire_on_listings() {
+        let p = |s: &str| s.parse::<FaultRule>().unwrap();
+        assert_eq!(
+            p("listing-self-link,times=1"),
+            Fault::ListingSelfLink.times(1)
+        );
+        assert_eq!(p("listing-endless"), Fault::ListingEndless.rule());
+        assert_eq!(
+            p("listing-pad=1000"),
+            Fault::ListingPad { bytes: 1000 }.rule()
+        );
+        assert_eq!(
+            p(r#"{"kind":"listing_pad","bytes":9}"#),
+            Fault::ListingPad { bytes: 9 }.rule()
+        );
+        assert!("listing-pad".parse::<FaultRule>().is_err());
+        let f = Faults::new(1, vec![Fault::ListingSelfLink.times(1)]);
+        let mut ctx = RequestCtx {
+            target: Target::Hub,
+            is_body: true,
+            is_listing: false,
+            subject: "/api/models/org/name/tree/main",
+        };
+        assert!(!f.plan(&ctx).listing_self_link);
+        ctx.is_body = false;
+        assert!(!f.plan(&ctx).listing_self_link);
+        assert_eq!(f.list().len(), 1);
+        ctx.is_listing = true;
+        assert!(f.plan(&ctx).listing_self_link);
+        assert!(f.list().is_empty());
+    }
+
+    #[test]
     fn answers_take_the_first_status_or_redirect() {
         let f = Faults::new(
             1,
@@ -779,6 +852,7 @@ mod tests {
         let ctx = RequestCtx {
             target: Target::Hub,
             is_body: false,
+            is_listing: false,
             subject: "/x",
         };
         assert_eq!(
@@ -793,6 +867,7 @@ mod tests {
         let ctx = RequestCtx {
             target: Target::Hub,
             is_body: false,
+            is_listing: false,
             subject: "/x",
         };
         assert!(f.plan(&ctx).answer.is_some());

@@ -12,7 +12,8 @@
 //!
 //! Each server can misbehave on request ([`Fault`], [`FaultRule`]): cut connections, 5xx and
 //! 429 answers, stalls and throttling, ignored or wrong ranges, flipped bytes, a push in the
-//! middle of a download, missing length headers, redirects anywhere. Faults are deterministic
+//! middle of a download, missing length headers, redirects anywhere, bodies that are gzipped,
+//! too long, endless or held, and hostile tree listings. Faults are deterministic
 //! under a seed. It counts what it answered ([`Stats`]).
 //!
 //! # Example

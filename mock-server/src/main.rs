@@ -62,7 +62,8 @@ struct ServeArgs {
     /// `wrong-content-range`, `flip=1`, `drop-content-length`, `drop-content-range`, `mutate`,
     /// `cut-random,rate=0.2`, `redirect=302,location=http://{cdn}/x` ({hub}, {cdn}, {path}
     /// are replaced), `content-encoding=gzip`, `overlong=100`, `endless`,
-    /// `content-range=VALUE`, `hold,after=1000` (until POST /_mock/release); options `path=`, `times=`, `rate=`, `target=hub|cdn`, `body-only`.
+    /// `content-range=VALUE`, `hold,after=1000` (until POST /_mock/release),
+    /// `listing-self-link`, `listing-endless`, `listing-pad=1000000000`; options `path=`, `times=`, `rate=`, `target=hub|cdn`, `body-only`.
     /// A value may be a quoted JSON string (`location="/\t/{cdn}/x"`). JSON rules are
     /// accepted too. Repeatable.
     #[arg(long = "fault", value_name = "SPEC")]

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 use tokio::sync::watch;
 
-use crate::body::{file_body, gzip_len, BodyCtl, BodySpec, Tail};
+use crate::body::{file_body, gzip_len, padded_json, BodyCtl, BodySpec, Tail};
 use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
 use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
@@ -581,6 +581,7 @@ async fn resolve(
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Hub,
         is_body: *method == Method::GET && !lfs && !cache_redirect,
+        is_listing: false,
         subject: &stats_key,
     });
     let mut resp = if let Some(answer) = &plan.answer {
@@ -917,6 +918,7 @@ async fn api(
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Hub,
         is_body: false,
+        is_listing: raw.get(4) == Some(&"tree"),
         subject: uri.path(),
     });
     if let Some(answer) = &plan.answer {
@@ -953,7 +955,7 @@ async fn api(
                 .map(|s| decode(s))
                 .collect::<Vec<_>>()
                 .join("/");
-            tree(shared, uri, headers, &key, &rev, &path, &q)
+            tree(shared, uri, headers, &key, &rev, &path, &q, &plan)
         }
         ["refs"] => refs(shared, headers, &key),
         _ => not_found(),
@@ -1047,6 +1049,7 @@ fn refs(shared: &Shared, headers: &HeaderMap, key: &str) -> Response {
     Json(json!({ "branches": branches, "converts": [], "tags": [] })).into_response()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn tree(
     shared: &Shared,
     uri: &Uri,
@@ -1055,6 +1058,7 @@ fn tree(
     rev: &str,
     dir: &str,
     q: &[(String, String)],
+    plan: &Plan,
 ) -> Response {
     let (commit, _) = match lookup(shared, headers, key, rev, false) {
         Ok(x) => x,
@@ -1125,8 +1129,27 @@ fn tree(
     let page = shared.cfg.page_size.max(1);
     let end = (cursor + page).min(all.len());
     let items = all.get(cursor.min(all.len())..end).unwrap_or(&[]).to_vec();
-    let mut resp = Json(Value::Array(items)).into_response();
-    if end < all.len() {
+    let mut resp = match plan.listing_pad {
+        Some(total) => {
+            let json = serde_json::to_vec(&Value::Array(items)).unwrap_or_default();
+            let mut r = Response::new(padded_json(json.into(), total, shared.stop.clone()));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, hv("application/json"));
+            r
+        }
+        None => Json(Value::Array(items)).into_response(),
+    };
+    if plan.listing_self_link {
+        let asked = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+        let link = format!("<{}{asked}>; rel=\"next\"", shared.hub_url);
+        resp.headers_mut().insert(header::LINK, hv(&link));
+    } else if end < all.len() || plan.listing_endless {
+        // Endless: always a next page, at a cursor never seen before.
+        let next = if plan.listing_endless {
+            cursor.saturating_add(page)
+        } else {
+            end
+        };
         let mut query: Vec<String> = uri
             .query()
             .unwrap_or("")
@@ -1134,7 +1157,7 @@ fn tree(
             .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
             .map(str::to_string)
             .collect();
-        query.push(format!("cursor={end}"));
+        query.push(format!("cursor={next}"));
         let link = format!(
             "<{}{}?{}>; rel=\"next\"",
             shared.hub_url,
@@ -1226,6 +1249,7 @@ async fn cdn_handler(
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Cdn,
         is_body: method == Method::GET,
+        is_listing: false,
         subject: &signed.stats_key,
     });
     let mut resp = if let Some(answer) = &plan.answer {

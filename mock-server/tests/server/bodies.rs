@@ -202,6 +202,42 @@ async fn endless_keeps_going_past_any_length() {
     assert_eq!(plain, data);
 }
 
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn endless_bodies_cost_the_server_no_memory() {
+    let (hub, _d) = start().await;
+    let rss = || {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        statm
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 4096
+    };
+    hub.faults().push(Fault::Endless.times(1));
+    let before = rss();
+    let mut s = client()
+        .get(small_url(&hub))
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let mut got = 0u64;
+    while got < 512 << 20 {
+        got += s.next().await.unwrap().unwrap().len() as u64;
+    }
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 64 << 20, "resident memory grew by {grown} bytes");
+    assert!(
+        hub.stats()
+            .file("org/model", "weights/part-1.bin")
+            .bytes_sent
+            >= 512 << 20
+    );
+}
+
 #[tokio::test]
 async fn endless_respects_a_throttle() {
     let (hub, _d) = start().await;

@@ -7,5 +7,6 @@ mod bodies;
 mod control;
 mod faults;
 mod holds;
+mod listing;
 mod redirects;
 mod routes;
