@@ -78,6 +78,7 @@ fn filler(pos: u64, n: u64) -> Bytes {
 }
 
 static SPACES: [u8; CHUNK as usize] = [b' '; CHUNK as usize];
+static ZEROS: [u8; CHUNK as usize] = [0; CHUNK as usize];
 
 /// A JSON document followed by spaces up to `total` bytes in all, streamed in 64 KiB pieces of
 /// one static buffer (so any length costs no memory), without a length (chunked). It ends with
@@ -106,6 +107,7 @@ enum Reader {
     Pending(std::path::PathBuf),
     File(tokio::fs::File),
     Memory(Bytes),
+    Zeros,
 }
 
 /// The bytes `start..start + len` of a source, patches applied, in pieces of at most
@@ -122,6 +124,7 @@ impl Span {
         let reader = match &source.base {
             Base::Disk(p) => Reader::Pending(p.clone()),
             Base::Memory(b) => Reader::Memory(b.clone()),
+            Base::Zeros(_) => Reader::Zeros,
         };
         let mut patches = source.patches.clone();
         patches.extend(flips.iter().map(|&o| (o, 0xff)));
@@ -142,7 +145,16 @@ impl Span {
             return Ok(None);
         }
         let n = CHUNK.min(self.end - self.pos);
+        let patched = self
+            .patches
+            .iter()
+            .any(|&(off, _)| off >= self.pos && off < self.pos + n);
         let mut buf = match &mut self.reader {
+            Reader::Zeros if !patched => {
+                self.pos += n;
+                return Ok(Some(Bytes::from_static(&ZEROS[..n as usize])));
+            }
+            Reader::Zeros => BytesMut::from(&ZEROS[..n as usize]),
             Reader::Memory(b) => {
                 let s = usize::try_from(self.pos).map_err(io::Error::other)?;
                 let e = usize::try_from(self.pos + n).map_err(io::Error::other)?;

@@ -46,7 +46,7 @@
 //!
 //! The hub listener also answers `GET|POST|DELETE /_mock/faults`, `GET|DELETE /_mock/stats`,
 //! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed`,
-//! `POST /_mock/release` and `GET /_mock/repos`; see the crate's README.
+//! `POST /_mock/release`, `POST /_mock/listing` and `GET /_mock/repos`; see the crate's README.
 
 mod body;
 pub mod demo;
@@ -97,6 +97,7 @@ pub struct MockHubBuilder {
     settings: Vec<(String, RepoSettings)>,
     renames: Vec<(String, String)>,
     files: Vec<(String, String, Bytes)>,
+    listing: Vec<(String, serde_json::Value)>,
     hash_cache: bool,
     resolve_cache: bool,
 }
@@ -116,6 +117,7 @@ impl Default for MockHubBuilder {
             settings: Vec::new(),
             renames: Vec::new(),
             files: Vec::new(),
+            listing: Vec::new(),
             hash_cache: true,
             resolve_cache: false,
         }
@@ -231,6 +233,26 @@ impl MockHubBuilder {
         content: impl Into<Bytes>,
     ) -> Self {
         self.files.push((repo.into(), path.into(), content.into()));
+        self
+    }
+
+    /// Appends `entry`, a raw JSON value (normally an object), to the tree listing of `repo`
+    /// (created, empty, if needed) exactly as given, and to the `siblings` of its repository
+    /// info when it has a `path`. So a test can list hostile entries: paths such as `../evil`,
+    /// `a\n/etc/passwd`, `x\u001b[31m.gguf`, `%2e%2e/x`, `A.gguf` beside `a.gguf`, sizes
+    /// past 2^63 or of 10 TB, bad oids.
+    ///
+    /// If the entry has a string `path` that can name a file (relative, without NUL, `.`, `..`
+    /// or empty segments), a `size` that fits a `u64` and a string `lfs.oid` or `oid`, then
+    /// `HEAD`/`GET` on `resolve` answer as for a real file of that size whose bytes are all
+    /// zero, generated while streaming (ranges work; nothing is allocated whole): `ETag`, or
+    /// with `lfs.oid` the redirect's `X-Linked-Etag` and the CDN's `ETag`, is that oid;
+    /// `X-Linked-Size` the size. With `lfs.oid` it is served like an LFS file (302 to the CDN)
+    /// whatever its size, without it directly by the hub. A real file of the same path wins.
+    /// Entries appear in listings of the repository's root (recursive or not) and of any
+    /// folder their `path` starts with, after the real entries, in every revision.
+    pub fn listing_entry(mut self, repo: impl Into<String>, entry: serde_json::Value) -> Self {
+        self.listing.push((repo.into(), entry));
         self
     }
 
@@ -369,6 +391,14 @@ impl MockHubBuilder {
                 }
             }
         }
+        for (key, entry) in &self.listing {
+            let key = normalize_key(key)?;
+            let r = map.entry(key.clone()).or_insert_with(|| {
+                let (kind, id) = repo::parse_key(&key);
+                Repo::new(kind, id, BTreeMap::new(), 0)
+            });
+            r.listing.push(repo::Injected::new(entry.clone()));
+        }
         for (key, s) in &self.settings {
             let key = normalize_key(key)?;
             let r = map.get_mut(&key).ok_or(Error::UnknownRepo(key.clone()))?;
@@ -378,7 +408,7 @@ impl MockHubBuilder {
     }
 }
 
-fn normalize_key(key: &str) -> Result<String, Error> {
+pub(crate) fn normalize_key(key: &str) -> Result<String, Error> {
     let (kind, id) = repo::parse_key(key.trim_matches('/'));
     let parts: Vec<&str> = id.split('/').collect();
     if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
@@ -560,6 +590,12 @@ impl MockHub {
             .unwrap_or_else(|e| e.into_inner())
             .insert(from, to);
         Ok(())
+    }
+
+    /// Appends a raw entry to the tree listing of `repo`, which must exist; see
+    /// [`MockHubBuilder::listing_entry`]. Same as `POST /_mock/listing`.
+    pub fn add_listing_entry(&self, repo: &str, entry: serde_json::Value) -> Result<(), Error> {
+        self.shared.add_listing_entry(repo, entry).map(|_| ())
     }
 
     /// Changes the access settings of `repo`.

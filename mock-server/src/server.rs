@@ -20,8 +20,9 @@ use sha1::{Digest, Sha1};
 use tokio::sync::watch;
 
 use crate::body::{file_body, gzip_len, padded_json, BodyCtl, BodySpec, Tail};
+use crate::error::Error;
 use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
-use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
+use crate::repo::{self, parse_key, Commit, FileEntry, Injected, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
 
 /// Characters escaped in a path segment of a redirect.
@@ -136,6 +137,36 @@ impl Shared {
         )
     }
 
+    /// Appends a raw listing entry to `repo`; returns whether `resolve` serves it as a file.
+    pub fn add_listing_entry(&self, repo: &str, entry: Value) -> Result<bool, Error> {
+        let key = crate::normalize_key(repo)?;
+        let mut repos = self.write_repos();
+        let r = repos.get_mut(&key).ok_or(Error::UnknownRepo(key.clone()))?;
+        let injected = Injected::new(entry);
+        let servable = injected.file.is_some();
+        r.listing.push(injected);
+        Ok(servable)
+    }
+
+    /// The injected entries of repository `key`.
+    fn listing_of(&self, key: &str) -> Vec<Injected> {
+        self.read_repos()
+            .get(key)
+            .map(|r| r.listing.clone())
+            .unwrap_or_default()
+    }
+
+    /// The all-zero file an injected entry of `key` names at `path`, and whether it is LFS.
+    fn injected_file(&self, key: &str, path: &str) -> Option<(Arc<FileEntry>, bool)> {
+        let repos = self.read_repos();
+        repos.get(key)?.listing.iter().find_map(|i| {
+            i.file
+                .as_ref()
+                .filter(|f| f.path == path)
+                .map(|f| (f.clone(), i.lfs))
+        })
+    }
+
     /// Lets every body waiting at a hold go on; returns how many were waiting.
     pub fn release_holds(&self) -> u64 {
         let held = self.stats.snapshot().held;
@@ -201,6 +232,7 @@ pub(crate) fn hub_app(shared: Arc<Shared>) -> Router {
         .route("/_mock/rename", post(rename))
         .route("/_mock/seed", post(reseed))
         .route("/_mock/release", post(release_holds))
+        .route("/_mock/listing", post(add_listing))
         .route("/_mock/repos", get(list_repos))
         .fallback(hub_handler)
         .layer(middleware::from_fn_with_state(rec, record))
@@ -568,7 +600,11 @@ async fn resolve(
         Ok(x) => x,
         Err(r) => return r,
     };
-    let Some(entry) = commit.files.get(path).cloned() else {
+    let found = match commit.files.get(path) {
+        Some(e) => Some((e.clone(), shared.is_lfs(e))),
+        None => shared.injected_file(key, path),
+    };
+    let Some((entry, is_lfs)) = found else {
         return hub_error(
             StatusCode::NOT_FOUND,
             Some("EntryNotFound"),
@@ -576,7 +612,7 @@ async fn resolve(
         );
     };
     let stats_key = format!("{key}/{path}");
-    let lfs = shared.is_lfs(&entry) && !from_cache;
+    let lfs = is_lfs && !from_cache;
     let cache_redirect = !lfs && shared.cfg.resolve_cache && !from_cache;
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Hub,
@@ -986,7 +1022,7 @@ fn info(
     let Some(repo) = repos.get(key) else {
         return repo_not_found(Auth::Anonymous);
     };
-    let siblings: Vec<Value> = commit
+    let mut siblings: Vec<Value> = commit
         .files
         .values()
         .map(|f| {
@@ -1005,6 +1041,11 @@ fn info(
             }
         })
         .collect();
+    siblings.extend(
+        repo.listing
+            .iter()
+            .filter_map(|i| injected_sibling(&i.value, blobs)),
+    );
     let used: u64 = commit.files.values().map(|f| f.size).sum();
     let mut h = Sha1::new();
     h.update(key.as_bytes());
@@ -1031,6 +1072,39 @@ fn info(
         v["spaces"] = json!([]);
     }
     Json(v).into_response()
+}
+
+/// The sibling an injected listing entry stands for in the repository info: its `path` as
+/// `rfilename`, and with `blobs` its `size`, `oid` (as `blobId`) and `lfs` fields, all as given.
+fn injected_sibling(entry: &Value, blobs: bool) -> Option<Value> {
+    let path = entry.get("path")?;
+    if entry.get("type").and_then(Value::as_str) == Some("directory") {
+        return None;
+    }
+    let mut sib = serde_json::Map::new();
+    sib.insert("rfilename".into(), path.clone());
+    if blobs {
+        if let Some(v) = entry.get("size") {
+            sib.insert("size".into(), v.clone());
+        }
+        if let Some(v) = entry.get("oid") {
+            sib.insert("blobId".into(), v.clone());
+        }
+        if let Some(lfs) = entry.get("lfs").and_then(Value::as_object) {
+            let mut l = serde_json::Map::new();
+            for (from, to) in [
+                ("oid", "sha256"),
+                ("size", "size"),
+                ("pointerSize", "pointerSize"),
+            ] {
+                if let Some(v) = lfs.get(from) {
+                    l.insert(to.into(), v.clone());
+                }
+            }
+            sib.insert("lfs".into(), Value::Object(l));
+        }
+    }
+    Some(Value::Object(sib))
 }
 
 fn refs(shared: &Shared, headers: &HeaderMap, key: &str) -> Response {
@@ -1120,7 +1194,15 @@ fn tree(
         };
         entries.insert(p.clone(), v);
     }
-    let all: Vec<Value> = entries.into_values().collect();
+    let mut all: Vec<Value> = entries.into_values().collect();
+    // Injected entries, as given, after the real ones.
+    all.extend(
+        shared
+            .listing_of(key)
+            .into_iter()
+            .filter(|i| dir.is_empty() || i.path().is_some_and(|p| p.starts_with(&prefix)))
+            .map(|i| i.value),
+    );
     let cursor: usize = q
         .iter()
         .find(|(k, _)| k == "cursor")
@@ -1409,6 +1491,25 @@ async fn reseed(State(shared): State<Arc<Shared>>, Json(s): Json<SeedReq>) -> St
 
 async fn release_holds(State(shared): State<Arc<Shared>>) -> Json<Value> {
     Json(json!({ "released": shared.release_holds() }))
+}
+
+#[derive(Deserialize)]
+struct ListingReq {
+    repo: String,
+    entry: Value,
+}
+
+async fn add_listing(State(shared): State<Arc<Shared>>, Json(r): Json<ListingReq>) -> Response {
+    match shared.add_listing_entry(&r.repo, r.entry) {
+        Ok(servable) => Json(json!({ "servable": servable })).into_response(),
+        Err(e) => {
+            let status = match e {
+                Error::UnknownRepo(_) => StatusCode::NOT_FOUND,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            (status, Json(json!({ "error": e.to_string() }))).into_response()
+        }
+    }
 }
 
 async fn list_repos(State(shared): State<Arc<Shared>>) -> Json<Value> {

@@ -7,6 +7,7 @@ mod bodies;
 mod control;
 mod faults;
 mod holds;
+mod injected;
 mod listing;
 mod redirects;
 mod routes;
