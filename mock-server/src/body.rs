@@ -392,6 +392,9 @@ pub(crate) fn file_body(source: &Source, spec: BodySpec, ctl: BodyCtl) -> Body {
         flight,
     };
     Body::from_stream(stream::unfold(outer, |mut o| async move {
+        if o.st.done {
+            return None;
+        }
         let r = tokio::select! {
             r = step(&mut o.st) => r,
             _ = o.stop.wait_for(|stop| *stop) => Err(io::Error::new(

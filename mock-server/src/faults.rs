@@ -4,12 +4,14 @@
 //! file-body answers only) and a frequency (`times(n)`: the next `n` matching requests, or
 //! `rate(p)`: each matching request with probability `p`, drawn from the server's seeded RNG;
 //! neither: every matching request). Rules are checked in the order they were added and all
-//! those that fire apply together (a throttle and a cut, say); the first status fault that fires
-//! wins.
+//! those that fire apply together (a throttle and a cut, say); the first status or redirect
+//! fault that fires wins.
 //!
-//! Body faults ([`Fault::CutAfter`], [`Fault::Stall`], …) only concern answers that carry file
-//! bytes (a GET of a small file on the hub, a GET on the CDN); they neither fire nor use up
-//! their count on other requests.
+//! Body faults ([`Fault::CutAfter`], [`Fault::Stall`], [`Fault::Hold`], …) only concern answers
+//! that carry file bytes (a GET of a small file on the hub, a GET on the CDN), and listing faults
+//! ([`Fault::ListingSelfLink`], …) only tree listings; neither fires nor uses up its count on
+//! other requests. [`Fault::Status`], [`Fault::Redirect`] and [`Fault::Mutate`] concern every
+//! matching request.
 
 use std::fmt;
 use std::str::FromStr;
@@ -328,8 +330,7 @@ impl FromStr for FaultRule {
     /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
     /// `overlong=EXTRA`, `endless`, `content-range=VALUE`, `hold` (with option `after=BYTES`,
     /// or `hold=BYTES`), `listing-self-link`, `listing-endless`, `listing-pad=BYTES`; and
-    /// OPTIONs are `path=PATTERN`,
-    /// `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    /// OPTIONs are `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
     ///
     /// A value may be written in double quotes, as a JSON string: then it may hold commas and
     /// escapes such as `\t` (`redirect=302,location="/\t/{cdn}/x"`). Unquoted values end at the
