@@ -1209,7 +1209,7 @@ fn tree(
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
     let page = shared.cfg.page_size.max(1);
-    let end = (cursor + page).min(all.len());
+    let end = cursor.saturating_add(page).min(all.len());
     let items = all.get(cursor.min(all.len())..end).unwrap_or(&[]).to_vec();
     let mut resp = match plan.listing_pad {
         Some(total) => {

@@ -161,3 +161,15 @@ async fn listing_faults_fire_only_on_tree_listings_in_scope() {
     let r = c.get(tree_url(&hub)).send().await.unwrap();
     assert_eq!(r.bytes().await.unwrap().len(), 5000);
 }
+
+#[tokio::test]
+async fn hostile_cursors_are_answered() {
+    let (hub, _d) = start().await;
+    hub.faults().push(Fault::ListingEndless);
+    for cursor in ["18446744073709551615", "-1", "x", "99999999999999999999999"] {
+        let u = format!("{}&cursor={cursor}", tree_url(&hub));
+        let r = client().get(&u).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{cursor}");
+        assert!(link(&r).is_some());
+    }
+}
