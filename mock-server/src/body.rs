@@ -1,12 +1,19 @@
-//! Streaming a byte span of a file, with cuts, stalls, throttling and flipped bytes.
+//! Streaming one body: a byte span of a file with its patches and flipped bytes, optionally
+//! gzip-compressed and followed by extra bytes (a fixed number, or forever), paced by cuts,
+//! stalls, holds and throttling. Memory stays bounded whatever the length: files are read in
+//! 64 KiB pieces and the extra bytes are slices of one static buffer. A body counts in the
+//! `in_flight` gauge while it lives, and ends with an error when the server stops.
 
-use std::io;
+use std::io::{self, Write};
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use futures::stream;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::repo::{Base, Source};
@@ -14,71 +21,400 @@ use crate::stats::StatsCell;
 
 const CHUNK: u64 = 64 * 1024;
 
+/// Bytes sent after the promised ones (the body then has no `Content-Length`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// The body ends after the promised bytes.
+    #[default]
+    None,
+    /// This many more bytes.
+    Extra(u64),
+    /// More bytes forever.
+    Endless,
+}
+
 /// How to send one body.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BodySpec {
     /// First byte (absolute file offset).
     pub start: u64,
-    /// Number of bytes.
+    /// Number of bytes of the file.
     pub len: u64,
-    /// Abort after this many body bytes.
+    /// Gzip-compress the span.
+    pub gzip: bool,
+    /// What follows the span (or its compressed form).
+    pub tail: Tail,
+    /// Abort after this many body bytes (as sent: compressed, tail included).
     pub cut_after: Option<u64>,
     /// Pause `Duration` once this many body bytes were sent.
     pub stall: Option<(u64, Duration)>,
     /// Bytes per second.
     pub throttle: Option<u64>,
+    /// Wait for a release once this many body bytes were sent.
+    pub hold: Option<u64>,
     /// Extra absolute offsets to flip (xor 0xff).
     pub flips: Vec<u64>,
     /// Stats key of the file, for `bytes_sent`.
     pub stats_key: String,
 }
 
+/// Byte `i` of the tail is `i as u8`: slices of this buffer starting at `i % 256`.
+const FILLER_LEN: usize = CHUNK as usize + 256;
+static FILLER: [u8; FILLER_LEN] = {
+    let mut a = [0u8; FILLER_LEN];
+    let mut i = 0;
+    while i < FILLER_LEN {
+        a[i] = i as u8;
+        i += 1;
+    }
+    a
+};
+
+/// `n` (at most [`CHUNK`]) tail bytes from tail offset `pos`, without allocating.
+fn filler(pos: u64, n: u64) -> Bytes {
+    let off = (pos % 256) as usize;
+    let n = n.min(CHUNK) as usize;
+    Bytes::from_static(&FILLER[off..off + n])
+}
+
+static SPACES: [u8; CHUNK as usize] = [b' '; CHUNK as usize];
+static ZEROS: [u8; CHUNK as usize] = [0; CHUNK as usize];
+
+/// A JSON document followed by spaces up to `total` bytes in all, streamed in 64 KiB pieces of
+/// one static buffer (so any length costs no memory), without a length (chunked). It ends with
+/// an error if the server stops.
+pub(crate) fn padded_json(json: Bytes, total: u64, stop: watch::Receiver<bool>) -> Body {
+    let pad = total.saturating_sub(json.len() as u64);
+    let state = (Some(json), pad, stop);
+    Body::from_stream(stream::unfold(state, |(json, pad, mut stop)| async move {
+        if let Some(j) = json {
+            return Some((Ok(j), (None, pad, stop)));
+        }
+        if pad == 0 {
+            return None;
+        }
+        if *stop.borrow_and_update() || stop.has_changed().is_err() {
+            let e = io::Error::new(io::ErrorKind::ConnectionAborted, "mock-hub: stopped");
+            return Some((Err(e), (None, 0, stop)));
+        }
+        let n = pad.min(CHUNK);
+        let piece = Bytes::from_static(&SPACES[..n as usize]);
+        Some((Ok(piece), (None, pad - n, stop)))
+    }))
+}
+
 enum Reader {
     Pending(std::path::PathBuf),
     File(tokio::fs::File),
     Memory(Bytes),
+    Zeros,
 }
 
-struct St {
+/// The bytes `start..start + len` of a source, patches applied, in pieces of at most
+/// [`CHUNK`].
+struct Span {
     reader: Reader,
     pos: u64,
     end: u64,
+    patches: Vec<(u64, u8)>,
+}
+
+impl Span {
+    fn new(source: &Source, start: u64, len: u64, flips: &[u64]) -> Self {
+        let reader = match &source.base {
+            Base::Disk(p) => Reader::Pending(p.clone()),
+            Base::Memory(b) => Reader::Memory(b.clone()),
+            Base::Zeros(_) => Reader::Zeros,
+        };
+        let mut patches = source.patches.clone();
+        patches.extend(flips.iter().map(|&o| (o, 0xff)));
+        Span {
+            reader,
+            pos: start,
+            end: start.saturating_add(len),
+            patches,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.pos >= self.end
+    }
+
+    async fn next(&mut self) -> io::Result<Option<Bytes>> {
+        if self.is_done() {
+            return Ok(None);
+        }
+        let n = CHUNK.min(self.end - self.pos);
+        let patched = self
+            .patches
+            .iter()
+            .any(|&(off, _)| off >= self.pos && off < self.pos + n);
+        let mut buf = match &mut self.reader {
+            Reader::Zeros if !patched => {
+                self.pos += n;
+                return Ok(Some(Bytes::from_static(&ZEROS[..n as usize])));
+            }
+            Reader::Zeros => BytesMut::from(&ZEROS[..n as usize]),
+            Reader::Memory(b) => {
+                let s = usize::try_from(self.pos).map_err(io::Error::other)?;
+                let e = usize::try_from(self.pos + n).map_err(io::Error::other)?;
+                let slice = b
+                    .get(s..e)
+                    .ok_or_else(|| io::Error::other("mock-hub: span outside the file"))?;
+                BytesMut::from(slice)
+            }
+            reader => {
+                if let Reader::Pending(p) = reader {
+                    let mut f = tokio::fs::File::open(&*p).await?;
+                    f.seek(io::SeekFrom::Start(self.pos)).await?;
+                    *reader = Reader::File(f);
+                }
+                let Reader::File(f) = reader else {
+                    unreachable!("just opened")
+                };
+                let mut buf = BytesMut::zeroed(usize::try_from(n).map_err(io::Error::other)?);
+                f.read_exact(&mut buf).await?;
+                buf
+            }
+        };
+        for &(off, mask) in &self.patches {
+            if off >= self.pos && off < self.pos + n {
+                if let Some(b) = buf.get_mut((off - self.pos) as usize) {
+                    *b ^= mask;
+                }
+            }
+        }
+        self.pos += n;
+        Ok(Some(buf.freeze()))
+    }
+}
+
+/// A `Write` that only counts.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn gzip_encoder<W: Write>(w: W) -> GzEncoder<W> {
+    // No file name and mtime 0: the same input always gives the same bytes.
+    GzEncoder::new(w, Compression::fast())
+}
+
+/// The length of the gzip form of a span, computed by compressing it once without keeping
+/// anything (the body compresses it again, identically, while sending).
+pub(crate) async fn gzip_len(
+    source: &Source,
+    start: u64,
+    len: u64,
+    flips: &[u64],
+) -> io::Result<u64> {
+    let mut span = Span::new(source, start, len, flips);
+    let mut enc = gzip_encoder(Counter(0));
+    while let Some(raw) = span.next().await? {
+        enc.write_all(&raw)?;
+        tokio::task::yield_now().await;
+    }
+    Ok(enc.finish()?.0)
+}
+
+/// The unpaced output of a body: span, then its gzip trailer, then the tail.
+struct Producer {
+    span: Span,
+    gzip: Option<GzEncoder<Vec<u8>>>,
+    tail: Tail,
+    tail_pos: u64,
+}
+
+impl Producer {
+    /// Whether [`Producer::next`] would give `None`.
+    fn is_done(&self) -> bool {
+        self.span.is_done() && self.gzip.is_none() && self.tail == Tail::None
+    }
+
+    /// The next non-empty piece, or `None` at the end.
+    async fn next(&mut self) -> io::Result<Option<Bytes>> {
+        loop {
+            if let Some(raw) = self.span.next().await? {
+                let Some(enc) = &mut self.gzip else {
+                    return Ok(Some(raw));
+                };
+                enc.write_all(&raw)?;
+                let out = std::mem::take(enc.get_mut());
+                if !out.is_empty() {
+                    return Ok(Some(out.into()));
+                }
+                // Highly compressible input may give nothing for a while: let others run.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if let Some(enc) = self.gzip.take() {
+                let out = enc.finish()?;
+                if !out.is_empty() {
+                    return Ok(Some(out.into()));
+                }
+                continue;
+            }
+            let n = match self.tail {
+                Tail::None => return Ok(None),
+                Tail::Extra(left) => {
+                    let n = left.min(CHUNK);
+                    self.tail = if left == n {
+                        Tail::None
+                    } else {
+                        Tail::Extra(left - n)
+                    };
+                    n
+                }
+                Tail::Endless => CHUNK,
+            };
+            if n == 0 {
+                continue;
+            }
+            let piece = filler(self.tail_pos, n);
+            self.tail_pos = self.tail_pos.wrapping_add(n);
+            return Ok(Some(piece));
+        }
+    }
+}
+
+/// What a body needs from the server besides its spec.
+#[derive(Debug, Clone)]
+pub(crate) struct BodyCtl {
+    pub stats: StatsCell,
+    /// Becomes true (or closes) when the server stops.
+    pub stop: watch::Receiver<bool>,
+    /// The release generation, bumped by `MockHub::release_holds`.
+    pub release: watch::Receiver<u64>,
+}
+
+/// Counts one body in the `in_flight` gauge until [`Flight::end`] or drop.
+struct Flight {
+    stats: StatsCell,
+    key: String,
+    live: bool,
+}
+
+impl Flight {
+    fn start(stats: StatsCell, key: String) -> Self {
+        stats.body_started(&key);
+        Flight {
+            stats,
+            key,
+            live: true,
+        }
+    }
+
+    fn end(&mut self) {
+        if std::mem::take(&mut self.live) {
+            self.stats.body_ended(&self.key);
+        }
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Counts one body in the `held` gauge while it lives.
+struct Held(StatsCell);
+
+impl Held {
+    fn new(stats: &StatsCell) -> Self {
+        stats.held(true);
+        Held(stats.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.held(false);
+    }
+}
+
+struct St {
+    producer: Producer,
+    pending: Bytes,
     sent: u64,
     spec: BodySpec,
-    patches: Vec<(u64, u8)>,
     stalled: bool,
+    hold_done: bool,
     started: Option<Instant>,
     done: bool,
     stats: StatsCell,
+    release: watch::Receiver<u64>,
 }
 
-/// A body streaming `spec.len` bytes of `source` from `spec.start`.
-pub(crate) fn file_body(source: &Source, spec: BodySpec, stats: StatsCell) -> Body {
-    let reader = match &source.base {
-        Base::Disk(p) => Reader::Pending(p.clone()),
-        Base::Memory(b) => Reader::Memory(b.clone()),
+/// The stream's state: the body, and what outlives each step.
+struct Outer {
+    st: St,
+    stop: watch::Receiver<bool>,
+    flight: Flight,
+}
+
+/// A body streaming `spec.len` bytes of `source` from `spec.start`, shaped by `spec`. It counts
+/// in `in_flight` from now on.
+pub(crate) fn file_body(source: &Source, spec: BodySpec, ctl: BodyCtl) -> Body {
+    let producer = Producer {
+        span: Span::new(source, spec.start, spec.len, &spec.flips),
+        gzip: spec.gzip.then(|| gzip_encoder(Vec::new())),
+        tail: match spec.tail {
+            Tail::Extra(0) => Tail::None,
+            t => t,
+        },
+        tail_pos: 0,
     };
-    let mut patches = source.patches.clone();
-    patches.extend(spec.flips.iter().map(|&o| (o, 0xff)));
+    let flight = Flight::start(ctl.stats.clone(), spec.stats_key.clone());
     let st = St {
-        reader,
-        pos: spec.start,
-        end: spec.start + spec.len,
+        producer,
+        pending: Bytes::new(),
         sent: 0,
         stalled: false,
+        hold_done: false,
         started: None,
         done: false,
-        patches,
         spec,
-        stats,
+        stats: ctl.stats,
+        release: ctl.release,
     };
-    Body::from_stream(stream::unfold(st, |mut st| async move {
-        match step(&mut st).await {
-            Ok(Some(b)) => Some((Ok(b), st)),
+    let outer = Outer {
+        st,
+        stop: ctl.stop,
+        flight,
+    };
+    Body::from_stream(stream::unfold(outer, |mut o| async move {
+        if o.st.done {
+            return None;
+        }
+        let r = tokio::select! {
+            r = step(&mut o.st) => r,
+            _ = o.stop.wait_for(|stop| *stop) => Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "mock-hub: the server stopped",
+            )),
+        };
+        match r {
+            Ok(Some(b)) => {
+                // The last byte is handed over: the body no longer counts as in flight.
+                if o.st.pending.is_empty() && o.st.producer.is_done() {
+                    o.flight.end();
+                }
+                Some((Ok(b), o))
+            }
             Ok(None) => None,
             Err(e) => {
-                st.done = true;
-                Some((Err(e), st))
+                o.flight.end();
+                o.st.done = true;
+                Some((Err(e), o))
             }
         }
     }))
@@ -98,8 +434,11 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
             "mock-hub: connection cut by fault injection",
         ));
     }
-    if st.pos >= st.end {
-        return Ok(None);
+    if st.pending.is_empty() {
+        match st.producer.next().await? {
+            Some(b) => st.pending = b,
+            None => return Ok(None),
+        }
     }
     if let Some((after, pause)) = st.spec.stall {
         if !st.stalled && st.sent >= after {
@@ -107,13 +446,29 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
             tokio::time::sleep(pause).await;
         }
     }
+    if let Some(after) = st.spec.hold {
+        if !st.hold_done && st.sent >= after {
+            st.hold_done = true;
+            // Released by any release after this point; counted in `held` while waiting (also
+            // if the body is dropped while waiting).
+            let seen = *st.release.borrow_and_update();
+            let _held = Held::new(&st.stats);
+            // An error means the hub is gone: then go on (the stop ends the body anyway).
+            let _ = st.release.wait_for(|g| *g != seen).await;
+        }
+    }
     let started = *st.started.get_or_insert_with(Instant::now);
-    let mut n = CHUNK.min(st.end - st.pos);
+    let mut n = CHUNK.min(st.pending.len() as u64);
     if let Some(cut) = st.spec.cut_after {
         n = n.min(cut - st.sent);
     }
     if let Some((after, _)) = st.spec.stall {
         if !st.stalled && after > st.sent {
+            n = n.min(after - st.sent);
+        }
+    }
+    if let Some(after) = st.spec.hold {
+        if !st.hold_done && after > st.sent {
             n = n.min(after - st.sent);
         }
     }
@@ -123,38 +478,21 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
         let due = started + Duration::from_secs_f64((st.sent + n) as f64 / bps as f64);
         tokio::time::sleep_until(due).await;
     }
-    let mut buf = match &mut st.reader {
-        Reader::Memory(b) => {
-            let s = usize::try_from(st.pos).map_err(io::Error::other)?;
-            let e = usize::try_from(st.pos + n).map_err(io::Error::other)?;
-            let slice = b
-                .get(s..e)
-                .ok_or_else(|| io::Error::other("mock-hub: span outside the file"))?;
-            BytesMut::from(slice)
-        }
-        reader => {
-            if let Reader::Pending(p) = reader {
-                let mut f = tokio::fs::File::open(&*p).await?;
-                f.seek(io::SeekFrom::Start(st.pos)).await?;
-                *reader = Reader::File(f);
-            }
-            let Reader::File(f) = reader else {
-                unreachable!("just opened")
-            };
-            let mut buf = BytesMut::zeroed(usize::try_from(n).map_err(io::Error::other)?);
-            f.read_exact(&mut buf).await?;
-            buf
-        }
-    };
-    for &(off, mask) in &st.patches {
-        if off >= st.pos && off < st.pos + n {
-            if let Some(b) = buf.get_mut((off - st.pos) as usize) {
-                *b ^= mask;
-            }
-        }
-    }
-    st.pos += n;
+    let piece = st.pending.split_to(n as usize);
     st.sent += n;
     st.stats.file(&st.spec.stats_key, |f| f.bytes_sent += n);
-    Ok(Some(buf.freeze()))
+    Ok(Some(piece))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filler_is_position_based() {
+        let a = filler(250, 10);
+        assert_eq!(&a[..], &[250, 251, 252, 253, 254, 255, 0, 1, 2, 3]);
+        assert_eq!(filler(256 * 3 + 1, 2)[..], [1, 2]);
+        assert_eq!(filler(0, u64::MAX).len(), CHUNK as usize);
+    }
 }

@@ -29,6 +29,14 @@ pub enum Error {
     /// A setting or a fault specification is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A wait ([`crate::MockHub::wait_for`]) ran out of time before its condition held.
+    #[error("timed out after {waited:?} waiting on the mock hub's stats (last: {last})")]
+    Timeout {
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The gauges and counters when it gave up, in short.
+        last: String,
+    },
 }
 
 impl Error {

@@ -4,12 +4,14 @@
 //! file-body answers only) and a frequency (`times(n)`: the next `n` matching requests, or
 //! `rate(p)`: each matching request with probability `p`, drawn from the server's seeded RNG;
 //! neither: every matching request). Rules are checked in the order they were added and all
-//! those that fire apply together (a throttle and a cut, say); the first status fault that fires
-//! wins.
+//! those that fire apply together (a throttle and a cut, say); the first status or redirect
+//! fault that fires wins.
 //!
-//! Body faults ([`Fault::CutAfter`], [`Fault::Stall`], …) only concern answers that carry file
-//! bytes (a GET of a small file on the hub, a GET on the CDN); they neither fire nor use up
-//! their count on other requests.
+//! Body faults ([`Fault::CutAfter`], [`Fault::Stall`], [`Fault::Hold`], …) only concern answers
+//! that carry file bytes (a GET of a small file on the hub, a GET on the CDN), and listing faults
+//! ([`Fault::ListingSelfLink`], …) only tree listings; neither fires nor uses up its count on
+//! other requests. [`Fault::Status`], [`Fault::Redirect`] and [`Fault::Mutate`] concern every
+//! matching request.
 
 use std::fmt;
 use std::str::FromStr;
@@ -70,6 +72,66 @@ pub enum Fault {
     /// After answering, push a new commit on `main` in which this file has different bytes (so a
     /// new ETag and commit id): a push in the middle of a download.
     Mutate,
+    /// Answer `status` with a `Location` header instead (like [`Fault::Status`], it concerns
+    /// every matching request: `HEAD`/`GET` on `resolve`, the API, the CDN). In `location`,
+    /// `{hub}` and `{cdn}` become the listeners' `127.0.0.1:PORT` and `{path}` the request's
+    /// path and query; everything else is sent byte for byte (a TAB, a backslash, `//host`,
+    /// `ftp://…` are all possible; CR, LF and other control bytes cannot be sent in a header and
+    /// turn the answer into a 500 saying so).
+    Redirect {
+        /// The HTTP status (301, 302, 303, 307, 308, or anything else).
+        status: u16,
+        /// The `Location` template.
+        location: String,
+    },
+    /// Send the body with `Content-Encoding: encoding`. For `gzip` the (ranged) body really is
+    /// gzip-compressed, and `Content-Length` is the compressed length (`Content-Range` still
+    /// describes the uncompressed span); any other value only sets the header on the unchanged
+    /// body.
+    ContentEncoding {
+        /// The header value (`gzip` compresses).
+        encoding: String,
+    },
+    /// After the promised bytes, send `extra` more (bytes of a fixed pattern: byte `i` of the
+    /// excess is `i as u8`). `Content-Length` is left out (the body goes chunked: the server
+    /// library would not send more than it announced); `Content-Range` stays as promised.
+    Overlong {
+        /// Bytes sent beyond the promised ones.
+        extra: u64,
+    },
+    /// Announce no length (chunked) and never end: after the promised bytes comes the pattern
+    /// of [`Fault::Overlong`], forever (paced by a [`Fault::Throttle`] if one applies too; the
+    /// server holds no more than one 64 KiB piece at a time).
+    Endless,
+    /// On 206 answers, send this `Content-Range` value instead of the true one (e.g.
+    /// `bytes 0-18446744073709551614/*`); the body is unchanged. It wins over
+    /// [`Fault::WrongContentRange`] and [`Fault::DropContentRange`].
+    ContentRangeHeader {
+        /// The literal header value.
+        value: String,
+    },
+    /// Send the headers and `after_bytes` of the body, then wait — no timer — until
+    /// [`crate::MockHub::release_holds`] (or `POST /_mock/release`) is called, then send the
+    /// rest normally. [`crate::Stats::held`] counts the bodies waiting, so a test can wait for
+    /// "the body is being held". A body no longer than `after_bytes` is sent whole, without
+    /// waiting. With `times(n)`, n bodies are held.
+    Hold {
+        /// Body bytes sent before the wait.
+        #[serde(default)]
+        after_bytes: u64,
+    },
+    /// Tree API (`/api/{models|datasets}/{repo}/tree/…`): every page's
+    /// `Link: <…>; rel="next"` points at the very URL that was asked, a pagination loop.
+    ListingSelfLink,
+    /// Tree API: every page has a `rel="next"` link with a new cursor, forever; the pages after
+    /// the real listing are empty arrays `[]`.
+    ListingEndless,
+    /// Tree API: the page's JSON followed by spaces up to `bytes` bytes in all, streamed (the
+    /// padding is never held in memory) without `Content-Length` (chunked).
+    ListingPad {
+        /// Total body length (the JSON alone if it is longer).
+        bytes: u64,
+    },
 }
 
 impl Fault {
@@ -97,9 +159,35 @@ impl Fault {
         }
     }
 
+    /// A redirect answering `status` with `Location: location` (see [`Fault::Redirect`]).
+    pub fn redirect(status: u16, location: impl Into<String>) -> Fault {
+        Fault::Redirect {
+            status,
+            location: location.into(),
+        }
+    }
+
     /// Whether this fault only concerns answers carrying file bytes.
     pub fn is_body_fault(&self) -> bool {
-        !matches!(self, Fault::Status { .. } | Fault::Mutate)
+        !matches!(
+            self,
+            Fault::Status { .. } | Fault::Mutate | Fault::Redirect { .. }
+        ) && !self.is_listing_fault()
+    }
+
+    /// Whether this fault only concerns tree listings (it neither fires nor uses up its count
+    /// on other requests).
+    pub fn is_listing_fault(&self) -> bool {
+        matches!(
+            self,
+            Fault::ListingSelfLink | Fault::ListingEndless | Fault::ListingPad { .. }
+        )
+    }
+
+    /// Whether this fault replaces the answer ([`Fault::Status`], [`Fault::Redirect`]); the
+    /// first such rule that fires wins.
+    fn is_answer(&self) -> bool {
+        matches!(self, Fault::Status { .. } | Fault::Redirect { .. })
     }
 
     /// This fault as a rule for every matching request.
@@ -238,38 +326,42 @@ impl FromStr for FaultRule {
     /// command-line form: `KIND[=ARG][,OPTION…]` where KIND is one of `cut-after=BYTES`,
     /// `cut-random`, `status=CODE`, `429=SECS` (429 with Retry-After), `stall=MS` (with option
     /// `after=BYTES`), `throttle=BYTES_PER_SEC`, `ignore-range`, `wrong-content-range`,
-    /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`; and OPTIONs are
-    /// `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`,
+    /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
+    /// `overlong=EXTRA`, `endless`, `content-range=VALUE`, `hold` (with option `after=BYTES`,
+    /// or `hold=BYTES`), `listing-self-link`, `listing-endless`, `listing-pad=BYTES`; and
+    /// OPTIONs are `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    ///
+    /// A value may be written in double quotes, as a JSON string: then it may hold commas and
+    /// escapes such as `\t` (`redirect=302,location="/\t/{cdn}/x"`). Unquoted values end at the
+    /// next comma and are trimmed.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         if s.starts_with('{') {
             return serde_json::from_str(s).map_err(|e| format!("bad fault JSON: {e}"));
         }
-        let mut parts = s.split(',');
-        let head = parts.next().unwrap_or_default();
-        let (kind, arg) = match head.split_once('=') {
-            Some((k, a)) => (k.trim(), Some(a.trim())),
-            None => (head.trim(), None),
-        };
+        let mut parts = split_spec(s)?.into_iter();
+        let (kind, arg) = parts.next().unwrap_or_default();
+        let kind = kind.as_str();
         let num = |what: &str| -> Result<u64, String> {
-            arg.ok_or_else(|| format!("fault {kind:?} needs ={what}"))?
+            arg.as_deref()
+                .ok_or_else(|| format!("fault {kind:?} needs ={what}"))?
                 .parse::<u64>()
                 .map_err(|e| format!("fault {kind:?}: bad {what}: {e}"))
         };
         let mut after_bytes = 0u64;
+        let mut location = None;
         let mut options = Vec::new();
-        for p in parts {
-            let (k, v) = match p.split_once('=') {
-                Some((k, v)) => (k.trim(), Some(v.trim())),
-                None => (p.trim(), None),
-            };
-            if k == "after" {
-                after_bytes = v
-                    .ok_or("after needs =BYTES")?
-                    .parse()
-                    .map_err(|e| format!("bad after: {e}"))?;
-            } else {
-                options.push((k, v));
+        for (k, v) in parts {
+            match k.as_str() {
+                "after" => {
+                    after_bytes = v
+                        .ok_or("after needs =BYTES")?
+                        .parse()
+                        .map_err(|e| format!("bad after: {e}"))?
+                }
+                "location" => location = Some(v.ok_or("location needs =LOCATION")?),
+                _ => options.push((k, v)),
             }
         }
         let fault = match kind {
@@ -296,11 +388,40 @@ impl FromStr for FaultRule {
             "drop-content-length" => Fault::DropContentLength,
             "drop-content-range" => Fault::DropContentRange,
             "mutate" => Fault::Mutate,
+            "redirect" => Fault::Redirect {
+                status: u16::try_from(num("CODE")?)
+                    .map_err(|_| "status out of range".to_string())?,
+                location: location.take().ok_or("redirect needs location=LOCATION")?,
+            },
+            "content-encoding" => Fault::ContentEncoding {
+                encoding: arg.clone().ok_or("content-encoding needs =VALUE")?,
+            },
+            "overlong" => Fault::Overlong {
+                extra: num("EXTRA")?,
+            },
+            "endless" => Fault::Endless,
+            "listing-self-link" => Fault::ListingSelfLink,
+            "listing-endless" => Fault::ListingEndless,
+            "listing-pad" => Fault::ListingPad {
+                bytes: num("BYTES")?,
+            },
+            "hold" => Fault::Hold {
+                after_bytes: match arg {
+                    Some(_) => num("BYTES")?,
+                    None => after_bytes,
+                },
+            },
+            "content-range" | "content-range-header" => Fault::ContentRangeHeader {
+                value: arg.clone().ok_or("content-range needs =VALUE")?,
+            },
             other => return Err(format!("unknown fault kind {other:?}")),
         };
+        if location.is_some() {
+            return Err(format!("location= does not apply to {kind:?}"));
+        }
         let mut rule = fault.rule();
         for (k, v) in options {
-            match (k, v) {
+            match (k.as_str(), v.as_deref()) {
                 ("path", Some(v)) => rule.path = Some(v.to_string()),
                 ("times", Some(v)) => {
                     rule.times = Some(v.parse().map_err(|e| format!("bad times: {e}"))?)
@@ -319,20 +440,83 @@ impl FromStr for FaultRule {
     }
 }
 
+/// Splits a compact spec into `(key, value)` items at the commas outside double quotes. A
+/// quoted value is a JSON string (escapes allowed); an unquoted one is trimmed.
+fn split_spec(s: &str) -> Result<Vec<(String, Option<String>)>, String> {
+    let mut items = Vec::new();
+    let mut rest = s;
+    loop {
+        let key_end = rest.find([',', '=']).unwrap_or(rest.len());
+        let key = rest[..key_end].trim().to_string();
+        rest = &rest[key_end..];
+        let value = if let Some(after_eq) = rest.strip_prefix('=') {
+            let v = after_eq.trim_start();
+            if v.starts_with('"') {
+                let len = quoted_len(v).ok_or_else(|| format!("unterminated quote in {s:?}"))?;
+                let value: String = serde_json::from_str(&v[..len])
+                    .map_err(|e| format!("bad quoted value {:?}: {e}", &v[..len]))?;
+                rest = v[len..].trim_start();
+                if !rest.is_empty() && !rest.starts_with(',') {
+                    return Err(format!("expected a comma after {:?}", &v[..len]));
+                }
+                Some(value)
+            } else {
+                let end = v.find(',').unwrap_or(v.len());
+                rest = &v[end..];
+                Some(v[..end].trim().to_string())
+            }
+        } else {
+            None
+        };
+        items.push((key, value));
+        match rest.strip_prefix(',') {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    Ok(items)
+}
+
+/// Length of the JSON string literal at the start of `s` (which starts with `"`), quotes
+/// included.
+fn quoted_len(s: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '"') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// What a request is, for matching rules.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestCtx<'a> {
     pub target: Target,
     /// The request carries (or would carry) file bytes: a GET of a file body.
     pub is_body: bool,
+    /// The request is a tree listing.
+    pub is_listing: bool,
     /// The string patterns match against.
     pub subject: &'a str,
+}
+
+/// An answer that replaces the normal one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Answer {
+    /// A status with an optional `Retry-After`.
+    Status(u16, Option<u64>),
+    /// A status with a `Location` template.
+    Redirect(u16, String),
 }
 
 /// The combined effect of the rules that fired for one request.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Plan {
-    pub status: Option<(u16, Option<u64>)>,
+    pub answer: Option<Answer>,
     pub cut_after: Option<u64>,
     pub cut_random: bool,
     pub stall: Option<(u64, Duration)>,
@@ -343,6 +527,14 @@ pub(crate) struct Plan {
     pub drop_content_length: bool,
     pub drop_content_range: bool,
     pub mutate: bool,
+    pub content_encoding: Option<String>,
+    pub overlong: u64,
+    pub endless: bool,
+    pub content_range: Option<String>,
+    pub hold: Option<u64>,
+    pub listing_self_link: bool,
+    pub listing_endless: bool,
+    pub listing_pad: Option<u64>,
 }
 
 /// The live set of fault rules of a server, with its seeded RNG. Cheap to clone (shared).
@@ -409,6 +601,9 @@ impl Faults {
             if (rule.body_only || rule.fault.is_body_fault()) && !ctx.is_body {
                 continue;
             }
+            if rule.fault.is_listing_fault() && !ctx.is_listing {
+                continue;
+            }
             if let Some(p) = &rule.path {
                 if !pattern_matches(p, ctx.subject) {
                     continue;
@@ -417,7 +612,7 @@ impl Faults {
             if rule.times == Some(0) {
                 continue;
             }
-            if matches!(rule.fault, Fault::Status { .. }) && plan.status.is_some() {
+            if rule.fault.is_answer() && plan.answer.is_some() {
                 continue;
             }
             if let Some(p) = rule.rate {
@@ -437,7 +632,10 @@ impl Faults {
                 Fault::Status {
                     status,
                     retry_after,
-                } => plan.status = Some((*status, *retry_after)),
+                } => plan.answer = Some(Answer::Status(*status, *retry_after)),
+                Fault::Redirect { status, location } => {
+                    plan.answer = Some(Answer::Redirect(*status, location.clone()))
+                }
                 Fault::Stall {
                     after_bytes,
                     millis,
@@ -452,6 +650,20 @@ impl Faults {
                 Fault::DropContentLength => plan.drop_content_length = true,
                 Fault::DropContentRange => plan.drop_content_range = true,
                 Fault::Mutate => plan.mutate = true,
+                Fault::ContentEncoding { encoding } => {
+                    plan.content_encoding = Some(encoding.clone())
+                }
+                Fault::Overlong { extra } => plan.overlong = plan.overlong.saturating_add(*extra),
+                Fault::Endless => plan.endless = true,
+                Fault::ContentRangeHeader { value } => plan.content_range = Some(value.clone()),
+                Fault::Hold { after_bytes } => {
+                    plan.hold = Some(plan.hold.map_or(*after_bytes, |h| h.min(*after_bytes)))
+                }
+                Fault::ListingSelfLink => plan.listing_self_link = true,
+                Fault::ListingEndless => plan.listing_endless = true,
+                Fault::ListingPad { bytes } => {
+                    plan.listing_pad = Some(plan.listing_pad.map_or(*bytes, |b| b.max(*bytes)))
+                }
             }
         }
         if exhausted {
@@ -537,16 +749,131 @@ mod tests {
     }
 
     #[test]
+    fn parse_redirects_and_quoted_values() {
+        let r: FaultRule = "redirect=302,location=http://{cdn}/x,times=1"
+            .parse()
+            .unwrap();
+        assert_eq!(r, Fault::redirect(302, "http://{cdn}/x").times(1));
+        // Quoted: JSON escapes, commas and `=` inside.
+        let r: FaultRule = r#"redirect=307,path=a.bin,location="/\t/{cdn}/x?a=1,b=2""#
+            .parse()
+            .unwrap();
+        assert_eq!(
+            r,
+            Fault::redirect(307, "/\t/{cdn}/x?a=1,b=2").on_path("a.bin")
+        );
+        let r: FaultRule = "redirect=301,location=/\\{cdn}/x".parse().unwrap();
+        assert_eq!(r, Fault::redirect(301, "/\\{cdn}/x").rule());
+        assert!("redirect=302".parse::<FaultRule>().is_err());
+        assert!("status=500,location=x".parse::<FaultRule>().is_err());
+        assert!(r#"redirect=302,location="x"#.parse::<FaultRule>().is_err());
+        assert!(r#"redirect=302,location="x"y"#.parse::<FaultRule>().is_err());
+        let json = serde_json::to_string(&Fault::redirect(302, "//{cdn}/x").times(1)).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"redirect","status":302,"location":"//{cdn}/x","target":"any","body_only":false,"times":1}"#
+        );
+    }
+
+    #[test]
+    fn parse_body_shapes() {
+        let p = |s: &str| s.parse::<FaultRule>().unwrap();
+        let enc = |e: &str| Fault::ContentEncoding { encoding: e.into() };
+        let cr = |v: &str| Fault::ContentRangeHeader { value: v.into() };
+        assert_eq!(p("content-encoding=gzip,times=1"), enc("gzip").times(1));
+        assert_eq!(p(r#"content-encoding="gzip, br""#), enc("gzip, br").rule());
+        assert_eq!(p("overlong=10"), Fault::Overlong { extra: 10 }.rule());
+        assert_eq!(p("endless,target=cdn"), Fault::Endless.on(Target::Cdn));
+        assert_eq!(
+            p("content-range=bytes 0-18446744073709551614/*"),
+            cr("bytes 0-18446744073709551614/*").rule()
+        );
+        assert!("overlong".parse::<FaultRule>().is_err());
+        assert!("content-encoding".parse::<FaultRule>().is_err());
+        assert_eq!(
+            p(r#"{"kind":"content_range_header","value":"bytes */5"}"#),
+            cr("bytes */5").rule()
+        );
+        assert_eq!(p(r#"{"kind":"endless"}"#), Fault::Endless.rule());
+        let hold = |after_bytes| Fault::Hold { after_bytes };
+        assert_eq!(p("hold,times=4"), hold(0).times(4));
+        assert_eq!(p("hold,after=10"), hold(10).rule());
+        assert_eq!(p("hold=7,target=cdn"), hold(7).on(Target::Cdn));
+        assert_eq!(p(r#"{"kind":"hold"}"#), hold(0).rule());
+        assert_eq!(p(r#"{"kind":"hold","after_bytes":5}"#), hold(5).rule());
+        assert_eq!(
+            p(r#"{"kind":"overlong","extra":3}"#),
+            Fault::Overlong { extra: 3 }.rule()
+        );
+        assert_eq!(
+            p(r#"{"kind":"content_encoding","encoding":"br"}"#),
+            enc("br").rule()
+        );
+    }
+
+    #[test]
+    fn listing_faults_only_fire_on_listings() {
+        let p = |s: &str| s.parse::<FaultRule>().unwrap();
+        assert_eq!(
+            p("listing-self-link,times=1"),
+            Fault::ListingSelfLink.times(1)
+        );
+        assert_eq!(p("listing-endless"), Fault::ListingEndless.rule());
+        assert_eq!(
+            p("listing-pad=1000"),
+            Fault::ListingPad { bytes: 1000 }.rule()
+        );
+        assert_eq!(
+            p(r#"{"kind":"listing_pad","bytes":9}"#),
+            Fault::ListingPad { bytes: 9 }.rule()
+        );
+        assert!("listing-pad".parse::<FaultRule>().is_err());
+        let f = Faults::new(1, vec![Fault::ListingSelfLink.times(1)]);
+        let mut ctx = RequestCtx {
+            target: Target::Hub,
+            is_body: true,
+            is_listing: false,
+            subject: "/api/models/org/name/tree/main",
+        };
+        assert!(!f.plan(&ctx).listing_self_link);
+        ctx.is_body = false;
+        assert!(!f.plan(&ctx).listing_self_link);
+        assert_eq!(f.list().len(), 1);
+        ctx.is_listing = true;
+        assert!(f.plan(&ctx).listing_self_link);
+        assert!(f.list().is_empty());
+    }
+
+    #[test]
+    fn answers_take_the_first_status_or_redirect() {
+        let f = Faults::new(
+            1,
+            vec![Fault::redirect(302, "/x").rule(), Fault::status(503).rule()],
+        );
+        let ctx = RequestCtx {
+            target: Target::Hub,
+            is_body: false,
+            is_listing: false,
+            subject: "/x",
+        };
+        assert_eq!(
+            f.plan(&ctx).answer,
+            Some(Answer::Redirect(302, "/x".into()))
+        );
+    }
+
+    #[test]
     fn times_are_used_up() {
         let f = Faults::new(1, vec![Fault::status(503).times(2)]);
         let ctx = RequestCtx {
             target: Target::Hub,
             is_body: false,
+            is_listing: false,
             subject: "/x",
         };
-        assert!(f.plan(&ctx).status.is_some());
-        assert!(f.plan(&ctx).status.is_some());
-        assert!(f.plan(&ctx).status.is_none());
+        assert!(f.plan(&ctx).answer.is_some());
+        assert!(f.plan(&ctx).answer.is_some());
+        assert!(f.plan(&ctx).answer.is_none());
         assert!(f.list().is_empty());
     }
 }

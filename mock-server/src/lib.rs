@@ -12,8 +12,9 @@
 //!
 //! Each server can misbehave on request ([`Fault`], [`FaultRule`]): cut connections, 5xx and
 //! 429 answers, stalls and throttling, ignored or wrong ranges, flipped bytes, a push in the
-//! middle of a download, missing length headers. Faults are deterministic under a seed. It
-//! counts what it answered ([`Stats`]).
+//! middle of a download, missing length headers, redirects anywhere, bodies that are gzipped,
+//! too long, endless or held, and hostile tree listings. Faults are deterministic
+//! under a seed. It counts what it answered ([`Stats`]).
 //!
 //! # Example
 //!
@@ -44,8 +45,8 @@
 //! # Control API
 //!
 //! The hub listener also answers `GET|POST|DELETE /_mock/faults`, `GET|DELETE /_mock/stats`,
-//! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed` and
-//! `GET /_mock/repos`; see the crate's README.
+//! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed`,
+//! `POST /_mock/release`, `POST /_mock/listing` and `GET /_mock/repos`; see the crate's README.
 
 mod body;
 pub mod demo;
@@ -96,6 +97,7 @@ pub struct MockHubBuilder {
     settings: Vec<(String, RepoSettings)>,
     renames: Vec<(String, String)>,
     files: Vec<(String, String, Bytes)>,
+    listing: Vec<(String, serde_json::Value)>,
     hash_cache: bool,
     resolve_cache: bool,
 }
@@ -115,6 +117,7 @@ impl Default for MockHubBuilder {
             settings: Vec::new(),
             renames: Vec::new(),
             files: Vec::new(),
+            listing: Vec::new(),
             hash_cache: true,
             resolve_cache: false,
         }
@@ -233,6 +236,26 @@ impl MockHubBuilder {
         self
     }
 
+    /// Appends `entry`, a raw JSON value (normally an object), to the tree listing of `repo`
+    /// (created, empty, if needed) exactly as given, and to the `siblings` of its repository
+    /// info when it has a `path`. So a test can list hostile entries: paths such as `../evil`,
+    /// `a\n/etc/passwd`, `x\u001b[31m.gguf`, `%2e%2e/x`, `A.gguf` beside `a.gguf`, sizes
+    /// past 2^63 or of 10 TB, bad oids.
+    ///
+    /// If the entry has a string `path` that can name a file (relative, without NUL, `.`, `..`
+    /// or empty segments), a `size` that fits a `u64` and a string `lfs.oid` or `oid`, then
+    /// `HEAD`/`GET` on `resolve` answer as for a real file of that size whose bytes are all
+    /// zero, generated while streaming (ranges work; nothing is allocated whole): `ETag`, or
+    /// with `lfs.oid` the redirect's `X-Linked-Etag` and the CDN's `ETag`, is that oid;
+    /// `X-Linked-Size` the size. With `lfs.oid` it is served like an LFS file (302 to the CDN)
+    /// whatever its size, without it directly by the hub. A real file of the same path wins.
+    /// Entries appear in listings of the repository's root (recursive or not) and of any
+    /// folder their `path` starts with, after the real entries, in every revision.
+    pub fn listing_entry(mut self, repo: impl Into<String>, entry: serde_json::Value) -> Self {
+        self.listing.push((repo.into(), entry));
+        self
+    }
+
     /// Whether to keep hashes in a `.mock-hub-cache.json` beside each repository's data, so
     /// restarts are quick. Default true.
     pub fn hash_cache(mut self, on: bool) -> Self {
@@ -270,6 +293,7 @@ impl MockHubBuilder {
             })?;
         let hub_addr = local_addr(&hub_l)?;
         let cdn_addr = local_addr(&cdn_l)?;
+        let (tx, rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             repos: RwLock::new(repos),
             renames: RwLock::new(self.renames.iter().cloned().collect()),
@@ -284,8 +308,9 @@ impl MockHubBuilder {
             faults: Faults::new(self.seed, self.rules.clone()),
             stats: StatsCell::default(),
             sigs: Mutex::new(SigStore::new(self.seed)),
+            stop: rx.clone(),
+            release: watch::Sender::new(0),
         });
-        let (tx, rx) = watch::channel(false);
         let mut tasks = Vec::new();
         for (listener, app) in [
             (hub_l, server::hub_app(shared.clone())),
@@ -366,6 +391,14 @@ impl MockHubBuilder {
                 }
             }
         }
+        for (key, entry) in &self.listing {
+            let key = normalize_key(key)?;
+            let r = map.entry(key.clone()).or_insert_with(|| {
+                let (kind, id) = repo::parse_key(&key);
+                Repo::new(kind, id, BTreeMap::new(), 0)
+            });
+            r.listing.push(repo::Injected::new(entry.clone()));
+        }
         for (key, s) in &self.settings {
             let key = normalize_key(key)?;
             let r = map.get_mut(&key).ok_or(Error::UnknownRepo(key.clone()))?;
@@ -375,7 +408,7 @@ impl MockHubBuilder {
     }
 }
 
-fn normalize_key(key: &str) -> Result<String, Error> {
+pub(crate) fn normalize_key(key: &str) -> Result<String, Error> {
     let (kind, id) = repo::parse_key(key.trim_matches('/'));
     let parts: Vec<&str> = id.split('/').collect();
     if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
@@ -444,9 +477,52 @@ impl MockHub {
         self.shared.stats.snapshot()
     }
 
-    /// Zeroes the counters.
+    /// Zeroes the counters. The gauges [`Stats::in_flight`] and [`Stats::held`] keep their
+    /// values, and the peaks start again from the current ones.
     pub fn reset_stats(&self) {
         self.shared.stats.reset();
+    }
+
+    /// Waits until `pred` holds for the counters, and returns them as they were then. It
+    /// wakes on every change (no polling): `hub.wait_for(|s| s.held == 4, secs(10)).await?`.
+    /// After `timeout` without `pred` holding, it fails with [`Error::Timeout`].
+    ///
+    /// `pred` runs while the counters are locked: it must not call back into the hub.
+    pub async fn wait_for(
+        &self,
+        mut pred: impl FnMut(&Stats) -> bool,
+        timeout: Duration,
+    ) -> Result<Stats, Error> {
+        let cell = &self.shared.stats;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = cell.changed();
+            tokio::pin!(changed);
+            // Registered before the check, so a change right after it is not missed.
+            changed.as_mut().enable();
+            if let Some(s) = cell.check(&mut pred) {
+                return Ok(s);
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                if let Some(s) = cell.check(&mut pred) {
+                    return Ok(s);
+                }
+                let s = cell.snapshot();
+                return Err(Error::Timeout {
+                    waited: timeout,
+                    last: format!(
+                        "in_flight={}, peak_in_flight={}, held={}, total_requests={}",
+                        s.in_flight, s.peak_in_flight, s.held, s.total_requests
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Lets every body waiting at a [`Fault::Hold`] go on (bodies reaching a hold later wait
+    /// for the next call). Same as `POST /_mock/release`.
+    pub fn release_holds(&self) {
+        self.shared.release_holds();
     }
 
     /// The commit `main` of `repo` points at, if the repository exists.
@@ -516,6 +592,12 @@ impl MockHub {
         Ok(())
     }
 
+    /// Appends a raw entry to the tree listing of `repo`, which must exist; see
+    /// [`MockHubBuilder::listing_entry`]. Same as `POST /_mock/listing`.
+    pub fn add_listing_entry(&self, repo: &str, entry: serde_json::Value) -> Result<(), Error> {
+        self.shared.add_listing_entry(repo, entry).map(|_| ())
+    }
+
     /// Changes the access settings of `repo`.
     pub fn set_repo_settings(&self, repo: &str, settings: RepoSettings) -> Result<(), Error> {
         let key = normalize_key(repo)?;
@@ -573,6 +655,16 @@ impl std::ops::Deref for BackgroundHub {
 }
 
 impl BackgroundHub {
+    /// [`MockHub::wait_for`] for blocking callers (not from inside an async runtime).
+    pub fn wait_for_blocking(
+        &self,
+        pred: impl FnMut(&Stats) -> bool,
+        timeout: Duration,
+    ) -> Result<Stats, Error> {
+        let rt = self.rt.as_ref().expect("present until shutdown");
+        rt.block_on(self.wait_for(pred, timeout))
+    }
+
     /// Stops the server and its runtime.
     pub fn shutdown(mut self) {
         self.stop();

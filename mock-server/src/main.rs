@@ -11,11 +11,40 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use mock_server::{demo, FaultRule, MockHub};
 
+/// The fault kinds, one line each, shown after the options in `--help`.
+const FAULTS_HELP: &str = "\
+Faults (--fault KIND[=ARG][,OPTION...], or a JSON rule):
+  cut-after=BYTES          send BYTES of the body, then abort the connection
+  cut-random               the same at a seeded-random offset (use with rate=)
+  status=CODE              answer CODE with a JSON error
+  429=SECS                 429 with Retry-After: SECS
+  stall=MS[,after=BYTES]   pause MS ms after BYTES of the body
+  throttle=BYTES_PER_SEC   trickle the body
+  ignore-range             answer 200 with the whole file to a ranged request
+  wrong-content-range      a Content-Range that does not match the request
+  flip=COUNT               xor COUNT seeded-random body bytes with 0xff
+  drop-content-length      leave Content-Length out (chunked)
+  drop-content-range       leave Content-Range out
+  mutate                   push a commit changing the file after answering
+  redirect=CODE,location=L answer CODE with Location L, byte for byte; {hub}, {cdn} (127.0.0.1:PORT)
+                           and {path} (path and query) are replaced
+  content-encoding=VALUE   Content-Encoding: VALUE; gzip really compresses (Content-Length compressed)
+  overlong=EXTRA           EXTRA bytes after the promised ones, without Content-Length
+  endless                  no length, and the body never ends
+  content-range=VALUE      this literal Content-Range on 206 answers
+  hold[,after=BYTES]       wait after BYTES of the body until POST /_mock/release
+  listing-self-link        tree API: the next-page link is the URL asked
+  listing-endless          tree API: a next page with a new cursor forever, [] past the end
+  listing-pad=BYTES        tree API: JSON then spaces up to BYTES, streamed, no Content-Length
+Options: path=PATTERN, times=N, rate=P, target=hub|cdn|any, body-only. A value may be a quoted
+JSON string: location=\"/\\t/{cdn}/x\" sends a TAB. See the mock-server README.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "mock-hub",
     version,
     about = "A Hugging-Face-Hub-compatible server with fault injection, for tests and offline demos",
+    after_help = FAULTS_HELP,
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -58,10 +87,8 @@ struct ServeArgs {
     #[arg(long)]
     bandwidth: Option<u64>,
     /// A fault, e.g. `cut-after=1000,path=*.gguf,times=2`, `status=503,rate=0.1`,
-    /// `429=5`, `stall=3000,after=0`, `throttle=100000`, `ignore-range`,
-    /// `wrong-content-range`, `flip=1`, `drop-content-length`, `drop-content-range`, `mutate`,
-    /// `cut-random,rate=0.2`; options `path=`, `times=`, `rate=`, `target=hub|cdn`,
-    /// `body-only`. JSON is accepted too. Repeatable.
+    /// `redirect=302,location=http://{cdn}/x,times=1`, `hold,after=1000,target=cdn`; every
+    /// kind is listed below. JSON rules are accepted too. Repeatable.
     #[arg(long = "fault", value_name = "SPEC")]
     faults: Vec<FaultRule>,
     /// Mark a repository gated (org/name or datasets/org/name). Repeatable.

@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
@@ -70,6 +71,8 @@ pub enum Base {
     Disk(PathBuf),
     /// Bytes in memory (files written by tests).
     Memory(Bytes),
+    /// This many zero bytes, generated while streaming (files of injected listing entries).
+    Zeros(u64),
 }
 
 /// A file's content: a base plus byte patches (`offset`, xor mask) applied while streaming, so a
@@ -176,6 +179,71 @@ pub struct Repo {
     pub branches: BTreeMap<String, String>,
     /// Counter of mutations, used to pick distinct patch positions.
     pub mutations: u64,
+    /// Raw entries appended to every tree listing (see [`Injected`]).
+    pub listing: Vec<Injected>,
+}
+
+/// A raw JSON entry appended to a repository's tree listing as given, and the all-zero file
+/// `resolve` serves for it when it names one.
+#[derive(Debug, Clone)]
+pub struct Injected {
+    /// The entry, listed verbatim.
+    pub value: Value,
+    /// The file for `resolve`: present when the entry has a string `path` that can name a file,
+    /// a `size` that fits a `u64`, and a string `lfs.oid` or `oid`.
+    pub file: Option<Arc<FileEntry>>,
+    /// Whether that file is served as an LFS file (a 302 to the CDN): the entry has `lfs.oid`.
+    pub lfs: bool,
+}
+
+impl Injected {
+    /// Reads what `resolve` needs from a raw entry.
+    pub fn new(value: Value) -> Self {
+        let path = value.get("path").and_then(Value::as_str);
+        let size = value.get("size").and_then(Value::as_u64);
+        let lfs_oid = value
+            .get("lfs")
+            .and_then(|l| l.get("oid"))
+            .and_then(Value::as_str);
+        let oid = lfs_oid.or_else(|| value.get("oid").and_then(Value::as_str));
+        let file = match (path, size, oid) {
+            (Some(path), Some(size), Some(oid)) if can_be_a_file(path) => {
+                Some(Arc::new(FileEntry {
+                    path: path.to_string(),
+                    size,
+                    sha256: oid.to_string(),
+                    git_sha1: oid.to_string(),
+                    source: Source {
+                        base: Base::Zeros(size),
+                        patches: Vec::new(),
+                    },
+                }))
+            }
+            _ => None,
+        };
+        Injected {
+            lfs: file.is_some() && lfs_oid.is_some(),
+            value,
+            file,
+        }
+    }
+
+    /// The entry's `path`, if it is a string.
+    pub fn path(&self) -> Option<&str> {
+        self.value.get("path").and_then(Value::as_str)
+    }
+}
+
+/// Whether `path` could be a file of a checkout: relative (no leading `/` or `\`, no drive
+/// letter), without NUL and without empty, `.` or `..` segments.
+pub fn can_be_a_file(path: &str) -> bool {
+    let b = path.as_bytes();
+    let drive = b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':';
+    !path.is_empty()
+        && !path.starts_with(['/', '\\'])
+        && !drive
+        && !path.contains('\0')
+        && path.split('/').all(|s| !matches!(s, "" | "." | ".."))
 }
 
 impl Repo {
@@ -199,6 +267,7 @@ impl Repo {
             commits,
             branches,
             mutations: 0,
+            listing: Vec::new(),
         }
     }
 
@@ -433,10 +502,12 @@ pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
     let mut reader: Box<dyn Read> = match &source.base {
         Base::Memory(b) => Box::new(io::Cursor::new(b.clone())),
         Base::Disk(p) => Box::new(fs::File::open(p)?),
+        Base::Zeros(n) => Box::new(io::repeat(0).take(*n)),
     };
     let len = match &source.base {
         Base::Memory(b) => b.len() as u64,
         Base::Disk(p) => fs::metadata(p)?.len(),
+        Base::Zeros(n) => *n,
     };
     let mut sha256 = Sha256::new();
     let mut sha1 = Sha1::new();
@@ -514,6 +585,44 @@ mod tests {
     fn iso_dates() {
         assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso8601(1_700_000_000), "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn injected_entries_name_files_only_when_they_can() {
+        assert!(can_be_a_file("a.gguf"));
+        assert!(can_be_a_file("a\n/etc/passwd"));
+        assert!(can_be_a_file("%2e%2e/x"));
+        assert!(can_be_a_file("x\u{1b}[31m.gguf"));
+        for bad in [
+            "../evil",
+            "a/../b",
+            "/etc/passwd",
+            "\\x",
+            "C:/x",
+            "a\0b",
+            "",
+            "a//b",
+            "./a",
+        ] {
+            assert!(!can_be_a_file(bad), "{bad:?}");
+        }
+        let e = Injected::new(serde_json::json!({"path": "big", "size": 10, "oid": "o"}));
+        let f = e.file.unwrap();
+        assert_eq!((f.size, f.sha256.as_str(), e.lfs), (10, "o", false));
+        let e = Injected::new(
+            serde_json::json!({"path": "big", "size": 10, "oid": "o", "lfs": {"oid": "L"}}),
+        );
+        assert_eq!((e.file.unwrap().git_sha1.as_str(), e.lfs), ("L", true));
+        for v in [
+            serde_json::json!({"path": "../evil", "size": 1, "oid": "o"}),
+            serde_json::json!({"path": "a", "size": -1, "oid": "o"}),
+            serde_json::json!({"path": "a", "size": 1e30, "oid": "o"}),
+            serde_json::json!({"path": "a", "size": 1}),
+            serde_json::json!({"path": 5, "size": 1, "oid": "o"}),
+            serde_json::json!("not an object"),
+        ] {
+            assert!(Injected::new(v.clone()).file.is_none(), "{v}");
+        }
     }
 
     #[test]

@@ -17,10 +17,12 @@ use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
+use tokio::sync::watch;
 
-use crate::body::{file_body, BodySpec};
-use crate::faults::{FaultRule, Faults, Plan, RequestCtx, Target};
-use crate::repo::{self, parse_key, Commit, FileEntry, Repo, RepoKind, Source};
+use crate::body::{file_body, gzip_len, padded_json, BodyCtl, BodySpec, Tail};
+use crate::error::Error;
+use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
+use crate::repo::{self, parse_key, Commit, FileEntry, Injected, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
 
 /// Characters escaped in a path segment of a redirect.
@@ -53,6 +55,10 @@ pub(crate) struct Shared {
     pub faults: Faults,
     pub stats: StatsCell,
     pub sigs: Mutex<SigStore>,
+    /// Becomes true when the server stops (bodies then end with an error).
+    pub stop: watch::Receiver<bool>,
+    /// Generation of `MockHub::release_holds`: held bodies wait for it to change.
+    pub release: watch::Sender<u64>,
 }
 
 #[derive(Debug)]
@@ -116,17 +122,56 @@ impl Shared {
                 expires: now + SIGNATURE_TTL_SECS,
             },
         );
-        let sha = &entry.sha256;
+        // The object name is the sha256 (any string for injected listing entries, so escaped
+        // and sliced without assuming hex).
+        let sha = utf8_percent_encode(&entry.sha256, PATH_SEGMENT).to_string();
         format!(
             "{}/repos/{}/{}/{}?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date={}&X-Amz-Expires={}&X-Amz-SignedHeaders=host&X-Amz-Signature={}",
             self.cdn_url,
-            &sha[..2],
-            &sha[2..4],
+            sha.get(..2).unwrap_or("00"),
+            sha.get(2..4).unwrap_or("00"),
             sha,
             now,
             SIGNATURE_TTL_SECS,
             sig
         )
+    }
+
+    /// Appends a raw listing entry to `repo`; returns whether `resolve` serves it as a file.
+    pub fn add_listing_entry(&self, repo: &str, entry: Value) -> Result<bool, Error> {
+        let key = crate::normalize_key(repo)?;
+        let mut repos = self.write_repos();
+        let r = repos.get_mut(&key).ok_or(Error::UnknownRepo(key.clone()))?;
+        let injected = Injected::new(entry);
+        let servable = injected.file.is_some();
+        r.listing.push(injected);
+        Ok(servable)
+    }
+
+    /// The injected entries of repository `key`.
+    fn listing_of(&self, key: &str) -> Vec<Injected> {
+        self.read_repos()
+            .get(key)
+            .map(|r| r.listing.clone())
+            .unwrap_or_default()
+    }
+
+    /// The all-zero file an injected entry of `key` names at `path`, and whether it is LFS.
+    fn injected_file(&self, key: &str, path: &str) -> Option<(Arc<FileEntry>, bool)> {
+        let repos = self.read_repos();
+        repos.get(key)?.listing.iter().find_map(|i| {
+            i.file
+                .as_ref()
+                .filter(|f| f.path == path)
+                .map(|f| (f.clone(), i.lfs))
+        })
+    }
+
+    /// Lets every body waiting at a hold go on; returns how many were waiting.
+    pub fn release_holds(&self) -> u64 {
+        let held = self.stats.snapshot().held;
+        self.release.send_modify(|g| *g = g.wrapping_add(1));
+        held
     }
 
     /// Pushes a commit on `main` where `path` has patched bytes; returns the new commit id.
@@ -186,6 +231,8 @@ pub(crate) fn hub_app(shared: Arc<Shared>) -> Router {
         .route("/_mock/mutate", post(mutate))
         .route("/_mock/rename", post(rename))
         .route("/_mock/seed", post(reseed))
+        .route("/_mock/release", post(release_holds))
+        .route("/_mock/listing", post(add_listing))
         .route("/_mock/repos", get(list_repos))
         .fallback(hub_handler)
         .layer(middleware::from_fn_with_state(rec, record))
@@ -206,7 +253,7 @@ pub(crate) fn cdn_app(shared: Arc<Shared>) -> Router {
 
 async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
-    if path.starts_with("/_mock/") {
+    if rec.listener == "hub" && path.starts_with("/_mock/") {
         return next.run(req).await;
     }
     let method = req.method().to_string();
@@ -290,6 +337,63 @@ fn injected_status(status: u16, retry_after: Option<u64>) -> Response {
         }
     }
     resp
+}
+
+/// The answer a status or redirect fault puts in place of the normal one.
+fn injected(shared: &Shared, answer: &Answer, uri: &Uri) -> Response {
+    match answer {
+        Answer::Status(st, ra) => injected_status(*st, *ra),
+        Answer::Redirect(st, template) => {
+            let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+            let loc = expand_location(
+                template,
+                host_of(&shared.hub_url),
+                host_of(&shared.cdn_url),
+                path,
+            );
+            // Byte for byte: `HeaderValue` keeps TABs, backslashes and non-ASCII bytes as given.
+            let Ok(value) = HeaderValue::from_bytes(loc.as_bytes()) else {
+                return hub_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    "mock-hub: the injected Location holds a byte a header cannot carry (CR, LF, NUL or another control byte)",
+                );
+            };
+            let st = StatusCode::from_u16(*st).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = (st, format!("mock-hub: injected {}", st.as_u16())).into_response();
+            resp.headers_mut().insert(header::LOCATION, value);
+            resp
+        }
+    }
+}
+
+/// `127.0.0.1:PORT` of a base URL `http://127.0.0.1:PORT`.
+fn host_of(url: &str) -> &str {
+    url.strip_prefix("http://").unwrap_or(url)
+}
+
+/// Replaces `{hub}`, `{cdn}` and `{path}` in one pass (a substituted value is never expanded
+/// again); every other byte is kept.
+pub(crate) fn expand_location(template: &str, hub: &str, cdn: &str, path: &str) -> String {
+    let mut out = String::with_capacity(template.len() + path.len());
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let (value, len) = if rest.starts_with("{hub}") {
+            (hub, 5)
+        } else if rest.starts_with("{cdn}") {
+            (cdn, 5)
+        } else if rest.starts_with("{path}") {
+            (path, 6)
+        } else {
+            ("{", 1)
+        };
+        out.push_str(value);
+        rest = &rest[len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,7 +501,10 @@ async fn hub_handler(
         .map(|s| decode(s))
         .collect::<Vec<_>>()
         .join("/");
-    resolve(&shared, &method, &headers, kind, &key, &rev, &path, false).await
+    resolve(
+        &shared, &method, &uri, &headers, kind, &key, &rev, &path, false,
+    )
+    .await
 }
 
 fn renamed(shared: &Shared, key: &str) -> Option<String> {
@@ -481,6 +588,7 @@ fn lookup(
 async fn resolve(
     shared: &Arc<Shared>,
     method: &Method,
+    uri: &Uri,
     headers: &HeaderMap,
     kind: RepoKind,
     key: &str,
@@ -492,7 +600,11 @@ async fn resolve(
         Ok(x) => x,
         Err(r) => return r,
     };
-    let Some(entry) = commit.files.get(path).cloned() else {
+    let found = match commit.files.get(path) {
+        Some(e) => Some((e.clone(), shared.is_lfs(e))),
+        None => shared.injected_file(key, path),
+    };
+    let Some((entry, is_lfs)) = found else {
         return hub_error(
             StatusCode::NOT_FOUND,
             Some("EntryNotFound"),
@@ -500,15 +612,16 @@ async fn resolve(
         );
     };
     let stats_key = format!("{key}/{path}");
-    let lfs = shared.is_lfs(&entry) && !from_cache;
+    let lfs = is_lfs && !from_cache;
     let cache_redirect = !lfs && shared.cfg.resolve_cache && !from_cache;
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Hub,
         is_body: *method == Method::GET && !lfs && !cache_redirect,
+        is_listing: false,
         subject: &stats_key,
     });
-    let mut resp = if let Some((st, ra)) = plan.status {
-        injected_status(st, ra)
+    let mut resp = if let Some(answer) = &plan.answer {
+        injected(shared, answer, uri)
     } else if cache_redirect {
         let enc: String = path
             .split('/')
@@ -560,7 +673,7 @@ async fn resolve(
         h.insert("x-repo-commit", hv(&commit.id));
         h.insert(header::ETAG, hv(&format!("\"{}\"", entry.git_sha1)));
         h.insert(header::CONTENT_TYPE, hv(content_type(path)));
-        serve_file(shared, method, headers, &entry, &plan, h, &stats_key)
+        serve_file(shared, method, headers, &entry, &plan, h, &stats_key).await
     };
     if plan.mutate {
         let (shared, key, path) = (shared.clone(), key.to_string(), path.to_string());
@@ -629,8 +742,17 @@ pub(crate) fn parse_range(h: Option<&str>, total: u64) -> RangeReq {
     RangeReq::Span(start, end.min(total - 1))
 }
 
+/// A 500 saying a header value asked for by a fault cannot be sent.
+fn unsendable(what: &str) -> Response {
+    hub_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        None,
+        &format!("mock-hub: the injected {what} holds a byte a header cannot carry"),
+    )
+}
+
 /// Answers a GET or HEAD with (part of) a file, applying the body faults of `plan`.
-fn serve_file(
+async fn serve_file(
     shared: &Shared,
     method: &Method,
     req_headers: &HeaderMap,
@@ -667,7 +789,12 @@ fn serve_file(
         RangeReq::Full => (StatusCode::OK, 0, total),
         RangeReq::Span(s, e) => {
             let len = e - s + 1;
-            if !plan.drop_content_range {
+            if let Some(v) = &plan.content_range {
+                let Ok(v) = HeaderValue::from_bytes(v.as_bytes()) else {
+                    return unsendable("Content-Range");
+                };
+                h.insert(header::CONTENT_RANGE, v);
+            } else if !plan.drop_content_range {
                 let (cs, ce) = if plan.wrong_content_range {
                     let cs = if s > 0 { 0 } else { 1 };
                     (cs, cs + len - 1)
@@ -682,37 +809,92 @@ fn serve_file(
             (StatusCode::PARTIAL_CONTENT, s, len)
         }
     };
-    if !plan.drop_content_length {
-        h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
-    }
     let body = if is_get {
+        // Drawn in this order (cut, then flips) so seeded runs replay as before.
+        let cut_draw = (plan.cut_after.is_none() && plan.cut_random)
+            .then(|| shared.faults.random_below(len.max(1)));
+        let flips: Vec<u64> = (0..plan.flip)
+            .filter(|_| len > 0)
+            .map(|_| start + shared.faults.random_below(len))
+            .collect();
+        let gzip = plan.content_encoding.as_deref() == Some("gzip");
+        if let Some(enc) = &plan.content_encoding {
+            let Ok(v) = HeaderValue::from_bytes(enc.as_bytes()) else {
+                return unsendable("Content-Encoding");
+            };
+            h.insert(header::CONTENT_ENCODING, v);
+        }
+        let tail = if plan.endless {
+            Tail::Endless
+        } else if plan.overlong > 0 {
+            Tail::Extra(plan.overlong)
+        } else {
+            Tail::None
+        };
+        // Bytes sent for the span: compressed with gzip (measured by compressing it once).
+        let span_len = if gzip && tail != Tail::Endless {
+            match gzip_len(&entry.source, start, len, &flips).await {
+                Ok(n) => n,
+                Err(e) => {
+                    return hub_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        None,
+                        &format!("mock-hub: cannot read the file: {e}"),
+                    )
+                }
+            }
+        } else {
+            len
+        };
+        let out_len = match tail {
+            Tail::None => Some(span_len),
+            Tail::Extra(x) => Some(span_len.saturating_add(x)),
+            Tail::Endless => None,
+        };
+        // With more bytes than promised the length cannot be announced (hyper enforces it).
+        if !plan.drop_content_length && tail == Tail::None {
+            h.insert(header::CONTENT_LENGTH, hv(&span_len.to_string()));
+        }
         if len > 0 {
             shared
                 .stats
                 .file(stats_key, |f| f.served.push((start, start + len - 1)));
         }
-        let cut_after = match (plan.cut_after, plan.cut_random) {
+        let cut_after = match (plan.cut_after, cut_draw) {
             (Some(c), _) => Some(c),
-            (None, true) => Some(shared.faults.random_below(len.max(1))),
-            (None, false) => None,
+            // The same place in proportion when more (or fewer, compressed) bytes are sent.
+            (None, Some(r)) => Some(match out_len {
+                Some(out) if out != len && len > 0 => {
+                    u64::try_from(u128::from(r) * u128::from(out) / u128::from(len)).unwrap_or(r)
+                }
+                _ => r,
+            }),
+            (None, None) => None,
         };
-        let flips = (0..plan.flip)
-            .filter(|_| len > 0)
-            .map(|_| start + shared.faults.random_below(len))
-            .collect();
         let spec = BodySpec {
             start,
             len,
+            gzip,
+            tail,
             // A cut at the full length aborts right after the last byte, before the clean end
             // of the body (a chunked body lacks its last chunk); one beyond it never fires.
-            cut_after: cut_after.filter(|&c| c <= len),
+            cut_after: cut_after.filter(|&c| out_len.is_none_or(|t| c <= t)),
             stall: plan.stall,
             throttle: plan.throttle,
+            hold: plan.hold,
             flips,
             stats_key: stats_key.to_string(),
         };
-        file_body(&entry.source, spec, shared.stats.clone())
+        let ctl = BodyCtl {
+            stats: shared.stats.clone(),
+            stop: shared.stop.clone(),
+            release: shared.release.subscribe(),
+        };
+        file_body(&entry.source, spec, ctl)
     } else {
+        if !plan.drop_content_length {
+            h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
+        }
         Body::empty()
     };
     let mut r = Response::new(body);
@@ -751,6 +933,7 @@ async fn api(
         return resolve(
             shared,
             method,
+            uri,
             headers,
             kind,
             &key,
@@ -772,10 +955,11 @@ async fn api(
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Hub,
         is_body: false,
+        is_listing: raw.get(4) == Some(&"tree"),
         subject: uri.path(),
     });
-    if let Some((st, ra)) = plan.status {
-        return injected_status(st, ra);
+    if let Some(answer) = &plan.answer {
+        return injected(shared, answer, uri);
     }
     let id = format!("{}/{}", decode(raw[2]), decode(raw[3]));
     let key = kind.key(&id);
@@ -808,7 +992,7 @@ async fn api(
                 .map(|s| decode(s))
                 .collect::<Vec<_>>()
                 .join("/");
-            tree(shared, uri, headers, &key, &rev, &path, &q)
+            tree(shared, uri, headers, &key, &rev, &path, &q, &plan)
         }
         ["refs"] => refs(shared, headers, &key),
         _ => not_found(),
@@ -839,7 +1023,7 @@ fn info(
     let Some(repo) = repos.get(key) else {
         return repo_not_found(Auth::Anonymous);
     };
-    let siblings: Vec<Value> = commit
+    let mut siblings: Vec<Value> = commit
         .files
         .values()
         .map(|f| {
@@ -858,6 +1042,11 @@ fn info(
             }
         })
         .collect();
+    siblings.extend(
+        repo.listing
+            .iter()
+            .filter_map(|i| injected_sibling(&i.value, blobs)),
+    );
     let used: u64 = commit.files.values().map(|f| f.size).sum();
     let mut h = Sha1::new();
     h.update(key.as_bytes());
@@ -886,6 +1075,39 @@ fn info(
     Json(v).into_response()
 }
 
+/// The sibling an injected listing entry stands for in the repository info: its `path` as
+/// `rfilename`, and with `blobs` its `size`, `oid` (as `blobId`) and `lfs` fields, all as given.
+fn injected_sibling(entry: &Value, blobs: bool) -> Option<Value> {
+    let path = entry.get("path")?;
+    if entry.get("type").and_then(Value::as_str) == Some("directory") {
+        return None;
+    }
+    let mut sib = serde_json::Map::new();
+    sib.insert("rfilename".into(), path.clone());
+    if blobs {
+        if let Some(v) = entry.get("size") {
+            sib.insert("size".into(), v.clone());
+        }
+        if let Some(v) = entry.get("oid") {
+            sib.insert("blobId".into(), v.clone());
+        }
+        if let Some(lfs) = entry.get("lfs").and_then(Value::as_object) {
+            let mut l = serde_json::Map::new();
+            for (from, to) in [
+                ("oid", "sha256"),
+                ("size", "size"),
+                ("pointerSize", "pointerSize"),
+            ] {
+                if let Some(v) = lfs.get(from) {
+                    l.insert(to.into(), v.clone());
+                }
+            }
+            sib.insert("lfs".into(), Value::Object(l));
+        }
+    }
+    Some(Value::Object(sib))
+}
+
 fn refs(shared: &Shared, headers: &HeaderMap, key: &str) -> Response {
     if let Err(r) = lookup(shared, headers, key, "main", false) {
         return r;
@@ -902,6 +1124,7 @@ fn refs(shared: &Shared, headers: &HeaderMap, key: &str) -> Response {
     Json(json!({ "branches": branches, "converts": [], "tags": [] })).into_response()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn tree(
     shared: &Shared,
     uri: &Uri,
@@ -910,6 +1133,7 @@ fn tree(
     rev: &str,
     dir: &str,
     q: &[(String, String)],
+    plan: &Plan,
 ) -> Response {
     let (commit, _) = match lookup(shared, headers, key, rev, false) {
         Ok(x) => x,
@@ -971,17 +1195,44 @@ fn tree(
         };
         entries.insert(p.clone(), v);
     }
-    let all: Vec<Value> = entries.into_values().collect();
+    let mut all: Vec<Value> = entries.into_values().collect();
+    // Injected entries, as given, after the real ones.
+    all.extend(
+        shared
+            .listing_of(key)
+            .into_iter()
+            .filter(|i| dir.is_empty() || i.path().is_some_and(|p| p.starts_with(&prefix)))
+            .map(|i| i.value),
+    );
     let cursor: usize = q
         .iter()
         .find(|(k, _)| k == "cursor")
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
     let page = shared.cfg.page_size.max(1);
-    let end = (cursor + page).min(all.len());
+    let end = cursor.saturating_add(page).min(all.len());
     let items = all.get(cursor.min(all.len())..end).unwrap_or(&[]).to_vec();
-    let mut resp = Json(Value::Array(items)).into_response();
-    if end < all.len() {
+    let mut resp = match plan.listing_pad {
+        Some(total) => {
+            let json = serde_json::to_vec(&Value::Array(items)).unwrap_or_default();
+            let mut r = Response::new(padded_json(json.into(), total, shared.stop.clone()));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, hv("application/json"));
+            r
+        }
+        None => Json(Value::Array(items)).into_response(),
+    };
+    if plan.listing_self_link {
+        let asked = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+        let link = format!("<{}{asked}>; rel=\"next\"", shared.hub_url);
+        resp.headers_mut().insert(header::LINK, hv(&link));
+    } else if end < all.len() || plan.listing_endless {
+        // Endless: always a next page, at a cursor never seen before.
+        let next = if plan.listing_endless {
+            cursor.saturating_add(page)
+        } else {
+            end
+        };
         let mut query: Vec<String> = uri
             .query()
             .unwrap_or("")
@@ -989,7 +1240,7 @@ fn tree(
             .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
             .map(str::to_string)
             .collect();
-        query.push(format!("cursor={end}"));
+        query.push(format!("cursor={next}"));
         let link = format!(
             "<{}{}?{}>; rel=\"next\"",
             shared.hub_url,
@@ -1027,7 +1278,17 @@ async fn cdn_handler(
             "Method not allowed",
         );
     }
-    let sha = uri.path().rsplit('/').next().unwrap_or("").to_string();
+    // Only `/repos/xx/yy/{sha256}` names an object; anything else (a redirect fault may send
+    // clients anywhere) is answered 404, and recorded like every request.
+    let segs: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+    let ["repos", _, _, sha] = segs[..] else {
+        return s3_error(
+            StatusCode::NOT_FOUND,
+            "NoSuchKey",
+            "The specified key does not exist.",
+        );
+    };
+    let sha = decode(sha);
     let q = query_pairs(&uri);
     let Some(sig) = q
         .iter()
@@ -1071,10 +1332,11 @@ async fn cdn_handler(
     let plan = shared.faults.plan(&RequestCtx {
         target: Target::Cdn,
         is_body: method == Method::GET,
+        is_listing: false,
         subject: &signed.stats_key,
     });
-    let mut resp = if let Some((st, ra)) = plan.status {
-        injected_status(st, ra)
+    let mut resp = if let Some(answer) = &plan.answer {
+        injected(&shared, answer, &uri)
     } else {
         let mut h = HeaderMap::new();
         h.insert(header::ETAG, hv(&format!("\"{}\"", entry.sha256)));
@@ -1099,6 +1361,7 @@ async fn cdn_handler(
             h,
             &signed.stats_key,
         )
+        .await
     };
     if plan.mutate {
         let (repo_key, path) = split_stats_key(&shared, &signed.stats_key);
@@ -1227,6 +1490,29 @@ async fn reseed(State(shared): State<Arc<Shared>>, Json(s): Json<SeedReq>) -> St
     StatusCode::NO_CONTENT
 }
 
+async fn release_holds(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    Json(json!({ "released": shared.release_holds() }))
+}
+
+#[derive(Deserialize)]
+struct ListingReq {
+    repo: String,
+    entry: Value,
+}
+
+async fn add_listing(State(shared): State<Arc<Shared>>, Json(r): Json<ListingReq>) -> Response {
+    match shared.add_listing_entry(&r.repo, r.entry) {
+        Ok(servable) => Json(json!({ "servable": servable })).into_response(),
+        Err(e) => {
+            let status = match e {
+                Error::UnknownRepo(_) => StatusCode::NOT_FOUND,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            (status, Json(json!({ "error": e.to_string() }))).into_response()
+        }
+    }
+}
+
 async fn list_repos(State(shared): State<Arc<Shared>>) -> Json<Value> {
     let repos = shared.read_repos();
     let keys: BTreeSet<&String> = repos.keys().collect();
@@ -1265,5 +1551,16 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=3-1"), 10), RangeReq::Full);
         assert_eq!(parse_range(Some("bytes=0-1,4-5"), 10), RangeReq::Full);
         assert_eq!(parse_range(Some("items=0-1"), 10), RangeReq::Full);
+    }
+
+    #[test]
+    fn locations_expand_once() {
+        let e = |t: &str| expand_location(t, "127.0.0.1:1", "127.0.0.1:2", "/p?q={hub}");
+        assert_eq!(e("http://{cdn}/x"), "http://127.0.0.1:2/x");
+        assert_eq!(e("/\\{cdn}/x"), "/\\127.0.0.1:2/x");
+        assert_eq!(e("/\t/{cdn}/x"), "/\t/127.0.0.1:2/x");
+        assert_eq!(e("https://{hub}{path}"), "https://127.0.0.1:1/p?q={hub}");
+        assert_eq!(e("{{path}}{"), "{/p?q={hub}}{");
+        assert_eq!(e("ftp://x/y"), "ftp://x/y");
     }
 }

@@ -298,3 +298,49 @@ fn binary_builds_demo_data_and_serves_it() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn help_and_readme_document_every_fault_kind() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mock-hub"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let readme = include_str!("../../README.md");
+    for (spec, kind) in [
+        ("cut-after=10", "cut_after"),
+        ("cut-random", "cut_random"),
+        ("status=503", "status"),
+        ("429=1", "status"),
+        ("stall=10,after=1", "stall"),
+        ("throttle=100", "throttle"),
+        ("ignore-range", "ignore_range"),
+        ("wrong-content-range", "wrong_content_range"),
+        ("flip=1", "flip_bytes"),
+        ("drop-content-length", "drop_content_length"),
+        ("drop-content-range", "drop_content_range"),
+        ("mutate", "mutate"),
+        ("redirect=302,location=/x", "redirect"),
+        ("content-encoding=gzip", "content_encoding"),
+        ("overlong=1", "overlong"),
+        ("endless", "endless"),
+        ("content-range=bytes */1", "content_range_header"),
+        ("hold,after=1", "hold"),
+        ("listing-self-link", "listing_self_link"),
+        ("listing-endless", "listing_endless"),
+        ("listing-pad=100", "listing_pad"),
+    ] {
+        let rule: FaultRule = spec.parse().unwrap();
+        let json = serde_json::to_value(&rule).unwrap();
+        assert_eq!(json["kind"], kind, "{spec}");
+        let name = spec.split(['=', ',']).next().unwrap();
+        assert!(help.contains(&format!("\n  {name}")), "--help lacks {name}");
+        let row = |l: &&str| l.starts_with("| `") && l.contains(&format!("`{name}"));
+        assert!(readme.lines().any(|l| row(&l)), "README lacks {name}");
+        assert!(
+            readme.contains(&format!("`{kind}")),
+            "README lacks JSON kind {kind}"
+        );
+    }
+}

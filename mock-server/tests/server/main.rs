@@ -3,6 +3,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bodies;
 mod control;
 mod faults;
+mod holds;
+mod injected;
+mod listing;
+mod redirects;
 mod routes;
