@@ -1253,3 +1253,43 @@ fn split_numbers_beyond_the_count_are_errors() {
         "{d:?}"
     );
 }
+
+/// Regression: many short arrays were all decoded (~100× the file in memory); a budget over
+/// the whole header now stops decoding, and the arrays past it read on demand.
+#[test]
+fn short_arrays_past_the_decode_budget_stay_undecoded() {
+    use weight_inspect::format::gguf::{ARRAY_DECODE_LIMIT, DECODE_BUDGET_ITEMS};
+    let n_arrays = 2 * DECODE_BUDGET_ITEMS / ARRAY_DECODE_LIMIT;
+    let items: Vec<u32> = (0..ARRAY_DECODE_LIMIT as u32).collect();
+    // First, a short string array of more bytes than the byte budget: not decoded either.
+    let big = "x".repeat((gguf::DECODE_BUDGET_BYTES / 2) as usize);
+    let mut w = GgufWriter::new()
+        .arch("x")
+        .kv("strings", Val::strs(&[&big, &big, &big]));
+    for i in 0..n_arrays {
+        w = w.kv(&format!("a{i}"), Val::u32s(&items));
+    }
+    let bytes = w.build();
+    let h = ok(&bytes);
+    clean(&h);
+    let arrays: Vec<&ArrayValue> = h
+        .metadata
+        .iter()
+        .filter_map(|(_, v)| v.as_array())
+        .collect();
+    let decoded: u64 = arrays.iter().map(|a| a.items.len() as u64).sum();
+    assert!(decoded <= DECODE_BUDGET_ITEMS, "{decoded} items decoded");
+    assert!(h.get("a0").unwrap().as_array().unwrap().is_decoded());
+    let last = h.get(&format!("a{}", n_arrays - 1)).unwrap();
+    let last = last.as_array().unwrap();
+    assert!(!last.is_decoded());
+    assert_eq!(
+        h.get(&format!("a{}", n_arrays - 1)).unwrap().to_json(),
+        serde_json::json!({"type": "array", "element_type": "u32", "len": 64})
+    );
+    let back: Vec<u64> = last.u64s(&bytes).collect::<Result<_, _>>().unwrap();
+    assert_eq!(back, (0..64).collect::<Vec<u64>>());
+    let strings = h.get("strings").unwrap().as_array().unwrap();
+    assert!(!strings.is_decoded());
+    assert_eq!(strings.strings(&bytes).filter(|s| s.is_ok()).count(), 3);
+}

@@ -594,3 +594,53 @@ fn opening_a_100_gb_file_touches_only_header_pages() {
     // rest of the run (allocations, the report) a few hundred.
     assert!(faults < 5_000, "{faults} page faults");
 }
+
+// ---- memory and output bounds on hostile inputs (regression tests) ----
+
+/// Where the budgets put the ceiling: the mapped file itself (every header page is read),
+/// a few MiB of decoded values, the process's own baseline, and slack.
+fn memory_bound(file_size: u64) -> u64 {
+    (64 << 20) + 4 * file_size
+}
+
+/// A well-formed GGUF of `size` bytes made only of short metadata arrays (64 `u8` items
+/// each, the most that is decoded per array).
+fn many_short_arrays_gguf(size: usize) -> Vec<u8> {
+    let mut payload = 0u32.to_le_bytes().to_vec(); // element type u8
+    payload.extend_from_slice(&64u64.to_le_bytes());
+    payload.extend(0..64u8);
+    let per_kv = 8 + 8 + 4 + payload.len();
+    let mut w = GgufWriter::new().arch("x");
+    for i in 0..size / per_kv {
+        w = w.kv(&format!("a{i:07}"), Val::Raw(9, payload.clone()));
+    }
+    w.build()
+}
+
+/// Regression: a 32 MB GGUF of many short arrays made `weight-inspect` hold ~100× its size
+/// (gigabytes) in decoded values and their JSON; the decode budget keeps it proportional.
+#[test]
+fn many_short_gguf_arrays_keep_memory_proportional() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_short_arrays_gguf(32 << 20);
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "arrays.gguf", &bytes);
+    drop(bytes);
+    for args in [&["--json"][..], &[][..]] {
+        let m = crate::support::run_measured(bin().args(args).arg(&p));
+        assert_eq!(m.code, Some(0), "{args:?}: {m:?}");
+        assert!(
+            m.peak_rss < memory_bound(size),
+            "{args:?}: peak RSS {} MiB for a {} MiB file",
+            m.peak_rss >> 20,
+            size >> 20
+        );
+        assert!(m.stderr_len == 0, "{args:?}: {m:?}");
+        // The report lists every key (~40 bytes of JSON each), never every decoded item.
+        assert!(
+            m.stdout_len < size,
+            "{args:?}: {} bytes of output",
+            m.stdout_len
+        );
+    }
+}

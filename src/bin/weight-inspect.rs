@@ -69,14 +69,15 @@ fn main() -> ExitCode {
             match verify::verify_path(&target, &opts) {
                 Ok(report) => {
                     any_invalid |= !report.valid;
-                    let out = if cli.json {
+                    let written = if cli.json {
                         json_line(&report)
                     } else {
                         let sep = if first { "" } else { "\n" };
-                        format!("{sep}{}", table(&report, cli.verify))
+                        let out = format!("{sep}{}", table(&report, cli.verify));
+                        io::stdout().lock().write_all(out.as_bytes())
                     };
                     first = false;
-                    if let Err(e) = io::stdout().lock().write_all(out.as_bytes()) {
+                    if let Err(e) = written {
                         if e.kind() == io::ErrorKind::BrokenPipe {
                             return ExitCode::SUCCESS;
                         }
@@ -104,15 +105,12 @@ fn report_error(e: &InspectError) {
     eprintln!("weight-inspect: error: {e}");
 }
 
-fn json_line(report: &Report) -> String {
-    let mut s = serde_json::to_string(report).unwrap_or_else(|e| {
-        format!(
-            r#"{{"path":{:?},"valid":false,"errors":["cannot serialise report: {e}"]}}"#,
-            report.path
-        )
-    });
-    s.push('\n');
-    s
+/// Write the report as one JSON line, streamed (never held whole in memory).
+fn json_line(report: &Report) -> io::Result<()> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    serde_json::to_writer(&mut out, report).map_err(io::Error::from)?;
+    out.write_all(b"\n")?;
+    out.flush()
 }
 
 /// Human sizes: `1.5 GiB`.

@@ -10,7 +10,10 @@
 //! 100,000-entry token lists of a vocabulary) are validated once (string lengths, UTF-8, bool
 //! bytes) but not decoded: an [`ArrayValue`] records where they are, and
 //! [`ArrayValue::strings`], [`ArrayValue::i64s`], [`ArrayValue::u64s`], [`ArrayValue::f64s`]
-//! and [`ArrayValue::values`] decode them on demand from the same bytes.
+//! and [`ArrayValue::values`] decode them on demand from the same bytes. Short arrays are
+//! decoded while a budget over the whole header lasts ([`DECODE_BUDGET_ITEMS`] items,
+//! [`DECODE_BUDGET_BYTES`] bytes); past it they stay undecoded too, so that the memory a
+//! header takes stays proportional to the file, whatever its shape.
 //!
 //! # Verdicts
 //!
@@ -80,8 +83,17 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_STRING_LEN: u64 = 1 << 30;
 /// Deepest nesting of arrays accepted (an array of arrays is depth 2).
 pub const MAX_ARRAY_DEPTH: u32 = 8;
-/// Arrays of at most this many items are decoded into [`ArrayValue::items`] while parsing.
+/// Arrays of at most this many items are decoded into [`ArrayValue::items`] while parsing
+/// (while the header's decode budget lasts, see [`DECODE_BUDGET_ITEMS`]).
 pub const ARRAY_DECODE_LIMIT: u64 = 64;
+/// Array items decoded into [`ArrayValue::items`] over a whole header, nested arrays
+/// included. Once an array would exceed it, that array and later ones stay undecoded
+/// (summarised by type and length, readable on demand like long arrays), so that a file of
+/// many short arrays cannot make the decoded values many times larger than the file.
+pub const DECODE_BUDGET_ITEMS: u64 = 1 << 16;
+/// Bytes of array data (items as stored in the file) decoded over a whole header; see
+/// [`DECODE_BUDGET_ITEMS`].
+pub const DECODE_BUDGET_BYTES: u64 = 1 << 20;
 /// Longest tensor name llama.cpp accepts, in bytes (`GGML_MAX_NAME - 1`).
 pub const MAX_TENSOR_NAME_LEN: usize = 63;
 
@@ -436,44 +448,58 @@ impl Value {
     }
 
     /// JSON for reports. Integers and strings map directly; non-finite floats become the
-    /// strings `"NaN"`, `"inf"`, `"-inf"`; decoded arrays become JSON arrays, long ones a
-    /// summary `{"type": "array", "element_type": "string", "len": N}`.
+    /// strings `"NaN"`, `"inf"`, `"-inf"`; decoded arrays become JSON arrays, undecoded ones
+    /// (long, or beyond the decode budget) a summary
+    /// `{"type": "array", "element_type": "string", "len": N}`. The same JSON is written by
+    /// the [`serde::Serialize`] impl, which streams it without building this tree.
     pub fn to_json(&self) -> serde_json::Value {
-        use serde_json::Value as J;
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
         match self {
-            Value::U8(v) => J::from(*v),
-            Value::I8(v) => J::from(*v),
-            Value::U16(v) => J::from(*v),
-            Value::I16(v) => J::from(*v),
-            Value::U32(v) => J::from(*v),
-            Value::I32(v) => J::from(*v),
-            Value::U64(v) => J::from(*v),
-            Value::I64(v) => J::from(*v),
-            Value::F32(v) => float_json(f64::from(*v)),
-            Value::F64(v) => float_json(*v),
-            Value::Bool(v) => J::from(*v),
-            Value::String(s) => J::from(s.as_str()),
-            Value::Array(a) => {
-                if a.is_decoded() {
-                    J::Array(a.items.iter().map(Value::to_json).collect())
-                } else {
-                    serde_json::json!({
-                        "type": "array",
-                        "element_type": a.elem_type.name(),
-                        "len": a.len,
-                    })
+            Value::U8(v) => s.serialize_u8(*v),
+            Value::I8(v) => s.serialize_i8(*v),
+            Value::U16(v) => s.serialize_u16(*v),
+            Value::I16(v) => s.serialize_i16(*v),
+            Value::U32(v) => s.serialize_u32(*v),
+            Value::I32(v) => s.serialize_i32(*v),
+            Value::U64(v) => s.serialize_u64(*v),
+            Value::I64(v) => s.serialize_i64(*v),
+            Value::F32(v) => serialize_float(f64::from(*v), s),
+            Value::F64(v) => serialize_float(*v, s),
+            Value::Bool(v) => s.serialize_bool(*v),
+            Value::String(v) => s.serialize_str(v),
+            Value::Array(a) if a.is_decoded() => {
+                let mut seq = s.serialize_seq(Some(a.items.len()))?;
+                for v in &a.items {
+                    seq.serialize_element(v)?;
                 }
+                seq.end()
+            }
+            Value::Array(a) => {
+                let mut m = s.serialize_map(Some(3))?;
+                m.serialize_entry("type", "array")?;
+                m.serialize_entry("element_type", a.elem_type.name())?;
+                m.serialize_entry("len", &a.len)?;
+                m.end()
             }
         }
     }
 }
 
-fn float_json(v: f64) -> serde_json::Value {
-    match serde_json::Number::from_f64(v) {
-        Some(n) => serde_json::Value::Number(n),
-        None if v.is_nan() => "NaN".into(),
-        None if v > 0.0 => "inf".into(),
-        None => "-inf".into(),
+fn serialize_float<S: serde::Serializer>(v: f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() {
+        s.serialize_f64(v)
+    } else if v.is_nan() {
+        s.serialize_str("NaN")
+    } else if v > 0.0 {
+        s.serialize_str("inf")
+    } else {
+        s.serialize_str("-inf")
     }
 }
 
@@ -519,7 +545,8 @@ pub struct ArrayValue {
     pub offset: u64,
     /// Bytes taken by the items.
     pub byte_len: u64,
-    /// The items, decoded when `len ≤ ARRAY_DECODE_LIMIT`; empty for longer arrays (use
+    /// The items, decoded when `len ≤ ARRAY_DECODE_LIMIT` and the header's decode budget
+    /// ([`DECODE_BUDGET_ITEMS`], [`DECODE_BUDGET_BYTES`]) allowed; empty otherwise (use
     /// [`ArrayValue::values`] and friends with the file's bytes).
     pub items: Vec<Value>,
     /// Byte order of the file the array was read from.
@@ -564,7 +591,8 @@ impl ArrayValue {
     }
 
     /// Decode every item from `bytes` (the file the header was parsed from), nested arrays
-    /// included (decoded when short, like the top level).
+    /// included (decoded when short, like the top level, with a fresh decode budget for
+    /// each item).
     pub fn values<'a>(
         &self,
         bytes: &'a [u8],
@@ -573,7 +601,7 @@ impl ArrayValue {
         std::iter::from_fn(move || {
             items.next_with(|r, elem| {
                 let mut vc = ValueCtx::default();
-                read_value(r, elem, "", &mut vc, 1, true)
+                read_value(r, elem, "", &mut vc, 1, true, &mut Budget::default())
             })
         })
     }
@@ -953,9 +981,26 @@ fn read_scalar(r: &mut Reader<'_>, ty: ValueType, vc: &mut ValueCtx) -> Result<V
     })
 }
 
+/// What is left of a header's decode budget (see [`DECODE_BUDGET_ITEMS`]).
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    items: u64,
+    bytes: u64,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            items: DECODE_BUDGET_ITEMS,
+            bytes: DECODE_BUDGET_BYTES,
+        }
+    }
+}
+
 /// Read one value of type `ty`. `depth` is the array depth of the value's container (0 at
 /// the top level). With `decode == false` nothing is allocated (strings are validated and
-/// arrays skipped) and the returned value is a placeholder.
+/// arrays skipped) and the returned value is a placeholder. Arrays decode their items only
+/// within `budget`, which they use up.
 fn read_value<'a>(
     r: &mut Reader<'a>,
     ty: ValueType,
@@ -963,6 +1008,7 @@ fn read_value<'a>(
     vc: &mut ValueCtx,
     depth: u32,
     decode: bool,
+    budget: &mut Budget,
 ) -> Result<Value, FormatError> {
     match ty {
         ValueType::String => {
@@ -981,18 +1027,27 @@ fn read_value<'a>(
                 }
             }
         }
-        ValueType::Array => Ok(Value::Array(read_array(r, key, vc, depth + 1, decode)?)),
+        ValueType::Array => Ok(Value::Array(read_array(
+            r,
+            key,
+            vc,
+            depth + 1,
+            decode,
+            budget,
+        )?)),
         _ => read_scalar(r, ty, vc),
     }
 }
 
-/// Read an array (element type, count, items) at nesting `depth` (1 for a top-level array).
+/// Read an array (element type, count, items) at nesting `depth` (1 for a top-level array),
+/// decoding its items when asked to, when it is short, and when they fit in `budget`.
 fn read_array<'a>(
     r: &mut Reader<'a>,
     key: &'a str,
     vc: &mut ValueCtx,
     depth: u32,
     decode: bool,
+    budget: &mut Budget,
 ) -> Result<ArrayValue, FormatError> {
     if depth > MAX_ARRAY_DEPTH {
         return Err(FormatError::new(
@@ -1029,16 +1084,85 @@ fn read_array<'a>(
         vc.too_long = true;
     }
     let offset = r.pos as u64;
-    let decode_items = decode && len <= ARRAY_DECODE_LIMIT;
+    let mut decode_items = decode && len <= ARRAY_DECODE_LIMIT && len <= budget.items;
+    let mut cost = 0;
+    if decode_items {
+        cost = match elem.fixed_size() {
+            // Checked above: len × size ≤ remaining.
+            Some(size) => len * size,
+            None => {
+                // Strings and arrays: measure the items first (validating only; problems are
+                // counted by the pass that keeps the result), decode if they fit the budget.
+                let mut probe = r.clone();
+                read_items(
+                    &mut probe,
+                    elem,
+                    key,
+                    &mut ValueCtx::default(),
+                    depth,
+                    len,
+                    false,
+                    budget,
+                    &mut Vec::new(),
+                )?;
+                probe.pos as u64 - offset
+            }
+        };
+        decode_items = cost <= budget.bytes;
+    }
     let mut items = Vec::new();
     if decode_items {
+        budget.items -= len;
+        budget.bytes -= cost;
         // len ≤ ARRAY_DECODE_LIMIT: a small, checked capacity.
         items.reserve_exact(len as usize);
     }
     let outer_ctx = r.ctx;
+    read_items(
+        r,
+        elem,
+        key,
+        vc,
+        depth,
+        len,
+        decode_items,
+        budget,
+        &mut items,
+    )?;
+    r.ctx = outer_ctx;
+    Ok(ArrayValue {
+        elem_type: elem,
+        len,
+        offset,
+        byte_len: r.pos as u64 - offset,
+        items,
+        endianness: if r.big {
+            Endianness::Big
+        } else {
+            Endianness::Little
+        },
+        version: r.version,
+    })
+}
+
+/// Read `len` items of type `elem` (an array's body), pushing them onto `items` when
+/// `decode` (nested arrays then decode within `budget`), only validating them otherwise.
+#[allow(clippy::too_many_arguments)]
+fn read_items<'a>(
+    r: &mut Reader<'a>,
+    elem: ValueType,
+    key: &'a str,
+    vc: &mut ValueCtx,
+    depth: u32,
+    len: u64,
+    decode: bool,
+    budget: &mut Budget,
+    items: &mut Vec<Value>,
+) -> Result<(), FormatError> {
+    let offset = r.pos as u64;
     match elem.fixed_size() {
-        Some(size) if !decode_items => {
-            // Checked above: len × size ≤ remaining.
+        Some(size) if !decode => {
+            // Checked by the caller: len × size ≤ remaining.
             let data = r.take(len * size)?;
             if elem == ValueType::Bool {
                 for (i, &b) in data.iter().enumerate() {
@@ -1057,27 +1181,14 @@ fn read_array<'a>(
         None => {
             for item in 0..len {
                 r.ctx = Ctx::Item { key, item };
-                let v = read_value(r, elem, key, vc, depth, decode_items)?;
-                if decode_items {
+                let v = read_value(r, elem, key, vc, depth, decode, budget)?;
+                if decode {
                     items.push(v);
                 }
             }
         }
     }
-    r.ctx = outer_ctx;
-    Ok(ArrayValue {
-        elem_type: elem,
-        len,
-        offset,
-        byte_len: r.pos as u64 - offset,
-        items,
-        endianness: if r.big {
-            Endianness::Big
-        } else {
-            Endianness::Little
-        },
-        version: r.version,
-    })
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1241,6 +1352,7 @@ pub fn parse(bytes: &[u8]) -> Result<GgufHeader, FormatError> {
     let mut metadata: Vec<(String, Value)> = Vec::with_capacity(kv_count.min(1024) as usize);
     let mut seen: HashMap<&str, u64> = HashMap::new();
     let mut nested_any = false;
+    let mut budget = Budget::default();
     for index in 0..kv_count {
         let kv_at = r.pos as u64;
         r.ctx = Ctx::Key { index, key: None };
@@ -1288,7 +1400,7 @@ pub fn parse(bytes: &[u8]) -> Result<GgufHeader, FormatError> {
             )
         })?;
         let mut vc = ValueCtx::default();
-        let value = read_value(&mut r, ty, key, &mut vc, 0, true)?;
+        let value = read_value(&mut r, ty, key, &mut vc, 0, true, &mut budget)?;
         report_value_problems(&mut diags, key, kv_at, &vc);
         if vc.nested {
             nested_any = true;
