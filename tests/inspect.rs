@@ -644,3 +644,120 @@ fn many_short_gguf_arrays_keep_memory_proportional() {
         );
     }
 }
+
+/// A safetensors file whose header lists `n` entries, each `entry(i)` (JSON text after the
+/// key), with no data.
+fn many_entries_safetensors(n: usize, entry: impl Fn(usize) -> String) -> Vec<u8> {
+    let mut header = String::from("{");
+    for i in 0..n {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!("\"t{i:07}\":{}", entry(i)));
+    }
+    header.push('}');
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out
+}
+
+/// Regression: a safetensors header of a million invalid entries built a JSON tree of the
+/// whole header and a million diagnostics (gigabytes, and hundreds of MB of report); the
+/// header is now streamed and the diagnostics budgeted.
+#[test]
+fn a_million_invalid_safetensors_entries_keep_memory_and_output_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_entries_safetensors(1_000_000, |_| "0".into());
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "entries.safetensors", &bytes);
+    drop(bytes);
+    for (args, max_out) in [(&["--json"][..], 1u64 << 20), (&[][..], 64 << 10)] {
+        let m = crate::support::run_measured(bin().args(args).arg(&p));
+        assert_eq!(m.code, Some(2), "{args:?}: {m:?}");
+        assert!(
+            m.peak_rss < memory_bound(size),
+            "{args:?}: peak RSS {} MiB for a {} MiB file",
+            m.peak_rss >> 20,
+            size >> 20
+        );
+        assert_eq!(m.stderr_len, 0, "{args:?}");
+        assert!(m.stdout_len < max_out, "{args:?}: {} bytes", m.stdout_len);
+        let out = String::from_utf8_lossy(&m.stdout_head);
+        assert!(
+            out.contains("… and 999,984 more `safetensors.invalid-entry` diagnostics"),
+            "{args:?}: {out}"
+        );
+    }
+}
+
+/// Past `MAX_TENSORS` entries the header is refused, with a clear error and little memory.
+#[test]
+fn too_many_safetensors_entries_are_refused() {
+    use weight_inspect::format::safetensors::MAX_TENSORS;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_entries_safetensors(MAX_TENSORS as usize + 1, |_| "0".into());
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "too-many.safetensors", &bytes);
+    drop(bytes);
+    let m = crate::support::run_measured(bin().arg("--json").arg(&p));
+    assert_eq!(m.code, Some(2), "{m:?}");
+    assert!(m.peak_rss < memory_bound(size), "{} MiB", m.peak_rss >> 20);
+    assert!(m.stdout_len < 16 << 10, "{} bytes", m.stdout_len);
+    let r: Json = serde_json::from_slice(&m.stdout_head).unwrap();
+    assert_eq!(
+        r["diagnostics"][0]["code"],
+        "safetensors.header.too-many-tensors"
+    );
+}
+
+/// A million valid (empty) tensors: every one is described, in memory proportional to the
+/// file.
+#[test]
+fn a_million_safetensors_tensors_keep_memory_proportional() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_entries_safetensors(1_000_000, |_| {
+        r#"{"dtype":"U8","shape":[0],"data_offsets":[0,0]}"#.into()
+    });
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "empty-tensors.safetensors", &bytes);
+    drop(bytes);
+    let m = crate::support::run_measured(bin().arg(&p));
+    assert_eq!(m.code, Some(0), "{m:?}");
+    assert!(
+        m.peak_rss < (64 << 20) + 8 * size,
+        "peak RSS {} MiB for a {} MiB file",
+        m.peak_rss >> 20,
+        size >> 20
+    );
+    let out = String::from_utf8_lossy(&m.stdout_head);
+    assert!(out.contains("1,000,000"), "{out}");
+}
+
+/// Regression: a folder's `model.safetensors.index.json` was read whole, whatever its size,
+/// to find the shards it covers. A 2 GiB (sparse) index is now refused unread, with an
+/// error naming it.
+#[test]
+fn an_oversized_index_is_refused_unread() {
+    use weight_inspect::format::safetensors::MAX_INDEX_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("model.safetensors.index.json");
+    let f = std::fs::File::create(&index).unwrap();
+    f.set_len(2 << 30).unwrap(); // sparse: no blocks written
+    drop(f);
+    let m = crate::support::run_measured(bin().arg("--json").arg(dir.path()));
+    assert_eq!(m.code, Some(2), "{m:?}");
+    assert!(m.peak_rss < 64 << 20, "peak RSS {} MiB", m.peak_rss >> 20);
+    let r: Json = serde_json::from_slice(&m.stdout_head).unwrap();
+    assert_eq!(r["diagnostics"][0]["code"], "file-too-large");
+    assert_eq!(r["path"], index.display().to_string());
+    let msg = r["errors"][0].as_str().unwrap();
+    assert!(msg.contains(&MAX_INDEX_BYTES.to_string()), "{msg}");
+    // The library refuses it the same way, naming the file.
+    let e = Model::open(&index).unwrap_err();
+    assert_eq!(e.path(), index);
+    let shown = e.to_string();
+    assert!(
+        shown.contains("model.safetensors.index.json: safetensors index of"),
+        "{shown}"
+    );
+}

@@ -65,8 +65,8 @@
 //! | `gguf.endianness.big` | warning, not loadable | a big-endian file (llama.cpp refuses them) |
 //! | `gguf.version.v1` | warning, not loadable | GGUF v1 (llama.cpp refuses it) |
 //!
-//! When one code fires more than 16 times, the first 16 are kept and one more diagnostic of
-//! the same code says how many were left out.
+//! Diagnostics are budgeted ([`Diagnostics`]): when one code fires more than 16 times, the
+//! first 16 are kept and one more diagnostic of the same code says how many were left out.
 //!
 //! [`check_split`] checks a set of split shards (`gguf.split.*` codes, see there).
 
@@ -75,7 +75,9 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::ggml::{GgmlType, SizeError, TypeStatus};
-use super::{DType, Diagnostic, Endianness, FormatError, FormatErrorKind, Severity, TensorInfo};
+use super::{
+    DType, Diagnostic, Diagnostics, Endianness, FormatError, FormatErrorKind, Severity, TensorInfo,
+};
 
 /// Data alignment when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -103,8 +105,6 @@ const GGML_MAX_DIMS: u64 = 4;
 const MAX_STORED_DIMS: u64 = 64;
 /// llama.cpp's `GGUF_MAX_ARRAY_ELEMENTS`.
 const LLAMA_MAX_ARRAY_LEN: u64 = 1 << 30;
-/// Individual diagnostics kept per code before summarising.
-const DIAG_LIMIT_PER_CODE: usize = 16;
 /// Largest sane `{arch}.block_count`.
 const MAX_BLOCK_COUNT: u64 = 512;
 
@@ -1195,57 +1195,6 @@ fn read_items<'a>(
 // Diagnostics collection
 // ---------------------------------------------------------------------------------------
 
-/// Diagnostics with a cap per code.
-#[derive(Default)]
-struct Diags {
-    list: Vec<Diagnostic>,
-    counts: Vec<(&'static str, Severity, usize)>,
-}
-
-impl Diags {
-    fn push(&mut self, d: Diagnostic) {
-        let slot = match self.counts.iter_mut().find(|(c, _, _)| *c == d.code) {
-            Some(s) => s,
-            None => {
-                self.counts.push((d.code, d.severity, 0));
-                self.counts.last_mut().expect("just pushed")
-            }
-        };
-        slot.2 += 1;
-        if slot.2 <= DIAG_LIMIT_PER_CODE {
-            self.list.push(d);
-        }
-    }
-
-    fn error(&mut self, code: &'static str, msg: String) {
-        self.push(Diagnostic::error(code, msg));
-    }
-
-    fn warning(&mut self, code: &'static str, msg: String) {
-        self.push(Diagnostic::warning(code, msg));
-    }
-
-    fn has_errors(&self) -> bool {
-        self.counts.iter().any(|(_, s, _)| *s == Severity::Error)
-    }
-
-    fn finish(mut self) -> Vec<Diagnostic> {
-        for &(code, severity, n) in &self.counts {
-            if n > DIAG_LIMIT_PER_CODE {
-                self.list.push(Diagnostic {
-                    severity,
-                    code,
-                    message: format!(
-                        "… and {} more [{code}] diagnostics not listed",
-                        n - DIAG_LIMIT_PER_CODE
-                    ),
-                });
-            }
-        }
-        self.list
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Parsing
 // ---------------------------------------------------------------------------------------
@@ -1329,20 +1278,18 @@ pub fn parse(bytes: &[u8]) -> Result<GgufHeader, FormatError> {
         counts_at,
     )?;
 
-    let mut diags = Diags::default();
+    let mut diags = Diagnostics::new();
     let mut not_loadable: Vec<&'static str> = Vec::new();
     if big {
         diags.warning(
             "gguf.endianness.big",
-            "big-endian file: llama.cpp refuses non-native byte order (read here byte-swapped)"
-                .into(),
+            "big-endian file: llama.cpp refuses non-native byte order (read here byte-swapped)",
         );
     }
     if v1 {
         diags.warning(
             "gguf.version.v1",
-            "GGUF v1 file: llama.cpp no longer reads v1 (32-bit counts); candle and ollama do"
-                .into(),
+            "GGUF v1 file: llama.cpp no longer reads v1 (32-bit counts); candle and ollama do",
         );
     }
 
@@ -1686,7 +1633,7 @@ pub fn parse(bytes: &[u8]) -> Result<GgufHeader, FormatError> {
     })
 }
 
-fn report_value_problems(diags: &mut Diags, key: &str, kv_at: u64, vc: &ValueCtx) {
+fn report_value_problems(diags: &mut Diagnostics, key: &str, kv_at: u64, vc: &ValueCtx) {
     if vc.bad_bools > 0 {
         let (at, byte) = vc.first_bad_bool;
         diags.error(
@@ -1727,7 +1674,7 @@ fn report_value_problems(diags: &mut Diags, key: &str, kv_at: u64, vc: &ValueCtx
 /// llama.cpp keeps names as C strings: names equal up to a NUL collide there.
 fn check_nul_collisions(
     tensors: &[TensorInfo],
-    diags: &mut Diags,
+    diags: &mut Diagnostics,
     not_loadable: &mut Vec<&'static str>,
 ) {
     let mut seen: HashMap<&str, &str> = HashMap::new();
@@ -1759,7 +1706,7 @@ fn check_layout(
     data_offset: u64,
     file_size: u64,
     data_in_file: bool,
-    diags: &mut Diags,
+    diags: &mut Diagnostics,
     not_loadable: &mut Vec<&'static str>,
 ) {
     // Canonical layout (llama.cpp): offset i = sum of previous sizes padded to alignment.
@@ -1873,7 +1820,7 @@ fn check_metadata(
     metadata: &[(String, Value)],
     tensors: &[TensorInfo],
     bytes: &[u8],
-    diags: &mut Diags,
+    diags: &mut Diagnostics,
 ) {
     let get = |key: &str| metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v);
 
@@ -1881,7 +1828,7 @@ fn check_metadata(
         None => {
             diags.warning(
                 "gguf.meta.missing-architecture",
-                "no general.architecture key (required by the spec and llama.cpp)".into(),
+                "no general.architecture key (required by the spec and llama.cpp)",
             );
             None
         }
@@ -2054,7 +2001,7 @@ pub fn split_shard_names(first: &str) -> Option<Vec<String>> {
 /// other shards), `gguf.split.duplicate-tensor`, `gguf.split.tensor-count` (the total number
 /// of tensors differs from `split.tensors.count`).
 pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
-    let mut d = Diags::default();
+    let mut d = Diagnostics::new();
     if shards.is_empty() {
         return Vec::new();
     }
@@ -2317,21 +2264,6 @@ mod tests {
         assert_eq!(legacy_bytes(q4044, &[64, 2]), Some(2 * 18 * 2));
         assert_eq!(legacy_bytes(q4044, &[33]), None);
         assert_eq!(legacy_bytes(GgmlType::from_id(4).unwrap(), &[32]), None);
-    }
-
-    #[test]
-    fn diagnostics_are_capped_per_code() {
-        let mut d = Diags::default();
-        for i in 0..20 {
-            d.error("a", format!("{i}"));
-        }
-        d.warning("b", "w".into());
-        assert!(d.has_errors());
-        let list = d.finish();
-        assert_eq!(list.len(), DIAG_LIMIT_PER_CODE + 1 + 1);
-        let last = list.last().unwrap();
-        assert_eq!((last.code, last.severity), ("a", Severity::Error));
-        assert!(last.message.contains("4 more"));
     }
 
     #[test]

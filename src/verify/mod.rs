@@ -8,7 +8,7 @@
 //! `valid: false` and the error); only I/O failures (missing file, permissions) are `Err`.
 
 use crate::format::model::OpenError;
-use crate::format::{gguf, Diagnostic, Endianness, Format, Header, Model, Severity};
+use crate::format::{gguf, Diagnostic, Diagnostics, Endianness, Format, Header, Model, Severity};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -239,6 +239,8 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
 
     let mut metadata_count = 0u64;
     let mut loadable = true;
+    // Budgeted like each file's own: a model of many shards keeps a bounded report.
+    let mut diags = Diagnostics::new();
     let mut keys: HashSet<&str> = HashSet::new();
     for (i, file) in model.files().iter().enumerate() {
         report.file_size = report.file_size.saturating_add(file.size());
@@ -261,7 +263,7 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
             if multi {
                 d.message = format!("{}: {}", file_name(file.path()), d.message);
             }
-            report.push(d);
+            diags.push(d);
         }
         match file.header() {
             Header::Gguf(h) => {
@@ -301,11 +303,15 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
         }
     }
     for d in model.cross_file_diagnostics() {
-        report.push(d.clone());
+        diags.push(d.clone());
+    }
+    let any_error = diags.has_errors();
+    for d in diags.finish() {
+        report.push(d);
     }
     report.metadata_count = Some(metadata_count);
     if matches!(model.format(), Format::Gguf | Format::GgufSplit) {
-        report.llama_cpp_loadable = Some(loadable && report.errors.is_empty());
+        report.llama_cpp_loadable = Some(loadable && !any_error);
     }
 
     let mut params = 0u64;
@@ -395,7 +401,8 @@ pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, InspectError> {
     for f in &files {
         let name = file_name(f);
         if name.ends_with(".safetensors.index.json") {
-            if let Ok(bytes) = std::fs::read(f) {
+            let max = crate::format::safetensors::MAX_INDEX_BYTES;
+            if let Ok(bytes) = crate::format::model::read_bounded(f, max, "safetensors index") {
                 if let Ok(index) = crate::format::safetensors::parse_index(&bytes) {
                     let parent = f.parent().unwrap_or(Path::new(""));
                     for shard in index.shard_files() {
