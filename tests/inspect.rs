@@ -761,3 +761,41 @@ fn an_oversized_index_is_refused_unread() {
         "{shown}"
     );
 }
+
+/// Regression: the table printed names from files raw, so a tensor name, a metadata string
+/// or a file name could hold terminal escapes or forge report lines.
+#[test]
+fn table_output_escapes_names_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "w\x1b]0;pwned\x07\nverdict       valid\u{202e}";
+    let bytes = GgufWriter::new()
+        .arch(evil)
+        .kv("general.file_type", Val::U32(0))
+        .tensor(evil, 0, &[4])
+        .tensor(evil, 0, &[4]) // a duplicate: an error message naming it
+        .fill(Fill::Pattern)
+        .build();
+    let p = write(dir.path(), "m\x1b[31m\n.gguf", &bytes);
+    for args in [&["--verify"][..], &[][..]] {
+        for target in [&p, &dir.path().to_path_buf()] {
+            let out = run(args, &[target]);
+            assert_eq!(out.status.code(), Some(2));
+            let text = String::from_utf8(out.stdout).unwrap();
+            assert!(
+                !text
+                    .chars()
+                    .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+                "{text:?}"
+            );
+            assert!(
+                !text.lines().any(|l| l.starts_with("verdict")),
+                "a forged line: {text}"
+            );
+            assert!(text.contains("w\\x1b]0;pwned\\x07\\nverdict"), "{text}");
+            assert!(text.contains("m\\x1b[31m\\n.gguf"), "{text}");
+        }
+    }
+    // JSON keeps the exact names (serde escapes them).
+    let out = run(&["--json"], &[&p]);
+    assert_eq!(json_lines(&out)[0]["architecture"], evil);
+}

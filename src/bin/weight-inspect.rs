@@ -8,6 +8,7 @@ use clap::Parser;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use weight_inspect::format::display::escape_for_terminal as esc;
 use weight_inspect::verify::{self, InspectError, Options, Report};
 
 /// Inspect and verify GGUF and safetensors model files.
@@ -102,7 +103,8 @@ fn main() -> ExitCode {
 }
 
 fn report_error(e: &InspectError) {
-    eprintln!("weight-inspect: error: {e}");
+    // The message holds a path, and a file name can hold terminal escapes.
+    eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
 }
 
 /// Write the report as one JSON line, streamed (never held whole in memory).
@@ -157,7 +159,9 @@ fn table(r: &Report, verify: bool) -> String {
     let row = |s: &mut String, k: &str, v: String| {
         let _ = writeln!(s, "  {k:<14}{v}");
     };
-    let _ = writeln!(s, "{}", r.path);
+    // Everything from a file or a file name is escaped (`esc`): names and messages can hold
+    // terminal escapes and newlines.
+    let _ = writeln!(s, "{}", esc(&r.path));
     if let Some(format) = r.format {
         let mut f = format.to_string();
         if let Some(v) = r.version {
@@ -208,8 +212,8 @@ fn table(r: &Report, verify: bool) -> String {
             "architecture",
             format!(
                 "{}, file type {}",
-                r.architecture.as_deref().unwrap_or("(none)"),
-                r.file_type.as_deref().unwrap_or("(none)")
+                esc(r.architecture.as_deref().unwrap_or("(none)")),
+                esc(r.file_type.as_deref().unwrap_or("(none)"))
             ),
         );
     }
@@ -220,7 +224,7 @@ fn table(r: &Report, verify: bool) -> String {
             .iter()
             .map(|(name, n)| {
                 let bytes = r.dtype_bytes.get(*name).copied().unwrap_or(0);
-                format!("{name} {n}×{}", human(bytes))
+                format!("{} {n}×{}", esc(name), human(bytes))
             })
             .collect();
         for (i, chunk) in list.chunks(4).enumerate() {
@@ -236,7 +240,11 @@ fn table(r: &Report, verify: bool) -> String {
         );
         for t in r.tensors.iter().take(3) {
             if let Some(h) = &t.sha256 {
-                row(&mut s, "", format!("{}  {}", &h[..16.min(h.len())], t.name));
+                row(
+                    &mut s,
+                    "",
+                    format!("{}  {}", &h[..16.min(h.len())], esc(&t.name)),
+                );
             }
         }
         if r.tensors.len() > 3 {
@@ -273,14 +281,14 @@ fn table(r: &Report, verify: bool) -> String {
     // --json has them all.
     const SHOWN: usize = 20;
     for e in r.errors.iter().take(SHOWN) {
-        let _ = writeln!(s, "    error: {e}");
+        let _ = writeln!(s, "    error: {}", esc(e));
     }
     for w in r
         .warnings
         .iter()
         .take(SHOWN.saturating_sub(r.errors.len().min(SHOWN)))
     {
-        let _ = writeln!(s, "    warning: {w}");
+        let _ = writeln!(s, "    warning: {}", esc(w));
     }
     let hidden = (r.errors.len() + r.warnings.len()).saturating_sub(SHOWN);
     if hidden > 0 {

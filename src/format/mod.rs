@@ -14,6 +14,7 @@
 //!   [`Severity::Warning`] ones only matter with `--strict`.
 
 pub mod diagnostics;
+pub mod display;
 pub mod ggml;
 pub mod gguf;
 pub mod mmap;
