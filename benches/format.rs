@@ -12,15 +12,11 @@
 //! 3. peak anonymous memory of `weight-inspect --verify --json` on both files.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
-#[path = "../tests/support/gguf_writer.rs"]
-#[allow(dead_code)]
-mod gguf_writer;
-
-use gguf_writer::{Fill, GgufWriter, Val};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testkit::gguf::{Fill, GgufWriter, Val};
 use weight_inspect::format::{gguf, mmap::Mmap, Model};
 use weight_inspect::verify;
 

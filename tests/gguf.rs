@@ -2,8 +2,8 @@
 //! rule with its exact diagnostic code or fatal error kind, the real vocabulary files, split
 //! checks, and a property test on mutated files.
 
-use crate::support::gguf_writer::{Fill, GgufWriter, TensorSpec, Val};
 use proptest::prelude::*;
+use testkit::gguf::{Fill, GgufWriter, TensorSpec, Val};
 use weight_inspect::format::gguf::{
     self, check_split, parse_split_name, split_shard_names, ArrayValue, GgufHeader, Value,
     ValueType,
@@ -1086,7 +1086,7 @@ fn fuzz_base() -> Built {
         .build_layout()
 }
 
-use crate::support::gguf_writer::Built;
+use testkit::gguf::Built;
 
 #[derive(Debug, Clone)]
 enum Mutation {

@@ -1,12 +1,12 @@
 //! `weight-inspect` end to end: exit codes, JSON fields, folders, multi-file models,
 //! per-tensor hashes, typed views, and gguf-py as an independent reference.
 
-use crate::support::gguf_writer::{Fill, GgufWriter, Val};
-use crate::support::st_writer::{self, StWriter};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use testkit::gguf::{Fill, GgufWriter, Val};
+use testkit::safetensors::{self as st_writer, StWriter};
 use weight_inspect::format::model::ViewError;
 use weight_inspect::format::{Format, Model, ModelFile};
 use weight_inspect::verify::{self, Options};

@@ -2,12 +2,12 @@
 //! files.
 //!
 //! Each invalid case asserts its exact diagnostic code or fatal error kind. Files are built
-//! with `support::st_writer` at test time.
+//! with `testkit::safetensors` at test time.
 
-use crate::support::st_writer::{
+use proptest::prelude::*;
+use testkit::safetensors::{
     dtype_bits, index_json, shard_name, tensor_bytes, Padding, StWriter, DTYPES,
 };
-use proptest::prelude::*;
 use weight_inspect::format::safetensors::{
     check_sharded, parse, parse_index, Dtype, SafetensorsHeader, ShardIndex, MAX_HEADER_SIZE,
 };

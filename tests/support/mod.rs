@@ -1,8 +1,6 @@
-//! Shared test helpers: fixture writers (built at test time) and paths.
+//! Shared test helpers: paths of optional inputs, and measuring a child process. The
+//! fixture writers are the workspace's `testkit` crate.
 #![allow(dead_code)]
-
-pub mod gguf_writer;
-pub mod st_writer;
 
 use std::path::PathBuf;
 
