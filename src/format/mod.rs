@@ -3,7 +3,13 @@
 //! Everything here parses from a `&[u8]` (usually a memory map, see [`mmap`]) and never
 //! touches more of it than the header: tensor data pages are left alone until a caller asks
 //! for a tensor's bytes. Every length or count read from the file is checked against the
-//! bytes that remain before it sizes an allocation.
+//! bytes that remain before it sizes an allocation, and totals are bounded as well as each
+//! item: GGUF decodes short arrays within a budget over the whole header
+//! ([`gguf::DECODE_BUDGET_ITEMS`]), safetensors headers are streamed with bounded entry
+//! counts ([`safetensors::MAX_TENSORS`]), files read whole have a size limit
+//! ([`safetensors::MAX_INDEX_BYTES`]), and [`Diagnostics`] keeps a bounded number of
+//! diagnostics, counting the rest. The memory a parse takes is so proportional to the
+//! input, with a small constant (the fuzz targets assert it).
 //!
 //! A parse has two outcomes:
 //! - a **fatal** [`FormatError`] when the structure cannot be followed any further (bad magic,
