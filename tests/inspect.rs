@@ -799,3 +799,32 @@ fn table_output_escapes_names_from_files() {
     let out = run(&["--json"], &[&p]);
     assert_eq!(json_lines(&out)[0]["architecture"], evil);
 }
+
+/// Regression: a fatal error quoting a key or name put the whole of it in the report (an
+/// 8 MB key, or 8 bytes of `\u{fffd}` for each byte of an invalid one); messages are now
+/// cut to a bounded length.
+#[test]
+fn errors_quoting_huge_names_stay_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let long_key = "k".repeat(8 << 20);
+    let cases = [
+        GgufWriter::new()
+            .kv_raw_key(&vec![0xff; 1 << 20], Val::U8(0))
+            .build(),
+        GgufWriter::new()
+            .kv(&long_key, Val::Raw(99, Vec::new()))
+            .build(),
+    ];
+    for (i, bytes) in cases.iter().enumerate() {
+        let p = write(dir.path(), &format!("case{i}.gguf"), bytes);
+        for args in [&["--json"][..], &[][..]] {
+            let m = crate::support::run_measured(bin().args(args).arg(&p));
+            assert_eq!(m.code, Some(2), "case {i} {args:?}");
+            assert!(
+                m.stdout_len < 8 << 10,
+                "case {i} {args:?}: {} bytes",
+                m.stdout_len
+            );
+        }
+    }
+}

@@ -215,7 +215,12 @@ pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> 
             } else {
                 format!("{}: {source}", bad.display())
             };
-            report.push(Diagnostic::error(source.code(), message));
+            // Through the budget, so that a message quoting a long name is cut.
+            let mut diags = Diagnostics::new();
+            diags.error(source.code(), message);
+            for d in diags.finish() {
+                report.push(d);
+            }
             report.settle(opts.strict);
             Ok(report)
         }

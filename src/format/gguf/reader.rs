@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use std::borrow::Cow;
+
 use super::MAX_STRING_LEN;
 use crate::format::{FormatError, FormatErrorKind};
 
@@ -195,5 +197,18 @@ impl<'a> Reader<'a> {
         }
         self.check_fits("string length", len, Some(len), at)?;
         self.take(len)
+    }
+}
+
+/// Bytes of a name shown in an error about it.
+const PREVIEW_LEN: usize = 64;
+
+/// The first bytes of `b` (at most 64) as text, lossily, with `…` when cut: for messages
+/// about a key or name that is not UTF-8, whose length the file chooses.
+pub(super) fn preview(b: &[u8]) -> Cow<'_, str> {
+    if b.len() <= PREVIEW_LEN {
+        String::from_utf8_lossy(b)
+    } else {
+        Cow::Owned(format!("{}…", String::from_utf8_lossy(&b[..PREVIEW_LEN])))
     }
 }

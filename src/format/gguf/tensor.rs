@@ -66,7 +66,7 @@ pub(super) fn read_tensor_infos<'a>(
             FormatError::new(
                 FormatErrorKind::InvalidUtf8(format!(
                     "tensor {index} name ({e}; bytes {:?})",
-                    String::from_utf8_lossy(nb)
+                    super::reader::preview(nb)
                 )),
                 info_at,
             )

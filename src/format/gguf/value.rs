@@ -820,7 +820,7 @@ pub(super) fn read_metadata<'a>(
             FormatError::new(
                 FormatErrorKind::InvalidUtf8(format!(
                     "metadata key {index} ({e}; bytes {:?})",
-                    String::from_utf8_lossy(kb)
+                    super::reader::preview(kb)
                 )),
                 kv_at,
             )
