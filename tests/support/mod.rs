@@ -42,7 +42,7 @@ pub fn in_ci_this_must_exist(what: &str) {
 }
 
 /// What a child process did: its exit status, how much it printed, and its peak memory.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Measured {
     /// Exit code (`None` when killed by a signal).
     pub code: Option<i32>,
@@ -60,9 +60,77 @@ pub struct Measured {
     pub stderr_head: Vec<u8>,
 }
 
-/// Run `cmd` to the end, counting its output (keeping the first 64 KiB of each stream) and
+/// The environment variable that asks [`measure_in_a_small_process`] to measure a command.
+const MEASURE_VAR: &str = "WI_MEASURE_COMMAND";
+/// The line prefix of its answer on stdout.
+const MEASURED_PREFIX: &str = "WI_MEASURED ";
+
+/// Run `cmd` (its program and arguments; its environment and directory are not carried
+/// over) to the end, counting its output (keeping the first 64 KiB of each stream) and
 /// reading its peak RSS from `wait4`'s `rusage`: exact, and with no polling or sleeping.
+///
+/// A child's `ru_maxrss` starts from the high-water mark of the process that forked it (the
+/// kernel keeps the larger at `exec`), and this test process may hold hundreds of MB for
+/// other tests running beside it. So the command is started from a fresh, small process:
+/// this test binary run again as [`measure_in_a_small_process`], which measures it and
+/// answers on stdout.
 pub fn run_measured(cmd: &mut std::process::Command) -> Measured {
+    let spec = serde_json::json!({
+        "program": cmd.get_program().to_string_lossy(),
+        "args": cmd.get_args().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+    });
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "support::measure_in_a_small_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MEASURE_VAR, spec.to_string())
+        .output()
+        .expect("run the measuring process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| Some(&l[l.find(MEASURED_PREFIX)? + MEASURED_PREFIX.len()..]))
+        .unwrap_or_else(|| {
+            panic!(
+                "no measurement: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    serde_json::from_str(line).expect("a measurement")
+}
+
+/// With `WI_MEASURE_COMMAND` set (by [`run_measured`]): measure that command and print the
+/// result. Without it (a normal test run): check that a measurement from this possibly
+/// large process is the child's own, small peak and its exit code.
+#[test]
+fn measure_in_a_small_process() {
+    let Ok(spec) = std::env::var(MEASURE_VAR) else {
+        // Hold 256 MiB here: a measurement that inherited this process's peak would show it.
+        let ballast = vec![1u8; 256 << 20];
+        let m = run_measured(std::process::Command::new("sh").args(["-c", "echo hi; exit 3"]));
+        assert_eq!(m.code, Some(3), "{m:?}");
+        assert_eq!((m.stdout_len, &m.stdout_head[..]), (3, &b"hi\n"[..]));
+        assert!(m.peak_rss < 64 << 20, "{} MiB", m.peak_rss >> 20);
+        drop(std::hint::black_box(ballast));
+        return;
+    };
+    let spec: serde_json::Value = serde_json::from_str(&spec).expect("a command");
+    let mut cmd = std::process::Command::new(spec["program"].as_str().expect("program"));
+    for a in spec["args"].as_array().expect("args") {
+        cmd.arg(a.as_str().expect("arg"));
+    }
+    let m = measure_direct(&mut cmd);
+    println!(
+        "{MEASURED_PREFIX}{}",
+        serde_json::to_string(&m).expect("serialise")
+    );
+}
+
+/// [`run_measured`]'s measurement, made from this process.
+fn measure_direct(cmd: &mut std::process::Command) -> Measured {
     use std::io::Read;
     use std::process::Stdio;
     // Reaped by `wait4` below, which `Child::wait` cannot replace: it gives no `rusage`.
