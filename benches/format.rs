@@ -9,18 +9,16 @@
 //! 1. header parse of a GGUF with 5,000 tensors and 100,000-entry token arrays:
 //!    `weight_inspect::format::gguf::parse` vs gguf-py's `GGUFReader` and `gguf-dump`;
 //! 2. `--verify` hashing of a 1 GB file vs cores × single-core SHA-256 speed;
-//! 3. peak anonymous memory of `weight-inspect --verify --json` on both files.
+//! 3. peak anonymous memory of `weight-inspect --verify --json` on both files, and on
+//!    hostile inputs that once took ~100× their size: a 32 MiB GGUF of short metadata arrays,
+//!    a safetensors header of a million invalid entries, one of a million empty tensors.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
-#[path = "../tests/support/gguf_writer.rs"]
-#[allow(dead_code)]
-mod gguf_writer;
-
-use gguf_writer::{Fill, GgufWriter, Val};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testkit::gguf::{Fill, GgufWriter, Val};
 use weight_inspect::format::{gguf, mmap::Mmap, Model};
 use weight_inspect::verify;
 
@@ -76,6 +74,37 @@ fn big_file(dir: &Path, mb: u64) -> PathBuf {
     }
     let path = dir.join("big.gguf");
     std::fs::write(&path, w.build()).expect("write bench file");
+    path
+}
+
+/// A GGUF of about `size` bytes made only of short metadata arrays (64 `u8` items each).
+fn many_short_arrays(dir: &Path, size: usize) -> PathBuf {
+    let mut payload = 0u32.to_le_bytes().to_vec();
+    payload.extend_from_slice(&64u64.to_le_bytes());
+    payload.extend(0..64u8);
+    let mut w = GgufWriter::new().arch("x");
+    for i in 0..size / (20 + payload.len()) {
+        w = w.kv(&format!("a{i:07}"), Val::Raw(9, payload.clone()));
+    }
+    let path = dir.join("short-arrays.gguf");
+    std::fs::write(&path, w.build()).expect("write bench file");
+    path
+}
+
+/// A safetensors file whose header lists `n` entries `"tNNNNNNN": entry`.
+fn many_entries(dir: &Path, name: &str, n: usize, entry: &str) -> PathBuf {
+    let mut header = String::from("{");
+    for i in 0..n {
+        if i > 0 {
+            header.push(',');
+        }
+        let _ = write!(header, "\"t{i:07}\":{entry}");
+    }
+    header.push('}');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write bench file");
     path
 }
 
@@ -231,13 +260,45 @@ fn main() {
     // 3. Peak memory of the binary beyond mapped pages (anonymous RSS).
     let exe = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/weight-inspect");
     if exe.exists() {
-        for (what, file) in [("header-heavy file", &heavy), ("1 GB file", &big)] {
+        let arrays = many_short_arrays(dir.path(), 32 << 20);
+        let invalid = many_entries(dir.path(), "invalid.safetensors", 1_000_000, "0");
+        let empty = many_entries(
+            dir.path(),
+            "empty.safetensors",
+            1_000_000,
+            r#"{"dtype":"U8","shape":[0],"data_offsets":[0,0]}"#,
+        );
+        let mb = |p: &Path| std::fs::metadata(p).map_or(0.0, |m| m.len() as f64 / 1e6);
+        let hostile = [
+            format!("{:.0} MB GGUF of short arrays", mb(&arrays)),
+            format!("{:.0} MB safetensors, 10^6 invalid entries", mb(&invalid)),
+            format!("{:.0} MB safetensors, 10^6 empty tensors", mb(&empty)),
+        ];
+        for (what, file, target) in [
+            ("header-heavy file", &heavy, "target < 50 MB".to_string()),
+            ("1 GB file", &big, "target < 50 MB".to_string()),
+            (
+                hostile[0].as_str(),
+                &arrays,
+                format!("< 4 × file = {:.0} MB", 4.0 * mb(&arrays)),
+            ),
+            (
+                hostile[1].as_str(),
+                &invalid,
+                format!("< 4 × file = {:.0} MB", 4.0 * mb(&invalid)),
+            ),
+            (
+                hostile[2].as_str(),
+                &empty,
+                format!("< 8 × file = {:.0} MB", 8.0 * mb(&empty)),
+            ),
+        ] {
             if let Some(kib) =
                 peak_anon_kib(Command::new(&exe).args(["--verify", "--json"]).arg(file))
             {
                 let _ = writeln!(
                     md,
-                    "| peak anonymous memory, `weight-inspect --verify --json` on the {what} | {:.1} MB | target < 50 MB | |",
+                    "| peak anonymous memory, `weight-inspect --verify --json` on the {what} | {:.1} MB | {target} | |",
                     kib as f64 / 1024.0
                 );
             }

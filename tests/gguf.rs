@@ -2,8 +2,8 @@
 //! rule with its exact diagnostic code or fatal error kind, the real vocabulary files, split
 //! checks, and a property test on mutated files.
 
-use crate::support::gguf_writer::{Fill, GgufWriter, TensorSpec, Val};
 use proptest::prelude::*;
+use testkit::gguf::{Fill, GgufWriter, TensorSpec, Val};
 use weight_inspect::format::gguf::{
     self, check_split, parse_split_name, split_shard_names, ArrayValue, GgufHeader, Value,
     ValueType,
@@ -1086,7 +1086,7 @@ fn fuzz_base() -> Built {
         .build_layout()
 }
 
-use crate::support::gguf_writer::Built;
+use testkit::gguf::Built;
 
 #[derive(Debug, Clone)]
 enum Mutation {
@@ -1252,4 +1252,148 @@ fn split_numbers_beyond_the_count_are_errors() {
             .any(|d| d.code == "gguf.split.bad-number" && d.message.contains('5')),
         "{d:?}"
     );
+}
+
+/// Regression: many short arrays were all decoded (~100× the file in memory); a budget over
+/// the whole header now stops decoding, and the arrays past it read on demand.
+#[test]
+fn short_arrays_past_the_decode_budget_stay_undecoded() {
+    use weight_inspect::format::gguf::{ARRAY_DECODE_LIMIT, DECODE_BUDGET_ITEMS};
+    let n_arrays = 2 * DECODE_BUDGET_ITEMS / ARRAY_DECODE_LIMIT;
+    let items: Vec<u32> = (0..ARRAY_DECODE_LIMIT as u32).collect();
+    // First, a short string array of more bytes than the byte budget: not decoded either.
+    let big = "x".repeat((gguf::DECODE_BUDGET_BYTES / 2) as usize);
+    let mut w = GgufWriter::new()
+        .arch("x")
+        .kv("strings", Val::strs(&[&big, &big, &big]));
+    for i in 0..n_arrays {
+        w = w.kv(&format!("a{i}"), Val::u32s(&items));
+    }
+    let bytes = w.build();
+    let h = ok(&bytes);
+    clean(&h);
+    let arrays: Vec<&ArrayValue> = h
+        .metadata
+        .iter()
+        .filter_map(|(_, v)| v.as_array())
+        .collect();
+    let decoded: u64 = arrays.iter().map(|a| a.items.len() as u64).sum();
+    assert!(decoded <= DECODE_BUDGET_ITEMS, "{decoded} items decoded");
+    assert!(h.get("a0").unwrap().as_array().unwrap().is_decoded());
+    let last = h.get(&format!("a{}", n_arrays - 1)).unwrap();
+    let last = last.as_array().unwrap();
+    assert!(!last.is_decoded());
+    assert_eq!(
+        h.get(&format!("a{}", n_arrays - 1)).unwrap().to_json(),
+        serde_json::json!({"type": "array", "element_type": "u32", "len": 64})
+    );
+    let back: Vec<u64> = last.u64s(&bytes).collect::<Result<_, _>>().unwrap();
+    assert_eq!(back, (0..64).collect::<Vec<u64>>());
+    let strings = h.get("strings").unwrap().as_array().unwrap();
+    assert!(!strings.is_decoded());
+    assert_eq!(strings.strings(&bytes).filter(|s| s.is_ok()).count(), 3);
+}
+
+/// testkit's writer can replace mock-server's demo writer: for the same model it streams
+/// the same bytes, in the same pieces.
+#[test]
+fn testkit_streams_what_the_demo_writer_writes() {
+    use mock_server::gguf as demo;
+    use testkit::gguf::ggml;
+    let kvs = vec![
+        (
+            "general.architecture".to_string(),
+            demo::Value::Str("llama".into()),
+        ),
+        ("split.no".to_string(), demo::Value::U16(0)),
+        ("llama.block_count".to_string(), demo::Value::U32(1)),
+        ("x.i32".to_string(), demo::Value::I32(-3)),
+        ("x.f32".to_string(), demo::Value::F32(0.5)),
+        ("x.bool".to_string(), demo::Value::Bool(true)),
+        (
+            "tokens".to_string(),
+            demo::Value::StrArray(vec!["a".into(), "bc".into()]),
+        ),
+        ("scores".to_string(), demo::Value::F32Array(vec![0.0, -1.0])),
+        ("types".to_string(), demo::Value::I32Array(vec![1, 3])),
+    ];
+    let tensors = [
+        (
+            "token_embd.weight",
+            vec![256, 3],
+            demo::GgmlType::Q4K,
+            ggml::Q4_K,
+        ),
+        (
+            "blk.0.attn_q.weight",
+            vec![64, 2],
+            demo::GgmlType::Q8_0,
+            ggml::Q8_0,
+        ),
+        (
+            "blk.0.ffn.weight",
+            vec![256, 1],
+            demo::GgmlType::Q6K,
+            ggml::Q6_K,
+        ),
+        (
+            "output_norm.weight",
+            vec![5],
+            demo::GgmlType::F32,
+            ggml::F32,
+        ),
+        ("output.weight", vec![7, 2], demo::GgmlType::F16, ggml::F16),
+    ];
+    let infos: Vec<demo::TensorInfo> = tensors
+        .iter()
+        .map(|(n, d, t, _)| demo::TensorInfo {
+            name: n.to_string(),
+            dims: d.clone(),
+            ty: *t,
+        })
+        .collect();
+    let mut expected = Vec::new();
+    let mut demo_pieces = Vec::new();
+    demo::write(&mut expected, &kvs, &infos, |t, buf| {
+        demo_pieces.push((t.name.clone(), buf.len()));
+        buf.fill(t.name.len() as u8);
+    })
+    .unwrap();
+
+    let mut w = GgufWriter::new();
+    for (k, v) in &kvs {
+        w = w.kv(
+            k,
+            match v {
+                demo::Value::Str(s) => Val::s(s),
+                demo::Value::U16(x) => Val::U16(*x),
+                demo::Value::U32(x) => Val::U32(*x),
+                demo::Value::I32(x) => Val::I32(*x),
+                demo::Value::F32(x) => Val::F32(*x),
+                demo::Value::Bool(x) => Val::Bool(*x),
+                demo::Value::StrArray(x) => Val::strs(x),
+                demo::Value::F32Array(x) => Val::f32s(x),
+                demo::Value::I32Array(x) => Val::i32s(x),
+            },
+        );
+    }
+    for (n, d, _, id) in &tensors {
+        w = w.tensor(n, *id, d);
+    }
+    let mut got = Vec::new();
+    let mut pieces = Vec::new();
+    let n = w
+        .write_to(&mut got, |t, buf| {
+            pieces.push((String::from_utf8(t.name.clone()).unwrap(), buf.len()));
+            buf.fill(t.name.len() as u8);
+        })
+        .unwrap();
+    assert_eq!(got, expected);
+    assert_eq!(pieces, demo_pieces);
+    assert_eq!(n, w.file_size());
+    let (head, offsets) = demo::header(&kvs, &infos);
+    assert_eq!(w.header_bytes(), head);
+    let ours: Vec<u64> = w.tensor_offsets().iter().map(|&(o, _)| o).collect();
+    assert_eq!(ours, offsets);
+    assert_eq!(w.file_size(), demo::file_size(head.len() as u64, &infos));
 }

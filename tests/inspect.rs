@@ -1,12 +1,12 @@
 //! `weight-inspect` end to end: exit codes, JSON fields, folders, multi-file models,
 //! per-tensor hashes, typed views, and gguf-py as an independent reference.
 
-use crate::support::gguf_writer::{Fill, GgufWriter, Val};
-use crate::support::st_writer::{self, StWriter};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use testkit::gguf::{Fill, GgufWriter, Val};
+use testkit::safetensors::{self as st_writer, StWriter};
 use weight_inspect::format::model::ViewError;
 use weight_inspect::format::{Format, Model, ModelFile};
 use weight_inspect::verify::{self, Options};
@@ -593,4 +593,238 @@ fn opening_a_100_gb_file_touches_only_header_pages() {
     // Touching the data would fault in ~26 million pages; the header is one page, and the
     // rest of the run (allocations, the report) a few hundred.
     assert!(faults < 5_000, "{faults} page faults");
+}
+
+// ---- memory and output bounds on hostile inputs (regression tests) ----
+
+/// Where the budgets put the ceiling: the mapped file itself (every header page is read),
+/// a few MiB of decoded values, the process's own baseline, and slack.
+fn memory_bound(file_size: u64) -> u64 {
+    (64 << 20) + 4 * file_size
+}
+
+/// A well-formed GGUF of `size` bytes made only of short metadata arrays (64 `u8` items
+/// each, the most that is decoded per array).
+fn many_short_arrays_gguf(size: usize) -> Vec<u8> {
+    let mut payload = 0u32.to_le_bytes().to_vec(); // element type u8
+    payload.extend_from_slice(&64u64.to_le_bytes());
+    payload.extend(0..64u8);
+    let per_kv = 8 + 8 + 4 + payload.len();
+    let mut w = GgufWriter::new().arch("x");
+    for i in 0..size / per_kv {
+        w = w.kv(&format!("a{i:07}"), Val::Raw(9, payload.clone()));
+    }
+    w.build()
+}
+
+/// Regression: a 32 MB GGUF of many short arrays made `weight-inspect` hold ~100× its size
+/// (gigabytes) in decoded values and their JSON; the decode budget keeps it proportional.
+#[test]
+fn many_short_gguf_arrays_keep_memory_proportional() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_short_arrays_gguf(32 << 20);
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "arrays.gguf", &bytes);
+    drop(bytes);
+    for args in [&["--json"][..], &[][..]] {
+        let m = crate::support::run_measured(bin().args(args).arg(&p));
+        assert_eq!(m.code, Some(0), "{args:?}: {m:?}");
+        assert!(
+            m.peak_rss < memory_bound(size),
+            "{args:?}: peak RSS {} MiB for a {} MiB file",
+            m.peak_rss >> 20,
+            size >> 20
+        );
+        assert!(m.stderr_len == 0, "{args:?}: {m:?}");
+        // The report lists every key (~40 bytes of JSON each), never every decoded item.
+        assert!(
+            m.stdout_len < size,
+            "{args:?}: {} bytes of output",
+            m.stdout_len
+        );
+    }
+}
+
+/// A safetensors file whose header lists `n` entries, each `entry(i)` (JSON text after the
+/// key), with no data.
+fn many_entries_safetensors(n: usize, entry: impl Fn(usize) -> String) -> Vec<u8> {
+    let mut header = String::from("{");
+    for i in 0..n {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!("\"t{i:07}\":{}", entry(i)));
+    }
+    header.push('}');
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out
+}
+
+/// Regression: a safetensors header of a million invalid entries built a JSON tree of the
+/// whole header and a million diagnostics (gigabytes, and hundreds of MB of report); the
+/// header is now streamed and the diagnostics budgeted.
+#[test]
+fn a_million_invalid_safetensors_entries_keep_memory_and_output_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_entries_safetensors(1_000_000, |_| "0".into());
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "entries.safetensors", &bytes);
+    drop(bytes);
+    for (args, max_out) in [(&["--json"][..], 1u64 << 20), (&[][..], 64 << 10)] {
+        let m = crate::support::run_measured(bin().args(args).arg(&p));
+        assert_eq!(m.code, Some(2), "{args:?}: {m:?}");
+        assert!(
+            m.peak_rss < memory_bound(size),
+            "{args:?}: peak RSS {} MiB for a {} MiB file",
+            m.peak_rss >> 20,
+            size >> 20
+        );
+        assert_eq!(m.stderr_len, 0, "{args:?}");
+        assert!(m.stdout_len < max_out, "{args:?}: {} bytes", m.stdout_len);
+        let out = String::from_utf8_lossy(&m.stdout_head);
+        assert!(
+            out.contains("… and 999,984 more `safetensors.invalid-entry` diagnostics"),
+            "{args:?}: {out}"
+        );
+    }
+}
+
+/// Past `MAX_TENSORS` entries the header is refused, with a clear error and little memory.
+#[test]
+fn too_many_safetensors_entries_are_refused() {
+    use weight_inspect::format::safetensors::MAX_TENSORS;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_entries_safetensors(MAX_TENSORS as usize + 1, |_| "0".into());
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "too-many.safetensors", &bytes);
+    drop(bytes);
+    let m = crate::support::run_measured(bin().arg("--json").arg(&p));
+    assert_eq!(m.code, Some(2), "{m:?}");
+    assert!(m.peak_rss < memory_bound(size), "{} MiB", m.peak_rss >> 20);
+    assert!(m.stdout_len < 16 << 10, "{} bytes", m.stdout_len);
+    let r: Json = serde_json::from_slice(&m.stdout_head).unwrap();
+    assert_eq!(
+        r["diagnostics"][0]["code"],
+        "safetensors.header.too-many-tensors"
+    );
+}
+
+/// A million valid (empty) tensors: every one is described, in memory proportional to the
+/// file.
+#[test]
+fn a_million_safetensors_tensors_keep_memory_proportional() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = many_entries_safetensors(1_000_000, |_| {
+        r#"{"dtype":"U8","shape":[0],"data_offsets":[0,0]}"#.into()
+    });
+    let size = bytes.len() as u64;
+    let p = write(dir.path(), "empty-tensors.safetensors", &bytes);
+    drop(bytes);
+    let m = crate::support::run_measured(bin().arg(&p));
+    assert_eq!(m.code, Some(0), "{m:?}");
+    assert!(
+        m.peak_rss < (64 << 20) + 8 * size,
+        "peak RSS {} MiB for a {} MiB file",
+        m.peak_rss >> 20,
+        size >> 20
+    );
+    let out = String::from_utf8_lossy(&m.stdout_head);
+    assert!(out.contains("1,000,000"), "{out}");
+}
+
+/// Regression: a folder's `model.safetensors.index.json` was read whole, whatever its size,
+/// to find the shards it covers. A 2 GiB (sparse) index is now refused unread, with an
+/// error naming it.
+#[test]
+fn an_oversized_index_is_refused_unread() {
+    use weight_inspect::format::safetensors::MAX_INDEX_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("model.safetensors.index.json");
+    let f = std::fs::File::create(&index).unwrap();
+    f.set_len(2 << 30).unwrap(); // sparse: no blocks written
+    drop(f);
+    let m = crate::support::run_measured(bin().arg("--json").arg(dir.path()));
+    assert_eq!(m.code, Some(2), "{m:?}");
+    assert!(m.peak_rss < 64 << 20, "peak RSS {} MiB", m.peak_rss >> 20);
+    let r: Json = serde_json::from_slice(&m.stdout_head).unwrap();
+    assert_eq!(r["diagnostics"][0]["code"], "file-too-large");
+    assert_eq!(r["path"], index.display().to_string());
+    let msg = r["errors"][0].as_str().unwrap();
+    assert!(msg.contains(&MAX_INDEX_BYTES.to_string()), "{msg}");
+    // The library refuses it the same way, naming the file.
+    let e = Model::open(&index).unwrap_err();
+    assert_eq!(e.path(), index);
+    let shown = e.to_string();
+    assert!(
+        shown.contains("model.safetensors.index.json: safetensors index of"),
+        "{shown}"
+    );
+}
+
+/// Regression: the table printed names from files raw, so a tensor name, a metadata string
+/// or a file name could hold terminal escapes or forge report lines.
+#[test]
+fn table_output_escapes_names_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "w\x1b]0;pwned\x07\nverdict       valid\u{202e}";
+    let bytes = GgufWriter::new()
+        .arch(evil)
+        .kv("general.file_type", Val::U32(0))
+        .tensor(evil, 0, &[4])
+        .tensor(evil, 0, &[4]) // a duplicate: an error message naming it
+        .fill(Fill::Pattern)
+        .build();
+    let p = write(dir.path(), "m\x1b[31m\n.gguf", &bytes);
+    for args in [&["--verify"][..], &[][..]] {
+        for target in [&p, &dir.path().to_path_buf()] {
+            let out = run(args, &[target]);
+            assert_eq!(out.status.code(), Some(2));
+            let text = String::from_utf8(out.stdout).unwrap();
+            assert!(
+                !text
+                    .chars()
+                    .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+                "{text:?}"
+            );
+            assert!(
+                !text.lines().any(|l| l.starts_with("verdict")),
+                "a forged line: {text}"
+            );
+            assert!(text.contains("w\\x1b]0;pwned\\x07\\nverdict"), "{text}");
+            assert!(text.contains("m\\x1b[31m\\n.gguf"), "{text}");
+        }
+    }
+    // JSON keeps the exact names (serde escapes them).
+    let out = run(&["--json"], &[&p]);
+    assert_eq!(json_lines(&out)[0]["architecture"], evil);
+}
+
+/// Regression: a fatal error quoting a key or name put the whole of it in the report (an
+/// 8 MB key, or 8 bytes of `\u{fffd}` for each byte of an invalid one); messages are now
+/// cut to a bounded length.
+#[test]
+fn errors_quoting_huge_names_stay_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let long_key = "k".repeat(8 << 20);
+    let cases = [
+        GgufWriter::new()
+            .kv_raw_key(&vec![0xff; 1 << 20], Val::U8(0))
+            .build(),
+        GgufWriter::new()
+            .kv(&long_key, Val::Raw(99, Vec::new()))
+            .build(),
+    ];
+    for (i, bytes) in cases.iter().enumerate() {
+        let p = write(dir.path(), &format!("case{i}.gguf"), bytes);
+        for args in [&["--json"][..], &[][..]] {
+            let m = crate::support::run_measured(bin().args(args).arg(&p));
+            assert_eq!(m.code, Some(2), "case {i} {args:?}");
+            assert!(
+                m.stdout_len < 8 << 10,
+                "case {i} {args:?}: {} bytes",
+                m.stdout_len
+            );
+        }
+    }
 }

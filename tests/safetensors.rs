@@ -2,12 +2,12 @@
 //! files.
 //!
 //! Each invalid case asserts its exact diagnostic code or fatal error kind. Files are built
-//! with `support::st_writer` at test time.
+//! with `testkit::safetensors` at test time.
 
-use crate::support::st_writer::{
+use proptest::prelude::*;
+use testkit::safetensors::{
     dtype_bits, index_json, shard_name, tensor_bytes, Padding, StWriter, DTYPES,
 };
-use proptest::prelude::*;
 use weight_inspect::format::safetensors::{
     check_sharded, parse, parse_index, Dtype, SafetensorsHeader, ShardIndex, MAX_HEADER_SIZE,
 };
@@ -364,8 +364,19 @@ fn non_object_header_is_fatal() {
 }
 
 #[test]
-fn deeply_nested_json_is_fatal_not_a_stack_overflow() {
+fn deeply_nested_json_is_an_error_not_a_stack_overflow() {
+    // An entry's value is skipped without recursion (only the shape of a header field is
+    // kept), so the nesting costs neither stack nor memory: it is an invalid entry.
     let deep = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let h = ok(&StWriter::new().header(&deep).build());
+    assert_diag(
+        &h,
+        "safetensors.invalid-entry",
+        Severity::Error,
+        &["'a'", "an array"],
+    );
+    // Unbalanced nesting is malformed JSON: fatal.
+    let deep = format!("{{\"a\":{}}}", "[".repeat(100_000));
     let e = fatal(&StWriter::new().header(&deep).build());
     assert_eq!(e.code(), "safetensors.invalid-header");
 }

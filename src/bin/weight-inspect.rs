@@ -8,6 +8,7 @@ use clap::Parser;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use weight_inspect::format::display::escape_for_terminal as esc;
 use weight_inspect::verify::{self, InspectError, Options, Report};
 
 /// Inspect and verify GGUF and safetensors model files.
@@ -69,14 +70,15 @@ fn main() -> ExitCode {
             match verify::verify_path(&target, &opts) {
                 Ok(report) => {
                     any_invalid |= !report.valid;
-                    let out = if cli.json {
+                    let written = if cli.json {
                         json_line(&report)
                     } else {
                         let sep = if first { "" } else { "\n" };
-                        format!("{sep}{}", table(&report, cli.verify))
+                        let out = format!("{sep}{}", table(&report, cli.verify));
+                        io::stdout().lock().write_all(out.as_bytes())
                     };
                     first = false;
-                    if let Err(e) = io::stdout().lock().write_all(out.as_bytes()) {
+                    if let Err(e) = written {
                         if e.kind() == io::ErrorKind::BrokenPipe {
                             return ExitCode::SUCCESS;
                         }
@@ -101,18 +103,16 @@ fn main() -> ExitCode {
 }
 
 fn report_error(e: &InspectError) {
-    eprintln!("weight-inspect: error: {e}");
+    // The message holds a path, and a file name can hold terminal escapes.
+    eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
 }
 
-fn json_line(report: &Report) -> String {
-    let mut s = serde_json::to_string(report).unwrap_or_else(|e| {
-        format!(
-            r#"{{"path":{:?},"valid":false,"errors":["cannot serialise report: {e}"]}}"#,
-            report.path
-        )
-    });
-    s.push('\n');
-    s
+/// Write the report as one JSON line, streamed (never held whole in memory).
+fn json_line(report: &Report) -> io::Result<()> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    serde_json::to_writer(&mut out, report).map_err(io::Error::from)?;
+    out.write_all(b"\n")?;
+    out.flush()
 }
 
 /// Human sizes: `1.5 GiB`.
@@ -159,7 +159,9 @@ fn table(r: &Report, verify: bool) -> String {
     let row = |s: &mut String, k: &str, v: String| {
         let _ = writeln!(s, "  {k:<14}{v}");
     };
-    let _ = writeln!(s, "{}", r.path);
+    // Everything from a file or a file name is escaped (`esc`): names and messages can hold
+    // terminal escapes and newlines.
+    let _ = writeln!(s, "{}", esc(&r.path));
     if let Some(format) = r.format {
         let mut f = format.to_string();
         if let Some(v) = r.version {
@@ -210,8 +212,8 @@ fn table(r: &Report, verify: bool) -> String {
             "architecture",
             format!(
                 "{}, file type {}",
-                r.architecture.as_deref().unwrap_or("(none)"),
-                r.file_type.as_deref().unwrap_or("(none)")
+                esc(r.architecture.as_deref().unwrap_or("(none)")),
+                esc(r.file_type.as_deref().unwrap_or("(none)"))
             ),
         );
     }
@@ -222,7 +224,7 @@ fn table(r: &Report, verify: bool) -> String {
             .iter()
             .map(|(name, n)| {
                 let bytes = r.dtype_bytes.get(*name).copied().unwrap_or(0);
-                format!("{name} {n}×{}", human(bytes))
+                format!("{} {n}×{}", esc(name), human(bytes))
             })
             .collect();
         for (i, chunk) in list.chunks(4).enumerate() {
@@ -238,7 +240,11 @@ fn table(r: &Report, verify: bool) -> String {
         );
         for t in r.tensors.iter().take(3) {
             if let Some(h) = &t.sha256 {
-                row(&mut s, "", format!("{}  {}", &h[..16.min(h.len())], t.name));
+                row(
+                    &mut s,
+                    "",
+                    format!("{}  {}", &h[..16.min(h.len())], esc(&t.name)),
+                );
             }
         }
         if r.tensors.len() > 3 {
@@ -275,14 +281,14 @@ fn table(r: &Report, verify: bool) -> String {
     // --json has them all.
     const SHOWN: usize = 20;
     for e in r.errors.iter().take(SHOWN) {
-        let _ = writeln!(s, "    error: {e}");
+        let _ = writeln!(s, "    error: {}", esc(e));
     }
     for w in r
         .warnings
         .iter()
         .take(SHOWN.saturating_sub(r.errors.len().min(SHOWN)))
     {
-        let _ = writeln!(s, "    warning: {w}");
+        let _ = writeln!(s, "    warning: {}", esc(w));
     }
     let hidden = (r.errors.len() + r.warnings.len()).saturating_sub(SHOWN);
     if hidden > 0 {

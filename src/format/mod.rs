@@ -3,7 +3,13 @@
 //! Everything here parses from a `&[u8]` (usually a memory map, see [`mmap`]) and never
 //! touches more of it than the header: tensor data pages are left alone until a caller asks
 //! for a tensor's bytes. Every length or count read from the file is checked against the
-//! bytes that remain before it sizes an allocation.
+//! bytes that remain before it sizes an allocation, and totals are bounded as well as each
+//! item: GGUF decodes short arrays within a budget over the whole header
+//! ([`gguf::DECODE_BUDGET_ITEMS`]), safetensors headers are streamed with bounded entry
+//! counts ([`safetensors::MAX_TENSORS`]), files read whole have a size limit
+//! ([`safetensors::MAX_INDEX_BYTES`]), and [`Diagnostics`] keeps a bounded number of
+//! diagnostics, counting the rest. The memory a parse takes is so proportional to the
+//! input, with a small constant (the fuzz targets assert it).
 //!
 //! A parse has two outcomes:
 //! - a **fatal** [`FormatError`] when the structure cannot be followed any further (bad magic,
@@ -13,6 +19,8 @@
 //!   non-canonical layouts, …). Diagnostics of [`Severity::Error`] make a file invalid;
 //!   [`Severity::Warning`] ones only matter with `--strict`.
 
+pub mod diagnostics;
+pub mod display;
 pub mod ggml;
 pub mod gguf;
 pub mod mmap;
@@ -22,6 +30,7 @@ pub mod safetensors;
 use serde::Serialize;
 use std::fmt;
 
+pub use diagnostics::Diagnostics;
 pub use model::{Model, ModelFile};
 
 /// Which container format a file (or a set of files) is.
@@ -158,6 +167,14 @@ pub struct Diagnostic {
     pub code: &'static str,
     /// A one-line human message naming the tensor, key and byte offset involved.
     pub message: String,
+    /// For the summary line of a code whose diagnostics were too many to keep (see
+    /// [`Diagnostics`]): how many more there were. 0 (and absent from JSON) otherwise.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Diagnostic {
@@ -167,6 +184,7 @@ impl Diagnostic {
             severity: Severity::Error,
             code,
             message: message.into(),
+            more: 0,
         }
     }
 
@@ -176,6 +194,7 @@ impl Diagnostic {
             severity: Severity::Warning,
             code,
             message: message.into(),
+            more: 0,
         }
     }
 }
@@ -266,6 +285,26 @@ pub enum FormatErrorKind {
     /// The safetensors header length exceeds the 100,000,000-byte limit.
     #[error("safetensors header of {0} bytes exceeds the 100000000-byte limit")]
     HeaderTooLarge(u64),
+    /// More entries than the reader stores (each limit is a documented constant).
+    #[error("more than {limit} {what}")]
+    TooManyEntries {
+        /// What is counted, e.g. `"tensors in a safetensors header"`.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// The stable code, e.g. `"safetensors.header.too-many-tensors"`.
+        code: &'static str,
+    },
+    /// A file that is read whole (an index) is larger than its limit; it is not read.
+    #[error("{what} of {size} bytes is larger than the {limit}-byte limit")]
+    FileTooLarge {
+        /// What the file is, e.g. `"safetensors index"`.
+        what: &'static str,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Any other structural problem, described.
     #[error("{0}")]
     Other(String),
@@ -285,6 +324,8 @@ impl FormatErrorKind {
             FormatErrorKind::NestingTooDeep { .. } => "gguf.nesting-too-deep",
             FormatErrorKind::InvalidHeader(_) => "safetensors.invalid-header",
             FormatErrorKind::HeaderTooLarge(_) => "safetensors.header-too-large",
+            FormatErrorKind::TooManyEntries { code, .. } => code,
+            FormatErrorKind::FileTooLarge { .. } => "file-too-large",
             FormatErrorKind::Other(_) => "format",
         }
     }

@@ -21,11 +21,8 @@ use super::{
     gguf, safetensors, DType, Diagnostic, Endianness, Format, FormatError, FormatErrorKind, Header,
     TensorInfo,
 };
-
-/// Largest `model.safetensors.index.json` read (real ones are well under 1 MB).
-const MAX_INDEX_BYTES: u64 = 64 << 20;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// Why a model could not be opened.
@@ -48,6 +45,34 @@ pub enum OpenError {
         /// The format error, with its byte offset.
         source: FormatError,
     },
+}
+
+/// Read a file that is parsed whole (an index), refusing one of more than `limit` bytes with
+/// an error naming it ([`FormatErrorKind::FileTooLarge`]). The size on disk is checked before
+/// reading, and the read itself stops after `limit + 1` bytes (the file may grow meanwhile);
+/// no allocation is sized from the file.
+pub fn read_bounded(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u8>, OpenError> {
+    let io_err = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let too_large = |size| OpenError::Format {
+        path: path.to_path_buf(),
+        source: FormatError::new(FormatErrorKind::FileTooLarge { what, size, limit }, 0),
+    };
+    let file = File::open(path).map_err(io_err)?;
+    let size = file.metadata().map_err(io_err)?.len();
+    if size > limit {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 impl OpenError {
@@ -365,25 +390,7 @@ impl Model {
     }
 
     fn open_sharded_safetensors(path: &Path) -> Result<Model, OpenError> {
-        let io_err = |source| OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let len = std::fs::metadata(path).map_err(io_err)?.len();
-        if len > MAX_INDEX_BYTES {
-            return Err(OpenError::Format {
-                path: path.to_path_buf(),
-                source: FormatError::new(
-                    FormatErrorKind::LengthTooLarge {
-                        what: "safetensors index".into(),
-                        value: len,
-                        available: MAX_INDEX_BYTES,
-                    },
-                    0,
-                ),
-            });
-        }
-        let bytes = std::fs::read(path).map_err(io_err)?;
+        let bytes = read_bounded(path, safetensors::MAX_INDEX_BYTES, "safetensors index")?;
         let index = safetensors::parse_index(&bytes).map_err(|source| OpenError::Format {
             path: path.to_path_buf(),
             source,

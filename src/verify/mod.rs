@@ -8,11 +8,11 @@
 //! `valid: false` and the error); only I/O failures (missing file, permissions) are `Err`.
 
 use crate::format::model::OpenError;
-use crate::format::{Diagnostic, Endianness, Format, Header, Model, Severity};
+use crate::format::{gguf, Diagnostic, Diagnostics, Endianness, Format, Header, Model, Severity};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -77,6 +77,27 @@ pub struct FileEntry {
     pub tensor_count: u64,
 }
 
+/// A metadata value in a [`Report`]: a GGUF value, or a safetensors `__metadata__` string.
+///
+/// It serialises straight to JSON (a GGUF value as [`gguf::Value::to_json`] shows it: long
+/// or undecoded arrays as a type-and-length summary), so that a report never holds a JSON
+/// tree as large as the file's metadata.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum MetadataValue {
+    /// A GGUF metadata value.
+    Gguf(gguf::Value),
+    /// A safetensors `__metadata__` value.
+    Text(String),
+}
+
+fn serialize_pairs<S: serde::Serializer>(
+    pairs: &[(String, MetadataValue)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+}
+
 /// The verdict on one model, serialised as one JSON object per model by `weight-inspect
 /// --json`. Fields that a broken file cannot give are `null`.
 #[derive(Debug, Clone, Serialize)]
@@ -116,8 +137,11 @@ pub struct Report {
     pub files: Vec<FileEntry>,
     /// Every tensor.
     pub tensors: Vec<TensorEntry>,
-    /// GGUF key → value (long arrays summarised); safetensors `__metadata__`.
-    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// GGUF key → value (long arrays summarised); safetensors `__metadata__`. In file order,
+    /// each key once (the first of duplicates, the first shard's for multi-file models);
+    /// serialised as a JSON object.
+    #[serde(serialize_with = "serialize_pairs")]
+    pub metadata: Vec<(String, MetadataValue)>,
     /// True when there are no errors (and, with `--strict`, no warnings).
     pub valid: bool,
     /// Error messages.
@@ -152,7 +176,7 @@ impl Report {
             file_type: None,
             files: Vec::new(),
             tensors: Vec::new(),
-            metadata: serde_json::Map::new(),
+            metadata: Vec::new(),
             valid: false,
             errors: Vec::new(),
             warnings: Vec::new(),
@@ -191,7 +215,12 @@ pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> 
             } else {
                 format!("{}: {source}", bad.display())
             };
-            report.push(Diagnostic::error(source.code(), message));
+            // Through the budget, so that a message quoting a long name is cut.
+            let mut diags = Diagnostics::new();
+            diags.error(source.code(), message);
+            for d in diags.finish() {
+                report.push(d);
+            }
             report.settle(opts.strict);
             Ok(report)
         }
@@ -215,6 +244,9 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
 
     let mut metadata_count = 0u64;
     let mut loadable = true;
+    // Budgeted like each file's own: a model of many shards keeps a bounded report.
+    let mut diags = Diagnostics::new();
+    let mut keys: HashSet<&str> = HashSet::new();
     for (i, file) in model.files().iter().enumerate() {
         report.file_size = report.file_size.saturating_add(file.size());
         if multi {
@@ -236,7 +268,7 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
             if multi {
                 d.message = format!("{}: {}", file_name(file.path()), d.message);
             }
-            report.push(d);
+            diags.push(d);
         }
         match file.header() {
             Header::Gguf(h) => {
@@ -245,10 +277,11 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
                 metadata_count += h.metadata.len() as u64;
                 loadable &= h.llama_cpp_loadable;
                 for (k, v) in &h.metadata {
-                    report
-                        .metadata
-                        .entry(k.clone())
-                        .or_insert_with(|| v.to_json());
+                    if keys.insert(k) {
+                        report
+                            .metadata
+                            .push((k.clone(), MetadataValue::Gguf(v.clone())));
+                    }
                 }
                 if report.architecture.is_none() {
                     report.architecture = h.architecture().map(str::to_owned);
@@ -265,20 +298,25 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
             Header::Safetensors(h) => {
                 metadata_count += h.metadata.len() as u64;
                 for (k, v) in &h.metadata {
-                    report
-                        .metadata
-                        .entry(k.clone())
-                        .or_insert_with(|| serde_json::Value::String(v.clone()));
+                    if keys.insert(k) {
+                        report
+                            .metadata
+                            .push((k.clone(), MetadataValue::Text(v.clone())));
+                    }
                 }
             }
         }
     }
     for d in model.cross_file_diagnostics() {
-        report.push(d.clone());
+        diags.push(d.clone());
+    }
+    let any_error = diags.has_errors();
+    for d in diags.finish() {
+        report.push(d);
     }
     report.metadata_count = Some(metadata_count);
     if matches!(model.format(), Format::Gguf | Format::GgufSplit) {
-        report.llama_cpp_loadable = Some(loadable && report.errors.is_empty());
+        report.llama_cpp_loadable = Some(loadable && !any_error);
     }
 
     let mut params = 0u64;
@@ -368,7 +406,8 @@ pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, InspectError> {
     for f in &files {
         let name = file_name(f);
         if name.ends_with(".safetensors.index.json") {
-            if let Ok(bytes) = std::fs::read(f) {
+            let max = crate::format::safetensors::MAX_INDEX_BYTES;
+            if let Ok(bytes) = crate::format::model::read_bounded(f, max, "safetensors index") {
                 if let Ok(index) = crate::format::safetensors::parse_index(&bytes) {
                     let parent = f.parent().unwrap_or(Path::new(""));
                     for shard in index.shard_files() {

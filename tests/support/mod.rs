@@ -1,8 +1,6 @@
-//! Shared test helpers: fixture writers (built at test time) and paths.
+//! Shared test helpers: paths of optional inputs, and measuring a child process. The
+//! fixture writers are the workspace's `testkit` crate.
 #![allow(dead_code)]
-
-pub mod gguf_writer;
-pub mod st_writer;
 
 use std::path::PathBuf;
 
@@ -40,5 +38,151 @@ pub fn optional_env(var: &str) -> Option<String> {
 pub fn in_ci_this_must_exist(what: &str) {
     if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
         panic!("{what} is required in CI (see .ci/run) but is missing");
+    }
+}
+
+/// What a child process did: its exit status, how much it printed, and its peak memory.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Measured {
+    /// Exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    /// The signal that ended the process, if one did.
+    pub signal: Option<i32>,
+    /// Peak resident set size in bytes (the kernel's `ru_maxrss`, exact, not sampled).
+    pub peak_rss: u64,
+    /// Bytes written to stdout.
+    pub stdout_len: u64,
+    /// Bytes written to stderr.
+    pub stderr_len: u64,
+    /// The first 64 KiB of stdout.
+    pub stdout_head: Vec<u8>,
+    /// The first 64 KiB of stderr.
+    pub stderr_head: Vec<u8>,
+}
+
+/// The environment variable that asks [`measure_in_a_small_process`] to measure a command.
+const MEASURE_VAR: &str = "WI_MEASURE_COMMAND";
+/// The line prefix of its answer on stdout.
+const MEASURED_PREFIX: &str = "WI_MEASURED ";
+
+/// Run `cmd` (its program and arguments; its environment and directory are not carried
+/// over) to the end, counting its output (keeping the first 64 KiB of each stream) and
+/// reading its peak RSS from `wait4`'s `rusage`: exact, and with no polling or sleeping.
+///
+/// A child's `ru_maxrss` starts from the high-water mark of the process that forked it (the
+/// kernel keeps the larger at `exec`), and this test process may hold hundreds of MB for
+/// other tests running beside it. So the command is started from a fresh, small process:
+/// this test binary run again as [`measure_in_a_small_process`], which measures it and
+/// answers on stdout.
+pub fn run_measured(cmd: &mut std::process::Command) -> Measured {
+    let spec = serde_json::json!({
+        "program": cmd.get_program().to_string_lossy(),
+        "args": cmd.get_args().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+    });
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "support::measure_in_a_small_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MEASURE_VAR, spec.to_string())
+        .output()
+        .expect("run the measuring process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| Some(&l[l.find(MEASURED_PREFIX)? + MEASURED_PREFIX.len()..]))
+        .unwrap_or_else(|| {
+            panic!(
+                "no measurement: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    serde_json::from_str(line).expect("a measurement")
+}
+
+/// With `WI_MEASURE_COMMAND` set (by [`run_measured`]): measure that command and print the
+/// result. Without it (a normal test run): check that a measurement from this possibly
+/// large process is the child's own, small peak and its exit code.
+#[test]
+fn measure_in_a_small_process() {
+    let Ok(spec) = std::env::var(MEASURE_VAR) else {
+        // Hold 256 MiB here: a measurement that inherited this process's peak would show it.
+        let ballast = vec![1u8; 256 << 20];
+        let m = run_measured(std::process::Command::new("sh").args(["-c", "echo hi; exit 3"]));
+        assert_eq!(m.code, Some(3), "{m:?}");
+        assert_eq!((m.stdout_len, &m.stdout_head[..]), (3, &b"hi\n"[..]));
+        assert!(m.peak_rss < 64 << 20, "{} MiB", m.peak_rss >> 20);
+        drop(std::hint::black_box(ballast));
+        return;
+    };
+    let spec: serde_json::Value = serde_json::from_str(&spec).expect("a command");
+    let mut cmd = std::process::Command::new(spec["program"].as_str().expect("program"));
+    for a in spec["args"].as_array().expect("args") {
+        cmd.arg(a.as_str().expect("arg"));
+    }
+    let m = measure_direct(&mut cmd);
+    println!(
+        "{MEASURED_PREFIX}{}",
+        serde_json::to_string(&m).expect("serialise")
+    );
+}
+
+/// [`run_measured`]'s measurement, made from this process.
+fn measure_direct(cmd: &mut std::process::Command) -> Measured {
+    use std::io::Read;
+    use std::process::Stdio;
+    // Reaped by `wait4` below, which `Child::wait` cannot replace: it gives no `rusage`.
+    #[allow(clippy::zombie_processes)]
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<(u64, Vec<u8>)> {
+        std::thread::spawn(move || {
+            let mut head = Vec::new();
+            let mut total = 0u64;
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        total += n as u64;
+                        let keep = n.min((1 << 16) - head.len());
+                        head.extend_from_slice(&buf[..keep]);
+                    }
+                }
+            }
+            (total, head)
+        })
+    }
+    let out = drain(child.stdout.take().expect("piped stdout"));
+    let err = drain(child.stderr.take().expect("piped stderr"));
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero `rusage` is a valid value (plain integers), filled in by `wait4`.
+    #[allow(unsafe_code)]
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet reaped (`Child::wait` is never called); the
+    // pointers are to live locals.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
+    let (stdout_len, stdout_head) = out.join().expect("stdout reader");
+    let (stderr_len, stderr_head) = err.join().expect("stderr reader");
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let signal = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
+    Measured {
+        code,
+        signal,
+        // Linux reports ru_maxrss in KiB.
+        peak_rss: (usage.ru_maxrss.max(0) as u64) * 1024,
+        stdout_len,
+        stderr_len,
+        stdout_head,
+        stderr_head,
     }
 }

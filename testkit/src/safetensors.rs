@@ -7,7 +7,8 @@
 //! an entry or the whole header, duplicate keys, padding, a wrong length prefix, trailing
 //! bytes.
 //!
-//! ```ignore
+//! ```
+//! use testkit::safetensors::StWriter;
 //! let bytes = StWriter::new()
 //!     .metadata("format", "pt")
 //!     .tensor("w", "F32", &[2], &[0u8; 8])

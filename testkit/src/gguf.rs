@@ -1,17 +1,91 @@
-//! A flexible GGUF writer for tests and benches.
+//! A flexible GGUF writer for tests, benches and demo data.
 //!
 //! Builds valid files of every version and byte order, and deliberately broken ones:
 //! raw value bytes, unknown type ids, overridden counts and lengths, explicit tensor
-//! offsets, missing padding, truncation.
+//! offsets, missing padding, truncation. Small files are built in memory
+//! ([`GgufWriter::build`], [`GgufWriter::build_layout`]); large ones are streamed with
+//! their tensor bytes produced piece by piece ([`GgufWriter::write_to`], with
+//! [`GgufWriter::header_bytes`], [`GgufWriter::tensor_offsets`] and
+//! [`GgufWriter::file_size`] for what a server needs to know before writing).
 //!
-//! ```ignore
-//! let bytes = GgufWriter::new()
+//! ```
+//! use testkit::gguf::{ggml, GgufWriter, Val};
+//! let w = GgufWriter::new()
 //!     .kv("general.architecture", Val::Str("llama".into()))
-//!     .tensor("tok_embd.weight", 0, &[8, 4])
-//!     .build();
+//!     .tensor("tok_embd.weight", ggml::F32, &[8, 4]);
+//! let bytes = w.build();
+//! let mut streamed = Vec::new();
+//! let n = w.write_to(&mut streamed, |_, piece| piece.fill(0)).unwrap();
+//! assert_eq!((n, &streamed), (bytes.len() as u64, &bytes));
+//! assert_eq!(w.file_size(), bytes.len() as u64);
 //! ```
 
-use weight_inspect::format::ggml::{GgmlType, TypeStatus};
+use std::io::{self, Write};
+
+/// ggml tensor type ids and block layouts (written from `FORMATS.md`, independently of the
+/// crate's table).
+pub mod ggml {
+    /// 32-bit float.
+    pub const F32: u32 = 0;
+    /// 16-bit float.
+    pub const F16: u32 = 1;
+    /// 4-bit, blocks of 32 (18 bytes).
+    pub const Q4_0: u32 = 2;
+    /// 8-bit, blocks of 32 with an f16 scale (34 bytes).
+    pub const Q8_0: u32 = 8;
+    /// 4-bit k-quant, super-blocks of 256 (144 bytes).
+    pub const Q4_K: u32 = 12;
+    /// 6-bit k-quant, super-blocks of 256 (210 bytes).
+    pub const Q6_K: u32 = 14;
+    /// bfloat16.
+    pub const BF16: u32 = 30;
+
+    /// `(elements per block, bytes per block, removed from ggml)` of type `id`; `None` for
+    /// an unknown id. Removed types keep the last layout they had (`(0, 0, true)` for the
+    /// two that never had a stable one, 4 and 5).
+    pub fn block(id: u32) -> Option<(u64, u64, bool)> {
+        const K: u64 = 256;
+        Some(match id {
+            0 => (1, 4, false),
+            1 => (1, 2, false),
+            2 => (32, 18, false),
+            3 => (32, 20, false),
+            4 | 5 => (0, 0, true),
+            6 => (32, 22, false),
+            7 => (32, 24, false),
+            8 => (32, 34, false),
+            9 => (32, 36, false),
+            10 => (K, 84, false),
+            11 => (K, 110, false),
+            12 => (K, 144, false),
+            13 => (K, 176, false),
+            14 => (K, 210, false),
+            15 => (K, 292, false),
+            16 => (K, 66, false),
+            17 => (K, 74, false),
+            18 => (K, 98, false),
+            19 => (K, 50, false),
+            20 => (32, 18, false),
+            21 => (K, 110, false),
+            22 => (K, 82, false),
+            23 => (K, 136, false),
+            24 => (1, 1, false),
+            25 => (1, 2, false),
+            26 => (1, 4, false),
+            27 | 28 => (1, 8, false),
+            29 => (K, 56, false),
+            30 => (1, 2, false),
+            31..=33 | 36..=38 => (32, 18, true),
+            34 => (K, 54, false),
+            35 => (K, 66, false),
+            39 => (32, 17, false),
+            40 => (64, 36, false),
+            41 => (128, 18, false),
+            42 => (64, 18, false),
+            _ => return None,
+        })
+    }
+}
 
 /// A metadata value to write. The first 13 variants are the spec's types; the others write
 /// deliberately odd bytes.
@@ -277,24 +351,34 @@ impl Default for GgufWriter {
     }
 }
 
-/// Byte size of a tensor (removed types with their last layout; 0 when unknown).
+/// Byte size of a tensor (removed types with their last layout; 0 when unknown, not a
+/// whole number of blocks, or overflowing).
 pub fn tensor_size(type_id: u32, dims: &[u64]) -> u64 {
-    let Some(t) = GgmlType::from_id(type_id) else {
+    let Some((block, bytes, _)) = ggml::block(type_id) else {
         return 0;
     };
-    if let TypeStatus::Removed(_) = t.status() {
-        if t.block_size() == 0 {
-            return 0;
-        }
-        let ne0 = dims.first().copied().unwrap_or(1);
-        let rows: u64 = dims.iter().skip(1).product();
-        return ne0 / t.block_size() * t.type_size() * rows;
+    let ne0 = dims.first().copied().unwrap_or(1);
+    if block == 0 || ne0 % block != 0 {
+        return 0;
     }
-    t.tensor_bytes(dims).unwrap_or(0)
+    dims.iter()
+        .skip(1)
+        .try_fold(ne0 / block, |acc, &d| acc.checked_mul(d))
+        .and_then(|blocks| blocks.checked_mul(bytes))
+        .unwrap_or(0)
 }
 
-fn pad(x: u64, a: u64) -> u64 {
+/// `x` rounded up to a multiple of `a` (saturating).
+pub fn pad(x: u64, a: u64) -> u64 {
     x.div_ceil(a).saturating_mul(a)
+}
+
+/// GGUF's default alignment, used unless `general.alignment` says otherwise.
+pub const ALIGNMENT: u64 = 32;
+
+/// `x` rounded up to a multiple of [`ALIGNMENT`].
+pub fn align(x: u64) -> u64 {
+    pad(x, ALIGNMENT)
 }
 
 impl GgufWriter {
@@ -545,5 +629,187 @@ impl GgufWriter {
             tensor_offsets: offsets,
             tensor_sizes: sizes,
         }
+    }
+
+    /// Relative offset and byte size of each tensor, as [`GgufWriter::build`] lays them out.
+    pub fn tensor_offsets(&self) -> Vec<(u64, u64)> {
+        let mut running = 0u64;
+        self.tensors
+            .iter()
+            .map(|t| {
+                let size = tensor_size(t.type_id, &t.dims);
+                let off = t.offset.unwrap_or(running);
+                running = pad(off.saturating_add(size), self.alignment);
+                (off, size)
+            })
+            .collect()
+    }
+
+    /// Everything before the data section (the tensor infos' padding included, when there
+    /// are tensors), as [`GgufWriter::build`] writes it. Ignores `truncate` and `append`.
+    pub fn header_bytes(&self) -> Vec<u8> {
+        let mut head = self.clone();
+        head.fill = Fill::None;
+        head.truncate = None;
+        head.append.clear();
+        let built = head.build_layout();
+        let mut bytes = built.bytes;
+        bytes.resize(built.data_offset, 0);
+        bytes
+    }
+
+    /// The size of the file [`GgufWriter::write_to`] writes (and [`GgufWriter::build`], when
+    /// nothing is truncated or appended).
+    pub fn file_size(&self) -> u64 {
+        let head = self.header_bytes().len() as u64;
+        if self.fill == Fill::None || self.tensors.is_empty() {
+            return head;
+        }
+        let end = self
+            .tensor_offsets()
+            .iter()
+            .map(|&(o, s)| o.saturating_add(s))
+            .max()
+            .unwrap_or(0);
+        head + if self.tail_padding {
+            pad(end, self.alignment)
+        } else {
+            end
+        }
+    }
+
+    /// Stream the file to `out` without holding its data: the header, then each tensor's
+    /// bytes from `fill(tensor, piece)`, called with pieces of at most 1 MiB that hold
+    /// whole blocks of the tensor's type, in file order (gaps and padding are zeros).
+    /// Returns the bytes written. With [`Fill::None`] only the header is written; the
+    /// fill mode is otherwise ignored (`fill` decides the bytes). Tensors must be laid out
+    /// in increasing, non-overlapping offsets (the canonical layout always is);
+    /// `truncate` and `append` are ignored.
+    pub fn write_to<W: Write>(
+        &self,
+        out: &mut W,
+        mut fill: impl FnMut(&TensorSpec, &mut [u8]),
+    ) -> io::Result<u64> {
+        let head = self.header_bytes();
+        out.write_all(&head)?;
+        let mut written = head.len() as u64;
+        if self.fill == Fill::None || self.tensors.is_empty() {
+            return Ok(written);
+        }
+        let data_start = written;
+        let mut buf = vec![0u8; 1 << 20];
+        let zeros = |out: &mut W, mut n: u64| -> io::Result<()> {
+            let z = [0u8; 4096];
+            while n > 0 {
+                let k = n.min(z.len() as u64) as usize;
+                out.write_all(&z[..k])?;
+                n -= k as u64;
+            }
+            Ok(())
+        };
+        let mut pos = 0u64; // relative to the data section
+        for (t, (off, size)) in self.tensors.iter().zip(self.tensor_offsets()) {
+            if off < pos {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "tensors out of order or overlapping cannot be streamed; use build()",
+                ));
+            }
+            zeros(out, off - pos)?;
+            let block_bytes = ggml::block(t.type_id).map_or(1, |(_, b, _)| b).max(1);
+            let piece_max = (buf.len() as u64 / block_bytes).max(1) * block_bytes;
+            if buf.len() < piece_max as usize {
+                buf.resize(piece_max as usize, 0);
+            }
+            let mut left = size;
+            while left > 0 {
+                let piece = &mut buf[..left.min(piece_max) as usize];
+                fill(t, piece);
+                out.write_all(piece)?;
+                left -= piece.len() as u64;
+            }
+            pos = off + size;
+        }
+        let end = if self.tail_padding {
+            pad(pos, self.alignment)
+        } else {
+            pos
+        };
+        zeros(out, end - pos)?;
+        written = data_start + end;
+        Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout `mock-server`'s demo writer produces: header padded to 32, each tensor at
+    /// the running sum of padded sizes, the file ending with the last padding.
+    #[test]
+    fn streams_the_canonical_layout_like_the_demo_writer() {
+        let w = GgufWriter::new()
+            .kv("general.architecture", Val::s("llama"))
+            .tensor("a", ggml::F32, &[3])
+            .tensor("b", ggml::Q4_K, &[256, 2]);
+        let head = w.header_bytes();
+        assert_eq!(head.len() % 32, 0);
+        assert_eq!(w.tensor_offsets(), vec![(0, 12), (32, 288)]);
+        let mut out = Vec::new();
+        let mut pieces = Vec::new();
+        let n = w
+            .write_to(&mut out, |t, buf| {
+                pieces.push((t.name.clone(), buf.len()));
+                buf.fill(1);
+            })
+            .unwrap();
+        assert_eq!(n as usize, out.len());
+        assert_eq!(out.len(), head.len() + 32 + 288);
+        assert_eq!(w.file_size(), out.len() as u64);
+        assert_eq!(&out[..head.len()], &head[..]);
+        assert_eq!(pieces, [(b"a".to_vec(), 12), (b"b".to_vec(), 288)]);
+        // Same bytes as the in-memory build, but for the data.
+        assert_eq!(w.build().len(), out.len());
+    }
+
+    #[test]
+    fn pieces_hold_whole_blocks_and_gaps_are_zeros() {
+        // 5,000 Q8_0 blocks (170,000 bytes) with a piece buffer of 1 MiB, then a gap.
+        let w = GgufWriter::new()
+            .tensor("q", ggml::Q8_0, &[32 * 5000, 8])
+            .tensor_at("f", ggml::F32, &[4], 2 << 20);
+        let mut sizes = Vec::new();
+        let mut out = Vec::new();
+        w.write_to(&mut out, |t, buf| {
+            if t.type_id == ggml::Q8_0 {
+                assert_eq!(buf.len() % 34, 0);
+            }
+            sizes.push(buf.len());
+            buf.fill(7);
+        })
+        .unwrap();
+        assert_eq!(sizes.iter().sum::<usize>(), 5000 * 8 * 34 + 16);
+        assert!(sizes.iter().all(|&s| s <= 1 << 20));
+        let data = w.header_bytes().len();
+        assert_eq!(out[data + 5000 * 8 * 34], 0);
+        assert_eq!(out.len() as u64, w.file_size());
+        assert_eq!(out.len(), data + (2 << 20) + 32);
+        // Overlapping tensors cannot be streamed.
+        let bad = GgufWriter::new()
+            .tensor_at("x", ggml::F32, &[8], 0)
+            .tensor_at("y", ggml::F32, &[8], 0);
+        assert!(bad.write_to(&mut Vec::new(), |_, _| {}).is_err());
+    }
+
+    #[test]
+    fn sizes_follow_the_ggml_table() {
+        assert_eq!(tensor_size(ggml::F32, &[3]), 12);
+        assert_eq!(tensor_size(ggml::Q4_K, &[256, 2]), 288);
+        assert_eq!(tensor_size(31, &[64, 2]), 72); // removed, last layout 32/18
+        assert_eq!(tensor_size(4, &[32]), 0);
+        assert_eq!(tensor_size(99, &[32]), 0);
+        assert_eq!(tensor_size(ggml::Q8_0, &[33]), 0);
+        assert_eq!(tensor_size(ggml::F32, &[u64::MAX, 2]), 0);
     }
 }
