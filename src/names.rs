@@ -75,7 +75,10 @@ impl FromStr for RepoType {
 /// Characters that change the direction of the text around them (overrides and isolates):
 /// invisible, and able to make a name read as another.
 fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}'
+    )
 }
 
 /// `s` as it may be shown on a terminal or in a one-line message: control characters (C0, DEL,
@@ -308,6 +311,17 @@ mod tests {
         assert_eq!(escape("a\\b\t"), "a\\\\b\\t");
         assert_eq!(escape("x\u{9b}y\u{202e}z"), "x\\u{9b}y\\u{202e}z");
         assert_eq!(escape("модель"), "модель");
+        assert_eq!(
+            escape("token_embd.weight ключ 😀"),
+            "token_embd.weight ключ 😀"
+        );
+        assert_eq!(escape("\x1b]0;title\x07"), "\\x1b]0;title\\x07");
+        assert_eq!(escape("\r\t\0"), "\\r\\t\\x00");
+        assert_eq!(
+            escape("a\u{202e}b\u{2066}\u{61c}"),
+            "a\\u{202e}b\\u{2066}\\u{61c}"
+        );
+        assert_eq!(escape("a\\nb"), "a\\\\nb");
         // Nothing printable is left of a control character.
         for c in (0u32..0x20).chain(0x7f..0xa0) {
             let s = char::from_u32(c).unwrap().to_string();

@@ -132,33 +132,52 @@ pub fn open_rw(path: &Path) -> io::Result<File> {
     )
 }
 
-/// Reads a regular file whole, refusing one larger than `limit` bytes (checked before anything
-/// is allocated, and again while reading: the file may grow). `Ok(None)` when it does not exist.
+/// Why [`read_limited`] gave up.
+#[derive(Debug)]
+pub enum Limited {
+    /// The file holds more than the limit (its size, or what was read before stopping).
+    TooLarge(u64),
+    /// Reading failed.
+    Io(io::Error),
+}
+
+/// Reads an open file whole, refusing more than `limit` bytes: its size is checked before
+/// anything is allocated, and the read stops after `limit + 1` bytes (the file may grow).
+pub fn read_limited(mut file: File, limit: u64) -> Result<Vec<u8>, Limited> {
+    let len = file.metadata().map_err(Limited::Io)?.len();
+    if len > limit {
+        return Err(Limited::TooLarge(len));
+    }
+    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    (&mut file)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(Limited::Io)?;
+    if out.len() as u64 > limit {
+        return Err(Limited::TooLarge(out.len() as u64));
+    }
+    Ok(out)
+}
+
+/// Reads a regular file whole without following a link at `path` ([`open_read`]), refusing one
+/// larger than `limit` bytes ([`read_limited`]). `Ok(None)` when it does not exist.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    let mut f = match open_read(path) {
+    let f = match open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let len = f.metadata()?.len();
-    let too_large = || {
-        io::Error::new(
+    match read_limited(f, limit) {
+        Ok(b) => Ok(Some(b)),
+        Err(Limited::Io(e)) => Err(e),
+        Err(Limited::TooLarge(_)) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
                 "{} is larger than the {limit}-byte limit for this kind of file",
                 path.display()
             ),
-        )
-    };
-    if len > limit {
-        return Err(too_large());
+        )),
     }
-    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    (&mut f).take(limit + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > limit {
-        return Err(too_large());
-    }
-    Ok(Some(out))
 }
 
 /// A new file beside `path` (same folder, so it can be renamed over it) with a random name that

@@ -8,7 +8,7 @@ use clap::Parser;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use weight_inspect::format::display::escape_for_terminal as esc;
+use weight_inspect::names::escape as esc;
 use weight_inspect::verify::{self, InspectError, Options, Report};
 
 /// Inspect and verify GGUF and safetensors model files.

@@ -20,7 +20,6 @@
 //!   [`Severity::Warning`] ones only matter with `--strict`.
 
 pub mod diagnostics;
-pub mod display;
 pub mod ggml;
 pub mod gguf;
 pub mod mmap;

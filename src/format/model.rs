@@ -22,7 +22,7 @@ use super::{
     TensorInfo,
 };
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// Why a model could not be opened.
@@ -60,19 +60,12 @@ pub fn read_bounded(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u
         path: path.to_path_buf(),
         source: FormatError::new(FormatErrorKind::FileTooLarge { what, size, limit }, 0),
     };
-    let file = File::open(path).map_err(io_err)?;
-    let size = file.metadata().map_err(io_err)?.len();
-    if size > limit {
-        return Err(too_large(size));
-    }
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io_err)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large(bytes.len() as u64));
-    }
-    Ok(bytes)
+    // A link is followed (a user's index may be one), a FIFO is refused rather than waited on.
+    let file = crate::safe_fs::open_read_following(path).map_err(io_err)?;
+    crate::safe_fs::read_limited(file, limit).map_err(|e| match e {
+        crate::safe_fs::Limited::TooLarge(size) => too_large(size),
+        crate::safe_fs::Limited::Io(e) => io_err(e),
+    })
 }
 
 impl OpenError {

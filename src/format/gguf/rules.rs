@@ -1,7 +1,7 @@
 //! Rules that look at the header as a whole, and the reporting of the problems found in
 //! one value.
 
-use super::value::{Value, ValueCtx, ValueType};
+use super::value::{Value, ValueType};
 use super::{DEFAULT_ALIGNMENT, MAX_BLOCK_COUNT};
 use crate::format::{DType, Diagnostics, TensorInfo};
 
@@ -28,44 +28,6 @@ pub(super) fn alignment(metadata: &[(String, Value)], diags: &mut Diagnostics) -
             );
             DEFAULT_ALIGNMENT
         }
-    }
-}
-
-pub(super) fn report_value_problems(diags: &mut Diagnostics, key: &str, kv_at: u64, vc: &ValueCtx) {
-    if vc.bad_bools > 0 {
-        let (at, byte) = vc.first_bad_bool;
-        diags.error(
-            "gguf.kv.bad-bool",
-            format!(
-                "key '{key}': {} bool byte(s) neither 0 nor 1, first {byte} at byte {at}",
-                vc.bad_bools
-            ),
-        );
-    }
-    if vc.bad_utf8 > 0 {
-        diags.error(
-            "gguf.kv.invalid-utf8",
-            format!(
-                "key '{key}': {} string(s) not valid UTF-8, first at byte {}",
-                vc.bad_utf8, vc.first_bad_utf8
-            ),
-        );
-    }
-    if vc.nested {
-        diags.warning(
-            "gguf.kv.nested-array",
-            format!(
-                "key '{key}' (at byte {kv_at}) holds an array of arrays: allowed by the spec, refused by llama.cpp"
-            ),
-        );
-    }
-    if vc.too_long {
-        diags.warning(
-            "gguf.kv.array-too-long",
-            format!(
-                "key '{key}' (at byte {kv_at}) holds an array of more than 2^30 items, llama.cpp's limit"
-            ),
-        );
     }
 }
 

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::reader::{Ctx, Reader};
-use super::rules::report_value_problems;
 use super::{
     ARRAY_DECODE_LIMIT, DECODE_BUDGET_BYTES, DECODE_BUDGET_ITEMS, LLAMA_MAX_ARRAY_LEN,
     MAX_ARRAY_DEPTH,
@@ -873,4 +872,43 @@ pub(super) fn read_metadata<'a>(
         not_loadable.push("gguf.kv.nested-array");
     }
     Ok(metadata)
+}
+
+/// Diagnostics for what decoding a value of `key` (at byte `kv_at`) found wrong.
+pub(super) fn report_value_problems(diags: &mut Diagnostics, key: &str, kv_at: u64, vc: &ValueCtx) {
+    if vc.bad_bools > 0 {
+        let (at, byte) = vc.first_bad_bool;
+        diags.error(
+            "gguf.kv.bad-bool",
+            format!(
+                "key '{key}': {} bool byte(s) neither 0 nor 1, first {byte} at byte {at}",
+                vc.bad_bools
+            ),
+        );
+    }
+    if vc.bad_utf8 > 0 {
+        diags.error(
+            "gguf.kv.invalid-utf8",
+            format!(
+                "key '{key}': {} string(s) not valid UTF-8, first at byte {}",
+                vc.bad_utf8, vc.first_bad_utf8
+            ),
+        );
+    }
+    if vc.nested {
+        diags.warning(
+            "gguf.kv.nested-array",
+            format!(
+                "key '{key}' (at byte {kv_at}) holds an array of arrays: allowed by the spec, refused by llama.cpp"
+            ),
+        );
+    }
+    if vc.too_long {
+        diags.warning(
+            "gguf.kv.array-too-long",
+            format!(
+                "key '{key}' (at byte {kv_at}) holds an array of more than 2^30 items, llama.cpp's limit"
+            ),
+        );
+    }
 }
