@@ -82,19 +82,17 @@ fn is_bidi_control(c: char) -> bool {
 }
 
 /// `s` as it may be shown on a terminal or in a one-line message: control characters (C0, DEL,
-/// C1), direction controls and the backslash are escaped (`\n`, `\x1b`, `\u{202e}`, `\\`);
-/// everything else is kept. Borrowed when nothing needs escaping.
+/// C1) and direction controls are escaped (`\n`, `\x1b`, `\u{202e}`); everything else is kept.
+/// Escaping twice changes nothing (the output has no character left to escape), so text escaped
+/// by the library can be escaped again by a program that prints it. Borrowed when nothing needs
+/// escaping.
 pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s
-        .chars()
-        .any(|c| c.is_control() || is_bidi_control(c) || c == '\\')
-    {
+    if !s.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
-            '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -308,7 +306,10 @@ mod tests {
         assert!(matches!(escape("plain/path.gguf"), Cow::Borrowed(_)));
         assert_eq!(escape("name\n/etc/passwd"), "name\\n/etc/passwd");
         assert_eq!(escape("x\u{1b}[31m"), "x\\x1b[31m");
-        assert_eq!(escape("a\\b\t"), "a\\\\b\\t");
+        assert_eq!(escape("a\\b\t"), "a\\b\\t");
+        // Idempotent.
+        let once = escape("x\n\u{1b}\u{9b}\u{202e}y").into_owned();
+        assert_eq!(escape(&once), once);
         assert_eq!(escape("x\u{9b}y\u{202e}z"), "x\\u{9b}y\\u{202e}z");
         assert_eq!(escape("модель"), "модель");
         assert_eq!(
@@ -321,7 +322,7 @@ mod tests {
             escape("a\u{202e}b\u{2066}\u{61c}"),
             "a\\u{202e}b\\u{2066}\\u{61c}"
         );
-        assert_eq!(escape("a\\nb"), "a\\\\nb");
+
         // Nothing printable is left of a control character.
         for c in (0u32..0x20).chain(0x7f..0xa0) {
             let s = char::from_u32(c).unwrap().to_string();

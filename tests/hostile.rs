@@ -37,7 +37,7 @@ pub(crate) fn run_within(mut c: Command, limit: Duration) -> Output {
     }
 }
 
-const LIMIT: Duration = Duration::from_secs(15);
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// A hub serving one large-file-style (CDN) file.
 fn one_file_hub(
@@ -279,4 +279,394 @@ fn a_second_process_says_what_it_waits_for_and_gives_up() {
     assert!(e.contains("waiting for another process"), "{e}");
     assert!(e.contains(&lock.display().to_string()), "{e}");
     drop(held);
+}
+
+// ---- credentials and redirects ----
+
+const CANARY: &str = "hf_canary_token_4b1d";
+
+/// A hub whose small file `c.json` (served by the hub itself, so its GET carries bytes) and
+/// large file `w.bin` (through the CDN) need the canary token.
+fn token_hub(
+    extra: impl FnOnce(mock_server::MockHubBuilder) -> mock_server::MockHubBuilder,
+) -> mock_server::BackgroundHub {
+    start(extra(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .file("tok/repo", "c.json", big_file(10_000))
+            .file("tok/repo", "w.bin", big_file(200_000)),
+    ))
+}
+
+/// Requests that reached the CDN listener, and whether any carried `Authorization`.
+fn cdn_requests(hub: &MockHub) -> (usize, bool) {
+    let st = hub.stats();
+    let cdn: Vec<_> = st.requests.iter().filter(|r| r.listener == "cdn").collect();
+    let n = cdn.len();
+    (n, cdn.iter().any(|r| r.authorization))
+}
+
+/// Regression: a `Location` such as `/\other.host/x` or `/<TAB>/other.host/x` was taken as
+/// same-origin because it does not start with `//`, but joining makes it another host, and the
+/// `Authorization` header went there. Now the joined URL's origin decides, for file `HEAD`s,
+/// downloads and API requests alike.
+#[test]
+fn the_token_never_goes_to_another_host() {
+    for location in ["/\\{cdn}/x", "/\t/{cdn}/x", "//{cdn}/x", "http://{cdn}/x"] {
+        // The download (GET) of a file the hub serves itself is redirected.
+        let hub = token_hub(|b| {
+            b.fault(
+                Fault::redirect(302, location)
+                    .on_path("*c.json")
+                    .body_only(),
+            )
+        });
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.env("HF_TOKEN", CANARY)
+            .args(["tok/repo", "c.json", "--json"]);
+        let o = run_within(c, LIMIT);
+        let (n, auth) = cdn_requests(&hub);
+        assert!(
+            n > 0,
+            "{location:?}: the redirect was followed (without the token)"
+        );
+        assert!(!auth, "{location:?}: the token went to the CDN");
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{location:?}: the CDN has no such file"
+        );
+        assert_no_canary(&o, &sb);
+        // The file's HEAD is redirected: not followed to another host.
+        let hub = token_hub(|b| b.fault(Fault::redirect(302, location).on_path("*c.json")));
+        let mut c = sb.cmd(&hub);
+        c.env("HF_TOKEN", CANARY).args(["tok/repo", "c.json"]);
+        let o = run_within(c, LIMIT);
+        assert_eq!(cdn_requests(&hub).1, false, "{location:?}: HEAD");
+        assert_ne!(o.status.code(), Some(0));
+        // An API request is redirected: refused, never followed.
+        let hub = token_hub(|b| b.fault(Fault::redirect(307, location).on_path("/api/*")));
+        let mut c = sb.cmd(&hub);
+        c.env("HF_TOKEN", CANARY)
+            .args(["tok/repo", "--include", "*"]);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 3);
+        assert_eq!(cdn_requests(&hub), (0, false), "{location:?}: API");
+        assert!(stderr(&o).contains("another host"), "{}", stderr(&o));
+        assert_no_canary(&o, &sb);
+    }
+}
+
+/// The token is never printed, logged or written to disk, whatever fails.
+fn assert_no_canary(o: &Output, sb: &Sandbox) {
+    assert!(
+        !stdout(o).contains(CANARY) && !stderr(o).contains(CANARY),
+        "the token was printed"
+    );
+    for (rel, full, ft) in weight_inspect::safe_fs::walk_relative(sb.dir.path()).unwrap() {
+        if ft.is_file() {
+            let bytes = fs::read(&full).unwrap();
+            assert!(
+                !bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()),
+                "the token was written to {rel}"
+            );
+        }
+    }
+}
+
+/// Redirect loops, chains longer than ten hops and schemes other than http(s) are refused: the
+/// download ends with an error naming the redirect, after a bounded number of requests.
+#[test]
+fn redirect_loops_long_chains_and_other_schemes_are_refused() {
+    for (location, what) in [
+        ("{path}", "loop"),
+        ("{path}?x", "more than 10 redirects"),
+        ("ftp://{hub}/x", "not http or https"),
+        ("file:///etc/passwd", "not http or https"),
+    ] {
+        let hub = token_hub(|b| {
+            b.fault(
+                Fault::redirect(302, location)
+                    .on_path("*c.json")
+                    .body_only(),
+            )
+        });
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(["tok/repo", "c.json"]);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 3);
+        assert!(stderr(&o).contains(what), "{location}: {}", stderr(&o));
+        let gets = hub.stats().file("tok/repo", "c.json").get_requests;
+        assert!(gets <= 12, "{location}: {gets} GETs");
+    }
+}
+
+// ---- bodies ----
+
+/// Bodies longer than promised, endless bodies, compressed bodies and a `Content-Range` ending at
+/// `u64::MAX` are never written: a few of them are retried and the file ends byte-exact; a
+/// server that always sends them fails the download (exit 3) without a wrong byte in place.
+#[test]
+fn hostile_bodies_are_never_written() {
+    const SIZE: usize = 512 << 10;
+    let data = big_file(SIZE);
+    for fault in [
+        Fault::Overlong { extra: 1000 },
+        Fault::Endless,
+        Fault::ContentEncoding {
+            encoding: "gzip".into(),
+        },
+        Fault::ContentRangeHeader {
+            value: "bytes 0-18446744073709551614/*".into(),
+        },
+    ] {
+        // Now and then: retried, byte-exact.
+        let hub = one_file_hub("body/model", "w.bin", &data, |b| {
+            b.fault(fault.clone().on(Target::Cdn).times(3))
+        });
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(["body/model", "w.bin", "--chunk-size", "128K"]);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 0);
+        assert_eq!(fs::read(&lines(&o)[0]).unwrap(), data, "{fault:?}");
+        // Always: a clean failure, nothing in place.
+        let hub = one_file_hub("body/model", "w.bin", &data, |b| {
+            b.fault(fault.clone().on(Target::Cdn))
+        });
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(["body/model", "w.bin", "--chunk-size", "128K"]);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 3);
+        assert!(
+            blobs(&sb.repo_dir("body/model"))
+                .iter()
+                .all(|b| b.contains("partial")),
+            "{fault:?}"
+        );
+    }
+}
+
+// ---- listings ----
+
+/// A pagination loop, an endless listing and a gigabyte page are refused (exit 3) after a
+/// bounded number of requests and bytes.
+#[test]
+fn hostile_listings_are_bounded() {
+    for (fault, what) in [
+        (Fault::ListingSelfLink, "pagination loop"),
+        (Fault::ListingEndless, "endless listing"),
+        (Fault::ListingPad { bytes: 1 << 30 }, "larger than"),
+    ] {
+        let hub = start(
+            MockHub::builder()
+                .hash_cache(false)
+                .page_size(2)
+                .file("list/repo", "a.txt", &b"a"[..])
+                .file("list/repo", "b.txt", &b"b"[..])
+                .file("list/repo", "c.txt", &b"c"[..])
+                .fault(fault.clone().rule()),
+        );
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(["list/repo", "--include", "*"]);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 3);
+        assert!(stderr(&o).contains(what), "{fault:?}: {}", stderr(&o));
+        assert!(hub.stats().total_requests < 20, "{fault:?}");
+    }
+}
+
+/// Names that could not safely become local file names, or that collide on a case-insensitive
+/// file system, and impossible sizes are left out with a note (escaped), and the rest is fetched;
+/// nothing raw reaches the terminal, and `name\n/etc/passwd` cannot forge an output line.
+#[test]
+fn hostile_names_and_sizes_are_left_out_and_never_printed_raw() {
+    let oid = "0".repeat(40);
+    let sha = "ab".repeat(32);
+    let mut b = MockHub::builder()
+        .hash_cache(false)
+        .file("names/repo", "ok.txt", &b"fine"[..])
+        .file("names/repo", "A.json", &b"upper"[..])
+        .file("names/repo", "a.json", &b"lower"[..]);
+    for path in [
+        "name\n/etc/passwd",
+        "x\u{1b}[31m.gguf",
+        "%2e%2e/x",
+        "evil\u{202e}fpp.gguf",
+    ] {
+        b = b.listing_entry(
+            "names/repo",
+            serde_json::json!({"type": "file", "path": path, "oid": oid, "size": 4}),
+        );
+    }
+    b = b.listing_entry(
+        "names/repo",
+        serde_json::json!({"type": "file", "path": "past-2-63.bin", "oid": oid,
+                           "size": 9_223_372_036_854_775_808u64, "lfs": {"oid": sha, "size": 9_223_372_036_854_775_808u64}}),
+    );
+    let hub = start(b);
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["names/repo", "--include", "*"]);
+    let o = run_within(c, LIMIT);
+    expect_code(&o, 0);
+    let out = lines(&o);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].ends_with("/ok.txt"));
+    assert!(!out.iter().any(|l| l == "/etc/passwd"));
+    let e = stderr(&o);
+    assert!(
+        !e.contains('\u{1b}') && !e.contains('\u{202e}'),
+        "raw control characters: {e:?}"
+    );
+    assert!(
+        e.contains("name\\\\n/etc/passwd") || e.contains("name\\n/etc/passwd"),
+        "{e}"
+    );
+    for left_out in ["A.json", "a.json", "%2e%2e/x", "past-2-63.bin"] {
+        assert!(e.contains(&format!("'{left_out}'")), "{left_out}: {e}");
+    }
+    // Asked for by name, a refused file is an integrity failure (exit 2), not "not found".
+    let mut c = sb.cmd(&hub);
+    c.args(["names/repo", "A.json", "--include", "*.txt"]);
+    let o = run_within(c, LIMIT);
+    expect_code(&o, 2);
+    assert!(
+        stderr(&o).contains("differs from it only in case"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A 10 TB file is refused before anything is allocated: the free-space check fails (exit 1),
+/// and no partial file exists.
+#[test]
+fn a_10_tb_file_is_refused_before_any_allocation() {
+    let size = 10u64 << 40;
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .listing_entry(
+                "huge/repo",
+                serde_json::json!({"type": "file", "path": "huge.gguf", "oid": "0".repeat(40),
+                                   "size": size, "lfs": {"oid": "cd".repeat(32), "size": size}}),
+            ),
+    );
+    let sb = Sandbox::new();
+    for args in [
+        &["huge/repo", "huge.gguf"][..],
+        &["huge/repo", "--include", "*.gguf"],
+    ] {
+        let mut c = sb.cmd(&hub);
+        c.args(args);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 1);
+        assert!(
+            stderr(&o).contains("not enough disk space"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(blobs(&sb.repo_dir("huge/repo")).is_empty());
+        assert_eq!(hub.stats().file("huge/repo", "huge.gguf").get_requests, 0);
+    }
+}
+
+// ---- resume-state tampering ----
+
+/// Every way of tampering with a resume state — claims of chunks whose bytes are really zeros
+/// (with their right hashes: the claim checks out on disk, the file does not), wrong hashes,
+/// truncated, huge, binary, a link, a FIFO — ends byte-exact; a folder where the state goes is a
+/// clean error naming it (exit 1). Never exit 0 with wrong bytes, never a hang.
+#[test]
+fn resume_state_tampering_ends_byte_exact() {
+    use sha2::{Digest as _, Sha256};
+    const SIZE: usize = 512 << 10;
+    const CHUNK: usize = 128 << 10;
+    let data = big_file(SIZE);
+    let etag = sha256_hex(&data);
+    let hub = one_file_hub("tamper/model", "w.bin", &data, |b| b);
+    let commit = hub.commit("tamper/model");
+    let state_of = |chunks: serde_json::Value| {
+        serde_json::json!({
+            "format": "weight-inspect/transfer-state", "version": 1,
+            "identity": {"repo": "tamper/model", "commit": commit, "path": "w.bin",
+                         "etag": etag, "size": SIZE},
+            "expected": format!("sha256:{etag}"), "chunk_size": CHUNK, "chunks": chunks,
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let zeros = hex::encode(Sha256::digest(vec![0u8; CHUNK]));
+    let all_zero_claims: Vec<_> = (0..4)
+        .map(|i| serde_json::json!({"index": i, "written": CHUNK, "complete": true, "sha256": zeros}))
+        .collect();
+    let wrong: Vec<_> = (0..4)
+        .map(|i| serde_json::json!({"index": i, "written": CHUNK, "complete": true, "sha256": "11".repeat(32)}))
+        .collect();
+    enum State {
+        Bytes(Vec<u8>),
+        Huge,
+        Link,
+        Fifo,
+        Folder,
+    }
+    let cases = [
+        (
+            "claims of zeros",
+            State::Bytes(state_of(serde_json::json!(all_zero_claims))),
+        ),
+        (
+            "wrong hashes",
+            State::Bytes(state_of(serde_json::json!(wrong))),
+        ),
+        (
+            "truncated",
+            State::Bytes(state_of(serde_json::json!(all_zero_claims))[..200].to_vec()),
+        ),
+        (
+            "binary",
+            State::Bytes((0..4096u32).map(|i| (i * 7919 % 251) as u8).collect()),
+        ),
+        ("huge", State::Huge),
+        ("a link", State::Link),
+        ("a FIFO", State::Fifo),
+        ("a folder", State::Folder),
+    ];
+    for (what, state) in cases {
+        let sb = Sandbox::new();
+        let dir = sb.repo_dir("tamper/model").join("blobs");
+        fs::create_dir_all(&dir).unwrap();
+        let partial = dir.join(format!("{etag}.wi-partial"));
+        fs::write(&partial, vec![0u8; SIZE]).unwrap();
+        let st = dir.join(format!("{etag}.wi-partial.state"));
+        match state {
+            State::Bytes(ref b) => fs::write(&st, b).unwrap(),
+            State::Huge => fs::File::create(&st).unwrap().set_len(1 << 40).unwrap(),
+            State::Link => symlink("/dev/zero", &st).unwrap(),
+            State::Fifo => assert!(Command::new("mkfifo").arg(&st).status().unwrap().success()),
+            State::Folder => fs::create_dir(&st).unwrap(),
+        }
+        let folder = matches!(state, State::Folder);
+        let mut c = sb.cmd(&hub);
+        c.args(["tamper/model", "w.bin", "--chunk-size", "128K"]);
+        let o = run_within(c, LIMIT);
+        if folder {
+            expect_code(&o, 1);
+            assert!(
+                stderr(&o).contains(&st.display().to_string()),
+                "{}",
+                stderr(&o)
+            );
+            assert!(!dir.join(&etag).exists(), "nothing in place");
+            continue;
+        }
+        expect_code(&o, 0);
+        assert_eq!(fs::read(&lines(&o)[0]).unwrap(), data, "{what}");
+    }
 }

@@ -31,7 +31,7 @@ use crate::safe_fs;
 use crate::transfer::{Digest, LockedPartial, TransferSpec};
 
 /// Refused listing entries named one by one in notices; the rest are counted.
-const REFUSED_NAMED: usize = 5;
+const REFUSED_NAMED: usize = 10;
 
 /// See the module docs: drops every event about a file after its terminal event, and keeps the
 /// failures held back while a selection may be resolved again.

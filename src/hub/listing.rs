@@ -2,7 +2,8 @@
 //!
 //! A listing is bounded in every direction: each page's body ([`HubConfig::max_response_bytes`]),
 //! the pages ([`HubConfig::max_pages`]; a `next` link to a page already read is a pagination
-//! loop and refused at once), and the totals over all pages ([`HubConfig::max_listing_entries`],
+//! loop and refused at once, and so is an empty page that links to another), and the totals over
+//! all pages ([`HubConfig::max_listing_entries`],
 //! [`HubConfig::max_listing_bytes`]). Entries whose path could not safely become a local file
 //! name, whose size is past 2^63, or whose name collides with another's on a case-insensitive
 //! file system are not fatal: they are set aside in [`RepoListing::refused`] with the reason.
@@ -280,6 +281,7 @@ impl HubClient {
                 reason,
             };
             seen_pages.insert(answered.clone());
+            let page_empty = entries.is_empty();
             entries_total = entries_total.saturating_add(entries.len());
             bytes_total = bytes_total.saturating_add(bytes as u64);
             if entries_total > cfg.max_listing_entries {
@@ -315,6 +317,13 @@ impl HubClient {
                 None => {
                     let files = refuse_collisions(files, &mut refused);
                     return Ok((files, refused));
+                }
+                Some(_) if page_empty => {
+                    // The Hub never sends an empty page with more to come: an endless listing.
+                    return Err(invalid(
+                        "an empty page of the listing links to another one (an endless listing)"
+                            .into(),
+                    ));
                 }
                 Some(next) => {
                     let next = answered

@@ -60,6 +60,11 @@ pub(crate) async fn run(
     let mut refetched_chunks = 0usize;
     for _ in 0..MAX_ROUNDS {
         let mut replaced = false;
+        // After the first replacement of a pass, the whole-file hash is checked at once (one
+        // damaged chunk is the usual case); later ones are checked together at the end of the
+        // pass, so that a state claiming every chunk (all wrong) costs one re-hash, not one per
+        // chunk.
+        let mut unchecked_from: Option<usize> = None;
         let order = ctx.chunks.lock().by_suspicion();
         for index in order {
             let range = ctx.plan.chunk(index).expect("chunk index within the plan");
@@ -95,8 +100,19 @@ pub(crate) async fn run(
             );
             ctx.events.progress(len);
             ctx.checkpoint.changed();
+            if replaced {
+                unchecked_from = Some(unchecked_from.map_or(index, |i| i.min(index)));
+                continue;
+            }
             replaced = true;
             let (sha256, digest) = ctx.prefix.rehash_from(index).await?.finish();
+            if digest == expected {
+                return Ok(sha256);
+            }
+            actual = digest;
+        }
+        if let Some(from) = unchecked_from {
+            let (sha256, digest) = ctx.prefix.rehash_from(from).await?.finish();
             if digest == expected {
                 return Ok(sha256);
             }
