@@ -529,12 +529,40 @@ pub(crate) fn big_file(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Polls `cond` every few milliseconds until it holds or `limit` passed.
-fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) {
+/// Waits for the event `cond` (a counter, a state file…), checking every few milliseconds; a
+/// wait that takes longer than `limit` fails the test, naming `what` it waited for.
+pub(crate) fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
-    while !cond() && Instant::now() < deadline {
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Bytes the resume states in a repository folder's `blobs/` record as on disk: what a kill
+/// now would keep (0 where there is no state, or it is being replaced).
+pub(crate) fn recorded_bytes(repo_dir: &Path) -> u64 {
+    let Ok(rd) = fs::read_dir(repo_dir.join("blobs")) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .ends_with(".wi-partial.state")
+        })
+        .filter_map(|e| fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .map(|v| {
+            v["chunks"]
+                .as_array()
+                .map(|c| c.iter().filter_map(|c| c["written"].as_u64()).sum::<u64>())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// SIGKILL, and reap.
@@ -563,11 +591,18 @@ pub(crate) fn partials(repo_dir: &Path) -> Vec<String> {
 }
 
 /// A run of `args` killed with SIGKILL once `when` holds.
-fn killed_run(sb: &Sandbox, hub: &MockHub, args: &[&str], when: impl FnMut() -> bool) {
+fn killed_run(sb: &Sandbox, hub: &MockHub, args: &[&str], what: &str, when: impl FnMut() -> bool) {
     let mut c = sb.cmd(hub);
     c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
-    let child = c.spawn().unwrap();
-    wait_until(Duration::from_secs(20), when);
+    let mut child = c.spawn().unwrap();
+    let mut when = when;
+    wait_for(what, Duration::from_secs(60), || {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before {what}"
+        );
+        when()
+    });
     kill9(child);
 }
 
@@ -599,14 +634,10 @@ fn sigkill_then_resume_fetches_only_what_is_missing() {
     let args = ranged_args("big/model", "weights.bin");
     let mut sent = Vec::new();
     for _ in 0..2 {
-        // Kill once this run has received 512 KiB and had time to save its resume state
-        // (about every second), so the test holds on a slow machine too.
-        killed_run(&sb, &hub, &args, || {
-            let enough = hub.stats().file("big/model", "weights.bin").bytes_sent >= 512 << 10;
-            if enough {
-                std::thread::sleep(Duration::from_millis(1100));
-            }
-            enough
+        // Kill once this run's resume state records 512 KiB more than the last one's.
+        let before = recorded_bytes(&sb.repo_dir("big/model"));
+        killed_run(&sb, &hub, &args, "512 KiB more recorded", || {
+            recorded_bytes(&sb.repo_dir("big/model")) >= before + (512 << 10)
         });
         sent.push(hub.stats().file("big/model", "weights.bin").bytes_sent);
         hub.reset_stats();
@@ -649,11 +680,12 @@ fn sigkill_at_start_middle_and_end() {
         let sb = Sandbox::new();
         let repo_dir = sb.repo_dir("kill/model");
         hub.reset_stats();
-        killed_run(&sb, &hub, &args, || match point {
+        killed_run(&sb, &hub, &args, point, || match point {
             "first request" => hub.stats().total_requests > 0,
             "partial created" => !partials(&repo_dir).is_empty(),
             "middle" => sent(&hub) >= SIZE as u64 / 2,
-            _ => sent(&hub) >= SIZE as u64 * 9 / 10,
+            // Near the end, and recorded as such.
+            _ => recorded_bytes(&repo_dir) >= SIZE as u64 * 6 / 10,
         });
         assert!(
             !blobs(&repo_dir).contains(&sha),
@@ -690,8 +722,10 @@ fn dry_run_shows_the_recorded_partial_bytes() {
     let mut c = sb.cmd(&hub);
     c.args(args).stdout(Stdio::null()).stderr(Stdio::null());
     let child = c.spawn().unwrap();
-    wait_until(Duration::from_secs(20), || sent(&hub) >= 1 << 20);
-    std::thread::sleep(Duration::from_millis(1100)); // a checkpoint
+    let repo_dir = sb.repo_dir("dry/model");
+    wait_for("1 MiB recorded", Duration::from_secs(60), || {
+        recorded_bytes(&repo_dir) >= 1 << 20
+    });
     kill9(child);
     assert!(sent(&hub) < SIZE as u64, "killed too late");
 
@@ -730,10 +764,9 @@ fn changed_remote_file_discards_the_old_partial() {
     let sb = Sandbox::new();
     let repo_dir = sb.repo_dir("chg/model");
     let args = ranged_args("chg/model", "w.bin");
-    killed_run(&sb, &hub, &args, || {
-        hub.stats().file("chg/model", "w.bin").bytes_sent >= SIZE as u64 / 3
+    killed_run(&sb, &hub, &args, "a third recorded", || {
+        recorded_bytes(&repo_dir) >= SIZE as u64 / 3
     });
-    std::thread::sleep(Duration::from_millis(50));
     assert!(
         !partials(&repo_dir).is_empty(),
         "a partial download is left"
@@ -1058,7 +1091,20 @@ fn local_dir_offline_with_mixed_commits() {
     };
     fetch("a.txt");
     let old = hub.commit("mix/repo");
-    std::thread::sleep(Duration::from_millis(20));
+    // The next download must carry a later time in its metadata than this one's.
+    let first = fs::read_to_string(dir.join(".cache/huggingface/download/a.txt.metadata")).unwrap();
+    let first: f64 = first.lines().nth(2).unwrap().parse().unwrap();
+    wait_for(
+        "the clock to pass the first download's time",
+        Duration::from_secs(5),
+        || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64()
+                > first
+        },
+    );
     let new = hub
         .mutate_file("mix/repo", "b.txt", &b"second"[..])
         .unwrap();
@@ -1173,8 +1219,9 @@ fn disk_fills_up_mid_download_then_resumes() {
         let st = h.stats();
         st.file("fill/model", "w1.bin").bytes_sent + st.file("fill/model", "w2.bin").bytes_sent
     };
-    wait_until(Duration::from_secs(20), || sent(&hub) >= 512 << 10);
-    std::thread::sleep(Duration::from_millis(1100));
+    wait_for("512 KiB recorded", Duration::from_secs(60), || {
+        recorded_bytes(&sb.repo_dir("fill/model")) >= 512 << 10
+    });
     let ballast = tmpfs.fill();
     let o = child.wait_with_output().unwrap();
     expect_code(&o, 1);
