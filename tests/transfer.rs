@@ -1184,15 +1184,12 @@ async fn a_tiny_chunk_size_is_raised_to_the_minimum() {
 /// not be written: the partial file when it is preallocated, the state when a checkpoint cannot
 /// be saved. Needs root (a small tmpfs is mounted) and `WI_TMPFS_TESTS=1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(wi_tmpfs),
+    ignore = "needs root and WI_TMPFS_TESTS=1 (.ci/run sets it when root)"
+)]
 async fn a_full_disk_names_the_file_and_the_local_path() {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
-    if std::env::var_os("WI_TMPFS_TESTS").is_none_or(|v| v != "1") || !root {
-        eprintln!("note: a_full_disk_names_the_file_and_the_local_path needs WI_TMPFS_TESTS=1 and root; passing over");
-        return;
-    }
+    crate::wi_fetch::require_tmpfs();
     struct Mount(std::path::PathBuf);
     impl Drop for Mount {
         fn drop(&mut self) {

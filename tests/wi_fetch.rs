@@ -4,10 +4,9 @@
 //! gated repositories, kill -9 and resume, two processes on one blob, unsafe paths, failed
 //! verification, local-dir mode, disk space, and interoperability with huggingface_hub.
 //!
-//! Optional parts announce themselves on stderr and pass when their environment is missing:
+//! Optional tests show as ignored where their environment is missing (see `build.rs`):
 //! `WI_PYTHON` (a python with huggingface_hub) for the interop tests, root plus
-//! `WI_TMPFS_TESTS=1` for the disk-full tests — except on CI (`CI` set), where a missing tmpfs
-//! environment fails those tests instead of passing them silently.
+//! `WI_TMPFS_TESTS=1` for the disk-full tests. In CI (`CI` set) the Python ones always run.
 #![allow(clippy::print_stderr)] // notes about tests passed over
 
 use std::fs;
@@ -920,26 +919,6 @@ fn renamed_repository_is_followed() {
     let o = run(c);
     expect_code(&o, 0);
     assert_eq!(lines(&o).len(), 1, "{}", stdout(&o));
-
-    // huggingface_hub also keeps a renamed repository under the name asked for.
-    if let Some(python) = python() {
-        let script = format!(
-            "from huggingface_hub import hf_hub_download\n\
-             print(hf_hub_download('{OLD}', 'config.json'))\n"
-        );
-        let p = py(&python, &sb, &hub, &script);
-        assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
-        let theirs = String::from_utf8_lossy(&p.stdout).trim().to_string();
-        assert_eq!(
-            theirs,
-            old_dir
-                .join("snapshots")
-                .join(&commit)
-                .join("config.json")
-                .display()
-                .to_string()
-        );
-    }
 }
 
 /// With the Hub's `resolve-cache` redirects (small files answer a relative 307 to
@@ -1154,10 +1133,12 @@ fn metadata_5xx_is_retried() {
 /// With a 4 MiB tmpfs as cache, a bigger file fails up front with exit 1 and a disk-space
 /// message. Needs root and `WI_TMPFS_TESTS=1`.
 #[test]
+#[cfg_attr(
+    not(wi_tmpfs),
+    ignore = "needs root and WI_TMPFS_TESTS=1 (.ci/run sets it when root)"
+)]
 fn disk_full_fails_up_front() {
-    if !tmpfs_tests("disk_full_fails_up_front") {
-        return;
-    }
+    require_tmpfs();
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -1183,10 +1164,12 @@ fn disk_full_fails_up_front() {
 /// succeeds and, from the server's counters, fetches about only what was still missing.
 /// Needs root and `WI_TMPFS_TESTS=1`.
 #[test]
+#[cfg_attr(
+    not(wi_tmpfs),
+    ignore = "needs root and WI_TMPFS_TESTS=1 (.ci/run sets it when root)"
+)]
 fn disk_fills_up_mid_download_then_resumes() {
-    if !tmpfs_tests("disk_fills_up_mid_download_then_resumes") {
-        return;
-    }
+    require_tmpfs();
     const SIZE: usize = 2 << 20;
     let (a, b) = (big_file(SIZE), big_file(SIZE + 4096)[4096..].to_vec());
     let hub = start(
@@ -1265,32 +1248,13 @@ fn disk_fills_up_mid_download_then_resumes() {
     assert!(v["files"][0]["resumed"].as_u64().unwrap() > 0, "{v}");
 }
 
-/// Whether the tests that mount a tmpfs can run: root and `WI_TMPFS_TESTS=1`. Without them the
-/// test passes over with a note, unless `CI` is set: CI is meant to run them, so there (or when
-/// `WI_TMPFS_TESTS=1` asks for them but we are not root) a missing environment fails.
-fn tmpfs_tests(name: &str) -> bool {
-    let asked = std::env::var_os("WI_TMPFS_TESTS").is_some_and(|v| v == "1");
-    let root = is_root();
-    if asked && root {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"));
-    let why = if asked {
-        "WI_TMPFS_TESTS=1 but not running as root"
-    } else {
-        "WI_TMPFS_TESTS=1 is not set"
-    };
+/// The tests that mount a tmpfs run with `WI_TMPFS_TESTS=1` (see `build.rs`), which must come
+/// with root.
+pub(crate) fn require_tmpfs() {
     assert!(
-        !ci && !asked,
-        "{name} needs root and WI_TMPFS_TESTS=1 ({why}){}",
-        if ci {
-            "; CI is set, and CI must run it"
-        } else {
-            ""
-        }
+        is_root(),
+        "WI_TMPFS_TESTS=1 but not running as root: cannot mount a tmpfs"
     );
-    eprintln!("note: {name} needs root and WI_TMPFS_TESTS=1 ({why}); passing over");
-    false
 }
 
 /// A tmpfs mounted on a folder, unmounted when dropped.
@@ -1347,14 +1311,9 @@ fn is_root() -> bool {
 
 // ---- huggingface_hub interop ----
 
-fn python() -> Option<String> {
-    match std::env::var("WI_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ => {
-            eprintln!("note: WI_PYTHON is not set; huggingface_hub interop tests pass over");
-            None
-        }
-    }
+/// The Python of the interop tests (they are ignored without `WI_PYTHON`: see `build.rs`).
+fn python() -> String {
+    crate::support::required_env("WI_PYTHON")
 }
 
 fn py(python: &str, sb: &Sandbox, hub: &MockHub, script: &str) -> Output {
@@ -1374,8 +1333,12 @@ fn py(python: &str, sb: &Sandbox, hub: &MockHub, script: &str) -> Output {
 
 /// huggingface_hub finds, offline, the files wi-fetch put in a cache.
 #[test]
+#[cfg_attr(
+    not(wi_python),
+    ignore = "needs WI_PYTHON, a Python with huggingface_hub (.ci/run sets it)"
+)]
 fn huggingface_hub_reads_our_cache() {
-    let Some(python) = python() else { return };
+    let python = python();
     let hub = start(hub_builder());
     let sb = Sandbox::new();
     let mut c = sb.cmd(&hub);
@@ -1402,8 +1365,12 @@ fn huggingface_hub_reads_our_cache() {
 
 /// wi-fetch --offline accepts a cache that huggingface_hub filled from the mock.
 #[test]
+#[cfg_attr(
+    not(wi_python),
+    ignore = "needs WI_PYTHON, a Python with huggingface_hub (.ci/run sets it)"
+)]
 fn we_read_a_huggingface_hub_cache() {
-    let Some(python) = python() else { return };
+    let python = python();
     let hub = start(hub_builder());
     let sb = Sandbox::new();
     let script = format!(
@@ -1429,4 +1396,43 @@ fn we_read_a_huggingface_hub_cache() {
         .map(str::to_string)
         .collect();
     assert_eq!(lines(&o)[0], py_paths[0]);
+}
+
+/// huggingface_hub also keeps a renamed repository under the name asked for, where wi-fetch
+/// puts it.
+#[test]
+#[cfg_attr(
+    not(wi_python),
+    ignore = "needs WI_PYTHON, a Python with huggingface_hub (.ci/run sets it)"
+)]
+fn huggingface_hub_keeps_a_renamed_repository_where_we_do() {
+    const OLD: &str = "old-org/old-name";
+    let python = python();
+    let hub = start(hub_builder().rename(OLD, REPO));
+    let sb = Sandbox::new();
+    let commit = hub.commit(REPO);
+    let old_dir = sb.repo_dir(OLD);
+    let mut c = sb.cmd(&hub);
+    c.args([OLD, "config.json", "-q"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let ours = lines(&o)[0].clone();
+    fs::remove_dir_all(sb.cache()).unwrap();
+    let script = format!(
+        "from huggingface_hub import hf_hub_download\n\
+         print(hf_hub_download('{OLD}', 'config.json'))\n"
+    );
+    let p = py(&python, &sb, &hub, &script);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let theirs = String::from_utf8_lossy(&p.stdout).trim().to_string();
+    assert_eq!(theirs, ours);
+    assert_eq!(
+        theirs,
+        old_dir
+            .join("snapshots")
+            .join(&commit)
+            .join("config.json")
+            .display()
+            .to_string()
+    );
 }

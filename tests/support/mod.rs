@@ -5,39 +5,25 @@
 use std::path::PathBuf;
 
 /// `../shared/data` beside the repository, where CI keeps real files written by other tools.
-/// `None` (and a note on stderr) where that folder is absent, as in a user's own clone.
-pub fn shared_data() -> Option<PathBuf> {
+/// Tests that read it are marked `#[cfg_attr(not(wi_shared_data), ignore = …)]` (see
+/// `build.rs`), so they only run where it exists, or in CI, where its absence fails them.
+pub fn shared_data() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        in_ci_this_must_exist(&format!("{} (shared test data)", dir.display()));
-        eprintln!(
-            "note: {} is absent; tests on real files pass over it",
-            dir.display()
-        );
-        None
-    }
+    assert!(
+        dir.is_dir(),
+        "{} (shared test data) is missing: CI provides it beside the checkout",
+        dir.display()
+    );
+    dir
 }
 
-/// An optional test input named by an environment variable (`WI_PYTHON`, `WI_MINILM`, …):
-/// `None` with a note where it is unset (a user's own machine), but a failure in CI, where
-/// `.ci/run` provides every one of them, so that no check is skipped silently there.
-pub fn optional_env(var: &str) -> Option<String> {
+/// An optional test input named by an environment variable (`WI_PYTHON`, `WI_MINILM`, …).
+/// Tests that need one are marked `#[cfg_attr(not(wi_…), ignore = …)]` (see `build.rs`), so they
+/// only run where it is set, or in CI, where `.ci/run` sets every one and its absence fails them.
+pub fn required_env(var: &str) -> String {
     match std::env::var(var) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            in_ci_this_must_exist(var);
-            eprintln!("note: {var} is unset; the test that needs it passes over");
-            None
-        }
-    }
-}
-
-/// Panic when running in CI (`CI` set, as CI runs `.ci/run`) and `what` is missing.
-pub fn in_ci_this_must_exist(what: &str) {
-    if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-        panic!("{what} is required in CI (see .ci/run) but is missing");
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!("{var} is required by this test (see .ci/run) but is not set"),
     }
 }
 
