@@ -68,6 +68,26 @@ pub mod safe_fs;
 pub mod transfer;
 pub mod verify;
 
+/// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`; not a public API): each
+/// parser of hostile bytes, from bytes.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// A resume state from its bytes: parsed and checked as the engine checks one on resume;
+    /// the number of chunk records it would trust.
+    pub fn resume_state(bytes: &[u8]) -> Result<usize, String> {
+        let s = crate::transfer::fuzzing::parse_state(bytes)?;
+        Ok(s)
+    }
+
+    /// One page of a tree listing: the files kept and the entries refused.
+    pub fn listing_page(
+        bytes: &[u8],
+    ) -> Result<(Vec<crate::hub::RemoteFile>, Vec<crate::hub::RefusedEntry>), String> {
+        crate::hub::fuzzing::parse_page(bytes)
+    }
+}
+
 /// The README's Rust examples, compiled as doctests so that they stay true.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -547,6 +547,8 @@ pub struct Faults {
 struct FaultsInner {
     rules: Vec<FaultRule>,
     rng: ChaCha8Rng,
+    /// How many times each kind of fault fired (by its `kind` name).
+    fired: std::collections::BTreeMap<String, u64>,
 }
 
 impl Faults {
@@ -555,6 +557,7 @@ impl Faults {
             inner: Arc::new(Mutex::new(FaultsInner {
                 rules,
                 rng: ChaCha8Rng::seed_from_u64(seed),
+                fired: std::collections::BTreeMap::new(),
             })),
         }
     }
@@ -576,6 +579,12 @@ impl Faults {
     /// The rules still active (with their remaining `times`).
     pub fn list(&self) -> Vec<FaultRule> {
         self.lock().rules.clone()
+    }
+
+    /// How many times each kind of fault fired since the server started (keys are the `kind`
+    /// names: `cut_random`, `status`, …).
+    pub fn fired(&self) -> std::collections::BTreeMap<String, u64> {
+        self.lock().fired.clone()
     }
 
     /// Restarts the RNG from `seed`, to replay a run.
@@ -624,6 +633,11 @@ impl Faults {
                 *t -= 1;
                 exhausted |= *t == 0;
             }
+            let kind = serde_json::to_value(&rule.fault)
+                .ok()
+                .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
+                .unwrap_or_else(|| "?".to_string());
+            *inner.fired.entry(kind).or_default() += 1;
             match &rule.fault {
                 Fault::CutAfter { bytes } => {
                     plan.cut_after = Some(plan.cut_after.map_or(*bytes, |c| c.min(*bytes)))

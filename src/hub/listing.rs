@@ -173,6 +173,42 @@ impl TreeEntry {
     }
 }
 
+/// Sorts the entries of one page into files kept and entries refused.
+fn take_page(
+    entries: Vec<PageEntry>,
+    files: &mut Vec<RemoteFile>,
+    refused: &mut Vec<RefusedEntry>,
+) {
+    for e in entries {
+        let e = match e {
+            PageEntry::Entry(e) if e.kind == "file" => e,
+            PageEntry::Entry(_) => continue,
+            PageEntry::Other(_) => {
+                refused.push(RefusedEntry {
+                    path: "?".into(),
+                    reason: "a malformed listing entry".into(),
+                });
+                continue;
+            }
+        };
+        match e.into_remote() {
+            Ok(f) => files.push(f),
+            Err(r) => refused.push(r),
+        }
+    }
+}
+
+/// One page of a tree listing from its bytes, as [`HubClient::list_tree`] reads it (for the
+/// fuzz target): the files kept and the entries refused, collisions included.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn parse_page(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), String> {
+    let entries: Vec<PageEntry> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let (mut files, mut refused) = (Vec::new(), Vec::new());
+    take_page(entries, &mut files, &mut refused);
+    let files = refuse_collisions(files, &mut refused);
+    Ok((files, refused))
+}
+
 /// Sets aside every file whose path collides with another's once case is folded (two names a
 /// case-insensitive file system stores as one), or that is also a folder of another path (`a`
 /// and `a/b`): which of them a local folder would end up holding cannot be told.
@@ -296,23 +332,7 @@ impl HubClient {
                     cfg.max_listing_bytes
                 )));
             }
-            for e in entries {
-                let e = match e {
-                    PageEntry::Entry(e) if e.kind == "file" => e,
-                    PageEntry::Entry(_) => continue,
-                    PageEntry::Other(_) => {
-                        refused.push(RefusedEntry {
-                            path: "?".into(),
-                            reason: "a malformed listing entry".into(),
-                        });
-                        continue;
-                    }
-                };
-                match e.into_remote() {
-                    Ok(f) => files.push(f),
-                    Err(r) => refused.push(r),
-                }
-            }
+            take_page(entries, &mut files, &mut refused);
             match next_link(&headers) {
                 None => {
                     let files = refuse_collisions(files, &mut refused);
@@ -450,6 +470,19 @@ mod tests {
         }))
         .unwrap_err();
         assert!(r.reason.contains("bad LFS oid"), "{r:?}");
+    }
+
+    #[test]
+    fn a_page_with_malformed_entries_is_not_fatal() {
+        let oid = "0".repeat(40);
+        let page = format!(
+            r#"[{{"type":"file","path":"a","oid":"{oid}","size":1}}, 7, {{"type":"file"}},
+                {{"type":"directory","path":"d"}}, {{"type":"file","path":"A","oid":"{oid}","size":2}}]"#
+        );
+        let (files, refused) = parse_page(page.as_bytes()).unwrap();
+        assert!(files.is_empty(), "{files:?}");
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        assert!(parse_page(b"{").is_err());
     }
 
     #[test]

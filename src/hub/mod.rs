@@ -38,6 +38,12 @@ pub use error::HubError;
 pub use listing::{RefusedEntry, RemoteFile, RepoListing};
 pub use metadata::FileMetadata;
 
+/// For the fuzz targets (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing {
+    pub(crate) use super::listing::parse_page;
+}
+
 use std::fmt;
 use std::time::Duration;
 

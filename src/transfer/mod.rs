@@ -103,6 +103,17 @@ mod source;
 mod state;
 mod table;
 
+/// For the fuzz targets (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing {
+    /// Parses and checks a resume state; the number of chunk records it would trust.
+    pub(crate) fn parse_state(bytes: &[u8]) -> Result<usize, String> {
+        let s = super::state::parse(bytes)?;
+        let (_, chunks) = super::state::validate(&s)?;
+        Ok(chunks.len())
+    }
+}
+
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;

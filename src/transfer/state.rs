@@ -123,6 +123,11 @@ pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
         Ok(None) => return Ok(None),
         Err(e) => return Err(format!("unreadable: {e}")),
     };
+    parse(&bytes).map(Some)
+}
+
+/// Parses a resume state from its bytes (see [`read`]; bounded by the caller).
+pub(crate) fn parse(bytes: &[u8]) -> Result<StateFile, String> {
     // Check the format and version before the rest, so that a state from another version says
     // so instead of "missing field" (without building a tree of the whole document).
     #[derive(Deserialize)]
@@ -133,7 +138,7 @@ pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
         version: Option<&'a serde_json::value::RawValue>,
     }
     let head: Head<'_> =
-        serde_json::from_slice(&bytes).map_err(|e| format!("not valid JSON ({e})"))?;
+        serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON ({e})"))?;
     let format: Option<String> = head.format.and_then(|f| serde_json::from_str(f.get()).ok());
     if format.as_deref() != Some(FORMAT) {
         return Err("not a weight-inspect resume state".to_string());
@@ -150,9 +155,7 @@ pub(crate) fn read(path: &Path) -> Result<Option<StateFile>, String> {
             ))
         }
     }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| format!("malformed ({e})"))
+    serde_json::from_slice(bytes).map_err(|e| format!("malformed ({e})"))
 }
 
 /// Reads and checks the state at `path` against what we are about to download.

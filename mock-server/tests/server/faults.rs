@@ -342,3 +342,21 @@ async fn mutate_fault_pushes_a_commit_mid_download() {
         model_file("model.bin")
     );
 }
+
+/// The hub counts the faults that fired, by kind (a soak reports them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fired_faults_are_counted_by_kind() {
+    let hub = MockHub::builder()
+        .file("org/name", "a.bin", vec![7u8; 1000])
+        .fault(Fault::status(503).times(2))
+        .start()
+        .await
+        .unwrap();
+    let url = format!("{}/org/name/resolve/main/a.bin", hub.url());
+    for _ in 0..3 {
+        let _ = reqwest::get(&url).await.unwrap();
+    }
+    let fired = hub.faults().fired();
+    assert_eq!(fired.get("status"), Some(&2), "{fired:?}");
+    assert_eq!(fired.len(), 1);
+}
