@@ -1436,3 +1436,135 @@ fn huggingface_hub_keeps_a_renamed_repository_where_we_do() {
             .to_string()
     );
 }
+
+/// A reporter that checks the [`Reporter`](weight_inspect::progress::Reporter) contract as
+/// events arrive: per file, no event after its terminal one (`FileDone`/`FileFailed`), at most
+/// one terminal event, no `Progress` before `FileStart`.
+#[derive(Default)]
+struct Contract {
+    #[allow(clippy::type_complexity)]
+    state: std::sync::Mutex<(
+        Vec<String>,
+        std::collections::HashMap<String, (bool, bool)>,
+        Vec<String>,
+    )>,
+}
+
+impl weight_inspect::progress::Reporter for Contract {
+    fn on_event(&self, e: &weight_inspect::progress::Event<'_>) {
+        use weight_inspect::progress::Event;
+        let mut g = self.state.lock().unwrap();
+        if let Event::Notice { message, .. } = e {
+            g.2.push(message.to_string());
+        }
+        let Some(file) = e.file() else { return };
+        let (violations, files, _) = &mut *g;
+        let (started, ended) = files.entry(file.to_string()).or_default();
+        if *ended {
+            violations.push(format!("{file}: {e:?} after its end"));
+        }
+        match e {
+            Event::FileStart { .. } => *started = true,
+            Event::Progress { .. } if !*started => {
+                violations.push(format!("{file}: progress before its start"))
+            }
+            Event::FileDone { .. } | Event::FileFailed { .. } => *ended = true,
+            _ => {}
+        }
+    }
+}
+
+impl Contract {
+    fn notices(&self) -> Vec<String> {
+        self.state.lock().unwrap().2.clone()
+    }
+
+    /// The violations, and the files that ended.
+    fn verdict(&self) -> (Vec<String>, Vec<String>) {
+        let g = self.state.lock().unwrap();
+        let mut ended: Vec<String> =
+            g.1.iter()
+                .filter(|(_, s)| s.1)
+                .map(|(f, _)| f.clone())
+                .collect();
+        ended.sort();
+        (g.0.clone(), ended)
+    }
+}
+
+/// Regression: events arrived after a file's `FileFailed` when the fetch resolved the selection
+/// again (a download answer announcing another file: the remote file "changed"), and split parts
+/// whose set failed verification were reported done. Every file ends exactly once, and nothing
+/// follows its end: a file whose answers always announce another file, one the server fails, a
+/// split model, a file that fails verification, and a second run from the cache.
+#[test]
+fn every_file_ends_once_and_nothing_follows() {
+    let mut broken = b"GGUF".to_vec();
+    broken.extend_from_slice(&3u32.to_le_bytes());
+    broken.extend_from_slice(&u64::MAX.to_le_bytes());
+    broken.extend_from_slice(&[0u8; 64]);
+    let hub = start(
+        hub_builder()
+            .file(REPO, "broken.gguf", broken)
+            .file(REPO, "tokenizer.json", &b"{\"version\": \"1.0\"}"[..])
+            .fault(Fault::status(500).on_path("*config.json"))
+            .fault(
+                Fault::redirect(302, format!("/{REPO}/resolve/main/README.md"))
+                    .on_path("*tokenizer.json")
+                    .body_only(),
+            ),
+    );
+    let sb = Sandbox::new();
+    let fetch = |sel: &Selection| {
+        let contract = std::sync::Arc::new(Contract::default());
+        let f = Fetcher::builder()
+            .endpoint(hub.url())
+            .cache_dir(sb.cache())
+            .chunk_size(256 << 10)
+            .retry_delays(Duration::from_millis(1), Duration::from_millis(5))
+            .reporter(contract.clone())
+            .build_blocking()
+            .unwrap();
+        let e = f.fetch(&RepoRef::model(REPO), sel).unwrap_err();
+        (e, contract)
+    };
+    // The "changed" file alone: the selection is resolved again, once; the file ends once.
+    let (e, contract) = fetch(&Selection::files(["tokenizer.json", "README.md"]));
+    assert_eq!(e.exit_code(), 3, "{e}");
+    let (violations, ended) = contract.verdict();
+    assert!(violations.is_empty(), "{violations:?}");
+    assert_eq!(ended, ["README.md", "tokenizer.json"]);
+    assert!(
+        contract
+            .notices()
+            .iter()
+            .any(|n| n.contains("resolving 'main' again")),
+        "{:?}",
+        contract.notices()
+    );
+    // Everything at once, twice (the second time partly from the cache).
+    for round in 0..2 {
+        let sel = Selection::quant("f32")
+            .with_file("config.json")
+            .with_file("broken.gguf")
+            .with_file("README.md")
+            .with_file("tokenizer.json");
+        let (e, contract) = fetch(&sel);
+        // The integrity failure (the broken model) outranks the others.
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let (violations, ended) = contract.verdict();
+        assert!(violations.is_empty(), "round {round}: {violations:?}");
+        assert_eq!(
+            ended,
+            [
+                "README.md",
+                "broken.gguf",
+                "config.json",
+                "tinyllama-f32-00001-of-00002.gguf",
+                "tinyllama-f32-00002-of-00002.gguf",
+                "tokenizer.json"
+            ],
+            "round {round}"
+        );
+    }
+}
