@@ -152,6 +152,17 @@ fn assert_untouched(v: &Path) {
     );
 }
 
+/// A sandbox with a victim file and a link to it planted at `blobs/{name}` of `repo`'s cache
+/// folder; returns the sandbox and the victim.
+fn planted(repo: &str, name: &str) -> (Sandbox, std::path::PathBuf) {
+    let sb = Sandbox::new();
+    let v = victim(&sb);
+    let blobs_dir = sb.repo_dir(repo).join("blobs");
+    fs::create_dir_all(&blobs_dir).unwrap();
+    symlink(&v, blobs_dir.join(name)).unwrap();
+    (sb, v)
+}
+
 /// Regression: a link planted at the partial file's path (cache and `--local-dir`) was followed:
 /// `wi-fetch` truncated and filled the file it pointed to.
 #[test]
@@ -161,11 +172,7 @@ fn a_link_at_the_partial_path_is_not_written_through() {
     let etag = sha256_hex(&data);
     let hub = one_file_hub("link/model", "w.bin", &data, |b| b);
     // The cache.
-    let sb = Sandbox::new();
-    let v = victim(&sb);
-    let blobs_dir = sb.repo_dir("link/model").join("blobs");
-    fs::create_dir_all(&blobs_dir).unwrap();
-    symlink(&v, blobs_dir.join(format!("{etag}.wi-partial"))).unwrap();
+    let (sb, v) = planted("link/model", &format!("{etag}.wi-partial"));
     let mut c = sb.cmd(&hub);
     c.args(["link/model", "w.bin"]);
     let o = run_within(c, LIMIT);
@@ -213,11 +220,7 @@ fn a_link_at_the_state_temporary_file_is_not_written_through() {
     let data = big_file(SIZE);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("tmp/model", "w.bin", &data, |b| b);
-    let sb = Sandbox::new();
-    let v = victim(&sb);
-    let blobs_dir = sb.repo_dir("tmp/model").join("blobs");
-    fs::create_dir_all(&blobs_dir).unwrap();
-    symlink(&v, blobs_dir.join(format!("{etag}.wi-partial.state.tmp"))).unwrap();
+    let (sb, v) = planted("tmp/model", &format!("{etag}.wi-partial.state.tmp"));
     let mut c = sb.cmd(&hub);
     c.args(["tmp/model", "w.bin", "--chunk-size", "128K"]);
     let o = run_within(c, LIMIT);
@@ -236,11 +239,7 @@ fn a_link_at_the_repair_scratch_file_is_not_written_through() {
     let hub = one_file_hub("scratch/model", "w.bin", &data, |b| {
         b.fault(Fault::FlipBytes { count: 1 }.on(Target::Cdn).times(1))
     });
-    let sb = Sandbox::new();
-    let v = victim(&sb);
-    let blobs_dir = sb.repo_dir("scratch/model").join("blobs");
-    fs::create_dir_all(&blobs_dir).unwrap();
-    symlink(&v, blobs_dir.join(format!("{etag}.wi-partial.repair"))).unwrap();
+    let (sb, v) = planted("scratch/model", &format!("{etag}.wi-partial.repair"));
     let mut c = sb.cmd(&hub);
     c.args(["scratch/model", "w.bin", "--chunk-size", "128K"]);
     let o = run_within(c, LIMIT);

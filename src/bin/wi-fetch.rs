@@ -108,17 +108,23 @@ struct Cli {
     lock_timeout: Duration,
 }
 
-/// Parses `500ms`, `2s`, `1.5s`, `10m`, `1h`; a bare number is seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// Splits `1.5MiB` into its number and its unit; `example` shows the form in the error.
+fn number_and_unit<'a>(s: &'a str, what: &str, example: &str) -> Result<(f64, &'a str), String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
+    let n = num
         .parse()
-        .map_err(|_| format!("invalid duration '{s}' (e.g. 500ms, 2s, 10m)"))?;
-    let secs = match unit.trim() {
+        .map_err(|_| format!("invalid {what} '{s}' (e.g. {example})"))?;
+    Ok((n, unit.trim()))
+}
+
+/// Parses `500ms`, `2s`, `1.5s`, `10m`, `1h`; a bare number is seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = number_and_unit(s, "duration", "500ms, 2s, 10m")?;
+    let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
         "m" | "min" => n * 60.0,
@@ -138,15 +144,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Parses `16M`, `1MiB`, `512k`, `2G`, `1000000`: K/M/G (with or without `iB`) are powers of
 /// 1024, KB/MB/GB powers of 1000.
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size '{s}' (e.g. 16M, 1MiB, 524288)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+    let (n, unit) = number_and_unit(s, "size", "16M, 1MiB, 524288")?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
         "m" | "mib" => 1 << 20,
@@ -633,6 +632,17 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert!(parse_duration("3 fortnights").is_err());
+        assert!(parse_duration("ms").is_err());
+        assert!(parse_duration("8d").is_err());
     }
 
     #[test]

@@ -119,15 +119,7 @@ impl Fetcher {
             .into_iter()
             .map(|w| planned(&store, repo, &commit, w))
             .collect();
-        Ok(Plan {
-            repo: repo.to_string(),
-            revision: repo.revision.clone(),
-            commit,
-            files,
-            notice,
-            refused,
-            offline: false,
-        })
+        Ok(plan(repo, commit, files, notice, refused, false))
     }
 
     fn resolve_offline(
@@ -233,15 +225,7 @@ impl Fetcher {
                 partial_bytes: 0,
             })
             .collect();
-        Ok(Plan {
-            repo: repo.to_string(),
-            revision: repo.revision.clone(),
-            commit,
-            files,
-            notice,
-            refused: Vec::new(),
-            offline: true,
-        })
+        Ok(plan(repo, commit, files, notice, Vec::new(), true))
     }
 }
 
@@ -259,6 +243,25 @@ fn local_commit(l: &LocalDir, files: &[&cache::CachedFile]) -> Option<(String, u
         })
         .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)))?;
     Some((newest.1.clone(), commits.len()))
+}
+
+fn plan(
+    repo: &RepoRef,
+    commit: String,
+    files: Vec<PlannedFile>,
+    notice: Option<String>,
+    refused: Vec<crate::hub::RefusedEntry>,
+    offline: bool,
+) -> Plan {
+    Plan {
+        repo: repo.to_string(),
+        revision: repo.revision.clone(),
+        commit,
+        files,
+        notice,
+        refused,
+        offline,
+    }
 }
 
 /// Where `path` at `etag` is (or would be) downloaded, as the transfer engine names it.

@@ -55,6 +55,12 @@ struct Writer {
 }
 
 impl Writer {
+    /// Buffers `data`; true when the buffer is due to be written.
+    fn buffer(&mut self, data: &[u8]) -> bool {
+        self.buf.extend_from_slice(data);
+        self.buf.len() >= WRITE_BUF
+    }
+
     fn pending(&self) -> u64 {
         self.written + self.buf.len() as u64
     }
@@ -163,8 +169,7 @@ impl Sink for PartialSink<'_, '_> {
     }
 
     async fn push(&mut self, data: &[u8]) -> Result<(), TransferError> {
-        self.w.buf.extend_from_slice(data);
-        if self.w.buf.len() >= WRITE_BUF {
+        if self.w.buffer(data) {
             self.flush().await?;
         }
         Ok(())
@@ -257,8 +262,7 @@ impl Sink for ScratchSink {
     }
 
     async fn push(&mut self, data: &[u8]) -> Result<(), TransferError> {
-        self.w.buf.extend_from_slice(data);
-        if self.w.buf.len() >= WRITE_BUF {
+        if self.w.buffer(data) {
             self.flush().await?;
         }
         Ok(())
