@@ -93,3 +93,25 @@ pub fn client() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// A response header as text (lossy), if present.
+pub fn h(r: &reqwest::Response, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+}
+
+/// The signed CDN URL the hub redirects `path` of `org/model` to.
+pub async fn cdn_url(hub: &mock_server::MockHub, path: &str) -> String {
+    let r = client()
+        .head(format!("{}/org/model/resolve/main/{path}", hub.url()))
+        .send()
+        .await
+        .unwrap();
+    h(&r, "location").unwrap()
+}
+
+/// The resolve URL of a small file of `org/model` (served by the hub itself).
+pub fn small_url(hub: &mock_server::MockHub) -> String {
+    format!("{}/org/model/resolve/main/weights/part-1.bin", hub.url())
+}

@@ -7,26 +7,7 @@ use futures::StreamExt;
 use reqwest::StatusCode;
 
 use crate::common::*;
-use mock_server::{Fault, MockHub, Target};
-
-fn h(r: &reqwest::Response, name: &str) -> Option<String> {
-    r.headers()
-        .get(name)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-}
-
-async fn cdn_url(hub: &MockHub, path: &str) -> String {
-    let r = client()
-        .head(format!("{}/org/model/resolve/main/{path}", hub.url()))
-        .send()
-        .await
-        .unwrap();
-    h(&r, "location").unwrap()
-}
-
-fn small_url(hub: &MockHub) -> String {
-    format!("{}/org/model/resolve/main/weights/part-1.bin", hub.url())
-}
+use mock_server::{Fault, Target};
 
 fn gunzip(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();

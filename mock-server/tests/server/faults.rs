@@ -8,12 +8,6 @@ use reqwest::StatusCode;
 use crate::common::*;
 use mock_server::{Fault, MockHub, Target};
 
-fn h(r: &reqwest::Response, name: &str) -> Option<String> {
-    r.headers()
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_string())
-}
-
 /// Reads a body to its end; returns the bytes and whether it ended with an error.
 async fn drain(r: reqwest::Response) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
@@ -25,19 +19,6 @@ async fn drain(r: reqwest::Response) -> (Vec<u8>, bool) {
         }
     }
     (out, false)
-}
-
-async fn cdn_url(hub: &MockHub, path: &str) -> String {
-    let r = client()
-        .head(format!("{}/org/model/resolve/main/{path}", hub.url()))
-        .send()
-        .await
-        .unwrap();
-    h(&r, "location").unwrap()
-}
-
-fn small_url(hub: &MockHub) -> String {
-    format!("{}/org/model/resolve/main/weights/part-1.bin", hub.url())
 }
 
 #[tokio::test]

@@ -7,18 +7,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::common::*;
-use mock_server::{Error, Fault, MockHub, Target};
+use mock_server::{Error, Fault, Target};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-async fn cdn_url(hub: &MockHub, path: &str) -> String {
-    let r = client()
-        .head(format!("{}/org/model/resolve/main/{path}", hub.url()))
-        .send()
-        .await
-        .unwrap();
-    r.headers()["location"].to_str().unwrap().to_string()
-}
 
 /// Reads exactly `n` bytes of a body stream (the held part).
 async fn read_n(

@@ -7,17 +7,13 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::common::*;
-use mock_server::{Fault, MockHub, Target};
+use mock_server::{Fault, Target};
 
 fn location(r: &reqwest::Response) -> Vec<u8> {
     r.headers()
         .get("location")
         .map(|v| v.as_bytes().to_vec())
         .unwrap_or_default()
-}
-
-fn small_url(hub: &MockHub) -> String {
-    format!("{}/org/model/resolve/main/weights/part-1.bin", hub.url())
 }
 
 fn host(url: &str) -> &str {
