@@ -34,7 +34,7 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
-        runs: 60,
+        runs: 300,
         seed: 1,
         size_mb: 16,
     };
