@@ -1296,106 +1296,89 @@ fn short_arrays_past_the_decode_budget_stay_undecoded() {
     assert_eq!(strings.strings(&bytes).filter(|s| s.is_ok()).count(), 3);
 }
 
-/// testkit's writer can replace mock-server's demo writer: for the same model it streams
-/// the same bytes, in the same pieces.
+/// mock-server's demo data (written with testkit's streaming writer) is what llama.cpp
+/// loads: every GGUF file parses without a diagnostic, in the canonical layout (each tensor
+/// at the running sum of padded sizes, inside the file, which ends with the last padding),
+/// the split F32 model passes the split checks, and every model verifies, hashes included.
 #[test]
-fn testkit_streams_what_the_demo_writer_writes() {
-    use mock_server::gguf as demo;
-    use testkit::gguf::ggml;
-    let kvs = vec![
-        (
-            "general.architecture".to_string(),
-            demo::Value::Str("llama".into()),
-        ),
-        ("split.no".to_string(), demo::Value::U16(0)),
-        ("llama.block_count".to_string(), demo::Value::U32(1)),
-        ("x.i32".to_string(), demo::Value::I32(-3)),
-        ("x.f32".to_string(), demo::Value::F32(0.5)),
-        ("x.bool".to_string(), demo::Value::Bool(true)),
-        (
-            "tokens".to_string(),
-            demo::Value::StrArray(vec!["a".into(), "bc".into()]),
-        ),
-        ("scores".to_string(), demo::Value::F32Array(vec![0.0, -1.0])),
-        ("types".to_string(), demo::Value::I32Array(vec![1, 3])),
-    ];
-    let tensors = [
-        (
-            "token_embd.weight",
-            vec![256, 3],
-            demo::GgmlType::Q4K,
-            ggml::Q4_K,
-        ),
-        (
-            "blk.0.attn_q.weight",
-            vec![64, 2],
-            demo::GgmlType::Q8_0,
-            ggml::Q8_0,
-        ),
-        (
-            "blk.0.ffn.weight",
-            vec![256, 1],
-            demo::GgmlType::Q6K,
-            ggml::Q6_K,
-        ),
-        (
-            "output_norm.weight",
-            vec![5],
-            demo::GgmlType::F32,
-            ggml::F32,
-        ),
-        ("output.weight", vec![7, 2], demo::GgmlType::F16, ggml::F16),
-    ];
-    let infos: Vec<demo::TensorInfo> = tensors
-        .iter()
-        .map(|(n, d, t, _)| demo::TensorInfo {
-            name: n.to_string(),
-            dims: d.clone(),
-            ty: *t,
-        })
+fn demo_data_parses_and_verifies() {
+    use mock_server::demo::{self, DemoOptions};
+    use weight_inspect::verify::{self, Options};
+    let dir = tempfile::tempdir().unwrap();
+    let opts = DemoOptions {
+        size_mb: 1,
+        seed: 42,
+        minilm: None,
+    };
+    demo::build(dir.path(), &opts).unwrap();
+    let repo = dir.path().join("demo/TinyLlama-GGUF");
+    let mut names: Vec<String> = std::fs::read_dir(&repo)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".gguf"))
         .collect();
-    let mut expected = Vec::new();
-    let mut demo_pieces = Vec::new();
-    demo::write(&mut expected, &kvs, &infos, |t, buf| {
-        demo_pieces.push((t.name.clone(), buf.len()));
-        buf.fill(t.name.len() as u8);
-    })
-    .unwrap();
-
-    let mut w = GgufWriter::new();
-    for (k, v) in &kvs {
-        w = w.kv(
-            k,
-            match v {
-                demo::Value::Str(s) => Val::s(s),
-                demo::Value::U16(x) => Val::U16(*x),
-                demo::Value::U32(x) => Val::U32(*x),
-                demo::Value::I32(x) => Val::I32(*x),
-                demo::Value::F32(x) => Val::F32(*x),
-                demo::Value::Bool(x) => Val::Bool(*x),
-                demo::Value::StrArray(x) => Val::strs(x),
-                demo::Value::F32Array(x) => Val::f32s(x),
-                demo::Value::I32Array(x) => Val::i32s(x),
-            },
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "tinyllama-f16.gguf",
+            "tinyllama-f32-00001-of-00002.gguf",
+            "tinyllama-f32-00002-of-00002.gguf",
+            "tinyllama-q4_k_m.gguf",
+            "tinyllama-q8_0.gguf",
+        ]
+    );
+    let mut shards = Vec::new();
+    for name in &names {
+        let bytes = std::fs::read(repo.join(name)).unwrap();
+        let h = ok(&bytes);
+        if name.contains("-00002-of-") {
+            // Later shards carry the split keys only, as llama-gguf-split writes them.
+            assert_eq!(codes(&h), ["gguf.meta.missing-architecture"], "{name}");
+        } else {
+            clean(&h);
+        }
+        assert_eq!((h.version, h.alignment), (3, 32), "{name}");
+        assert!(!h.tensors.is_empty(), "{name}");
+        let mut end = h.data_offset;
+        for t in &h.tensors {
+            assert_eq!(t.offset, end, "{name}: {}", t.name);
+            assert!(
+                t.byte_range().end <= bytes.len() as u64,
+                "{name}: {}",
+                t.name
+            );
+            end = (t.byte_range().end).div_ceil(32) * 32;
+        }
+        assert_eq!(end, bytes.len() as u64, "{name}");
+        if name.contains("-of-") {
+            shards.push((name.clone(), h));
+        }
+    }
+    let shards: Vec<(String, &GgufHeader)> = shards.iter().map(|(n, h)| (n.clone(), h)).collect();
+    assert!(
+        check_split(&shards).is_empty(),
+        "{:#?}",
+        check_split(&shards)
+    );
+    let opts = Options {
+        hash_tensors: true,
+        strict: true,
+    };
+    for name in [
+        "tinyllama-q4_k_m.gguf",
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f16.gguf",
+        "tinyllama-f32-00001-of-00002.gguf",
+    ] {
+        let report = verify::verify_path(&repo.join(name), &opts).unwrap();
+        assert!(
+            report.valid,
+            "{name}: {:?} {:?}",
+            report.errors, report.warnings
         );
+        assert_eq!(report.llama_cpp_loadable, Some(true), "{name}");
+        assert_eq!(report.architecture.as_deref(), Some("llama"), "{name}");
+        assert!(report.hashed, "{name}");
     }
-    for (n, d, _, id) in &tensors {
-        w = w.tensor(n, *id, d);
-    }
-    let mut got = Vec::new();
-    let mut pieces = Vec::new();
-    let n = w
-        .write_to(&mut got, |t, buf| {
-            pieces.push((String::from_utf8(t.name.clone()).unwrap(), buf.len()));
-            buf.fill(t.name.len() as u8);
-        })
-        .unwrap();
-    assert_eq!(got, expected);
-    assert_eq!(pieces, demo_pieces);
-    assert_eq!(n, w.file_size());
-    let (head, offsets) = demo::header(&kvs, &infos);
-    assert_eq!(w.header_bytes(), head);
-    let ours: Vec<u64> = w.tensor_offsets().iter().map(|&(o, _)| o).collect();
-    assert_eq!(ours, offsets);
-    assert_eq!(w.file_size(), demo::file_size(head.len() as u64, &infos));
 }

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
+use testkit::gguf::{align, ggml, tensor_size, GgufWriter, TensorSpec, Val};
 
 use crate::error::Error;
-use crate::gguf::{self, GgmlType, TensorInfo, Value};
 
 /// Options of [`build`].
 #[derive(Debug, Clone)]
@@ -91,28 +91,43 @@ impl Quant {
     }
 }
 
+/// A tensor of the demo model: name, dimensions (`ne0` first) and ggml type id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tensor {
+    name: String,
+    dims: Vec<u64>,
+    ty: u32,
+}
+
+impl Tensor {
+    /// Bytes the tensor takes in the data section, its padding to the alignment included.
+    fn padded_size(&self) -> u64 {
+        align(tensor_size(self.ty, &self.dims))
+    }
+}
+
 fn use_more_bits(i: u64, n: u64) -> bool {
     i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64) % 3 == 2
 }
 
 /// The tensors of the model in quantisation `q`, in file order.
-fn tensors(shape: &ModelShape, q: Quant) -> Vec<TensorInfo> {
-    let matrix = |name: &str, layer: Option<u64>| -> GgmlType {
+fn tensors(shape: &ModelShape, q: Quant) -> Vec<Tensor> {
+    let matrix = |name: &str, layer: Option<u64>| -> u32 {
         match q {
-            Quant::F32 => GgmlType::F32,
-            Quant::F16 => GgmlType::F16,
-            Quant::Q8_0 => GgmlType::Q8_0,
+            Quant::F32 => ggml::F32,
+            Quant::F16 => ggml::F16,
+            Quant::Q8_0 => ggml::Q8_0,
             Quant::Q4KM => {
                 let more = layer.is_some_and(|i| use_more_bits(i, shape.n_layer));
                 if name == "output.weight" || (more && (name == "attn_v" || name == "ffn_down")) {
-                    GgmlType::Q6K
+                    ggml::Q6_K
                 } else {
-                    GgmlType::Q4K
+                    ggml::Q4_K
                 }
             }
         }
     };
-    let t = |name: String, dims: Vec<u64>, ty: GgmlType| TensorInfo { name, dims, ty };
+    let t = |name: String, dims: Vec<u64>, ty: u32| Tensor { name, dims, ty };
     let (e, f, v) = (shape.n_embd, shape.n_ff, shape.n_vocab);
     let kv = shape.n_head_kv * shape.head_dim();
     let mut out = vec![t(
@@ -122,7 +137,7 @@ fn tensors(shape: &ModelShape, q: Quant) -> Vec<TensorInfo> {
     )];
     for i in 0..shape.n_layer {
         let b = |s: &str| format!("blk.{i}.{s}.weight");
-        out.push(t(b("attn_norm"), vec![e], GgmlType::F32));
+        out.push(t(b("attn_norm"), vec![e], ggml::F32));
         out.push(t(b("attn_q"), vec![e, e], matrix("attn_q", Some(i))));
         out.push(t(b("attn_k"), vec![e, kv], matrix("attn_k", Some(i))));
         out.push(t(b("attn_v"), vec![e, kv], matrix("attn_v", Some(i))));
@@ -131,12 +146,12 @@ fn tensors(shape: &ModelShape, q: Quant) -> Vec<TensorInfo> {
             vec![e, e],
             matrix("attn_output", Some(i)),
         ));
-        out.push(t(b("ffn_norm"), vec![e], GgmlType::F32));
+        out.push(t(b("ffn_norm"), vec![e], ggml::F32));
         out.push(t(b("ffn_gate"), vec![e, f], matrix("ffn_gate", Some(i))));
         out.push(t(b("ffn_up"), vec![e, f], matrix("ffn_up", Some(i))));
         out.push(t(b("ffn_down"), vec![f, e], matrix("ffn_down", Some(i))));
     }
-    out.push(t("output_norm.weight".into(), vec![e], GgmlType::F32));
+    out.push(t("output_norm.weight".into(), vec![e], ggml::F32));
     out.push(t(
         "output.weight".into(),
         vec![e, v],
@@ -158,12 +173,7 @@ pub fn choose_shape(size_mb: u64, n_vocab: u64) -> ModelShape {
     let total = |s: &ModelShape| -> u64 {
         [Quant::Q4KM, Quant::Q8_0, Quant::F16, Quant::F32]
             .iter()
-            .map(|&q| {
-                tensors(s, q)
-                    .iter()
-                    .map(|t| gguf::align(t.nbytes()))
-                    .sum::<u64>()
-            })
+            .map(|&q| tensors(s, q).iter().map(Tensor::padded_size).sum::<u64>())
             .sum()
     };
     let mut best = None;
@@ -231,42 +241,42 @@ fn kvs(
     shape: &ModelShape,
     q: Quant,
     tok: &(Vec<String>, Vec<f32>, Vec<i32>),
-) -> Vec<(String, Value)> {
-    let s = |k: &str, v: Value| (k.to_string(), v);
+) -> Vec<(String, Val)> {
+    let s = |k: &str, v: Val| (k.to_string(), v);
     let mut out = vec![
-        s("general.architecture", Value::Str("llama".into())),
-        s("general.type", Value::Str("model".into())),
-        s("general.name", Value::Str("TinyLlama Mock".into())),
-        s("general.file_type", Value::U32(q.ftype())),
+        s("general.architecture", Val::Str("llama".into())),
+        s("general.type", Val::Str("model".into())),
+        s("general.name", Val::Str("TinyLlama Mock".into())),
+        s("general.file_type", Val::U32(q.ftype())),
     ];
     if matches!(q, Quant::Q4KM | Quant::Q8_0) {
-        out.push(s("general.quantization_version", Value::U32(2)));
+        out.push(s("general.quantization_version", Val::U32(2)));
     }
     out.extend([
-        s("llama.context_length", Value::U32(2048)),
-        s("llama.embedding_length", Value::U32(shape.n_embd as u32)),
-        s("llama.block_count", Value::U32(shape.n_layer as u32)),
-        s("llama.feed_forward_length", Value::U32(shape.n_ff as u32)),
-        s("llama.rope.dimension_count", Value::U32(shape.head_dim() as u32)),
-        s("llama.attention.head_count", Value::U32(shape.n_head as u32)),
-        s("llama.attention.head_count_kv", Value::U32(shape.n_head_kv as u32)),
-        s("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        s("llama.rope.freq_base", Value::F32(10000.0)),
-        s("llama.vocab_size", Value::U32(shape.n_vocab as u32)),
-        s("tokenizer.ggml.model", Value::Str("llama".into())),
-        s("tokenizer.ggml.pre", Value::Str("default".into())),
-        s("tokenizer.ggml.tokens", Value::StrArray(tok.0.clone())),
-        s("tokenizer.ggml.scores", Value::F32Array(tok.1.clone())),
-        s("tokenizer.ggml.token_type", Value::I32Array(tok.2.clone())),
-        s("tokenizer.ggml.bos_token_id", Value::U32(1)),
-        s("tokenizer.ggml.eos_token_id", Value::U32(2)),
-        s("tokenizer.ggml.unknown_token_id", Value::U32(0)),
-        s("tokenizer.ggml.padding_token_id", Value::U32(2)),
-        s("tokenizer.ggml.add_bos_token", Value::Bool(true)),
-        s("tokenizer.ggml.add_eos_token", Value::Bool(false)),
+        s("llama.context_length", Val::U32(2048)),
+        s("llama.embedding_length", Val::U32(shape.n_embd as u32)),
+        s("llama.block_count", Val::U32(shape.n_layer as u32)),
+        s("llama.feed_forward_length", Val::U32(shape.n_ff as u32)),
+        s("llama.rope.dimension_count", Val::U32(shape.head_dim() as u32)),
+        s("llama.attention.head_count", Val::U32(shape.n_head as u32)),
+        s("llama.attention.head_count_kv", Val::U32(shape.n_head_kv as u32)),
+        s("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5)),
+        s("llama.rope.freq_base", Val::F32(10000.0)),
+        s("llama.vocab_size", Val::U32(shape.n_vocab as u32)),
+        s("tokenizer.ggml.model", Val::Str("llama".into())),
+        s("tokenizer.ggml.pre", Val::Str("default".into())),
+        s("tokenizer.ggml.tokens", Val::strs(&tok.0)),
+        s("tokenizer.ggml.scores", Val::f32s(&tok.1)),
+        s("tokenizer.ggml.token_type", Val::i32s(&tok.2)),
+        s("tokenizer.ggml.bos_token_id", Val::U32(1)),
+        s("tokenizer.ggml.eos_token_id", Val::U32(2)),
+        s("tokenizer.ggml.unknown_token_id", Val::U32(0)),
+        s("tokenizer.ggml.padding_token_id", Val::U32(2)),
+        s("tokenizer.ggml.add_bos_token", Val::Bool(true)),
+        s("tokenizer.ggml.add_eos_token", Val::Bool(false)),
         s(
             "tokenizer.chat_template",
-            Value::Str(
+            Val::Str(
                 "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}</s>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
                     .into(),
             ),
@@ -282,10 +292,10 @@ fn small_f16(rng: &mut ChaCha8Rng) -> [u8; 2] {
 }
 
 /// Fills one piece (whole blocks) of a tensor with plausible values.
-fn fill(rng: &mut ChaCha8Rng, t: &TensorInfo, buf: &mut [u8]) {
-    let norm = t.name.ends_with("_norm.weight");
-    match t.ty {
-        GgmlType::F32 => {
+fn fill(rng: &mut ChaCha8Rng, t: &TensorSpec, buf: &mut [u8]) {
+    let norm = t.name.ends_with(b"_norm.weight");
+    match t.type_id {
+        ggml::F32 => {
             for c in buf.chunks_exact_mut(4) {
                 let x: f32 = if norm {
                     1.0 + rng.random_range(-0.1..0.1)
@@ -295,7 +305,7 @@ fn fill(rng: &mut ChaCha8Rng, t: &TensorInfo, buf: &mut [u8]) {
                 c.copy_from_slice(&x.to_le_bytes());
             }
         }
-        GgmlType::F16 => {
+        ggml::F16 => {
             for c in buf.chunks_exact_mut(2) {
                 let r: u16 = rng.random();
                 // |x| in [2^-7, 2^-4): exponent 8..=10, random sign and mantissa.
@@ -303,13 +313,13 @@ fn fill(rng: &mut ChaCha8Rng, t: &TensorInfo, buf: &mut [u8]) {
                 c.copy_from_slice(&bits.to_le_bytes());
             }
         }
-        GgmlType::Q8_0 | GgmlType::Q4K | GgmlType::Q6K => {
+        ggml::Q8_0 | ggml::Q4_K | ggml::Q6_K => {
             rng.fill_bytes(buf);
-            let (_, bb) = t.ty.block();
-            for block in buf.chunks_exact_mut(bb as usize) {
-                match t.ty {
-                    GgmlType::Q8_0 => block[..2].copy_from_slice(&small_f16(rng)),
-                    GgmlType::Q4K => {
+            let bb = ggml::block(t.type_id).map_or(1, |(_, bb, _)| bb as usize);
+            for block in buf.chunks_exact_mut(bb) {
+                match t.type_id {
+                    ggml::Q8_0 => block[..2].copy_from_slice(&small_f16(rng)),
+                    ggml::Q4_K => {
                         block[..2].copy_from_slice(&small_f16(rng));
                         block[2..4].copy_from_slice(&small_f16(rng));
                     }
@@ -317,6 +327,8 @@ fn fill(rng: &mut ChaCha8Rng, t: &TensorInfo, buf: &mut [u8]) {
                 }
             }
         }
+        // The demo model uses no other type.
+        _ => rng.fill_bytes(buf),
     }
 }
 
@@ -330,17 +342,25 @@ fn seeded(seed: u64, name: &str) -> ChaCha8Rng {
 
 fn write_gguf(
     path: &Path,
-    kvs: &[(String, Value)],
-    tensors: &[TensorInfo],
+    kvs: &[(String, Val)],
+    tensors: &[Tensor],
     seed: u64,
 ) -> Result<u64, Error> {
+    let mut gguf = GgufWriter::new();
+    for (k, v) in kvs {
+        gguf = gguf.kv(k, v.clone());
+    }
+    for t in tensors {
+        gguf = gguf.tensor(&t.name, t.ty, &t.dims);
+    }
     let file = fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let mut rng = seeded(
         seed,
         &path.file_name().unwrap_or_default().to_string_lossy(),
     );
-    let n = gguf::write(&mut w, kvs, tensors, |t, buf| fill(&mut rng, t, buf))
+    let n = gguf
+        .write_to(&mut w, |t, buf| fill(&mut rng, t, buf))
         .map_err(|e| Error::io(path, e))?;
     w.flush().map_err(|e| Error::io(path, e))?;
     Ok(n)
@@ -381,12 +401,12 @@ pub fn build(out: &Path, opts: &DemoOptions) -> Result<DemoReport, Error> {
     }
     // F32, split in two at about half the bytes, as `llama-gguf-split` does.
     let all = tensors(&shape, Quant::F32);
-    let total: u64 = all.iter().map(|t| gguf::align(t.nbytes())).sum();
+    let total: u64 = all.iter().map(Tensor::padded_size).sum();
     let mut acc = 0;
     let cut = all
         .iter()
         .position(|t| {
-            acc += gguf::align(t.nbytes());
+            acc += t.padded_size();
             acc >= total / 2
         })
         .map_or(1, |i| i + 1)
@@ -395,14 +415,14 @@ pub fn build(out: &Path, opts: &DemoOptions) -> Result<DemoReport, Error> {
     for (i, part) in parts.iter().enumerate() {
         let name = format!("tinyllama-f32-{:05}-of-00002.gguf", i + 1);
         let split = [
-            ("split.no".to_string(), Value::U16(i as u16)),
-            ("split.count".to_string(), Value::U16(2)),
+            ("split.no".to_string(), Val::U16(i as u16)),
+            ("split.count".to_string(), Val::U16(2)),
             (
                 "split.tensors.count".to_string(),
-                Value::I32(all.len() as i32),
+                Val::I32(all.len() as i32),
             ),
         ];
-        let kv: Vec<(String, Value)> = if i == 0 {
+        let kv: Vec<(String, Val)> = if i == 0 {
             let mut kv = kvs(&shape, Quant::F32, &tok);
             kv.extend(split);
             kv
@@ -602,7 +622,7 @@ mod tests {
             .map(|&q| {
                 tensors(&big, q)
                     .iter()
-                    .map(|t| gguf::align(t.nbytes()))
+                    .map(Tensor::padded_size)
                     .sum::<u64>()
             })
             .sum();
@@ -613,8 +633,8 @@ mod tests {
     fn q4_k_m_mixes_types() {
         let s = choose_shape(1, 400);
         let ts = tensors(&s, Quant::Q4KM);
-        assert!(ts.iter().any(|t| t.ty == GgmlType::Q6K));
-        assert!(ts.iter().any(|t| t.ty == GgmlType::Q4K));
+        assert!(ts.iter().any(|t| t.ty == ggml::Q6_K));
+        assert!(ts.iter().any(|t| t.ty == ggml::Q4_K));
     }
 
     fn fake_minilm(root: &Path) {

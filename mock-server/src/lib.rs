@@ -52,7 +52,6 @@ mod body;
 pub mod demo;
 mod error;
 mod faults;
-pub mod gguf;
 mod repo;
 mod server;
 mod stats;

@@ -745,10 +745,10 @@ impl GgufWriter {
 mod tests {
     use super::*;
 
-    /// The layout `mock-server`'s demo writer produces: header padded to 32, each tensor at
-    /// the running sum of padded sizes, the file ending with the last padding.
+    /// llama.cpp's layout, which `mock-server`'s demo data uses: header padded to 32, each
+    /// tensor at the running sum of padded sizes, the file ending with the last padding.
     #[test]
-    fn streams_the_canonical_layout_like_the_demo_writer() {
+    fn streams_the_canonical_layout() {
         let w = GgufWriter::new()
             .kv("general.architecture", Val::s("llama"))
             .tensor("a", ggml::F32, &[3])
