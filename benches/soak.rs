@@ -137,6 +137,8 @@ fn main() {
     let mut rng = StdRng::seed_from_u64(a.seed);
     let (mut kills, mut processes, mut gave_up, mut finished, mut mismatched) = (0, 0, 0, 0, 0);
     let mut wrong_final = Vec::new();
+    // Why runs gave up: exit code → (count, the last message of the first such run).
+    let mut gave_up_by: BTreeMap<i32, (u32, String)> = BTreeMap::new();
     let mut fetched_bytes = 0u64;
     let started = Instant::now();
     for run in 0..a.runs {
@@ -171,7 +173,7 @@ fn main() {
                 ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null());
+                .stderr(Stdio::piped());
             let mut child = c.spawn().expect("spawn wi-fetch");
             let kill_after = rng
                 .random_bool(0.5)
@@ -208,7 +210,19 @@ fn main() {
                     done = true;
                     break;
                 }
-                Some(_) => gave_up += 1,
+                Some(s) => {
+                    gave_up += 1;
+                    let out = child.wait_with_output().expect("output");
+                    let last = String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .to_string();
+                    let e = gave_up_by
+                        .entry(s.code().unwrap_or(-1))
+                        .or_insert((0, last));
+                    e.0 += 1;
+                }
             }
         }
         assert!(done, "run {run}: not finished after 50 processes");
@@ -240,6 +254,9 @@ fn main() {
     );
     let by_kind: BTreeMap<_, _> = fired.into_iter().collect();
     println!("\nfaults fired by kind: {by_kind:?}");
+    for (code, (n, msg)) in &gave_up_by {
+        println!("gave up with exit {code}: {n} time(s), e.g. {msg}");
+    }
     if mismatched > 0 || !wrong_final.is_empty() {
         eprintln!("FAILED: wrong bytes: {mismatched} finished files, final paths {wrong_final:?}");
         std::process::exit(1);

@@ -5,12 +5,14 @@
 //! an anonymous scratch file (the suspects first: chunks that needed retries, came without
 //! `Content-Range`, or were resumed from an earlier run), and each fresh copy is compared with
 //! **the bytes on disk now** — read back and hashed at that moment, so damage done on disk after
-//! the chunk arrived is found as surely as corruption in transit. A chunk that differs is
-//! replaced, alone, by its fresh copy; the file is re-hashed from that chunk on (from the hash
-//! state saved at its boundary), and the search stops as soon as the file's digest matches. A
-//! second pass is made only if the first one replaced something without settling it; then the
-//! download fails with [`TransferError::HashMismatch`]. It never re-downloads the whole file
-//! wholesale.
+//! the chunk arrived is found as surely as corruption in transit. A chunk whose fresh copy
+//! differs is fetched again (three copies at most): it is kept when a copy agrees with the disk,
+//! and replaced, alone, only when two fresh copies agree (a server that corrupts answers now and
+//! then could otherwise replace good bytes with bad ones). The file is then re-hashed from that
+//! chunk on (from the hash state saved at its boundary), and the search stops as soon as the
+//! file's digest matches. A second pass is made only if the first one replaced something without
+//! settling it, or left a chunk undecided; then the download fails with
+//! [`TransferError::HashMismatch`]. It never re-downloads the whole file wholesale.
 
 use std::fs::File;
 use std::io;
@@ -29,6 +31,8 @@ use super::{fill, Stop};
 
 /// Passes over the chunks before giving up.
 const MAX_ROUNDS: usize = 2;
+/// Fresh copies of one chunk fetched in one pass, at most, to find two that agree.
+const MAX_COPIES: usize = 3;
 
 /// Repairs the file after a digest mismatch (`actual` instead of `expected`); returns its
 /// SHA-256 once the digest matches.
@@ -60,6 +64,8 @@ pub(crate) async fn run(
     let mut refetched_chunks = 0usize;
     for _ in 0..MAX_ROUNDS {
         let mut replaced = false;
+        // A chunk whose copies all disagreed: worth another pass.
+        let mut undecided = false;
         // After the first replacement of a pass, the whole-file hash is checked at once (one
         // damaged chunk is the usual case); later ones are checked together at the end of the
         // pass, so that a state claiming every chunk (all wrong) costs one re-hash, not one per
@@ -77,18 +83,33 @@ pub(crate) async fn run(
             })
             .await
             .map_err(|e| local_error(file_name, ctx.data_path, "read back", 0, e))?;
-            let mut sink = ScratchSink::new(range, scratch.clone(), dir.clone(), file_name);
-            match fill(ctx, &mut sink, None, false).await {
-                Ok(_) => {}
-                Err(Stop::Fatal(e)) => return Err(e),
-                Err(Stop::Sequential) => unreachable!("repairs never switch modes"),
+            // Fresh copies until one agrees with the disk (the bytes there are right) or two
+            // agree with each other (they replace the bytes there). Without a manifest nothing
+            // else says which bytes are right, and a server that corrupts answers now and then
+            // could otherwise replace good bytes with bad ones.
+            let mut copies: Vec<[u8; 32]> = Vec::new();
+            let mut verdict = None;
+            for _ in 0..MAX_COPIES {
+                let fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
+                refetched_chunks += 1;
+                if fresh == on_disk {
+                    verdict = Some(None);
+                    break;
+                }
+                if copies.contains(&fresh) {
+                    verdict = Some(Some(fresh));
+                    break;
+                }
+                copies.push(fresh);
             }
-            refetched_chunks += 1;
-            ctx.counters.refetch(range.len);
-            let fresh = sink.digest();
-            if fresh == on_disk {
-                continue;
-            }
+            let fresh = match verdict {
+                Some(Some(fresh)) => fresh,
+                Some(None) => continue,
+                None => {
+                    undecided = true;
+                    continue;
+                }
+            };
             let (src, dst) = (scratch.clone(), ctx.file.clone());
             blocking(move || copy_range(&src, 0, &dst, start, len))
                 .await
@@ -118,7 +139,7 @@ pub(crate) async fn run(
             }
             actual = digest;
         }
-        if !replaced {
+        if !replaced && !undecided {
             break;
         }
     }
@@ -128,6 +149,23 @@ pub(crate) async fn run(
         actual: actual.to_string(),
         refetched_chunks,
     })
+}
+
+/// Fetches a fresh copy of `range` into `scratch` (from its start); returns its SHA-256.
+async fn fetch_copy(
+    ctx: &Ctx<'_>,
+    range: super::super::plan::ChunkRange,
+    scratch: &Arc<File>,
+    dir: &std::path::Path,
+) -> Result<[u8; 32], TransferError> {
+    let mut sink = ScratchSink::new(range, scratch.clone(), dir.to_path_buf(), ctx.events.file());
+    match fill(ctx, &mut sink, None, false).await {
+        Ok(_) => {}
+        Err(Stop::Fatal(e)) => return Err(e),
+        Err(Stop::Sequential) => unreachable!("repairs never switch modes"),
+    }
+    ctx.counters.refetch(range.len);
+    Ok(sink.digest())
 }
 
 /// Copies `len` bytes from `src` at `from` to `dst` at `to` (blocking).
