@@ -13,6 +13,8 @@
 //!   [`format::Model`]s whose zero-copy tensor views borrow the map.
 //! - [`verify`] turns a model into a [`verify::Report`]: errors, warnings, llama.cpp
 //!   loadability, per-tensor SHA-256 computed in parallel.
+//! - [`manifest`] writes and checks integrity manifests: every file's, chunk's and tensor's
+//!   SHA-256, so that a damaged file says where it is damaged.
 //! - [`hub`], [`cache`], [`transfer`] and [`fetch`] download files from the Hub; [`net`],
 //!   [`names`], [`env`] and [`safe_fs`] are what they share: the HTTP rules (credentials to
 //!   their own origin only, transient failures by type), the checks on names that come from
@@ -61,6 +63,7 @@ pub mod env;
 pub mod fetch;
 pub mod format;
 pub mod hub;
+pub mod manifest;
 pub mod names;
 pub mod net;
 pub mod progress;

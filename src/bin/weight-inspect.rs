@@ -38,6 +38,10 @@ const EXIT_INVALID: u8 = 2;
 const EXIT_USAGE_OR_IO: u8 = 1;
 
 fn main() -> ExitCode {
+    // `weight-inspect manifest …` (a file named `manifest` is inspected as `./manifest`).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "manifest") {
+        return manifest::main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -99,6 +103,248 @@ fn main() -> ExitCode {
         ExitCode::from(EXIT_INVALID)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+mod manifest {
+    //! `weight-inspect manifest create|check`.
+
+    use std::io::{self, Write};
+    use std::path::{Path, PathBuf};
+    use std::process::ExitCode;
+
+    use clap::{Parser, Subcommand};
+    use weight_inspect::manifest::{self, CreateOptions, FileVerdict, Manifest};
+    use weight_inspect::names::escape as esc;
+
+    use super::{EXIT_INVALID, EXIT_USAGE_OR_IO};
+
+    /// Write or check integrity manifests: every file's, chunk's and tensor's SHA-256.
+    #[derive(Debug, Parser)]
+    #[command(name = "weight-inspect manifest", version)]
+    #[command(
+        after_help = "The manifest format is documented in the README and described by \
+schema/manifest.schema.json.\n\nExit codes: 0 done (check: every file matches); 2 some file \
+differs or is missing; 1 usage or I/O error, or a manifest that cannot be read or trusted."
+    )]
+    struct ManifestCli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+
+    #[derive(Debug, Subcommand)]
+    enum Cmd {
+        /// Write a manifest of a model: one folder (every file in it, named relative to it), or
+        /// files of one folder (a split GGUF's first part brings its other parts, a safetensors
+        /// index its shards).
+        Create {
+            /// Files or one folder.
+            #[arg(required = true, value_name = "PATH")]
+            paths: Vec<PathBuf>,
+            /// Write the manifest here instead of to stdout.
+            #[arg(short, long, value_name = "FILE")]
+            output: Option<PathBuf>,
+            /// Bytes per chunk (at least 64K; 16M by default).
+            #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "16M")]
+            chunk_size: u64,
+        },
+        /// Check files against a manifest: every chunk re-hashed in parallel; the chunks (byte
+        /// ranges) and tensors that differ are named.
+        Check {
+            /// The manifest.
+            manifest: PathBuf,
+            /// The model's folder (default: the manifest's folder), or some of its files (only
+            /// those are checked).
+            #[arg(value_name = "PATH")]
+            paths: Vec<PathBuf>,
+            /// Print the verdicts as JSON.
+            #[arg(long)]
+            json: bool,
+        },
+    }
+
+    /// `16M`, `1MiB`, `65536`: K/M/G are powers of 1024.
+    fn parse_size(s: &str) -> Result<u64, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num.parse().map_err(|_| format!("invalid size '{s}'"))?;
+        let mult = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            _ => return Err(format!("invalid size unit in '{s}' (K, M or G)")),
+        };
+        n.checked_mul(mult)
+            .ok_or_else(|| format!("size '{s}' too large"))
+    }
+
+    fn fail(msg: impl std::fmt::Display) -> ExitCode {
+        eprintln!("weight-inspect: error: {}", esc(&msg.to_string()));
+        ExitCode::from(EXIT_USAGE_OR_IO)
+    }
+
+    fn write_out(text: &str) -> Result<(), ExitCode> {
+        let mut out = io::stdout().lock();
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            Err(e) => Err(fail(format!("cannot write to stdout: {e}"))),
+        }
+    }
+
+    pub(super) fn main() -> ExitCode {
+        let cli = match ManifestCli::try_parse_from(std::env::args_os().skip(1)) {
+            Ok(c) => c,
+            Err(e) => {
+                let code = if e.use_stderr() { EXIT_USAGE_OR_IO } else { 0 };
+                let _ = e.print();
+                return ExitCode::from(code);
+            }
+        };
+        match cli.cmd {
+            Cmd::Create {
+                paths,
+                output,
+                chunk_size,
+            } => {
+                let opts = CreateOptions::default().with_chunk_size(chunk_size);
+                let m = match manifest::create(&paths, &opts) {
+                    Ok(m) => m,
+                    Err(e) => return fail(e),
+                };
+                let text = m.to_json();
+                match output {
+                    Some(o) => {
+                        if let Err(e) = std::fs::write(&o, text) {
+                            return fail(format!("{}: {e}", o.display()));
+                        }
+                        eprintln!(
+                            "weight-inspect: wrote {} ({} file(s), {} chunk(s), {} tensor(s))",
+                            esc(&o.display().to_string()),
+                            m.files.len(),
+                            m.files.iter().map(|f| f.chunks.len()).sum::<usize>(),
+                            m.files.iter().map(|f| f.tensors.len()).sum::<usize>(),
+                        );
+                    }
+                    None => {
+                        if let Err(code) = write_out(&text) {
+                            return code;
+                        }
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Cmd::Check {
+                manifest,
+                paths,
+                json,
+            } => check(&manifest, &paths, json),
+        }
+    }
+
+    fn check(path: &Path, paths: &[PathBuf], json: bool) -> ExitCode {
+        let mut m = match Manifest::read(path) {
+            Ok(m) => m,
+            Err(e) => return fail(e),
+        };
+        let base = match paths {
+            [] => path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            [one] if one.is_dir() => one.clone(),
+            files => {
+                let base = files[0].parent().unwrap_or(Path::new(".")).to_path_buf();
+                let mut wanted = Vec::new();
+                for f in files {
+                    let Some(name) = f
+                        .strip_prefix(&base)
+                        .ok()
+                        .and_then(|r| r.to_str())
+                        .map(|r| r.replace(std::path::MAIN_SEPARATOR, "/"))
+                    else {
+                        return fail(format!(
+                            "{} is not beside {}",
+                            f.display(),
+                            files[0].display()
+                        ));
+                    };
+                    if !m.files.iter().any(|mf| mf.path == name) {
+                        return fail(format!(
+                            "'{name}' is not in the manifest {}",
+                            path.display()
+                        ));
+                    }
+                    wanted.push(name);
+                }
+                m.files.retain(|f| wanted.contains(&f.path));
+                base
+            }
+        };
+        let report = manifest::check(&m, &base);
+        let mut text = String::new();
+        if json {
+            text = serde_json::to_string_pretty(&report).unwrap_or_default();
+            text.push('\n');
+        } else {
+            let differ = report
+                .files
+                .iter()
+                .filter(|f| f.verdict != FileVerdict::Match)
+                .count();
+            for f in &report.files {
+                let name = esc(&f.path);
+                match &f.verdict {
+                    FileVerdict::Match => {}
+                    FileVerdict::Missing => text.push_str(&format!("{name}: missing\n")),
+                    FileVerdict::Unreadable { error } => {
+                        text.push_str(&format!("{name}: unreadable: {}\n", esc(error)))
+                    }
+                    FileVerdict::Differs {
+                        size,
+                        chunks,
+                        tensors,
+                    } => {
+                        let mf = m.files.iter().find(|x| x.path == f.path);
+                        if let Some(mf) = mf.filter(|mf| mf.size != *size) {
+                            text.push_str(&format!(
+                                "{name}: {size} bytes instead of {}\n",
+                                mf.size
+                            ));
+                        }
+                        for c in chunks {
+                            text.push_str(&format!(
+                                "{name}: chunk {} (bytes {}..{}) differs\n",
+                                c.index, c.start, c.end
+                            ));
+                        }
+                        for t in tensors {
+                            text.push_str(&format!("{name}: tensor '{}' differs\n", esc(t)));
+                        }
+                    }
+                }
+            }
+            if differ == 0 {
+                text.push_str(&format!(
+                    "all {} file(s) match {}\n",
+                    report.files.len(),
+                    esc(&path.display().to_string())
+                ));
+            } else {
+                text.push_str(&format!(
+                    "{differ} of {} file(s) differ from {}\n",
+                    report.files.len(),
+                    esc(&path.display().to_string())
+                ));
+            }
+        }
+        if let Err(code) = write_out(&text) {
+            return code;
+        }
+        if report.all_match() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_INVALID)
+        }
     }
 }
 

@@ -1,0 +1,314 @@
+//! Making a manifest from files on disk.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use sha2::{Digest as _, Sha256};
+
+use super::{
+    now_rfc3339, Manifest, ManifestError, ManifestFile, ModelSummary, Sha256Hex, Source,
+    TensorDigest, DEFAULT_CHUNK_SIZE, FORMAT, MAX_FILES, MIN_CHUNK_SIZE, VERSION,
+};
+use crate::format::mmap::Mmap;
+use crate::format::{self, Header};
+use crate::names::{check_repo_path, escape};
+
+/// How [`create`] makes a manifest.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CreateOptions {
+    /// Bytes per chunk. Default [`DEFAULT_CHUNK_SIZE`] (16 MiB); at least
+    /// [`MIN_CHUNK_SIZE`](super::MIN_CHUNK_SIZE).
+    pub chunk_size: u64,
+    /// Where the files came from. Default: found from the path when the files are in a Hugging
+    /// Face cache snapshot (`…/models--org--name/snapshots/{commit}/…`), else none.
+    pub source: Option<Source>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            source: None,
+        }
+    }
+}
+
+impl CreateOptions {
+    /// The same options with `bytes` per chunk.
+    #[must_use]
+    pub fn with_chunk_size(mut self, bytes: u64) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// The same options with this source.
+    #[must_use]
+    pub fn with_source(mut self, source: Source) -> Self {
+        self.source = Some(source);
+        self
+    }
+}
+
+/// Files that are a download in progress or a tool's bookkeeping, never part of a model.
+fn is_bookkeeping(name: &str) -> bool {
+    name.ends_with(".wi-partial")
+        || name.ends_with(".wi-partial.state")
+        || name.ends_with(".incomplete")
+        || name.ends_with(".lock")
+        || (name.starts_with('.') && name.ends_with(".tmp"))
+}
+
+/// Every regular file below `dir` (links to files followed, as a cache snapshot holds them;
+/// `.cache/` folders and bookkeeping files left out), sorted.
+fn files_below(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).map_err(|e| ManifestError::io(&d, e))? {
+            let e = e.map_err(|e| ManifestError::io(&d, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ft = e
+                .file_type()
+                .map_err(|er| ManifestError::io(&e.path(), er))?;
+            if ft.is_dir() {
+                if name != ".cache" && name != ".git" {
+                    stack.push(e.path());
+                }
+            } else if !is_bookkeeping(&name) && fs::metadata(e.path()).is_ok_and(|m| m.is_file()) {
+                out.push(e.path());
+                if out.len() > MAX_FILES {
+                    return Err(ManifestError::Input(format!(
+                        "{} holds more than {MAX_FILES} files",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A file named on the command line, with the files it stands for: the parts of a split GGUF
+/// (named by its first part), the shards of a safetensors index.
+fn files_of(file: &Path) -> Vec<PathBuf> {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = file.parent().unwrap_or(Path::new(""));
+    let mut out = vec![file.to_path_buf()];
+    if let Some(parts) = format::gguf::split_shard_names(&name) {
+        out.extend(parts.into_iter().map(|p| dir.join(p)));
+    } else if name.ends_with(".safetensors.index.json") {
+        let max = format::safetensors::MAX_INDEX_BYTES;
+        if let Ok(bytes) = format::model::read_bounded(file, max, "safetensors index") {
+            if let Ok(index) = format::safetensors::parse_index(&bytes) {
+                out.extend(index.shard_files().into_iter().map(|s| dir.join(s)));
+            }
+        }
+    }
+    out
+}
+
+/// `…/models--org--name/snapshots/{commit}/…` → the repository and commit.
+fn source_from_cache_path(p: &Path) -> Option<Source> {
+    let parts: Vec<String> = p
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let i = parts.iter().position(|c| c == "snapshots")?;
+    let commit = parts.get(i + 1)?;
+    let folder = parts.get(i.checked_sub(1)?)?;
+    let (kind, rest) = folder.split_once("--")?;
+    let repo = rest.replacen("--", "/", 1);
+    let repo = match kind {
+        "models" => repo,
+        "datasets" => format!("datasets/{repo}"),
+        _ => return None,
+    };
+    crate::names::is_commit_hash(commit).then(|| Source {
+        repo,
+        revision: None,
+        commit: commit.clone(),
+        url: None,
+    })
+}
+
+/// Makes a manifest of `paths` (files and folders; see `weight-inspect manifest create`): one
+/// folder is the model's folder and names its files relative to it; files are named relative to
+/// their common folder (a split GGUF's first part brings its other parts, a safetensors index its
+/// shards). Chunks and tensors are hashed in parallel straight from a memory map.
+pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> Result<Manifest, ManifestError> {
+    if opts.chunk_size < MIN_CHUNK_SIZE {
+        return Err(ManifestError::Input(format!(
+            "chunk size {} is below the minimum of {MIN_CHUNK_SIZE} bytes",
+            opts.chunk_size
+        )));
+    }
+    let (base, files) = match paths {
+        [one] if one.is_dir() => (one.clone(), files_below(one)?),
+        _ => {
+            let mut files = Vec::new();
+            for p in paths {
+                if p.is_dir() {
+                    return Err(ManifestError::Input(format!(
+                        "{} is a folder: give one folder alone, or files",
+                        p.display()
+                    )));
+                }
+                files.extend(files_of(p));
+            }
+            let base = files
+                .first()
+                .and_then(|f| f.parent())
+                .map(Path::to_path_buf)
+                .ok_or_else(|| ManifestError::Input("no file to describe".into()))?;
+            (base, files)
+        }
+    };
+    let mut named: Vec<(String, PathBuf)> = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&base).map_err(|_| {
+            ManifestError::Input(format!(
+                "{} is not in {}: give files of one folder",
+                f.display(),
+                base.display()
+            ))
+        })?;
+        let rel = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        check_repo_path(&rel).map_err(|why| {
+            ManifestError::Input(format!(
+                "cannot name '{}' in a manifest: {why}",
+                escape(&rel)
+            ))
+        })?;
+        named.push((rel, f));
+    }
+    named.sort();
+    named.dedup_by(|a, b| a.0 == b.0);
+    if named.is_empty() {
+        return Err(ManifestError::Input(format!(
+            "no file in {}",
+            base.display()
+        )));
+    }
+    let mut out = Vec::with_capacity(named.len());
+    for (rel, path) in &named {
+        out.push(describe(rel, path, opts.chunk_size)?);
+    }
+    let source = opts
+        .source
+        .clone()
+        .or_else(|| source_from_cache_path(&base));
+    let m = Manifest {
+        format: FORMAT.to_string(),
+        version: VERSION,
+        created: now_rfc3339(),
+        generator: format!("weight-inspect {}", env!("CARGO_PKG_VERSION")),
+        source,
+        files: out,
+    };
+    m.validate()?;
+    Ok(m)
+}
+
+fn sha256(b: &[u8]) -> Sha256Hex {
+    Sha256Hex(Sha256::digest(b).into())
+}
+
+/// One file's entry: whole-file and chunk digests (side by side), and its tensors.
+fn describe(rel: &str, path: &Path, chunk_size: u64) -> Result<ManifestFile, ManifestError> {
+    let file = crate::safe_fs::open_read_following(path).map_err(|e| ManifestError::io(path, e))?;
+    let map = Mmap::open(&file).map_err(|e| ManifestError::io(path, e))?;
+    map.advise_sequential();
+    let bytes = map.as_bytes();
+    let step = usize::try_from(chunk_size).unwrap_or(usize::MAX);
+    let (whole, chunks) = rayon::join(
+        || sha256(bytes),
+        || bytes.par_chunks(step).map(sha256).collect::<Vec<_>>(),
+    );
+    let lower = rel.to_ascii_lowercase();
+    let header = (lower.ends_with(".gguf") || lower.ends_with(".safetensors"))
+        .then(|| format::parse(bytes).ok())
+        .flatten();
+    let (model, tensors) = match &header {
+        Some(h) => summarize(h, bytes),
+        None => (None, Vec::new()),
+    };
+    Ok(ManifestFile {
+        path: rel.to_string(),
+        size: bytes.len() as u64,
+        sha256: whole,
+        chunk_size,
+        chunks,
+        model,
+        tensors,
+    })
+}
+
+/// The model summary and the digest of every tensor that lies inside the file, by offset.
+fn summarize(h: &Header, bytes: &[u8]) -> (Option<ModelSummary>, Vec<TensorDigest>) {
+    let format = match h {
+        Header::Gguf(_) => "gguf",
+        Header::Safetensors(_) => "safetensors",
+    };
+    let infos = h.tensors();
+    let total_params = infos
+        .iter()
+        .map(|t| t.n_elements())
+        .fold(0u64, u64::saturating_add);
+    let mut tensors: Vec<TensorDigest> = infos
+        .par_iter()
+        .filter_map(|t| {
+            let r = t.byte_range();
+            let slice = bytes.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)?;
+            Some(TensorDigest {
+                name: t.name.clone(),
+                offset: t.offset,
+                length: t.n_bytes,
+                sha256: sha256(slice),
+            })
+        })
+        .collect();
+    tensors.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
+    (
+        Some(ModelSummary {
+            format: format.to_string(),
+            tensor_count: infos.len() as u64,
+            total_params,
+        }),
+        tensors,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_from_cache_paths() {
+        let c = "c".repeat(40);
+        let s = source_from_cache_path(Path::new(&format!(
+            "/h/hub/models--org--name/snapshots/{c}"
+        )))
+        .unwrap();
+        assert_eq!(
+            (s.repo.as_str(), s.commit.as_str()),
+            ("org/name", c.as_str())
+        );
+        let s = source_from_cache_path(Path::new(&format!(
+            "/h/hub/datasets--org--d/snapshots/{c}/sub"
+        )))
+        .unwrap();
+        assert_eq!(s.repo, "datasets/org/d");
+        assert!(source_from_cache_path(Path::new("/h/models--org--name/snapshots/main")).is_none());
+        assert!(source_from_cache_path(Path::new("/tmp/model")).is_none());
+    }
+}
