@@ -51,11 +51,13 @@ mod check;
 mod create;
 mod digest;
 mod error;
+mod expect;
 
 pub use check::{check, CheckReport, ChunkDiff, FileCheck, FileVerdict};
 pub use create::{create, CreateOptions};
 pub use digest::Sha256Hex;
 pub use error::ManifestError;
+pub use expect::{ChunkDigests, Document, FileExpectation, TensorExpectation};
 
 use std::path::Path;
 
@@ -181,23 +183,7 @@ impl ManifestFile {
 impl Manifest {
     /// Reads and checks a manifest file (at most [`MAX_MANIFEST_BYTES`]).
     pub fn read(path: &Path) -> Result<Manifest, ManifestError> {
-        let file =
-            crate::safe_fs::open_read_following(path).map_err(|source| ManifestError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let bytes =
-            crate::safe_fs::read_limited(file, MAX_MANIFEST_BYTES).map_err(|e| match e {
-                crate::safe_fs::Limited::TooLarge(size) => ManifestError::TooLarge {
-                    path: path.to_path_buf(),
-                    size,
-                    limit: MAX_MANIFEST_BYTES,
-                },
-                crate::safe_fs::Limited::Io(source) => ManifestError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                },
-            })?;
+        let bytes = read_manifest_bytes(path)?;
         Manifest::parse(&bytes).map_err(|e| e.in_file(path))
     }
 
@@ -307,6 +293,25 @@ impl Manifest {
 }
 
 /// Now, as RFC 3339 in UTC (`2026-12-01T10:00:00Z`).
+/// The bytes of a manifest file: at most [`MAX_MANIFEST_BYTES`], read without trusting its size.
+pub(crate) fn read_manifest_bytes(path: &Path) -> Result<Vec<u8>, ManifestError> {
+    let file = crate::safe_fs::open_read_following(path).map_err(|source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    crate::safe_fs::read_limited(file, MAX_MANIFEST_BYTES).map_err(|e| match e {
+        crate::safe_fs::Limited::TooLarge(size) => ManifestError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: MAX_MANIFEST_BYTES,
+        },
+        crate::safe_fs::Limited::Io(source) => ManifestError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
+}
+
 pub(crate) fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
