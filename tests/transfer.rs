@@ -12,8 +12,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 use weight_inspect::progress::{Event, Reporter};
 use weight_inspect::transfer::{
-    Digest, Engine, EngineConfig, PartialPaths, RemoteIdentity, TransferError, TransferOutcome,
-    TransferSpec,
+    Digest, Engine, EngineConfig, ExpectedChunks, PartialPaths, RemoteIdentity, TransferError,
+    TransferOutcome, TransferSpec,
 };
 
 const REPO: &str = "org/name";
@@ -286,6 +286,7 @@ impl Fixture {
                     size: content.len() as u64,
                 },
                 expected,
+                chunks: None,
             },
             paths: PartialPaths {
                 data: partial_path.clone(),
@@ -296,6 +297,16 @@ impl Fixture {
             partial_path,
             state_path,
         }
+    }
+
+    /// The spec of the LFS file with its chunks' digests, as a manifest gives them.
+    fn spec_with_manifest(&self) -> Spec {
+        let mut spec = self.spec(LFS);
+        spec.chunks = Some(std::sync::Arc::new(ExpectedChunks {
+            chunk_size: CHUNK,
+            sha256: self.lfs.chunks(CHUNK as usize).map(sha256).collect(),
+        }));
+        spec
     }
 
     fn sent(&self, path: &str) -> u64 {
@@ -769,6 +780,17 @@ async fn corrupted_middle_chunk_costs_at_most_one_more_pass() {
 /// whole-file hash read them) were never repaired: the download failed with a hash mismatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_damaged_on_disk_after_it_arrived_is_repaired() {
+    damaged_on_disk_after_it_arrived(false).await;
+}
+
+/// With a manifest, the damaged chunk is found by hashing the disk (no guessing): one fresh
+/// copy of it is fetched, nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_manifest_a_chunk_damaged_on_disk_costs_one_chunk() {
+    damaged_on_disk_after_it_arrived(true).await;
+}
+
+async fn damaged_on_disk_after_it_arrived(with_manifest: bool) {
     let fx = fixture().await;
     // The first answer is held before its first byte, so the whole-file hash cannot pass that
     // chunk; once every other chunk is on disk, the chunk after the held one is damaged there,
@@ -776,7 +798,11 @@ async fn a_chunk_damaged_on_disk_after_it_arrived_is_repaired() {
     fx.hub
         .faults()
         .push(Fault::Hold { after_bytes: 0 }.on(Target::Cdn).times(1));
-    let spec = fx.spec(LFS);
+    let spec = if with_manifest {
+        fx.spec_with_manifest()
+    } else {
+        fx.spec(LFS)
+    };
     let rec = Recorder::default();
     let cfg = EngineConfig {
         connections: 4,
@@ -821,6 +847,118 @@ async fn a_chunk_damaged_on_disk_after_it_arrived_is_repaired() {
     let d = rec.discarded();
     assert_eq!(d.len(), 1, "exactly one chunk replaced: {d:?}");
     assert_eq!(d[0].0, CHUNK);
+    if with_manifest {
+        assert!(d[0].1.contains("differs from the manifest"), "{d:?}");
+        assert_eq!(fx.sent(LFS), SIZE as u64 + CHUNK);
+        assert_eq!(out.refetched, CHUNK);
+    }
+}
+
+/// With a manifest, a chunk that arrives corrupted is refused the moment its last byte arrives
+/// and fetched again, alone: no whole-file mismatch, no search.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_manifest_a_corrupted_chunk_is_refused_as_it_arrives() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::FlipBytes { count: 3 }.on(Target::Cdn).times(1));
+    let spec = fx.spec_with_manifest();
+    let rec = Recorder::default();
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(fx.sent(LFS), SIZE as u64 + CHUNK, "one chunk fetched twice");
+    assert_eq!(out.refetched, CHUNK);
+    let d = rec.discarded();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(d[0].1.contains("does not match the manifest"), "{d:?}");
+    assert!(
+        !rec.notices()
+            .iter()
+            .any(|n| n.contains("do not match the published")),
+        "no whole-file mismatch: {:?}",
+        rec.notices()
+    );
+}
+
+/// A chunk that never arrives right is given up after three copies, naming it: exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_manifest_persistent_corruption_names_the_chunk() {
+    let fx = fixture_with(|b| b.fault(Fault::FlipBytes { count: 1 }.on(Target::Cdn))).await;
+    let spec = fx.spec_with_manifest();
+    let cfg = EngineConfig {
+        connections: 1,
+        ..config()
+    };
+    let e = engine(cfg)
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, TransferError::ChunkMismatch { .. }), "{e:?}");
+    assert_eq!(e.exit_code(), 2);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("model.gguf: chunk ") && msg.contains("after 3 fetches"),
+        "{msg}"
+    );
+    // Never more than three copies of a chunk, and nothing claimed on disk for it.
+    assert_eq!(fx.sent(LFS), 3 * CHUNK);
+}
+
+/// A full-size file without a resume state (a damaged file put back to be repaired, a
+/// half-restored cache) is checked chunk by chunk against the manifest: only the chunks that
+/// differ are fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_manifest_bytes_without_a_state_are_checked_not_thrown_away() {
+    let fx = fixture().await;
+    let spec = fx.spec_with_manifest();
+    let mut damaged = fx.lfs.clone();
+    damaged[5 * CHUNK as usize + 7] ^= 0x40;
+    damaged[20 * CHUNK as usize] ^= 0x01;
+    std::fs::write(&spec.partial_path, &damaged).unwrap();
+    let rec = Recorder::default();
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(fx.sent(LFS), 2 * CHUNK, "exactly the two damaged chunks");
+    assert_eq!(out.resumed, SIZE as u64 - 2 * CHUNK);
+    assert!(
+        rec.notices()
+            .iter()
+            .any(|n| n.contains("30 of 32 chunks match")),
+        "{:?}",
+        rec.notices()
+    );
+    // Without a manifest the same bytes cannot be trusted: everything is fetched.
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    std::fs::write(&spec.partial_path, &damaged).unwrap();
+    engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_eq!(fx.sent(LFS), SIZE as u64);
+}
+
+/// A manifest whose chunks all match the bytes served, but whose file is not the one the Hub
+/// published, is refused (exit 2) without fetching anything again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_of_other_bytes_than_the_published_digest_is_refused() {
+    let fx = fixture().await;
+    let mut spec = fx.spec_with_manifest();
+    spec.expected = Digest::Sha256(sha256(b"another file"));
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransferError::ManifestDisagrees { .. }),
+        "{e:?}"
+    );
+    assert_eq!(e.exit_code(), 2);
+    assert!(
+        e.to_string().contains("manifest describes another file"),
+        "{e}"
+    );
+    assert_eq!(fx.sent(LFS), SIZE as u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -333,6 +333,7 @@ impl Fetcher {
             headers: self.hub.auth_headers(),
             identity: identity(repo, commit, &f.path, &f.etag, f.size),
             expected,
+            chunks: None,
         };
         let finished = match self.engine.download(&spec, locked, rep).await {
             Ok(done) => done,

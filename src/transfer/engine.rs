@@ -60,8 +60,25 @@ pub(crate) async fn download(
     let url = parse_url(&spec.file, &spec.url)?;
     let size = spec.identity.size;
     let expected_str = spec.expected.to_string();
+    // A manifest's chunks, when the engine can cut the file that way.
+    let manifest = match &spec.chunks {
+        Some(e) => match e.unusable_for(size) {
+            None => Some(e.clone()),
+            Some(why) => {
+                events.notice(&format!(
+                    "the manifest's chunks cannot be checked as they arrive ({why}); only the \
+                     whole file is checked"
+                ));
+                None
+            }
+        },
+        None => None,
+    };
     // Bounded: at least 64 KiB, and at most `MAX_CHUNKS` chunks (the memory per chunk).
-    let chunk_size = effective_chunk_size(size, cfg.chunk_size);
+    let chunk_size = manifest.as_ref().map_or_else(
+        || effective_chunk_size(size, cfg.chunk_size),
+        |e| e.chunk_size,
+    );
 
     // 1. The partial download: what is on disk, re-checked.
     let opened = partial
@@ -69,6 +86,7 @@ pub(crate) async fn download(
             &spec.identity,
             &expected_str,
             chunk_size,
+            manifest.as_deref(),
             events,
             FileHasher::new(size, &spec.expected),
         )
@@ -89,7 +107,7 @@ pub(crate) async fn download(
         file: opened.file.clone(),
         data_path: &data_path,
         plan,
-        chunks: SharedTable::new(ChunkTable::new(plan, opened.chunks)),
+        chunks: SharedTable::new(ChunkTable::new(plan, opened.chunks, manifest)),
         checkpoint: Checkpoint::new(
             opened.file.clone(),
             data_path.clone(),

@@ -32,6 +32,42 @@ pub enum TransferError {
         /// Chunks fetched again while trying to repair the file.
         refetched_chunks: usize,
     },
+    /// A chunk's bytes kept arriving different from what the manifest says, fetch after fetch.
+    #[error(
+        "{file}: chunk {index} (bytes {start}-{}) does not match the manifest after {attempts} \
+         fetches (last got sha256:{actual}, the manifest says sha256:{expected})",
+        end.saturating_sub(1)
+    )]
+    ChunkMismatch {
+        /// Path in the repository.
+        file: String,
+        /// The chunk's index.
+        index: usize,
+        /// Its first byte.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// Fetches of it that did not match.
+        attempts: u32,
+        /// The digest the manifest gives, in hex.
+        expected: String,
+        /// The digest of the last copy, in hex.
+        actual: String,
+    },
+    /// Every chunk matches the manifest, but the file does not match the digest the Hub
+    /// published: the manifest describes other bytes than the Hub's file.
+    #[error(
+        "{file}: every chunk matches the manifest, but the file does not match its published \
+         {expected} (got {actual}): the manifest describes another file"
+    )]
+    ManifestDisagrees {
+        /// Path in the repository.
+        file: String,
+        /// The published digest, as `sha256:<hex>` or `git-sha1:<hex>`.
+        expected: String,
+        /// The digest of the bytes on disk.
+        actual: String,
+    },
     /// Connections kept failing (refused, reset, cut, stalled, timed out).
     #[error(
         "{file}: bytes {offset}-{end} from {url} failed after {attempts} attempts in {}: {source}",
@@ -201,7 +237,12 @@ pub enum TransferError {
 impl TransferError {
     /// The downloaded bytes are wrong (exit code 2).
     pub fn is_integrity(&self) -> bool {
-        matches!(self, TransferError::HashMismatch { .. })
+        matches!(
+            self,
+            TransferError::HashMismatch { .. }
+                | TransferError::ChunkMismatch { .. }
+                | TransferError::ManifestDisagrees { .. }
+        )
     }
 
     /// The network or the server failed (exit code 3). Includes a server that does not honour
@@ -266,6 +307,8 @@ impl TransferError {
     pub fn file(&self) -> &str {
         match self {
             TransferError::HashMismatch { file, .. }
+            | TransferError::ChunkMismatch { file, .. }
+            | TransferError::ManifestDisagrees { file, .. }
             | TransferError::Network { file, .. }
             | TransferError::Server { file, .. }
             | TransferError::RangeNotHonoured { file, .. }

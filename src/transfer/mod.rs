@@ -79,6 +79,13 @@
 //! chunk's offset. A first 200 is treated as a transient failure of that chunk; at the second the
 //! download of this file switches to a single sequential stream (`modes::sequential`).
 //!
+//! **A manifest** ([`TransferSpec::chunks`]) cuts the file into its chunks and checks each one
+//! the moment its last byte is on disk: a chunk that does not match is forgotten and fetched
+//! again, first in line, and after three such copies the download fails with
+//! [`TransferError::ChunkMismatch`] naming it. A data file of the full size without a usable
+//! resume state is checked chunk by chunk against the manifest rather than thrown away, so a
+//! damaged file put back as a partial download costs only its damaged chunks.
+//!
 //! **Corruption** in transit or on disk: see `modes::repair`.
 //!
 //! Events ([`crate::progress::Event`]) go to a [`Reporter`]: `FileStart` (with the resumed
@@ -227,6 +234,40 @@ pub struct TransferSpec {
     pub identity: RemoteIdentity,
     /// The digest the content must have.
     pub expected: Digest,
+    /// The SHA-256 of every chunk, from a manifest: the file is then cut into those chunks,
+    /// each is checked the moment its last byte arrives (a chunk that does not match is
+    /// fetched again, alone), and bytes already on disk without a resume state are checked
+    /// chunk by chunk rather than thrown away. `None`: only the whole-file digest is known.
+    pub chunks: Option<Arc<ExpectedChunks>>,
+}
+
+/// The SHA-256 of every chunk of a file cut into chunks of `chunk_size` bytes (the last one
+/// shorter), as a manifest gives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedChunks {
+    /// Bytes per chunk.
+    pub chunk_size: u64,
+    /// One digest per chunk, in order.
+    pub sha256: Vec<[u8; 32]>,
+}
+
+impl ExpectedChunks {
+    /// Why these chunks cannot be used for a file of `size` bytes: a chunk size the engine does
+    /// not cut files with (below 64 KiB, above 4 GiB, or more than 2^18 chunks), or a number of
+    /// digests that does not cut `size`.
+    pub fn unusable_for(&self, size: u64) -> Option<String> {
+        if let Err(e) = plan::check_chunk_size(size, self.chunk_size) {
+            return Some(e);
+        }
+        let n = size.div_ceil(self.chunk_size);
+        (n != self.sha256.len() as u64).then(|| {
+            format!(
+                "{} chunk digests for a file of {size} bytes in chunks of {} (it has {n})",
+                self.sha256.len(),
+                self.chunk_size
+            )
+        })
+    }
 }
 
 /// Tuning of an [`Engine`].

@@ -30,7 +30,7 @@ use super::events::Events;
 use super::hash::{hash_range, FileHasher};
 use super::plan::Plan;
 use super::state::{self, Loaded, ValidChunk};
-use super::{blocking, RemoteIdentity};
+use super::{blocking, ExpectedChunks, RemoteIdentity};
 use crate::progress::Reporter;
 use crate::safe_fs::{self, FileLock};
 
@@ -231,15 +231,21 @@ impl LockedPartial {
     }
 
     /// Opens the partial download of `identity` for `expected` in chunks of `chunk_size` (a
-    /// resumed download keeps its own): reads the state, opens the data file (no link
-    /// followed), throws away what cannot be trusted (with a notice saying why), preallocates,
-    /// and re-hashes every byte the state claims. The leading complete chunks also feed
-    /// `whole`, the whole-file hash (in the same pass).
+    /// resumed download keeps its own, unless a manifest cuts the file otherwise): reads the
+    /// state, opens the data file (no link followed), throws away what cannot be trusted (with a
+    /// notice saying why), preallocates, and re-hashes every byte the state claims. The leading
+    /// complete chunks also feed `whole`, the whole-file hash (in the same pass).
+    ///
+    /// With `manifest` (chunks of `chunk_size`), a data file of the full size that has no
+    /// usable state — a damaged file put back to be repaired, a half-restored cache, a state
+    /// lost or cut otherwise — is not thrown away: every chunk is hashed (in parallel) and
+    /// those matching the manifest are kept.
     pub(crate) async fn open(
         &self,
         identity: &RemoteIdentity,
         expected: &str,
         chunk_size: u64,
+        manifest: Option<&ExpectedChunks>,
         events: Events<'_>,
         whole: FileHasher,
     ) -> Result<Opened, TransferError> {
@@ -247,8 +253,18 @@ impl LockedPartial {
         let size = identity.size;
         let loaded = state::load(&paths.state, identity, expected);
         let state_missing = matches!(loaded, Loaded::Missing);
+        // Whether the bytes on disk may be checked against the manifest (when the file has them).
+        let mut checkable = manifest.is_some();
         let (plan, mut records) = match loaded {
             Loaded::Missing => (Plan::new(size, chunk_size), Vec::new()),
+            Loaded::Resume { plan, .. } if manifest.is_some() && plan.chunk_size != chunk_size => {
+                events.notice(&format!(
+                    "the resume state cuts the file into chunks of {} bytes, the manifest into \
+                     chunks of {chunk_size}: checking the bytes on disk against the manifest",
+                    plan.chunk_size
+                ));
+                (Plan::new(size, chunk_size), Vec::new())
+            }
             Loaded::Resume { plan, chunks } => (plan, chunks),
             Loaded::Changed { old } => {
                 events.notice(&format!(
@@ -261,6 +277,7 @@ impl LockedPartial {
                     crate::names::escape(&old.commit),
                     identity.commit
                 ));
+                checkable = false;
                 (Plan::new(size, chunk_size), Vec::new())
             }
             Loaded::Invalid { reason } => {
@@ -285,7 +302,12 @@ impl LockedPartial {
             records.clear();
         }
         let fresh = records.is_empty();
-        if fresh {
+        // Bytes without a state, checked chunk by chunk against the manifest.
+        let adopt = match manifest {
+            Some(m) if fresh && checkable && len == size && size > 0 => Some(m.clone()),
+            _ => None,
+        };
+        if fresh && adopt.is_none() {
             if len > 0 && state_missing {
                 events.notice(&format!(
                     "{} exists without a resume state: its bytes cannot be trusted, starting afresh",
@@ -298,6 +320,9 @@ impl LockedPartial {
         }
         preallocate(&file, &paths.data, file_name, size)?;
         let file = Arc::new(file);
+        if let Some(m) = adopt {
+            return adopt_checked(file, plan, m, &paths.data, events, whole).await;
+        }
 
         // Re-hash every claimed prefix (on the blocking pool, in one pass).
         let f = file.clone();
@@ -348,6 +373,65 @@ impl LockedPartial {
             prefix,
         })
     }
+}
+
+/// Opens a data file without a usable state by checking every chunk against the manifest (in
+/// parallel): the chunks that match are kept as complete, the others will be fetched.
+async fn adopt_checked(
+    file: Arc<File>,
+    plan: Plan,
+    manifest: ExpectedChunks,
+    path: &Path,
+    events: Events<'_>,
+    whole: FileHasher,
+) -> Result<Opened, TransferError> {
+    use rayon::prelude::*;
+    let f = file.clone();
+    let checked: Vec<(usize, u64, bool, [u8; 32])> = blocking(move || {
+        (0..plan.count())
+            .into_par_iter()
+            .map(|i| {
+                let r = plan.chunk(i).expect("chunk index within the plan");
+                let mut h = Sha256::new();
+                hash_range(&f, r.start, r.len, Some(&mut h), None)?;
+                let d: [u8; 32] = h.finalize().into();
+                Ok((i, r.len, d == manifest.sha256[i], d))
+            })
+            .collect::<io::Result<Vec<_>>>()
+    })
+    .await
+    .map_err(|e| local_error(events.file(), path, "read back", 0, e))?;
+    let (mut chunks, mut resumed, mut bad, mut bad_chunks) = (Vec::new(), 0u64, 0u64, 0usize);
+    for (index, len, ok, sha256) in checked {
+        if ok {
+            resumed += len;
+            let c = ValidChunk {
+                index,
+                written: len,
+                complete: true,
+                sha256,
+            };
+            chunks.push((c, None));
+        } else {
+            bad += len;
+            bad_chunks += 1;
+        }
+    }
+    events.notice(&format!(
+        "checked the {} bytes on disk against the manifest: {} of {} chunks match and are kept",
+        plan.size,
+        plan.count() - bad_chunks,
+        plan.count()
+    ));
+    Ok(Opened {
+        file,
+        plan,
+        chunks,
+        resumed,
+        thrown_away: bad,
+        fresh: true,
+        prefix: (whole, Vec::new()),
+    })
 }
 
 /// Sets the file's length to `size` and reserves its blocks, so that a full disk shows up now

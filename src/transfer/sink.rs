@@ -16,7 +16,10 @@ use super::blocking;
 use super::ctx::Ctx;
 use super::error::{local_error, TransferError};
 use super::plan::ChunkRange;
-use super::table::Claim;
+use super::table::{Claim, Released};
+
+/// Copies of one chunk that may fail the manifest before the download gives up on it.
+pub(crate) const MAX_REJECTIONS: u32 = 3;
 
 /// Bytes gathered from the network before one positional write (and one progress event).
 const WRITE_BUF: usize = 256 << 10;
@@ -136,18 +139,48 @@ impl<'c, 'a> PartialSink<'c, 'a> {
     }
 
     /// The chunk is whole: flushes, records it complete, wakes the whole-file hasher. A chunk
-    /// short of bytes is given back instead.
+    /// short of bytes is given back instead. A whole chunk that does not match the manifest is
+    /// forgotten and queued again; after [`MAX_REJECTIONS`] such copies the download fails with
+    /// [`TransferError::ChunkMismatch`].
     pub async fn complete(mut self) -> Result<(), TransferError> {
         let flushed = Sink::flush(&mut self).await;
         let PartialSink { ctx, w, suspicion } = self;
         let index = w.range.index;
-        let done = ctx
+        let released = ctx
             .chunks
             .lock()
             .release(index, w.written, w.hasher, suspicion);
-        if done {
-            ctx.chunks.notify_done();
-            ctx.checkpoint.changed();
+        match released {
+            Released::Done => {
+                ctx.chunks.notify_done();
+                ctx.checkpoint.changed();
+            }
+            Released::Pending => {}
+            Released::Rejected { rejections, actual } => {
+                let r = w.range;
+                ctx.counters.refetch(r.len);
+                ctx.events.discarded(
+                    r.len,
+                    &format!(
+                        "chunk {index} (bytes {}-{}) does not match the manifest; fetching it again",
+                        r.start,
+                        r.end() - 1
+                    ),
+                );
+                ctx.checkpoint.changed();
+                if rejections >= MAX_REJECTIONS {
+                    let expected = ctx.chunks.lock().expected(index).unwrap_or_default();
+                    return Err(TransferError::ChunkMismatch {
+                        file: ctx.events.file().to_string(),
+                        index,
+                        start: r.start,
+                        end: r.end(),
+                        attempts: rejections,
+                        expected: hex::encode(expected),
+                        actual: hex::encode(actual),
+                    });
+                }
+            }
         }
         flushed
     }

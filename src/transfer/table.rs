@@ -7,13 +7,14 @@
 //! of a chunk that has no rest.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 
 use super::plan::{ChunkRange, Plan};
 use super::state::{ChunkRecord, ValidChunk};
+use super::ExpectedChunks;
 
 /// Reasons to suspect a chunk when the file's digest does not match (repairs try the most
 /// suspect first).
@@ -44,6 +45,8 @@ struct Chunk {
     hasher: Option<Sha256>,
     status: Status,
     suspicion: u8,
+    /// Copies of it that did not match the manifest.
+    rejections: u32,
 }
 
 /// A chunk handed to a connection: its range and what is already on disk of it.
@@ -53,17 +56,39 @@ pub(crate) struct Claim {
     pub hasher: Sha256,
 }
 
+/// What became of a chunk given back to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Bytes are missing: it waits for a connection again.
+    Pending,
+    /// All its bytes are on disk (and match the manifest, when there is one).
+    Done,
+    /// All its bytes are on disk, but they do not match the manifest: forgotten, queued again.
+    /// `rejections` copies of it did not match so far; `actual` is the last one's digest.
+    Rejected { rejections: u32, actual: [u8; 32] },
+}
+
 /// See the module docs.
 pub(crate) struct ChunkTable {
     plan: Plan,
     chunks: Vec<Chunk>,
     queue: VecDeque<usize>,
+    /// What each chunk must hash to, from a manifest (cut by the same plan).
+    expected: Option<Arc<ExpectedChunks>>,
 }
 
 impl ChunkTable {
     /// A table for `plan` with the chunks found on disk (`resumed`: checked chunks with the hash
-    /// state of an incomplete one's bytes); the others are queued in order.
-    pub fn new(plan: Plan, resumed: Vec<(ValidChunk, Option<Sha256>)>) -> Self {
+    /// state of an incomplete one's bytes); the others are queued in order. With `expected`
+    /// (cut by the same plan), a chunk is done only when its bytes match it; a resumed complete
+    /// chunk that does not is fetched again.
+    pub fn new(
+        plan: Plan,
+        resumed: Vec<(ValidChunk, Option<Sha256>)>,
+        expected: Option<Arc<ExpectedChunks>>,
+    ) -> Self {
+        let expected =
+            expected.filter(|e| e.chunk_size == plan.chunk_size && e.sha256.len() == plan.count());
         let mut chunks = vec![
             Chunk {
                 written: 0,
@@ -71,6 +96,7 @@ impl ChunkTable {
                 hasher: None,
                 status: Status::Pending,
                 suspicion: 0,
+                rejections: 0,
             };
             plan.count()
         ];
@@ -83,12 +109,20 @@ impl ChunkTable {
             if !done && hasher.is_none() {
                 continue;
             }
+            if done
+                && expected
+                    .as_ref()
+                    .is_some_and(|e| e.sha256[c.index] != c.sha256)
+            {
+                continue;
+            }
             *slot = Chunk {
                 written: c.written,
                 sha256: c.sha256,
                 hasher: if done { None } else { hasher },
                 status: if done { Status::Done } else { Status::Pending },
                 suspicion: suspicion::RESUMED,
+                rejections: 0,
             };
         }
         let queue = (0..chunks.len())
@@ -98,7 +132,18 @@ impl ChunkTable {
             plan,
             chunks,
             queue,
+            expected,
         }
+    }
+
+    /// What chunk `index` must hash to, when a manifest says.
+    pub fn expected(&self, index: usize) -> Option<[u8; 32]> {
+        self.expected.as_ref()?.sha256.get(index).copied()
+    }
+
+    /// Whether the chunks are checked against a manifest.
+    pub fn has_manifest(&self) -> bool {
+        self.expected.is_some()
     }
 
     /// The geometry.
@@ -168,17 +213,43 @@ impl ChunkTable {
             hasher: None,
             status: Status::Done,
             suspicion: c.suspicion | suspicion,
+            rejections: c.rejections,
         };
         true
     }
 
     /// Gives held chunk `index` back with `written` bytes on disk whose hash state is `hasher`.
-    /// A chunk with all its bytes on disk is done (see the module docs); returns whether it is.
-    pub fn release(&mut self, index: usize, written: u64, hasher: Sha256, suspicion: u8) -> bool {
+    /// A chunk with all its bytes on disk is done (see the module docs) — unless they do not
+    /// match the manifest: then they are forgotten and the chunk is queued again, first.
+    pub fn release(
+        &mut self,
+        index: usize,
+        written: u64,
+        hasher: Sha256,
+        suspicion: u8,
+    ) -> Released {
         if written == self.range(index).len {
             let digest: [u8; 32] = hasher.finalize().into();
+            if let Some(want) = self.expected(index) {
+                if want != digest {
+                    let c = &mut self.chunks[index];
+                    c.rejections += 1;
+                    c.written = 0;
+                    c.sha256 = [0; 32];
+                    c.hasher = None;
+                    c.status = Status::Pending;
+                    c.suspicion |= suspicion;
+                    let rejections = c.rejections;
+                    // First in line: a server that keeps corrupting it is found out at once.
+                    self.queue.push_front(index);
+                    return Released::Rejected {
+                        rejections,
+                        actual: digest,
+                    };
+                }
+            }
             self.complete(index, written, digest, suspicion);
-            return true;
+            return Released::Done;
         }
         let c = &mut self.chunks[index];
         c.sha256 = hasher.clone().finalize().into();
@@ -187,7 +258,7 @@ impl ChunkTable {
         c.status = Status::Pending;
         c.suspicion |= suspicion;
         self.queue.push_front(index);
-        false
+        Released::Pending
     }
 
     /// Done chunk `index` was replaced on disk by bytes with digest `sha256`.
@@ -306,13 +377,13 @@ mod tests {
     #[test]
     fn a_chunk_with_all_its_bytes_is_done_whichever_way_it_gets_there() {
         let plan = Plan::new(250, 100);
-        let mut t = ChunkTable::new(plan, Vec::new());
+        let mut t = ChunkTable::new(plan, Vec::new(), None);
         // Released with every byte on disk (a cut right after the last byte): done.
         let c = t.claim_next().unwrap();
         assert_eq!(c.range.index, 0);
         let mut h = c.hasher;
         h.update([7u8; 100]);
-        assert!(t.release(0, 100, h, suspicion::RETRIED));
+        assert_eq!(t.release(0, 100, h, suspicion::RETRIED), Released::Done);
         assert!(t.is_done(0));
         assert!(
             t.claim(0).is_none(),
@@ -323,7 +394,7 @@ mod tests {
         assert_eq!(c.range.index, 1);
         let mut h = c.hasher;
         h.update([1u8; 40]);
-        assert!(!t.release(1, 40, h, 0));
+        assert_eq!(t.release(1, 40, h, 0), Released::Pending);
         assert_eq!(t.first_missing(), Some((1, 40)));
         let c = t.claim_next().unwrap();
         assert_eq!((c.range.index, c.written), (1, 40));
@@ -367,12 +438,58 @@ mod tests {
             complete: false,
             sha256: [0; 32],
         };
-        let mut t = ChunkTable::new(plan, vec![(lost, None), (full, None), (part, Some(h))]);
+        let mut t = ChunkTable::new(
+            plan,
+            vec![(lost, None), (full, None), (part, Some(h))],
+            None,
+        );
         assert!(t.is_done(1));
         assert_eq!(t.bytes_on_disk(), 110);
         let c = t.claim_next().unwrap();
         assert_eq!((c.range.index, c.written), (0, 0));
         let c = t.claim_next().unwrap();
         assert_eq!((c.range.index, c.written), (2, 10));
+    }
+
+    #[test]
+    fn with_a_manifest_a_chunk_is_done_only_when_it_matches() {
+        let plan = Plan::new(250, 100);
+        let expected = ExpectedChunks {
+            chunk_size: 100,
+            sha256: vec![digest(&[1; 100]), digest(&[2; 100]), digest(&[3; 50])],
+        };
+        // A resumed complete chunk that does not match the manifest is fetched again.
+        let resumed = ValidChunk {
+            index: 1,
+            written: 100,
+            complete: true,
+            sha256: digest(&[9; 100]),
+        };
+        let mut t = ChunkTable::new(plan, vec![(resumed, None)], Some(Arc::new(expected)));
+        assert!(t.has_manifest());
+        assert!(!t.is_done(1));
+        let c = t.claim_next().unwrap();
+        let mut h = c.hasher;
+        h.update([7u8; 100]);
+        let r = t.release(0, 100, h, 0);
+        assert_eq!(
+            r,
+            Released::Rejected {
+                rejections: 1,
+                actual: digest(&[7; 100])
+            }
+        );
+        assert_eq!(t.first_missing(), Some((0, 0)), "nothing kept of it");
+        let c = t.claim_next().unwrap();
+        assert_eq!(c.range.index, 0, "first in line again");
+        let mut h = c.hasher;
+        h.update([1u8; 100]);
+        assert_eq!(t.release(0, 100, h, 0), Released::Done);
+        // A manifest cut otherwise is not used.
+        let other = ExpectedChunks {
+            chunk_size: 50,
+            sha256: vec![[0; 32]; 5],
+        };
+        assert!(!ChunkTable::new(plan, Vec::new(), Some(Arc::new(other))).has_manifest());
     }
 }

@@ -1,6 +1,13 @@
 //! Finding and replacing a chunk that does not match.
 //!
-//! The Hub publishes one digest per file, so once every chunk has arrived and the file's digest
+//! **With a manifest** (the chunks' digests, [`super::super::ExpectedChunks`]) nothing is
+//! guessed: every chunk on disk is hashed in parallel and compared with the manifest, the ones
+//! that differ — damaged on disk after they arrived — are fetched again, each copy checked
+//! against the manifest, and the file is hashed again from the first of them. When every chunk
+//! matches and the file does not, the manifest describes other bytes than the published digest
+//! ([`TransferError::ManifestDisagrees`]).
+//!
+//! **Without one**, the Hub publishes one digest per file, so once every chunk has arrived and the file's digest
 //! does not match, nothing says which chunk is wrong. Chunks are fetched again one at a time into
 //! an anonymous scratch file (the suspects first: chunks that needed retries, came without
 //! `Content-Range`, or were resumed from an earlier run), and each fresh copy is compared with
@@ -39,6 +46,135 @@ const MAX_COPIES: usize = 3;
 pub(crate) async fn run(
     ctx: &Ctx<'_>,
     expected: Digest,
+    actual: Digest,
+) -> Result<[u8; 32], TransferError> {
+    if ctx.chunks.lock().has_manifest() {
+        return with_manifest(ctx, expected, actual).await;
+    }
+    without_manifest(ctx, expected, actual).await
+}
+
+/// With a manifest there is nothing to guess: every chunk on disk is hashed (in parallel) and
+/// compared with it, the chunks that differ — damaged on disk after they arrived — are fetched
+/// again (each copy checked against the manifest), and the file is hashed again. When every
+/// chunk matches and the file still does not, the manifest describes other bytes than the
+/// published digest: [`TransferError::ManifestDisagrees`].
+async fn with_manifest(
+    ctx: &Ctx<'_>,
+    expected: Digest,
+    actual: Digest,
+) -> Result<[u8; 32], TransferError> {
+    use rayon::prelude::*;
+    let file_name = ctx.events.file();
+    let (f, plan) = (ctx.file.clone(), ctx.plan);
+    let want: Vec<[u8; 32]> = {
+        let t = ctx.chunks.lock();
+        (0..plan.count())
+            .map(|i| t.expected(i).unwrap_or_default())
+            .collect()
+    };
+    let damaged: Vec<usize> = blocking(move || {
+        (0..plan.count())
+            .into_par_iter()
+            .map(|i| {
+                let r = plan.chunk(i).expect("chunk index within the plan");
+                let mut h = Sha256::new();
+                hash_range(&f, r.start, r.len, Some(&mut h), None)?;
+                let d: [u8; 32] = h.finalize().into();
+                Ok((d != want[i]).then_some(i))
+            })
+            .filter_map(|r| r.transpose())
+            .collect::<io::Result<Vec<_>>>()
+    })
+    .await
+    .map_err(|e| local_error(file_name, ctx.data_path, "read back", 0, e))?;
+    if damaged.is_empty() {
+        return Err(TransferError::ManifestDisagrees {
+            file: file_name.to_string(),
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        });
+    }
+    ctx.events.notice(&format!(
+        "the file does not match the published {expected}: {} chunk(s) on disk differ from the \
+         manifest; fetching them again",
+        damaged.len()
+    ));
+    let dir = scratch_dir(ctx);
+    let scratch = Arc::new(crate::safe_fs::scratch_file(&dir).map_err(|e| {
+        local_error(
+            file_name,
+            &dir,
+            "create a scratch file in",
+            plan.chunk_size,
+            e,
+        )
+    })?);
+    let mut refetched_chunks = 0usize;
+    for &index in &damaged {
+        let range = plan.chunk(index).expect("chunk index within the plan");
+        let want = ctx.chunks.lock().expected(index).unwrap_or_default();
+        let mut fresh = [0u8; 32];
+        for attempt in 1..=super::super::sink::MAX_REJECTIONS {
+            fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
+            refetched_chunks += 1;
+            if fresh == want {
+                break;
+            }
+            if attempt == super::super::sink::MAX_REJECTIONS {
+                return Err(TransferError::ChunkMismatch {
+                    file: file_name.to_string(),
+                    index,
+                    start: range.start,
+                    end: range.end(),
+                    attempts: attempt,
+                    expected: hex::encode(want),
+                    actual: hex::encode(fresh),
+                });
+            }
+        }
+        let (src, dst, start, len) = (scratch.clone(), ctx.file.clone(), range.start, range.len);
+        blocking(move || copy_range(&src, 0, &dst, start, len))
+            .await
+            .map_err(|e| local_error(file_name, ctx.data_path, "write", len, e))?;
+        ctx.chunks.lock().replaced(index, fresh);
+        ctx.events.discarded(
+            len,
+            &format!(
+                "chunk {index} (bytes {}-{}) on disk differs from the manifest",
+                range.start,
+                range.end() - 1
+            ),
+        );
+        ctx.events.progress(len);
+        ctx.checkpoint.changed();
+    }
+    let first = damaged[0];
+    let (sha256, digest) = ctx.prefix.rehash_from(first).await?.finish();
+    if digest == expected {
+        return Ok(sha256);
+    }
+    Err(TransferError::HashMismatch {
+        file: file_name.to_string(),
+        expected: expected.to_string(),
+        actual: digest.to_string(),
+        refetched_chunks,
+    })
+}
+
+/// Where scratch files go: beside the partial file.
+fn scratch_dir(ctx: &Ctx<'_>) -> std::path::PathBuf {
+    ctx.data_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf()
+}
+
+/// Without a manifest: fresh copies compared with the disk (see the module docs).
+async fn without_manifest(
+    ctx: &Ctx<'_>,
+    expected: Digest,
     mut actual: Digest,
 ) -> Result<[u8; 32], TransferError> {
     ctx.events.notice(&format!(
@@ -46,12 +182,7 @@ pub(crate) async fn run(
          re-fetching chunks one at a time to find the one that differs"
     ));
     let file_name = ctx.events.file();
-    let dir = ctx
-        .data_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."))
-        .to_path_buf();
+    let dir = scratch_dir(ctx);
     let scratch = Arc::new(crate::safe_fs::scratch_file(&dir).map_err(|e| {
         local_error(
             file_name,
