@@ -7,6 +7,7 @@ mod support;
 mod gguf;
 mod hostile;
 mod inspect;
+mod integrity;
 mod manifest;
 mod safetensors;
 mod transfer;

@@ -92,6 +92,19 @@ struct Cli {
     /// Skip the tensor-level verification of GGUF and safetensors files.
     #[arg(long)]
     no_verify: bool,
+    /// How far files already on disk are checked: fast (size, the recorded manifest, the
+    /// header) or full (every chunk re-hashed against the manifest, else the whole file against
+    /// the Hub's SHA-256). A damaged file is repaired: only the chunks that differ are fetched.
+    #[arg(long, value_name = "LEVEL", default_value = "fast", value_parser = ["fast", "full"])]
+    verify: String,
+    /// A manifest the files must match (a weight-inspect manifest, llama-gguf-hash lines, or an
+    /// OpenSSF model-signing bundle/statement; a file or an http(s) URL): every chunk is checked
+    /// the moment it arrives.
+    #[arg(long, value_name = "FILE|URL")]
+    manifest: Option<String>,
+    /// Ignore the manifest a repository publishes beside a model file ({file}.wi-manifest.json).
+    #[arg(long)]
+    no_sidecar: bool,
     /// First delay before a failed request is retried (doubling up to --retry-max-delay, with
     /// jitter): 500ms, 2s, …
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "500ms")]
@@ -222,6 +235,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         .connections(cli.connections as usize)
         .max_files(cli.max_files as usize)
         .verify(!cli.no_verify)
+        .verify_level(cli.verify.parse().map_err(|m: String| (m, 1))?)
+        .sidecars(!cli.no_sidecar)
         .retry_delays(cli.retry_delay, cli.retry_max_delay)
         .stall_timeout(cli.stall_timeout)
         .lock_timeout(cli.lock_timeout)
@@ -246,7 +261,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.offline {
         b = b.offline(true);
     }
-    let fetcher = b.build_blocking().map_err(fail)?;
+    let mut fetcher = b.build_blocking().map_err(fail)?;
+    if let Some(m) = &cli.manifest {
+        let doc = fetcher.read_manifest(m).map_err(fail)?;
+        fetcher.set_manifest(doc);
+    }
 
     if cli.dry_run {
         let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;

@@ -87,6 +87,31 @@ impl LocalDir {
         )
     }
 
+    /// `{download}/{path}.{etag}.wi-manifest.json`: the manifest recorded when the file was
+    /// verified.
+    pub fn manifest_path(&self, path: &str, etag: &str) -> PathBuf {
+        join_repo_path(
+            &self.download_dir(),
+            &format!("{path}.{etag}.wi-manifest.json"),
+        )
+    }
+
+    /// Moves `{dir}/{path}` (a regular file, no link followed) to its partial download's name
+    /// for `etag`, to be repaired in place; false when there is no such file. The caller holds
+    /// the path's lock.
+    pub fn reopen_file(&self, path: &str, etag: &str) -> io::Result<bool> {
+        let file = self.file_path(path);
+        match fs::symlink_metadata(&file) {
+            Ok(m) if m.is_file() => {
+                fs::rename(&file, self.partial_path(path, etag))?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `{download}/{path}.{etag}.wi-partial.state`: our resume state, beside the partial file.
     pub fn state_path(&self, path: &str, etag: &str) -> PathBuf {
         join_repo_path(

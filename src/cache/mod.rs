@@ -7,6 +7,7 @@
 //! {cache}/models--{org}--{name}/snapshots/{commit}/{path}        → ../../blobs/{etag}
 //! {cache}/models--{org}--{name}/refs/{revision}                  commit id, no newline
 //! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
+//! {cache}/models--{org}--{name}/.wi-manifests/{etag}.json        our manifest of a verified blob
 //! {cache}/.locks/models--{org}--{name}/{etag}.lock               held while a blob is written
 //! ```
 //!
@@ -192,6 +193,28 @@ impl RepoCache {
             state_path: self.state_path(etag),
             lock_path: self.lock_path(etag),
             foreign_partial_path: Some(self.dir.join("blobs").join(format!("{etag}.incomplete"))),
+        }
+    }
+
+    /// `.wi-manifests/{etag}.json`: the manifest recorded when the blob was verified (our own
+    /// area: other tools read only `blobs/`, `snapshots/`, `refs/` and `.no_exist/`).
+    pub fn manifest_path(&self, etag: &str) -> PathBuf {
+        self.dir.join(".wi-manifests").join(format!("{etag}.json"))
+    }
+
+    /// Moves the blob `etag` (a regular file, no link followed) to its partial download's name,
+    /// to be repaired in place; false when there is no such blob. The caller holds the blob's
+    /// lock.
+    pub fn reopen_blob(&self, etag: &str) -> io::Result<bool> {
+        let blob = self.blob_path(etag);
+        match fs::symlink_metadata(&blob) {
+            Ok(m) if m.is_file() => {
+                fs::rename(&blob, self.partial_path(etag))?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -484,6 +507,25 @@ impl Store {
         match self {
             Store::Cache(r) => r.other_partials(etag),
             Store::Local(l) => l.other_partials(path, etag),
+        }
+    }
+
+    /// Where the manifest of `path` at `etag` is recorded once the file is verified: in the
+    /// cache, `.wi-manifests/{etag}.json` beside `blobs/`; in a local folder,
+    /// `{download}/{path}.{etag}.wi-manifest.json`.
+    pub fn manifest_path(&self, path: &str, etag: &str) -> PathBuf {
+        match self {
+            Store::Cache(r) => r.manifest_path(etag),
+            Store::Local(l) => l.manifest_path(path, etag),
+        }
+    }
+
+    /// Moves the complete file `path` at `etag` to its partial download's name, to be repaired
+    /// in place (the caller holds its lock); false when there is no such file.
+    pub fn reopen_for_repair(&self, path: &str, etag: &str) -> io::Result<bool> {
+        match self {
+            Store::Cache(r) => r.reopen_blob(etag),
+            Store::Local(l) => l.reopen_file(path, etag),
         }
     }
 

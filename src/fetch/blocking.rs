@@ -40,6 +40,16 @@ impl Fetcher {
         self.rt.block_on(self.inner.fetch(repo, selection))
     }
 
+    /// See [`super::Fetcher::read_manifest`].
+    pub fn read_manifest(&self, source: &str) -> Result<crate::manifest::Document, FetchError> {
+        self.rt.block_on(self.inner.read_manifest(source))
+    }
+
+    /// See [`super::Fetcher::set_manifest`].
+    pub fn set_manifest(&mut self, manifest: crate::manifest::Document) {
+        self.inner.set_manifest(manifest);
+    }
+
     /// See [`super::Fetcher::resolve`].
     pub fn resolve(&self, repo: &RepoRef, selection: &Selection) -> Result<Plan, FetchError> {
         self.rt.block_on(self.inner.resolve(repo, selection))

@@ -168,6 +168,38 @@ pub enum FetchError {
         /// The verifier's errors.
         errors: Vec<String>,
     },
+    /// A manifest (given, found beside the model, or recorded in the cache) that cannot be read
+    /// or used.
+    #[error("{0}")]
+    Manifest(#[from] crate::manifest::ManifestError),
+    /// The manifest and the Hub disagree on what a file is (its size or its SHA-256): nothing
+    /// is downloaded.
+    #[error("{file}: {what}")]
+    ManifestMismatch {
+        /// Path in the repository.
+        file: String,
+        /// What differs, e.g. `the manifest says 1024 bytes, the Hub 2048`.
+        what: String,
+    },
+    /// A file on disk is damaged (found by `--verify` or `cache verify`), and was not repaired
+    /// (offline, or verification only).
+    #[error("{file}: damaged at {}: {damage}", local.display())]
+    Damaged {
+        /// Path in the repository.
+        file: String,
+        /// The local file.
+        local: PathBuf,
+        /// What is wrong, naming the chunks (byte ranges) that differ.
+        damage: String,
+    },
+    /// A file is not what the lock file pins (`--locked`).
+    #[error("{file}: {what} (the lock file pins it)")]
+    Locked {
+        /// Path in the repository.
+        file: String,
+        /// What differs.
+        what: String,
+    },
     /// Several files failed; the most serious error is kept (see [`FetchError::several`]), the
     /// others are counted.
     #[error("{first} (and {others} more failed file(s))")]
@@ -259,7 +291,12 @@ impl FetchError {
             | FetchError::DiskSpace { .. }
             | FetchError::DiskFull { .. }
             | FetchError::Io { .. } => ExitClass::Local,
-            FetchError::Verification { .. } | FetchError::Refused { .. } => ExitClass::Integrity,
+            FetchError::Verification { .. }
+            | FetchError::Refused { .. }
+            | FetchError::ManifestMismatch { .. }
+            | FetchError::Damaged { .. }
+            | FetchError::Locked { .. } => ExitClass::Integrity,
+            FetchError::Manifest(_) => ExitClass::Local,
             FetchError::Several { first, .. } => first.exit_class(),
         }
     }

@@ -61,6 +61,7 @@
 
 pub mod blocking;
 mod error;
+mod integrity;
 mod report;
 mod resolve;
 mod run;
@@ -69,6 +70,7 @@ mod space;
 mod verification;
 
 pub use error::{human_bytes, ExitClass, FetchError};
+pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
 pub use report::{FetchSummary, FileReport, Plan, PlannedFile};
 pub use selection::{parse_repo_spec, Selection};
 pub use verification::Verification;
@@ -95,6 +97,9 @@ pub struct FetcherBuilder {
     offline: bool,
     reporter: Arc<dyn Reporter>,
     verify: bool,
+    verify_level: VerifyLevel,
+    manifest: Option<Arc<crate::manifest::Document>>,
+    sidecars: bool,
     engine: EngineConfig,
 }
 
@@ -107,6 +112,9 @@ impl std::fmt::Debug for FetcherBuilder {
             .field("max_files", &self.max_files)
             .field("offline", &self.offline)
             .field("verify", &self.verify)
+            .field("verify_level", &self.verify_level)
+            .field("manifest", &self.manifest.as_ref().map(|m| m.kind()))
+            .field("sidecars", &self.sidecars)
             .field("engine", &self.engine)
             .finish_non_exhaustive()
     }
@@ -122,6 +130,9 @@ impl Default for FetcherBuilder {
             offline: false,
             reporter: Arc::new(NoProgress),
             verify: true,
+            verify_level: VerifyLevel::Fast,
+            manifest: None,
+            sidecars: true,
             engine: EngineConfig::default(),
         }
     }
@@ -198,6 +209,31 @@ impl FetcherBuilder {
         self
     }
 
+    /// How far files already on disk are checked before they are trusted (see
+    /// [`VerifyLevel`]); a file that fails is repaired — only its damaged chunks fetched again
+    /// when a manifest gives the chunks — or, offline, is a [`FetchError::Damaged`]. Default
+    /// [`VerifyLevel::Fast`].
+    pub fn verify_level(mut self, level: VerifyLevel) -> Self {
+        self.verify_level = level;
+        self
+    }
+
+    /// A manifest the files must match (any format [`crate::manifest::Document::parse`]
+    /// reads): each file is looked up by its path in the repository, else by its name. Every
+    /// chunk is checked against it the moment it arrives, and files already on disk are checked
+    /// against it. Default none.
+    pub fn manifest(mut self, manifest: crate::manifest::Document) -> Self {
+        self.manifest = Some(Arc::new(manifest));
+        self
+    }
+
+    /// Use the manifest a repository publishes beside a model file (`{file}.wi-manifest.json`,
+    /// see [`SIDECAR_SUFFIX`]) when there is no manifest given. Default true.
+    pub fn sidecars(mut self, use_them: bool) -> Self {
+        self.sidecars = use_them;
+        self
+    }
+
     /// The transfer engine's settings, whole (this replaces [`connections`](Self::connections)
     /// and [`chunk_size`](Self::chunk_size) set before). Default [`EngineConfig::default`].
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
@@ -260,6 +296,9 @@ impl FetcherBuilder {
             offline: self.offline,
             reporter: self.reporter,
             verify: self.verify,
+            verify_level: self.verify_level,
+            manifest: self.manifest,
+            sidecars: self.sidecars,
         })
     }
 
@@ -280,6 +319,9 @@ pub struct Fetcher {
     offline: bool,
     reporter: Arc<dyn Reporter>,
     verify: bool,
+    verify_level: VerifyLevel,
+    manifest: Option<Arc<crate::manifest::Document>>,
+    sidecars: bool,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -318,6 +360,33 @@ impl Fetcher {
     /// The cache root (unused in local-dir mode, which keeps its metadata in the folder).
     pub fn cache(&self) -> &HfCache {
         &self.cache
+    }
+
+    /// Reads a manifest (any format [`crate::manifest::Document::parse`] reads, at most
+    /// [`crate::manifest::MAX_MANIFEST_BYTES`]) from a file, or from an `http(s)://` URL (the
+    /// token goes only to the Hub's own origin; redirects are followed under the same rule).
+    pub async fn read_manifest(
+        &self,
+        source: &str,
+    ) -> Result<crate::manifest::Document, FetchError> {
+        if source.starts_with("http://") || source.starts_with("https://") {
+            let limit = usize::try_from(crate::manifest::MAX_MANIFEST_BYTES).unwrap_or(usize::MAX);
+            let bytes = self.hub.get_small(source, None, limit).await?;
+            let shown = url::Url::parse(source).map_or_else(
+                |_| crate::names::escape(source).into_owned(),
+                |u| crate::net::redact(&u),
+            );
+            return crate::manifest::Document::parse(&bytes)
+                .map_err(|e| FetchError::Manifest(e.in_file(std::path::Path::new(&shown))));
+        }
+        Ok(crate::manifest::Document::read(std::path::Path::new(
+            source,
+        ))?)
+    }
+
+    /// Sets the manifest the files must match (see [`FetcherBuilder::manifest`]).
+    pub fn set_manifest(&mut self, manifest: crate::manifest::Document) {
+        self.manifest = Some(Arc::new(manifest));
     }
 
     /// Whether the fetcher is offline.

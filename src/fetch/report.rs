@@ -24,6 +24,10 @@ pub struct PlannedFile {
     /// (re-hashed before use); 0 without a valid state. Not the partial file's length: partial
     /// files are preallocated to their full size.
     pub partial_bytes: u64,
+    /// The manifest published beside it in the repository (`{path}.wi-manifest.json`), when
+    /// the listing has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<String>,
 }
 
 /// What a selection resolves to (see [`Fetcher::resolve`]).

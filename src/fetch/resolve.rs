@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use futures::stream::{self, StreamExt};
 
+use super::integrity::{self, SIDECAR_SUFFIX};
 use super::selection::{choose, SelectError};
 use super::{FetchError, Fetcher, Plan, PlannedFile, RepoRef, Selection};
 use crate::cache::{self, LocalDir, Store};
@@ -21,6 +22,7 @@ pub(super) struct Wanted {
     path: String,
     size: u64,
     etag: String,
+    sidecar: Option<String>,
 }
 
 impl Fetcher {
@@ -47,6 +49,21 @@ impl Fetcher {
         let mut refused = Vec::new();
         let (commit, wanted, notice) = if selection.is_explicit_only() {
             let commit = self.hub.repo_commit(repo).await?;
+            // A warm cache: the files are in the snapshot of that commit, each with the manifest
+            // recorded when it was verified (which says what its size must be): nothing more to
+            // ask. Files another tool put there are asked about.
+            let at_commit = repo.clone().with_revision(commit.clone());
+            if let Ok(mut plan) = self.resolve_offline(&at_commit, selection, &store) {
+                let known = plan
+                    .files
+                    .iter()
+                    .all(|f| integrity::recorded_size(&store, &f.path, &f.etag).is_some());
+                if known {
+                    plan.revision = repo.revision.clone();
+                    plan.offline = false;
+                    return Ok(plan);
+                }
+            }
             let heads = stream::iter(selection.files.iter())
                 .map(|f| {
                     let commit = commit.clone();
@@ -57,6 +74,7 @@ impl Fetcher {
                                 path: f.clone(),
                                 size: m.size,
                                 etag: m.etag,
+                                sidecar: None,
                             }),
                             Err(HubError::EntryNotFound { .. })
                             | Err(HubError::NotFound { .. }) => {
@@ -83,6 +101,9 @@ impl Fetcher {
                     wanted.push(w);
                 }
             }
+            if self.sidecars {
+                self.find_sidecars(repo, &commit, &store, &mut wanted).await;
+            }
             (commit, wanted, None)
         } else {
             let listing = self.hub.list_files(repo).await?;
@@ -107,10 +128,14 @@ impl Fetcher {
                 .paths
                 .iter()
                 .filter_map(|p| by_path.get(p.as_str()))
-                .map(|f| Wanted {
-                    path: f.path.clone(),
-                    size: f.size,
-                    etag: f.etag().to_string(),
+                .map(|f| {
+                    let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
+                    Wanted {
+                        path: f.path.clone(),
+                        size: f.size,
+                        etag: f.etag().to_string(),
+                        sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
+                    }
                 })
                 .collect();
             (listing.commit, wanted, chosen.notice)
@@ -120,6 +145,37 @@ impl Fetcher {
             .map(|w| planned(&store, repo, &commit, w))
             .collect();
         Ok(plan(repo, commit, files, notice, refused, false))
+    }
+
+    /// Asks for the sidecar manifest of every file to download (`HEAD`, one per file, at
+    /// once); without a listing, that is the only way to know it is there. A failure only
+    /// means no sidecar.
+    async fn find_sidecars(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        wanted: &mut [Wanted],
+    ) {
+        let found: Vec<bool> = stream::iter(wanted.iter())
+            .map(|w| async move {
+                let sidecar = format!("{}{SIDECAR_SUFFIX}", w.path);
+                let cached = match store {
+                    Store::Cache(r) => r.complete_blob(&w.etag, w.size).is_some(),
+                    Store::Local(l) => l.find_complete(&w.path, &w.etag, w.size).is_some(),
+                };
+                !cached
+                    && check_repo_path(&sidecar).is_ok()
+                    && self.hub.file_metadata(repo, commit, &sidecar).await.is_ok()
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        for (w, found) in wanted.iter_mut().zip(found) {
+            if found {
+                w.sidecar = Some(format!("{}{SIDECAR_SUFFIX}", w.path));
+            }
+        }
     }
 
     fn resolve_offline(
@@ -218,11 +274,14 @@ impl Fetcher {
             .into_iter()
             .map(|f| PlannedFile {
                 path: f.path.clone(),
-                size: f.size,
+                // The size the file was verified with, when its manifest was recorded (a
+                // truncated copy must not set its own size).
+                size: integrity::recorded_size(store, &f.path, &f.etag).unwrap_or(f.size),
                 etag: f.etag.clone(),
                 local_path: f.local_path.clone(),
                 cached: true,
                 partial_bytes: 0,
+                sidecar: None,
             })
             .collect();
         Ok(plan(repo, commit, files, notice, Vec::new(), true))
@@ -320,6 +379,7 @@ fn planned(store: &Store, repo: &RepoRef, commit: &str, w: Wanted) -> PlannedFil
         local_path,
         cached,
         partial_bytes,
+        sidecar: w.sidecar,
     }
 }
 

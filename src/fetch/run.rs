@@ -16,6 +16,7 @@ use std::time::Instant;
 use futures::stream::{self, StreamExt};
 use sha2::{Digest as _, Sha256};
 
+use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
 use super::resolve::{identity, partial_paths};
 use super::selection;
 use super::space::check_space;
@@ -25,6 +26,7 @@ use super::{
 };
 use crate::cache::Store;
 use crate::hub::HubError;
+use crate::manifest::{Document, Source};
 use crate::names::{escape, is_commit_hash};
 use crate::progress::{Event, Reporter};
 use crate::safe_fs;
@@ -300,11 +302,39 @@ impl Fetcher {
         rep: &dyn Reporter,
     ) -> Result<FileReport, FetchError> {
         let t0 = Instant::now();
+        let expect = self.expectation(repo, commit, store, f, rep).await?;
+        let mut repair = false;
         if f.cached {
             if let Some(r) = self.cached_report(store, commit, f, t0).await? {
-                return Ok(r);
-            }
-            if self.offline {
+                match self.damage(&r.local_path, f, expect.as_ref()).await? {
+                    None => return Ok(r),
+                    Some(damage) if self.offline => {
+                        return Err(FetchError::Damaged {
+                            file: f.path.clone(),
+                            local: r.local_path,
+                            damage,
+                        })
+                    }
+                    Some(damage) => {
+                        notice(
+                            rep,
+                            Some(&f.path),
+                            &format!(
+                                "damaged at {}: {damage}; repairing it",
+                                r.local_path.display()
+                            ),
+                        );
+                        repair = true;
+                    }
+                }
+            } else if self.offline {
+                if let Ok(m) = std::fs::metadata(&f.local_path) {
+                    return Err(FetchError::Damaged {
+                        file: f.path.clone(),
+                        local: f.local_path.clone(),
+                        damage: format!("{} bytes instead of {}", m.len(), f.size),
+                    });
+                }
                 return Err(FetchError::NotCached {
                     what: format!("file '{}' of '{repo}'", escape(&f.path)),
                     dir: self.store_dir(repo),
@@ -316,9 +346,25 @@ impl Fetcher {
             FetchError::io_for(Some(&f.path), "create the folder of", &paths.data, e)
         })?;
         let locked = self.engine.lock(&paths, &f.path, rep).await?;
-        // Another process (or task) may have finished it while we waited.
-        if let Some(r) = self.cached_report(store, commit, f, t0).await? {
-            return Ok(r);
+        let has_chunks = expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
+        if !repair {
+            if let Some(r) = self.cached_report(store, commit, f, t0).await? {
+                // Another process (or task) finished it while we waited.
+                return Ok(r);
+            }
+        }
+        // A damaged copy in place (wrong bytes, or truncated) becomes the partial download:
+        // with a manifest's chunks, the engine keeps every chunk that still matches and fetches
+        // only the others.
+        if repair || (has_chunks && !paths.data.exists()) {
+            let reopened = store
+                .reopen_for_repair(&f.path, &f.etag)
+                .map_err(|e| FetchError::io_for(Some(&f.path), "reopen", &paths.data, e))?;
+            if reopened {
+                locked
+                    .forget_state()
+                    .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.state, e))?;
+            }
         }
         self.discard_stale_partials(store, f, &locked, rep);
         let expected = Digest::from_etag(&f.etag).ok_or_else(|| {
@@ -327,13 +373,14 @@ impl Fetcher {
                 reason: format!("ETag '{}' is not a hash", escape(&f.etag)),
             })
         })?;
+        let url = self.hub.resolve_url(repo, commit, &f.path);
         let spec = TransferSpec {
             file: f.path.clone(),
-            url: self.hub.resolve_url(repo, commit, &f.path),
+            url: url.clone(),
             headers: self.hub.auth_headers(),
             identity: identity(repo, commit, &f.path, &f.etag, f.size),
             expected,
-            chunks: None,
+            chunks: expect.as_ref().and_then(Expect::engine_chunks),
         };
         let finished = match self.engine.download(&spec, locked, rep).await {
             Ok(done) => done,
@@ -360,6 +407,19 @@ impl Fetcher {
                 &format!("the file is in place, but its finished resume state stays: {e}"),
             );
         }
+        let source = Source {
+            repo: repo.to_string(),
+            revision: Some(repo.revision.clone()),
+            commit: commit.to_string(),
+            url: Some(url),
+        };
+        if let Err(e) = integrity::record(store, source, f, &out) {
+            notice(
+                rep,
+                Some(&f.path),
+                &format!("could not record the file's manifest: {e}"),
+            );
+        }
         Ok(FileReport {
             path: f.path.clone(),
             local_path: local,
@@ -374,6 +434,92 @@ impl Fetcher {
             elapsed: t0.elapsed(),
             verification: None,
         })
+    }
+
+    /// What `f` must be: the manifest given, else the sidecar published beside it (online),
+    /// else the one recorded when it was verified. One that contradicts the Hub is an error.
+    async fn expectation(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        f: &PlannedFile,
+        rep: &dyn Reporter,
+    ) -> Result<Option<Expect>, FetchError> {
+        let given = self.manifest.as_ref().and_then(|doc| {
+            Expect::from_document(doc, &f.path, Origin::Given).or_else(|| {
+                let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+                Expect::from_document(doc, name, Origin::Given)
+            })
+        });
+        let found = match given {
+            Some(e) => Some(e),
+            None => match (&f.sidecar, self.sidecars && !self.offline) {
+                (Some(sidecar), true) => {
+                    Some(self.sidecar(repo, commit, f, sidecar).await?).flatten()
+                }
+                _ => None,
+            },
+        };
+        if let Some(e) = &found {
+            e.agrees_with(f)?;
+            return Ok(found);
+        }
+        let recorded = {
+            let (store, f) = (store.clone(), f.clone());
+            tokio::task::spawn_blocking(move || integrity::recorded(&store, &f))
+                .await
+                .ok()
+                .flatten()
+        };
+        if recorded.is_none() && f.cached && self.verify_level == VerifyLevel::Full {
+            notice(
+                rep,
+                Some(&f.path),
+                "no manifest recorded for this file: checking it against the Hub's digest",
+            );
+        }
+        Ok(recorded)
+    }
+
+    /// The sidecar manifest `sidecar` of `f`, read from the Hub (bounded) and looked up by `f`'s
+    /// name (a sidecar names the files of its folder relative to it).
+    async fn sidecar(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        f: &PlannedFile,
+        sidecar: &str,
+    ) -> Result<Option<Expect>, FetchError> {
+        let url = self.hub.resolve_url(repo, commit, sidecar);
+        let bytes = self
+            .hub
+            .get_small(&url, Some((repo, commit, sidecar)), MAX_SIDECAR_BYTES)
+            .await?;
+        let doc = Document::parse(&bytes)
+            .map_err(|e| FetchError::Manifest(e.in_file(std::path::Path::new(sidecar))))?;
+        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+        Ok(Expect::from_document(&doc, name, Origin::Sidecar))
+    }
+
+    /// What is wrong with the complete file at `local` at the fetcher's verification level.
+    async fn damage(
+        &self,
+        local: &std::path::Path,
+        f: &PlannedFile,
+        expect: Option<&Expect>,
+    ) -> Result<Option<String>, FetchError> {
+        let (local, f2, expect, level) = (
+            local.to_path_buf(),
+            f.clone(),
+            expect.cloned(),
+            self.verify_level,
+        );
+        let l2 = local.clone();
+        tokio::task::spawn_blocking(move || integrity::damage(&l2, &f2, expect.as_ref(), level))
+            .await
+            .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?
+            .map_err(|e| FetchError::io_for(Some(&f.path), "verify", &local, e))
     }
 
     /// Deletes the partial downloads of `f.path` for an older version of it (another ETag),

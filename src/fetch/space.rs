@@ -87,6 +87,7 @@ mod tests {
                     local_path: PathBuf::from(path),
                     cached: false,
                     partial_bytes: 0,
+                    sidecar: None,
                 })
                 .collect(),
             notice: None,

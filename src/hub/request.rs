@@ -157,6 +157,67 @@ impl HubClient {
         }
     }
 
+    /// `GET` of a small file (a manifest), its body read up to `limit` bytes: `url` is a resolve
+    /// URL or any `http(s)` URL. Redirects are followed to any origin (a file kept in LFS is
+    /// served by a CDN) under the rule of [`crate::net::redirect`]: the token goes to the Hub's
+    /// origin only. `file` (repository, revision, path) names a file of a repository in errors;
+    /// without it an error answer is reported as its status.
+    pub(crate) async fn get_small(
+        &self,
+        url: &str,
+        file: Option<(&RepoRef, &str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<u8>, HubError> {
+        let start = self.parse_url(url)?;
+        if !matches!(start.scheme(), "http" | "https") {
+            return Err(HubError::InvalidEndpoint {
+                endpoint: redact(&start),
+                reason: "only http and https URLs are fetched".into(),
+            });
+        }
+        let mut chain = Chain::new(start, &self.base);
+        loop {
+            let resp = self
+                .send(&chain.url().clone(), |u| {
+                    self.request(reqwest::Method::GET, u, &chain)
+                        .header(
+                            reqwest::header::ACCEPT_ENCODING,
+                            reqwest::header::HeaderValue::from_static("identity"),
+                        )
+                        .timeout(self.cfg.timeout)
+                })
+                .await?;
+            let status = resp.status();
+            if status.is_redirection() {
+                let from = redact(chain.url());
+                chain
+                    .follow(status, resp.headers())
+                    .map_err(|source| HubError::Redirect { url: from, source })?;
+                continue;
+            }
+            let url = chain.url().clone();
+            if !status.is_success() {
+                return Err(match file {
+                    Some((repo, revision, path)) => {
+                        let ctx = Ctx {
+                            repo,
+                            revision,
+                            path: Some(path),
+                        };
+                        self.error_from(resp, &url, ctx).await
+                    }
+                    None => HubError::InvalidResponse {
+                        url: redact(&url),
+                        reason: format!("HTTP {status}"),
+                    },
+                });
+            }
+            return net::read_bounded(resp, limit)
+                .await
+                .map_err(|e| body_error(e, &url));
+        }
+    }
+
     pub(super) fn parse_url(&self, url: &str) -> Result<Url, HubError> {
         Url::parse(url).map_err(|e| HubError::InvalidEndpoint {
             endpoint: escape(url).into_owned(),

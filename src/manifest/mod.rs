@@ -48,12 +48,14 @@
 //! (byte ranges) and tensors that differ.
 
 mod check;
+mod chunked;
 mod create;
 mod digest;
 mod error;
 mod expect;
 
 pub use check::{check, CheckReport, ChunkDiff, FileCheck, FileVerdict};
+pub use chunked::{chunk_diffs, describe_chunks};
 pub use create::{create, CreateOptions};
 pub use digest::Sha256Hex;
 pub use error::ManifestError;

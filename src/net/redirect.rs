@@ -73,10 +73,12 @@ pub enum RedirectError {
     },
 }
 
-/// A URL without its query and fragment (signed CDN URLs carry credentials there), for
-/// messages.
+/// A URL without its user, password, query and fragment (signed CDN URLs carry credentials
+/// there), for messages.
 pub fn redact(url: &Url) -> String {
     let mut u = url.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
     u.set_query(None);
     u.set_fragment(None);
     u.to_string()

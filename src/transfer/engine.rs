@@ -174,6 +174,8 @@ pub(crate) async fn download(
         resumed: opened.resumed,
         retries: ctx.counters.retries.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
+        chunk_size: plan.chunk_size,
+        chunks: ctx.chunks.lock().digests(),
     };
     drop(ctx);
     Ok(Finished { outcome, partial })

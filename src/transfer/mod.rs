@@ -354,6 +354,11 @@ pub struct TransferOutcome {
     pub retries: u32,
     /// Wall time of this run.
     pub elapsed: Duration,
+    /// Bytes per chunk the file was cut into.
+    pub chunk_size: u64,
+    /// The SHA-256 of every chunk, in order: with [`chunk_size`](Self::chunk_size) and
+    /// [`sha256`](Self::sha256), the makings of a manifest without reading the file again.
+    pub chunks: Vec<[u8; 32]>,
 }
 
 /// A finished download: every byte on disk, synced, the digest matched. It still holds the

@@ -225,6 +225,12 @@ impl LockedPartial {
         state::remove_state(&other.state)
     }
 
+    /// Removes the resume state (and temporary files a crash left beside it), keeping the data
+    /// file: what it holds is then checked against a manifest, or thrown away, when it is opened.
+    pub fn forget_state(&self) -> io::Result<()> {
+        state::remove_state(&self.paths.state)
+    }
+
     /// Removes the state (once the data file was moved into place) and releases the lock.
     pub(crate) fn finish(self) -> io::Result<()> {
         state::remove_state(&self.paths.state)
@@ -304,7 +310,7 @@ impl LockedPartial {
         let fresh = records.is_empty();
         // Bytes without a state, checked chunk by chunk against the manifest.
         let adopt = match manifest {
-            Some(m) if fresh && checkable && len == size && size > 0 => Some(m.clone()),
+            Some(m) if fresh && checkable && len > 0 && len <= size => Some((m.clone(), len)),
             _ => None,
         };
         if fresh && adopt.is_none() {
@@ -320,8 +326,8 @@ impl LockedPartial {
         }
         preallocate(&file, &paths.data, file_name, size)?;
         let file = Arc::new(file);
-        if let Some(m) = adopt {
-            return adopt_checked(file, plan, m, &paths.data, events, whole).await;
+        if let Some((m, len)) = adopt {
+            return adopt_checked(file, plan, m, len, &paths.data, events, whole).await;
         }
 
         // Re-hash every claimed prefix (on the blocking pool, in one pass).
@@ -376,11 +382,13 @@ impl LockedPartial {
 }
 
 /// Opens a data file without a usable state by checking every chunk against the manifest (in
-/// parallel): the chunks that match are kept as complete, the others will be fetched.
+/// parallel): the chunks that match are kept as complete, the others will be fetched. Only the
+/// first `len` bytes were there before the file was preallocated (a truncated copy).
 async fn adopt_checked(
     file: Arc<File>,
     plan: Plan,
     manifest: ExpectedChunks,
+    len: u64,
     path: &Path,
     events: Events<'_>,
     whole: FileHasher,
@@ -392,6 +400,9 @@ async fn adopt_checked(
             .into_par_iter()
             .map(|i| {
                 let r = plan.chunk(i).expect("chunk index within the plan");
+                if r.end() > len {
+                    return Ok((i, r.len, false, [0; 32]));
+                }
                 let mut h = Sha256::new();
                 hash_range(&f, r.start, r.len, Some(&mut h), None)?;
                 let d: [u8; 32] = h.finalize().into();

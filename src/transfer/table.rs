@@ -321,6 +321,11 @@ impl ChunkTable {
             .collect()
     }
 
+    /// The digest of every chunk, in order (all done: the download is complete).
+    pub fn digests(&self) -> Vec<[u8; 32]> {
+        self.chunks.iter().map(|c| c.sha256).collect()
+    }
+
     /// Every chunk, most suspect first (then in order): the order repairs try them in.
     pub fn by_suspicion(&self) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.chunks.len()).collect();

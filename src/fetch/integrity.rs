@@ -1,0 +1,299 @@
+//! Integrity beyond the Hub's one digest per file: what a file must be according to a manifest
+//! (given with [`FetcherBuilder::manifest`](super::FetcherBuilder::manifest), published beside
+//! the model as a sidecar, or recorded in the cache when the file was verified), how far a file
+//! already on disk is checked ([`VerifyLevel`]), and recording the manifest of every verified
+//! download.
+
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use super::{FetchError, PlannedFile};
+use crate::cache::Store;
+use crate::manifest::{
+    chunk_diffs, describe_chunks, ChunkDigests, Document, FileExpectation, Manifest, ManifestFile,
+    Sha256Hex, Source,
+};
+use crate::safe_fs;
+use crate::transfer::{Digest, ExpectedChunks, TransferOutcome};
+
+/// The name a manifest published beside a model file has: `{file}.wi-manifest.json` (a
+/// weight-inspect manifest, or any format [`Document::parse`] reads, describing the file by its
+/// name relative to the sidecar's folder).
+pub const SIDECAR_SUFFIX: &str = ".wi-manifest.json";
+
+/// Largest sidecar manifest read.
+pub const MAX_SIDECAR_BYTES: usize = 64 << 20;
+
+/// How far a file already on disk is checked before it is trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyLevel {
+    /// Presence, size, the recorded manifest's identity (its size and SHA-256 are the Hub's),
+    /// and the GGUF/safetensors header (the tensor-level verifier). Reads no data: a few
+    /// milliseconds whatever the size.
+    #[default]
+    Fast,
+    /// Every chunk re-hashed in parallel against the manifest (the one given, else the sidecar,
+    /// else the one recorded when the file was verified), or the whole file against the Hub's
+    /// SHA-256 when there is none.
+    Full,
+}
+
+impl FromStr for VerifyLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fast" => Ok(VerifyLevel::Fast),
+            "full" => Ok(VerifyLevel::Full),
+            other => Err(format!(
+                "unknown verification level '{}' (fast or full)",
+                crate::names::escape(other)
+            )),
+        }
+    }
+}
+
+impl fmt::Display for VerifyLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            VerifyLevel::Fast => "fast",
+            VerifyLevel::Full => "full",
+        })
+    }
+}
+
+/// Where what a file must be came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    /// The manifest the caller gave.
+    Given,
+    /// The sidecar published beside the file.
+    Sidecar,
+    /// The manifest recorded when the file was verified.
+    Recorded,
+}
+
+impl Origin {
+    fn name(self) -> &'static str {
+        match self {
+            Origin::Given => "the manifest given",
+            Origin::Sidecar => "the manifest published beside it",
+            Origin::Recorded => "the manifest recorded when it was verified",
+        }
+    }
+}
+
+/// What one file must be, and who said so.
+#[derive(Debug, Clone)]
+pub(super) struct Expect {
+    pub file: FileExpectation,
+    pub origin: Origin,
+}
+
+impl Expect {
+    /// From a document, for the file at `path` (relative to the document's folder).
+    pub fn from_document(doc: &Document, path: &str, origin: Origin) -> Option<Expect> {
+        doc.expectation(path).map(|file| Expect { file, origin })
+    }
+
+    /// The chunks, as the transfer engine takes them.
+    pub fn engine_chunks(&self) -> Option<Arc<ExpectedChunks>> {
+        let c = self.file.chunks.as_ref()?;
+        Some(Arc::new(ExpectedChunks {
+            chunk_size: c.chunk_size,
+            sha256: c.digests.iter().map(|d| d.0).collect(),
+        }))
+    }
+
+    /// Refuses an expectation that contradicts what the Hub says of the file (its size, its
+    /// SHA-256): nothing is downloaded against a manifest of another file.
+    pub fn agrees_with(&self, f: &PlannedFile) -> Result<(), FetchError> {
+        let mismatch = |what: String| FetchError::ManifestMismatch {
+            file: f.path.clone(),
+            what,
+        };
+        if let Some(size) = self.file.size.filter(|&s| s != f.size) {
+            return Err(mismatch(format!(
+                "{} says {size} bytes, the Hub {} bytes",
+                self.origin.name(),
+                f.size
+            )));
+        }
+        if let (Some(want), Some(Digest::Sha256(hub))) =
+            (self.file.sha256, Digest::from_etag(&f.etag))
+        {
+            if want.0 != hub {
+                return Err(mismatch(format!(
+                    "{} says sha256:{want}, the Hub sha256:{}",
+                    self.origin.name(),
+                    hex::encode(hub)
+                )));
+            }
+        }
+        if let Some(c) = &self.file.chunks {
+            if !c.fits(f.size) {
+                return Err(mismatch(format!(
+                    "{} cuts it into {} chunks of {} bytes, which cannot make {} bytes",
+                    self.origin.name(),
+                    c.digests.len(),
+                    c.chunk_size,
+                    f.size
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The manifest recorded for `f` when it was verified, if there is one for exactly this file
+/// (same size, same SHA-256 as the Hub says); a recorded manifest that cannot be read or
+/// describes something else is ignored (it is replaced at the next verified download).
+pub(super) fn recorded(store: &Store, f: &PlannedFile) -> Option<Expect> {
+    let m = Manifest::read(&store.manifest_path(&f.path, &f.etag)).ok()?;
+    let e = Expect::from_document(&Document::Native(m), &f.path, Origin::Recorded)?;
+    e.agrees_with(f).ok()?;
+    e.file.chunks.as_ref()?;
+    Some(e)
+}
+
+/// The size recorded for `path` at `etag` when it was verified, if a manifest of exactly that
+/// content (same SHA-256 as its ETag names) was recorded.
+pub(super) fn recorded_size(store: &Store, path: &str, etag: &str) -> Option<u64> {
+    let m = Manifest::read(&store.manifest_path(path, etag)).ok()?;
+    let file = m.files.iter().find(|x| x.path == path)?;
+    match Digest::from_etag(etag) {
+        Some(Digest::Sha256(d)) if d == file.sha256.0 => Some(file.size),
+        _ => None,
+    }
+}
+
+/// Records the manifest of a verified download of `f` (from what the engine computed: no byte
+/// is read again), atomically, without following links.
+pub(super) fn record(
+    store: &Store,
+    source: Source,
+    f: &PlannedFile,
+    out: &TransferOutcome,
+) -> Result<(), String> {
+    if out.chunk_size < crate::manifest::MIN_CHUNK_SIZE && out.size > 0 {
+        return Err("chunks too small to record".into());
+    }
+    let m = Manifest {
+        format: crate::manifest::FORMAT.to_string(),
+        version: crate::manifest::VERSION,
+        created: crate::manifest::now_rfc3339(),
+        generator: format!("weight-inspect {}", env!("CARGO_PKG_VERSION")),
+        source: Some(source),
+        files: vec![ManifestFile {
+            path: f.path.clone(),
+            size: out.size,
+            sha256: Sha256Hex(out.sha256),
+            chunk_size: out.chunk_size.max(crate::manifest::MIN_CHUNK_SIZE),
+            chunks: out.chunks.iter().map(|d| Sha256Hex(*d)).collect(),
+            model: None,
+            tensors: Vec::new(),
+        }],
+    };
+    m.validate().map_err(|e| e.to_string())?;
+    let path = store.manifest_path(&f.path, &f.etag);
+    let parent = path.parent().ok_or("no folder")?;
+    safe_fs::create_dirs_below(store_root(store), parent).map_err(|e| e.to_string())?;
+    safe_fs::write_atomic(&path, m.to_json().as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn store_root(store: &Store) -> &Path {
+    match store {
+        Store::Cache(r) => r.dir(),
+        Store::Local(l) => l.root(),
+    }
+}
+
+/// Checks a complete file on disk at `level`; returns what is wrong with it, naming the chunks
+/// (byte ranges) that differ, or `None` when it is sound. `Fast` reads no data (the size was
+/// checked when the file was found; the header is the tensor verifier's).
+pub(super) fn damage(
+    local: &Path,
+    f: &PlannedFile,
+    expect: Option<&Expect>,
+    level: VerifyLevel,
+) -> std::io::Result<Option<String>> {
+    let file = safe_fs::open_read_following(local)?;
+    let len = file.metadata()?.len();
+    if len != f.size {
+        return Ok(Some(format!("{len} bytes instead of {}", f.size)));
+    }
+    if level == VerifyLevel::Fast {
+        return Ok(None);
+    }
+    if let Some((e, chunks)) = expect.and_then(|e| Some((e, e.file.chunks.as_ref()?))) {
+        return check_chunks(&file, f.size, chunks).map(|diffs| {
+            (!diffs.is_empty()).then(|| {
+                format!(
+                    "{} of its {} chunks differ from {}: {}",
+                    diffs.len(),
+                    chunks.digests.len(),
+                    e.origin.name(),
+                    describe_chunks(&diffs, 8)
+                )
+            })
+        });
+    }
+    let Some(want) = Digest::from_etag(&f.etag) else {
+        return Ok(None);
+    };
+    let got = whole_digest(file, &want)?;
+    Ok((got != want).then(|| format!("its content is {got}, not the published {want}")))
+}
+
+fn check_chunks(
+    file: &File,
+    size: u64,
+    chunks: &ChunkDigests,
+) -> std::io::Result<Vec<crate::manifest::ChunkDiff>> {
+    if size == 0 {
+        return Ok(chunk_diffs(&[], 0, chunks));
+    }
+    let map = crate::format::mmap::Mmap::open(file)?;
+    map.advise_sequential();
+    Ok(chunk_diffs(map.as_bytes(), size, chunks))
+}
+
+/// The digest of the kind `want` is, of the whole file (one pass).
+fn whole_digest(mut file: File, want: &Digest) -> std::io::Result<Digest> {
+    let mut buf = vec![0u8; 1 << 20];
+    match want {
+        Digest::Sha256(_) => {
+            let mut h = Sha256::new();
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Ok(Digest::Sha256(h.finalize().into()))
+        }
+        Digest::GitSha1(_) => {
+            use sha1::Sha1;
+            let len = file.metadata()?.len();
+            let mut h = Sha1::new();
+            h.update(format!("blob {len}\0").as_bytes());
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Ok(Digest::GitSha1(h.finalize().into()))
+        }
+    }
+}

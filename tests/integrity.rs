@@ -1,0 +1,206 @@
+//! Manifests in `wi-fetch`: every chunk checked against a manifest as it arrives (given with
+//! `--manifest`, or published beside the model as a sidecar), the manifest recorded in the
+//! cache's own area after a verified fetch, `--verify fast|full` on a warm cache, and repairs
+//! that fetch only the damaged chunks — all measured with mock-hub's byte counters.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use mock_server::{Fault, MockHub, Target};
+use weight_inspect::manifest::{self, CreateOptions, Manifest};
+
+use crate::wi_fetch::{
+    code, demo_file, hub_builder, run, sha256_hex, start, stdout, Sandbox, REPO,
+};
+
+const FILE: &str = "tinyllama-f16.gguf";
+const CHUNK: u64 = 64 << 10;
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn sent(hub: &MockHub, path: &str) -> u64 {
+    hub.stats().file(REPO, path).bytes_sent
+}
+
+/// The blob of `FILE` in the sandbox's cache.
+fn blob(sb: &Sandbox) -> PathBuf {
+    sb.repo_dir(REPO)
+        .join("blobs")
+        .join(sha256_hex(&demo_file(FILE)))
+}
+
+/// Fetches `FILE` in 64 KiB chunks; checks the output.
+fn fetch(sb: &Sandbox, hub: &MockHub, extra: &[&str]) -> std::process::Output {
+    let mut c = sb.cmd(hub);
+    c.args([REPO, FILE, "--chunk-size", "64K"]).args(extra);
+    run(c)
+}
+
+/// A manifest of `FILE` (64 KiB chunks), written to `dir`.
+fn manifest_of_demo_file(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join(FILE), demo_file(FILE)).unwrap();
+    let m = manifest::create(&[src], &CreateOptions::default().with_chunk_size(CHUNK)).unwrap();
+    let p = dir.join("m.json");
+    fs::write(&p, m.to_json()).unwrap();
+    p
+}
+
+/// After a verified fetch, the file's manifest (its size, SHA-256 and every chunk's) is
+/// recorded beside `blobs/`, not in `snapshots/`: other tools see the cache unchanged.
+#[test]
+fn a_verified_fetch_records_its_manifest_outside_the_snapshots() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let content = demo_file(FILE);
+    let etag = sha256_hex(&content);
+    let recorded = sb
+        .repo_dir(REPO)
+        .join(".wi-manifests")
+        .join(format!("{etag}.json"));
+    let m = Manifest::read(&recorded).unwrap();
+    let f = &m.files[0];
+    assert_eq!((f.path.as_str(), f.size), (FILE, content.len() as u64));
+    assert_eq!(f.sha256.to_string(), etag);
+    assert_eq!(f.chunk_size, CHUNK);
+    assert_eq!(f.chunks.len(), content.len().div_ceil(CHUNK as usize));
+    assert_eq!(
+        f.chunks[3].to_string(),
+        sha256_hex(&content[3 * 65536..4 * 65536])
+    );
+    let s = m.source.as_ref().unwrap();
+    assert_eq!(
+        (s.repo.as_str(), s.revision.as_deref()),
+        (REPO, Some("main"))
+    );
+    let snapshot = stdout(&o);
+    let snap_dir = Path::new(snapshot.trim()).parent().unwrap();
+    let names: Vec<_> = fs::read_dir(snap_dir).unwrap().flatten().collect();
+    assert_eq!(names.len(), 1, "only the model in the snapshot");
+}
+
+/// Bytes damaged on disk after a verified fetch: `fast` does not read data (it passes), `full`
+/// offline names the damaged chunk (exit 2), and `full` online fetches exactly that chunk.
+#[test]
+fn full_verification_repairs_only_the_damaged_chunk() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    assert_eq!(code(&fetch(&sb, &hub, &[])), 0);
+    let content = demo_file(FILE);
+    let mut damaged = content.clone();
+    damaged[7 * CHUNK as usize + 100] ^= 0xff;
+    fs::write(blob(&sb), &damaged).unwrap();
+    hub.reset_stats();
+    let o = fetch(&sb, &hub, &["--offline", "--verify", "fast"]);
+    assert_eq!(code(&o), 0, "fast reads no data: {}", stderr(&o));
+    let o = fetch(&sb, &hub, &["--offline", "--verify", "full"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("1 of its 31 chunks differ") && e.contains("chunk 7 (bytes 458752-524287)"),
+        "{e}"
+    );
+    assert_eq!(hub.stats().total_requests, 0, "offline means no request");
+    let o = fetch(&sb, &hub, &["--verify", "full"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(sent(&hub, FILE), CHUNK, "exactly the damaged chunk");
+    assert!(fs::read(blob(&sb)).unwrap() == content);
+    // Repaired, it verifies again.
+    let o = fetch(&sb, &hub, &["--offline", "--verify", "full"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// A truncated blob (a half-restored cache): offline it is damage (exit 2), online only the
+/// missing chunks are fetched.
+#[test]
+fn a_truncated_blob_is_completed_from_its_manifest() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    assert_eq!(code(&fetch(&sb, &hub, &[])), 0);
+    let content = demo_file(FILE);
+    let keep = 10 * CHUNK as usize + 5;
+    fs::write(blob(&sb), &content[..keep]).unwrap();
+    let o = fetch(&sb, &hub, &["--offline"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("bytes instead of"), "{}", stderr(&o));
+    hub.reset_stats();
+    let o = fetch(&sb, &hub, &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(sent(&hub, FILE), content.len() as u64 - 10 * CHUNK);
+    assert!(fs::read(blob(&sb)).unwrap() == content);
+}
+
+/// `--manifest`: a chunk corrupted in transit is refused the moment it arrives and fetched
+/// again alone; a manifest of another file is refused before any byte is fetched.
+#[test]
+fn a_given_manifest_checks_every_chunk_as_it_arrives() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let man = manifest_of_demo_file(sb.dir.path());
+    hub.faults()
+        .push(Fault::FlipBytes { count: 2 }.on(Target::Cdn).times(1));
+    let o = fetch(&sb, &hub, &["--manifest", man.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not match the manifest"),
+        "{}",
+        stderr(&o)
+    );
+    let size = demo_file(FILE).len() as u64;
+    assert_eq!(sent(&hub, FILE), size + CHUNK);
+
+    // The same manifest, claiming to describe another file of the repository.
+    let other = "tinyllama-q8_0.gguf";
+    let text = fs::read_to_string(&man).unwrap().replace(FILE, other);
+    let wrong = sb.dir.path().join("wrong.json");
+    fs::write(&wrong, text).unwrap();
+    hub.reset_stats();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, other, "--manifest", wrong.to_str().unwrap()]);
+    let o = run(c);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the manifest given says"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(sent(&hub, other), 0);
+}
+
+/// A manifest published beside the model (`{file}.wi-manifest.json`) is found and used without
+/// being asked for; `--no-sidecar` ignores it. The manifest can also be given as a URL.
+#[test]
+fn a_sidecar_manifest_is_found_and_used() {
+    let d = tempfile::tempdir().unwrap();
+    let man = fs::read(manifest_of_demo_file(d.path())).unwrap();
+    let sidecar = format!("{FILE}.wi-manifest.json");
+    let hub = start(hub_builder().file(REPO, sidecar.clone(), man));
+    let sb = Sandbox::new();
+    hub.faults()
+        .push(Fault::FlipBytes { count: 2 }.on(Target::Cdn).times(1));
+    let o = fetch(&sb, &hub, &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not match the manifest"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(hub.stats().file(REPO, &sidecar).get_requests, 1);
+
+    let sb = Sandbox::new();
+    hub.reset_stats();
+    let o = fetch(&sb, &hub, &["--no-sidecar"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(hub.stats().file(REPO, &sidecar).get_requests, 0);
+
+    let sb = Sandbox::new();
+    let url = format!("{}/{REPO}/resolve/main/{sidecar}", hub.url());
+    let o = fetch(&sb, &hub, &["--no-sidecar", "--manifest", &url]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(hub.stats().file(REPO, &sidecar).get_requests, 1);
+}
