@@ -204,3 +204,123 @@ fn a_sidecar_manifest_is_found_and_used() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(hub.stats().file(REPO, &sidecar).get_requests, 1);
 }
+
+/// The CI story, end to end on loopback: a job fetches with `--write-lock`, the cache is
+/// archived; a later job restores it into a fresh folder with one blob damaged and one missing,
+/// and `--locked --verify full` fetches exactly the damaged chunk and the missing file.
+#[test]
+fn the_ci_cache_story_end_to_end() {
+    let hub = start(hub_builder());
+    let q8 = "tinyllama-q8_0.gguf";
+    let first = Sandbox::new();
+    let lock = first.dir.path().join("wi.lock");
+    let mut c = first.cmd(&hub);
+    c.args([REPO, FILE, q8, "--chunk-size", "64K", "--write-lock"])
+        .arg(&lock);
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = fs::read_to_string(&lock).unwrap();
+    assert!(
+        text.contains("\"format\": \"weight-inspect/lock\""),
+        "{text}"
+    );
+    assert!(
+        text.find(FILE).unwrap() < text.find(q8).unwrap(),
+        "files by path: {text}"
+    );
+
+    // actions/cache: a tar of the cache, restored elsewhere.
+    let tar = first.dir.path().join("cache.tar");
+    let ok = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(first.cache())
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let ci = Sandbox::new();
+    fs::create_dir_all(ci.cache()).unwrap();
+    let ok = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(ci.cache())
+        .arg("-xf")
+        .arg(&tar)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let f16 = demo_file(FILE);
+    let mut damaged = f16.clone();
+    damaged[5 * CHUNK as usize + 1] ^= 0x10;
+    fs::write(blob(&ci), &damaged).unwrap();
+    let q8_blob = ci
+        .repo_dir(REPO)
+        .join("blobs")
+        .join(sha256_hex(&demo_file(q8)));
+    fs::remove_file(&q8_blob).unwrap();
+    hub.reset_stats();
+
+    // Verifying the restored cache names both, without a request.
+    let mut c = ci.cmd(&hub);
+    c.args(["cache", "verify", "--locked"]).arg(&lock);
+    // `cache verify` must come first: rebuild the command line in that order.
+    let mut v = std::process::Command::new(c.get_program());
+    v.args(["cache", "verify", "--locked"])
+        .arg(&lock)
+        .arg("--cache-dir")
+        .arg(ci.cache())
+        .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env_remove("HF_HUB_OFFLINE");
+    let o = run(v);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("chunk 5 (bytes 327680-393215)"), "{e}");
+    assert!(e.contains(q8), "{e}");
+    assert_eq!(hub.stats().total_requests, 0);
+
+    // The CI job: fetch exactly what is pinned, verifying everything.
+    let mut c = ci.cmd(&hub);
+    c.arg("--locked").arg(&lock).args(["--verify", "full"]);
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(sent(&hub, FILE), CHUNK, "exactly the damaged chunk");
+    assert_eq!(
+        sent(&hub, q8),
+        demo_file(q8).len() as u64,
+        "the missing file"
+    );
+    assert!(fs::read(blob(&ci)).unwrap() == f16);
+    assert!(fs::read(&q8_blob).unwrap() == demo_file(q8));
+
+    // Warm now: offline and online alike, nothing transferred.
+    hub.reset_stats();
+    let mut c = ci.cmd(&hub);
+    c.arg("--locked").arg(&lock).arg("--offline");
+    assert_eq!(code(&run(c)), 0);
+    let mut c = ci.cmd(&hub);
+    c.arg("--locked").arg(&lock);
+    assert_eq!(code(&run(c)), 0);
+    assert!(
+        hub.stats().total_requests <= 1,
+        "{:?}",
+        hub.stats().requests
+    );
+
+    // A lock file that pins other bytes fails, naming the file, before fetching it.
+    let other = text.replace(&sha256_hex(&f16), &"ab".repeat(32));
+    let bad = ci.dir.path().join("bad.lock");
+    fs::write(&bad, other).unwrap();
+    fs::remove_file(blob(&ci)).unwrap();
+    hub.reset_stats();
+    let mut c = ci.cmd(&hub);
+    c.arg("--locked").arg(&bad);
+    let o = run(c);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(FILE) && stderr(&o).contains("the lock file pins it"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(sent(&hub, FILE), 0);
+}

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use weight_inspect::fetch::lock::{LockFile, LockedFile, LockedRepo};
 use weight_inspect::fetch::{
     human_bytes, parse_repo_spec, FetchError, FetchSummary, Fetcher, Plan, RepoRef, RepoType,
     Selection,
@@ -32,6 +33,17 @@ one model (Q4_K_M, else Q8_0, else the first GGUF) and any other repository is f
 
 Prints the local path of every file on stdout, one per line (or a JSON summary with --json).
 
+wi-fetch cache verify REPO[:QUANT] [FILES…] (or --locked FILE) checks what is in the cache \
+without any network request, like `hf cache verify`: every chunk re-hashed against the \
+manifest recorded when the file was verified (--verify full, its default; --verify fast reads \
+no data); damage is named (exit 2), missing files too (exit 4). Run the same command without \
+`cache verify` to repair: only the damaged chunks are fetched again.
+
+--offline (or HF_HUB_OFFLINE=1) makes no network request at all: files are found in the cache, \
+verified at the chosen level, and their paths printed; anything missing is named (exit 4).
+
+Lock files (--write-lock, --locked) are JSON: see the README.
+
 Exit codes: 0 done and verified; 1 usage or local error (disk full, permissions); 2 integrity \
 failure (hash mismatch, failed tensor verification); 3 network or server failure after retries; \
 4 repository, revision or file not found, access denied (gated or private: a token is needed), \
@@ -39,8 +51,8 @@ or not in the cache in offline mode. When several files fail differently, the mo
 failure sets the code, whatever the order they failed in: 2, then 4, then 3, then 1.")]
 struct Cli {
     /// The repository, org/name, optionally with a quantization tag: org/name:Q4_K_M.
-    #[arg(value_name = "REPO[:QUANT]")]
-    repo: String,
+    #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
+    repo: Option<String>,
     /// Files to fetch (paths in the repository).
     #[arg(value_name = "FILES")]
     files: Vec<String>,
@@ -105,6 +117,14 @@ struct Cli {
     /// Ignore the manifest a repository publishes beside a model file ({file}.wi-manifest.json).
     #[arg(long)]
     no_sidecar: bool,
+    /// After the fetch, pin what was fetched in this lock file (repository, commit, each file's
+    /// size, SHA-256 and manifest digest); an existing lock file keeps its other entries.
+    #[arg(long, value_name = "FILE")]
+    write_lock: Option<PathBuf>,
+    /// Fetch exactly what this lock file pins, by commit; any file whose bytes differ fails
+    /// (exit 2), naming it. Takes no REPO or FILES.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["repo", "files", "include", "exclude", "revision", "write_lock", "manifest"])]
+    locked: Option<PathBuf>,
     /// First delay before a failed request is retried (doubling up to --retry-max-delay, with
     /// jitter): 500ms, 2s, …
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "500ms")]
@@ -179,8 +199,45 @@ fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
+/// `wi-fetch cache verify ARGS…` is `wi-fetch --offline --no-sidecar --verify full ARGS…`
+/// (the level can be given): the arguments to parse, or `None` for any other command line.
+fn cache_verify_args() -> Option<Result<Vec<std::ffi::OsString>, String>> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_none_or(|a| a != "cache") {
+        return None;
+    }
+    let mut out: Vec<std::ffi::OsString> = vec!["wi-fetch cache verify".into()];
+    match args.get(2) {
+        Some(a) if a == "verify" => {}
+        other => {
+            return Some(Err(format!(
+                "unknown cache command '{}' (wi-fetch cache verify REPO[:QUANT] [FILES…])",
+                escape(&other.map(|a| a.to_string_lossy()).unwrap_or_default())
+            )))
+        }
+    }
+    out.extend(["--offline", "--no-sidecar"].map(Into::into));
+    let rest = &args[3..];
+    if !rest
+        .iter()
+        .any(|a| a == "--verify" || a.to_string_lossy().starts_with("--verify="))
+    {
+        out.extend(["--verify", "full"].map(Into::into));
+    }
+    out.extend(rest.iter().cloned());
+    Some(Ok(out))
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = match cache_verify_args() {
+        Some(Ok(args)) => Cli::try_parse_from(args),
+        Some(Err(msg)) => {
+            eprintln!("wi-fetch: error: {msg}");
+            return ExitCode::from(1);
+        }
+        None => Cli::try_parse(),
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
@@ -209,7 +266,10 @@ fn fail(e: FetchError) -> Failure {
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    let (repo_id, quant) = parse_repo_spec(&cli.repo).map_err(|m| (m, 1))?;
+    let (repo_id, quant) = match &cli.repo {
+        Some(r) => parse_repo_spec(r).map_err(|m| (m, 1))?,
+        None => (String::new(), None),
+    };
     let repo_type: RepoType = cli.repo_type.parse().map_err(|m: String| (m, 1))?;
     let repo = RepoRef::model(repo_id)
         .with_type(repo_type)
@@ -261,12 +321,33 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.offline {
         b = b.offline(true);
     }
+    if cli.write_lock.is_some() {
+        b = b.ensure_manifests(true);
+    }
     let mut fetcher = b.build_blocking().map_err(fail)?;
     if let Some(m) = &cli.manifest {
         let doc = fetcher.read_manifest(m).map_err(fail)?;
         fetcher.set_manifest(doc);
     }
 
+    if let Some(lock_path) = &cli.locked {
+        let lock = LockFile::read(lock_path).map_err(fail)?;
+        if cli.dry_run {
+            for r in &lock.repos {
+                let repo = RepoRef::model(r.repo.clone())
+                    .with_type(r.repo_type.parse().map_err(|m: String| (m, 1))?)
+                    .with_revision(r.commit.clone());
+                let sel = Selection::files(r.files.iter().map(|f| f.path.clone()));
+                let plan = fetcher.resolve(&repo, &sel).map_err(fail)?;
+                print_plan(&plan, cli.json, show)?;
+            }
+            return Ok(());
+        }
+        let result = fetcher.fetch_locked(&lock);
+        progress.finish();
+        let summaries = result.map_err(fail)?;
+        return print_summaries(&summaries, cli.json, show);
+    }
     if cli.dry_run {
         let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;
         return print_plan(&plan, cli.json, show);
@@ -274,19 +355,74 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let result = fetcher.fetch(&repo, &selection);
     progress.finish();
     let summary = result.map_err(fail)?;
+    if let Some(path) = &cli.write_lock {
+        write_lock(path, &repo, &summary)?;
+    }
+    print_summaries(std::slice::from_ref(&summary), cli.json, show)
+}
+
+/// Pins `summary` in the lock file at `path` (keeping its other entries).
+fn write_lock(
+    path: &std::path::Path,
+    repo: &RepoRef,
+    summary: &FetchSummary,
+) -> Result<(), Failure> {
+    let mut lock = if path.exists() {
+        LockFile::read(path).map_err(fail)?
+    } else {
+        LockFile::default()
+    };
+    let mut files = Vec::new();
+    for f in &summary.files {
+        let (Some(chunk_size), Some(manifest)) = (f.chunk_size, f.manifest.clone()) else {
+            return Err((
+                format!(
+                    "{}: no manifest could be recorded for the lock file",
+                    escape(&f.path)
+                ),
+                1,
+            ));
+        };
+        files.push(LockedFile {
+            path: f.path.clone(),
+            size: f.size,
+            sha256: f.sha256.parse().map_err(|m: String| (m, 1))?,
+            chunk_size,
+            manifest,
+        });
+    }
+    lock.pin(LockedRepo {
+        repo: repo.id.clone(),
+        repo_type: repo.repo_type.as_str().to_string(),
+        revision: summary.revision.clone(),
+        commit: summary.commit.clone(),
+        files,
+    });
+    lock.write(path).map_err(fail)
+}
+
+/// Prints the local paths (or the JSON summary: one object, or an array under a lock file) and
+/// the summary lines.
+fn print_summaries(summaries: &[FetchSummary], json: bool, show: bool) -> Result<(), Failure> {
     write_stdout(|out| {
-        if cli.json {
-            let s = serde_json::to_string_pretty(&summary).map_err(io::Error::other)?;
+        if json {
+            let s = match summaries {
+                [one] => serde_json::to_string_pretty(one),
+                many => serde_json::to_string_pretty(many),
+            }
+            .map_err(io::Error::other)?;
             writeln!(out, "{s}")
         } else {
-            for f in &summary.files {
+            for f in summaries.iter().flat_map(|s| &s.files) {
                 writeln!(out, "{}", escape(&f.local_path.to_string_lossy()))?;
             }
             Ok(())
         }
     })?;
     if show {
-        print_summary(&summary);
+        for s in summaries {
+            print_summary(s);
+        }
     }
     Ok(())
 }

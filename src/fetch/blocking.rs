@@ -40,6 +40,14 @@ impl Fetcher {
         self.rt.block_on(self.inner.fetch(repo, selection))
     }
 
+    /// See [`super::Fetcher::fetch_locked`].
+    pub fn fetch_locked(
+        &self,
+        lock: &super::lock::LockFile,
+    ) -> Result<Vec<FetchSummary>, FetchError> {
+        self.rt.block_on(self.inner.fetch_locked(lock))
+    }
+
     /// See [`super::Fetcher::read_manifest`].
     pub fn read_manifest(&self, source: &str) -> Result<crate::manifest::Document, FetchError> {
         self.rt.block_on(self.inner.read_manifest(source))

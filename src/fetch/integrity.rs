@@ -14,7 +14,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-use super::{FetchError, PlannedFile};
+use super::lock::LockedFile;
+use super::{FetchError, FileReport, PlannedFile};
 use crate::cache::Store;
 use crate::manifest::{
     chunk_diffs, describe_chunks, ChunkDigests, Document, FileExpectation, Manifest, ManifestFile,
@@ -296,4 +297,137 @@ fn whole_digest(mut file: File, want: &Digest) -> std::io::Result<Digest> {
             Ok(Digest::GitSha1(h.finalize().into()))
         }
     }
+}
+
+/// Refuses a file the Hub describes otherwise than the lock file pins it (before any byte).
+pub(super) fn check_pin(pin: &LockedFile, f: &PlannedFile) -> Result<(), FetchError> {
+    let locked = |what: String| FetchError::Locked {
+        file: f.path.clone(),
+        what,
+    };
+    if pin.size != f.size {
+        return Err(locked(format!("{} bytes, not {}", f.size, pin.size)));
+    }
+    if let Some(Digest::Sha256(d)) = Digest::from_etag(&f.etag) {
+        if d != pin.sha256.0 {
+            return Err(locked(format!(
+                "content sha256:{}, not sha256:{}",
+                hex::encode(d),
+                pin.sha256
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a recorded manifest is the one `pin` pins (same chunks, same digest); one in other
+/// chunks cannot be compared and is taken when its SHA-256 is the pinned one.
+pub(super) fn is_pinned(e: &Expect, pin: &LockedFile) -> bool {
+    let Some(c) = &e.file.chunks else {
+        return false;
+    };
+    if e.file.sha256 != Some(pin.sha256) {
+        return false;
+    }
+    if c.chunk_size != pin.chunk_size {
+        return true;
+    }
+    let mf = ManifestFile {
+        path: e.file.path.clone(),
+        size: e.file.size.unwrap_or(pin.size),
+        sha256: pin.sha256,
+        chunk_size: c.chunk_size,
+        chunks: c.digests.clone(),
+        model: None,
+        tensors: Vec::new(),
+    };
+    mf.chunks_digest() == pin.manifest
+}
+
+/// Checks a finished file against its pin: its SHA-256, and its manifest's digest when it was
+/// recorded in the pinned chunks.
+pub(super) fn check_report(pin: &LockedFile, r: &FileReport) -> Result<(), FetchError> {
+    let locked = |what: String| FetchError::Locked {
+        file: r.path.clone(),
+        what,
+    };
+    if r.sha256 != pin.sha256.to_string() {
+        return Err(locked(format!(
+            "content sha256:{}, not sha256:{}",
+            r.sha256, pin.sha256
+        )));
+    }
+    if let (Some(cs), Some(m)) = (r.chunk_size, &r.manifest) {
+        if cs == pin.chunk_size && m != &pin.manifest {
+            return Err(locked(format!("manifest {m}, not {}", pin.manifest)));
+        }
+    }
+    Ok(())
+}
+
+/// Records the manifest of a complete file that has none (one pass over it: its chunks in
+/// `chunk_size` and its SHA-256), and returns what it records. The file was found complete
+/// under its ETag; its SHA-256 must be the ETag's when that is one.
+pub(super) fn record_from_disk(
+    store: &Store,
+    source: Source,
+    f: &PlannedFile,
+    local: &Path,
+    chunk_size: u64,
+) -> Result<FileExpectation, String> {
+    let chunk_size = chunk_size.max(crate::manifest::MIN_CHUNK_SIZE);
+    let mut file = safe_fs::open_read_following(local).map_err(|e| e.to_string())?;
+    let piece = usize::try_from(chunk_size.min(16 << 20)).unwrap_or(16 << 20);
+    let mut buf = vec![0u8; piece];
+    let (mut whole, mut chunk, mut in_chunk, mut size) = (Sha256::new(), Sha256::new(), 0u64, 0u64);
+    let mut chunks = Vec::new();
+    loop {
+        let want = usize::try_from((chunk_size - in_chunk).min(piece as u64)).unwrap_or(piece);
+        let n = file.read(&mut buf[..want]).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        whole.update(&buf[..n]);
+        chunk.update(&buf[..n]);
+        in_chunk += n as u64;
+        size += n as u64;
+        if in_chunk == chunk_size {
+            chunks.push(Sha256Hex(std::mem::take(&mut chunk).finalize().into()));
+            in_chunk = 0;
+        }
+    }
+    if in_chunk > 0 {
+        chunks.push(Sha256Hex(chunk.finalize().into()));
+    }
+    let sha256: [u8; 32] = whole.finalize().into();
+    if size != f.size {
+        return Err(format!("{size} bytes instead of {}", f.size));
+    }
+    if let Some(Digest::Sha256(d)) = Digest::from_etag(&f.etag) {
+        if d != sha256 {
+            return Err("its content is not the one its name says".into());
+        }
+    }
+    let out = TransferOutcome {
+        sha256,
+        size,
+        transferred: 0,
+        refetched: 0,
+        resumed: 0,
+        retries: 0,
+        elapsed: std::time::Duration::ZERO,
+        chunk_size,
+        chunks: chunks.iter().map(|c| c.0).collect(),
+    };
+    record(store, source, f, &out)?;
+    Ok(FileExpectation {
+        path: f.path.clone(),
+        size: Some(size),
+        sha256: Some(Sha256Hex(sha256)),
+        chunks: Some(ChunkDigests {
+            chunk_size,
+            digests: chunks,
+        }),
+        tensors: Vec::new(),
+    })
 }

@@ -62,6 +62,7 @@
 pub mod blocking;
 mod error;
 mod integrity;
+pub mod lock;
 mod report;
 mod resolve;
 mod run;
@@ -100,6 +101,7 @@ pub struct FetcherBuilder {
     verify_level: VerifyLevel,
     manifest: Option<Arc<crate::manifest::Document>>,
     sidecars: bool,
+    ensure_manifests: bool,
     engine: EngineConfig,
 }
 
@@ -133,6 +135,7 @@ impl Default for FetcherBuilder {
             verify_level: VerifyLevel::Fast,
             manifest: None,
             sidecars: true,
+            ensure_manifests: false,
             engine: EngineConfig::default(),
         }
     }
@@ -234,6 +237,14 @@ impl FetcherBuilder {
         self
     }
 
+    /// Record a manifest for every file that has none (files another tool put in the cache),
+    /// reading it once, so that every file of the summary has a
+    /// [`manifest`](FileReport::manifest) digest (`wi-fetch --write-lock`). Default false.
+    pub fn ensure_manifests(mut self, yes: bool) -> Self {
+        self.ensure_manifests = yes;
+        self
+    }
+
     /// The transfer engine's settings, whole (this replaces [`connections`](Self::connections)
     /// and [`chunk_size`](Self::chunk_size) set before). Default [`EngineConfig::default`].
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
@@ -299,6 +310,7 @@ impl FetcherBuilder {
             verify_level: self.verify_level,
             manifest: self.manifest,
             sidecars: self.sidecars,
+            ensure_manifests: self.ensure_manifests,
         })
     }
 
@@ -322,6 +334,7 @@ pub struct Fetcher {
     verify_level: VerifyLevel,
     manifest: Option<Arc<crate::manifest::Document>>,
     sidecars: bool,
+    ensure_manifests: bool,
 }
 
 impl std::fmt::Debug for Fetcher {

@@ -48,6 +48,10 @@ pub struct Plan {
     pub refused: Vec<crate::hub::RefusedEntry>,
     /// True when resolved from disk only.
     pub offline: bool,
+    /// Offline: files asked for by name that are not on disk (each fails on its own while the
+    /// others are served).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
 }
 
 impl Plan {
@@ -103,6 +107,14 @@ pub struct FileReport {
     pub elapsed: Duration,
     /// The tensor-level verifier's verdict (GGUF and safetensors files, when enabled).
     pub verification: Option<Verification>,
+    /// Bytes per chunk of the file's recorded manifest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<u64>,
+    /// The digest of the file's recorded manifest (see
+    /// [`ManifestFile::chunks_digest`](crate::manifest::ManifestFile::chunks_digest)), when one
+    /// is recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
 }
 
 /// The result of [`Fetcher::fetch`].

@@ -43,7 +43,9 @@ impl Fetcher {
         // A commit id and explicit files already in its snapshot: nothing to ask the Hub.
         if is_commit_hash(&repo.revision) && selection.is_explicit_only() {
             if let Ok(plan) = self.resolve_offline(repo, selection, &store) {
-                return Ok(plan);
+                if plan.missing.is_empty() {
+                    return Ok(plan);
+                }
             }
         }
         let mut refused = Vec::new();
@@ -54,10 +56,11 @@ impl Fetcher {
             // ask. Files another tool put there are asked about.
             let at_commit = repo.clone().with_revision(commit.clone());
             if let Ok(mut plan) = self.resolve_offline(&at_commit, selection, &store) {
-                let known = plan
-                    .files
-                    .iter()
-                    .all(|f| integrity::recorded_size(&store, &f.path, &f.etag).is_some());
+                let known = plan.missing.is_empty()
+                    && plan
+                        .files
+                        .iter()
+                        .all(|f| integrity::recorded_size(&store, &f.path, &f.etag).is_some());
                 if known {
                     plan.revision = repo.revision.clone();
                     plan.offline = false;
@@ -218,6 +221,23 @@ impl Fetcher {
             }
         };
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        // Files asked for by name that are not there fail one by one, so that the others are
+        // still served (and verified); when none is there, the selection fails as a whole.
+        let (selection, missing) = if selection.is_explicit_only() {
+            let (present, missing): (Vec<String>, Vec<String>) = selection
+                .files
+                .iter()
+                .cloned()
+                .partition(|f| paths.contains(&f.as_str()));
+            if present.is_empty() {
+                (selection.clone(), Vec::new())
+            } else {
+                (Selection::files(present), missing)
+            }
+        } else {
+            (selection.clone(), Vec::new())
+        };
+        let selection = &selection;
         let chosen = choose(&paths, selection, &repo.to_string()).map_err(|e| match e {
             SelectError::MissingFile(f) => {
                 if let Store::Cache(r) = store {
@@ -284,7 +304,9 @@ impl Fetcher {
                 sidecar: None,
             })
             .collect();
-        Ok(plan(repo, commit, files, notice, Vec::new(), true))
+        let mut p = plan(repo, commit, files, notice, Vec::new(), true);
+        p.missing = missing;
+        Ok(p)
     }
 }
 
@@ -320,6 +342,7 @@ fn plan(
         notice,
         refused,
         offline,
+        missing: Vec::new(),
     }
 }
 

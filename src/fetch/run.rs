@@ -17,6 +17,7 @@ use futures::stream::{self, StreamExt};
 use sha2::{Digest as _, Sha256};
 
 use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
+use super::lock::{LockedFile, LockedRepo};
 use super::resolve::{identity, partial_paths};
 use super::selection;
 use super::space::check_space;
@@ -26,7 +27,7 @@ use super::{
 };
 use crate::cache::Store;
 use crate::hub::HubError;
-use crate::manifest::{Document, Source};
+use crate::manifest::{Document, Sha256Hex, Source};
 use crate::names::{escape, is_commit_hash};
 use crate::progress::{Event, Reporter};
 use crate::safe_fs;
@@ -106,11 +107,49 @@ impl Fetcher {
         repo: &RepoRef,
         selection: &Selection,
     ) -> Result<FetchSummary, FetchError> {
+        self.fetch_pinned(repo, selection, None).await
+    }
+
+    /// Fetches exactly what a lock file pins (see [`super::lock`]): each repository at its
+    /// commit, every file refused before its download when the Hub describes it otherwise, and
+    /// checked after it: its SHA-256 and its manifest's digest must be the pinned ones
+    /// ([`FetchError::Locked`], exit 2). Returns one summary per repository.
+    pub async fn fetch_locked(
+        &self,
+        lock: &super::lock::LockFile,
+    ) -> Result<Vec<FetchSummary>, FetchError> {
+        let mut out = Vec::new();
+        let mut errors = Vec::new();
+        for r in &lock.repos {
+            let repo = RepoRef::model(r.repo.clone())
+                .with_type(r.repo_type.parse().map_err(FetchError::Invalid)?)
+                .with_revision(r.commit.clone());
+            let selection = Selection::files(r.files.iter().map(|f| f.path.clone()));
+            match self.fetch_pinned(&repo, &selection, Some(r)).await {
+                Ok(mut s) => {
+                    s.revision = r.revision.clone();
+                    out.push(s);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        match FetchError::several(errors) {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    async fn fetch_pinned(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        pins: Option<&LockedRepo>,
+    ) -> Result<FetchSummary, FetchError> {
         let start = Instant::now();
         let gate = Gate::new(&*self.reporter);
         let may_retry = !self.offline && !is_commit_hash(&repo.revision);
         let first = self
-            .fetch_once(repo, selection, start, &gate, !may_retry)
+            .fetch_once(repo, selection, pins, start, &gate, !may_retry)
             .await;
         match first {
             Err(e) if may_retry && remote_changed(&e) => {
@@ -120,7 +159,8 @@ impl Fetcher {
                     &format!("{e}; resolving '{}' again", escape(&repo.revision)),
                 );
                 gate.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                self.fetch_once(repo, selection, start, &gate, true).await
+                self.fetch_once(repo, selection, pins, start, &gate, true)
+                    .await
             }
             other => {
                 gate.release();
@@ -133,6 +173,7 @@ impl Fetcher {
         &self,
         repo: &RepoRef,
         selection: &Selection,
+        pins: Option<&LockedRepo>,
         start: Instant,
         rep: &Gate<'_>,
         last_round: bool,
@@ -179,12 +220,23 @@ impl Fetcher {
             }
         }
         let results: Vec<Result<FileReport, FetchError>> = stream::iter(plan.files.iter())
-            .map(|f| self.fetch_one(repo, &plan.commit, &store, f, rep, last_round))
+            .map(|f| self.fetch_one(repo, &plan.commit, &store, f, pins, rep, last_round))
             .buffered(self.max_files)
             .collect()
             .await;
         let mut reports = Vec::new();
         let mut errors = Vec::new();
+        for m in &plan.missing {
+            let e = FetchError::NotCached {
+                what: format!("file '{}' of '{repo}'", escape(m)),
+                dir: self.store_dir(repo),
+            };
+            rep.on_event(&Event::FileFailed {
+                file: m,
+                error: &e.to_string(),
+            });
+            errors.push(e);
+        }
         for r in results {
             match r {
                 Ok(rep) => reports.push(rep),
@@ -239,16 +291,23 @@ impl Fetcher {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn fetch_one(
         &self,
         repo: &RepoRef,
         commit: &str,
         store: &Store,
         f: &PlannedFile,
+        pins: Option<&LockedRepo>,
         rep: &Gate<'_>,
         last_round: bool,
     ) -> Result<FileReport, FetchError> {
-        match self.fetch_one_inner(repo, commit, store, f, rep).await {
+        let pin = pins.and_then(|r| r.files.iter().find(|p| p.path == f.path));
+        let done = match self.fetch_one_inner(repo, commit, store, f, pin, rep).await {
+            Ok(report) => self.manifest_of(repo, commit, store, f, pin, report).await,
+            Err(e) => Err(e),
+        };
+        match done {
             Ok(mut report) => {
                 if self.verify && is_model_file(&report.path) && !is_split_part(&report.path) {
                     rep.on_event(&Event::Verifying { file: &report.path });
@@ -299,10 +358,14 @@ impl Fetcher {
         commit: &str,
         store: &Store,
         f: &PlannedFile,
+        pin: Option<&LockedFile>,
         rep: &dyn Reporter,
     ) -> Result<FileReport, FetchError> {
         let t0 = Instant::now();
-        let expect = self.expectation(repo, commit, store, f, rep).await?;
+        if let Some(p) = pin {
+            integrity::check_pin(p, f)?;
+        }
+        let expect = self.expectation(repo, commit, store, f, pin, rep).await?;
         let mut repair = false;
         if f.cached {
             if let Some(r) = self.cached_report(store, commit, f, t0).await? {
@@ -433,7 +496,58 @@ impl Fetcher {
             retries: out.retries,
             elapsed: t0.elapsed(),
             verification: None,
+            chunk_size: None,
+            manifest: None,
         })
+    }
+
+    /// Completes `report` with the digest of the file's recorded manifest (recording one from
+    /// the file when there is none, under a lock file or `--write-lock`), and checks it against
+    /// the lock file's pin.
+    async fn manifest_of(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        f: &PlannedFile,
+        pin: Option<&LockedFile>,
+        mut report: FileReport,
+    ) -> Result<FileReport, FetchError> {
+        let (store2, f2, local) = (store.clone(), f.clone(), report.local_path.clone());
+        let source = Source {
+            repo: repo.to_string(),
+            revision: Some(repo.revision.clone()),
+            commit: commit.to_string(),
+            url: Some(self.hub.resolve_url(repo, commit, &f.path)),
+        };
+        let ensure = self.ensure_manifests || pin.is_some();
+        let chunk_size = pin.map_or(self.engine.config().chunk_size, |p| p.chunk_size);
+        let m = tokio::task::spawn_blocking(move || match integrity::recorded(&store2, &f2) {
+            Some(e) => Ok(e.file),
+            None if ensure => integrity::record_from_disk(&store2, source, &f2, &local, chunk_size),
+            None => Err(String::new()),
+        })
+        .await
+        .map_err(|e| FetchError::Invalid(format!("manifest task failed: {e}")))?;
+        if let Ok(file) = m {
+            if let Some(c) = &file.chunks {
+                let mf = crate::manifest::ManifestFile {
+                    path: f.path.clone(),
+                    size: report.size,
+                    sha256: file.sha256.unwrap_or(Sha256Hex([0; 32])),
+                    chunk_size: c.chunk_size,
+                    chunks: c.digests.clone(),
+                    model: None,
+                    tensors: Vec::new(),
+                };
+                report.chunk_size = Some(c.chunk_size);
+                report.manifest = Some(mf.chunks_digest());
+            }
+        }
+        if let Some(p) = pin {
+            integrity::check_report(p, &report)?;
+        }
+        Ok(report)
     }
 
     /// What `f` must be: the manifest given, else the sidecar published beside it (online),
@@ -444,6 +558,7 @@ impl Fetcher {
         commit: &str,
         store: &Store,
         f: &PlannedFile,
+        pin: Option<&LockedFile>,
         rep: &dyn Reporter,
     ) -> Result<Option<Expect>, FetchError> {
         let given = self.manifest.as_ref().and_then(|doc| {
@@ -471,6 +586,19 @@ impl Fetcher {
                 .await
                 .ok()
                 .flatten()
+        };
+        // Under a lock file, a recorded manifest is trusted only when it is the one pinned.
+        let recorded = match (recorded, pin) {
+            (Some(e), Some(p)) if !integrity::is_pinned(&e, p) => {
+                notice(
+                    rep,
+                    Some(&f.path),
+                    "the manifest recorded in the cache is not the one the lock file pins: \
+                     ignoring it",
+                );
+                None
+            }
+            (r, _) => r,
         };
         if recorded.is_none() && f.cached && self.verify_level == VerifyLevel::Full {
             notice(
@@ -618,6 +746,8 @@ impl Fetcher {
             retries: 0,
             elapsed: t0.elapsed(),
             verification: None,
+            chunk_size: None,
+            manifest: None,
         }))
     }
 

@@ -93,6 +93,7 @@ mod tests {
             notice: None,
             refused: Vec::new(),
             offline: false,
+            missing: Vec::new(),
         }
     }
 

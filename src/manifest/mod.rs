@@ -176,6 +176,21 @@ impl ManifestFile {
         start..start.saturating_add(self.chunk_size).min(self.size)
     }
 
+    /// The digest that pins this file's chunks, `sha256:<hex>`: the SHA-256 of the text
+    /// `"{size} {chunk_size}\n"` followed by every chunk's SHA-256 in lowercase hex, one per
+    /// line. Two manifests of the same bytes in the same chunks have the same one (lock files
+    /// record it).
+    pub fn chunks_digest(&self) -> String {
+        use sha2::{Digest as _, Sha256};
+        let mut h = Sha256::new();
+        h.update(format!("{} {}\n", self.size, self.chunk_size));
+        for c in &self.chunks {
+            h.update(c.to_string());
+            h.update("\n");
+        }
+        format!("sha256:{}", hex::encode(h.finalize()))
+    }
+
     /// How many chunks a file of `size` bytes has at `chunk_size`.
     pub fn chunk_count(size: u64, chunk_size: u64) -> u64 {
         size.div_ceil(chunk_size.max(1))
