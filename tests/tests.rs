@@ -8,6 +8,7 @@ mod gguf;
 mod hostile;
 mod inspect;
 mod manifest;
+mod manifest_interop;
 mod safetensors;
 mod transfer;
 mod wi_fetch;
