@@ -19,9 +19,9 @@
 //!
 //! Only `sha256` lines are checked by this program. Lines of the other kinds (`xxh64`, `xxh3`,
 //! `sha1`, `uuid`) are read, counted and reported as not checked
-//! ([`GgufHashDocument::notes`]); a file named only by such lines is refused, since nothing of it
-//! could be checked. A tensor line carries no offset: the checker places the tensor by reading
-//! the file's own GGUF header.
+//! ([`Document::notes`](crate::manifest::Document::notes)); a file named only by such lines is
+//! refused, since nothing of it could be checked. A tensor line carries no offset: the checker
+//! places the tensor by reading the file's own GGUF header.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -33,7 +33,8 @@
 //!
 //! Only SHA-256 digests are checked: a statement of `blake2b` or `blake3` digests is refused
 //! with that reason. The bundle's signature (and certificate, transparency log entry…) is
-//! **not** verified: [`OpenSsfDocument::notes`] says so, and the reports print it.
+//! **not** verified: [`Document::notes`](crate::manifest::Document::notes) says so, and the
+//! reports print it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
