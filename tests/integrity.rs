@@ -324,3 +324,61 @@ fn the_ci_cache_story_end_to_end() {
     );
     assert_eq!(sent(&hub, FILE), 0);
 }
+
+/// `weight-inspect manifest create` with `args`, of the demo file in `dir`; returns the file.
+fn other_format(dir: &Path, args: &[&str]) -> PathBuf {
+    let src = dir.join("model");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join(FILE), demo_file(FILE)).unwrap();
+    let out = dir.join(format!("m-{}", args.join("-")));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weight-inspect"))
+        .args(["manifest", "create"])
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .arg(src.join(FILE))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    out
+}
+
+/// `--manifest` reads the other formats too, detected from their content: an OpenSSF
+/// statement in shards gives the chunks (a corrupted one is refused as it arrives), and
+/// llama-gguf-hash lines give the tensors (checked once the file is whole: a tensor that
+/// differs fails the fetch, exit 2, naming it).
+#[test]
+fn a_manifest_in_other_formats_is_used_too() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let statement = other_format(
+        sb.dir.path(),
+        &["--format", "in-toto", "--shard-size", "64K"],
+    );
+    hub.faults()
+        .push(Fault::FlipBytes { count: 2 }.on(Target::Cdn).times(1));
+    let o = fetch(&sb, &hub, &["--manifest", statement.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not match the manifest"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(sent(&hub, FILE), demo_file(FILE).len() as u64 + CHUNK);
+
+    let sb = Sandbox::new();
+    let lines = other_format(sb.dir.path(), &["--format", "gguf-hash"]);
+    let o = fetch(&sb, &hub, &["--manifest", lines.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // One tensor's line changed: the file is the Hub's, but not the manifest's.
+    let text = fs::read_to_string(&lines).unwrap();
+    let first = text.lines().next().unwrap();
+    let tensor = first.rsplit(':').next().unwrap().to_string();
+    let hexd = first.split_whitespace().nth(1).unwrap();
+    let bad = sb.dir.path().join("bad-lines");
+    fs::write(&bad, text.replacen(hexd, &"0".repeat(64), 1)).unwrap();
+    let sb2 = Sandbox::new();
+    let o = fetch(&sb2, &hub, &["--manifest", bad.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains(&tensor), "{tensor}: {}", stderr(&o));
+}

@@ -9,6 +9,7 @@ mod hostile;
 mod inspect;
 mod integrity;
 mod manifest;
+mod manifest_interop;
 mod safetensors;
 mod transfer;
 mod wi_fetch;

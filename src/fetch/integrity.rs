@@ -217,6 +217,78 @@ fn store_root(store: &Store) -> &Path {
     }
 }
 
+impl Expect {
+    /// Whether it says more than its chunks and whole-file digest (which the engine checks):
+    /// tensors, byte ranges of other sizes, the digest of all tensor data.
+    pub fn has_more(&self) -> bool {
+        !self.file.tensors.is_empty()
+            || !self.file.ranges.is_empty()
+            || self.file.tensor_data_sha256.is_some()
+            || self.small_chunks()
+    }
+
+    /// Chunks too small for the engine to cut the file into (an OpenSSF manifest's shards of
+    /// less than 64 KiB): checked after the download instead.
+    fn small_chunks(&self) -> bool {
+        self.file
+            .chunks
+            .as_ref()
+            .is_some_and(|c| c.chunk_size < crate::manifest::MIN_CHUNK_SIZE)
+    }
+}
+
+/// What in the file at `local` differs from what `e` says beyond its chunks (its tensors, its
+/// ranges, its tensor data): `None` when all of it matches.
+pub(super) fn extra_damage(local: &Path, e: &Expect) -> Option<String> {
+    use crate::manifest::FileVerdict;
+    if !e.has_more() {
+        return None;
+    }
+    let (dir, name) = (local.parent()?, local.file_name()?.to_str()?);
+    let mut file = e.file.clone();
+    file.path = name.to_string();
+    if !e.small_chunks() {
+        file.chunks = None;
+    }
+    let report = crate::manifest::check_expectations(&[file], dir);
+    match &report.files.first()?.verdict {
+        FileVerdict::Match => None,
+        FileVerdict::Missing => Some("the file is missing".into()),
+        FileVerdict::Unreadable { error } => Some(error.clone()),
+        FileVerdict::Differs {
+            chunks,
+            tensors,
+            digests,
+            absent_tensors,
+            ..
+        } => {
+            let mut parts = Vec::new();
+            if !chunks.is_empty() {
+                parts.push(describe_chunks(chunks, 8));
+            }
+            if !tensors.is_empty() {
+                let shown: Vec<String> = tensors
+                    .iter()
+                    .take(8)
+                    .map(|t| crate::names::escape(t).into_owned())
+                    .collect();
+                parts.push(format!("tensors {}", shown.join(", ")));
+            }
+            if !absent_tensors.is_empty() {
+                parts.push(format!("{} tensor(s) absent", absent_tensors.len()));
+            }
+            if !digests.is_empty() {
+                parts.push(format!("{digests:?}"));
+            }
+            Some(format!(
+                "{} differ from {}",
+                parts.join("; "),
+                e.origin.name()
+            ))
+        }
+    }
+}
+
 /// Checks a complete file on disk at `level`; returns what is wrong with it, naming the chunks
 /// (byte ranges) that differ, or `None` when it is sound. `Fast` reads no data (the size was
 /// checked when the file was found; the header is the tensor verifier's).
@@ -233,6 +305,9 @@ pub(super) fn damage(
     }
     if level == VerifyLevel::Fast {
         return Ok(None);
+    }
+    if let Some(d) = expect.and_then(|e| extra_damage(local, e)) {
+        return Ok(Some(d));
     }
     if let Some((e, chunks)) = expect.and_then(|e| Some((e, e.file.chunks.as_ref()?))) {
         return check_chunks(&file, f.size, chunks).map(|diffs| {
@@ -428,6 +503,6 @@ pub(super) fn record_from_disk(
             chunk_size,
             digests: chunks,
         }),
-        tensors: Vec::new(),
+        ..FileExpectation::default()
     })
 }

@@ -470,6 +470,18 @@ impl Fetcher {
                 &format!("the file is in place, but its finished resume state stays: {e}"),
             );
         }
+        if let Some(e) = expect.as_ref().filter(|e| e.has_more()) {
+            let (l, e2) = (local.clone(), e.clone());
+            let extra = tokio::task::spawn_blocking(move || integrity::extra_damage(&l, &e2))
+                .await
+                .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?;
+            if let Some(what) = extra {
+                return Err(FetchError::ManifestMismatch {
+                    file: f.path.clone(),
+                    what: format!("it matches the Hub's digest, but {what}"),
+                });
+            }
+        }
         let source = Source {
             repo: repo.to_string(),
             revision: Some(repo.revision.clone()),

@@ -1,5 +1,11 @@
-//! Checking files on disk against a manifest: every chunk re-hashed in parallel, and the chunks
-//! (byte ranges) and tensors that differ named.
+//! Checking files on disk against a manifest of any format read: every chunk (or range)
+//! re-hashed in parallel, and the chunks (byte ranges) and tensors that differ named.
+//!
+//! What is checked is what the document says ([`FileExpectation`]): the size; every chunk, or
+//! every range; the whole file's SHA-256 when nothing cuts the file in pieces (an OpenSSF `files`
+//! manifest); the tensors, placed by the document's offsets or, for `llama-gguf-hash` lines, by
+//! the file's own GGUF header; and the digest of all tensor data one after the other. Tensors
+//! with known offsets in a file cut in pieces are re-hashed only where a piece differs.
 
 use std::ops::Range;
 use std::path::Path;
@@ -8,12 +14,21 @@ use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-use super::{Manifest, ManifestFile};
+use super::{Document, FileExpectation, Manifest};
 use crate::format::mmap::Mmap;
 
 /// What [`check`] found for every file of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CheckReport {
+    /// The document's format ([`Document::kind`]).
+    pub format: String,
+    /// Whether the document's signature was verified: `false` for a signed format (an OpenSSF
+    /// bundle: it never is), absent for formats without a signature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_verified: Option<bool>,
+    /// What the check did not establish ([`Document::notes`]), for the reader.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// One verdict per file of the manifest, in its order.
     pub files: Vec<FileCheck>,
 }
@@ -22,6 +37,16 @@ impl CheckReport {
     /// Whether every file matches.
     pub fn all_match(&self) -> bool {
         self.files.iter().all(|f| f.verdict == FileVerdict::Match)
+    }
+
+    /// The same report, saying which document it checked: its format, notes and signature
+    /// status.
+    #[must_use]
+    pub fn about(mut self, doc: &Document) -> Self {
+        self.format = doc.kind().to_string();
+        self.signature_verified = doc.signature_verified();
+        self.notes = doc.notes();
+        self
     }
 }
 
@@ -39,7 +64,7 @@ pub struct FileCheck {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum FileVerdict {
-    /// Every chunk matches.
+    /// Everything the document says of it matches.
     Match,
     /// No such file.
     Missing,
@@ -48,22 +73,41 @@ pub enum FileVerdict {
         /// Why.
         error: String,
     },
-    /// Some bytes differ: the chunks whose bytes differ (or are missing, for a short file), and
-    /// the tensors in them whose bytes differ.
+    /// Some bytes differ: the chunks (or ranges) whose bytes differ (or are missing, for a
+    /// short file), the whole-file digests that differ, and the tensors whose bytes differ.
     Differs {
         /// The file's size on disk (different from the manifest's for a truncated or grown file).
         size: u64,
-        /// The chunks that differ: index and byte range.
+        /// The chunks (or ranges) that differ: index and byte range.
         chunks: Vec<ChunkDiff>,
         /// Names of the tensors whose bytes differ.
         tensors: Vec<String>,
+        /// Digests of the whole file (or of all its tensor data) that differ: set when the
+        /// document has nothing finer.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        digests: Vec<DigestKind>,
+        /// Tensors the document names that the file's header does not hold (or that could not
+        /// be located because the header could not be read).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        absent_tensors: Vec<String>,
     },
 }
 
-/// A chunk that differs.
+/// A digest over more than one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DigestKind {
+    /// The SHA-256 of the whole file.
+    FileSha256,
+    /// The SHA-256 of every tensor's bytes in the header's order (`llama-gguf-hash`'s line for
+    /// a whole model).
+    TensorDataSha256,
+}
+
+/// A chunk (or range) that differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChunkDiff {
-    /// Its index.
+    /// Its index (among the file's chunks, or its ranges by offset).
     pub index: usize,
     /// Its first byte.
     pub start: u64,
@@ -74,18 +118,45 @@ pub struct ChunkDiff {
 /// Re-hashes every file of `manifest` found below `base` (files in parallel, and each file's
 /// chunks in parallel, straight from a memory map) and says which chunks and tensors differ.
 pub fn check(manifest: &Manifest, base: &Path) -> CheckReport {
-    let files = manifest
-        .files
+    check_document(&Document::Native(manifest.clone()), base)
+}
+
+/// [`check`] for a document of any format read.
+pub fn check_document(doc: &Document, base: &Path) -> CheckReport {
+    check_expectations(&doc.expectations(), base).about(doc)
+}
+
+/// Checks files below `base` against `files` (some or all of a document's
+/// [`Document::expectations`]); the report's `format` and notes are left empty (see
+/// [`CheckReport::about`]).
+pub fn check_expectations(files: &[FileExpectation], base: &Path) -> CheckReport {
+    let files = files
         .par_iter()
         .map(|f| FileCheck {
             path: f.path.clone(),
             verdict: check_file(f, &base.join(&f.path)),
         })
         .collect();
-    CheckReport { files }
+    CheckReport {
+        format: String::new(),
+        signature_verified: None,
+        notes: Vec::new(),
+        files,
+    }
 }
 
-fn check_file(f: &ManifestFile, path: &Path) -> FileVerdict {
+/// Tensors gguf-py's `gguf_hash.py` leaves out of its digests, by the end of their name.
+const GGUF_HASH_SKIPPED: [&str; 3] = [
+    ".attention.masked_bias",
+    ".attention.bias",
+    ".rotary_emb.inv_freq",
+];
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
     let file = match crate::safe_fs::open_read_following(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileVerdict::Missing,
@@ -109,11 +180,26 @@ fn check_file(f: &ManifestFile, path: &Path) -> FileVerdict {
     let slice = |r: &Range<u64>| -> Option<&[u8]> {
         bytes.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)
     };
-    let mut chunks: Vec<ChunkDiff> = (0..f.chunks.len())
-        .into_par_iter()
-        .filter_map(|i| {
-            let r = f.chunk_range(i);
-            let same = slice(&r).is_some_and(|b| Sha256::digest(b)[..] == f.chunks[i].0[..]);
+    // The pieces the document cuts the file into: chunks of one size, or ranges.
+    let expected_end = f.size.unwrap_or(size);
+    let pieces: Vec<(Range<u64>, [u8; 32])> = match &f.chunks {
+        Some(c) => c
+            .digests
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (c.range(i, expected_end), d.0))
+            .collect(),
+        None => f
+            .ranges
+            .iter()
+            .map(|r| (r.range.clone(), r.sha256.0))
+            .collect(),
+    };
+    let mut chunks: Vec<ChunkDiff> = pieces
+        .par_iter()
+        .enumerate()
+        .filter_map(|(i, (r, d))| {
+            let same = slice(r).is_some_and(|b| sha(b) == *d);
             (!same).then_some(ChunkDiff {
                 index: i,
                 start: r.start,
@@ -122,26 +208,90 @@ fn check_file(f: &ManifestFile, path: &Path) -> FileVerdict {
         })
         .collect();
     chunks.sort_by_key(|c| c.index);
-    if chunks.is_empty() && size == f.size {
+    let size_differs = f.size.is_some_and(|s| s != size);
+
+    // The whole file, when nothing finer covers it.
+    let mut digests = Vec::new();
+    if let Some(want) = f.sha256.filter(|_| !f.covered()) {
+        if sha(bytes) != want.0 {
+            digests.push(DigestKind::FileSha256);
+        }
+    }
+
+    // Tensors: placed by the document, or by the file's own header.
+    let needs_header =
+        f.tensor_data_sha256.is_some() || f.tensors.iter().any(|t| t.range.is_none());
+    let header = needs_header
+        .then(|| crate::format::parse(bytes).ok())
+        .flatten();
+    let infos = header.as_ref().map_or(&[][..], |h| h.tensors());
+    if let Some(want) = f.tensor_data_sha256 {
+        // llama.cpp hashes every tensor; gguf-py's gguf_hash.py leaves out three kinds of
+        // buffers (`GGUF_HASH_SKIPPED`): either digest is the model's.
+        let (mut all, mut kept) = (Sha256::new(), Sha256::new());
+        let mut whole = header.is_some();
+        for t in infos {
+            match slice(&t.byte_range()) {
+                Some(b) => {
+                    all.update(b);
+                    if !GGUF_HASH_SKIPPED.iter().any(|s| t.name.ends_with(s)) {
+                        kept.update(b);
+                    }
+                }
+                None => whole = false,
+            }
+        }
+        let same = |h: Sha256| h.finalize()[..] == want.0[..];
+        if !whole || !(same(all) || same(kept)) {
+            digests.push(DigestKind::TensorDataSha256);
+        }
+    }
+    if chunks.is_empty() && !size_differs && digests.is_empty() && f.tensors.is_empty() {
         return FileVerdict::Match;
     }
-    // Tensors are re-hashed only where a chunk differs.
-    let touched =
-        |r: &Range<u64>| chunks.iter().any(|c| c.start < r.end && r.start < c.end) || r.end > size;
-    let mut tensors: Vec<String> = f
-        .tensors
+    // A tensor at a known place in a covered file is re-hashed only where a piece differs.
+    let touched = |r: &Range<u64>| {
+        !f.covered()
+            || size_differs
+            || r.end > size
+            || chunks.iter().any(|c| c.start < r.end && r.start < c.end)
+    };
+    let mut absent_tensors = Vec::new();
+    let mut placed: Vec<(&str, Range<u64>, [u8; 32])> = Vec::new();
+    for t in &f.tensors {
+        let range = match &t.range {
+            Some(r) => Some(r.clone()),
+            None => infos
+                .iter()
+                .find(|i| i.name == t.name)
+                .map(|i| i.byte_range()),
+        };
+        match range {
+            Some(r) if touched(&r) => placed.push((&t.name, r, t.sha256.0)),
+            Some(_) => {}
+            None => absent_tensors.push(t.name.clone()),
+        }
+    }
+    let mut tensors: Vec<String> = placed
         .par_iter()
-        .filter(|t| touched(&(t.offset..t.offset.saturating_add(t.length))))
-        .filter(|t| {
-            let r = t.offset..t.offset.saturating_add(t.length);
-            slice(&r).is_none_or(|b| Sha256::digest(b)[..] != t.sha256.0[..])
-        })
-        .map(|t| t.name.clone())
+        .filter(|(_, r, d)| slice(r).is_none_or(|b| sha(b) != *d))
+        .map(|(name, _, _)| (*name).to_string())
         .collect();
     tensors.sort();
+    absent_tensors.sort();
+    if chunks.is_empty()
+        && !size_differs
+        && digests.is_empty()
+        && tensors.is_empty()
+        && absent_tensors.is_empty()
+    {
+        return FileVerdict::Match;
+    }
     FileVerdict::Differs {
         size,
         chunks,
         tensors,
+        digests,
+        absent_tensors,
     }
 }

@@ -137,17 +137,18 @@ fn source_from_cache_path(p: &Path) -> Option<Source> {
     })
 }
 
-/// Makes a manifest of `paths` (files and folders; see `weight-inspect manifest create`): one
-/// folder is the model's folder and names its files relative to it; files are named relative to
-/// their common folder (a split GGUF's first part brings its other parts, a safetensors index its
-/// shards). Chunks and tensors are hashed in parallel straight from a memory map.
-pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> Result<Manifest, ManifestError> {
-    if opts.chunk_size < MIN_CHUNK_SIZE {
-        return Err(ManifestError::Input(format!(
-            "chunk size {} is below the minimum of {MIN_CHUNK_SIZE} bytes",
-            opts.chunk_size
-        )));
-    }
+/// The files a manifest of `paths` describes, named relative to their folder (see [`create`]).
+pub(crate) struct Selection {
+    /// The model's folder.
+    pub base: PathBuf,
+    /// Every file, by name relative to `base`, sorted.
+    pub named: Vec<(String, PathBuf)>,
+    /// Whether one file alone was named (not a folder, and it brought no other part).
+    pub single_file: bool,
+}
+
+/// Chooses and names the files of `paths` as [`create`] describes.
+pub(crate) fn select(paths: &[PathBuf]) -> Result<Selection, ManifestError> {
     let (base, files) = match paths {
         [one] if one.is_dir() => (one.clone(), files_below(one)?),
         _ => {
@@ -199,9 +200,29 @@ pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> Result<Manifest, Manif
             base.display()
         )));
     }
+    let single_file = named.len() == 1 && paths.len() == 1 && !paths[0].is_dir();
+    Ok(Selection {
+        base,
+        named,
+        single_file,
+    })
+}
+
+/// Makes a manifest of `paths` (files and folders; see `weight-inspect manifest create`): one
+/// folder is the model's folder and names its files relative to it; files are named relative to
+/// their common folder (a split GGUF's first part brings its other parts, a safetensors index its
+/// shards). Chunks and tensors are hashed in parallel straight from a memory map.
+pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> Result<Manifest, ManifestError> {
+    if opts.chunk_size < MIN_CHUNK_SIZE {
+        return Err(ManifestError::Input(format!(
+            "chunk size {} is below the minimum of {MIN_CHUNK_SIZE} bytes",
+            opts.chunk_size
+        )));
+    }
+    let Selection { base, named, .. } = select(paths)?;
     let mut out = Vec::with_capacity(named.len());
     for (rel, path) in &named {
-        out.push(describe(rel, path, opts.chunk_size)?);
+        out.push(describe(rel, path, opts.chunk_size, true)?);
     }
     let source = opts
         .source
@@ -223,8 +244,14 @@ fn sha256(b: &[u8]) -> Sha256Hex {
     Sha256Hex(Sha256::digest(b).into())
 }
 
-/// One file's entry: whole-file and chunk digests (side by side), and its tensors.
-fn describe(rel: &str, path: &Path, chunk_size: u64) -> Result<ManifestFile, ManifestError> {
+/// One file's entry: whole-file and chunk digests (side by side), and its tensors (when
+/// `with_tensors`).
+pub(crate) fn describe(
+    rel: &str,
+    path: &Path,
+    chunk_size: u64,
+    with_tensors: bool,
+) -> Result<ManifestFile, ManifestError> {
     let file = crate::safe_fs::open_read_following(path).map_err(|e| ManifestError::io(path, e))?;
     let map = Mmap::open(&file).map_err(|e| ManifestError::io(path, e))?;
     map.advise_sequential();
@@ -235,7 +262,7 @@ fn describe(rel: &str, path: &Path, chunk_size: u64) -> Result<ManifestFile, Man
         || bytes.par_chunks(step).map(sha256).collect::<Vec<_>>(),
     );
     let lower = rel.to_ascii_lowercase();
-    let header = (lower.ends_with(".gguf") || lower.ends_with(".safetensors"))
+    let header = (with_tensors && (lower.ends_with(".gguf") || lower.ends_with(".safetensors")))
         .then(|| format::parse(bytes).ok())
         .flatten();
     let (model, tensors) = match &header {

@@ -5,9 +5,21 @@
 //! [`Document::expectations`] gives, for every file it describes, a [`FileExpectation`]: what is
 //! known of its size, its SHA-256, the SHA-256 of its chunks (when the document cuts the file into
 //! chunks of one size: a weight-inspect manifest's `chunk_size`, an OpenSSF sharded manifest's
-//! `shard_size`), and of its tensors.
+//! `shard_size`) or of other byte ranges, and of its tensors.
+//!
+//! # Detection
+//!
+//! [`Document::parse`] looks at the content, never at a file name: JSON with a `format` key is a
+//! weight-inspect manifest; JSON with a `dsseEnvelope` is a Sigstore bundle and JSON with an
+//! `_type` an in-toto statement (both read as OpenSSF model-signing manifests); anything else is
+//! read as `llama-gguf-hash` lines (see [`super::interop`]).
 
-use super::{Manifest, ManifestError, Sha256Hex};
+use std::ops::Range;
+
+use serde::Deserialize;
+
+use super::interop::{GgufHashDocument, OpenSsfDocument};
+use super::{Manifest, ManifestError, Sha256Hex, MAX_MANIFEST_BYTES};
 
 /// A manifest document, in one of the formats read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,12 +27,54 @@ use super::{Manifest, ManifestError, Sha256Hex};
 pub enum Document {
     /// A weight-inspect manifest (see the module docs of [`super`]).
     Native(Manifest),
+    /// `llama-gguf-hash` output: `sha256  <hex>  file.gguf:<tensor>` lines.
+    GgufHash(GgufHashDocument),
+    /// An OpenSSF model-signing manifest: the in-toto statement, alone or inside a Sigstore
+    /// bundle. Only its digests are read; its signature is not verified.
+    OpenSsf(OpenSsfDocument),
 }
 
 impl Document {
-    /// Parses a document, detecting its format from its content.
+    /// Parses a document, detecting its format from its content (see the module docs).
     pub fn parse(bytes: &[u8]) -> Result<Document, ManifestError> {
-        Manifest::parse(bytes).map(Document::Native)
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(ManifestError::invalid(format!(
+                "larger than {MAX_MANIFEST_BYTES} bytes"
+            )));
+        }
+        let body = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return GgufHashDocument::parse(body).map(Document::GgufHash);
+        }
+        // Which JSON document, from its top-level keys (values kept raw: nothing is built).
+        #[derive(Deserialize)]
+        struct Keys<'a> {
+            #[serde(borrow, default)]
+            format: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default, rename = "dsseEnvelope")]
+            dsse: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default, rename = "messageSignature")]
+            message_signature: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default, rename = "_type")]
+            statement: Option<&'a serde_json::value::RawValue>,
+        }
+        let keys: Keys<'_> = serde_json::from_slice(body)
+            .map_err(|e| ManifestError::invalid(format!("not a JSON object ({e})")))?;
+        if keys.format.is_some() {
+            Manifest::parse(body).map(Document::Native)
+        } else if keys.dsse.is_some() || keys.message_signature.is_some() {
+            OpenSsfDocument::parse_bundle(body).map(Document::OpenSsf)
+        } else if keys.statement.is_some() {
+            OpenSsfDocument::parse_statement(body, false).map(Document::OpenSsf)
+        } else {
+            Err(ManifestError::invalid(
+                "a JSON document that is none of the manifests this program reads (a \
+                 weight-inspect manifest has a \"format\", a Sigstore bundle a \"dsseEnvelope\", \
+                 an in-toto statement an \"_type\")"
+                    .into(),
+            ))
+        }
     }
 
     /// Reads and parses a document file (at most [`super::MAX_MANIFEST_BYTES`]).
@@ -29,10 +83,14 @@ impl Document {
         Document::parse(&bytes).map_err(|e| e.in_file(path))
     }
 
-    /// The format's name, for messages: `weight-inspect manifest`.
+    /// The format's name, for messages: `weight-inspect manifest`, `llama-gguf-hash lines`,
+    /// `OpenSSF model-signing bundle`, `OpenSSF model-signing statement`.
     pub fn kind(&self) -> &'static str {
         match self {
             Document::Native(_) => "weight-inspect manifest",
+            Document::GgufHash(_) => "llama-gguf-hash lines",
+            Document::OpenSsf(d) if d.is_bundle() => "OpenSSF model-signing bundle",
+            Document::OpenSsf(_) => "OpenSSF model-signing statement",
         }
     }
 
@@ -59,8 +117,11 @@ impl Document {
                             sha256: t.sha256,
                         })
                         .collect(),
+                    ..FileExpectation::default()
                 })
                 .collect(),
+            Document::GgufHash(d) => d.files().to_vec(),
+            Document::OpenSsf(d) => d.files().to_vec(),
         }
     }
 
@@ -69,10 +130,42 @@ impl Document {
     pub fn expectation(&self, path: &str) -> Option<FileExpectation> {
         self.expectations().into_iter().find(|f| f.path == path)
     }
+
+    /// What a check against this document does not establish, in plain words, for the reader of
+    /// a report: for an OpenSSF document, that the Sigstore signature was not verified (only
+    /// the digests were checked); for `llama-gguf-hash` lines, the lines of other hash kinds
+    /// that were not checked. Empty for a weight-inspect manifest.
+    pub fn notes(&self) -> Vec<String> {
+        match self {
+            Document::Native(_) => Vec::new(),
+            Document::GgufHash(d) => d.notes(),
+            Document::OpenSsf(d) => d.notes(),
+        }
+    }
+
+    /// Whether the document's signature was verified: `Some(false)` for the signed formats
+    /// (an OpenSSF bundle or statement: this program never verifies the signature), `None` for
+    /// formats without one.
+    pub fn signature_verified(&self) -> Option<bool> {
+        match self {
+            Document::OpenSsf(_) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// For an OpenSSF document, the model's name (its `subject`, the folder that was signed):
+    /// the folder its files are named relative to.
+    pub fn model_name(&self) -> Option<&str> {
+        match self {
+            Document::OpenSsf(d) => Some(d.model_name()),
+            _ => None,
+        }
+    }
 }
 
-/// What one file must be.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What one file must be. Formats fill what they know; the rest stays empty
+/// ([`Default`] is a file with no expectation, for building one field by field).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileExpectation {
     /// Its path relative to the model's folder, `/`-separated (a safe repository path).
     pub path: String,
@@ -82,8 +175,23 @@ pub struct FileExpectation {
     pub sha256: Option<Sha256Hex>,
     /// The SHA-256 of every chunk, when the document cuts the file into chunks of one size.
     pub chunks: Option<ChunkDigests>,
+    /// The SHA-256 of byte ranges that are not chunks of one size, by offset (an OpenSSF
+    /// sharded manifest whose shards are contiguous from byte 0 to the end of the file but not
+    /// all `shard_size` long). Empty when [`Self::chunks`] is set.
+    pub ranges: Vec<RangeDigest>,
+    /// The SHA-256 of the bytes of every tensor, one after the other in the file header's order
+    /// (what `llama-gguf-hash` prints for a whole model): not the file's SHA-256.
+    pub tensor_data_sha256: Option<Sha256Hex>,
     /// The SHA-256 of tensors, by name.
     pub tensors: Vec<TensorExpectation>,
+}
+
+impl FileExpectation {
+    /// Whether the chunks or the ranges cover every byte of the file (so a tensor whose bytes
+    /// changed lies in a chunk or range that differs).
+    pub fn covered(&self) -> bool {
+        self.chunks.is_some() || !self.ranges.is_empty()
+    }
 }
 
 /// The SHA-256 of every chunk of a file cut into chunks of `chunk_size` bytes (the last one
@@ -103,6 +211,22 @@ impl ChunkDigests {
         let n = self.digests.len() as u64;
         size.div_ceil(self.chunk_size.max(1)) == n
     }
+
+    /// The byte range of chunk `index` in a file of `size` bytes (the last chunk ends at
+    /// `size`).
+    pub fn range(&self, index: usize, size: u64) -> Range<u64> {
+        let start = (index as u64).saturating_mul(self.chunk_size);
+        start..start.saturating_add(self.chunk_size).min(size.max(start))
+    }
+}
+
+/// The SHA-256 of one byte range of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeDigest {
+    /// The bytes, `start..end`.
+    pub range: Range<u64>,
+    /// Their SHA-256.
+    pub sha256: Sha256Hex,
 }
 
 /// What one tensor's bytes must be.

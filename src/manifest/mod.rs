@@ -46,6 +46,15 @@
 //! [`create`] writes one from files on disk, hashing chunks and tensors in parallel straight
 //! from a memory map; [`check`] re-hashes files against one, in parallel, and names the chunks
 //! (byte ranges) and tensors that differ.
+//!
+//! # Other tools' manifests
+//!
+//! [`Document`] reads a weight-inspect manifest, `llama-gguf-hash` lines and OpenSSF
+//! model-signing manifests (a Sigstore bundle or its in-toto statement), detected from their
+//! content, into one shape ([`FileExpectation`]); [`check_document`] checks files against any of
+//! them. [`create_gguf_hash`] and [`create_in_toto`] write the other two formats (see
+//! [`interop`]). A Sigstore signature is never verified: only digests are checked, and
+//! [`Document::notes`] says so.
 
 mod check;
 mod chunked;
@@ -53,13 +62,18 @@ mod create;
 mod digest;
 mod error;
 mod expect;
+pub mod interop;
 
-pub use check::{check, CheckReport, ChunkDiff, FileCheck, FileVerdict};
+pub use check::{
+    check, check_document, check_expectations, CheckReport, ChunkDiff, DigestKind, FileCheck,
+    FileVerdict,
+};
 pub use chunked::{chunk_diffs, describe_chunks};
 pub use create::{create, CreateOptions};
 pub use digest::Sha256Hex;
 pub use error::ManifestError;
-pub use expect::{ChunkDigests, Document, FileExpectation, TensorExpectation};
+pub use expect::{ChunkDigests, Document, FileExpectation, RangeDigest, TensorExpectation};
+pub use interop::{create_gguf_hash, create_in_toto, GgufHashDocument, OpenSsfDocument};
 
 use std::path::Path;
 
