@@ -28,7 +28,7 @@ pub(crate) fn demo_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wi-fetch-demo");
-        let marker = dir.join(".built-v1");
+        let marker = dir.join(".built-v2");
         if !marker.exists() {
             let _ = fs::remove_dir_all(&dir);
             demo::build(
@@ -274,7 +274,16 @@ fn explicit_files_and_globs() {
     assert!(link.starts_with("../../../blobs/"), "{link:?}");
 
     let mut c = sb.cmd(&hub);
-    c.args([REPO, "--include", "*.json", "--include", "*.md", "-q"]);
+    c.args([
+        REPO,
+        "--include",
+        "*.json",
+        "--include",
+        "*.md",
+        "--exclude",
+        "*.wi-manifest.json",
+        "-q",
+    ]);
     let o = run(c);
     expect_code(&o, 0);
     let l = lines(&o);
@@ -295,7 +304,11 @@ fn dry_run_downloads_nothing() {
     let o = run(c);
     expect_code(&o, 0);
     let l = lines(&o);
-    assert_eq!(l.len(), 8, "{l:?}");
+    assert_eq!(
+        l.len(),
+        13,
+        "five models with their manifests, and three other files: {l:?}"
+    );
     assert!(l.iter().all(|x| x.ends_with("\tfetch")), "{l:?}");
     assert_eq!(file_gets(&hub, REPO), 0, "{:?}", hub.stats().files);
     assert!(blobs(&sb.repo_dir(REPO)).is_empty());

@@ -366,6 +366,23 @@ fn write_gguf(
     Ok(n)
 }
 
+/// Writes `{model}.wi-manifest.json`: the weight-inspect manifest of `model` alone (its
+/// chunks and tensors), naming it relative to its folder.
+fn write_sidecar(model: &Path, report: &mut DemoReport) -> Result<(), Error> {
+    use weight_inspect::manifest::{self, CreateOptions};
+    let mut m = manifest::create(&[model.to_path_buf()], &CreateOptions::default())
+        .map_err(|e| Error::io(model, std::io::Error::other(e.to_string())))?;
+    let name = model
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    m.files.retain(|f| f.path == name);
+    let mut sidecar = model.as_os_str().to_owned();
+    sidecar.push(".wi-manifest.json");
+    write_text(Path::new(&sidecar), &m.to_json(), report)
+}
+
 fn write_text(path: &Path, text: &str, report: &mut DemoReport) -> Result<(), Error> {
     fs::write(path, text).map_err(|e| Error::io(path, e))?;
     report.files.push((path.to_path_buf(), text.len() as u64));
@@ -433,6 +450,17 @@ pub fn build(out: &Path, opts: &DemoOptions) -> Result<DemoReport, Error> {
         let n = write_gguf(&path, &kv, part, opts.seed)?;
         table.push_str(&format!("| `{name}` | F32 (split {}/2) | {n} |\n", i + 1));
         report.files.push((path, n));
+    }
+    // Every model file gets its manifest beside it, as a repository that publishes them does
+    // (`wi-fetch` finds `{file}.wi-manifest.json` and checks every chunk against it).
+    let models: Vec<PathBuf> = report
+        .files
+        .iter()
+        .map(|(p, _)| p.clone())
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    for model in models {
+        write_sidecar(&model, &mut report)?;
     }
     write_text(&repo.join(".gitattributes"), GITATTRIBUTES, &mut report)?;
     let config = serde_json::json!({

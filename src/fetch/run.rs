@@ -581,7 +581,13 @@ impl Fetcher {
         });
         let found = match given {
             Some(e) => Some(e),
-            None => match (&f.sidecar, self.sidecars && !self.offline) {
+            // A file on disk needs it only to be checked in full.
+            None => match (
+                &f.sidecar,
+                self.sidecars
+                    && !self.offline
+                    && (!f.cached || self.verify_level == VerifyLevel::Full),
+            ) {
                 (Some(sidecar), true) => {
                     Some(self.sidecar(repo, commit, f, sidecar).await?).flatten()
                 }
