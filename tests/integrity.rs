@@ -396,3 +396,30 @@ fn a_manifest_in_other_formats_is_used_too() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains(&tensor), "{tensor}: {}", stderr(&o));
 }
+
+/// A warm cache with the network allowed: one metadata request per repository (what the
+/// revision points at), no file bytes — for a quantization tag (which needs the listing: kept
+/// beside the cache, per commit) as for files named.
+#[test]
+fn a_warm_cache_costs_one_metadata_request() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let tag = format!("{REPO}:Q8_0");
+    for args in [vec![tag.as_str()], vec![REPO, FILE, "config.json"]] {
+        let mut c = sb.cmd(&hub);
+        c.args(&args);
+        assert_eq!(code(&run(c)), 0);
+        hub.reset_stats();
+        let mut c = sb.cmd(&hub);
+        c.args(&args);
+        let o = run(c);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let st = hub.stats();
+        assert_eq!(st.total_requests, 1, "{args:?}: {:?}", st.requests);
+        assert!(
+            st.files.values().all(|f| f.bytes_sent == 0),
+            "{:?}",
+            st.files
+        );
+    }
+}

@@ -8,6 +8,7 @@
 //! {cache}/models--{org}--{name}/refs/{revision}                  commit id, no newline
 //! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
 //! {cache}/models--{org}--{name}/.wi-manifests/{etag}.json        our manifest of a verified blob
+//! {cache}/models--{org}--{name}/.wi-trees/{commit}.json          our copy of the file listing
 //! {cache}/.locks/models--{org}--{name}/{etag}.lock               held while a blob is written
 //! ```
 //!
@@ -200,6 +201,12 @@ impl RepoCache {
     /// area: other tools read only `blobs/`, `snapshots/`, `refs/` and `.no_exist/`).
     pub fn manifest_path(&self, etag: &str) -> PathBuf {
         self.dir.join(".wi-manifests").join(format!("{etag}.json"))
+    }
+
+    /// `.wi-trees/{commit}.json`: the repository's file listing at `commit` (a commit's tree
+    /// never changes), so that a warm run asks the Hub only what the revision points at.
+    pub fn tree_path(&self, commit: &str) -> PathBuf {
+        self.dir.join(".wi-trees").join(format!("{commit}.json"))
     }
 
     /// Moves the blob `etag` (a regular file, no link followed) to its partial download's name,
@@ -517,6 +524,26 @@ impl Store {
         match self {
             Store::Cache(r) => r.manifest_path(etag),
             Store::Local(l) => l.manifest_path(path, etag),
+        }
+    }
+
+    /// Where the file listing at `commit` is kept (see [`RepoCache::tree_path`]); in a local
+    /// folder, `{dir}/.cache/huggingface/wi-trees/{commit}.json`.
+    pub fn tree_path(&self, commit: &str) -> PathBuf {
+        match self {
+            Store::Cache(r) => r.tree_path(commit),
+            Store::Local(l) => l
+                .huggingface_dir()
+                .join("wi-trees")
+                .join(format!("{commit}.json")),
+        }
+    }
+
+    /// The folder below which this store writes (links are refused below it).
+    pub fn root(&self) -> &Path {
+        match self {
+            Store::Cache(r) => r.dir(),
+            Store::Local(l) => l.root(),
         }
     }
 

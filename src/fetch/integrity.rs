@@ -165,12 +165,15 @@ pub(super) fn recorded(store: &Store, f: &PlannedFile) -> Option<Expect> {
 }
 
 /// The size recorded for `path` at `etag` when it was verified, if a manifest of exactly that
-/// content (same SHA-256 as its ETag names) was recorded.
+/// content was recorded (for an LFS file, the same SHA-256 as its ETag names).
 pub(super) fn recorded_size(store: &Store, path: &str, etag: &str) -> Option<u64> {
     let m = Manifest::read(&store.manifest_path(path, etag)).ok()?;
     let file = m.files.iter().find(|x| x.path == path)?;
     match Digest::from_etag(etag) {
         Some(Digest::Sha256(d)) if d == file.sha256.0 => Some(file.size),
+        // A git blob SHA-1 says nothing of the SHA-256: the manifest is the one recorded under
+        // this ETag's name when the file was verified against it.
+        Some(Digest::GitSha1(_)) => Some(file.size),
         _ => None,
     }
 }

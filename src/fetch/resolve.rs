@@ -109,7 +109,7 @@ impl Fetcher {
             }
             (commit, wanted, None)
         } else {
-            let listing = self.hub.list_files(repo).await?;
+            let listing = self.list_files(repo, &store).await?;
             if let Some(r) = listing
                 .refused
                 .iter()
@@ -148,6 +148,45 @@ impl Fetcher {
             .map(|w| planned(&store, repo, &commit, w))
             .collect();
         Ok(plan(repo, commit, files, notice, refused, false))
+    }
+
+    /// The repository's files at the commit its revision points at: one request for the commit,
+    /// and the listing from the copy kept beside the cache when there is one for that commit
+    /// (a commit's tree never changes), else from the Hub (and kept).
+    async fn list_files(
+        &self,
+        repo: &RepoRef,
+        store: &Store,
+    ) -> Result<hub::RepoListing, FetchError> {
+        let commit = self.hub.repo_commit(repo).await?;
+        let path = store.tree_path(&commit);
+        let limit = self.hub.config().max_listing_bytes;
+        let saved = crate::safe_fs::open_read(&path)
+            .ok()
+            .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
+            .and_then(|b| hub::load_tree(&b).ok());
+        if let Some((files, refused)) = saved {
+            return Ok(hub::RepoListing {
+                commit,
+                files,
+                refused,
+            });
+        }
+        let (files, refused) = self.hub.list_tree(repo, &commit).await?;
+        if let Some(dir) = path.parent() {
+            // Only a cost when it fails: the next run lists again.
+            if crate::safe_fs::create_dirs_below(store.root(), dir).is_ok() {
+                let _ = crate::safe_fs::write_atomic(
+                    &path,
+                    hub::save_tree(&files, &refused).as_bytes(),
+                );
+            }
+        }
+        Ok(hub::RepoListing {
+            commit,
+            files,
+            refused,
+        })
     }
 
     /// Asks for the sidecar manifest of every file to download (`HEAD`, one per file, at

@@ -198,6 +198,52 @@ fn take_page(
     }
 }
 
+/// A listing saved to disk (see [`save_tree`]): its files and refused entries, every entry
+/// checked again as a listing page is (the file lives in a shared folder: it is input like any
+/// other).
+pub fn load_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), String> {
+    #[derive(Deserialize)]
+    struct Saved {
+        entries: Vec<PageEntry>,
+        #[serde(default)]
+        refused: Vec<SavedRefusal>,
+    }
+    #[derive(Deserialize)]
+    struct SavedRefusal {
+        path: String,
+        reason: String,
+    }
+    let saved: Saved = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let (mut files, mut refused) = (Vec::new(), Vec::new());
+    take_page(saved.entries, &mut files, &mut refused);
+    let files = refuse_collisions(files, &mut refused);
+    refused.extend(saved.refused.into_iter().map(|r| RefusedEntry {
+        path: escape(&r.path).into_owned(),
+        reason: escape(&r.reason).into_owned(),
+    }));
+    Ok((files, refused))
+}
+
+/// The text [`load_tree`] reads: the files as the Hub lists them, and the refused entries.
+pub fn save_tree(files: &[RemoteFile], refused: &[RefusedEntry]) -> String {
+    let entries: Vec<serde_json::Value> = files
+        .iter()
+        .map(|f| {
+            let mut e = serde_json::json!({
+                "type": "file",
+                "path": f.path,
+                "oid": f.git_oid,
+                "size": f.size,
+            });
+            if let Some(sha) = &f.lfs_sha256 {
+                e["lfs"] = serde_json::json!({"oid": sha, "size": f.size});
+            }
+            e
+        })
+        .collect();
+    serde_json::json!({"entries": entries, "refused": refused}).to_string()
+}
+
 /// One page of a tree listing from its bytes, as [`HubClient::list_tree`] reads it (for the
 /// fuzz target): the files kept and the entries refused, collisions included.
 #[cfg(any(test, feature = "fuzzing"))]
@@ -509,5 +555,29 @@ mod tests {
         assert_eq!(kept, ["b.gguf", "dir/x", "Dir2/y"]);
         let names: Vec<_> = refused.iter().map(|r| r.path.as_str()).collect();
         assert_eq!(names, ["A.gguf", "a.gguf", "dir"]);
+    }
+
+    #[test]
+    fn a_saved_listing_is_checked_again() {
+        let files = vec![RemoteFile {
+            path: "a.gguf".into(),
+            size: 5,
+            git_oid: "1".repeat(40),
+            lfs_sha256: Some("2".repeat(64)),
+        }];
+        let refused = vec![RefusedEntry {
+            path: "bad\\n".into(),
+            reason: "r".into(),
+        }];
+        let text = save_tree(&files, &refused);
+        let (f, r) = load_tree(text.as_bytes()).unwrap();
+        assert_eq!(f, files);
+        assert_eq!(r.len(), 1);
+        // Tampered on disk: an unsafe path is refused as in a listing from the Hub.
+        let evil = text.replace("a.gguf", "../a.gguf");
+        let (f, r) = load_tree(evil.as_bytes()).unwrap();
+        assert!(f.is_empty());
+        assert_eq!(r.len(), 2);
+        assert!(load_tree(b"[]").is_err());
     }
 }

@@ -35,7 +35,7 @@ pub use crate::names::{
 };
 pub use crate::net::{is_transient_status as is_retryable_status, normalize_etag, retry_after};
 pub use error::HubError;
-pub use listing::{RefusedEntry, RemoteFile, RepoListing};
+pub use listing::{load_tree, save_tree, RefusedEntry, RemoteFile, RepoListing};
 pub use metadata::FileMetadata;
 
 /// For the fuzz targets (feature `fuzzing`).
