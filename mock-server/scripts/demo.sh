@@ -57,8 +57,8 @@ echo
 echo "== wi-fetch demo/TinyLlama-GGUF:Q8_0"
 "$bin/wi-fetch" demo/TinyLlama-GGUF:Q8_0
 echo
-echo "== wi-fetch demo/TinyLlama-GGUF --include '*f32*'   (a split GGUF: both parts)"
-"$bin/wi-fetch" demo/TinyLlama-GGUF --include '*f32*'
+echo "== wi-fetch demo/TinyLlama-GGUF --include '*f32*.gguf'   (a split GGUF: both parts)"
+"$bin/wi-fetch" demo/TinyLlama-GGUF --include '*f32*.gguf'
 if [ ${#minilm_args[@]} -gt 0 ]; then
     echo
     echo "== wi-fetch sentence-transformers/all-MiniLM-L6-v2 --include '*.safetensors' --include '*.json'"
@@ -67,6 +67,24 @@ fi
 echo
 echo "== again, offline: a warm cache verifies and exits without network"
 HF_HUB_OFFLINE=1 "$bin/wi-fetch" demo/TinyLlama-GGUF:Q8_0
+
+lock="$root/target/demo-wi.lock"
+echo
+echo "== a lock file for CI: wi-fetch demo/TinyLlama-GGUF:Q8_0 --write-lock target/demo-wi.lock"
+rm -f "$lock"
+"$bin/wi-fetch" demo/TinyLlama-GGUF:Q8_0 --write-lock "$lock" --quiet >/dev/null
+cat "$lock"
+echo
+echo "== one byte of the cached Q8_0 file damaged on disk; wi-fetch cache verify --locked names the chunk"
+blob=$(readlink -f "$cache"/models--demo--TinyLlama-GGUF/snapshots/*/tinyllama-q8_0.gguf)
+printf 'X' | dd of="$blob" bs=1 seek=20000000 conv=notrunc status=none
+set +e
+"$bin/wi-fetch" cache verify --locked "$lock"
+echo "(exit code $?)"
+set -e
+echo
+echo "== wi-fetch --locked --verify full: the repair fetches only the damaged chunk"
+"$bin/wi-fetch" --locked "$lock" --verify full
 
 echo
 echo "== weight-inspect on the cache"
