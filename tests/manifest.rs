@@ -14,7 +14,8 @@ use weight_inspect::manifest::{self, CreateOptions, FileVerdict, Manifest};
 const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
 const CHUNK: u64 = 64 << 10;
 
-fn run(args: &[&str], paths: &[&Path]) -> Output {
+/// `weight-inspect ARGS PATHS…`.
+pub(crate) fn run(args: &[&str], paths: &[&Path]) -> Output {
     Command::new(EXE)
         .args(args)
         .args(paths)
@@ -22,8 +23,23 @@ fn run(args: &[&str], paths: &[&Path]) -> Output {
         .expect("run weight-inspect")
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub(crate) fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A small GGUF of three tensors over several 64 KiB chunks.
+pub(crate) fn small_gguf() -> Vec<u8> {
+    GgufWriter::new()
+        .arch("llama")
+        .tensor("token_embd.weight", 0, &[256, 256])
+        .tensor("blk.0.attn_q.weight", 0, &[128, 64])
+        .tensor("output.weight", 0, &[64, 64])
+        .fill(Fill::Pattern)
+        .build()
 }
 
 /// A model folder: a GGUF of several 64 KiB chunks, a sharded safetensors checkpoint (two
@@ -32,14 +48,7 @@ fn model_dir() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let m = d.path().join("model");
     fs::create_dir_all(m.join("st")).unwrap();
-    let gguf = GgufWriter::new()
-        .arch("llama")
-        .tensor("token_embd.weight", 0, &[256, 256])
-        .tensor("blk.0.attn_q.weight", 0, &[128, 64])
-        .tensor("output.weight", 0, &[64, 64])
-        .fill(Fill::Pattern)
-        .build();
-    fs::write(m.join("m.gguf"), gguf).unwrap();
+    fs::write(m.join("m.gguf"), small_gguf()).unwrap();
     for (i, name) in [
         "st/model-00001-of-00002.safetensors",
         "st/model-00002-of-00002.safetensors",

@@ -4,45 +4,22 @@
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
-use testkit::gguf::{Fill, GgufWriter};
 use weight_inspect::manifest::{self, Document, FileVerdict};
 
-const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
+use crate::manifest::{run, small_gguf, stderr, stdout};
+
 const SHARD: u64 = 64 << 10;
-
-fn run(args: &[&str], paths: &[&Path]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .args(paths)
-        .output()
-        .expect("run weight-inspect")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// A model folder: a GGUF of several 64 KiB shards, a binary file in a subfolder, an empty file.
 fn model_dir() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let m = d.path().join("model");
     fs::create_dir_all(m.join("sub")).unwrap();
-    let gguf = GgufWriter::new()
-        .arch("llama")
-        .tensor("token_embd.weight", 0, &[256, 256])
-        .tensor("blk.0.attn_q.weight", 0, &[128, 64])
-        .tensor("output.weight", 0, &[64, 64])
-        .fill(Fill::Pattern)
-        .build();
-    fs::write(m.join("m.gguf"), gguf).unwrap();
+    fs::write(m.join("m.gguf"), small_gguf()).unwrap();
     let data: Vec<u8> = (0..150_000u32).map(|x| (x % 251) as u8).collect();
     fs::write(m.join("sub/w.bin"), data).unwrap();
     fs::write(m.join("empty"), b"").unwrap();

@@ -557,24 +557,8 @@ pub fn memory_entry(path: &str, data: Bytes) -> FileEntry {
 
 /// Formats seconds since the epoch as `YYYY-MM-DDTHH:MM:SS.000Z`.
 pub fn iso8601(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 #[cfg(test)]

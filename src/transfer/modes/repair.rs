@@ -100,16 +100,7 @@ async fn with_manifest(
          manifest; fetching them again",
         damaged.len()
     ));
-    let dir = scratch_dir(ctx);
-    let scratch = Arc::new(crate::safe_fs::scratch_file(&dir).map_err(|e| {
-        local_error(
-            file_name,
-            &dir,
-            "create a scratch file in",
-            plan.chunk_size,
-            e,
-        )
-    })?);
+    let (dir, scratch) = scratch(ctx)?;
     let mut refetched_chunks = 0usize;
     for &index in &damaged {
         let range = plan.chunk(index).expect("chunk index within the plan");
@@ -162,13 +153,25 @@ async fn with_manifest(
     })
 }
 
-/// Where scratch files go: beside the partial file.
-fn scratch_dir(ctx: &Ctx<'_>) -> std::path::PathBuf {
-    ctx.data_path
+/// An anonymous scratch file for fresh copies, beside the partial file (same file system), and
+/// its folder.
+fn scratch(ctx: &Ctx<'_>) -> Result<(std::path::PathBuf, Arc<File>), TransferError> {
+    let dir = ctx
+        .data_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."))
-        .to_path_buf()
+        .to_path_buf();
+    let file = crate::safe_fs::scratch_file(&dir).map_err(|e| {
+        local_error(
+            ctx.events.file(),
+            &dir,
+            "create a scratch file in",
+            ctx.plan.chunk_size,
+            e,
+        )
+    })?;
+    Ok((dir, Arc::new(file)))
 }
 
 /// Without a manifest: fresh copies compared with the disk (see the module docs).
@@ -182,16 +185,7 @@ async fn without_manifest(
          re-fetching chunks one at a time to find the one that differs"
     ));
     let file_name = ctx.events.file();
-    let dir = scratch_dir(ctx);
-    let scratch = Arc::new(crate::safe_fs::scratch_file(&dir).map_err(|e| {
-        local_error(
-            file_name,
-            &dir,
-            "create a scratch file in",
-            ctx.plan.chunk_size,
-            e,
-        )
-    })?);
+    let (dir, scratch) = scratch(ctx)?;
     let mut refetched_chunks = 0usize;
     for _ in 0..MAX_ROUNDS {
         let mut replaced = false;
