@@ -1581,3 +1581,28 @@ fn every_file_ends_once_and_nothing_follows() {
         );
     }
 }
+
+/// References as `hf`, llama.cpp and ollama users write them: a tag in any case,
+/// `hf.co/REPO:TAG`, `https://huggingface.co/REPO`, and `hf://REPO/path`.
+#[test]
+fn references_in_the_forms_people_write() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    for (spec, want) in [
+        (format!("{REPO}:q8_0"), "tinyllama-q8_0.gguf"),
+        (format!("hf.co/{REPO}:Q8_0"), "tinyllama-q8_0.gguf"),
+        (format!("hf://{REPO}/config.json"), "config.json"),
+    ] {
+        let mut c = sb.cmd(&hub);
+        c.args([spec.as_str(), "-q"]);
+        let o = run(c);
+        expect_code(&o, 0);
+        let l = lines(&o);
+        assert_eq!(l.len(), 1, "{spec}: {l:?}");
+        assert!(l[0].ends_with(want), "{spec}: {l:?}");
+    }
+    let mut c = sb.cmd(&hub);
+    c.args(["hf.co/org", "-q"]);
+    let o = run(c);
+    expect_code(&o, 1);
+}

@@ -1,7 +1,7 @@
-//! Any bytes as one page of a Hub tree listing: `Ok` or `Err`, never a panic; every file kept
-//! has a path that is safe as a local file name and no two kept paths collide once case is
-//! folded; every refused name is safe to print; peak heap within
-//! `fuzz_support::within_budget`'s bound.
+//! Any bytes as one page of a Hub tree listing, and as a listing saved beside the cache
+//! (`hub::load_tree`): `Ok` or `Err`, never a panic; every file kept has a path that is safe as
+//! a local file name and no two kept paths collide once case is folded; every refused name is
+//! safe to print; peak heap within `fuzz_support::within_budget`'s bound.
 #![no_main]
 
 use std::collections::HashSet;
@@ -11,7 +11,9 @@ use weight_inspect::names;
 
 fuzz_target!(|data: &[u8]| {
     fuzz_support::within_budget(data, |data| {
-        if let Ok((files, refused)) = weight_inspect::fuzzing::listing_page(data) {
+        let page = weight_inspect::fuzzing::listing_page(data);
+        let saved = weight_inspect::hub::load_tree(data);
+        for (files, refused) in [page, saved].into_iter().flatten() {
             let mut seen = HashSet::new();
             for f in &files {
                 assert!(names::check_repo_path(&f.path).is_ok(), "{:?}", f.path);

@@ -17,8 +17,8 @@ use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weight_inspect::fetch::lock::{LockFile, LockedFile, LockedRepo};
 use weight_inspect::fetch::{
-    human_bytes, parse_repo_spec, FetchError, FetchSummary, Fetcher, Plan, RepoRef, RepoType,
-    Selection,
+    human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, Plan, Reference, RepoRef,
+    RepoType, Selection,
 };
 use weight_inspect::names::escape;
 use weight_inspect::progress::{Event, Reporter};
@@ -50,7 +50,8 @@ failure (hash mismatch, failed tensor verification); 3 network or server failure
 or not in the cache in offline mode. When several files fail differently, the most serious \
 failure sets the code, whatever the order they failed in: 2, then 4, then 3, then 1.")]
 struct Cli {
-    /// The repository, org/name, optionally with a quantization tag: org/name:Q4_K_M.
+    /// The repository, org/name, optionally with a quantization tag (any case): org/name:Q4_K_M;
+    /// also hf.co/org/name:Q4_K_M, https://huggingface.co/org/name, or hf://org/name/path/file.
     #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
     repo: Option<String>,
     /// Files to fetch (paths in the repository).
@@ -266,16 +267,27 @@ fn fail(e: FetchError) -> Failure {
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    let (repo_id, quant) = match &cli.repo {
-        Some(r) => parse_repo_spec(r).map_err(|m| (m, 1))?,
-        None => (String::new(), None),
+    let reference = match &cli.repo {
+        Some(r) => parse_reference(r).map_err(|m| (m, 1))?,
+        None => Reference {
+            repo: String::new(),
+            repo_type: None,
+            quant: None,
+            file: None,
+        },
     };
-    let repo_type: RepoType = cli.repo_type.parse().map_err(|m: String| (m, 1))?;
-    let repo = RepoRef::model(repo_id)
+    let repo_type: RepoType = match reference.repo_type {
+        Some(t) => t,
+        None => cli.repo_type.parse().map_err(|m: String| (m, 1))?,
+    };
+    let repo = RepoRef::model(reference.repo.clone())
         .with_type(repo_type)
         .with_revision(cli.revision.clone());
+    let mut files = cli.files.clone();
+    files.extend(reference.file.clone());
+    let quant = reference.quant.clone();
     let selection = Selection {
-        files: cli.files.clone(),
+        files,
         include: cli.include.clone(),
         exclude: cli.exclude.clone(),
         quant,

@@ -119,9 +119,14 @@ impl LockFile {
             }
             crate::safe_fs::Limited::Io(e) => FetchError::io("read", path, e),
         })?;
+        LockFile::parse(&bytes).map_err(bad)
+    }
+
+    /// Parses and checks a lock file's bytes (the caller bounds them).
+    pub fn parse(bytes: &[u8]) -> Result<LockFile, String> {
         let lock: LockFile =
-            serde_json::from_slice(&bytes).map_err(|e| bad(format!("malformed ({e})")))?;
-        lock.validate().map_err(bad)?;
+            serde_json::from_slice(bytes).map_err(|e| format!("malformed ({e})"))?;
+        lock.validate()?;
         Ok(lock)
     }
 

@@ -73,7 +73,7 @@ mod verification;
 pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
 pub use report::{FetchSummary, FileReport, Plan, PlannedFile};
-pub use selection::{parse_repo_spec, Selection};
+pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
 
 pub use crate::hub::{RepoRef, RepoType, RetryPolicy, Token};

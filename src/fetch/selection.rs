@@ -99,6 +99,77 @@ impl Selection {
     }
 }
 
+/// A model reference as people write it (see [`parse_reference`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    /// `org/name`.
+    pub repo: String,
+    /// A dataset when the reference says so (`hf://datasets/…`), else `None`.
+    pub repo_type: Option<crate::names::RepoType>,
+    /// The quantization tag after `:`, as written (tags match case-insensitively).
+    pub quant: Option<String>,
+    /// A file named in the reference (`hf://org/name/path/in/repo`).
+    pub file: Option<String>,
+}
+
+/// Reads a model reference in the forms `hf`, llama.cpp and ollama users write: `org/name`,
+/// `org/name:Q4_K_M` (any case), `hf.co/org/name:Q4_K_M` and `huggingface.co/org/name`
+/// (with or without `https://`), and `hf://org/name/path/to/file` (`hf://datasets/org/name/…`
+/// for a dataset), as huggingface_hub's file system names files.
+pub fn parse_reference(spec: &str) -> Result<Reference, String> {
+    let bad = || {
+        format!(
+            "invalid '{}': expected org/name, org/name:QUANT, hf.co/org/name:QUANT or \
+             hf://org/name/path",
+            crate::names::escape(spec)
+        )
+    };
+    if let Some(rest) = spec.strip_prefix("hf://") {
+        let (repo_type, rest) = match rest.split_once('/') {
+            Some(("datasets", r)) => (Some(crate::names::RepoType::Dataset), r),
+            Some(("spaces", _)) => return Err(format!("{}: Spaces are not fetched", bad())),
+            Some(("models", r)) => (None, r),
+            _ => (None, rest),
+        };
+        let mut parts = rest.splitn(3, '/');
+        let (Some(org), Some(name)) = (parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        if org.is_empty() || name.is_empty() || name.contains(':') {
+            return Err(bad());
+        }
+        let file = parts.next().filter(|f| !f.is_empty()).map(str::to_string);
+        return Ok(Reference {
+            repo: format!("{org}/{name}"),
+            repo_type,
+            quant: None,
+            file,
+        });
+    }
+    let mut rest = spec;
+    for scheme in ["https://", "http://"] {
+        if let Some(r) = rest.strip_prefix(scheme) {
+            rest = r;
+        }
+    }
+    for host in ["hf.co/", "huggingface.co/", "www.huggingface.co/"] {
+        if let Some(r) = rest.strip_prefix(host) {
+            rest = r;
+            break;
+        }
+    }
+    if rest.len() != spec.len() && rest.split('/').count() != 2 {
+        return Err(bad());
+    }
+    let (repo, quant) = parse_repo_spec(rest)?;
+    Ok(Reference {
+        repo,
+        repo_type: None,
+        quant,
+        file: None,
+    })
+}
+
 /// Splits `REPO[:QUANT]`. An empty tag is an error.
 pub fn parse_repo_spec(spec: &str) -> Result<(String, Option<String>), String> {
     match spec.split_once(':') {
@@ -403,6 +474,38 @@ mod tests {
         );
         assert!(parse_repo_spec("a/b:").is_err());
         assert!(parse_repo_spec("a/b:x:y").is_err());
+        for (spec, repo, quant) in [
+            ("a/b:q4_k_m", "a/b", Some("q4_k_m")),
+            ("hf.co/a/b:Q4_K_M", "a/b", Some("Q4_K_M")),
+            ("https://huggingface.co/a/b", "a/b", None),
+            ("huggingface.co/a/b:Q8_0", "a/b", Some("Q8_0")),
+        ] {
+            let r = parse_reference(spec).unwrap();
+            assert_eq!(
+                (r.repo.as_str(), r.quant.as_deref()),
+                (repo, quant),
+                "{spec}"
+            );
+            assert_eq!(r.file, None);
+        }
+        let r = parse_reference("hf://a/b/sub/m.gguf").unwrap();
+        assert_eq!(
+            (r.repo.as_str(), r.file.as_deref(), r.repo_type),
+            ("a/b", Some("sub/m.gguf"), None)
+        );
+        let r = parse_reference("hf://datasets/a/b").unwrap();
+        assert_eq!(
+            (r.repo.as_str(), r.file, r.repo_type),
+            ("a/b", None, Some(crate::names::RepoType::Dataset))
+        );
+        for bad in [
+            "hf://a",
+            "hf.co/a/b/c:Q4",
+            "https://hf.co/a",
+            "hf://a/b:Q4/x",
+        ] {
+            assert!(parse_reference(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
