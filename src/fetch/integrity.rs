@@ -228,24 +228,26 @@ impl Expect {
         // engine checked every chunk as it arrived and the SHA-256 (the Hub's, which the
         // expectation was found to agree with) once the file was whole, so its tensor digests
         // are not read again.
-        let whole =
-            self.file.sha256.is_some() && self.file.chunks.is_some() && !self.small_chunks();
+        let whole = self.file.sha256.is_some()
+            && self.file.chunks.is_some()
+            && !self.chunks_unusable_by_the_engine();
         if whole {
             return false;
         }
         !self.file.tensors.is_empty()
             || !self.file.ranges.is_empty()
             || self.file.tensor_data_sha256.is_some()
-            || self.small_chunks()
+            || self.chunks_unusable_by_the_engine()
     }
 
-    /// Chunks too small for the engine to cut the file into (an OpenSSF manifest's shards of
-    /// less than 64 KiB): checked after the download instead.
-    fn small_chunks(&self) -> bool {
-        self.file
-            .chunks
-            .as_ref()
-            .is_some_and(|c| c.chunk_size < crate::manifest::MIN_CHUNK_SIZE)
+    /// Chunks the engine cannot cut the file into (an OpenSSF manifest's shards of less than
+    /// 64 KiB or more than 4 GiB): checked after the download instead.
+    fn chunks_unusable_by_the_engine(&self) -> bool {
+        match (self.engine_chunks(), self.file.size) {
+            (Some(c), Some(size)) => c.unusable_for(size).is_some(),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
     }
 }
 
@@ -259,7 +261,7 @@ pub(super) fn extra_damage(local: &Path, e: &Expect) -> Option<String> {
     let (dir, name) = (local.parent()?, local.file_name()?.to_str()?);
     let mut file = e.file.clone();
     file.path = name.to_string();
-    if !e.small_chunks() {
+    if !e.chunks_unusable_by_the_engine() {
         file.chunks = None;
     }
     let report = crate::manifest::check_expectations(&[file], dir);
@@ -517,4 +519,43 @@ pub(super) fn record_from_disk(
         }),
         ..FileExpectation::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expect(size: u64, chunk_size: u64, sha256: bool) -> Expect {
+        let n = usize::try_from(size.div_ceil(chunk_size)).unwrap();
+        Expect {
+            file: FileExpectation {
+                path: "m.gguf".into(),
+                size: Some(size),
+                sha256: sha256.then_some(Sha256Hex([1; 32])),
+                chunks: Some(ChunkDigests {
+                    chunk_size,
+                    digests: vec![Sha256Hex([0; 32]); n],
+                }),
+                ..FileExpectation::default()
+            },
+            origin: Origin::Given,
+        }
+    }
+
+    /// Chunks the engine checks as they arrive need nothing after the download; chunks it cannot
+    /// cut the file into (too small, too large) are checked once the file is whole.
+    #[test]
+    fn what_is_left_to_check_after_the_download() {
+        assert!(!expect(1 << 30, 16 << 20, true).has_more());
+        assert!(!expect(1 << 30, 16 << 20, false).has_more());
+        assert!(
+            expect(1 << 30, 32 << 10, false).has_more(),
+            "shards of 32 KiB"
+        );
+        assert!(
+            expect(12 << 30, 5 << 30, false).has_more(),
+            "shards of 5 GiB"
+        );
+        assert!(expect(12 << 30, 5 << 30, true).has_more());
+    }
 }
