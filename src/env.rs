@@ -129,7 +129,13 @@ pub fn offline() -> bool {
 
 /// [`offline`] with an explicit environment.
 pub fn offline_from(env: EnvLookup<'_>) -> bool {
-    env("HF_HUB_OFFLINE")
+    flag_from(env, "HF_HUB_OFFLINE")
+}
+
+/// Whether the boolean variable `var` is set true (`1`, `ON`, `YES`, `TRUE`, any case), as
+/// huggingface_hub reads its flags (`HF_HUB_OFFLINE`, `HF_HUB_DISABLE_PROGRESS_BARS`, …).
+pub fn flag_from(env: EnvLookup<'_>, var: &str) -> bool {
+    env(var)
         .map(|v| {
             matches!(
                 v.to_string_lossy().trim().to_ascii_uppercase().as_str(),
@@ -137,6 +143,25 @@ pub fn offline_from(env: EnvLookup<'_>) -> bool {
             )
         })
         .unwrap_or(false)
+}
+
+/// [`flag_from`] in the process environment.
+pub fn flag(var: &str) -> bool {
+    flag_from(&process_env, var)
+}
+
+/// A duration in seconds from the variable `var` (`10`, `2.5`), as huggingface_hub reads
+/// `HF_HUB_DOWNLOAD_TIMEOUT` and `HF_HUB_ETAG_TIMEOUT`; `None` when unset, not a number, not
+/// positive, or more than a week.
+pub fn seconds_from(env: EnvLookup<'_>, var: &str) -> Option<std::time::Duration> {
+    let v = env(var)?;
+    let secs: f64 = v.to_string_lossy().trim().parse().ok()?;
+    (secs > 0.0 && secs <= 7.0 * 86_400.0).then(|| std::time::Duration::from_secs_f64(secs))
+}
+
+/// [`seconds_from`] in the process environment.
+pub fn seconds(var: &str) -> Option<std::time::Duration> {
+    seconds_from(&process_env, var)
 }
 
 #[cfg(test)]
@@ -210,5 +235,22 @@ mod tests {
             assert!(!offline_from(&env_of(&[("HF_HUB_OFFLINE", v)])), "{v}");
         }
         assert!(!offline_from(&env_of(&[])));
+    }
+
+    #[test]
+    fn timeouts_and_flags_read_as_huggingface_hub_does() {
+        let e = env_of(&[
+            ("HF_HUB_DOWNLOAD_TIMEOUT", "2.5"),
+            ("HF_HUB_ETAG_TIMEOUT", "x"),
+            ("HF_HUB_DISABLE_PROGRESS_BARS", "yes"),
+        ]);
+        assert_eq!(
+            seconds_from(&e, "HF_HUB_DOWNLOAD_TIMEOUT"),
+            Some(std::time::Duration::from_millis(2500))
+        );
+        assert_eq!(seconds_from(&e, "HF_HUB_ETAG_TIMEOUT"), None);
+        assert_eq!(seconds_from(&e, "UNSET"), None);
+        assert!(flag_from(&e, "HF_HUB_DISABLE_PROGRESS_BARS"));
+        assert!(!flag_from(&e, "UNSET"));
     }
 }

@@ -1606,3 +1606,37 @@ fn references_in_the_forms_people_write() {
     let o = run(c);
     expect_code(&o, 1);
 }
+
+/// What `hf download` users reach for: `--force-download` fetches a cached file again (and
+/// needs the network), `--max-workers` is `--max-files`, and `HF_HUB_DOWNLOAD_TIMEOUT` sets how
+/// long a silent connection is waited for.
+#[test]
+fn hf_download_options_and_variables() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let file = "tinyllama-q8_0.gguf";
+    let size = demo_file(file).len() as u64;
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "-q", "--max-workers", "2"]);
+    expect_code(&run(c), 0);
+    hub.reset_stats();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "-q", "--force-download"]);
+    expect_code(&run(c), 0);
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "-q", "--force-download", "--offline"]);
+    expect_code(&run(c), 1);
+
+    // A connection held silent is dropped after HF_HUB_DOWNLOAD_TIMEOUT, and the fetch goes on.
+    hub.faults()
+        .push(Fault::Hold { after_bytes: 0 }.on(mock_server::Target::Cdn).times(1));
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.env("HF_HUB_DOWNLOAD_TIMEOUT", "0.3").args([REPO, file]);
+    let o = run(c);
+    hub.release_holds();
+    expect_code(&o, 0);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("stalled: no data for 300ms"), "{e}");
+}

@@ -84,8 +84,8 @@ struct Cli {
     /// Ranged requests in flight, across all files.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: u16,
-    /// Files transferred at once.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// Files transferred at once (also --max-workers, as `hf download` names it).
+    #[arg(long, visible_alias = "max-workers", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     max_files: u16,
     /// Bytes per ranged request (16M, 1MiB, 524288…).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -133,9 +133,14 @@ struct Cli {
     /// Longest delay between retries, also the cap on a server's Retry-After.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "30s")]
     retry_max_delay: Duration,
-    /// A connection that delivers no byte for this long is dropped and its range retried.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "20s")]
-    stall_timeout: Duration,
+    /// A connection that delivers no byte for this long is dropped and its range retried
+    /// (default: HF_HUB_DOWNLOAD_TIMEOUT seconds, else 20s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    stall_timeout: Option<Duration>,
+    /// Download the files again even when they are complete in the cache (the copy there is
+    /// replaced once the new one is verified).
+    #[arg(long)]
+    force_download: bool,
     /// Give up waiting for another process downloading the same file after it made no progress
     /// for this long.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10m")]
@@ -294,7 +299,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
     };
 
     let show = !cli.quiet;
-    let tty = show && io::stderr().is_terminal();
+    // HF_HUB_DISABLE_PROGRESS_BARS: lines instead of bars, as huggingface_hub does.
+    let tty = show
+        && io::stderr().is_terminal()
+        && !weight_inspect::env::flag("HF_HUB_DISABLE_PROGRESS_BARS");
     let progress = Arc::new(Progress::new(if !show {
         Mode::Quiet
     } else if tty {
@@ -310,7 +318,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         .verify_level(cli.verify.parse().map_err(|m: String| (m, 1))?)
         .sidecars(!cli.no_sidecar)
         .retry_delays(cli.retry_delay, cli.retry_max_delay)
-        .stall_timeout(cli.stall_timeout)
+        .force_download(cli.force_download)
         .lock_timeout(cli.lock_timeout)
         .reporter(progress.clone());
     if let Some(e) = &cli.endpoint {
@@ -332,6 +340,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
     if cli.offline {
         b = b.offline(true);
+    }
+    if let Some(t) = cli.stall_timeout {
+        b = b.stall_timeout(t);
     }
     if cli.write_lock.is_some() {
         b = b.ensure_manifests(true);

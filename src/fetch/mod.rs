@@ -102,6 +102,7 @@ pub struct FetcherBuilder {
     manifest: Option<Arc<crate::manifest::Document>>,
     sidecars: bool,
     ensure_manifests: bool,
+    force_download: bool,
     engine: EngineConfig,
 }
 
@@ -136,6 +137,7 @@ impl Default for FetcherBuilder {
             manifest: None,
             sidecars: true,
             ensure_manifests: false,
+            force_download: false,
             engine: EngineConfig::default(),
         }
     }
@@ -245,6 +247,14 @@ impl FetcherBuilder {
         self
     }
 
+    /// Download every selected file again, even when it is complete on disk (`hf download
+    /// --force-download`): the copy on disk is replaced once the new one is verified. Default
+    /// false.
+    pub fn force_download(mut self, yes: bool) -> Self {
+        self.force_download = yes;
+        self
+    }
+
     /// The transfer engine's settings, whole (this replaces [`connections`](Self::connections)
     /// and [`chunk_size`](Self::chunk_size) set before). Default [`EngineConfig::default`].
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
@@ -311,6 +321,7 @@ impl FetcherBuilder {
             manifest: self.manifest,
             sidecars: self.sidecars,
             ensure_manifests: self.ensure_manifests,
+            force_download: self.force_download,
         })
     }
 
@@ -335,6 +346,7 @@ pub struct Fetcher {
     manifest: Option<Arc<crate::manifest::Document>>,
     sidecars: bool,
     ensure_manifests: bool,
+    force_download: bool,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -356,13 +368,22 @@ impl Fetcher {
     }
 
     /// A builder configured as huggingface_hub would be from the environment: `HF_ENDPOINT`,
-    /// `HF_TOKEN` (or the token file), `HF_HUB_CACHE` / `HF_HOME`, `HF_HUB_OFFLINE`.
+    /// `HF_TOKEN` (or the token file), `HF_HUB_CACHE` / `HF_HOME`, `HF_HUB_OFFLINE`,
+    /// `HF_HUB_DOWNLOAD_TIMEOUT` (seconds without a byte before a connection is dropped: the
+    /// stall timeout) and `HF_HUB_ETAG_TIMEOUT` (seconds for a metadata request).
     pub fn from_env() -> FetcherBuilder {
-        FetcherBuilder {
+        let mut b = FetcherBuilder {
             hub: HubConfig::from_env(),
             offline: hub::offline(),
             ..FetcherBuilder::default()
+        };
+        if let Some(t) = crate::env::seconds("HF_HUB_DOWNLOAD_TIMEOUT") {
+            b.engine.stall_timeout = t;
         }
+        if let Some(t) = crate::env::seconds("HF_HUB_ETAG_TIMEOUT") {
+            b.hub.timeout = t;
+        }
+        b
     }
 
     /// The Hub client.

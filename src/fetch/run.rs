@@ -367,7 +367,13 @@ impl Fetcher {
         }
         let expect = self.expectation(repo, commit, store, f, pin, rep).await?;
         let mut repair = false;
-        if f.cached {
+        let force = self.force_download;
+        if force && self.offline {
+            return Err(FetchError::Invalid(
+                "--force-download needs the network (offline mode is on)".into(),
+            ));
+        }
+        if f.cached && !force {
             if let Some(r) = self.cached_report(store, commit, f, t0).await? {
                 match self.damage(&r.local_path, f, expect.as_ref()).await? {
                     None => return Ok(r),
@@ -410,7 +416,12 @@ impl Fetcher {
         })?;
         let locked = self.engine.lock(&paths, &f.path, rep).await?;
         let has_chunks = expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
-        if !repair {
+        if force {
+            // Nothing on disk is reused: not the file, not a partial download of it.
+            locked
+                .discard()
+                .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.data, e))?;
+        } else if !repair {
             if let Some(r) = self.cached_report(store, commit, f, t0).await? {
                 // Another process (or task) finished it while we waited.
                 return Ok(r);
@@ -419,7 +430,7 @@ impl Fetcher {
         // A damaged copy in place (wrong bytes, or truncated) becomes the partial download:
         // with a manifest's chunks, the engine keeps every chunk that still matches and fetches
         // only the others.
-        if repair || (has_chunks && !paths.data.exists()) {
+        if !force && (repair || (has_chunks && !paths.data.exists())) {
             let reopened = store
                 .reopen_for_repair(&f.path, &f.etag)
                 .map_err(|e| FetchError::io_for(Some(&f.path), "reopen", &paths.data, e))?;
