@@ -1629,8 +1629,11 @@ fn hf_download_options_and_variables() {
     expect_code(&run(c), 1);
 
     // A connection held silent is dropped after HF_HUB_DOWNLOAD_TIMEOUT, and the fetch goes on.
-    hub.faults()
-        .push(Fault::Hold { after_bytes: 0 }.on(mock_server::Target::Cdn).times(1));
+    hub.faults().push(
+        Fault::Hold { after_bytes: 0 }
+            .on(mock_server::Target::Cdn)
+            .times(1),
+    );
     let sb = Sandbox::new();
     let mut c = sb.cmd(&hub);
     c.env("HF_HUB_DOWNLOAD_TIMEOUT", "0.3").args([REPO, file]);

@@ -356,24 +356,34 @@ fn check_chunks(
     Ok(chunk_diffs(map.as_bytes(), size, chunks))
 }
 
+/// The SHA-256 of the file at `p`, in hex (one pass; a link is followed).
+pub(super) fn sha256_file(p: &Path) -> std::io::Result<String> {
+    let file = safe_fs::open_read_following(p)?;
+    Ok(hex::encode(sha256_of(file)?))
+}
+
+/// The SHA-256 of what is left to read of `file` (one pass).
+fn sha256_of(mut file: File) -> std::io::Result<[u8; 32]> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut h = Sha256::new();
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().into())
+}
+
 /// The digest of the kind `want` is, of the whole file (one pass).
 fn whole_digest(mut file: File, want: &Digest) -> std::io::Result<Digest> {
-    let mut buf = vec![0u8; 1 << 20];
     match want {
-        Digest::Sha256(_) => {
-            let mut h = Sha256::new();
-            loop {
-                let n = file.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            Ok(Digest::Sha256(h.finalize().into()))
-        }
+        Digest::Sha256(_) => Ok(Digest::Sha256(sha256_of(file)?)),
         Digest::GitSha1(_) => {
             use sha1::Sha1;
             let len = file.metadata()?.len();
+            let mut buf = vec![0u8; 1 << 20];
             let mut h = Sha1::new();
             h.update(format!("blob {len}\0").as_bytes());
             loop {

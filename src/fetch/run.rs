@@ -8,13 +8,10 @@
 //! second round would say about a file that already ended.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use futures::stream::{self, StreamExt};
-use sha2::{Digest as _, Sha256};
 
 use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
 use super::lock::{LockedFile, LockedRepo};
@@ -30,7 +27,6 @@ use crate::hub::HubError;
 use crate::manifest::{Document, Sha256Hex, Source};
 use crate::names::{escape, is_commit_hash};
 use crate::progress::{Event, Reporter};
-use crate::safe_fs;
 use crate::transfer::{Digest, LockedPartial, TransferSpec};
 
 /// Refused listing entries named one by one in notices; the rest are counted.
@@ -757,7 +753,7 @@ impl Fetcher {
             f.etag.clone()
         } else {
             let p = local.clone();
-            tokio::task::spawn_blocking(move || sha256_file(&p))
+            tokio::task::spawn_blocking(move || integrity::sha256_file(&p))
                 .await
                 .map_err(|e| FetchError::Invalid(format!("hash task failed: {e}")))?
                 .map_err(|e| FetchError::io_for(Some(&f.path), "read", &local, e))?
@@ -837,18 +833,4 @@ fn remote_changed(e: &FetchError) -> bool {
         FetchError::Several { first, .. } => remote_changed(first),
         _ => false,
     }
-}
-
-fn sha256_file(p: &Path) -> std::io::Result<String> {
-    let mut f = safe_fs::open_read_following(p)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
 }
