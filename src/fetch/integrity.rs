@@ -157,7 +157,7 @@ impl Expect {
 /// (same size, same SHA-256 as the Hub says); a recorded manifest that cannot be read or
 /// describes something else is ignored (it is replaced at the next verified download).
 pub(super) fn recorded(store: &Store, f: &PlannedFile) -> Option<Expect> {
-    let m = Manifest::read(&store.manifest_path(&f.path, &f.etag)).ok()?;
+    let m = read_recorded(store, &f.path, &f.etag)?;
     let e = Expect::from_document(&Document::Native(m), &f.path, Origin::Recorded)?;
     e.agrees_with(f).ok()?;
     e.file.chunks.as_ref()?;
@@ -167,7 +167,7 @@ pub(super) fn recorded(store: &Store, f: &PlannedFile) -> Option<Expect> {
 /// The size recorded for `path` at `etag` when it was verified, if a manifest of exactly that
 /// content was recorded (for an LFS file, the same SHA-256 as its ETag names).
 pub(super) fn recorded_size(store: &Store, path: &str, etag: &str) -> Option<u64> {
-    let m = Manifest::read(&store.manifest_path(path, etag)).ok()?;
+    let m = read_recorded(store, path, etag)?;
     let file = m.files.iter().find(|x| x.path == path)?;
     match Digest::from_etag(etag) {
         Some(Digest::Sha256(d)) if d == file.sha256.0 => Some(file.size),
@@ -176,6 +176,14 @@ pub(super) fn recorded_size(store: &Store, path: &str, etag: &str) -> Option<u64
         Some(Digest::GitSha1(_)) => Some(file.size),
         _ => None,
     }
+}
+
+/// The manifest recorded for `path` at `etag`: read bounded and without following a link (the
+/// cache is a folder others may write to), parsed and checked like any manifest.
+fn read_recorded(store: &Store, path: &str, etag: &str) -> Option<Manifest> {
+    let file = safe_fs::open_read(&store.manifest_path(path, etag)).ok()?;
+    let bytes = safe_fs::read_limited(file, crate::manifest::MAX_MANIFEST_BYTES).ok()?;
+    Manifest::parse(&bytes).ok()
 }
 
 /// Records the manifest of a verified download of `f` (from what the engine computed: no byte

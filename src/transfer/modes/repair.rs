@@ -124,21 +124,12 @@ async fn with_manifest(
                 });
             }
         }
-        let (src, dst, start, len) = (scratch.clone(), ctx.file.clone(), range.start, range.len);
-        blocking(move || copy_range(&src, 0, &dst, start, len))
-            .await
-            .map_err(|e| local_error(file_name, ctx.data_path, "write", len, e))?;
-        ctx.chunks.lock().replaced(index, fresh);
-        ctx.events.discarded(
-            len,
-            &format!(
-                "chunk {index} (bytes {}-{}) on disk differs from the manifest",
-                range.start,
-                range.end() - 1
-            ),
+        let reason = format!(
+            "chunk {index} (bytes {}-{}) on disk differs from the manifest",
+            range.start,
+            range.end() - 1
         );
-        ctx.events.progress(len);
-        ctx.checkpoint.changed();
+        put_fresh(ctx, &scratch, range, fresh, &reason).await?;
     }
     let first = damaged[0];
     let (sha256, digest) = ctx.prefix.rehash_from(first).await?.finish();
@@ -235,17 +226,14 @@ async fn without_manifest(
                     continue;
                 }
             };
-            let (src, dst) = (scratch.clone(), ctx.file.clone());
-            blocking(move || copy_range(&src, 0, &dst, start, len))
-                .await
-                .map_err(|e| local_error(file_name, ctx.data_path, "write", len, e))?;
-            ctx.chunks.lock().replaced(index, fresh);
-            ctx.events.discarded(
-                len,
+            put_fresh(
+                ctx,
+                &scratch,
+                range,
+                fresh,
                 "this chunk differed from a fresh copy after a whole-file digest mismatch",
-            );
-            ctx.events.progress(len);
-            ctx.checkpoint.changed();
+            )
+            .await?;
             if replaced {
                 unchecked_from = Some(unchecked_from.map_or(index, |i| i.min(index)));
                 continue;
@@ -274,6 +262,26 @@ async fn without_manifest(
         actual: actual.to_string(),
         refetched_chunks,
     })
+}
+
+/// Puts the fresh copy of `range` (in `scratch`, digest `fresh`) in place of the chunk on disk,
+/// and says so (`reason`).
+async fn put_fresh(
+    ctx: &Ctx<'_>,
+    scratch: &Arc<File>,
+    range: super::super::plan::ChunkRange,
+    fresh: [u8; 32],
+    reason: &str,
+) -> Result<(), TransferError> {
+    let (src, dst, start, len) = (scratch.clone(), ctx.file.clone(), range.start, range.len);
+    blocking(move || copy_range(&src, 0, &dst, start, len))
+        .await
+        .map_err(|e| local_error(ctx.events.file(), ctx.data_path, "write", len, e))?;
+    ctx.chunks.lock().replaced(range.index, fresh);
+    ctx.events.discarded(len, reason);
+    ctx.events.progress(len);
+    ctx.checkpoint.changed();
+    Ok(())
 }
 
 /// Fetches a fresh copy of `range` into `scratch` (from its start); returns its SHA-256.
