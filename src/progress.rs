@@ -4,8 +4,8 @@
 //! library users can implement it to feed their own UI, or use [`NoProgress`].
 //!
 //! Rules for implementors: `on_event` is called from many tasks and threads at once; it must
-//! not block for long and must not panic. After a file's [`Event::FileFailed`] or
-//! [`Event::FileDone`] no further events arrive for that file (the fetch API keeps this even when
+//! not block for long and must not panic. After a file's [`Event::FileFailed`],
+//! [`Event::FileStopped`] or [`Event::FileDone`] no further events arrive for that file (the fetch API keeps this even when
 //! it resolves a selection again).
 
 use std::time::Duration;
@@ -101,6 +101,17 @@ pub enum Event<'a> {
         /// The error, one line.
         error: &'a str,
     },
+    /// A file's download was stopped on request (see
+    /// [`crate::fetch::FetcherBuilder::cancellation`]); what it received is kept for the next
+    /// run. No more events follow for it.
+    FileStopped {
+        /// Path in the repository.
+        file: &'a str,
+        /// Bytes of the file on disk and recorded in its resume state.
+        kept: u64,
+        /// Full size.
+        size: u64,
+    },
     /// Something a user should know that is not an error (e.g. "remote file changed,
     /// starting afresh").
     Notice {
@@ -122,7 +133,8 @@ impl Event<'_> {
             | Event::FileDownloaded { file, .. }
             | Event::Verifying { file }
             | Event::FileDone { file, .. }
-            | Event::FileFailed { file, .. } => Some(file),
+            | Event::FileFailed { file, .. }
+            | Event::FileStopped { file, .. } => Some(file),
             Event::Notice { file, .. } => *file,
             Event::Plan { .. } => None,
         }

@@ -6,12 +6,14 @@
 //! local paths (or a JSON summary) on stdout and maps failures to exit codes.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -347,6 +349,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.write_lock.is_some() {
         b = b.ensure_manifests(true);
     }
+    b = b.cancellation(stop_on_signals(progress.clone())?);
     let mut fetcher = b.build_blocking().map_err(fail)?;
     if let Some(m) = &cli.manifest {
         let doc = fetcher.read_manifest(m).map_err(fail)?;
@@ -382,6 +385,35 @@ fn run(cli: Cli) -> Result<(), Failure> {
         write_lock(path, &repo, &summary)?;
     }
     print_summaries(std::slice::from_ref(&summary), cli.json, show)
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM stop the fetch cleanly: the token returned is cancelled, and
+/// the fetch writes, syncs and records every byte received before it ends (exit code 130, with
+/// a message saying how much was kept). A second signal quits at once.
+fn stop_on_signals(progress: Arc<Progress>) -> Result<CancellationToken, Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let token = CancellationToken::new();
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| (format!("cannot handle SIGINT and SIGTERM: {e}"), 1))?;
+    let cancel = token.clone();
+    std::thread::Builder::new()
+        .name("wi-fetch-signals".into())
+        .spawn(move || {
+            for (n, _) in signals.forever().enumerate() {
+                if n == 0 {
+                    progress.line(
+                        "wi-fetch: stopping: saving what was received so that the same command \
+                         resumes (press Ctrl-C again to quit at once)",
+                    );
+                    cancel.cancel();
+                } else {
+                    eprintln!("wi-fetch: quitting at once");
+                    std::process::exit(130);
+                }
+            }
+        })
+        .map_err(|e| (format!("cannot start the signal thread: {e}"), 1))?;
+    Ok(token)
 }
 
 /// Pins `summary` in the lock file at `path` (keeping its other entries).
@@ -578,6 +610,9 @@ struct Progress {
 struct State {
     total: Option<ProgressBar>,
     bars: HashMap<String, ProgressBar>,
+    /// Files whose transfer started (bytes discarded before it were never counted).
+    begun: HashSet<String>,
+    /// Bytes this run transfers (not those already on disk).
     to_fetch: u64,
     done: u64,
     started: Instant,
@@ -598,6 +633,7 @@ impl Progress {
             state: Mutex::new(State {
                 total: None,
                 bars: HashMap::new(),
+                begun: HashSet::new(),
                 to_fetch: 0,
                 done: 0,
                 started: now,
@@ -652,25 +688,32 @@ impl Progress {
             return;
         }
         st.last_log = now;
-        let secs = now.duration_since(st.started).as_secs_f64().max(1e-3);
-        let rate = st.done as f64 / secs;
-        let pct = if st.to_fetch > 0 {
-            100.0 * st.done as f64 / st.to_fetch as f64
-        } else {
-            100.0
-        };
-        let eta = if rate > 0.0 && st.to_fetch > st.done {
-            format!(", ETA {:.0}s", (st.to_fetch - st.done) as f64 / rate)
-        } else {
-            String::new()
-        };
-        eprintln!(
-            "wi-fetch: {pct:.0}% {}/{} at {}/s{eta}",
-            human_bytes(st.done),
-            human_bytes(st.to_fetch),
-            human_bytes(rate as u64)
-        );
+        let secs = now.duration_since(st.started).as_secs_f64();
+        eprintln!("{}", progress_line(st.done, st.to_fetch, secs));
     }
+}
+
+/// The log line of the whole transfer: `done` of `to_fetch` bytes of this run after `secs`
+/// (bytes already on disk from an earlier run count in neither, so the speed and the ETA are
+/// this run's).
+fn progress_line(done: u64, to_fetch: u64, secs: f64) -> String {
+    let rate = done as f64 / secs.max(1e-3);
+    let pct = if to_fetch > 0 {
+        100.0 * done as f64 / to_fetch as f64
+    } else {
+        100.0
+    };
+    let eta = if rate > 0.0 && to_fetch > done {
+        format!(", ETA {:.0}s", (to_fetch - done) as f64 / rate)
+    } else {
+        String::new()
+    };
+    format!(
+        "wi-fetch: {pct:.0}% {}/{} at {}/s{eta}",
+        human_bytes(done),
+        human_bytes(to_fetch),
+        human_bytes(rate as u64)
+    )
 }
 
 impl Reporter for Progress {
@@ -706,14 +749,22 @@ impl Reporter for Progress {
                 size,
                 resumed_bytes,
             } => {
-                st.done += resumed_bytes;
+                // The totals count what this run transfers: bytes already on disk are not to
+                // fetch, so they neither fill the bar nor inflate its speed and ETA.
+                st.begun.insert(file.to_string());
+                st.to_fetch = st.to_fetch.saturating_sub(*resumed_bytes);
                 if let Some(t) = &st.total {
-                    t.inc(*resumed_bytes);
+                    t.set_length(t.length().unwrap_or(0).saturating_sub(*resumed_bytes));
                 }
-                if *resumed_bytes > 0 {
+                if *resumed_bytes >= *size {
                     self.line(&format!(
-                        "wi-fetch: {file}: resuming, {} already on disk",
-                        human_bytes(*resumed_bytes)
+                        "wi-fetch: {file}: complete on disk from an earlier run; checking it"
+                    ));
+                } else if *resumed_bytes > 0 {
+                    self.line(&format!(
+                        "wi-fetch: {file}: resuming, {} of {} already on disk",
+                        human_bytes(*resumed_bytes),
+                        human_bytes(*size)
                     ));
                 }
                 if self.mode == Mode::Bars {
@@ -743,12 +794,17 @@ impl Reporter for Progress {
                 bytes,
                 reason,
             } => {
-                st.done = st.done.saturating_sub(*bytes);
+                // Counted as on disk (or transferred) once, and to transfer again: more to
+                // fetch in this run. Before its start, a file's discarded bytes were never
+                // counted as on disk.
+                if st.begun.contains(*file) {
+                    st.to_fetch += bytes;
+                    if let Some(t) = &st.total {
+                        t.inc_length(*bytes);
+                    }
+                }
                 if let Some(b) = st.bars.get(*file) {
                     b.set_position(b.position().saturating_sub(*bytes));
-                }
-                if let Some(t) = &st.total {
-                    t.set_position(t.position().saturating_sub(*bytes));
                 }
                 self.line(&format!(
                     "wi-fetch: {file}: {} to fetch again ({reason})",
@@ -786,6 +842,16 @@ impl Reporter for Progress {
                 }
                 self.line(&format!("wi-fetch: {file}: FAILED: {error}"));
             }
+            Event::FileStopped { file, kept, size } => {
+                if let Some(b) = st.bars.remove(*file) {
+                    b.abandon();
+                }
+                self.line(&format!(
+                    "wi-fetch: {file}: stopped; {} of {} kept for the next run",
+                    human_bytes(*kept),
+                    human_bytes(*size)
+                ));
+            }
             Event::Notice { file, message } => match file {
                 Some(f) => self.line(&format!("wi-fetch: note: {f}: {message}")),
                 None => self.line(&format!("wi-fetch: note: {message}")),
@@ -798,6 +864,53 @@ impl Reporter for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes resumed from an earlier run are not this run's: they shrink what is to fetch
+    /// and count as neither done nor speed; bytes thrown away after the start are to fetch
+    /// again, those thrown away before it (failing their check on resume) were never counted.
+    #[test]
+    fn totals_count_this_runs_bytes() {
+        let p = Progress::new(Mode::Log);
+        let mib = 1u64 << 20;
+        p.on_event(&Event::Plan {
+            files: 2,
+            total_bytes: 400 * mib,
+            cached_bytes: 0,
+        });
+        p.on_event(&Event::Discarded {
+            file: "a.gguf",
+            bytes: mib,
+            reason: "failed its hash check on resume",
+        });
+        p.on_event(&Event::FileStart {
+            file: "a.gguf",
+            size: 300 * mib,
+            resumed_bytes: 226 * mib,
+        });
+        p.on_event(&Event::FileStart {
+            file: "b.gguf",
+            size: 100 * mib,
+            resumed_bytes: 0,
+        });
+        p.on_event(&Event::Progress {
+            file: "b.gguf",
+            bytes: 40 * mib,
+        });
+        p.on_event(&Event::Discarded {
+            file: "b.gguf",
+            bytes: 2 * mib,
+            reason: "a chunk failed",
+        });
+        let st = p.state.lock().unwrap();
+        assert_eq!(st.to_fetch, 174 * mib + 2 * mib);
+        assert_eq!(st.done, 40 * mib);
+        // 40 MiB in one second: 40 MiB/s, and the 136 MiB left take 3.4 s more.
+        let line = progress_line(st.done, st.to_fetch, 1.0);
+        assert_eq!(
+            line,
+            "wi-fetch: 23% 40.0 MiB/176.0 MiB at 40.0 MiB/s, ETA 3s"
+        );
+    }
 
     #[test]
     fn sizes() {

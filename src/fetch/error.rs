@@ -24,12 +24,16 @@ pub enum ExitClass {
     /// Repository, revision or file not found, or access denied (gated, private, or not in the
     /// cache in offline mode): 4.
     NotFound,
+    /// Stopped on request (SIGINT, SIGTERM, a cancelled token): 130, as a shell reports a
+    /// command ended by Ctrl-C. What arrived is kept; running the same fetch again resumes.
+    Interrupted,
 }
 
 impl ExitClass {
-    /// The process exit code: 1, 2, 3 or 4.
+    /// The process exit code: 1, 2, 3, 4 or 130.
     pub fn code(self) -> i32 {
         match self {
+            ExitClass::Interrupted => 130,
             ExitClass::Local => 1,
             ExitClass::Integrity => 2,
             ExitClass::Network => 3,
@@ -37,11 +41,13 @@ impl ExitClass {
         }
     }
 
-    /// How serious the class is, to choose one when several files failed differently:
-    /// integrity (wrong bytes or a broken model) > not found or denied (retrying will not
-    /// help) > network (retrying may) > local. Higher is more serious.
+    /// How serious the class is, to choose one when several files failed differently: stopped
+    /// on request (the run as a whole) > integrity (wrong bytes or a broken model) > not found
+    /// or denied (retrying will not help) > network (retrying may) > local. Higher is more
+    /// serious.
     pub fn severity(self) -> u8 {
         match self {
+            ExitClass::Interrupted => 5,
             ExitClass::Integrity => 4,
             ExitClass::NotFound => 3,
             ExitClass::Network => 2,
@@ -60,6 +66,20 @@ pub enum FetchError {
     /// A file transfer failed.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// The fetch was stopped on request ([`super::FetcherBuilder::cancellation`]); every byte
+    /// received is on disk and recorded, and the same fetch resumes from there.
+    #[error("{}", fmt_interrupted(repo, *kept, *total, *incomplete))]
+    Interrupted {
+        /// The repository.
+        repo: String,
+        /// Bytes of the selected files on disk: complete files, and what partial downloads
+        /// keep.
+        kept: u64,
+        /// Bytes of the selected files in all (0 when stopped before the selection was known).
+        total: u64,
+        /// Files not complete.
+        incomplete: usize,
+    },
     /// A file is not in the repository's listing.
     #[error("file '{file}' not found in repository '{repo}' at revision '{revision}'")]
     FileNotFound {
@@ -249,6 +269,20 @@ fn fmt_available(a: &[String]) -> String {
     }
 }
 
+fn fmt_interrupted(repo: &str, kept: u64, total: u64, incomplete: usize) -> String {
+    if total == 0 {
+        return format!(
+            "interrupted before any file of '{repo}' was fetched; run the same command again"
+        );
+    }
+    format!(
+        "interrupted: {} of {} of '{repo}' kept on disk ({incomplete} file(s) incomplete); \
+         run the same command again to resume",
+        human_bytes(kept),
+        human_bytes(total)
+    )
+}
+
 /// `1.5 GiB`, `12.0 MiB`, `512 B`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -277,7 +311,9 @@ impl FetchError {
                     ExitClass::Local
                 }
             }
+            FetchError::Interrupted { .. } => ExitClass::Interrupted,
             FetchError::Transfer(t) => match t.exit_code() {
+                130 => ExitClass::Interrupted,
                 2 => ExitClass::Integrity,
                 3 => ExitClass::Network,
                 4 => ExitClass::NotFound,

@@ -298,6 +298,16 @@ impl FetcherBuilder {
         self
     }
 
+    /// Stop cleanly when `token` is cancelled (the CLI cancels it on SIGINT or SIGTERM): no new
+    /// request starts, requests in flight are cut, and every byte received is written, synced
+    /// and recorded in its file's resume state before [`Fetcher::fetch`] returns
+    /// [`FetchError::Interrupted`], which says how much was kept. Running the same fetch again
+    /// resumes. By default, a token nobody cancels.
+    pub fn cancellation(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.engine.cancel = token;
+        self
+    }
+
     /// Builds the fetcher.
     pub fn build(self) -> Result<Fetcher, FetchError> {
         let hub = HubClient::new(self.hub)?;
@@ -307,8 +317,10 @@ impl FetcherBuilder {
             .user_agent(hub.config().user_agent.clone())
             .build()
             .map_err(|e| FetchError::Hub(HubError::Client(e)))?;
+        let cancel = self.engine.cancel.clone();
         let engine = Engine::new(client, self.engine);
         Ok(Fetcher {
+            cancel,
             hub,
             engine,
             cache: HfCache::new(self.cache_dir.unwrap_or_else(cache::default_cache_dir)),
@@ -334,6 +346,8 @@ impl FetcherBuilder {
 /// Fetches files of Hub repositories. Cheap to share (`&self` everywhere); one fetcher's
 /// transfers share one connection budget.
 pub struct Fetcher {
+    /// The engine's cancellation token (see [`FetcherBuilder::cancellation`]).
+    cancel: tokio_util::sync::CancellationToken,
     hub: HubClient,
     engine: Engine,
     cache: HfCache,

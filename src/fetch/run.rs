@@ -2,7 +2,7 @@
 //! engine, the commit into place, the tensor-level verification, and each file's events.
 //!
 //! **Events keep the [`Reporter`] contract**: every file gets at most one terminal event
-//! ([`Event::FileDone`] or [`Event::FileFailed`]) and nothing after it. A file whose download
+//! ([`Event::FileDone`], [`Event::FileFailed`] or [`Event::FileStopped`]) and nothing after it. A file whose download
 //! found the remote file changed is not reported failed while its selection is resolved again
 //! (a notice says so); and a gate between the fetch and the caller's reporter drops anything a
 //! second round would say about a file that already ended.
@@ -20,14 +20,15 @@ use super::selection;
 use super::space::check_space;
 use super::verification::{is_model_file, is_split_part, verify_file};
 use super::{
-    FetchError, FetchSummary, Fetcher, FileReport, PlannedFile, RepoRef, Selection, Verification,
+    FetchError, FetchSummary, Fetcher, FileReport, Plan, PlannedFile, RepoRef, Selection,
+    Verification,
 };
 use crate::cache::Store;
 use crate::hub::HubError;
 use crate::manifest::{Document, Sha256Hex, Source};
 use crate::names::{escape, is_commit_hash};
 use crate::progress::{Event, Reporter};
-use crate::transfer::{Digest, LockedPartial, TransferSpec};
+use crate::transfer::{Digest, LockedPartial, TransferError, TransferSpec};
 
 /// Refused listing entries named one by one in notices; the rest are counted.
 const REFUSED_NAMED: usize = 10;
@@ -77,7 +78,10 @@ impl Reporter for Gate<'_> {
             if ended.contains(file) {
                 return;
             }
-            if matches!(event, Event::FileDone { .. } | Event::FileFailed { .. }) {
+            if matches!(
+                event,
+                Event::FileDone { .. } | Event::FileFailed { .. } | Event::FileStopped { .. }
+            ) {
                 ended.insert(file.to_string());
             }
         }
@@ -174,7 +178,18 @@ impl Fetcher {
         rep: &Gate<'_>,
         last_round: bool,
     ) -> Result<FetchSummary, FetchError> {
-        let plan = self.resolve(repo, selection).await?;
+        let plan = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => {
+                return Err(FetchError::Interrupted {
+                    repo: repo.to_string(),
+                    kept: 0,
+                    total: 0,
+                    incomplete: 0,
+                })
+            }
+            plan = self.resolve(repo, selection) => plan?,
+        };
         rep.on_event(&Event::Plan {
             files: plan.files.len(),
             total_bytes: plan.total_bytes(),
@@ -220,6 +235,9 @@ impl Fetcher {
             .buffered(self.max_files)
             .collect()
             .await;
+        if self.cancel.is_cancelled() {
+            return Err(interrupted(repo, &plan, &results));
+        }
         let mut reports = Vec::new();
         let mut errors = Vec::new();
         for m in &plan.missing {
@@ -299,6 +317,14 @@ impl Fetcher {
         last_round: bool,
     ) -> Result<FileReport, FetchError> {
         let pin = pins.and_then(|r| r.files.iter().find(|p| p.path == f.path));
+        if self.cancel.is_cancelled() {
+            // Stopped before this file's turn: it is not started.
+            return Err(FetchError::Transfer(TransferError::Interrupted {
+                file: f.path.clone(),
+                kept: 0,
+                size: f.size,
+            }));
+        }
         let done = match self.fetch_one_inner(repo, commit, store, f, pin, rep).await {
             Ok(report) => self.manifest_of(repo, commit, store, f, pin, report).await,
             Err(e) => Err(e),
@@ -337,6 +363,18 @@ impl Fetcher {
                 notice(rep, Some(&f.path), &e.to_string());
                 rep.hold(&f.path, e.to_string());
                 Err(e)
+            }
+            Err(FetchError::Transfer(TransferError::Interrupted { kept, size, .. })) => {
+                rep.on_event(&Event::FileStopped {
+                    file: &f.path,
+                    kept,
+                    size,
+                });
+                Err(FetchError::Transfer(TransferError::Interrupted {
+                    file: f.path.clone(),
+                    kept,
+                    size,
+                }))
             }
             Err(e) => {
                 rep.on_event(&Event::FileFailed {
@@ -410,7 +448,17 @@ impl Fetcher {
         store.prepare_for(&f.path, &f.etag).map_err(|e| {
             FetchError::io_for(Some(&f.path), "create the folder of", &paths.data, e)
         })?;
-        let locked = self.engine.lock(&paths, &f.path, rep).await?;
+        let locked = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => {
+                return Err(FetchError::Transfer(TransferError::Interrupted {
+                    file: f.path.clone(),
+                    kept: 0,
+                    size: f.size,
+                }))
+            }
+            l = self.engine.lock(&paths, &f.path, rep) => l?,
+        };
         let has_chunks = expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
         if force {
             // Nothing on disk is reused: not the file, not a partial download of it.
@@ -817,6 +865,33 @@ impl Fetcher {
 }
 
 /// The verdict when the verifier's task failed.
+/// What a fetch stopped on request keeps: the files it completed, and what the partial
+/// downloads it stopped hold (each recorded in its resume state).
+fn interrupted(
+    repo: &RepoRef,
+    plan: &Plan,
+    results: &[Result<FileReport, FetchError>],
+) -> FetchError {
+    let mut kept = 0;
+    let mut incomplete = plan.missing.len();
+    for r in results {
+        match r {
+            Ok(report) => kept += report.size,
+            Err(FetchError::Transfer(TransferError::Interrupted { kept: k, .. })) => {
+                kept += k;
+                incomplete += 1;
+            }
+            Err(_) => incomplete += 1,
+        }
+    }
+    FetchError::Interrupted {
+        repo: repo.to_string(),
+        kept,
+        total: plan.total_bytes(),
+        incomplete,
+    }
+}
+
 fn crashed(e: &tokio::task::JoinError) -> Verification {
     Verification {
         valid: false,

@@ -7,9 +7,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoint;
+use super::error::TransferError;
 use super::events::Events;
 use super::failure::Counters;
 use super::plan::Plan;
@@ -37,15 +41,38 @@ pub(crate) struct Ctx<'a> {
     pub sequential: AtomicBool,
     /// 200 answers to ranged requests seen.
     pub range_ignored: AtomicU32,
+    /// Cancelled when the download must stop: the engine's token was cancelled, or one part
+    /// failed for good (the others then wind down, keeping what they received).
+    pub stop: CancellationToken,
 }
 
 impl<'a> Ctx<'a> {
-    /// One permit of the connection budget.
-    pub async fn permit(&self) -> SemaphorePermit<'a> {
-        self.permits
-            .acquire()
-            .await
-            .expect("the engine's semaphore is never closed")
+    /// One permit of the connection budget, or `None` once the download must stop.
+    pub async fn permit(&self) -> Option<SemaphorePermit<'a>> {
+        tokio::select! {
+            biased;
+            () = self.stop.cancelled() => None,
+            p = self.permits.acquire() => Some(p.expect("the engine's semaphore is never closed")),
+        }
+    }
+
+    /// Waits `delay`; `false` when the download must stop instead.
+    pub async fn sleep(&self, delay: Duration) -> bool {
+        tokio::select! {
+            biased;
+            () = self.stop.cancelled() => false,
+            () = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    /// The error of a part that stopped because the download must stop: kept bytes are
+    /// filled in by the engine once everything is saved.
+    pub fn interrupted(&self) -> TransferError {
+        TransferError::Interrupted {
+            file: self.events.file().to_string(),
+            kept: 0,
+            size: self.plan.size,
+        }
     }
 
     pub fn is_sequential(&self) -> bool {

@@ -122,6 +122,7 @@ pub(crate) async fn download(
         permits: &inner.permits,
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
+        stop: cfg.cancel.child_token(),
     };
     ctx.counters.refetch(opened.thrown_away);
     ctx.prefix.resume_from(boundaries);
@@ -154,9 +155,18 @@ pub(crate) async fn download(
         match futures::future::select(main, checkpointer).await {
             // The checkpointer only ends early on an error: stop the download.
             Either::Right((Err(e), _)) => return Err(e),
-            Either::Right((Ok(()), main)) => outcome(main.await, Ok(()), state)?,
-            Either::Left((r, checkpointer)) => outcome(r, checkpointer.await, state)?,
+            Either::Right((Ok(()), main)) => outcome(main.await, Ok(()), state),
+            Either::Left((r, checkpointer)) => outcome(r, checkpointer.await, state),
         }
+        .map_err(|e| match e {
+            // Stopped, and the last state saved: say how much of the file it keeps.
+            TransferError::Interrupted { file, size, .. } => TransferError::Interrupted {
+                kept: size - ctx.chunks.lock().bytes_missing(),
+                file,
+                size,
+            },
+            e => e,
+        })?
     };
     if let Some(e) = unsaved {
         ctx.events.notice(&format!(

@@ -16,6 +16,17 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransferError {
+    /// The download was stopped ([`super::EngineConfig::cancel`]): every byte received is on
+    /// disk and recorded in the resume state, and the next run continues from there.
+    #[error("{file}: stopped with {kept} of {size} bytes kept; the next run resumes from there")]
+    Interrupted {
+        /// Path in the repository.
+        file: String,
+        /// Bytes of the file on disk and recorded in the resume state.
+        kept: u64,
+        /// The file's size.
+        size: u64,
+    },
     /// All bytes arrived, but the file's digest is not the one the Hub published, even after
     /// re-fetching the chunks that could be suspected.
     #[error(
@@ -258,6 +269,12 @@ impl TransferError {
         )
     }
 
+    /// The download was stopped on request (exit code 130, as after SIGINT); what arrived is
+    /// kept for the next run.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, TransferError::Interrupted { .. })
+    }
+
     /// The remote file changed since it was resolved (also [`is_network`](Self::is_network)):
     /// resolving its metadata again and restarting is the cure.
     pub fn is_remote_changed(&self) -> bool {
@@ -290,9 +307,11 @@ impl TransferError {
     }
 
     /// The conventional exit code of the CLI: 2 integrity, 3 network/server, 4 not found or
-    /// denied, 1 local.
+    /// denied, 130 stopped on request, 1 local.
     pub fn exit_code(&self) -> i32 {
-        if self.is_integrity() {
+        if self.is_interrupted() {
+            130
+        } else if self.is_integrity() {
             2
         } else if self.is_network() {
             3
@@ -307,6 +326,7 @@ impl TransferError {
     pub fn file(&self) -> &str {
         match self {
             TransferError::HashMismatch { file, .. }
+            | TransferError::Interrupted { file, .. }
             | TransferError::ChunkMismatch { file, .. }
             | TransferError::ManifestDisagrees { file, .. }
             | TransferError::Network { file, .. }

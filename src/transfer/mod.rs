@@ -296,6 +296,12 @@ pub struct EngineConfig {
     /// How long to wait for another process holding a partial download's lock while it makes no
     /// progress, before giving up ([`TransferError::LockTimeout`]). Default 10 minutes.
     pub lock_timeout: Duration,
+    /// Cancelling this token stops every download of the engine cleanly: requests in flight
+    /// are cut, what they delivered is written, synced and recorded in the resume state, and
+    /// [`Engine::download`] returns [`TransferError::Interrupted`] (within moments: no retry
+    /// delay, stall or lock wait outlasts it). A later download of the same file resumes. By
+    /// default a token nobody cancels.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 impl Default for EngineConfig {
@@ -309,6 +315,7 @@ impl Default for EngineConfig {
             stall_timeout: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(600),
+            cancel: tokio_util::sync::CancellationToken::new(),
         }
     }
 }

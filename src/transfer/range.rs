@@ -73,7 +73,12 @@ pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure
         if chain.credentials_allowed() {
             req = req.headers(src.headers.clone());
         }
-        let resp = match tokio::time::timeout(wait, req.send()).await {
+        let sent = tokio::select! {
+            biased;
+            () = ctx.stop.cancelled() => return Err(Failure::fatal(ctx.interrupted())),
+            r = tokio::time::timeout(wait, req.send()) => r,
+        };
+        let resp = match sent {
             Err(_) => {
                 return Err(Failure::io(
                     std::io::ErrorKind::TimedOut,
@@ -211,7 +216,12 @@ impl Answer {
     /// The next piece of the body, waiting at most the stall timeout; counts what arrives.
     pub async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Bytes>, Failure> {
         let stall = ctx.cfg.stall_timeout;
-        match tokio::time::timeout(stall, self.body.next()).await {
+        let read = tokio::select! {
+            biased;
+            () = ctx.stop.cancelled() => return Err(Failure::fatal(ctx.interrupted())),
+            r = tokio::time::timeout(stall, self.body.next()) => r,
+        };
+        match read {
             Err(_) => Err(Failure::io(
                 std::io::ErrorKind::TimedOut,
                 format!("stalled: no data for {stall:?}"),

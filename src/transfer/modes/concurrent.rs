@@ -7,13 +7,31 @@ use super::super::sink::PartialSink;
 use super::{fill, Stop};
 
 /// Runs `workers` workers until every chunk is done (or the file switched to one sequential
-/// stream: then they return, having given their chunks back).
+/// stream: then they return, having given their chunks back). When one fails for good, the
+/// others are stopped and wind down, each writing and giving back what it received, before its
+/// error is returned (a stop on request is [`TransferError::Interrupted`]).
 pub(crate) async fn run(ctx: &Ctx<'_>, workers: usize) -> Result<(), TransferError> {
     if workers == 0 {
         return Ok(());
     }
-    futures::future::try_join_all((0..workers).map(|_| worker(ctx))).await?;
-    Ok(())
+    let results = futures::future::join_all((0..workers).map(|_| async {
+        let r = worker(ctx).await;
+        if r.is_err() {
+            ctx.stop.cancel();
+        }
+        r
+    }))
+    .await;
+    let mut first = None;
+    for e in results.into_iter().filter_map(Result::err) {
+        // The cause, not the stops it caused in the other workers.
+        match &first {
+            None => first = Some(e),
+            Some(f) if f.is_interrupted() && !e.is_interrupted() => first = Some(e),
+            Some(_) => {}
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Takes chunks from the table until none is left.
@@ -22,7 +40,9 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
         if ctx.is_sequential() {
             return Ok(());
         }
-        let permit = ctx.permit().await;
+        let Some(permit) = ctx.permit().await else {
+            return Err(ctx.interrupted());
+        };
         let Some(claim) = ctx.chunks.lock().claim_next() else {
             return Ok(());
         };

@@ -48,9 +48,15 @@ pub(crate) async fn fill<'a>(
         if may_switch && ctx.is_sequential() {
             return Err(Stop::Sequential);
         }
+        if ctx.stop.is_cancelled() {
+            return Err(Stop::Fatal(ctx.interrupted()));
+        }
         let p = match permit.take() {
             Some(p) => p,
-            None => ctx.permit().await,
+            None => match ctx.permit().await {
+                Some(p) => p,
+                None => return Err(Stop::Fatal(ctx.interrupted())),
+            },
         };
         retry.attempt();
         let before = sink.pending();
@@ -93,6 +99,8 @@ pub(crate) async fn fill<'a>(
         };
         ctx.counters.retries.fetch_add(1, Ordering::Relaxed);
         ctx.events.retry(retry.attempts, delay, &f.message);
-        tokio::time::sleep(delay).await;
+        if !ctx.sleep(delay).await {
+            return Err(Stop::Fatal(ctx.interrupted()));
+        }
     }
 }

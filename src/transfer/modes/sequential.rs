@@ -24,7 +24,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<(), TransferError> {
             return Ok(());
         };
         let from = ctx.plan.chunk_start(index) + written;
-        let permit = ctx.permit().await;
+        let Some(permit) = ctx.permit().await else {
+            return Err(ctx.interrupted());
+        };
         retry.attempt();
         let before = ctx.chunks.lock().bytes_on_disk();
         let r = attempt(ctx, from).await;
@@ -48,7 +50,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                     .retries
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 ctx.events.retry(retry.attempts, delay, &f.message);
-                tokio::time::sleep(delay).await;
+                if !ctx.sleep(delay).await {
+                    return Err(ctx.interrupted());
+                }
             }
             Next::RangeIgnored => unreachable!("no switching from the sequential stream"),
         }
