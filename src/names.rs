@@ -24,30 +24,36 @@ pub enum RepoType {
     Model,
     /// A dataset repository.
     Dataset,
+    /// A Space (an app's repository): files only, as `hf download --repo-type space` fetches
+    /// them.
+    Space,
 }
 
 impl RepoType {
-    /// The API segment: `models` or `datasets`.
+    /// The API segment: `models`, `datasets` or `spaces`.
     pub fn api_segment(self) -> &'static str {
         match self {
             RepoType::Model => "models",
             RepoType::Dataset => "datasets",
+            RepoType::Space => "spaces",
         }
     }
 
-    /// The prefix of file URLs: `""` for models, `"datasets/"` for datasets.
+    /// The prefix of file URLs: `""` for models, `"datasets/"`, `"spaces/"`.
     pub fn url_prefix(self) -> &'static str {
         match self {
             RepoType::Model => "",
             RepoType::Dataset => "datasets/",
+            RepoType::Space => "spaces/",
         }
     }
 
-    /// The name used in cache folder names: `model` or `dataset`.
+    /// The name used in cache folder names: `model`, `dataset` or `space`.
     pub fn as_str(self) -> &'static str {
         match self {
             RepoType::Model => "model",
             RepoType::Dataset => "dataset",
+            RepoType::Space => "space",
         }
     }
 }
@@ -64,8 +70,9 @@ impl FromStr for RepoType {
         match s.to_ascii_lowercase().as_str() {
             "model" | "models" => Ok(RepoType::Model),
             "dataset" | "datasets" => Ok(RepoType::Dataset),
+            "space" | "spaces" => Ok(RepoType::Space),
             _ => Err(format!(
-                "unknown repository type '{}' (expected 'model' or 'dataset')",
+                "unknown repository type '{}' (expected 'model', 'dataset' or 'space')",
                 escape(s)
             )),
         }

@@ -232,6 +232,120 @@ fn split_gguf_fetches_every_part() {
     );
 }
 
+/// A multimodal GGUF repository: the model chosen by tag (any case) or by default comes with
+/// the projector closest in precision to it, as with `llama.cpp -hf`; `--no-mmproj` leaves it
+/// out; neither a projector, an importance matrix nor a later split part is ever "the model".
+#[test]
+fn multimodal_repo_brings_the_matching_projector() {
+    let q4 = demo_file("tinyllama-q4_k_m.gguf");
+    let q8 = demo_file("tinyllama-q8_0.gguf");
+    let f16 = demo_file("tinyllama-f16.gguf");
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .file("vl/model", "imatrix.gguf", q8.clone())
+            .file("vl/model", "mmproj-vl-f16.gguf", f16.clone())
+            .file("vl/model", "mmproj-vl-Q8_0.gguf", q8.clone())
+            .file("vl/model", "vl-Q8_0.gguf", q8.clone())
+            .file("vl/model", "vl-Q4_K_M.gguf", q4.clone())
+            .file("vl/model", "vl-F16.gguf", f16.clone()),
+    );
+    let names = |o: &Output| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (args, want) in [
+        (
+            vec!["vl/model:q8_0"],
+            vec!["mmproj-vl-Q8_0.gguf", "vl-Q8_0.gguf"],
+        ),
+        (
+            vec!["hf.co/vl/model:F16"],
+            vec!["mmproj-vl-f16.gguf", "vl-F16.gguf"],
+        ),
+        // Bare: Q4_K_M, with the projector closest to 4 bits.
+        (
+            vec!["vl/model"],
+            vec!["mmproj-vl-Q8_0.gguf", "vl-Q4_K_M.gguf"],
+        ),
+        (vec!["vl/model:Q8_0", "--no-mmproj"], vec!["vl-Q8_0.gguf"]),
+    ] {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(&args).args(["--json", "-q"]);
+        let o = run(c);
+        expect_code(&o, 0);
+        assert_eq!(names(&o), want, "{args:?}");
+    }
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.arg("vl/model:Q8_0");
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert!(
+        e.contains("multimodal projector mmproj-vl-Q8_0.gguf") && e.contains("--no-mmproj"),
+        "{e}"
+    );
+}
+
+/// What `hf download` users write: a file argument ending in `/` is a folder, `--repo-type
+/// space` (and `hf://spaces/…`) fetches a Space, and `--quiet` prints one path per file and
+/// nothing else.
+#[test]
+fn folders_spaces_and_quiet_as_hf_download() {
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .file("org/tree", "sub/a.txt", b"a".to_vec())
+            .file("org/tree", "sub/deep/b.txt", b"b".to_vec())
+            .file("org/tree", "subway.txt", b"not below sub/".to_vec())
+            .file("org/tree", "top.txt", b"top".to_vec())
+            .file("spaces/org/app", "app.py", b"print('hi')\n".to_vec())
+            .file("spaces/org/app", "requirements.txt", b"gradio\n".to_vec()),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["org/tree", "sub/", "top.txt", "--quiet"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(stderr(&o), "", "--quiet prints nothing but the paths");
+    let got: Vec<String> = lines(&o)
+        .iter()
+        .map(|l| fs::read_to_string(l).unwrap())
+        .collect();
+    assert_eq!(got, vec!["a", "b", "top"]);
+    let mut c = sb.cmd(&hub);
+    c.args(["org/tree", "nope/"]);
+    expect_code(&run(c), 4);
+
+    for args in [
+        vec!["org/app", "--repo-type", "space"],
+        vec!["hf://spaces/org/app"],
+        vec!["https://huggingface.co/spaces/org/app"],
+    ] {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(&args).arg("-q");
+        let o = run(c);
+        expect_code(&o, 0);
+        let paths = lines(&o);
+        assert_eq!(paths.len(), 2, "{args:?}");
+        assert!(
+            paths[0].contains("spaces--org--app"),
+            "{args:?}: the cache folder of a Space: {}",
+            paths[0]
+        );
+        assert_eq!(fs::read_to_string(&paths[0]).unwrap(), "print('hi')\n");
+    }
+}
+
 /// A bare GGUF repository gets its Q4_K_M model only, and says so.
 #[test]
 fn bare_gguf_repo_picks_q4_k_m() {

@@ -30,6 +30,8 @@ pub enum RepoKind {
     Model,
     /// A dataset repository: `/api/datasets/…`, `/datasets/{repo}/resolve/…`.
     Dataset,
+    /// A Space: `/api/spaces/…`, `/spaces/{repo}/resolve/…`.
+    Space,
 }
 
 impl RepoKind {
@@ -38,14 +40,26 @@ impl RepoKind {
         match self {
             RepoKind::Model => "models",
             RepoKind::Dataset => "datasets",
+            RepoKind::Space => "spaces",
         }
     }
 
-    /// The prefix of resolve URLs: `""` or `"datasets/"`.
+    /// The prefix of resolve URLs: `""`, `"datasets/"` or `"spaces/"`.
     pub fn url_prefix(self) -> &'static str {
         match self {
             RepoKind::Model => "",
             RepoKind::Dataset => "datasets/",
+            RepoKind::Space => "spaces/",
+        }
+    }
+
+    /// The kind of an API or URL segment (`models`, `datasets`, `spaces`).
+    pub fn from_segment(s: &str) -> Option<Self> {
+        match s {
+            "models" => Some(RepoKind::Model),
+            "datasets" => Some(RepoKind::Dataset),
+            "spaces" => Some(RepoKind::Space),
+            _ => None,
         }
     }
 
@@ -56,11 +70,15 @@ impl RepoKind {
     }
 }
 
-/// Splits a repository key (`org/name` or `datasets/org/name`) into kind and id.
+/// Splits a repository key (`org/name`, `datasets/org/name` or `spaces/org/name`) into kind
+/// and id.
 pub fn parse_key(key: &str) -> (RepoKind, &str) {
-    match key.strip_prefix("datasets/") {
-        Some(id) => (RepoKind::Dataset, id),
-        None => (RepoKind::Model, key.strip_prefix("models/").unwrap_or(key)),
+    if let Some(id) = key.strip_prefix("datasets/") {
+        (RepoKind::Dataset, id)
+    } else if let Some(id) = key.strip_prefix("spaces/") {
+        (RepoKind::Space, id)
+    } else {
+        (RepoKind::Model, key.strip_prefix("models/").unwrap_or(key))
     }
 }
 
@@ -323,16 +341,19 @@ struct HashCache {
 }
 
 /// Scans `root`: every `root/{org}/{name}` is a model repository and every
-/// `root/datasets/{org}/{name}` a dataset. Hidden folders are skipped.
+/// `root/datasets/{org}/{name}` a dataset (`root/spaces/{org}/{name}` a Space). Hidden folders
+/// are skipped.
 pub fn scan_root(root: &Path, use_cache: bool) -> Result<Vec<Repo>, Error> {
     let mut repos = Vec::new();
     for org in sorted_dirs(root)? {
         let org_name = file_name(&org);
-        if org_name == "datasets" {
+        if let Some(kind @ (RepoKind::Dataset | RepoKind::Space)) =
+            RepoKind::from_segment(&org_name)
+        {
             for dorg in sorted_dirs(&org)? {
                 for repo in sorted_dirs(&dorg)? {
                     let id = format!("{}/{}", file_name(&dorg), file_name(&repo));
-                    repos.push(scan_repo(RepoKind::Dataset, &id, &repo, use_cache)?);
+                    repos.push(scan_repo(kind, &id, &repo, use_cache)?);
                 }
             }
         } else {

@@ -472,12 +472,9 @@ async fn hub_handler(
     if raw.first() == Some(&"api") {
         return api(&shared, &method, &uri, &headers, &raw).await;
     }
-    let (kind, rest) = if raw.first() == Some(&"datasets") {
-        (RepoKind::Dataset, &raw[1..])
-    } else if raw.first() == Some(&"spaces") {
-        return not_found();
-    } else {
-        (RepoKind::Model, &raw[..])
+    let (kind, rest) = match raw.first().and_then(|s| RepoKind::from_segment(s)) {
+        Some(k @ (RepoKind::Dataset | RepoKind::Space)) => (k, &raw[1..]),
+        _ => (RepoKind::Model, &raw[..]),
     };
     if rest.len() < 5 || rest[2] != "resolve" || rest[4..].iter().any(|s| s.is_empty()) {
         return not_found();
@@ -547,6 +544,7 @@ fn lookup(
         let what = match repo.kind {
             RepoKind::Model => "model",
             RepoKind::Dataset => "dataset",
+            RepoKind::Space => "space",
         };
         if auth != Auth::Valid {
             return Err(hub_error(
@@ -916,10 +914,8 @@ async fn api(
     // raw = ["api", "models", org, name, rest…]
     if raw.get(1) == Some(&"resolve-cache") {
         // ["api", "resolve-cache", "models", org, name, commit, path…]
-        let kind = match raw.get(2) {
-            Some(&"models") => RepoKind::Model,
-            Some(&"datasets") => RepoKind::Dataset,
-            _ => return not_found(),
+        let Some(kind) = raw.get(2).and_then(|s| RepoKind::from_segment(s)) else {
+            return not_found();
         };
         if raw.len() < 7 || raw[6..].iter().any(|s| s.is_empty()) {
             return not_found();
@@ -943,11 +939,8 @@ async fn api(
         )
         .await;
     }
-    let kind = match raw.get(1) {
-        Some(&"models") => RepoKind::Model,
-        Some(&"datasets") => RepoKind::Dataset,
-        Some(&"spaces") => return repo_not_found(auth_of(shared, headers)),
-        _ => return not_found(),
+    let Some(kind) = raw.get(1).and_then(|s| RepoKind::from_segment(s)) else {
+        return not_found();
     };
     if raw.len() < 4 || raw[2].is_empty() || raw[3].is_empty() {
         return not_found();
@@ -1372,9 +1365,14 @@ async fn cdn_handler(
     resp
 }
 
-/// Splits `org/name/path` (or `datasets/org/name/path`) into repo key and path.
+/// Splits `org/name/path` (or `datasets/org/name/path`, `spaces/org/name/path`) into repo key
+/// and path.
 fn split_stats_key(_shared: &Shared, key: &str) -> (String, String) {
-    let n = if key.starts_with("datasets/") { 3 } else { 2 };
+    let n = if key.starts_with("datasets/") || key.starts_with("spaces/") {
+        3
+    } else {
+        2
+    };
     let mut it = key.splitn(n + 1, '/');
     let repo: Vec<&str> = it.by_ref().take(n).collect();
     (repo.join("/"), it.next().unwrap_or("").to_string())

@@ -56,7 +56,8 @@ struct Cli {
     /// also hf.co/org/name:Q4_K_M, https://huggingface.co/org/name, or hf://org/name/path/file.
     #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
     repo: Option<String>,
-    /// Files to fetch (paths in the repository).
+    /// Files to fetch (paths in the repository); one ending in / is a folder: every file below
+    /// it.
     #[arg(value_name = "FILES")]
     files: Vec<String>,
     /// Fetch files matching this glob (repeatable).
@@ -65,11 +66,15 @@ struct Cli {
     /// Leave out files matching this glob (repeatable).
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
+    /// Leave out the multimodal projector (mmproj*.gguf) that otherwise comes with a GGUF
+    /// model chosen by tag or by default, as with llama.cpp's --no-mmproj.
+    #[arg(long)]
+    no_mmproj: bool,
     /// Branch, tag or commit.
     #[arg(long, default_value = "main")]
     revision: String,
     /// Repository type.
-    #[arg(long, default_value = "model", value_parser = ["model", "dataset"])]
+    #[arg(long, default_value = "model", value_parser = ["model", "dataset", "space"])]
     repo_type: String,
     /// Hub URL.
     #[arg(long, env = "HF_ENDPOINT", value_name = "URL")]
@@ -298,6 +303,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         include: cli.include.clone(),
         exclude: cli.exclude.clone(),
         quant,
+        no_mmproj: cli.no_mmproj,
     };
 
     let show = !cli.quiet;

@@ -32,7 +32,8 @@ impl Fetcher {
     pub async fn resolve(&self, repo: &RepoRef, selection: &Selection) -> Result<Plan, FetchError> {
         repo.validate()?;
         for f in &selection.files {
-            check_repo_path(f).map_err(|reason| {
+            // A folder (`sub/`) is checked as the path it names.
+            check_repo_path(f.strip_suffix('/').unwrap_or(f)).map_err(|reason| {
                 FetchError::Invalid(format!("invalid file path '{}': {reason}", escape(f)))
             })?;
         }

@@ -1,6 +1,7 @@
 //! Which files of a repository to fetch.
 //!
-//! - Explicit files: exactly those paths.
+//! - Explicit files: exactly those paths; one ending in `/` is a folder: every file below it,
+//!   as `hf download REPO folder/` fetches it.
 //! - `--include` / `--exclude` globs (globset, `*` crosses `/` as in huggingface_hub's
 //!   `fnmatch`; a pattern ending in `/` means everything below that folder).
 //! - A quantization tag (`REPO:Q4_K_M`), as llama.cpp's `-hf` reads it: the first GGUF whose
@@ -10,6 +11,10 @@
 //! - Nothing at all: a repository holding GGUF models gets one model — `Q4_K_M` first, then
 //!   `Q8_0`, then the first GGUF — and a note says which and how to get the others; any other
 //!   repository is fetched whole, as `hf download` does.
+//!
+//! - A multimodal GGUF repository (one with `mmproj*.gguf` projectors): with the model chosen
+//!   by a tag or by default, the projector closest in precision to it comes too, as with
+//!   llama.cpp's `-hf` ([`matching_mmproj`]); [`Selection::no_mmproj`] leaves it out.
 //!
 //! Explicit files, the quantization's files and the files matching `--include` add up;
 //! `--exclude` removes files matched by the globs or the quantization (never explicit files).
@@ -23,7 +28,7 @@ pub const DEFAULT_QUANTS: [&str; 2] = ["Q4_K_M", "Q8_0"];
 /// in the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
-    /// Explicit repository paths.
+    /// Explicit repository paths (one ending in `/` selects every file below that folder).
     pub files: Vec<String>,
     /// Glob patterns a file must match (any of them).
     pub include: Vec<String>,
@@ -31,6 +36,9 @@ pub struct Selection {
     pub exclude: Vec<String>,
     /// A quantization tag such as `Q4_K_M`.
     pub quant: Option<String>,
+    /// Leave out the multimodal projector that comes with a model chosen by tag or by default
+    /// (`--no-mmproj`).
+    pub no_mmproj: bool,
 }
 
 impl Selection {
@@ -87,10 +95,20 @@ impl Selection {
         self
     }
 
+    /// Leaves out the multimodal projector of a model chosen by tag or by default.
+    #[must_use]
+    pub fn without_mmproj(mut self) -> Self {
+        self.no_mmproj = true;
+        self
+    }
+
     /// True when only explicit files are asked for (they can be resolved one by one, without
     /// listing the repository).
     pub fn is_explicit_only(&self) -> bool {
-        !self.files.is_empty() && self.include.is_empty() && self.quant.is_none()
+        !self.files.is_empty()
+            && self.files.iter().all(|f| !f.ends_with('/'))
+            && self.include.is_empty()
+            && self.quant.is_none()
     }
 
     /// True when no file, tag or include pattern is given.
@@ -114,8 +132,9 @@ pub struct Reference {
 
 /// Reads a model reference in the forms `hf`, llama.cpp and ollama users write: `org/name`,
 /// `org/name:Q4_K_M` (any case), `hf.co/org/name:Q4_K_M` and `huggingface.co/org/name`
-/// (with or without `https://`), and `hf://org/name/path/to/file` (`hf://datasets/org/name/…`
-/// for a dataset), as huggingface_hub's file system names files.
+/// (with or without `https://`; `…/datasets/org/name` and `…/spaces/org/name` too), and
+/// `hf://org/name/path/to/file` (`hf://datasets/org/name/…` for a dataset, `hf://spaces/…` for
+/// a Space), as huggingface_hub's file system names files.
 pub fn parse_reference(spec: &str) -> Result<Reference, String> {
     let bad = || {
         format!(
@@ -127,7 +146,7 @@ pub fn parse_reference(spec: &str) -> Result<Reference, String> {
     if let Some(rest) = spec.strip_prefix("hf://") {
         let (repo_type, rest) = match rest.split_once('/') {
             Some(("datasets", r)) => (Some(crate::names::RepoType::Dataset), r),
-            Some(("spaces", _)) => return Err(format!("{}: Spaces are not fetched", bad())),
+            Some(("spaces", r)) => (Some(crate::names::RepoType::Space), r),
             Some(("models", r)) => (None, r),
             _ => (None, rest),
         };
@@ -158,13 +177,26 @@ pub fn parse_reference(spec: &str) -> Result<Reference, String> {
             break;
         }
     }
-    if rest.len() != spec.len() && rest.split('/').count() != 2 {
-        return Err(bad());
+    let mut repo_type = None;
+    if rest.len() != spec.len() {
+        // A page address: `huggingface.co/datasets/org/name`, `…/spaces/org/name`.
+        for (segment, t) in [
+            ("datasets/", crate::names::RepoType::Dataset),
+            ("spaces/", crate::names::RepoType::Space),
+        ] {
+            if let Some(r) = rest.strip_prefix(segment) {
+                rest = r;
+                repo_type = Some(t);
+            }
+        }
+        if rest.split('/').count() != 2 {
+            return Err(bad());
+        }
     }
     let (repo, quant) = parse_repo_spec(rest)?;
     Ok(Reference {
         repo,
-        repo_type: None,
+        repo_type,
         quant,
         file: None,
     })
@@ -248,6 +280,73 @@ pub fn is_gguf_model(path: &str) -> bool {
     }
     let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
     !name.contains("mmproj") && !name.contains("imatrix")
+}
+
+/// True for a multimodal projector: a `.gguf` whose file name contains `mmproj`.
+pub fn is_mmproj(path: &str) -> bool {
+    is_gguf(path)
+        && path
+            .rsplit('/')
+            .next()
+            .unwrap_or(path)
+            .to_ascii_lowercase()
+            .contains("mmproj")
+}
+
+/// The precision a file name announces, in bits per weight, with the type as written
+/// (upper case): `F32`/`FP32` 32, `F16`/`FP16`/`BF16` 16, `Q8_0` 8, `Q4_K_M`/`IQ4_XS` 4,
+/// `TQ1_0` 1… Looked for in the parts of the name between `-` and `.`, the last one first
+/// (`model-Q4_K_M.gguf`, `mmproj-model-f16.gguf`).
+pub fn precision(path: &str) -> Option<(u32, String)> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let stem = strip_suffix_ci(name, ".gguf").unwrap_or(name);
+    stem.rsplit(['-', '.']).find_map(|part| {
+        let t = part.to_ascii_uppercase();
+        let bits = match t.as_str() {
+            "F32" | "FP32" => 32,
+            "F16" | "FP16" | "BF16" => 16,
+            _ => {
+                let q = t
+                    .strip_prefix("IQ")
+                    .or_else(|| t.strip_prefix("TQ"))
+                    .or_else(|| t.strip_prefix('Q'))?;
+                let digits: String = q.chars().take_while(char::is_ascii_digit).collect();
+                let rest = &q[digits.len()..];
+                if !(rest.is_empty() || rest.starts_with('_')) {
+                    return None;
+                }
+                digits.parse().ok().filter(|b| (1..=8).contains(b))?
+            }
+        };
+        Some((bits, t))
+    })
+}
+
+/// The multimodal projector to fetch with `model`: of the `mmproj*.gguf` files, the one
+/// closest in precision to the model (a projector without a precision in its name counts as
+/// 16-bit, as they usually are), then the one of exactly the same type (`BF16` for a `BF16`
+/// model), then the more precise one, then one in the model's folder, then the first listed.
+/// `None` when the repository has no projector.
+pub fn matching_mmproj<'a>(paths: &[&'a str], model: &str) -> Option<&'a str> {
+    let folder = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+    let (bits, kind) = precision(model).unwrap_or((16, String::new()));
+    let here = folder(model);
+    paths
+        .iter()
+        .copied()
+        .filter(|p| is_mmproj(p) && split_info(p).is_none_or(|s| s.count <= 1))
+        .enumerate()
+        .min_by_key(|(i, p)| {
+            let (b, k) = precision(p).unwrap_or((16, String::new()));
+            (
+                b.abs_diff(bits),
+                k != kind,
+                std::cmp::Reverse(b),
+                folder(p) != here,
+                *i,
+            )
+        })
+        .map(|(_, p)| p)
 }
 
 /// True when `path` carries `tag` followed by `.` or `-`, ignoring case.
@@ -361,13 +460,29 @@ pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, Sel
     let mut notice = None;
     let index_of = |p: &str| paths.iter().position(|q| *q == p);
 
+    let mut globbed = vec![false; paths.len()];
     for f in &sel.files {
+        if f.ends_with('/') {
+            // A folder: every file below it (subject to --exclude, like a glob's).
+            let mut any = false;
+            for (i, p) in paths.iter().enumerate() {
+                if p.starts_with(f.as_str()) {
+                    globbed[i] = true;
+                    any = true;
+                }
+            }
+            if !any {
+                return Err(SelectError::MissingFile(f.clone()));
+            }
+            continue;
+        }
         match index_of(f) {
             Some(i) => picked[i] = true,
             None => return Err(SelectError::MissingFile(f.clone())),
         }
     }
-    let mut globbed = vec![false; paths.len()];
+    // The model chosen for the user (by tag or by default), whose projector comes with it.
+    let mut model = None;
     if let Some(tag) = &sel.quant {
         let first = find_quant(paths, tag).ok_or_else(|| SelectError::NoQuant {
             tag: tag.clone(),
@@ -382,6 +497,7 @@ pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, Sel
                 globbed[i] = true;
             }
         }
+        model = Some(first);
     }
     if !sel.include.is_empty() {
         for (i, p) in paths.iter().enumerate() {
@@ -393,6 +509,7 @@ pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, Sel
     if sel.is_bare() {
         match default_gguf(paths) {
             Some((first, tag)) => {
+                model = Some(first);
                 let parts = split_parts(paths, first);
                 for part in &parts {
                     if let Some(i) = index_of(part) {
@@ -427,6 +544,22 @@ pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, Sel
                 });
             }
             None => globbed.iter_mut().for_each(|g| *g = true),
+        }
+    }
+    let mmproj = model
+        .filter(|_| !sel.no_mmproj)
+        .and_then(|m| matching_mmproj(paths, m));
+    if let Some(i) = mmproj.and_then(index_of) {
+        globbed[i] = true;
+        if !exclude.is_match(paths[i]) {
+            let with = format!(
+                "with its multimodal projector {} (--no-mmproj leaves it out)",
+                paths[i]
+            );
+            notice = Some(match notice {
+                Some(n) => format!("{n}. Fetching it {with}"),
+                None => format!("fetching {} {with}", model.unwrap_or_default()),
+            });
         }
     }
     for (i, p) in paths.iter().enumerate() {
@@ -493,11 +626,24 @@ mod tests {
             (r.repo.as_str(), r.file.as_deref(), r.repo_type),
             ("a/b", Some("sub/m.gguf"), None)
         );
-        let r = parse_reference("hf://datasets/a/b").unwrap();
-        assert_eq!(
-            (r.repo.as_str(), r.file, r.repo_type),
-            ("a/b", None, Some(crate::names::RepoType::Dataset))
-        );
+        use crate::names::RepoType;
+        for (spec, t, file) in [
+            ("hf://datasets/a/b", RepoType::Dataset, None),
+            ("hf://spaces/a/b/app.py", RepoType::Space, Some("app.py")),
+            (
+                "https://huggingface.co/datasets/a/b",
+                RepoType::Dataset,
+                None,
+            ),
+            ("huggingface.co/spaces/a/b", RepoType::Space, None),
+        ] {
+            let r = parse_reference(spec).unwrap();
+            assert_eq!(
+                (r.repo.as_str(), r.file.as_deref(), r.repo_type),
+                ("a/b", file, Some(t)),
+                "{spec}"
+            );
+        }
         for bad in [
             "hf://a",
             "hf.co/a/b/c:Q4",
@@ -515,15 +661,15 @@ mod tests {
         assert!(!has_quant_tag("model-Q4_K_M.gguf", "Q4_K"));
         assert!(!has_quant_tag("model-Q4_K_Mx.gguf", "Q4_K_M"));
         assert_eq!(
-            pick(REPO, &Selection::quant("Q8_0")),
+            pick(REPO, &Selection::quant("Q8_0").without_mmproj()),
             vec!["model-Q8_0.gguf"]
         );
         assert_eq!(
-            pick(REPO, &Selection::quant("q8_0")),
+            pick(REPO, &Selection::quant("q8_0").without_mmproj()),
             vec!["model-Q8_0.gguf"]
         );
         assert_eq!(
-            pick(REPO, &Selection::quant("Q5_K_M")),
+            pick(REPO, &Selection::quant("Q5_K_M").without_mmproj()),
             vec![
                 "big/model-Q5_K_M-00001-of-00002.gguf",
                 "big/model-Q5_K_M-00002-of-00002.gguf"
@@ -539,14 +685,105 @@ mod tests {
     }
 
     #[test]
-    fn mmproj_is_skipped() {
+    fn mmproj_is_never_the_model_but_comes_with_it() {
         let paths = ["mmproj-Q8_0.gguf", "llava-Q8_0.gguf"];
         assert_eq!(
             pick(&paths, &Selection::quant("Q8_0")),
+            vec!["mmproj-Q8_0.gguf", "llava-Q8_0.gguf"]
+        );
+        assert_eq!(
+            pick(&paths, &Selection::quant("q8_0").without_mmproj()),
             vec!["llava-Q8_0.gguf"]
         );
         let paths = ["mmproj-Q8_0.gguf"];
         assert!(choose(&paths, &Selection::quant("Q8_0"), "r").is_err());
+        // Neither an importance matrix nor a later part of a split model is "the model".
+        let paths = [
+            "m.imatrix.gguf",
+            "imatrix-Q4_K_M.gguf",
+            "m-Q4_K_M-00002-of-00002.gguf",
+            "m-Q4_K_M-00001-of-00002.gguf",
+        ];
+        assert_eq!(
+            default_gguf(&paths),
+            Some(("m-Q4_K_M-00001-of-00002.gguf", Some("Q4_K_M")))
+        );
+    }
+
+    #[test]
+    fn the_projector_closest_in_precision() {
+        let paths = [
+            "gemma-3-4b-it-Q4_K_M.gguf",
+            "gemma-3-4b-it-Q8_0.gguf",
+            "gemma-3-4b-it-BF16.gguf",
+            "gemma-3-4b-it-F32.gguf",
+            "mmproj-model-f16.gguf",
+            "mmproj-BF16.gguf",
+            "mmproj-F32.gguf",
+            "mmproj-Q8_0.gguf",
+        ];
+        let proj = |m| matching_mmproj(&paths, m);
+        assert_eq!(proj("gemma-3-4b-it-Q8_0.gguf"), Some("mmproj-Q8_0.gguf"));
+        // 4 bits: the 8-bit one is closest.
+        assert_eq!(proj("gemma-3-4b-it-Q4_K_M.gguf"), Some("mmproj-Q8_0.gguf"));
+        // 16 bits: the same type first.
+        assert_eq!(proj("gemma-3-4b-it-BF16.gguf"), Some("mmproj-BF16.gguf"));
+        assert_eq!(proj("gemma-3-4b-it-F32.gguf"), Some("mmproj-F32.gguf"));
+        // Only 16- and 32-bit projectors: a 4-bit model gets the 16-bit one.
+        let few = ["m-Q4_K_M.gguf", "mmproj-F32.gguf", "mmproj-F16.gguf"];
+        assert_eq!(
+            matching_mmproj(&few, "m-Q4_K_M.gguf"),
+            Some("mmproj-F16.gguf")
+        );
+        // In a folder per quantization, the one beside the model.
+        let folders = [
+            "Q4/m-Q4_K_M.gguf",
+            "Q8/m-Q8_0.gguf",
+            "Q8/mmproj-f16.gguf",
+            "Q4/mmproj-f16.gguf",
+        ];
+        assert_eq!(
+            matching_mmproj(&folders, "Q4/m-Q4_K_M.gguf"),
+            Some("Q4/mmproj-f16.gguf")
+        );
+        assert_eq!(matching_mmproj(&["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf"), None);
+        // A bare repository gets Q4_K_M and its projector, and says so.
+        let c = choose(&paths, &Selection::all(), "ggml-org/gemma").unwrap();
+        assert_eq!(
+            c.paths,
+            vec!["gemma-3-4b-it-Q4_K_M.gguf", "mmproj-Q8_0.gguf"]
+        );
+        let n = c.notice.unwrap();
+        assert!(
+            n.contains("mmproj-Q8_0.gguf") && n.contains("--no-mmproj"),
+            "{n}"
+        );
+        // --exclude still wins.
+        let c = choose(
+            &paths,
+            &Selection::quant("Q8_0").with_exclude("mmproj*"),
+            "r",
+        )
+        .unwrap();
+        assert_eq!(c.paths, vec!["gemma-3-4b-it-Q8_0.gguf"]);
+    }
+
+    #[test]
+    fn precisions_from_names() {
+        for (name, bits) in [
+            ("a/Model-Q4_K_M.gguf", Some(4)),
+            ("model-UD-Q4_K_XL.gguf", Some(4)),
+            ("m-IQ2_XXS.gguf", Some(2)),
+            ("m.Q5_K_S.gguf", Some(5)),
+            ("mmproj-model-f16.gguf", Some(16)),
+            ("m-bf16.gguf", Some(16)),
+            ("m-TQ1_0.gguf", Some(1)),
+            ("mmproj.gguf", None),
+            ("Qwen2-VL-7B.gguf", None),
+            ("m-Q99.gguf", None),
+        ] {
+            assert_eq!(precision(name).map(|p| p.0), bits, "{name}");
+        }
     }
 
     #[test]
@@ -565,15 +802,18 @@ mod tests {
 
     #[test]
     fn bare_gguf_repo_prefers_q4_k_m_then_q8_0_then_first() {
-        let c = choose(REPO, &Selection::all(), "org/name").unwrap();
+        let c = choose(REPO, &Selection::all().without_mmproj(), "org/name").unwrap();
         assert_eq!(c.paths, vec!["model-Q4_K_M.gguf"]);
         let n = c.notice.unwrap();
         assert!(n.contains("Q4_K_M") && n.contains("org/name:QUANT"), "{n}");
         let no_q4: Vec<&str> = REPO.iter().copied().filter(|p| !p.contains("Q4")).collect();
-        assert_eq!(pick(&no_q4, &Selection::all()), vec!["model-Q8_0.gguf"]);
+        assert_eq!(
+            pick(&no_q4, &Selection::all()),
+            vec!["model-Q8_0.gguf", "mmproj-model-Q8_0.gguf"]
+        );
         let only = ["README.md", "mmproj-f16.gguf", "m-f16.gguf", "m-bf16.gguf"];
         let c = choose(&only, &Selection::all(), "r").unwrap();
-        assert_eq!(c.paths, vec!["m-f16.gguf"]);
+        assert_eq!(c.paths, vec!["mmproj-f16.gguf", "m-f16.gguf"]);
         assert!(c.notice.unwrap().contains("first GGUF"));
     }
 
@@ -595,8 +835,28 @@ mod tests {
         assert_eq!(pick(REPO, &sel).len(), 5);
         let sel = Selection::all().with_include("big/");
         assert_eq!(pick(REPO, &sel).len(), 2);
+        // A file argument ending in `/` is a folder.
+        let sel = Selection::files(["big/", "README.md"]);
+        assert!(!sel.is_explicit_only());
+        assert_eq!(
+            pick(REPO, &sel),
+            vec![
+                "README.md",
+                "big/model-Q5_K_M-00001-of-00002.gguf",
+                "big/model-Q5_K_M-00002-of-00002.gguf"
+            ]
+        );
+        assert_eq!(
+            choose(REPO, &Selection::files(["nope/"]), "r"),
+            Err(SelectError::MissingFile("nope/".into()))
+        );
+        // "bi/" is not a prefix of the folder "big/".
+        assert!(choose(REPO, &Selection::files(["bi/"]), "r").is_err());
         let sel = Selection::files(["README.md"]).with_quant("Q8_0");
-        assert_eq!(pick(REPO, &sel), vec!["README.md", "model-Q8_0.gguf"]);
+        assert_eq!(
+            pick(REPO, &sel),
+            vec!["README.md", "model-Q8_0.gguf", "mmproj-model-Q8_0.gguf"]
+        );
         assert_eq!(
             choose(REPO, &Selection::files(["nope"]), "r"),
             Err(SelectError::MissingFile("nope".into()))
