@@ -4,6 +4,7 @@
 
 mod support;
 
+mod cache_manage;
 mod gguf;
 mod hostile;
 mod inspect;
