@@ -10,6 +10,7 @@ mod inspect;
 mod integrity;
 mod manifest;
 mod manifest_interop;
+mod remote_inspect;
 mod safetensors;
 mod transfer;
 mod wi_fetch;
