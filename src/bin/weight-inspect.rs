@@ -27,7 +27,7 @@ file has that name: hf://org/name/file.gguf, hf://datasets/org/name/path, org/na
 GGUF wi-fetch would pick for that tag), org/name or hf.co/org/name[:TAG] (the model wi-fetch \
 would fetch), or https://host/org/name/resolve/REVISION/path. Only the headers are read, with \
 HTTP range requests (all parts of a split GGUF or sharded safetensors); tensor data is never \
-read, so --verify hashes nothing there. The token (HF_TOKEN, else $HF_TOKEN_PATH or \
+read, so --verify hashes nothing there. The token (--token, HF_TOKEN, else $HF_TOKEN_PATH or \
 $HF_HOME/token) goes to the endpoint's origin only.\n\n\
 Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error; \
 3 network or server failure after retries; 4 repository, revision or file not found, or access \
@@ -46,6 +46,10 @@ struct Cli {
     /// Hub URL for models on the Hub (default: HF_ENDPOINT, else https://huggingface.co).
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
+    /// Access token for models on the Hub (default: HF_TOKEN, then the file $HF_TOKEN_PATH or
+    /// $HF_HOME/token), sent to the endpoint's origin only.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
     /// Branch, tag or commit of models on the Hub (default main).
     #[arg(long, value_name = "REV")]
     revision: Option<String>,
@@ -542,6 +546,9 @@ async fn inspect_remote(
     let mut cfg = HubConfig::from_env();
     if let Some(e) = &cli.endpoint {
         cfg.endpoint = e.clone();
+    }
+    if let Some(t) = &cli.token {
+        cfg.token = weight_inspect::hub::Token::new(t);
     }
     let hub = remote::client_for(&target, cfg)?;
     remote::inspect(&hub, &target, opts).await
