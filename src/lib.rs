@@ -15,6 +15,8 @@
 //!   loadability, per-tensor SHA-256 computed in parallel.
 //! - [`manifest`] writes and checks integrity manifests: every file's, chunk's and tensor's
 //!   SHA-256, so that a damaged file says where it is damaged.
+//! - [`remote`] inspects a model on the Hub without downloading it: its headers are read with
+//!   HTTP range requests and parsed as a local file's.
 //! - [`hub`], [`cache`], [`transfer`] and [`fetch`] download files from the Hub; [`net`],
 //!   [`names`], [`env`] and [`safe_fs`] are what they share: the HTTP rules (credentials to
 //!   their own origin only, transient failures by type), the checks on names that come from
@@ -67,6 +69,7 @@ pub mod manifest;
 pub mod names;
 pub mod net;
 pub mod progress;
+pub mod remote;
 pub mod safe_fs;
 pub mod transfer;
 pub mod verify;

@@ -108,6 +108,7 @@ enum Reader {
     File(tokio::fs::File),
     Memory(Bytes),
     Zeros,
+    Padded(Bytes),
 }
 
 /// The bytes `start..start + len` of a source, patches applied, in pieces of at most
@@ -125,6 +126,7 @@ impl Span {
             Base::Disk(p) => Reader::Pending(p.clone()),
             Base::Memory(b) => Reader::Memory(b.clone()),
             Base::Zeros(_) => Reader::Zeros,
+            Base::Padded { head, .. } => Reader::Padded(head.clone()),
         };
         let mut patches = source.patches.clone();
         patches.extend(flips.iter().map(|&o| (o, 0xff)));
@@ -155,6 +157,21 @@ impl Span {
                 return Ok(Some(Bytes::from_static(&ZEROS[..n as usize])));
             }
             Reader::Zeros => BytesMut::from(&ZEROS[..n as usize]),
+            Reader::Padded(head) if self.pos >= head.len() as u64 && !patched => {
+                self.pos += n;
+                return Ok(Some(Bytes::from_static(&ZEROS[..n as usize])));
+            }
+            Reader::Padded(head) => {
+                let mut buf = BytesMut::from(&ZEROS[..n as usize]);
+                let head_len = head.len() as u64;
+                if self.pos < head_len {
+                    let end = head_len.min(self.pos + n);
+                    // Both below head.len(), a usize.
+                    let (s, e) = (self.pos as usize, end as usize);
+                    buf[..e - s].copy_from_slice(&head[s..e]);
+                }
+                buf
+            }
             Reader::Memory(b) => {
                 let s = usize::try_from(self.pos).map_err(io::Error::other)?;
                 let e = usize::try_from(self.pos + n).map_err(io::Error::other)?;

@@ -96,6 +96,7 @@ pub struct MockHubBuilder {
     settings: Vec<(String, RepoSettings)>,
     renames: Vec<(String, String)>,
     files: Vec<(String, String, Bytes)>,
+    padded: Vec<(String, String, Bytes, u64)>,
     listing: Vec<(String, serde_json::Value)>,
     hash_cache: bool,
     resolve_cache: bool,
@@ -116,6 +117,7 @@ impl Default for MockHubBuilder {
             settings: Vec::new(),
             renames: Vec::new(),
             files: Vec::new(),
+            padded: Vec::new(),
             listing: Vec::new(),
             hash_cache: true,
             resolve_cache: false,
@@ -232,6 +234,23 @@ impl MockHubBuilder {
         content: impl Into<Bytes>,
     ) -> Self {
         self.files.push((repo.into(), path.into(), content.into()));
+        self
+    }
+
+    /// Adds a file of `size` bytes to repository `repo` (created if needed): `head`, then zero
+    /// bytes, generated while streaming (ranges work; nothing is held or written whole). For a
+    /// large model file whose header is real: a 1 GB GGUF costs its header in memory. Its
+    /// hashes are computed at start by streaming it (about a second per GB). `repo` is
+    /// `org/name` or `datasets/org/name`.
+    pub fn padded_file(
+        mut self,
+        repo: impl Into<String>,
+        path: impl Into<String>,
+        head: impl Into<Bytes>,
+        size: u64,
+    ) -> Self {
+        self.padded
+            .push((repo.into(), path.into(), head.into(), size));
         self
     }
 
@@ -364,6 +383,15 @@ impl MockHubBuilder {
                 path.clone(),
                 Arc::new(repo::memory_entry(path, data.clone())),
             );
+        }
+        for (key, path, head, size) in &self.padded {
+            let key = normalize_key(key)?;
+            let entry = repo::padded_entry(path, head.clone(), *size)
+                .map_err(|e| Error::Config(format!("padded file {path}: {e}")))?;
+            extra
+                .entry(key)
+                .or_default()
+                .insert(path.clone(), Arc::new(entry));
         }
         for (key, files) in extra {
             match map.get_mut(&key) {

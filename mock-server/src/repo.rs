@@ -91,6 +91,15 @@ pub enum Base {
     Memory(Bytes),
     /// This many zero bytes, generated while streaming (files of injected listing entries).
     Zeros(u64),
+    /// `head`, then zero bytes up to `size` in all, generated while streaming: a large model
+    /// file (a real header, then its data) that is never held or written whole
+    /// ([`crate::MockHubBuilder::padded_file`]).
+    Padded {
+        /// The first bytes.
+        head: Bytes,
+        /// The file's size (at least `head`'s length).
+        size: u64,
+    },
 }
 
 /// A file's content: a base plus byte patches (`offset`, xor mask) applied while streaming, so a
@@ -524,11 +533,16 @@ pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
         Base::Memory(b) => Box::new(io::Cursor::new(b.clone())),
         Base::Disk(p) => Box::new(fs::File::open(p)?),
         Base::Zeros(n) => Box::new(io::repeat(0).take(*n)),
+        Base::Padded { head, size } => Box::new(
+            io::Cursor::new(head.clone())
+                .chain(io::repeat(0).take(size.saturating_sub(head.len() as u64))),
+        ),
     };
     let len = match &source.base {
         Base::Memory(b) => b.len() as u64,
         Base::Disk(p) => fs::metadata(p)?.len(),
         Base::Zeros(n) => *n,
+        Base::Padded { head, size } => (*size).max(head.len() as u64),
     };
     let mut sha256 = Sha256::new();
     let mut sha1 = Sha1::new();
@@ -574,6 +588,26 @@ pub fn memory_entry(path: &str, data: Bytes) -> FileEntry {
             patches: Vec::new(),
         },
     }
+}
+
+/// Builds a file entry of `size` bytes: `head`, then zeros (hashed by streaming them, nothing
+/// allocated whole).
+pub fn padded_entry(path: &str, head: Bytes, size: u64) -> io::Result<FileEntry> {
+    let source = Source {
+        base: Base::Padded {
+            size: size.max(head.len() as u64),
+            head,
+        },
+        patches: Vec::new(),
+    };
+    let (sha256, git_sha1, size) = hash_source(&source)?;
+    Ok(FileEntry {
+        path: path.to_string(),
+        size,
+        sha256,
+        git_sha1,
+        source,
+    })
 }
 
 /// Formats seconds since the epoch as `YYYY-MM-DDTHH:MM:SS.000Z`.

@@ -1,14 +1,19 @@
 //! `weight-inspect`: inspect and verify GGUF and safetensors files.
 //!
-//! A thin shell over `weight_inspect::verify`: it parses arguments, prints reports and maps
-//! outcomes to exit codes (0 all valid, 2 some model invalid, 1 usage or I/O error).
+//! A thin shell over `weight_inspect::verify` (and `weight_inspect::remote` for models on the
+//! Hub): it parses arguments, prints reports and maps outcomes to exit codes (0 all valid, 2
+//! some model invalid, 1 usage or I/O error, 3 network or server failure, 4 not found or access
+//! denied on the Hub).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use clap::Parser;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use weight_inspect::fetch::ExitClass;
+use weight_inspect::hub::HubConfig;
 use weight_inspect::names::escape as esc;
+use weight_inspect::remote::{self, RemoteError};
 use weight_inspect::verify::{self, InspectError, Options, Report};
 
 /// Inspect and verify GGUF and safetensors model files.
@@ -17,7 +22,16 @@ use weight_inspect::verify::{self, InspectError, Options, Report};
 #[command(
     after_help = "PATH is a .gguf or .safetensors file, a model.safetensors.index.json, \
 the first shard of a split GGUF (NAME-00001-of-0000N.gguf), or a folder (every model in it).\n\n\
-Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error."
+PATH may also name a model on the Hugging Face Hub (or HF_ENDPOINT, --endpoint), when no local \
+file has that name: hf://org/name/file.gguf, hf://datasets/org/name/path, org/name:Q4_K_M (the \
+GGUF wi-fetch would pick for that tag), org/name or hf.co/org/name[:TAG] (the model wi-fetch \
+would fetch), or https://host/org/name/resolve/REVISION/path. Only the headers are read, with \
+HTTP range requests (all parts of a split GGUF or sharded safetensors); tensor data is never \
+read, so --verify hashes nothing there. The token (--token, HF_TOKEN, else $HF_TOKEN_PATH or \
+$HF_HOME/token) goes to the endpoint's origin only.\n\n\
+Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error; \
+3 network or server failure after retries; 4 repository, revision or file not found, or access \
+denied (as wi-fetch). When several fail differently: 4, then 3, then 1."
 )]
 struct Cli {
     /// Print one JSON object per model (JSON Lines) instead of a table.
@@ -29,7 +43,17 @@ struct Cli {
     /// Treat warnings as failures (exit 2).
     #[arg(long)]
     strict: bool,
-    /// Files or folders to inspect.
+    /// Hub URL for models on the Hub (default: HF_ENDPOINT, else https://huggingface.co).
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Access token for models on the Hub (default: HF_TOKEN, then the file $HF_TOKEN_PATH or
+    /// $HF_HOME/token), sent to the endpoint's origin only.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Branch, tag or commit of models on the Hub (default main).
+    #[arg(long, value_name = "REV")]
+    revision: Option<String>,
+    /// Files or folders to inspect, or models on the Hub.
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
 }
@@ -56,8 +80,49 @@ fn main() -> ExitCode {
     };
     let mut any_invalid = false;
     let mut any_io = false;
+    let mut failed: Option<ExitClass> = None;
     let mut first = true;
+    let mut runtime = None;
     for path in &cli.paths {
+        if let Some(spec) = path
+            .to_str()
+            .filter(|s| !path.exists() && remote::looks_remote(s))
+        {
+            let rt = match &mut runtime {
+                Some(rt) => rt,
+                None => match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => runtime.insert(rt),
+                    Err(e) => {
+                        eprintln!("weight-inspect: error: cannot start the HTTP runtime: {e}");
+                        return ExitCode::from(EXIT_USAGE_OR_IO);
+                    }
+                },
+            };
+            match rt.block_on(inspect_remote(spec, &cli, &opts)) {
+                Ok(inspection) => {
+                    if let Some(n) = &inspection.notice {
+                        eprintln!("weight-inspect: note: {}", esc(n));
+                    }
+                    for report in &inspection.reports {
+                        any_invalid |= !report.valid;
+                        if let Err(code) = emit(report, &cli, &mut first) {
+                            return code;
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
+                    let class = e.exit_class();
+                    if failed.is_none_or(|f| class.severity() > f.severity()) {
+                        failed = Some(class);
+                    }
+                }
+            }
+            continue;
+        }
         let targets = if path.is_dir() {
             match verify::discover(path) {
                 Ok(t) => t,
@@ -74,20 +139,8 @@ fn main() -> ExitCode {
             match verify::verify_path(&target, &opts) {
                 Ok(report) => {
                     any_invalid |= !report.valid;
-                    let written = if cli.json {
-                        json_line(&report)
-                    } else {
-                        let sep = if first { "" } else { "\n" };
-                        let out = format!("{sep}{}", table(&report, cli.verify));
-                        io::stdout().lock().write_all(out.as_bytes())
-                    };
-                    first = false;
-                    if let Err(e) = written {
-                        if e.kind() == io::ErrorKind::BrokenPipe {
-                            return ExitCode::SUCCESS;
-                        }
-                        eprintln!("weight-inspect: error: writing output: {e}");
-                        return ExitCode::from(EXIT_USAGE_OR_IO);
+                    if let Err(code) = emit(&report, &cli, &mut first) {
+                        return code;
                     }
                 }
                 Err(e) => {
@@ -97,8 +150,11 @@ fn main() -> ExitCode {
             }
         }
     }
-    if any_io {
-        ExitCode::from(EXIT_USAGE_OR_IO)
+    if any_io && failed.is_none_or(|f| ExitClass::Local.severity() > f.severity()) {
+        failed = Some(ExitClass::Local);
+    }
+    if let Some(class) = failed {
+        ExitCode::from(u8::try_from(class.code()).unwrap_or(EXIT_USAGE_OR_IO))
     } else if any_invalid {
         ExitCode::from(EXIT_INVALID)
     } else {
@@ -458,6 +514,46 @@ I/O error, or a manifest that cannot be read or trusted."
     }
 }
 
+/// Prints one report (a table, or a JSON line); `Err` is the exit code to stop with (a broken
+/// pipe ends quietly).
+fn emit(report: &Report, cli: &Cli, first: &mut bool) -> Result<(), ExitCode> {
+    let written = if cli.json {
+        json_line(report)
+    } else {
+        let sep = if *first { "" } else { "\n" };
+        let out = format!("{sep}{}", table(report, cli.verify));
+        io::stdout().lock().write_all(out.as_bytes())
+    };
+    *first = false;
+    match written {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("weight-inspect: error: writing output: {e}");
+            Err(ExitCode::from(EXIT_USAGE_OR_IO))
+        }
+    }
+}
+
+/// A model on the Hub: the endpoint and token as wi-fetch finds them, `--endpoint` and
+/// `--revision` over them.
+async fn inspect_remote(
+    spec: &str,
+    cli: &Cli,
+    opts: &Options,
+) -> Result<remote::Inspection, RemoteError> {
+    let target = remote::parse_target(spec, cli.revision.as_deref())?;
+    let mut cfg = HubConfig::from_env();
+    if let Some(e) = &cli.endpoint {
+        cfg.endpoint = e.clone();
+    }
+    if let Some(t) = &cli.token {
+        cfg.token = weight_inspect::hub::Token::new(t);
+    }
+    let hub = remote::client_for(&target, cfg)?;
+    remote::inspect(&hub, &target, opts).await
+}
+
 fn report_error(e: &InspectError) {
     // The message holds a path, and a file name can hold terminal escapes.
     eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
@@ -539,6 +635,24 @@ fn table(r: &Report, verify: bool) -> String {
         let _ = write!(size, ", {} files", r.files.len());
     }
     row(&mut s, "size", size);
+    if let Some(h) = &r.header_only {
+        let mut at = esc(&h.url).into_owned();
+        if let Some(c) = &h.commit {
+            let _ = write!(at, " (commit {})", esc(c));
+        }
+        row(&mut s, "source", at);
+        row(
+            &mut s,
+            "remote",
+            format!(
+                "header only: {} bytes read of {} in {} request{}; tensor data not read",
+                grouped(h.bytes_read),
+                grouped(r.file_size),
+                h.requests,
+                if h.requests == 1 { "" } else { "s" }
+            ),
+        );
+    }
     if let (Some(t), Some(m)) = (r.tensor_count, r.metadata_count) {
         row(
             &mut s,
@@ -586,6 +700,13 @@ fn table(r: &Report, verify: bool) -> String {
         for (i, chunk) in list.chunks(4).enumerate() {
             row(&mut s, if i == 0 { "dtypes" } else { "" }, chunk.join(", "));
         }
+    }
+    if verify && r.remote {
+        row(
+            &mut s,
+            "checksums",
+            "not computed: the tensor data was not read (header only)".to_string(),
+        );
     }
     if verify && r.hashed {
         let hashed = r.tensors.iter().filter(|t| t.sha256.is_some()).count();

@@ -376,6 +376,12 @@ impl Header {
 /// Which format the bytes hold, decided by structure: a GGUF magic, or a plausible
 /// safetensors header (an 8-byte length that fits, followed by `{`).
 pub fn detect(bytes: &[u8]) -> Option<Format> {
+    detect_in(bytes, bytes.len() as u64)
+}
+
+/// [`detect`] for the first bytes of a file of `file_size` bytes (a safetensors header length
+/// must fit in the file, not in the bytes read).
+fn detect_in(bytes: &[u8], file_size: u64) -> Option<Format> {
     if bytes.len() >= 4 && &bytes[..4] == b"GGUF" {
         return Some(Format::Gguf);
     }
@@ -383,7 +389,7 @@ pub fn detect(bytes: &[u8]) -> Option<Format> {
         let mut n = [0u8; 8];
         n.copy_from_slice(&bytes[..8]);
         let n = u64::from_le_bytes(n);
-        if n >= 2 && n <= (bytes.len() as u64 - 8) && bytes[8] == b'{' {
+        if n >= 2 && n <= file_size.saturating_sub(8) && bytes[8] == b'{' {
             return Some(Format::Safetensors);
         }
     }
@@ -392,9 +398,20 @@ pub fn detect(bytes: &[u8]) -> Option<Format> {
 
 /// Parse the header of a GGUF or safetensors file held in `bytes` (the whole file).
 pub fn parse(bytes: &[u8]) -> Result<Header, FormatError> {
-    match detect(bytes) {
-        Some(Format::Gguf) => gguf::parse(bytes).map(Header::Gguf),
-        Some(_) => safetensors::parse(bytes).map(Header::Safetensors),
+    parse_header(bytes, bytes.len() as u64)
+}
+
+/// Parse the header of a GGUF or safetensors file of `file_size` bytes from its first bytes:
+/// the whole file (what [`parse`] does with a memory map) or a prefix holding the header (read
+/// over the network). The one entry point of both: see [`gguf::parse_header`] and
+/// [`safetensors::parse_header`] for what a prefix too short gives.
+pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Header, FormatError> {
+    let bytes = &bytes[..bytes
+        .len()
+        .min(usize::try_from(file_size).unwrap_or(usize::MAX))];
+    match detect_in(bytes, file_size) {
+        Some(Format::Gguf) => gguf::parse_header(bytes, file_size).map(Header::Gguf),
+        Some(_) => safetensors::parse_header(bytes, file_size).map(Header::Safetensors),
         None => {
             // Give the most useful error: a GGUF-looking prefix gets the GGUF parser's
             // message, anything else a safetensors attempt (which explains the length).
@@ -407,8 +424,15 @@ pub fn parse(bytes: &[u8]) -> Result<Header, FormatError> {
                     0,
                 ))
             } else {
-                match safetensors::parse(bytes) {
+                match safetensors::parse_header(bytes, file_size) {
                     Ok(h) => Ok(Header::Safetensors(h)),
+                    // Only a prefix was read: say how much more a header would need.
+                    Err(e)
+                        if (bytes.len() as u64) < file_size
+                            && matches!(e.kind, FormatErrorKind::Truncated { .. }) =>
+                    {
+                        Err(e)
+                    }
                     Err(e) => Err(FormatError::new(
                         FormatErrorKind::UnknownFormat(format!(
                             "no GGUF magic, and not safetensors either ({})",

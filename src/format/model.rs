@@ -107,6 +107,13 @@ pub enum ViewError {
         /// Required alignment.
         align: usize,
     },
+    /// The file was read from a server by its header only (see
+    /// [`ModelFile::from_header_bytes`]): the tensor's bytes were never read.
+    #[error("tensor '{tensor}': only the header of the file was read, not its data")]
+    NotRead {
+        /// Tensor name.
+        tensor: String,
+    },
     /// The tensor's bytes are not inside the file (an invalid file).
     #[error("tensor '{tensor}' (bytes {start}..{end}) lies outside the {file_size}-byte file")]
     OutOfBounds {
@@ -121,12 +128,31 @@ pub enum ViewError {
     },
 }
 
-/// One memory-mapped model file with its parsed header.
+/// One model file with its parsed header: memory-mapped from disk ([`ModelFile::open`]), or
+/// just its first bytes, read from a server ([`ModelFile::from_header_bytes`]).
 #[derive(Debug)]
 pub struct ModelFile {
     path: PathBuf,
-    map: Mmap,
+    bytes: Bytes,
     header: Header,
+}
+
+/// Where a [`ModelFile`]'s bytes are.
+#[derive(Debug)]
+enum Bytes {
+    /// The whole file, mapped.
+    Map(Mmap),
+    /// The first bytes of a file of `size` bytes (its header), read into memory.
+    Prefix { head: Vec<u8>, size: u64 },
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m.as_bytes(),
+            Bytes::Prefix { head, .. } => head,
+        }
+    }
 }
 
 impl ModelFile {
@@ -152,9 +178,35 @@ impl ModelFile {
         })?;
         Ok(ModelFile {
             path: path.to_path_buf(),
-            map,
+            bytes: Bytes::Map(map),
             header,
         })
+    }
+
+    /// A file known by its first bytes only: `head` holds at least its header (see
+    /// [`super::parse_header`]), `size` is the size of the whole file, `path` names it in
+    /// reports (for a file on a server, its `hf://` name). The header is parsed exactly as
+    /// [`ModelFile::open`] parses a mapped file, the data rules checked against `size`; tensor
+    /// views of bytes past `head` are [`ViewError::NotRead`].
+    pub fn from_header_bytes(
+        path: PathBuf,
+        head: Vec<u8>,
+        size: u64,
+    ) -> Result<ModelFile, OpenError> {
+        match super::parse_header(&head, size) {
+            Ok(header) => Ok(ModelFile {
+                path,
+                bytes: Bytes::Prefix { head, size },
+                header,
+            }),
+            Err(source) => Err(OpenError::Format { path, source }),
+        }
+    }
+
+    /// Whether only the header of the file was read ([`ModelFile::from_header_bytes`]): its
+    /// tensor data cannot be viewed or hashed.
+    pub fn is_header_only(&self) -> bool {
+        matches!(self.bytes, Bytes::Prefix { .. })
     }
 
     /// The file's path.
@@ -175,14 +227,18 @@ impl ModelFile {
         }
     }
 
-    /// The whole mapped file.
+    /// The whole mapped file; for a file known by its header only
+    /// ([`ModelFile::is_header_only`]), the bytes that were read.
     pub fn bytes(&self) -> &[u8] {
-        self.map.as_bytes()
+        self.bytes.as_slice()
     }
 
-    /// File size in bytes.
+    /// File size in bytes (of the whole file, also when only its header was read).
     pub fn size(&self) -> u64 {
-        self.map.as_bytes().len() as u64
+        match &self.bytes {
+            Bytes::Map(m) => m.as_bytes().len() as u64,
+            Bytes::Prefix { size, .. } => *size,
+        }
     }
 
     /// The tensors of this file.
@@ -199,17 +255,30 @@ impl ModelFile {
     /// A view of `info`'s bytes (which must be one of this file's tensors), checked to lie
     /// inside the file.
     pub fn view<'a>(&'a self, info: &'a TensorInfo) -> Result<TensorView<'a>, ViewError> {
-        let bytes = self.map.as_bytes();
+        let bytes = self.bytes.as_slice();
         let out_of_bounds = || ViewError::OutOfBounds {
             tensor: info.name.clone(),
             start: info.offset,
             end: info.offset.saturating_add(info.n_bytes),
-            file_size: bytes.len() as u64,
+            file_size: self.size(),
         };
-        let start = usize::try_from(info.offset).map_err(|_| out_of_bounds())?;
-        let len = usize::try_from(info.n_bytes).map_err(|_| out_of_bounds())?;
-        let end = start.checked_add(len).ok_or_else(out_of_bounds)?;
-        let data = bytes.get(start..end).ok_or_else(out_of_bounds)?;
+        let missing = || match self.bytes {
+            Bytes::Prefix { .. }
+                if info
+                    .offset
+                    .checked_add(info.n_bytes)
+                    .is_some_and(|e| e <= self.size()) =>
+            {
+                ViewError::NotRead {
+                    tensor: info.name.clone(),
+                }
+            }
+            _ => out_of_bounds(),
+        };
+        let start = usize::try_from(info.offset).map_err(|_| missing())?;
+        let len = usize::try_from(info.n_bytes).map_err(|_| missing())?;
+        let end = start.checked_add(len).ok_or_else(missing)?;
+        let data = bytes.get(start..end).ok_or_else(missing)?;
         Ok(TensorView {
             info,
             data,
@@ -219,7 +288,9 @@ impl ModelFile {
 
     /// Advise the kernel that the file will be read front to back (before hashing it all).
     pub fn advise_sequential(&self) {
-        self.map.advise_sequential();
+        if let Bytes::Map(m) = &self.bytes {
+            m.advise_sequential();
+        }
     }
 }
 
@@ -337,13 +408,17 @@ impl Model {
                 return Model::open_split_gguf(path, &name);
             }
         }
-        let file = ModelFile::open(path)?;
-        Ok(Model {
+        Ok(Model::single(ModelFile::open(path)?))
+    }
+
+    /// A model of one file.
+    pub fn single(file: ModelFile) -> Model {
+        Model {
             format: file.format(),
-            path: path.to_path_buf(),
+            path: file.path().to_path_buf(),
             files: vec![file],
             diagnostics: Vec::new(),
-        })
+        }
     }
 
     fn open_split_gguf(path: &Path, name: &str) -> Result<Model, OpenError> {
@@ -356,6 +431,13 @@ impl Model {
                 files.push(ModelFile::open(&p)?);
             }
         }
+        Model::split_gguf(path, files)
+    }
+
+    /// A split GGUF from the shards found (in shard order; missing ones left out, they are
+    /// reported), named by `path` (its first shard), with the cross-shard checks of
+    /// [`gguf::check_split`]. The shards may be mapped files or headers read from a server.
+    pub fn split_gguf(path: &Path, files: Vec<ModelFile>) -> Result<Model, OpenError> {
         let mut shards = Vec::with_capacity(files.len());
         for f in &files {
             match f.header() {
@@ -391,13 +473,25 @@ impl Model {
         let parent = path.parent().unwrap_or(Path::new(""));
         let mut files = Vec::new();
         // Missing shards are reported by `check_sharded`, which knows what the index names.
-        let mut diagnostics = index.diagnostics.clone();
         for shard in index.shard_files() {
             let p = parent.join(&shard);
             if p.exists() {
                 files.push(ModelFile::open(&p)?);
             }
         }
+        Model::sharded_safetensors(path, &index, files)
+    }
+
+    /// A sharded safetensors checkpoint from its index (read from `path`) and the shards found
+    /// (missing ones left out, they are reported), with the checks of
+    /// [`safetensors::check_sharded`]. The shards may be mapped files or headers read from a
+    /// server.
+    pub fn sharded_safetensors(
+        path: &Path,
+        index: &safetensors::ShardIndex,
+        files: Vec<ModelFile>,
+    ) -> Result<Model, OpenError> {
+        let mut diagnostics = index.diagnostics.clone();
         let mut shards = Vec::with_capacity(files.len());
         for f in &files {
             match f.header() {
@@ -421,7 +515,7 @@ impl Model {
                 }
             }
         }
-        diagnostics.extend(safetensors::check_sharded(&index, &shards));
+        diagnostics.extend(safetensors::check_sharded(index, &shards));
         if files.is_empty() {
             return Err(OpenError::Format {
                 path: path.to_path_buf(),

@@ -24,6 +24,7 @@
 mod error;
 mod listing;
 mod metadata;
+mod range;
 mod request;
 
 pub use crate::env::{
@@ -37,6 +38,7 @@ pub use crate::net::{is_transient_status as is_retryable_status, normalize_etag,
 pub use error::HubError;
 pub use listing::{load_tree, save_tree, RefusedEntry, RemoteFile, RepoListing};
 pub use metadata::FileMetadata;
+pub use range::RangeRead;
 
 /// For the fuzz targets (feature `fuzzing`).
 #[cfg(feature = "fuzzing")]

@@ -8,7 +8,9 @@
 //! `valid: false` and the error); only I/O failures (missing file, permissions) are `Err`.
 
 use crate::format::model::OpenError;
-use crate::format::{gguf, Diagnostic, Diagnostics, Endianness, Format, Header, Model, Severity};
+use crate::format::{
+    gguf, Diagnostic, Diagnostics, Endianness, Format, FormatError, Header, Model, Severity,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -154,6 +156,29 @@ pub struct Report {
     pub llama_cpp_loadable: Option<bool>,
     /// Whether per-tensor hashes were computed.
     pub hashed: bool,
+    /// True when the model was inspected on a server from its headers only (`weight-inspect
+    /// hf://…`): no tensor data was read, so nothing was hashed. Absent for local files.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
+    /// For a remote model: what was read to inspect it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_only: Option<HeaderOnly>,
+}
+
+/// What was read of a model on a server to inspect it ([`Report::header_only`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HeaderOnly {
+    /// Where it was read: the resolve URL of its first file (or index), without query.
+    pub url: String,
+    /// The revision asked for.
+    pub revision: String,
+    /// The commit the files were read at, when the server named it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Bytes of the files received, over every file of the model (an index included).
+    pub bytes_read: u64,
+    /// HTTP requests made for them (redirects and retries included).
+    pub requests: u64,
 }
 
 impl Report {
@@ -183,6 +208,8 @@ impl Report {
             diagnostics: Vec::new(),
             llama_cpp_loadable: None,
             hashed: false,
+            remote: false,
+            header_only: None,
         }
     }
 
@@ -208,23 +235,36 @@ pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> 
         Ok(model) => Ok(verify_model(&model, opts)),
         Err(OpenError::Io { path, source }) => Err(InspectError::Io { path, source }),
         Err(OpenError::Format { path: bad, source }) => {
-            let mut report = Report::empty(path);
-            report.file_size = std::fs::metadata(&bad).map(|m| m.len()).unwrap_or(0);
-            let message = if bad == path {
-                source.to_string()
-            } else {
-                format!("{}: {source}", bad.display())
-            };
-            // Through the budget, so that a message quoting a long name is cut.
-            let mut diags = Diagnostics::new();
-            diags.error(source.code(), message);
-            for d in diags.finish() {
-                report.push(d);
-            }
-            report.settle(opts.strict);
-            Ok(report)
+            let size = std::fs::metadata(&bad).map(|m| m.len()).unwrap_or(0);
+            Ok(report_format_error(path, &bad, size, &source, opts))
         }
     }
+}
+
+/// The report on a model (named `path`) one of whose files (`bad`, of `file_size` bytes)
+/// cannot be parsed at all: `valid: false` with the error, as [`verify_path`] gives it.
+pub fn report_format_error(
+    path: &Path,
+    bad: &Path,
+    file_size: u64,
+    source: &FormatError,
+    opts: &Options,
+) -> Report {
+    let mut report = Report::empty(path);
+    report.file_size = file_size;
+    let message = if bad == path {
+        source.to_string()
+    } else {
+        format!("{}: {source}", bad.display())
+    };
+    // Through the budget, so that a message quoting a long name is cut.
+    let mut diags = Diagnostics::new();
+    diags.error(source.code(), message);
+    for d in diags.finish() {
+        report.push(d);
+    }
+    report.settle(opts.strict);
+    report
 }
 
 /// Diagnostics about model-level metadata that a split GGUF's later shards need not carry.
@@ -344,7 +384,9 @@ pub fn verify_model(model: &Model, opts: &Options) -> Report {
     report.total_params = Some(params);
     report.data_size = Some(data);
 
-    if opts.hash_tensors {
+    // A model read from a server by its headers has no data here to hash.
+    report.remote = model.files().iter().any(|f| f.is_header_only());
+    if opts.hash_tensors && !report.remote {
         let hashes = hash_tensors(model);
         for (entry, hash) in report.tensors.iter_mut().zip(hashes) {
             entry.sha256 = hash.map(hex::encode);

@@ -216,8 +216,24 @@ impl GgufHeader {
 /// Parse a GGUF file held in `bytes`: the preamble, the metadata, the tensor infos, then the
 /// rules on the layout and on the metadata as a whole.
 pub fn parse(bytes: &[u8]) -> Result<GgufHeader, FormatError> {
-    let file_size = bytes.len() as u64;
+    parse_header(bytes, bytes.len() as u64)
+}
+
+/// Parse a GGUF header from the first bytes of a file of `file_size` bytes: `bytes` is the
+/// whole file ([`parse`]) or a prefix of it that holds at least the header (a header read
+/// over the network, see [`crate::remote`]). The rules that concern the data section (bounds,
+/// tail padding) are checked against `file_size`; the header itself must lie in `bytes`.
+///
+/// A prefix too short for the header gives [`FormatErrorKind::Truncated`] whose `offset +
+/// needed` is a lower bound on the bytes the header needs (a length that could not fit in
+/// `file_size` bytes is [`FormatErrorKind::LengthTooLarge`], as for a whole file). `bytes`
+/// longer than `file_size` is read as `file_size` bytes.
+pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<GgufHeader, FormatError> {
+    let bytes = &bytes[..bytes
+        .len()
+        .min(usize::try_from(file_size).unwrap_or(usize::MAX))];
     let mut r = Reader::new(bytes, false, 3);
+    r.file_len = file_size;
     let (version, big) = read_preamble(&mut r)?;
     let v1 = version == 1;
     let (tensor_count, kv_count) = read_counts(&mut r)?;

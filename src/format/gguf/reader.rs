@@ -62,6 +62,9 @@ pub(super) struct Reader<'a> {
     pub(super) v1: bool,
     pub(super) version: u32,
     pub(super) ctx: Ctx<'a>,
+    /// Size of the whole file `bytes` begins (equal to `bytes.len()` unless only a prefix was
+    /// read, see [`super::parse_header`]): a length up to it is a cut read, not an absurd one.
+    pub(super) file_len: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -73,6 +76,7 @@ impl<'a> Reader<'a> {
             v1: version == 1,
             version,
             ctx: Ctx::Header("magic"),
+            file_len: bytes.len() as u64,
         }
     }
 
@@ -93,8 +97,8 @@ impl<'a> Reader<'a> {
 
     /// `needed` bytes for `count` items (`count` is what the file says) must remain. A need
     /// that no plausible file could meet (beyond both the whole file and 1 GiB, or
-    /// overflowing) is `LengthTooLarge`; a smaller shortfall reads as a cut file,
-    /// `Truncated`.
+    /// overflowing) is `LengthTooLarge`; a smaller shortfall reads as a cut file (or, when
+    /// only a prefix of the file was read, a prefix too short), `Truncated`.
     pub(super) fn check_fits(
         &self,
         what: &str,
@@ -105,7 +109,7 @@ impl<'a> Reader<'a> {
         let available = self.remaining();
         match needed {
             Some(n) if n <= available => Ok(()),
-            Some(n) if n <= (self.bytes.len() as u64).max(MAX_STRING_LEN) => Err(FormatError::new(
+            Some(n) if n <= self.file_len.max(MAX_STRING_LEN) => Err(FormatError::new(
                 FormatErrorKind::Truncated {
                     what: format!("{} ({what} {count})", self.ctx),
                     needed: n,

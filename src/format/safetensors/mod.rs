@@ -341,13 +341,27 @@ impl SafetensorsHeader {
 /// A [`FormatError`] when the header cannot be read at all (see the module docs); every
 /// other rule violation is a [`Diagnostic`] in the result.
 pub fn parse(bytes: &[u8]) -> Result<SafetensorsHeader, FormatError> {
-    let file_size = bytes.len() as u64;
+    parse_header(bytes, bytes.len() as u64)
+}
+
+/// Parse a safetensors header from the first bytes of a file of `file_size` bytes: `bytes` is
+/// the whole file ([`parse`]) or a prefix of it holding at least the `8 + N` header bytes (a
+/// header read over the network, see [`crate::remote`]). The layout rules (bounds, trailing
+/// bytes) are checked against `file_size`.
+///
+/// A prefix shorter than `8 + N` (with `8 + N ≤ file_size`) gives
+/// [`FormatErrorKind::Truncated`] at offset 8 with `needed` = N, so `offset + needed` is
+/// exactly the bytes to read. `bytes` longer than `file_size` is read as `file_size` bytes.
+pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<SafetensorsHeader, FormatError> {
+    let bytes = &bytes[..bytes
+        .len()
+        .min(usize::try_from(file_size).unwrap_or(usize::MAX))];
     let Some(len_bytes) = bytes.get(..8) else {
         return Err(FormatError::new(
             FormatErrorKind::Truncated {
                 what: "safetensors header length (u64)".into(),
                 needed: 8,
-                available: file_size,
+                available: bytes.len() as u64,
             },
             0,
         ));
@@ -361,18 +375,24 @@ pub fn parse(bytes: &[u8]) -> Result<SafetensorsHeader, FormatError> {
             0,
         ));
     }
-    let available = file_size - 8;
-    if header_len > available {
+    // `bytes` holds at least 8 bytes and at most `file_size`, so neither subtraction wraps.
+    let in_file = file_size - 8;
+    let read = bytes.len() as u64 - 8;
+    if header_len > in_file || header_len > read {
         return Err(FormatError::new(
             FormatErrorKind::Truncated {
-                what: "safetensors JSON header".into(),
+                what: if header_len > in_file {
+                    "safetensors JSON header".into()
+                } else {
+                    "safetensors JSON header (only a prefix of the file was read)".into()
+                },
                 needed: header_len,
-                available,
+                available: read,
             },
             8,
         ));
     }
-    // header_len <= available < usize::MAX here, so the conversion and the slice are exact.
+    // header_len <= read < usize::MAX here, so the conversion and the slice are exact.
     let data_offset = 8 + header_len;
     let header_bytes = &bytes[8..data_offset as usize];
     let text = std::str::from_utf8(header_bytes).map_err(|e| {
