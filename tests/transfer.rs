@@ -481,6 +481,84 @@ async fn cut_connections_keep_their_bytes_and_resume_mid_chunk() {
     );
 }
 
+/// A connection cut after it delivered bytes is the link failing, not the server: the rest of
+/// the range is asked for at once (here the backoff is an hour, so any wait would show), and
+/// the three cuts are three immediate retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_after_progress_is_retried_at_once() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::CutAfter { bytes: 10_000 }.on(Target::Cdn).times(3));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let hour = Duration::from_secs(3600);
+    let cfg = config().with_retry_delays(hour, hour);
+    let done = tokio::time::timeout(Duration::from_secs(60), engine(cfg).download(&spec, &rec))
+        .await
+        .expect("a retry waited for its backoff");
+    done.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let delays: Vec<Duration> = rec
+        .seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Retry { delay, .. } => Some(delay),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delays, vec![Duration::ZERO; 3]);
+}
+
+/// The signed CDN location the resolve URL redirects to is reused by the next requests until
+/// it fails: 32 chunks over two connections cost at most two trips through the Hub, not 32;
+/// when the CDN refuses it (an expired signature: 403), the next request asks the Hub for a
+/// fresh one and the download goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_cdn_urls_are_reused_until_they_fail() {
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 2,
+        ..config()
+    };
+    engine(cfg.clone())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let st = fx.hub.stats().file(REPO, LFS);
+    let chunks = (SIZE as u64).div_ceil(CHUNK);
+    assert_eq!(st.cdn_requests, chunks, "{st:?}");
+    let through_hub = st.get_requests - st.cdn_requests;
+    assert!(
+        (1..=2).contains(&through_hub),
+        "{through_hub} requests went through the resolve URL"
+    );
+
+    // Half-way, the CDN refuses the location in use once.
+    let fx = fixture().await;
+    let faults = fx.hub.faults().clone();
+    let rec = Recorder {
+        hook_after: Some(SIZE as u64 / 2),
+        hook: Mutex::new(Some(Box::new(move || {
+            faults.push(Fault::status(403).on(Target::Cdn).times(1));
+        }))),
+        ..Recorder::default()
+    };
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 1,
+        ..config()
+    };
+    engine(cfg).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let st = fx.hub.stats().file(REPO, LFS);
+    // One trip for the first location, one for the fresh one after the 403.
+    assert_eq!(st.get_requests - st.cdn_requests, 2, "{st:?}");
+    assert_eq!(rec.retries().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_cuts_everywhere_still_finish() {
     let fx = fixture().await;

@@ -44,6 +44,10 @@ pub(crate) struct Ctx<'a> {
     /// Cancelled when the download must stop: the engine's token was cancelled, or one part
     /// failed for good (the others then wind down, keeping what they received).
     pub stop: CancellationToken,
+    /// The signed location (CDN URL) the resolve URL last redirected to and that served bytes:
+    /// requests start there until it fails with 401/403/404/410, instead of going through the
+    /// Hub's resolve URL each time.
+    pub signed: std::sync::Mutex<Option<url::Url>>,
 }
 
 impl<'a> Ctx<'a> {

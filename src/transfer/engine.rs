@@ -123,6 +123,7 @@ pub(crate) async fn download(
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
         stop: cfg.cancel.child_token(),
+        signed: std::sync::Mutex::new(None),
     };
     ctx.counters.refetch(opened.thrown_away);
     ctx.prefix.resume_from(boundaries);

@@ -60,13 +60,15 @@
 //! Connection errors, timeouts, stalls (no byte for [`EngineConfig::stall_timeout`]), 408, 429
 //! and 5xx answers are retried per chunk with exponential backoff and jitter (honouring
 //! `Retry-After` on 429/503, capped at [`EngineConfig::max_delay`]); bytes a broken connection
-//! already delivered are kept and the retry asks only for the rest of the chunk. An attempt that
+//! already delivered are kept and the retry asks only for the rest of the chunk, at once (a cut
+//! after progress is the link failing, not the server: no backoff). An attempt that
 //! stored new bytes does not count against [`EngineConfig::max_attempts`] (a slow but moving
 //! connection is never given up on); `max_attempts` failures in a row without progress end the
 //! download with an error naming the file, the byte range, the attempts and the time spent.
 //! 401/403/404 from the Hub are final; from the CDN they may be an expired signed URL, so the
-//! resolve URL is asked again once (every request starts at the resolve URL, so each one gets a
-//! freshly signed location). Redirects are followed by hand under the rule of
+//! resolve URL is asked again once. The signed location a redirect led to is reused by the
+//! download's next requests until the CDN refuses it (401/403/404/410: an expired signature),
+//! then a fresh one is asked for. Redirects are followed by hand under the rule of
 //! [`crate::net::redirect`]: the headers of the [`TransferSpec`] (the token) go to the resolve
 //! URL's origin only, judged on the joined `Location`.
 //!
@@ -224,8 +226,9 @@ pub struct RemoteIdentity {
 pub struct TransferSpec {
     /// Path in the repository (for events and messages).
     pub file: String,
-    /// The resolve URL, `{endpoint}/{repo}/resolve/{commit}/{path}`. Every request starts here;
-    /// its redirects (to a CDN with a freshly signed URL) are followed per request.
+    /// The resolve URL, `{endpoint}/{repo}/resolve/{commit}/{path}`. Requests start here until
+    /// one is redirected to a signed CDN location that serves bytes; the next ones start at that
+    /// location until it is refused.
     pub url: String,
     /// Extra headers, e.g. `Authorization: Bearer …`: sent to the resolve URL's origin only,
     /// never across a redirect to another one.

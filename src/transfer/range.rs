@@ -62,7 +62,9 @@ pub(crate) struct Answer {
 pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure> {
     let src = &ctx.source;
     let requested = want.header();
-    let mut chain = Chain::new(src.url.clone(), &src.url);
+    let reused = ctx.signed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let start = reused.clone().unwrap_or_else(|| src.url.clone());
+    let mut chain = Chain::new(start, &src.url);
     let wait = ctx.cfg.connect_timeout + ctx.cfg.stall_timeout;
     let resp = loop {
         let mut req = src
@@ -105,7 +107,19 @@ pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure
         })?;
     };
     let from_hub = net::same_origin(resp.url(), &src.url);
-    check_status(ctx, &resp, from_hub)?;
+    if let Err(f) = check_status(ctx, &resp, from_hub) {
+        if matches!(f.kind, FailKind::Cdn { .. }) {
+            // Expired or refused: the next request asks the resolve URL for a fresh one.
+            let mut s = ctx.signed.lock().unwrap_or_else(|e| e.into_inner());
+            if s.as_ref() == Some(chain.url()) {
+                *s = None;
+            }
+        }
+        return Err(f);
+    }
+    if chain.url() != &src.url && reused.as_ref() != Some(chain.url()) && !from_hub {
+        *ctx.signed.lock().unwrap_or_else(|e| e.into_inner()) = Some(chain.url().clone());
+    }
     let h = resp.headers();
     if let Some(enc) = net::content_encoding(h) {
         return Err(Failure::range(

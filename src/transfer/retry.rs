@@ -2,7 +2,9 @@
 //! are bounded by [`EngineConfig::max_attempts`] (a connection that keeps delivering bytes is
 //! never given up on, as ollama does for stalls, but one that delivers nothing is), with
 //! exponential backoff and jitter between them, honouring `Retry-After` up to
-//! [`EngineConfig::max_delay`]. Nothing loops without progress or bound.
+//! [`EngineConfig::max_delay`]. A connection cut after it delivered bytes is not an overloaded
+//! server: the rest of the range is asked for at once, on a fresh connection. Nothing loops
+//! without progress or bound.
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +62,16 @@ impl<'c> Retrier<'c> {
         if progressed {
             self.fruitless = 0;
             self.backoff = crate::net::backoff(c.base_delay, c.max_delay);
+            // Cut (or stalled) after delivering bytes: the link, not the server, failed.
+            if matches!(
+                f.kind,
+                FailKind::Network {
+                    transient: true,
+                    ..
+                }
+            ) {
+                return Next::Wait(Duration::ZERO);
+            }
         }
         self.fruitless += 1;
         let mut give_up = self.fruitless >= c.max_attempts.max(1);
