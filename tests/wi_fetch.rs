@@ -889,6 +889,45 @@ fn a_complete_partial_is_not_reported_as_resuming() {
     assert_eq!(fs::read(&lines(&o)[0]).unwrap(), data);
 }
 
+/// Why a download was slow is in its summary: retries by cause (two cuts after progress, one
+/// 503, one 429) and the connections used (the most at once, and the mean), in the JSON and
+/// on the final line.
+#[test]
+fn the_summary_says_why_a_download_was_slow() {
+    use mock_server::Target;
+    let data = big_file(2 << 20);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .file("slow/model", "w.bin", data.clone())
+            .fault(Fault::CutAfter { bytes: 50_000 }.on(Target::Cdn).times(2))
+            .fault(Fault::status(503).on(Target::Cdn).times(1))
+            .fault(Fault::too_many_requests(0).on(Target::Cdn).times(1)),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(ranged_args("slow/model", "w.bin")).arg("--json");
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let causes = &v["files"][0]["retry_causes"];
+    assert_eq!(causes["cut"], 2, "{v}");
+    assert_eq!(causes["server"], 1, "{v}");
+    assert_eq!(causes["throttled"], 1, "{v}");
+    assert_eq!(v["files"][0]["retries"], 4, "{v}");
+    let peak = v["connections"]["peak"].as_u64().unwrap();
+    let mean = v["connections"]["mean"].as_f64().unwrap();
+    assert!((1..=4).contains(&peak), "{v}");
+    assert!(mean > 0.0 && mean <= peak as f64, "{v}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("4 retries (2 cut, 1 server error, 1 throttled (429))"),
+        "{e}"
+    );
+    assert!(e.contains("connection(s) on average"), "{e}");
+}
+
 /// A second Ctrl-C quits at once (exit code 130), and the next run still completes every file
 /// with the right bytes.
 #[test]

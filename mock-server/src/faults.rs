@@ -603,8 +603,16 @@ impl Faults {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let mut exhausted = false;
-        for rule in inner.rules.iter_mut() {
+        // Answers (a status, a redirect) first: a request answered so has no body, and the
+        // body faults that match it are left for a request that has one.
+        let (answers, others): (Vec<usize>, Vec<usize>) =
+            (0..inner.rules.len()).partition(|&i| inner.rules[i].fault.is_answer());
+        for i in answers.into_iter().chain(others) {
+            let rule = &mut inner.rules[i];
             if rule.target != Target::Any && rule.target != ctx.target {
+                continue;
+            }
+            if rule.fault.is_body_fault() && plan.answer.is_some() {
                 continue;
             }
             if (rule.body_only || rule.fault.is_body_fault()) && !ctx.is_body {

@@ -555,11 +555,14 @@ fn print_summary(s: &FetchSummary) {
     );
     if fetched > 0 {
         line.push_str(&format!(
-            "; fetched {} ({}) in {:.1}s at {}/s",
+            "; fetched {} ({}) in {:.1}s at {}/s over {:.1} connection(s) on average ({} at \
+             most)",
             fetched,
             human_bytes(s.transferred()),
             secs,
-            human_bytes((s.transferred() as f64 / secs) as u64)
+            human_bytes((s.transferred() as f64 / secs) as u64),
+            s.connections.mean,
+            s.connections.peak
         ));
     }
     if s.cached_count() > 0 {
@@ -575,6 +578,14 @@ fn print_summary(s: &FetchSummary) {
         "; re-fetched {} after faults",
         human_bytes(s.refetched())
     ));
+    let causes = s.retry_causes();
+    if causes.total() > 0 {
+        line.push_str(&format!(
+            "; {} retries ({})",
+            causes.total(),
+            causes.describe()
+        ));
+    }
     let (n, ok) = s.verified();
     if n > 0 {
         line.push_str(&format!("; verification: {ok}/{n} model file(s) valid"));

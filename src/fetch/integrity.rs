@@ -522,6 +522,7 @@ pub(super) fn record_from_disk(
         refetched: 0,
         resumed: 0,
         retries: 0,
+        retry_causes: Default::default(),
         elapsed: std::time::Duration::ZERO,
         chunk_size,
         chunks: chunks.iter().map(|c| c.0).collect(),

@@ -102,6 +102,8 @@ pub struct FileReport {
     pub resumed: u64,
     /// Failed attempts that were retried.
     pub retries: u32,
+    /// The same, by cause.
+    pub retry_causes: crate::transfer::RetryCauses,
     /// Time spent on this file.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
     pub elapsed: Duration,
@@ -118,7 +120,7 @@ pub struct FileReport {
 }
 
 /// The result of [`Fetcher::fetch`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FetchSummary {
     /// The repository.
     pub repo: String,
@@ -134,6 +136,9 @@ pub struct FetchSummary {
     /// Wall time.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
     pub elapsed: Duration,
+    /// The connections the fetch used (those of the fetcher's engine during the fetch: the
+    /// most at once, and the mean over its wall time).
+    pub connections: crate::transfer::ConnectionUse,
 }
 
 impl FetchSummary {
@@ -160,6 +165,15 @@ impl FetchSummary {
     /// Failed attempts that were retried, over all files.
     pub fn retries(&self) -> u64 {
         self.files.iter().map(|f| u64::from(f.retries)).sum()
+    }
+
+    /// Retried attempts by cause, over every file.
+    pub fn retry_causes(&self) -> crate::transfer::RetryCauses {
+        let mut c = crate::transfer::RetryCauses::default();
+        for f in &self.files {
+            c.add(&f.retry_causes);
+        }
+        c
     }
 
     /// Files that were already on disk.

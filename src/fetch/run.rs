@@ -146,11 +146,21 @@ impl Fetcher {
         pins: Option<&LockedRepo>,
     ) -> Result<FetchSummary, FetchError> {
         let start = Instant::now();
+        self.engine.reset_peak();
+        let before = self.engine.connections();
         let gate = Gate::new(&*self.reporter);
         let may_retry = !self.offline && !is_commit_hash(&repo.revision);
         let first = self
             .fetch_once(repo, selection, pins, start, &gate, !may_retry)
             .await;
+        let used = |s: FetchSummary| FetchSummary {
+            connections: crate::transfer::ConnectionUse::between(
+                &before,
+                &self.engine.connections(),
+                start.elapsed().as_secs_f64(),
+            ),
+            ..s
+        };
         match first {
             Err(e) if may_retry && remote_changed(&e) => {
                 notice(
@@ -161,10 +171,11 @@ impl Fetcher {
                 gate.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 self.fetch_once(repo, selection, pins, start, &gate, true)
                     .await
+                    .map(used)
             }
             other => {
                 gate.release();
-                other
+                other.map(used)
             }
         }
     }
@@ -302,6 +313,7 @@ impl Fetcher {
             files: reports,
             notice: plan.notice,
             elapsed: start.elapsed(),
+            connections: Default::default(),
         })
     }
 
@@ -561,6 +573,7 @@ impl Fetcher {
             refetched: out.refetched,
             resumed: out.resumed,
             retries: out.retries,
+            retry_causes: out.retry_causes,
             elapsed: t0.elapsed(),
             verification: None,
             chunk_size: None,
@@ -817,6 +830,7 @@ impl Fetcher {
             refetched: 0,
             resumed: 0,
             retries: 0,
+            retry_causes: Default::default(),
             elapsed: t0.elapsed(),
             verification: None,
             chunk_size: None,

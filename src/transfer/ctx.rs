@@ -16,6 +16,7 @@ use super::checkpoint::Checkpoint;
 use super::error::TransferError;
 use super::events::Events;
 use super::failure::Counters;
+use super::gauge::Gauge;
 use super::plan::Plan;
 use super::prefix_hash::PrefixHash;
 use super::source::Source;
@@ -37,6 +38,8 @@ pub(crate) struct Ctx<'a> {
     pub counters: Counters,
     /// The engine's connection budget (shared by every download of the engine).
     pub permits: &'a Semaphore,
+    /// The engine's count of connections in use.
+    pub gauge: &'a Gauge,
     /// The server ignores `Range`: the file is fetched as one sequential stream.
     pub sequential: AtomicBool,
     /// 200 answers to ranged requests seen.
@@ -51,12 +54,18 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// One permit of the connection budget, or `None` once the download must stop.
-    pub async fn permit(&self) -> Option<SemaphorePermit<'a>> {
+    /// One connection of the budget, or `None` once the download must stop.
+    pub async fn permit(&self) -> Option<Conn<'a>> {
         tokio::select! {
             biased;
             () = self.stop.cancelled() => None,
-            p = self.permits.acquire() => Some(p.expect("the engine's semaphore is never closed")),
+            p = self.permits.acquire() => {
+                self.gauge.open();
+                Some(Conn {
+                    _permit: p.expect("the engine's semaphore is never closed"),
+                    gauge: self.gauge,
+                })
+            }
         }
     }
 
@@ -81,5 +90,17 @@ impl<'a> Ctx<'a> {
 
     pub fn is_sequential(&self) -> bool {
         self.sequential.load(Ordering::Acquire)
+    }
+}
+
+/// A connection of the engine's budget in use, counted by its gauge until dropped.
+pub(crate) struct Conn<'a> {
+    _permit: SemaphorePermit<'a>,
+    gauge: &'a Gauge,
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        self.gauge.close();
     }
 }

@@ -14,6 +14,7 @@ use super::ctx::Ctx;
 use super::error::TransferError;
 use super::events::Events;
 use super::failure::Counters;
+use super::gauge::Gauge;
 use super::hash::FileHasher;
 use super::modes;
 use super::partial::LockedPartial;
@@ -34,6 +35,7 @@ pub(crate) struct Inner {
     pub client: reqwest::Client,
     pub config: EngineConfig,
     pub permits: Semaphore,
+    pub gauge: Gauge,
 }
 
 impl Inner {
@@ -43,6 +45,7 @@ impl Inner {
             client,
             config,
             permits,
+            gauge: Gauge::new(),
         }
     }
 }
@@ -120,6 +123,7 @@ pub(crate) async fn download(
         prefix: PrefixHash::new(opened.file.clone(), plan, data_path.clone(), &spec.file),
         counters: Counters::default(),
         permits: &inner.permits,
+        gauge: &inner.gauge,
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
         stop: cfg.cancel.child_token(),
@@ -184,6 +188,7 @@ pub(crate) async fn download(
         refetched: ctx.counters.refetched.load(Ordering::Relaxed),
         resumed: opened.resumed,
         retries: ctx.counters.retries.load(Ordering::Relaxed),
+        retry_causes: ctx.counters.causes(),
         elapsed: started.elapsed(),
         chunk_size: plan.chunk_size,
         chunks: ctx.chunks.lock().digests(),

@@ -84,6 +84,102 @@ impl From<TransferError> for Failure {
     }
 }
 
+/// Retried attempts by cause, so that a slow download says why it was slow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RetryCauses {
+    /// The connection was cut (or its body ended early) after it delivered bytes.
+    pub cut: u32,
+    /// No answer, or no byte, within the timeouts (a stall).
+    pub timeout: u32,
+    /// Connecting or reading failed before any byte of the attempt arrived.
+    pub network: u32,
+    /// The server answered 5xx or 408.
+    pub server: u32,
+    /// The server asked to slow down: 429.
+    pub throttled: u32,
+    /// An answer that did not match the request (range, length, encoding), or the whole file
+    /// to a ranged request.
+    pub bad_answer: u32,
+    /// The CDN refused the signed location (401/403/404/410): a fresh one was asked for.
+    pub cdn_refused: u32,
+}
+
+impl RetryCauses {
+    /// Every retry.
+    pub fn total(&self) -> u32 {
+        self.cut
+            + self.timeout
+            + self.network
+            + self.server
+            + self.throttled
+            + self.bad_answer
+            + self.cdn_refused
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &RetryCauses) {
+        self.cut += other.cut;
+        self.timeout += other.timeout;
+        self.network += other.network;
+        self.server += other.server;
+        self.throttled += other.throttled;
+        self.bad_answer += other.bad_answer;
+        self.cdn_refused += other.cdn_refused;
+    }
+
+    /// `2 cut, 1 server error`, or an empty string without retries.
+    pub fn describe(&self) -> String {
+        [
+            (self.cut, "cut"),
+            (self.timeout, "timed out"),
+            (self.network, "network error"),
+            (self.server, "server error"),
+            (self.throttled, "throttled (429)"),
+            (self.bad_answer, "bad answer"),
+            (self.cdn_refused, "CDN location refused"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
+/// Why an attempt is retried (see [`RetryCauses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    Cut,
+    Timeout,
+    Network,
+    Server,
+    Throttled,
+    BadAnswer,
+    CdnRefused,
+}
+
+impl Failure {
+    /// Why this failed attempt is retried; `progressed`: it stored new bytes first.
+    pub fn cause(&self, progressed: bool) -> Cause {
+        match &self.kind {
+            FailKind::Network { source, .. } => {
+                let kind = source.downcast_ref::<io::Error>().map(io::Error::kind);
+                if kind == Some(io::ErrorKind::TimedOut) {
+                    Cause::Timeout
+                } else if progressed || kind == Some(io::ErrorKind::UnexpectedEof) {
+                    Cause::Cut
+                } else {
+                    Cause::Network
+                }
+            }
+            FailKind::Status { status: 429, .. } => Cause::Throttled,
+            FailKind::Status { .. } | FailKind::Fatal(_) => Cause::Server,
+            FailKind::Range { .. } | FailKind::RangeIgnored { .. } => Cause::BadAnswer,
+            FailKind::Cdn { .. } => Cause::CdnRefused,
+        }
+    }
+}
+
 /// What a download counts, for its outcome.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -93,9 +189,31 @@ pub(crate) struct Counters {
     pub refetched: AtomicU64,
     /// Failed attempts that were retried.
     pub retries: AtomicU32,
+    /// The same, by cause (indexed by [`Cause`]).
+    causes: [AtomicU32; 7],
 }
 
 impl Counters {
+    /// One more retry, for `cause`.
+    pub fn retried(&self, cause: Cause) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        self.causes[cause as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The retries by cause so far.
+    pub fn causes(&self) -> RetryCauses {
+        let n = |c: Cause| self.causes[c as usize].load(Ordering::Relaxed);
+        RetryCauses {
+            cut: n(Cause::Cut),
+            timeout: n(Cause::Timeout),
+            network: n(Cause::Network),
+            server: n(Cause::Server),
+            throttled: n(Cause::Throttled),
+            bad_answer: n(Cause::BadAnswer),
+            cdn_refused: n(Cause::CdnRefused),
+        }
+    }
+
     pub fn received(&self, n: u64) {
         self.transferred.fetch_add(n, Ordering::Relaxed);
     }

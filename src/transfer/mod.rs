@@ -100,6 +100,7 @@ mod engine;
 mod error;
 mod events;
 mod failure;
+mod gauge;
 mod hash;
 mod modes;
 mod partial;
@@ -133,6 +134,8 @@ use serde::{Deserialize, Serialize};
 use crate::progress::Reporter;
 
 pub use error::{BoxError, TransferError};
+pub use failure::RetryCauses;
+pub use gauge::{ConnectionReading, ConnectionUse};
 pub use partial::{LockedPartial, PartialInfo, PartialPaths};
 
 /// The digest the Hub publishes for a file, which the downloaded bytes must match.
@@ -362,6 +365,8 @@ pub struct TransferOutcome {
     pub resumed: u64,
     /// Failed attempts that were retried.
     pub retries: u32,
+    /// The same, by cause.
+    pub retry_causes: RetryCauses,
     /// Wall time of this run.
     pub elapsed: Duration,
     /// Bytes per chunk the file was cut into.
@@ -427,6 +432,16 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.inner.config
+    }
+
+    /// The connections in use now, at the most, and over time (see [`ConnectionUse::between`]).
+    pub fn connections(&self) -> ConnectionReading {
+        self.inner.gauge.read()
+    }
+
+    /// Starts the peak of [`connections`](Self::connections) again from those in use now.
+    pub fn reset_peak(&self) {
+        self.inner.gauge.reset_peak();
     }
 
     /// Downloads `spec.url` into `partial` (whose lock the caller holds: see

@@ -8,9 +8,7 @@ pub(crate) mod sequential;
 
 use std::sync::atomic::Ordering;
 
-use tokio::sync::SemaphorePermit;
-
-use super::ctx::Ctx;
+use super::ctx::{Conn, Ctx};
 use super::error::TransferError;
 use super::range;
 use super::retry::{Next, Retrier};
@@ -34,7 +32,7 @@ pub(crate) enum Stop {
 pub(crate) async fn fill<'a>(
     ctx: &Ctx<'a>,
     sink: &mut impl Sink,
-    mut permit: Option<SemaphorePermit<'a>>,
+    mut permit: Option<Conn<'a>>,
     may_switch: bool,
 ) -> Result<u8, Stop> {
     let mut retry = Retrier::new(ctx.cfg);
@@ -67,7 +65,8 @@ pub(crate) async fn fill<'a>(
             Err(f) => f,
         };
         suspect |= suspicion::RETRIED;
-        let next = retry.decide(&f, sink.pending() > before, may_switch);
+        let progressed = sink.pending() > before;
+        let next = retry.decide(&f, progressed, may_switch);
         let delay = match next {
             Next::Wait(d) => d,
             Next::RangeIgnored => {
@@ -97,7 +96,7 @@ pub(crate) async fn fill<'a>(
                 )));
             }
         };
-        ctx.counters.retries.fetch_add(1, Ordering::Relaxed);
+        ctx.counters.retried(f.cause(progressed));
         ctx.events.retry(retry.attempts, delay, &f.message);
         if !ctx.sleep(delay).await {
             return Err(Stop::Fatal(ctx.interrupted()));

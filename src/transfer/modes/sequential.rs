@@ -46,9 +46,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 return Err(retry.error(f, ctx.events.file(), &url, from, size.saturating_sub(1)));
             }
             Next::Wait(delay) => {
-                ctx.counters
-                    .retries
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ctx.counters.retried(f.cause(progressed));
                 ctx.events.retry(retry.attempts, delay, &f.message);
                 if !ctx.sleep(delay).await {
                     return Err(ctx.interrupted());
