@@ -559,6 +559,68 @@ async fn signed_cdn_urls_are_reused_until_they_fail() {
     assert_eq!(rec.retries().len(), 1);
 }
 
+/// Under a per-connection cap the connection count is the limit: started at 2, the count
+/// doubles while the total throughput rises, up to the ceiling; pinned, it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_count_adapts_to_a_per_connection_cap() {
+    let fx = fixture_with(|b| b.bandwidth(256 << 10)).await;
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 16,
+        start_connections: 2,
+        ..config()
+    };
+    let eng = engine(cfg);
+    eng.download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let peak = eng.0.connections().peak;
+    assert!(peak >= 8, "grew to {peak} connections only");
+    assert!(peak <= 16, "{peak} connections, over the ceiling");
+
+    let fx = fixture_with(|b| b.bandwidth(1 << 20)).await;
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 2,
+        adaptive: false,
+        ..config()
+    };
+    let eng = engine(cfg);
+    eng.download(&spec, &Recorder::default()).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(eng.0.connections().peak, 2);
+}
+
+/// A server that answers 429 gets fewer connections: the count is halved and stops growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_halves_the_connection_count() {
+    let fx = fixture_with(|b| b.bandwidth(256 << 10)).await;
+    let faults = fx.hub.faults().clone();
+    let rec = Recorder {
+        hook_after: Some(SIZE as u64 / 4),
+        hook: Mutex::new(Some(Box::new(move || {
+            faults.push(Fault::too_many_requests(0).on(Target::Cdn).times(1));
+        }))),
+        ..Recorder::default()
+    };
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 8,
+        start_connections: 8,
+        ..config()
+    };
+    let eng = engine(cfg);
+    eng.download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    // After the 429 (and once the chunks in flight came back), no more than 4 at once.
+    let fx2 = fixture_with(|b| b.bandwidth(256 << 10)).await;
+    let spec3 = fx2.spec(LFS);
+    eng.0.reset_peak();
+    eng.download(&spec3, &Recorder::default()).await.unwrap();
+    assert_complete(&spec3, &fx2.lfs);
+    let peak = eng.0.connections().peak;
+    assert!(peak <= 4, "{peak} connections after a 429 halved 8");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_cuts_everywhere_still_finish() {
     let fx = fixture().await;

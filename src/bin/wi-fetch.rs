@@ -94,9 +94,13 @@ struct Cli {
     /// Put files at DIR/PATH instead of the cache.
     #[arg(long, value_name = "DIR")]
     local_dir: Option<PathBuf>,
-    /// Ranged requests in flight, across all files.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
-    connections: u16,
+    /// Pin the ranged requests in flight, across all files (by default the count adapts to the
+    /// link: from 16, doubled while the throughput rises, halved on 429/503).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    connections: Option<u16>,
+    /// The most ranged requests in flight while the count adapts.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=256), conflicts_with = "connections")]
+    max_connections: u16,
     /// Files transferred at once (also --max-workers, as `hf download` names it).
     #[arg(long, visible_alias = "max-workers", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     max_files: u16,
@@ -314,7 +318,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }));
 
     let mut b = Fetcher::from_env()
-        .connections(cli.connections as usize)
+        .max_connections(cli.max_connections as usize)
         .max_files(cli.max_files as usize)
         .verify(!cli.no_verify)
         .verify_level(cli.verify.parse().map_err(|m: String| (m, 1))?)
@@ -345,6 +349,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
     if let Some(t) = cli.stall_timeout {
         b = b.stall_timeout(t);
+    }
+    if let Some(n) = cli.connections {
+        b = b.connections(n as usize);
     }
     if cli.write_lock.is_some() {
         b = b.ensure_manifests(true);

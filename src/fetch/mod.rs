@@ -177,9 +177,19 @@ impl FetcherBuilder {
         self
     }
 
-    /// Ranged requests in flight across all files. Default 16.
+    /// Pins the ranged requests in flight across all files to `n` (no adapting). By default
+    /// the count adapts to the link (see [`EngineConfig::adaptive`]): from 16 up to
+    /// [`max_connections`](Self::max_connections).
     pub fn connections(mut self, n: usize) -> Self {
         self.engine.connections = n.max(1);
+        self.engine.adaptive = false;
+        self
+    }
+
+    /// The most ranged requests in flight when the count adapts to the link. Default 64.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.engine.connections = n.max(1);
+        self.engine.adaptive = true;
         self
     }
 

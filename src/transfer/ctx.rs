@@ -17,6 +17,7 @@ use super::error::TransferError;
 use super::events::Events;
 use super::failure::Counters;
 use super::gauge::Gauge;
+use super::pace::Pace;
 use super::plan::Plan;
 use super::prefix_hash::PrefixHash;
 use super::source::Source;
@@ -40,6 +41,8 @@ pub(crate) struct Ctx<'a> {
     pub permits: &'a Semaphore,
     /// The engine's count of connections in use.
     pub gauge: &'a Gauge,
+    /// The engine's adaptive connection count.
+    pub pace: &'a Pace,
     /// The server ignores `Range`: the file is fetched as one sequential stream.
     pub sequential: AtomicBool,
     /// 200 answers to ranged requests seen.
@@ -59,11 +62,16 @@ impl<'a> Ctx<'a> {
         tokio::select! {
             biased;
             () = self.stop.cancelled() => None,
-            p = self.permits.acquire() => {
+            p = async {
+                self.pace.tick(self.permits, self.gauge.read().in_use as usize);
+                self.permits.acquire().await
+            } => {
                 self.gauge.open();
                 Some(Conn {
-                    _permit: p.expect("the engine's semaphore is never closed"),
+                    permit: Some(p.expect("the engine's semaphore is never closed")),
                     gauge: self.gauge,
+                    pace: self.pace,
+                    permits: self.permits,
                 })
             }
         }
@@ -93,14 +101,24 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// A connection of the engine's budget in use, counted by its gauge until dropped.
+/// A connection of the engine's budget in use, counted by its gauge until dropped. Given back,
+/// its permit returns to the budget, unless the count was lowered meanwhile.
 pub(crate) struct Conn<'a> {
-    _permit: SemaphorePermit<'a>,
+    permit: Option<SemaphorePermit<'a>>,
     gauge: &'a Gauge,
+    pace: &'a Pace,
+    permits: &'a Semaphore,
 }
 
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
+        let busy = self.gauge.read().in_use as usize;
         self.gauge.close();
+        if let Some(p) = self.permit.take() {
+            if self.pace.take_debt() {
+                p.forget();
+            }
+        }
+        self.pace.tick(self.permits, busy);
     }
 }

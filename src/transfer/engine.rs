@@ -17,6 +17,7 @@ use super::failure::Counters;
 use super::gauge::Gauge;
 use super::hash::FileHasher;
 use super::modes;
+use super::pace::Pace;
 use super::partial::LockedPartial;
 use super::plan::effective_chunk_size;
 use super::prefix_hash::PrefixHash;
@@ -36,16 +37,18 @@ pub(crate) struct Inner {
     pub config: EngineConfig,
     pub permits: Semaphore,
     pub gauge: Gauge,
+    pub pace: Pace,
 }
 
 impl Inner {
     pub fn new(client: reqwest::Client, config: EngineConfig) -> Self {
-        let permits = Semaphore::new(config.connections.max(1));
+        let (pace, start) = Pace::new(&config);
         Inner {
             client,
             config,
-            permits,
+            permits: Semaphore::new(start),
             gauge: Gauge::new(),
+            pace,
         }
     }
 }
@@ -124,6 +127,7 @@ pub(crate) async fn download(
         counters: Counters::default(),
         permits: &inner.permits,
         gauge: &inner.gauge,
+        pace: &inner.pace,
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
         stop: cfg.cancel.child_token(),

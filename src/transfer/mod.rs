@@ -103,6 +103,7 @@ mod failure;
 mod gauge;
 mod hash;
 mod modes;
+mod pace;
 mod partial;
 mod plan;
 mod prefix_hash;
@@ -279,10 +280,18 @@ impl ExpectedChunks {
 /// Tuning of an [`Engine`].
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Ranged requests in flight, in total across every file of this engine. Default 16, as
-    /// `aria2c -x16`: CDNs cap each connection (often near 20 MB/s), so the connection count
-    /// sets the ceiling (see BENCHMARKS.md).
+    /// Ranged requests in flight at most, in total across every file of this engine: the
+    /// ceiling of the adaptive count (see [`adaptive`](Self::adaptive)), or the count itself
+    /// when it is off. Default 64.
     pub connections: usize,
+    /// Adapt the number of connections to the link: start at
+    /// [`start_connections`](Self::start_connections), double while the total throughput keeps
+    /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit), stop
+    /// when it does not, halve when the server answers 429 or 503. Default on; off, the count
+    /// is [`connections`](Self::connections).
+    pub adaptive: bool,
+    /// Connections to start with when adapting. Default 16, as `aria2c -x16`.
+    pub start_connections: usize,
     /// Bytes per chunk (one ranged request, retried alone). Default 16 MiB. At least 64 KiB
     /// (a smaller one is raised to it) and at most 4 GiB; raised for a huge file so that it has
     /// at most 2^18 chunks. A resumed download keeps the chunk size it started with.
@@ -313,7 +322,9 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            connections: 16,
+            connections: 64,
+            adaptive: true,
+            start_connections: 16,
             chunk_size: 16 << 20,
             max_attempts: 8,
             base_delay: Duration::from_millis(500),

@@ -247,6 +247,7 @@ impl Answer {
             }
             Ok(Some(Ok(b))) => {
                 ctx.counters.received(b.len() as u64);
+                ctx.pace.received(b.len() as u64);
                 Ok(Some(b))
             }
         }

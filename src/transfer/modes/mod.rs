@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::ctx::{Conn, Ctx};
 use super::error::TransferError;
+use super::failure::FailKind;
 use super::range;
 use super::retry::{Next, Retrier};
 use super::sink::Sink;
@@ -66,6 +67,15 @@ pub(crate) async fn fill<'a>(
         };
         suspect |= suspicion::RETRIED;
         let progressed = sink.pending() > before;
+        if matches!(
+            f.kind,
+            FailKind::Status {
+                status: 429 | 503,
+                ..
+            }
+        ) {
+            ctx.pace.push_back(ctx.permits);
+        }
         let next = retry.decide(&f, progressed, may_switch);
         let delay = match next {
             Next::Wait(d) => d,
