@@ -286,6 +286,13 @@ fn the_ci_cache_story_end_to_end() {
         .arg(ci.cache())
         .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .env_remove("HF_HUB_OFFLINE");
+    let verify_cmd = |v: &std::process::Command| {
+        let mut c = std::process::Command::new(v.get_program());
+        c.args(v.get_args())
+            .envs(v.get_envs().filter_map(|(k, v)| Some((k, v?))));
+        c
+    };
+    let verify_again = verify_cmd(&v);
     let o = run(v);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     let e = stderr(&o);
@@ -306,6 +313,16 @@ fn the_ci_cache_story_end_to_end() {
     );
     assert!(fs::read(blob(&ci)).unwrap() == f16);
     assert!(fs::read(&q8_blob).unwrap() == demo_file(q8));
+    // Verified again, each file says it was checked in full.
+    let o = run(verify_again);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!(
+            "{q8}: in the cache, every chunk re-hashed and matching"
+        )),
+        "{e}"
+    );
 
     // Warm now: offline and online alike, nothing transferred.
     hub.reset_stats();

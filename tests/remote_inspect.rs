@@ -468,6 +468,15 @@ fn not_found_and_denied_exit_as_wi_fetch_does() {
     let mut c = cmd(&hub, dir.path());
     c.arg(dir.path().join("nothing.gguf"));
     assert_eq!(code(&run(c)), 1);
+    // Offline, the Hub is not asked: exit 4, as wi-fetch --offline for what is not cached.
+    hub.reset_stats();
+    let mut c = cmd(&hub, dir.path());
+    c.arg("hf://org/here/m.safetensors")
+        .env("HF_HUB_OFFLINE", "1");
+    let o = run(c);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("offline mode is on"), "{}", stderr(&o));
+    assert_eq!(hub.stats().total_requests, 0);
 }
 
 #[test]

@@ -543,6 +543,11 @@ async fn inspect_remote(
     opts: &Options,
 ) -> Result<remote::Inspection, RemoteError> {
     let target = remote::parse_target(spec, cli.revision.as_deref())?;
+    if weight_inspect::env::offline() {
+        return Err(RemoteError::Offline(
+            weight_inspect::names::escape(spec).into_owned(),
+        ));
+    }
     let mut cfg = HubConfig::from_env();
     if let Some(e) = &cli.endpoint {
         cfg.endpoint = e.clone();

@@ -309,13 +309,17 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let tty = show
         && io::stderr().is_terminal()
         && !weight_inspect::env::flag("HF_HUB_DISABLE_PROGRESS_BARS");
-    let progress = Arc::new(Progress::new(if !show {
+    let mut progress = Progress::new(if !show {
         Mode::Quiet
     } else if tty {
         Mode::Bars
     } else {
         Mode::Log
-    }));
+    });
+    if cli.verify == "full" {
+        progress.cached_means = "in the cache, every chunk re-hashed and matching";
+    }
+    let progress = Arc::new(progress);
 
     let mut b = Fetcher::from_env()
         .max_connections(cli.max_connections as usize)
@@ -1210,6 +1214,8 @@ enum Mode {
 
 struct Progress {
     mode: Mode,
+    /// What a file found in the cache is, on its line ("in the cache", or checked in full).
+    cached_means: &'static str,
     mp: MultiProgress,
     state: Mutex<State>,
 }
@@ -1236,6 +1242,7 @@ impl Progress {
         let now = Instant::now();
         Progress {
             mode,
+            cached_means: "in the cache",
             mp,
             state: Mutex::new(State {
                 total: None,
@@ -1440,7 +1447,11 @@ impl Reporter for Progress {
                     b.finish_and_clear();
                     self.mp.remove(&b);
                 }
-                let how = if *cached { "in the cache" } else { "fetched" };
+                let how = if *cached {
+                    self.cached_means
+                } else {
+                    "fetched"
+                };
                 self.line(&format!("wi-fetch: {file}: {how}"));
             }
             Event::FileFailed { file, error } => {

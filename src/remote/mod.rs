@@ -73,6 +73,12 @@ pub enum RemoteError {
     /// Not a reference to a model on the Hub.
     #[error("{0}")]
     Reference(String),
+    /// Offline mode (`HF_HUB_OFFLINE=1`) forbids reading from the Hub.
+    #[error(
+        "'{0}' is on the Hub, and offline mode is on (HF_HUB_OFFLINE): inspect a local copy \
+         (wi-fetch --offline prints its path)"
+    )]
+    Offline(String),
     /// The Hub refused or failed (not found, gated, network, bad answer).
     #[error(transparent)]
     Hub(#[from] HubError),
@@ -169,7 +175,9 @@ impl RemoteError {
         match self {
             RemoteError::Hub(h) if h.is_not_found_or_denied() => ExitClass::NotFound,
             RemoteError::Hub(h) if h.is_network_or_server() => ExitClass::Network,
-            RemoteError::NoSuchQuant { .. } | RemoteError::NoModel { .. } => ExitClass::NotFound,
+            RemoteError::NoSuchQuant { .. }
+            | RemoteError::NoModel { .. }
+            | RemoteError::Offline(_) => ExitClass::NotFound,
             RemoteError::NoSize { .. } | RemoteError::SizeChanged { .. } => ExitClass::Network,
             _ => ExitClass::Local,
         }
