@@ -621,6 +621,40 @@ async fn too_many_requests_halves_the_connection_count() {
     assert!(peak <= 4, "{peak} connections after a 429 halved 8");
 }
 
+/// A chunk the server refuses (429 with an hour's Retry-After) does not hold the download: the
+/// refused connection waits as asked, another takes the chunk, and the download ends without
+/// anyone waiting the hour out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_chunk_is_taken_over_by_another_connection() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::too_many_requests(3600).on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    let rec = Recorder::default();
+    let hour = Duration::from_secs(3600);
+    let cfg = config().with_retry_delays(Duration::from_millis(1), hour);
+    let done = tokio::time::timeout(Duration::from_secs(60), engine(cfg).download(&spec, &rec))
+        .await
+        .expect("the refused chunk waited for its Retry-After");
+    let out = done.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.retry_causes.throttled, 1);
+    let delays: Vec<Duration> = rec
+        .seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Retry { delay, .. } => Some(delay),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        delays,
+        vec![hour],
+        "the server's wait is honoured by its connection"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_cuts_everywhere_still_finish() {
     let fx = fixture().await;

@@ -59,7 +59,8 @@
 //!
 //! Connection errors, timeouts, stalls (no byte for [`EngineConfig::stall_timeout`]), 408, 429
 //! and 5xx answers are retried per chunk with exponential backoff and jitter (honouring
-//! `Retry-After` on 429/503, capped at [`EngineConfig::max_delay`]); bytes a broken connection
+//! `Retry-After` on 429/503, capped at [`EngineConfig::max_delay`]; a connection refused so
+//! waits, and gives its chunk back for another connection to take meanwhile); bytes a broken connection
 //! already delivered are kept and the retry asks only for the rest of the chunk, at once (a cut
 //! after progress is the link failing, not the server: no backoff). An attempt that
 //! stored new bytes does not count against [`EngineConfig::max_attempts`] (a slow but moving

@@ -3,7 +3,8 @@
 //! connections only cost. The count starts at [`EngineConfig::start_connections`] and doubles
 //! every [`WINDOW`] while the engine's total throughput keeps rising by at least [`RISE`] and
 //! every connection is busy; once it stops rising it stays. When the server pushes back (429,
-//! 503) the count is halved and stops growing. It never exceeds
+//! 503) the count is halved (at most once per [`PUSH_BACK_EVERY`]: the refusals of one burst
+//! are one signal) and stops growing. It never exceeds
 //! [`EngineConfig::connections`], the ceiling; with [`EngineConfig::adaptive`] off that ceiling
 //! is the count.
 //!
@@ -22,6 +23,8 @@ use super::EngineConfig;
 pub(crate) const WINDOW: Duration = Duration::from_millis(500);
 /// The rise of throughput (from one window to the next) that justifies more connections.
 pub(crate) const RISE: f64 = 1.15;
+/// Refusals closer together than this halve the count once.
+pub(crate) const PUSH_BACK_EVERY: Duration = Duration::from_secs(1);
 
 /// What a window's measurement decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +62,7 @@ struct State {
     window_start: Instant,
     bytes_at_start: u64,
     best: f64,
+    last_push_back: Option<Instant>,
 }
 
 /// See the module docs.
@@ -87,6 +91,7 @@ impl Pace {
                 window_start: Instant::now(),
                 bytes_at_start: 0,
                 best: 0.0,
+                last_push_back: None,
             }),
         };
         (pace, start)
@@ -139,9 +144,14 @@ impl Pace {
     pub fn push_back(&self, permits: &Semaphore) {
         let mut s = self.lock();
         s.growing = false;
-        if s.target <= 1 {
+        let now = Instant::now();
+        if s.target <= 1
+            || s.last_push_back
+                .is_some_and(|t| now.duration_since(t) < PUSH_BACK_EVERY)
+        {
             return;
         }
+        s.last_push_back = Some(now);
         let cut = s.target - (s.target / 2).max(1);
         s.target -= cut;
         // Free permits go at once; the others as their connections are given back.

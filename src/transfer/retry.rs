@@ -49,6 +49,13 @@ impl<'c> Retrier<'c> {
         }
     }
 
+    /// Counts `n` failures without progress already made on this range (by other
+    /// connections, before it was given back).
+    pub fn after_failures(mut self, n: u32) -> Self {
+        self.fruitless = n;
+        self
+    }
+
     /// An attempt starts.
     pub fn attempt(&mut self) {
         self.attempts += 1;

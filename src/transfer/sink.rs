@@ -44,6 +44,10 @@ pub(crate) trait Sink {
     fn mark(&self) -> Mark;
     /// Forgets everything accounted for since `mark` (it will be fetched again).
     fn rollback(&mut self, mark: Mark, reason: &str);
+    /// Attempts at this chunk the server refused in a row before this sink took it.
+    fn refusals(&self) -> u32 {
+        0
+    }
 }
 
 /// The common part: positional writes at `base + written`, hashing on the way.
@@ -117,6 +121,7 @@ impl Writer {
 pub(crate) struct PartialSink<'c, 'a> {
     ctx: &'c Ctx<'a>,
     w: Writer,
+    refusals: u32,
     /// Reasons to suspect the chunk, gathered on the way (see `table::suspicion`).
     pub suspicion: u8,
 }
@@ -134,6 +139,7 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                 hasher: claim.hasher,
                 buf: Vec::new(),
             },
+            refusals: claim.refusals,
             suspicion: 0,
         }
     }
@@ -144,7 +150,9 @@ impl<'c, 'a> PartialSink<'c, 'a> {
     /// [`TransferError::ChunkMismatch`].
     pub async fn complete(mut self) -> Result<(), TransferError> {
         let flushed = Sink::flush(&mut self).await;
-        let PartialSink { ctx, w, suspicion } = self;
+        let PartialSink {
+            ctx, w, suspicion, ..
+        } = self;
         let index = w.range.index;
         let released = ctx
             .chunks
@@ -189,6 +197,15 @@ impl<'c, 'a> PartialSink<'c, 'a> {
     /// done: see `table`), flushing first.
     pub async fn release(self) -> Result<(), TransferError> {
         self.complete().await
+    }
+
+    /// Gives the chunk back after the server refused it (429/503), for another connection to
+    /// take while this one waits: one more refusal in a row is counted on it.
+    pub async fn give_back_refused(self) -> Result<(), TransferError> {
+        let (ctx, index) = (self.ctx, self.w.range.index);
+        let r = self.complete().await;
+        ctx.chunks.lock().refused(index);
+        r
     }
 }
 
@@ -241,6 +258,10 @@ impl Sink for PartialSink<'_, '_> {
 
     fn mark(&self) -> Mark {
         self.w.mark()
+    }
+
+    fn refusals(&self) -> u32 {
+        self.refusals
     }
 
     fn rollback(&mut self, mark: Mark, reason: &str) {

@@ -47,6 +47,9 @@ struct Chunk {
     suspicion: u8,
     /// Copies of it that did not match the manifest.
     rejections: u32,
+    /// Attempts in a row, without progress, that the server refused (429/503) and that gave
+    /// the chunk back for another connection to take (see [`ChunkTable::refused`]).
+    refusals: u32,
 }
 
 /// A chunk handed to a connection: its range and what is already on disk of it.
@@ -54,6 +57,8 @@ pub(crate) struct Claim {
     pub range: ChunkRange,
     pub written: u64,
     pub hasher: Sha256,
+    /// Refused attempts in a row so far (they count against the retry bound).
+    pub refusals: u32,
 }
 
 /// What became of a chunk given back to the table.
@@ -97,6 +102,7 @@ impl ChunkTable {
                 status: Status::Pending,
                 suspicion: 0,
                 rejections: 0,
+                refusals: 0,
             };
             plan.count()
         ];
@@ -123,6 +129,7 @@ impl ChunkTable {
                 status: if done { Status::Done } else { Status::Pending },
                 suspicion: suspicion::RESUMED,
                 rejections: 0,
+                refusals: 0,
             };
         }
         let queue = (0..chunks.len())
@@ -174,6 +181,7 @@ impl ChunkTable {
             range,
             written,
             hasher,
+            refusals: c.refusals,
         })
     }
 
@@ -190,8 +198,16 @@ impl ChunkTable {
     /// `written` bytes of held chunk `index` are on disk, with digest `sha256`.
     pub fn progress(&mut self, index: usize, written: u64, sha256: [u8; 32]) {
         let c = &mut self.chunks[index];
+        if written > c.written {
+            c.refusals = 0;
+        }
         c.written = written;
         c.sha256 = sha256;
+    }
+
+    /// Chunk `index`, just given back, was refused by the server: one more refusal in a row.
+    pub fn refused(&mut self, index: usize) {
+        self.chunks[index].refusals += 1;
     }
 
     /// Held chunk `index` is complete, with digest `sha256`. Returns `false` (and changes nothing)
@@ -214,6 +230,7 @@ impl ChunkTable {
             status: Status::Done,
             suspicion: c.suspicion | suspicion,
             rejections: c.rejections,
+            refusals: 0,
         };
         true
     }
@@ -357,6 +374,17 @@ impl SharedTable {
     /// A chunk became done: wakes whoever waits for one.
     pub fn notify_done(&self) {
         self.done.notify_waiters();
+    }
+
+    /// Waits until every chunk is done.
+    pub async fn until_all_done(&self) {
+        loop {
+            let notified = self.done.notified();
+            if self.lock().all_done() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Waits until chunk `index` is done.

@@ -56,6 +56,18 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 sink.release().await?;
                 return Ok(());
             }
+            Err(Stop::Refused(wait)) => {
+                // This connection honours the wait; another may take the chunk meanwhile (and
+                // when every chunk is done before the wait is over, there is nothing to wait for).
+                sink.give_back_refused().await?;
+                tokio::select! {
+                    biased;
+                    () = ctx.chunks.until_all_done() => return Ok(()),
+                    more = ctx.sleep(wait) => if !more {
+                        return Err(ctx.interrupted());
+                    },
+                }
+            }
             Err(Stop::Fatal(e)) => {
                 // Keep what is on disk for the next run; the download's error is this one.
                 let _ = sink.release().await;

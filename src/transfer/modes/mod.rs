@@ -25,6 +25,9 @@ pub(crate) enum Stop {
     Fatal(TransferError),
     /// The file switched to one sequential stream; the chunk goes back to the table.
     Sequential,
+    /// The server refused the chunk (429/503) and asked for this wait: the connection waits,
+    /// the chunk goes back to the table for another connection to take meanwhile.
+    Refused(std::time::Duration),
 }
 
 /// Fetches the rest of `sink`'s chunk, retrying as the policy says (see `retry`). `may_switch`:
@@ -36,7 +39,7 @@ pub(crate) async fn fill<'a>(
     mut permit: Option<Conn<'a>>,
     may_switch: bool,
 ) -> Result<u8, Stop> {
-    let mut retry = Retrier::new(ctx.cfg);
+    let mut retry = Retrier::new(ctx.cfg).after_failures(sink.refusals());
     let mut suspect = 0u8;
     loop {
         // A connection cut right after the chunk's last byte leaves it full: it is done, there
@@ -67,13 +70,14 @@ pub(crate) async fn fill<'a>(
         };
         suspect |= suspicion::RETRIED;
         let progressed = sink.pending() > before;
-        if matches!(
+        let pushed_back = matches!(
             f.kind,
             FailKind::Status {
                 status: 429 | 503,
                 ..
             }
-        ) {
+        );
+        if pushed_back {
             ctx.pace.push_back(ctx.permits);
         }
         let next = retry.decide(&f, progressed, may_switch);
@@ -108,6 +112,9 @@ pub(crate) async fn fill<'a>(
         };
         ctx.counters.retried(f.cause(progressed));
         ctx.events.retry(retry.attempts, delay, &f.message);
+        if may_switch && pushed_back && !delay.is_zero() {
+            return Err(Stop::Refused(delay));
+        }
         if !ctx.sleep(delay).await {
             return Err(Stop::Fatal(ctx.interrupted()));
         }

@@ -295,7 +295,9 @@ async fn fetch_copy(
     match fill(ctx, &mut sink, None, false).await {
         Ok(_) => {}
         Err(Stop::Fatal(e)) => return Err(e),
-        Err(Stop::Sequential) => unreachable!("repairs never switch modes"),
+        Err(Stop::Sequential | Stop::Refused(_)) => {
+            unreachable!("repairs never switch modes nor give their chunk back")
+        }
     }
     ctx.counters.refetch(range.len);
     Ok(sink.digest())
