@@ -35,6 +35,19 @@ pub enum Fault {
     },
     /// Like [`Fault::CutAfter`] at an offset drawn from the seeded RNG within the body.
     CutRandom,
+    /// A flaky link: cut the body (like [`Fault::CutAfter`]) after an exponentially distributed
+    /// number of bytes with mean `mean_bytes`, drawn from the server's seeded RNG (so a run
+    /// replays under the same `--seed` and the same order of requests). A draw at or beyond the
+    /// body's length does not cut. The exponential law is memoryless: cutting each body this
+    /// way is the same as a link that fails, on average, once every `mean_bytes` bytes
+    /// whatever the sizes of the requests, so ranged and single-stream clients face the same
+    /// link. Compact form `cut-exp=MEAN_BYTES` (say `cut-exp=25165824,target=cdn` for 24 MiB).
+    /// When several such rules fire together the smallest mean applies, and when a
+    /// [`Fault::CutAfter`] or [`Fault::CutRandom`] fires too the earlier offset wins.
+    CutExponential {
+        /// Mean number of body bytes sent before the cut (0 cuts at once).
+        mean_bytes: u64,
+    },
     /// Answer this status instead (e.g. 500, 502, 503, or 429), with an empty JSON error.
     Status {
         /// The HTTP status.
@@ -324,7 +337,8 @@ impl FromStr for FaultRule {
 
     /// Parses either JSON (`{"kind":"cut_after","bytes":1000,"times":2}`) or the compact
     /// command-line form: `KIND[=ARG][,OPTION…]` where KIND is one of `cut-after=BYTES`,
-    /// `cut-random`, `status=CODE`, `429=SECS` (429 with Retry-After), `stall=MS` (with option
+    /// `cut-random`, `cut-exp=MEAN_BYTES` (an exponentially distributed cut),
+    /// `status=CODE` (with option `retry-after=SECS`), `429=SECS` (429 with Retry-After), `stall=MS` (with option
     /// `after=BYTES`), `throttle=BYTES_PER_SEC`, `ignore-range`, `wrong-content-range`,
     /// `flip=COUNT`, `drop-content-length`, `drop-content-range`, `mutate`,
     /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
@@ -351,6 +365,7 @@ impl FromStr for FaultRule {
         };
         let mut after_bytes = 0u64;
         let mut location = None;
+        let mut retry_after = None;
         let mut options = Vec::new();
         for (k, v) in parts {
             match k.as_str() {
@@ -361,6 +376,13 @@ impl FromStr for FaultRule {
                         .map_err(|e| format!("bad after: {e}"))?
                 }
                 "location" => location = Some(v.ok_or("location needs =LOCATION")?),
+                "retry-after" => {
+                    retry_after = Some(
+                        v.ok_or("retry-after needs =SECS")?
+                            .parse::<u64>()
+                            .map_err(|e| format!("bad retry-after: {e}"))?,
+                    )
+                }
                 _ => options.push((k, v)),
             }
         }
@@ -369,10 +391,20 @@ impl FromStr for FaultRule {
                 bytes: num("BYTES")?,
             },
             "cut-random" => Fault::CutRandom,
-            "status" => Fault::status(
-                u16::try_from(num("CODE")?).map_err(|_| "status out of range".to_string())?,
-            ),
-            "429" | "too-many-requests" => Fault::too_many_requests(num("SECS")?),
+            "cut-exp" | "cut-exponential" => Fault::CutExponential {
+                mean_bytes: num("MEAN_BYTES")?,
+            },
+            "status" => Fault::Status {
+                status: u16::try_from(num("CODE")?)
+                    .map_err(|_| "status out of range".to_string())?,
+                retry_after: retry_after.take(),
+            },
+            "429" | "too-many-requests" => {
+                if retry_after.is_some() {
+                    return Err("429=SECS already sets Retry-After".into());
+                }
+                Fault::too_many_requests(num("SECS")?)
+            }
             "stall" => Fault::Stall {
                 after_bytes,
                 millis: num("MS")?,
@@ -418,6 +450,9 @@ impl FromStr for FaultRule {
         };
         if location.is_some() {
             return Err(format!("location= does not apply to {kind:?}"));
+        }
+        if retry_after.is_some() {
+            return Err(format!("retry-after= does not apply to {kind:?}"));
         }
         let mut rule = fault.rule();
         for (k, v) in options {
@@ -519,6 +554,8 @@ pub(crate) struct Plan {
     pub answer: Option<Answer>,
     pub cut_after: Option<u64>,
     pub cut_random: bool,
+    /// Mean of an exponentially distributed cut offset (the smallest of the rules that fired).
+    pub cut_exp_mean: Option<u64>,
     pub stall: Option<(u64, Duration)>,
     pub throttle: Option<u64>,
     pub ignore_range: bool,
@@ -597,6 +634,16 @@ impl Faults {
         self.lock().rng.random_range(0..n.max(1))
     }
 
+    /// A number drawn from the shared RNG, exponentially distributed with mean `mean` (rounded
+    /// down; saturates at `u64::MAX`).
+    pub(crate) fn random_exponential(&self, mean: u64) -> u64 {
+        let u: f64 = self.lock().rng.random();
+        // u is in [0, 1): 1 - u is in (0, 1], its logarithm finite and <= 0.
+        let x = -(1.0 - u).ln() * mean as f64;
+        // `as` saturates (and maps NaN to 0).
+        x as u64
+    }
+
     /// Decides which rules fire for a request, using up their counts.
     pub(crate) fn plan(&self, ctx: &RequestCtx<'_>) -> Plan {
         let mut plan = Plan::default();
@@ -651,6 +698,12 @@ impl Faults {
                     plan.cut_after = Some(plan.cut_after.map_or(*bytes, |c| c.min(*bytes)))
                 }
                 Fault::CutRandom => plan.cut_random = true,
+                Fault::CutExponential { mean_bytes } => {
+                    plan.cut_exp_mean = Some(
+                        plan.cut_exp_mean
+                            .map_or(*mean_bytes, |m| m.min(*mean_bytes)),
+                    )
+                }
                 Fault::Status {
                     status,
                     retry_after,
@@ -768,6 +821,59 @@ mod tests {
         let r: FaultRule = r#"{"kind":"status","status":503,"times":1}"#.parse().unwrap();
         assert_eq!(r, Fault::status(503).times(1));
         assert!("bogus".parse::<FaultRule>().is_err());
+    }
+
+    #[test]
+    fn parse_flaky_link() {
+        let p = |s: &str| s.parse::<FaultRule>();
+        let exp = |mean_bytes| Fault::CutExponential { mean_bytes };
+        assert_eq!(
+            p("cut-exp=25165824,target=cdn"),
+            Ok(exp(25165824).on(Target::Cdn))
+        );
+        assert_eq!(p("cut-exponential=4096,rate=0.5"), Ok(exp(4096).rate(0.5)));
+        assert_eq!(
+            p(r#"{"kind":"cut_exponential","mean_bytes":7,"target":"cdn"}"#),
+            Ok(exp(7).on(Target::Cdn))
+        );
+        assert!(p("cut-exp").is_err());
+        assert!(p("cut-exp=1.5").is_err());
+        // Refusals with a Retry-After, at a rate, on the CDN.
+        let status = |status, retry_after| Fault::Status {
+            status,
+            retry_after,
+        };
+        assert_eq!(
+            p("status=503,retry-after=1,rate=0.025,target=cdn"),
+            Ok(status(503, Some(1)).rate(0.025).on(Target::Cdn))
+        );
+        assert_eq!(p("status=503"), Ok(Fault::status(503).rule()));
+        assert_eq!(
+            p("429=0,rate=0.05,target=cdn"),
+            Ok(Fault::too_many_requests(0).rate(0.05).on(Target::Cdn))
+        );
+        assert!(p("429=1,retry-after=2").is_err());
+        assert!(p("cut-exp=10,retry-after=2").is_err());
+        assert!(p("status=503,retry-after").is_err());
+        assert!(p("status=503,retry-after=soon").is_err());
+        let json = serde_json::to_string(&exp(10).rule()).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"cut_exponential","mean_bytes":10,"target":"any","body_only":false}"#
+        );
+    }
+
+    #[test]
+    fn exponential_draws_follow_the_seed() {
+        let draws = |seed| {
+            let f = Faults::new(seed, Vec::new());
+            (0..64)
+                .map(|_| f.random_exponential(1000))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draws(5), draws(5));
+        assert_ne!(draws(5), draws(6));
+        assert_eq!(Faults::new(5, Vec::new()).random_exponential(0), 0);
     }
 
     #[test]

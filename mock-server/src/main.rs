@@ -16,7 +16,10 @@ const FAULTS_HELP: &str = "\
 Faults (--fault KIND[=ARG][,OPTION...], or a JSON rule):
   cut-after=BYTES          send BYTES of the body, then abort the connection
   cut-random               the same at a seeded-random offset (use with rate=)
-  status=CODE              answer CODE with a JSON error
+  cut-exp=MEAN_BYTES       a flaky link: cut after an exponentially distributed, seeded number of
+                           bytes with this mean (no cut if the draw is past the end)
+  status=CODE[,retry-after=SECS]
+                           answer CODE with a JSON error (and Retry-After: SECS)
   429=SECS                 429 with Retry-After: SECS
   stall=MS[,after=BYTES]   pause MS ms after BYTES of the body
   throttle=BYTES_PER_SEC   trickle the body
@@ -87,6 +90,7 @@ struct ServeArgs {
     #[arg(long)]
     bandwidth: Option<u64>,
     /// A fault, e.g. `cut-after=1000,path=*.gguf,times=2`, `status=503,rate=0.1`,
+    /// `cut-exp=25165824,target=cdn`, `status=503,retry-after=1,rate=0.025,target=cdn`,
     /// `redirect=302,location=http://{cdn}/x,times=1`, `hold,after=1000,target=cdn`; every
     /// kind is listed below. JSON rules are accepted too. Repeatable.
     #[arg(long = "fault", value_name = "SPEC")]

@@ -815,6 +815,10 @@ async fn serve_file(
             .filter(|_| len > 0)
             .map(|_| start + shared.faults.random_below(len))
             .collect();
+        // Drawn after the others, and only when the fault fired, so older seeded runs replay.
+        let cut_exp = plan
+            .cut_exp_mean
+            .map(|mean| shared.faults.random_exponential(mean));
         let gzip = plan.content_encoding.as_deref() == Some("gzip");
         if let Some(enc) = &plan.content_encoding {
             let Ok(v) = HeaderValue::from_bytes(enc.as_bytes()) else {
@@ -868,6 +872,12 @@ async fn serve_file(
                 _ => r,
             }),
             (None, None) => None,
+        };
+        // An exponential draw counts the bytes as sent; one at or past the end does not cut.
+        let cut_exp = cut_exp.filter(|&c| out_len.is_none_or(|t| c < t));
+        let cut_after = match (cut_after, cut_exp) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         let spec = BodySpec {
             start,

@@ -311,6 +311,7 @@ fn help_and_readme_document_every_fault_kind() {
     for (spec, kind) in [
         ("cut-after=10", "cut_after"),
         ("cut-random", "cut_random"),
+        ("cut-exp=10", "cut_exponential"),
         ("status=503", "status"),
         ("429=1", "status"),
         ("stall=10,after=1", "stall"),

@@ -84,6 +84,85 @@ async fn random_cuts_are_replayable_with_the_seed() {
     assert!(a.iter().filter(|x| x.1).all(|x| x.0 < 12 * 1024));
 }
 
+/// Bytes each of `n` GETs of `file` on the CDN received before its cut (`None`: the body ended
+/// cleanly), under `cut-exp=MEAN` with `seed`; sorted, since the GETs run concurrently and only
+/// the set of draws, not which request got which, is fixed by the seed.
+async fn exponential_cuts(
+    seed: u64,
+    mean: u64,
+    file: &str,
+    len: usize,
+    n: usize,
+) -> Vec<Option<usize>> {
+    let d = fixture_root();
+    std::fs::write(d.path().join("org/model/big.bin"), noise(1 << 20, 9)).unwrap();
+    let rule: mock_server::FaultRule = format!("cut-exp={mean},target=cdn").parse().unwrap();
+    let hub = builder(d.path())
+        .seed(seed)
+        .fault(rule)
+        .start()
+        .await
+        .unwrap();
+    let url = cdn_url(&hub, file).await;
+    let c = client();
+    let mut out: Vec<Option<usize>> = futures::stream::iter(0..n)
+        .map(|_| {
+            let (c, url) = (c.clone(), url.clone());
+            async move {
+                let r = c.get(&url).send().await.unwrap();
+                assert_eq!(r.status(), StatusCode::OK);
+                let (got, failed) = drain(r).await;
+                if failed {
+                    Some(got.len())
+                } else {
+                    assert_eq!(got.len(), len);
+                    None
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    out.sort_unstable();
+    assert_eq!(
+        hub.faults().fired().get("cut_exponential"),
+        Some(&(n as u64))
+    );
+    assert_eq!(hub.stats().file("org/model", file).get_requests, n as u64);
+    out
+}
+
+#[tokio::test]
+async fn exponential_cuts_follow_the_seed_and_the_mean() {
+    const MEAN: u64 = 16 * 1024;
+    const N: usize = 400;
+    let a = exponential_cuts(11, MEAN, "big.bin", 1 << 20, N).await;
+    assert_eq!(a, exponential_cuts(11, MEAN, "big.bin", 1 << 20, N).await);
+    assert_ne!(a, exponential_cuts(12, MEAN, "big.bin", 1 << 20, N).await);
+    // A 1 MiB body outlasts a 16 KiB mean only with probability e^-64: every body is cut.
+    let cuts: Vec<f64> = a.iter().map(|c| c.expect("cut") as f64).collect();
+    let n = cuts.len() as f64;
+    let mean = cuts.iter().sum::<f64>() / n;
+    let sd = (cuts.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    // The sample mean is within five standard errors of MEAN.
+    let se = sd / n.sqrt();
+    assert!(
+        (mean - MEAN as f64).abs() < 5.0 * se,
+        "mean {mean}, se {se}"
+    );
+    // Exponential: the standard deviation is about the mean, and P(X < mean) = 1 - 1/e.
+    assert!((0.75..1.25).contains(&(sd / mean)), "sd {sd}, mean {mean}");
+    let below = cuts.iter().filter(|&&c| c < MEAN as f64).count() as f64 / n;
+    let p = 1.0 - (-1.0f64).exp();
+    let bound = 5.0 * (p * (1.0 - p) / n).sqrt();
+    assert!((below - p).abs() < bound, "{below} below the mean");
+    // A draw past the end of the body does not cut it: with a 1 GiB mean nearly every 64 KiB
+    // body ends cleanly, and a body that is cut got fewer bytes than the whole.
+    let b = exponential_cuts(11, 1 << 30, "model.bin", 64 * 1024, 32).await;
+    assert!(b.iter().filter(|c| c.is_none()).count() >= 30, "{b:?}");
+    assert!(b.iter().flatten().all(|&c| c < 64 * 1024));
+}
+
 #[tokio::test]
 async fn status_faults_for_the_next_n_requests() {
     let (hub, _d) = start().await;
@@ -98,11 +177,20 @@ async fn status_faults_for_the_next_n_requests() {
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(h(&r, "retry-after").as_deref(), Some("7"));
     assert_eq!(h(&r, "ratelimit").as_deref(), Some("\"api\";r=0;t=7"));
+    // A 503 with a Retry-After, in the compact command-line form.
+    hub.faults().push(
+        "status=503,retry-after=1,times=1"
+            .parse::<mock_server::FaultRule>()
+            .unwrap(),
+    );
+    let r = c.get(&u).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(h(&r, "retry-after").as_deref(), Some("1"));
     for code in [500, 502] {
         hub.faults().push(Fault::status(code).times(1));
         assert_eq!(c.get(&u).send().await.unwrap().status().as_u16(), code);
     }
-    assert_eq!(hub.stats().by_status[&503], 2);
+    assert_eq!(hub.stats().by_status[&503], 3);
 }
 
 #[tokio::test]
