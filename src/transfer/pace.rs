@@ -11,7 +11,7 @@
 //! The count is the semaphore's permits: growing adds permits, shrinking forgets permits as
 //! connections are given back (a connection in flight is never cut for it).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,8 @@ struct State {
 pub(crate) struct Pace {
     ceiling: usize,
     received: AtomicU64,
+    /// `State::growing`, readable without the lock (ticks come with every piece of a body).
+    may_grow: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -84,6 +86,7 @@ impl Pace {
         let pace = Pace {
             ceiling,
             received: AtomicU64::new(0),
+            may_grow: AtomicBool::new(start < ceiling),
             state: Mutex::new(State {
                 target: start,
                 growing: start < ceiling,
@@ -115,6 +118,9 @@ impl Pace {
     /// Judges the window when it is over (`busy`: connections in use now), adding permits to
     /// `permits` when the count grows.
     pub fn tick(&self, permits: &Semaphore, busy: usize) {
+        if !self.may_grow.load(Ordering::Relaxed) {
+            return;
+        }
         let mut s = self.lock();
         let now = Instant::now();
         let elapsed = now.duration_since(s.window_start);
@@ -127,7 +133,10 @@ impl Pace {
         s.bytes_at_start = bytes;
         match judge(s.target, self.ceiling, busy, rate, s.best) {
             Step::Hold => {}
-            Step::Settle => s.growing = false,
+            Step::Settle => {
+                s.growing = false;
+                self.may_grow.store(false, Ordering::Relaxed);
+            }
             Step::Grow(n) => {
                 s.best = rate;
                 let mut add = n - s.target;
@@ -144,6 +153,7 @@ impl Pace {
     pub fn push_back(&self, permits: &Semaphore) {
         let mut s = self.lock();
         s.growing = false;
+        self.may_grow.store(false, Ordering::Relaxed);
         let now = Instant::now();
         if s.target <= 1
             || s.last_push_back

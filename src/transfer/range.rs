@@ -248,6 +248,9 @@ impl Answer {
             Ok(Some(Ok(b))) => {
                 ctx.counters.received(b.len() as u64);
                 ctx.pace.received(b.len() as u64);
+                // Judged as bytes flow, not only when a connection comes back: at a CDN's cap
+                // a 16 MiB chunk keeps its connection for most of a second.
+                ctx.pace.tick(ctx.permits, ctx.gauge.read().in_use as usize);
                 Ok(Some(b))
             }
         }
