@@ -366,6 +366,9 @@ fn write_gguf(
     Ok(n)
 }
 
+/// The creation date written in the demo's sidecar manifests.
+const DEMO_DATE: &str = "2026-01-01T00:00:00Z";
+
 /// Writes `{model}.wi-manifest.json`: the weight-inspect manifest of `model` alone (its
 /// chunks and tensors), naming it relative to its folder.
 fn write_sidecar(model: &Path, report: &mut DemoReport) -> Result<(), Error> {
@@ -378,6 +381,8 @@ fn write_sidecar(model: &Path, report: &mut DemoReport) -> Result<(), Error> {
         .unwrap_or_default()
         .to_string();
     m.files.retain(|f| f.path == name);
+    // A fixed date: the demo's bytes, and so its commit ids, are the same on every machine.
+    m.created = DEMO_DATE.to_string();
     let mut sidecar = model.as_os_str().to_owned();
     sidecar.push(".wi-manifest.json");
     write_text(Path::new(&sidecar), &m.to_json(), report)
