@@ -253,7 +253,8 @@ fn fmt_files(files: &[String]) -> String {
     s
 }
 
-fn fmt_available(a: &[String]) -> String {
+/// ` (available: a, b, … N more)`: the GGUF files of a repository without the tag asked for.
+pub(crate) fn fmt_available(a: &[String]) -> String {
     if a.is_empty() {
         " (it has no GGUF files)".to_string()
     } else {

@@ -60,7 +60,7 @@
 //! ```
 
 pub mod blocking;
-mod error;
+pub(crate) mod error;
 mod integrity;
 pub mod lock;
 mod report;

@@ -85,7 +85,7 @@ pub enum RemoteError {
     /// No GGUF of the repository carries the quantization tag.
     #[error(
         "no GGUF file in '{repo}' carries the quantization '{tag}'{}",
-        available_list(available)
+        crate::fetch::error::fmt_available(available)
     )]
     NoSuchQuant {
         /// The repository.
@@ -150,22 +150,6 @@ pub enum RemoteError {
         /// The limit.
         limit: usize,
     },
-}
-
-fn available_list(a: &[String]) -> String {
-    if a.is_empty() {
-        " (it has no GGUF files)".to_string()
-    } else {
-        let mut s = format!(
-            " (available: {}",
-            a.iter().take(12).cloned().collect::<Vec<_>>().join(", ")
-        );
-        if a.len() > 12 {
-            s.push_str(&format!(", … {} more", a.len() - 12));
-        }
-        s.push(')');
-        s
-    }
 }
 
 impl RemoteError {

@@ -63,7 +63,8 @@ impl<'a> Ctx<'a> {
             biased;
             () = self.stop.cancelled() => None,
             p = async {
-                self.pace.tick(self.permits, self.gauge.read().in_use as usize);
+                self.pace
+                    .tick(self.permits, || self.gauge.read().in_use as usize);
                 self.permits.acquire().await
             } => {
                 self.gauge.open();
@@ -119,6 +120,6 @@ impl Drop for Conn<'_> {
                 p.forget();
             }
         }
-        self.pace.tick(self.permits, busy);
+        self.pace.tick(self.permits, || busy);
     }
 }

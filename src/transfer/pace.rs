@@ -117,10 +117,11 @@ impl Pace {
 
     /// Judges the window when it is over (`busy`: connections in use now), adding permits to
     /// `permits` when the count grows.
-    pub fn tick(&self, permits: &Semaphore, busy: usize) {
+    pub fn tick(&self, permits: &Semaphore, busy: impl FnOnce() -> usize) {
         if !self.may_grow.load(Ordering::Relaxed) {
             return;
         }
+        let busy = busy();
         let mut s = self.lock();
         let now = Instant::now();
         let elapsed = now.duration_since(s.window_start);

@@ -250,7 +250,8 @@ impl Answer {
                 ctx.pace.received(b.len() as u64);
                 // Judged as bytes flow, not only when a connection comes back: at a CDN's cap
                 // a 16 MiB chunk keeps its connection for most of a second.
-                ctx.pace.tick(ctx.permits, ctx.gauge.read().in_use as usize);
+                ctx.pace
+                    .tick(ctx.permits, || ctx.gauge.read().in_use as usize);
                 Ok(Some(b))
             }
         }
