@@ -95,7 +95,7 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     local_dir: Option<PathBuf>,
     /// Pin the ranged requests in flight, across all files (by default the count adapts to the
-    /// link: from 16, doubled while the throughput rises, halved on 429/503).
+    /// link: from 16, doubled while the throughput rises, one fewer per 429/503).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: Option<u16>,
     /// The most ranged requests in flight while the count adapts.

@@ -523,6 +523,7 @@ pub(super) fn record_from_disk(
         resumed: 0,
         retries: 0,
         retry_causes: Default::default(),
+        splits: 0,
         elapsed: std::time::Duration::ZERO,
         chunk_size,
         chunks: chunks.iter().map(|c| c.0).collect(),

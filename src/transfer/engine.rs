@@ -24,7 +24,7 @@ use super::prefix_hash::PrefixHash;
 use super::range::parse_url;
 use super::source::Source;
 use super::state::StateFile;
-use super::table::{ChunkTable, SharedTable};
+use super::table::{ChunkTable, SharedTable, SplitRule};
 use super::{EngineConfig, Finished, TransferOutcome, TransferSpec};
 use crate::progress::Reporter;
 
@@ -113,7 +113,15 @@ pub(crate) async fn download(
         file: opened.file.clone(),
         data_path: &data_path,
         plan,
-        chunks: SharedTable::new(ChunkTable::new(plan, opened.chunks, manifest)),
+        chunks: SharedTable::new(ChunkTable::new(
+            plan,
+            opened.chunks,
+            manifest,
+            SplitRule {
+                min: cfg.split_min,
+                after: cfg.split_after,
+            },
+        )),
         checkpoint: Checkpoint::new(
             opened.file.clone(),
             data_path.clone(),
@@ -132,6 +140,7 @@ pub(crate) async fn download(
         range_ignored: AtomicU32::new(0),
         stop: cfg.cancel.child_token(),
         signed: std::sync::Mutex::new(None),
+        write_buf: super::sink::write_buffer(cfg.connections),
     };
     ctx.counters.refetch(opened.thrown_away);
     ctx.prefix.resume_from(boundaries);
@@ -185,6 +194,10 @@ pub(crate) async fn download(
     ctx.checkpoint.close().await?;
     let transferred = ctx.counters.transferred.load(Ordering::Relaxed);
     ctx.events.downloaded(transferred);
+    let (splits, chunks) = {
+        let t = ctx.chunks.lock();
+        (t.splits(), t.digests())
+    };
     let outcome = TransferOutcome {
         sha256,
         size,
@@ -193,9 +206,10 @@ pub(crate) async fn download(
         resumed: opened.resumed,
         retries: ctx.counters.retries.load(Ordering::Relaxed),
         retry_causes: ctx.counters.causes(),
+        splits,
         elapsed: started.elapsed(),
         chunk_size: plan.chunk_size,
-        chunks: ctx.chunks.lock().digests(),
+        chunks,
     };
     drop(ctx);
     Ok(Finished { outcome, partial })
@@ -204,8 +218,15 @@ pub(crate) async fn download(
 /// Runs the chunk workers, then (if the server turned out to ignore ranges) the sequential
 /// stream, until every chunk is done.
 async fn fetch_all(ctx: &Ctx<'_>) -> Result<(), TransferError> {
-    let queued = ctx.chunks.lock().not_done();
-    let workers = ctx.cfg.connections.max(1).min(queued);
+    // One worker per chunk left, or per part the rest could be split into, within the budget.
+    let (queued, missing) = {
+        let t = ctx.chunks.lock();
+        (t.not_done(), t.bytes_missing())
+    };
+    let parts = missing
+        .checked_div(ctx.cfg.split_min)
+        .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let workers = ctx.cfg.connections.max(1).min(queued.max(parts));
     modes::concurrent::run(ctx, workers).await?;
     if !ctx.chunks.lock().all_done() {
         ctx.sequential.store(true, Ordering::Release);

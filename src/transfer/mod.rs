@@ -287,16 +287,25 @@ pub struct EngineConfig {
     pub connections: usize,
     /// Adapt the number of connections to the link: start at
     /// [`start_connections`](Self::start_connections), double while the total throughput keeps
-    /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit), stop
-    /// when it does not, halve when the server answers 429 or 503. Default on; off, the count
-    /// is [`connections`](Self::connections).
+    /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit), go
+    /// back and stop when a doubling does not pay, drop one connection for each 429 or 503.
+    /// Default on; off, the count is [`connections`](Self::connections).
     pub adaptive: bool,
     /// Connections to start with when adapting. Default 16, as `aria2c -x16`.
     pub start_connections: usize,
-    /// Bytes per chunk (one ranged request, retried alone). Default 16 MiB. At least 64 KiB
+    /// Bytes per chunk (the unit of checking: each chunk's SHA-256 is what a manifest lists and
+    /// the resume state records; one connection fetches it, unless it is split). Default 16 MiB. At least 64 KiB
     /// (a smaller one is raised to it) and at most 4 GiB; raised for a huge file so that it has
     /// at most 2^18 chunks. A resumed download keeps the chunk size it started with.
     pub chunk_size: u64,
+    /// When no chunk is waiting, an idle connection splits the part of a chunk another one still
+    /// has to fetch and takes its second half (as `aria2c` splits its segments): the end of a
+    /// download is then not one slow connection finishing a whole chunk. Only parts with at
+    /// least twice this many bytes left are split. Default 1 MiB; 0 never splits.
+    pub split_min: u64,
+    /// Only parts whose connection, at the pace it has kept, would need longer than this to
+    /// finish are split. Default 300 ms (on a fast link nothing is split).
+    pub split_after: Duration,
     /// Failed attempts in a row, without progress, after which a chunk is given up. Default 8.
     pub max_attempts: u32,
     /// First retry delay (doubling, with jitter). Default 500 ms.
@@ -327,6 +336,8 @@ impl Default for EngineConfig {
             adaptive: true,
             start_connections: 16,
             chunk_size: 16 << 20,
+            split_min: 1 << 20,
+            split_after: Duration::from_millis(300),
             max_attempts: 8,
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
@@ -371,7 +382,7 @@ pub struct TransferOutcome {
     pub transferred: u64,
     /// Bytes fetched again after a fault: a discarded too-long body, a chunk whose bytes failed
     /// their hash on resume, chunks fetched again to find a corrupted one, bytes a range-ignoring
-    /// server sent again.
+    /// server sent again, bytes a connection received past the end of a part that was split.
     pub refetched: u64,
     /// Bytes found on disk from an earlier run whose hashes were re-checked.
     pub resumed: u64,
@@ -379,6 +390,8 @@ pub struct TransferOutcome {
     pub retries: u32,
     /// The same, by cause.
     pub retry_causes: RetryCauses,
+    /// Times a slow part in flight was split, its second half taken by an idle connection.
+    pub splits: u64,
     /// Wall time of this run.
     pub elapsed: Duration,
     /// Bytes per chunk the file was cut into.

@@ -1,12 +1,12 @@
 //! How many connections the engine uses: adapted to the link. A CDN caps each connection (often
 //! near 20 MB/s), so on such a link the connection count sets the speed; on a fast link more
 //! connections only cost. The count starts at [`EngineConfig::start_connections`] and doubles
-//! every [`WINDOW`] while the engine's total throughput keeps rising by at least [`RISE`] and
-//! every connection is busy; once it stops rising it stays. When the server pushes back (429,
-//! 503) the count is halved (at most once per [`PUSH_BACK_EVERY`]: the refusals of one burst
-//! are one signal) and stops growing. It never exceeds
-//! [`EngineConfig::connections`], the ceiling; with [`EngineConfig::adaptive`] off that ceiling
-//! is the count.
+//! every [`WINDOW`] (measured from the first body byte) while every connection is busy and the
+//! engine's total throughput keeps rising by at least [`RISE`]. When a doubling did not raise
+//! it that much, the count goes back to what it was and stays there. When the server pushes
+//! back (429, 503) the refused connection is not replaced: the count drops by one per refusal,
+//! and stops growing. It never exceeds [`EngineConfig::connections`], the ceiling; with
+//! [`EngineConfig::adaptive`] off that ceiling is the count.
 //!
 //! The count is the semaphore's permits: growing adds permits, shrinking forgets permits as
 //! connections are given back (a connection in flight is never cut for it).
@@ -23,8 +23,6 @@ use super::EngineConfig;
 pub(crate) const WINDOW: Duration = Duration::from_millis(500);
 /// The rise of throughput (from one window to the next) that justifies more connections.
 pub(crate) const RISE: f64 = 1.15;
-/// Refusals closer together than this halve the count once.
-pub(crate) const PUSH_BACK_EVERY: Duration = Duration::from_secs(1);
 
 /// What a window's measurement decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,34 +33,39 @@ pub(crate) enum Step {
     Grow(usize),
     /// The count is settled: throughput stopped rising.
     Settle,
+    /// The last doubling did not pay: back to the count before it, and settled.
+    Retreat,
 }
 
 /// The rule, apart from clocks and semaphores: `target` connections, `busy` of them in use,
-/// `rate` this window and `best` before it (bytes per second), under `ceiling`.
+/// `rate` this window and `best` the window before the last doubling (bytes per second; 0 for
+/// none yet), under `ceiling`.
 pub(crate) fn judge(target: usize, ceiling: usize, busy: usize, rate: f64, best: f64) -> Step {
-    if target >= ceiling {
-        return Step::Settle;
-    }
     if busy < target {
         // Not every connection had work (a small file, the last chunks): nothing learned.
         return Step::Hold;
     }
-    if best <= 0.0 || rate >= best * RISE {
-        Step::Grow((target * 2).min(ceiling))
-    } else {
+    if best > 0.0 && rate < best * RISE {
+        Step::Retreat
+    } else if target >= ceiling {
         Step::Settle
+    } else {
+        Step::Grow((target * 2).min(ceiling))
     }
 }
 
 struct State {
     target: usize,
+    /// The count before the last doubling.
+    before: usize,
     growing: bool,
+    /// Body bytes arrived: the first window runs from the first of them.
+    started: bool,
     /// Permits to forget as connections are given back (after a halving).
     debt: usize,
     window_start: Instant,
     bytes_at_start: u64,
     best: f64,
-    last_push_back: Option<Instant>,
 }
 
 /// See the module docs.
@@ -89,12 +92,13 @@ impl Pace {
             may_grow: AtomicBool::new(start < ceiling),
             state: Mutex::new(State {
                 target: start,
+                before: start,
                 growing: start < ceiling,
+                started: false,
                 debt: 0,
                 window_start: Instant::now(),
                 bytes_at_start: 0,
                 best: 0.0,
-                last_push_back: None,
             }),
         };
         (pace, start)
@@ -118,28 +122,41 @@ impl Pace {
     /// Judges the window when it is over (`busy`: connections in use now), adding permits to
     /// `permits` when the count grows.
     pub fn tick(&self, permits: &Semaphore, busy: impl FnOnce() -> usize) {
-        if !self.may_grow.load(Ordering::Relaxed) {
+        if self.may_grow.load(Ordering::Relaxed) {
+            self.tick_at(permits, busy(), Instant::now());
+        }
+    }
+
+    fn tick_at(&self, permits: &Semaphore, busy: usize, now: Instant) {
+        let mut s = self.lock();
+        let bytes = self.received.load(Ordering::Relaxed);
+        if !s.started {
+            // Requests and redirects before the first body byte are not the link's throughput.
+            if bytes > 0 {
+                s.started = true;
+                s.window_start = now;
+                s.bytes_at_start = bytes;
+            }
             return;
         }
-        let busy = busy();
-        let mut s = self.lock();
-        let now = Instant::now();
         let elapsed = now.duration_since(s.window_start);
         if !s.growing || elapsed < WINDOW {
             return;
         }
-        let bytes = self.received.load(Ordering::Relaxed);
         let rate = bytes.saturating_sub(s.bytes_at_start) as f64 / elapsed.as_secs_f64();
         s.window_start = now;
         s.bytes_at_start = bytes;
         match judge(s.target, self.ceiling, busy, rate, s.best) {
             Step::Hold => {}
-            Step::Settle => {
-                s.growing = false;
-                self.may_grow.store(false, Ordering::Relaxed);
+            Step::Settle => self.settle(&mut s),
+            Step::Retreat => {
+                let before = s.before;
+                Self::lower(&mut s, permits, before);
+                self.settle(&mut s);
             }
             Step::Grow(n) => {
                 s.best = rate;
+                s.before = s.target;
                 let mut add = n - s.target;
                 let repaid = add.min(s.debt);
                 s.debt -= repaid;
@@ -150,24 +167,30 @@ impl Pace {
         }
     }
 
-    /// The server pushed back (429, 503): half the connections, and no more growing.
-    pub fn push_back(&self, permits: &Semaphore) {
-        let mut s = self.lock();
+    fn settle(&self, s: &mut State) {
         s.growing = false;
         self.may_grow.store(false, Ordering::Relaxed);
-        let now = Instant::now();
-        if s.target <= 1
-            || s.last_push_back
-                .is_some_and(|t| now.duration_since(t) < PUSH_BACK_EVERY)
-        {
+    }
+
+    /// Lowers the count to `n` (at least 1): free permits go at once, the others as their
+    /// connections are given back.
+    fn lower(s: &mut State, permits: &Semaphore, n: usize) {
+        let n = n.max(1);
+        if n >= s.target {
             return;
         }
-        s.last_push_back = Some(now);
-        let cut = s.target - (s.target / 2).max(1);
-        s.target -= cut;
-        // Free permits go at once; the others as their connections are given back.
+        let cut = s.target - n;
+        s.target = n;
         let now = permits.forget_permits(cut);
         s.debt += cut - now;
+    }
+
+    /// The server pushed back (429, 503): one connection fewer, and no more growing.
+    pub fn push_back(&self, permits: &Semaphore) {
+        let mut s = self.lock();
+        self.settle(&mut s);
+        let n = s.target - 1;
+        Self::lower(&mut s, permits, n);
     }
 
     /// A connection is being given back: true when its permit must be forgotten, not returned
@@ -188,20 +211,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grows_while_throughput_rises_then_settles() {
+    fn grows_while_throughput_rises_and_goes_back_when_it_does_not() {
         // First window: nothing to compare with, grow.
         assert_eq!(judge(4, 64, 4, 80e6, 0.0), Step::Grow(8));
         // Doubled and 2x faster: grow again (capped by the ceiling).
         assert_eq!(judge(8, 12, 8, 160e6, 80e6), Step::Grow(12));
-        // 5% faster only: the link, not the count, is the limit.
-        assert_eq!(judge(8, 64, 8, 84e6, 80e6), Step::Settle);
+        // 5% faster only: the link, not the count, is the limit; back to 4.
+        assert_eq!(judge(8, 64, 8, 84e6, 80e6), Step::Retreat);
         // Idle connections: nothing learned.
         assert_eq!(judge(8, 64, 5, 10e6, 80e6), Step::Hold);
+        // At the ceiling and it paid: stay.
         assert_eq!(judge(64, 64, 64, 1e9, 1.0), Step::Settle);
+        assert_eq!(judge(64, 64, 64, 1e9, 1e9), Step::Retreat);
     }
 
     #[test]
-    fn push_back_halves_and_stops_growing() {
+    fn a_doubling_that_does_not_pay_is_undone() {
+        let cfg = EngineConfig {
+            connections: 32,
+            start_connections: 8,
+            ..EngineConfig::default()
+        };
+        let (pace, start) = Pace::new(&cfg);
+        let sem = Semaphore::new(start);
+        // No body byte yet: no window.
+        let t0 = Instant::now();
+        pace.tick_at(&sem, 8, t0);
+        assert_eq!(pace.target(), 8);
+        pace.received(1);
+        pace.tick_at(&sem, 8, t0);
+        // The first window (from the first byte): grow.
+        pace.received(100 << 20);
+        pace.tick_at(&sem, 8, t0 + WINDOW);
+        assert_eq!(pace.target(), 16);
+        assert_eq!(sem.available_permits(), 16);
+        // The next one no faster: back to 8, for good.
+        pace.received(100 << 20);
+        pace.tick_at(&sem, 16, t0 + 2 * WINDOW);
+        assert_eq!(pace.target(), 8);
+        assert_eq!(sem.available_permits(), 8);
+        pace.received(1 << 30);
+        pace.tick_at(&sem, 8, t0 + 3 * WINDOW);
+        assert_eq!(pace.target(), 8, "settled");
+    }
+
+    #[test]
+    fn each_refusal_takes_a_connection_away_and_stops_growing() {
         let cfg = EngineConfig {
             connections: 32,
             start_connections: 8,
@@ -210,15 +265,19 @@ mod tests {
         let (pace, start) = Pace::new(&cfg);
         assert_eq!(start, 8);
         let sem = Semaphore::new(start);
-        let held: Vec<_> = (0..6).map(|_| sem.try_acquire().unwrap()).collect();
+        let held: Vec<_> = (0..7).map(|_| sem.try_acquire().unwrap()).collect();
         pace.push_back(&sem);
-        assert_eq!(pace.target(), 4);
-        // Two free permits were forgotten at once, two more as connections come back.
+        pace.push_back(&sem);
+        assert_eq!(pace.target(), 6);
+        // The free permit was forgotten at once, one more as a connection comes back.
         assert_eq!(sem.available_permits(), 0);
-        assert!(pace.take_debt());
         assert!(pace.take_debt());
         assert!(!pace.take_debt());
         drop(held);
+        for _ in 0..10 {
+            pace.push_back(&sem);
+        }
+        assert_eq!(pace.target(), 1, "never below one");
         let fixed = EngineConfig {
             connections: 5,
             adaptive: false,

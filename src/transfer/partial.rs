@@ -29,7 +29,8 @@ use super::error::{local_error, TransferError};
 use super::events::Events;
 use super::hash::{hash_range, FileHasher};
 use super::plan::Plan;
-use super::state::{self, Loaded, ValidChunk};
+use super::state::{self, Loaded};
+use super::table::Resumed;
 use super::{blocking, ExpectedChunks, RemoteIdentity};
 use crate::progress::Reporter;
 use crate::safe_fs::{self, FileLock};
@@ -179,7 +180,7 @@ pub(crate) struct Opened {
     pub plan: Plan,
     /// Chunks whose bytes on disk matched their recorded hashes, in index order, with the hash
     /// state of an incomplete one's bytes (to go on from).
-    pub chunks: Vec<(ValidChunk, Option<Sha256>)>,
+    pub chunks: Vec<Resumed>,
     /// Bytes in those chunks.
     pub resumed: u64,
     /// Bytes the state claimed that failed their hash and were thrown away.
@@ -330,7 +331,7 @@ impl LockedPartial {
             return adopt_checked(file, plan, m, len, &paths.data, events, whole).await;
         }
 
-        // Re-hash every claimed prefix (on the blocking pool, in one pass).
+        // Re-hash every claimed prefix and span (on the blocking pool, in one pass).
         let f = file.clone();
         let (checked, prefix) = blocking(move || {
             let mut out = Vec::with_capacity(records.len());
@@ -339,34 +340,60 @@ impl LockedPartial {
                 // A complete chunk right after the hashed prefix extends it.
                 let extends = rec.complete && rec.index == boundaries.len();
                 let mut fed = extends.then(|| whole.clone());
+                let start = plan.chunk_start(rec.index);
                 let mut h = Sha256::new();
-                hash_range(
-                    &f,
-                    plan.chunk_start(rec.index),
-                    rec.written,
-                    Some(&mut h),
-                    fed.as_mut(),
-                )?;
+                hash_range(&f, start, rec.written, Some(&mut h), fed.as_mut())?;
                 let digest: [u8; 32] = h.clone().finalize().into();
                 let ok = digest == rec.sha256;
                 if let (true, Some(fed)) = (ok, fed) {
                     boundaries.push(std::mem::replace(&mut whole, fed));
                 }
                 let hasher = (!rec.complete).then_some(h);
-                out.push((rec, ok, hasher));
+                let mut spans = Vec::with_capacity(rec.spans.len());
+                for &(at, n, want) in &rec.spans {
+                    let mut h = Sha256::new();
+                    hash_range(&f, start + at, n, Some(&mut h), None)?;
+                    let ok = <[u8; 32]>::from(h.clone().finalize()) == want;
+                    spans.push((at, n, ok.then_some(h)));
+                }
+                out.push((rec, ok, hasher, spans));
             }
             Ok((out, (whole, boundaries)))
         })
         .await
         .map_err(|e| local_error(file_name, &paths.data, "read back", 0, e))?;
         let (mut chunks, mut resumed, mut thrown_away) = (Vec::new(), 0u64, 0u64);
-        for (rec, ok, hasher) in checked {
+        for (rec, ok, hasher, spans) in checked {
+            let mut kept = Resumed {
+                index: rec.index,
+                written: 0,
+                complete: false,
+                sha256: [0; 32],
+                hasher: None,
+                spans: Vec::new(),
+            };
             if ok {
                 resumed += rec.written;
-                chunks.push((rec, hasher));
+                (kept.written, kept.complete, kept.sha256, kept.hasher) =
+                    (rec.written, rec.complete, rec.sha256, hasher);
             } else {
                 thrown_away += rec.written;
                 events.discarded(rec.written, "failed its hash check on resume");
+            }
+            for (at, n, h) in spans {
+                match h {
+                    Some(h) => {
+                        resumed += n;
+                        kept.spans.push((at, n, h));
+                    }
+                    None => {
+                        thrown_away += n;
+                        events.discarded(n, "failed its hash check on resume");
+                    }
+                }
+            }
+            if kept.written > 0 || !kept.spans.is_empty() {
+                chunks.push(kept);
             }
         }
         Ok(Opened {
@@ -416,13 +443,14 @@ async fn adopt_checked(
     for (index, len, ok, sha256) in checked {
         if ok {
             resumed += len;
-            let c = ValidChunk {
+            chunks.push(Resumed {
                 index,
                 written: len,
                 complete: true,
                 sha256,
-            };
-            chunks.push((c, None));
+                hasher: None,
+                spans: Vec::new(),
+            });
         } else {
             bad += len;
             bad_chunks += 1;

@@ -258,16 +258,17 @@ impl Answer {
     }
 }
 
-/// One attempt at the rest of the chunk `sink` fills: asks for the bytes it lacks and streams
-/// them in. Returns the reasons to suspect the chunk that the answer gave.
+/// One attempt at the rest of the part of a chunk `sink` fills: asks for the bytes it lacks
+/// and streams them in, stopping early when a split gives the rest of the part to another
+/// connection. Returns the reasons to suspect the chunk that the answer gave.
 pub(crate) async fn fetch_into(ctx: &Ctx<'_>, sink: &mut impl Sink) -> Result<u8, Failure> {
     let range = sink.range();
-    let first = range.start + sink.pending();
-    let last = range.end() - 1;
-    debug_assert!(
-        first <= last,
-        "a chunk with every byte is done, never fetched"
-    );
+    let (at, end) = (sink.pending(), sink.end());
+    if at >= end {
+        // Split down to what it has: nothing left to ask for.
+        return Ok(0);
+    }
+    let (first, last) = (range.start + at, range.start + end - 1);
     let mut answer = request(ctx, Want::Span { first, last }).await?;
     let want = answer.promised;
     let base = sink.mark();
@@ -290,9 +291,14 @@ pub(crate) async fn fetch_into(ctx: &Ctx<'_>, sink: &mut impl Sink) -> Result<u8
             ));
         }
         sink.push(&piece).await?;
+        if sink.end() < end && sink.pending() >= sink.end() {
+            // Another connection took the rest of the part (a split): the rest of this body is
+            // not needed (and the connection is closed, not reused).
+            break;
+        }
     }
     sink.flush().await?;
-    if received < want {
+    if received < want && sink.pending() < sink.end() {
         return Err(Failure::io(
             std::io::ErrorKind::UnexpectedEof,
             format!("the body ended after {received} of {want} bytes"),

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::mem;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
@@ -15,14 +16,27 @@ use sha2::{Digest as _, Sha256};
 use super::blocking;
 use super::ctx::Ctx;
 use super::error::{local_error, TransferError};
+use super::hash::hash_range;
 use super::plan::ChunkRange;
 use super::table::{Claim, Released};
 
 /// Copies of one chunk that may fail the manifest before the download gives up on it.
 pub(crate) const MAX_REJECTIONS: u32 = 3;
 
-/// Bytes gathered from the network before one positional write (and one progress event).
+/// Bytes gathered from the network before one positional write (and one progress event), at
+/// most: each connection's buffer, so the engine's memory is this times its connections (see
+/// [`write_buffer`]).
 const WRITE_BUF: usize = 256 << 10;
+/// The smallest write buffer.
+const MIN_WRITE_BUF: usize = 64 << 10;
+/// What the write buffers of all connections may hold together.
+const WRITE_BUDGET: usize = 8 << 20;
+
+/// The write buffer of each of `connections` connections: [`WRITE_BUF`], less when many
+/// connections would hold more than [`WRITE_BUDGET`] together (down to [`MIN_WRITE_BUF`]).
+pub(crate) fn write_buffer(connections: usize) -> usize {
+    (WRITE_BUDGET / connections.max(1)).clamp(MIN_WRITE_BUF, WRITE_BUF)
+}
 
 /// A point to roll back to: bytes on disk and their hash state.
 pub(crate) struct Mark {
@@ -34,8 +48,12 @@ pub(crate) struct Mark {
 pub(crate) trait Sink {
     /// The chunk.
     fn range(&self) -> ChunkRange;
-    /// Bytes accounted for: on disk plus buffered.
+    /// Where the sink stands in the chunk: bytes before it are on disk or buffered.
     fn pending(&self) -> u64;
+    /// Where its part of the chunk ends (a split may lower it while the sink fills it).
+    fn end(&self) -> u64 {
+        self.range().len
+    }
     /// The next bytes of the chunk (never more than it has room for: the caller checks).
     async fn push(&mut self, data: &[u8]) -> Result<(), TransferError>;
     /// Writes what is buffered.
@@ -56,6 +74,9 @@ struct Writer {
     file: Arc<File>,
     /// File offset of the chunk's first byte.
     base: u64,
+    /// Where the part this writer fills starts in the chunk.
+    from: u64,
+    /// Bytes of the chunk before this are written (`from..written` by this writer).
     written: u64,
     hasher: Sha256,
     buf: Vec<u8>,
@@ -63,13 +84,31 @@ struct Writer {
 
 impl Writer {
     /// Buffers `data`; true when the buffer is due to be written.
-    fn buffer(&mut self, data: &[u8]) -> bool {
-        self.buf.extend_from_slice(data);
-        self.buf.len() >= WRITE_BUF
+    /// Takes as much of `data` as the buffer has room for (never growing it past `cap`);
+    /// returns how many bytes. The buffer is due to be written when it is full.
+    fn buffer(&mut self, data: &[u8], cap: usize) -> usize {
+        if self.buf.capacity() < cap {
+            self.buf.reserve_exact(cap - self.buf.len());
+        }
+        let n = data.len().min(cap.saturating_sub(self.buf.len()));
+        self.buf.extend_from_slice(&data[..n]);
+        n
+    }
+
+    fn full(&self, cap: usize) -> bool {
+        self.buf.len() >= cap
     }
 
     fn pending(&self) -> u64 {
         self.written + self.buf.len() as u64
+    }
+
+    /// Drops what is buffered past `end` (in the chunk); returns how many bytes.
+    fn truncate(&mut self, end: u64) -> u64 {
+        let keep = usize::try_from(end.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        let dropped = self.buf.len().saturating_sub(keep);
+        self.buf.truncate(self.buf.len() - dropped);
+        dropped as u64
     }
 
     /// Writes the buffer at its place; returns how many bytes (the error is the I/O error).
@@ -117,10 +156,12 @@ impl Writer {
     }
 }
 
-/// Fills chunk `range` of the partial file, publishing what is on disk as it goes.
+/// Fills a part of chunk `range` of the partial file, publishing what is on disk as it goes.
 pub(crate) struct PartialSink<'c, 'a> {
     ctx: &'c Ctx<'a>,
     w: Writer,
+    /// The part's end, lowered by the table when the part is split.
+    limit: Arc<AtomicU64>,
     refusals: u32,
     /// Reasons to suspect the chunk, gathered on the way (see `table::suspicion`).
     pub suspicion: u8,
@@ -135,62 +176,82 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                 range: claim.range,
                 file: ctx.file.clone(),
                 base: claim.range.start,
-                written: claim.written,
+                from: claim.from,
+                written: claim.at,
                 hasher: claim.hasher,
                 buf: Vec::new(),
             },
+            limit: claim.limit,
             refusals: claim.refusals,
             suspicion: 0,
         }
     }
 
-    /// The chunk is whole: flushes, records it complete, wakes the whole-file hasher. A chunk
-    /// short of bytes is given back instead. A whole chunk that does not match the manifest is
-    /// forgotten and queued again; after [`MAX_REJECTIONS`] such copies the download fails with
-    /// [`TransferError::ChunkMismatch`].
+    /// The part is whole: flushes, records it, and when it was the chunk's last one completes
+    /// the chunk (finishing a split chunk's digest by reading its later parts back) and wakes
+    /// the whole-file hasher. A part short of bytes is given back instead. A whole chunk that
+    /// does not match the manifest is forgotten and queued again; after [`MAX_REJECTIONS`] such
+    /// copies the download fails with [`TransferError::ChunkMismatch`].
     pub async fn complete(mut self) -> Result<(), TransferError> {
         let flushed = Sink::flush(&mut self).await;
         let PartialSink {
             ctx, w, suspicion, ..
         } = self;
-        let index = w.range.index;
-        let released = ctx
+        let (r, index) = (w.range, w.range.index);
+        let mut released = ctx
             .chunks
             .lock()
-            .release(index, w.written, w.hasher, suspicion);
-        match released {
-            Released::Done => {
-                ctx.chunks.notify_done();
-                ctx.checkpoint.changed();
-            }
-            Released::Pending => {}
-            Released::Rejected { rejections, actual } => {
-                let r = w.range;
-                ctx.counters.refetch(r.len);
-                ctx.events.discarded(
-                    r.len,
-                    &format!(
-                        "chunk {index} (bytes {}-{}) does not match the manifest; fetching it again",
-                        r.start,
-                        r.end() - 1
-                    ),
-                );
-                ctx.checkpoint.changed();
-                if rejections >= MAX_REJECTIONS {
-                    let expected = ctx.chunks.lock().expected(index).unwrap_or_default();
-                    return Err(TransferError::ChunkMismatch {
-                        file: ctx.events.file().to_string(),
-                        index,
-                        start: r.start,
-                        end: r.end(),
-                        attempts: rejections,
-                        expected: hex::encode(expected),
-                        actual: hex::encode(actual),
-                    });
+            .release(index, w.from, w.written, w.hasher, suspicion);
+        loop {
+            match released {
+                Released::Done => {
+                    ctx.chunks.notify_done();
+                    ctx.checkpoint.changed();
+                }
+                Released::PartDone => ctx.checkpoint.changed(),
+                Released::Pending => ctx.chunks.notify_waiting(),
+                Released::Assemble { start, hasher } => {
+                    let file = ctx.file.clone();
+                    let digest = blocking(move || {
+                        let mut h = hasher;
+                        hash_range(&file, r.start + start, r.len - start, Some(&mut h), None)?;
+                        Ok(<[u8; 32]>::from(h.finalize()))
+                    })
+                    .await
+                    .map_err(|e| {
+                        local_error(ctx.events.file(), ctx.data_path, "read back", 0, e)
+                    })?;
+                    released = ctx.chunks.lock().assembled(index, digest);
+                    continue;
+                }
+                Released::Rejected { rejections, actual } => {
+                    ctx.counters.refetch(r.len);
+                    ctx.events.discarded(
+                        r.len,
+                        &format!(
+                            "chunk {index} (bytes {}-{}) does not match the manifest; fetching it again",
+                            r.start,
+                            r.end() - 1
+                        ),
+                    );
+                    ctx.checkpoint.changed();
+                    ctx.chunks.notify_waiting();
+                    if rejections >= MAX_REJECTIONS {
+                        let expected = ctx.chunks.lock().expected(index).unwrap_or_default();
+                        return Err(TransferError::ChunkMismatch {
+                            file: ctx.events.file().to_string(),
+                            index,
+                            start: r.start,
+                            end: r.end(),
+                            attempts: rejections,
+                            expected: hex::encode(expected),
+                            actual: hex::encode(actual),
+                        });
+                    }
                 }
             }
+            return flushed;
         }
-        flushed
     }
 
     /// Gives the chunk back to the table with what is on disk of it (a chunk with every byte is
@@ -214,19 +275,40 @@ impl Sink for PartialSink<'_, '_> {
         self.w.range
     }
 
+    fn end(&self) -> u64 {
+        self.limit.load(Ordering::Acquire)
+    }
+
     fn pending(&self) -> u64 {
         self.w.pending()
     }
 
-    async fn push(&mut self, data: &[u8]) -> Result<(), TransferError> {
-        if self.w.buffer(data) {
-            self.flush().await?;
+    async fn push(&mut self, mut data: &[u8]) -> Result<(), TransferError> {
+        let cap = self.ctx.write_buf;
+        while !data.is_empty() {
+            let n = self.w.buffer(data, cap);
+            data = &data[n..];
+            if self.w.full(cap) {
+                self.flush().await?;
+            }
         }
         Ok(())
     }
 
     async fn flush(&mut self) -> Result<(), TransferError> {
         let ctx = self.ctx;
+        let want = self.w.pending();
+        if want > self.w.written {
+            // The part may have been split: write nothing past its end.
+            let allowed = ctx
+                .chunks
+                .lock()
+                .reserve(self.w.range.index, self.w.from, want);
+            let dropped = self.w.truncate(allowed);
+            if dropped > 0 {
+                ctx.counters.refetch(dropped);
+            }
+        }
         let n = match self.w.flush().await {
             Ok(n) => n,
             Err(e) => {
@@ -249,7 +331,7 @@ impl Sink for PartialSink<'_, '_> {
             let digest = self.w.digest();
             ctx.chunks
                 .lock()
-                .progress(self.w.range.index, self.w.written, digest);
+                .progress(self.w.range.index, self.w.from, self.w.written, digest);
             ctx.checkpoint.note_written(n);
             ctx.events.progress(n);
         }
@@ -270,7 +352,7 @@ impl Sink for PartialSink<'_, '_> {
         self.ctx
             .chunks
             .lock()
-            .progress(self.w.range.index, self.w.written, digest);
+            .progress(self.w.range.index, self.w.from, self.w.written, digest);
         self.ctx.events.discarded(dropped, reason);
         self.ctx.counters.refetch(dropped);
     }
@@ -291,6 +373,7 @@ impl ScratchSink {
                 range,
                 file,
                 base: 0,
+                from: 0,
                 written: 0,
                 hasher: Sha256::new(),
                 buf: Vec::new(),
@@ -315,9 +398,13 @@ impl Sink for ScratchSink {
         self.w.pending()
     }
 
-    async fn push(&mut self, data: &[u8]) -> Result<(), TransferError> {
-        if self.w.buffer(data) {
-            self.flush().await?;
+    async fn push(&mut self, mut data: &[u8]) -> Result<(), TransferError> {
+        while !data.is_empty() {
+            let n = self.w.buffer(data, WRITE_BUF);
+            data = &data[n..];
+            if self.w.full(WRITE_BUF) {
+                self.flush().await?;
+            }
         }
         Ok(())
     }

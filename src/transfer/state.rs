@@ -76,15 +76,31 @@ pub(crate) struct ChunkRecord {
     pub complete: bool,
     /// Hex SHA-256 of those `written` bytes.
     pub sha256: String,
+    /// Bytes on disk further into the chunk, past a gap (a chunk split between connections).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<SpanRecord>,
 }
 
-/// A chunk record checked against the plan, with its digest decoded.
+/// Bytes on disk inside a chunk, past its prefix: `written` bytes from `start` (in the chunk).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SpanRecord {
+    /// Offset in the chunk.
+    pub start: u64,
+    /// Bytes on disk from there.
+    pub written: u64,
+    /// Hex SHA-256 of those bytes.
+    pub sha256: String,
+}
+
+/// A chunk record checked against the plan, with its digests decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ValidChunk {
     pub index: usize,
     pub written: u64,
     pub complete: bool,
     pub sha256: [u8; 32],
+    /// Spans past the prefix, in order, not overlapping: (start in the chunk, bytes, digest).
+    pub spans: Vec<(u64, u64, [u8; 32])>,
 }
 
 /// What a state file on disk says about this download.
@@ -199,12 +215,35 @@ pub(crate) fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), Str
         let mut sha256 = [0u8; 32];
         hex::decode_to_slice(&c.sha256, &mut sha256)
             .map_err(|e| format!("chunk {}: bad digest ({e})", c.index))?;
+        // All of the chunk's bytes are on disk: it is complete (see the module docs).
+        let complete = c.written == range.len;
+        if complete && !c.spans.is_empty() {
+            return Err(format!("chunk {}: complete, with spans", c.index));
+        }
+        let mut spans = Vec::with_capacity(c.spans.len());
+        let mut end = c.written;
+        for s in &c.spans {
+            let bad = s.written == 0
+                || s.start < end
+                || s.start.checked_add(s.written).is_none_or(|e| e > range.len);
+            if bad {
+                return Err(format!(
+                    "chunk {}: span of {} bytes at {} (the chunk has {}, {} taken)",
+                    c.index, s.written, s.start, range.len, end
+                ));
+            }
+            let mut d = [0u8; 32];
+            hex::decode_to_slice(&s.sha256, &mut d)
+                .map_err(|e| format!("chunk {}: bad span digest ({e})", c.index))?;
+            spans.push((s.start, s.written, d));
+            end = s.start + s.written;
+        }
         out.push(ValidChunk {
             index: c.index,
             written: c.written,
-            // All of the chunk's bytes are on disk: it is complete (see the module docs).
-            complete: c.written == range.len,
+            complete,
             sha256,
+            spans,
         });
     }
     out.sort_by_key(|c| c.index);
@@ -265,12 +304,18 @@ mod tests {
             written: C,
             complete: true,
             sha256: "ab".repeat(32),
+            spans: Vec::new(),
         });
         s.chunks.push(ChunkRecord {
             index: 3,
             written: 50,
             complete: false,
             sha256: "cd".repeat(32),
+            spans: vec![SpanRecord {
+                start: 70,
+                written: 20,
+                sha256: "ef".repeat(32),
+            }],
         });
         s
     }
@@ -293,6 +338,7 @@ mod tests {
                 assert_eq!(chunks.len(), 2);
                 assert_eq!(chunks[1].written, 50);
                 assert_eq!(chunks[1].sha256, [0xcd; 32]);
+                assert_eq!(chunks[1].spans, vec![(70, 20, [0xef; 32])]);
             }
             other => panic!("{other:?}"),
         }
@@ -360,6 +406,35 @@ mod tests {
         mutate(&|s| s.chunks[1].written = 101, "bytes written");
         mutate(&|s| s.chunks[1].complete = true, "bytes written");
         mutate(&|s| s.chunks[0].sha256 = "xyz".into(), "bad digest");
+        // Spans: inside the chunk, past its prefix and each other, not empty, with a digest.
+        mutate(
+            &|s| s.chunks[1].spans[0].start = 49,
+            "span of 20 bytes at 49",
+        );
+        mutate(
+            &|s| s.chunks[1].spans[0].written = 31,
+            "span of 31 bytes at 70",
+        );
+        mutate(&|s| s.chunks[1].spans[0].written = 0, "span of 0 bytes");
+        mutate(
+            &|s| s.chunks[1].spans[0].start = u64::MAX,
+            "span of 20 bytes",
+        );
+        mutate(
+            &|s| {
+                let again = s.chunks[1].spans[0].clone();
+                s.chunks[1].spans.push(again);
+            },
+            "span of 20 bytes at 70 (the chunk has 100, 90 taken)",
+        );
+        mutate(
+            &|s| s.chunks[1].spans[0].sha256 = "ef".into(),
+            "bad span digest",
+        );
+        mutate(
+            &|s| s.chunks[0].spans = s.chunks[1].spans.clone(),
+            "complete, with spans",
+        );
     }
 
     #[test]

@@ -1,19 +1,35 @@
-//! The chunk table: the one owner of what is known about each chunk of a download — how many of
-//! its bytes are on disk and their SHA-256, whether a connection holds it, whether it is done,
-//! how suspect it is — and of the order chunks are handed out in. It does no I/O.
+//! The chunk table: the one owner of what is known about each chunk of a download — which of
+//! its bytes are on disk and their SHA-256, which connection holds which part of it, whether it
+//! is done, how suspect it is — and of the order work is handed out in. It does no I/O.
 //!
-//! One invariant settles what used to loop: a chunk whose bytes are all on disk is done. Every
-//! way into the table (progress, release, resume) keeps it, so nothing ever asks for "the rest"
-//! of a chunk that has no rest.
+//! A chunk is the unit of checking (its digest is what a manifest lists and what the resume
+//! state records). It is filled by one connection, or by several once it is **split**: when no
+//! chunk is waiting, an idle connection takes the second half of the part another connection
+//! still has to fetch, if that one would take longer than [`SplitRule::after`] to finish
+//! (see [`ChunkTable::steal`]). A chunk is therefore a row of contiguous *parts*, each with its
+//! own holder, its own bytes on disk (`from..at`) and the SHA-256 of those bytes; the first part
+//! hashes from the chunk's first byte, so a chunk never split gets its digest as it streams in.
+//! A split chunk's digest is finished by reading back the bytes past its first part once every
+//! part is on disk ([`Released::Assemble`]).
+//!
+//! One invariant settles what used to loop: a part whose bytes are all on disk is done, and a
+//! chunk whose parts are all done is complete. Every way into the table (progress, release,
+//! resume) keeps it, so nothing ever asks for "the rest" of something that has no rest.
+//!
+//! A holder learns that its part was cut short through [`Claim::limit`], and writes nothing past
+//! it: before each write it [reserves](ChunkTable::reserve) the bytes it is about to write, and a
+//! split never cuts below a reservation.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 
 use super::plan::{ChunkRange, Plan};
-use super::state::{ChunkRecord, ValidChunk};
+use super::state::{ChunkRecord, SpanRecord};
 use super::ExpectedChunks;
 
 /// Reasons to suspect a chunk when the file's digest does not match (repairs try the most
@@ -27,23 +43,107 @@ pub(crate) mod suspicion {
     pub const UNCHECKED: u8 = 4;
 }
 
+/// When a part in flight is split for an idle connection (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SplitRule {
+    /// Smallest part a split leaves on either side; 0 never splits.
+    pub min: u64,
+    /// A part is split only when its holder, at the pace it has kept since it took it, would
+    /// need longer than this to finish it.
+    pub after: Duration,
+}
+
+impl SplitRule {
+    /// Never split.
+    #[cfg(test)]
+    pub const NEVER: SplitRule = SplitRule {
+        min: 0,
+        after: Duration::ZERO,
+    };
+}
+
+/// Time a holder must have held its part before its pace is judged.
+const PACE_SAMPLE: Duration = Duration::from_millis(100);
+/// Split points are multiples of this (page-aligned writes).
+const SPLIT_ALIGN: u64 = 64 << 10;
+
+/// A resumed chunk, as checked on disk: its prefix (`chunk.written` bytes) with the hash state
+/// of an incomplete one, and the spans past it with theirs.
+pub(crate) struct Resumed {
+    pub index: usize,
+    pub written: u64,
+    pub complete: bool,
+    pub sha256: [u8; 32],
+    /// The hash state of an incomplete prefix (`None`: unknown, the prefix is fetched again).
+    pub hasher: Option<Sha256>,
+    /// Spans past the prefix on disk: start (in the chunk), bytes, hash state of those bytes.
+    pub spans: Vec<(u64, u64, Sha256)>,
+}
+
+/// Part of a chunk (offsets within the chunk).
+struct Part {
+    from: u64,
+    /// Bytes `from..at` are on disk.
+    at: u64,
+    to: u64,
+    /// Bytes up to here are being written by the holder: a split never cuts below.
+    reserved: u64,
+    held: bool,
+    /// Hash state of `from..at` while not held (the holder has it otherwise); the first part's
+    /// starts at the chunk's first byte. `None` while not held: unknown, start the part afresh.
+    hasher: Option<Sha256>,
+    /// Digest of `from..at` (for the resume state).
+    sha256: [u8; 32],
+    /// `to`, readable by the holder without the table's lock.
+    limit: Arc<AtomicU64>,
+    /// When the holder took it, and `at` then.
+    since: Option<(Instant, u64)>,
+}
+
+impl Part {
+    fn new(from: u64, at: u64, to: u64, hasher: Option<Sha256>, sha256: [u8; 32]) -> Self {
+        Part {
+            from,
+            at,
+            to,
+            reserved: at,
+            held: false,
+            hasher,
+            sha256,
+            limit: Arc::new(AtomicU64::new(to)),
+            since: None,
+        }
+    }
+
+    fn fresh(from: u64, to: u64) -> Self {
+        Part::new(from, from, to, Some(Sha256::new()), empty_digest())
+    }
+
+    fn done(&self) -> bool {
+        self.at == self.to
+    }
+}
+
+fn empty_digest() -> [u8; 32] {
+    Sha256::new().finalize().into()
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
-    /// Waiting for a connection (possibly with some bytes on disk already).
-    Pending,
-    /// A connection holds it.
-    InFlight,
+    /// Parts are waiting or held.
+    Open,
+    /// Every part is on disk; a holder is finishing the digest (see [`Released::Assemble`]).
+    Assembling,
     /// All its bytes are on disk, and `sha256` is their digest.
     Done,
 }
 
-#[derive(Clone)]
 struct Chunk {
-    written: u64,
-    sha256: [u8; 32],
-    /// The hash state of the `written` bytes, while the chunk is pending with bytes on disk.
-    hasher: Option<Sha256>,
     status: Status,
+    /// The parts, in order, covering the chunk (empty once done).
+    parts: Vec<Part>,
+    /// The digest, once done.
+    sha256: [u8; 32],
     suspicion: u8,
     /// Copies of it that did not match the manifest.
     rejections: u32,
@@ -52,94 +152,135 @@ struct Chunk {
     refusals: u32,
 }
 
-/// A chunk handed to a connection: its range and what is already on disk of it.
+impl Chunk {
+    fn open(len: u64) -> Self {
+        Chunk {
+            status: Status::Open,
+            parts: vec![Part::fresh(0, len)],
+            sha256: [0; 32],
+            suspicion: 0,
+            rejections: 0,
+            refusals: 0,
+        }
+    }
+
+    fn part(&mut self, from: u64) -> Option<&mut Part> {
+        self.parts.iter_mut().find(|p| p.from == from)
+    }
+
+    fn on_disk(&self, len: u64) -> u64 {
+        match self.status {
+            Status::Done => len,
+            _ => self.parts.iter().map(|p| p.at - p.from).sum(),
+        }
+    }
+}
+
+/// A part of a chunk handed to a connection: its chunk, where it stands, and its end (which a
+/// split may lower while it is held).
 pub(crate) struct Claim {
     pub range: ChunkRange,
-    pub written: u64,
+    /// Where the part starts in the chunk.
+    pub from: u64,
+    /// Bytes of the chunk up to here are the part's (or earlier parts') and on disk.
+    pub at: u64,
+    /// Hash state of `from..at`.
     pub hasher: Sha256,
+    /// The part's end in the chunk: lowered when the part is split.
+    pub limit: Arc<AtomicU64>,
     /// Refused attempts in a row so far (they count against the retry bound).
     pub refusals: u32,
 }
 
-/// What became of a chunk given back to the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What became of a part given back to the table.
 pub(crate) enum Released {
     /// Bytes are missing: it waits for a connection again.
     Pending,
-    /// All its bytes are on disk (and match the manifest, when there is one).
+    /// The part is on disk; other parts of its chunk are not yet.
+    PartDone,
+    /// The chunk is complete (and matches the manifest, when there is one).
     Done,
-    /// All its bytes are on disk, but they do not match the manifest: forgotten, queued again.
+    /// The chunk is complete, but it does not match the manifest: forgotten, queued again.
     /// `rejections` copies of it did not match so far; `actual` is the last one's digest.
     Rejected { rejections: u32, actual: [u8; 32] },
+    /// Every part of a split chunk is on disk: read bytes `start..` of the chunk back into
+    /// `hasher` (the state after its first part) and hand the digest to
+    /// [`ChunkTable::assembled`].
+    Assemble { start: u64, hasher: Sha256 },
 }
 
 /// See the module docs.
 pub(crate) struct ChunkTable {
     plan: Plan,
     chunks: Vec<Chunk>,
-    queue: VecDeque<usize>,
+    /// Waiting parts: (chunk, part start).
+    queue: VecDeque<(usize, u64)>,
     /// What each chunk must hash to, from a manifest (cut by the same plan).
     expected: Option<Arc<ExpectedChunks>>,
+    split: SplitRule,
+    splits: u64,
 }
 
 impl ChunkTable {
-    /// A table for `plan` with the chunks found on disk (`resumed`: checked chunks with the hash
-    /// state of an incomplete one's bytes); the others are queued in order. With `expected`
-    /// (cut by the same plan), a chunk is done only when its bytes match it; a resumed complete
-    /// chunk that does not is fetched again.
+    /// A table for `plan` with what was found on disk (`resumed`, checked); everything else is
+    /// queued in order. With `expected` (cut by the same plan), a chunk is done only when its
+    /// bytes match it; a resumed complete chunk that does not is fetched again. Parts in flight
+    /// are split by `split`.
     pub fn new(
         plan: Plan,
-        resumed: Vec<(ValidChunk, Option<Sha256>)>,
+        resumed: Vec<Resumed>,
         expected: Option<Arc<ExpectedChunks>>,
+        split: SplitRule,
     ) -> Self {
         let expected =
             expected.filter(|e| e.chunk_size == plan.chunk_size && e.sha256.len() == plan.count());
-        let mut chunks = vec![
-            Chunk {
-                written: 0,
-                sha256: [0; 32],
-                hasher: None,
-                status: Status::Pending,
-                suspicion: 0,
-                rejections: 0,
-                refusals: 0,
-            };
-            plan.count()
-        ];
-        for (c, hasher) in resumed {
-            let Some(slot) = chunks.get_mut(c.index) else {
+        let mut chunks: Vec<Chunk> = (0..plan.count())
+            .map(|i| Chunk::open(plan.chunk(i).map_or(0, |r| r.len)))
+            .collect();
+        for r in resumed {
+            let (Some(slot), Some(range)) = (chunks.get_mut(r.index), plan.chunk(r.index)) else {
                 continue;
             };
-            let len = plan.chunk(c.index).map_or(0, |r| r.len);
-            let done = c.written == len;
-            if !done && hasher.is_none() {
-                continue;
-            }
-            if done
-                && expected
+            if r.written == range.len {
+                if expected
                     .as_ref()
-                    .is_some_and(|e| e.sha256[c.index] != c.sha256)
-            {
+                    .is_some_and(|e| e.sha256[r.index] != r.sha256)
+                {
+                    continue;
+                }
+                *slot = Chunk {
+                    status: Status::Done,
+                    parts: Vec::new(),
+                    sha256: r.sha256,
+                    suspicion: suspicion::RESUMED,
+                    rejections: 0,
+                    refusals: 0,
+                };
                 continue;
             }
             *slot = Chunk {
-                written: c.written,
-                sha256: c.sha256,
-                hasher: if done { None } else { hasher },
-                status: if done { Status::Done } else { Status::Pending },
+                parts: resumed_parts(&r, range.len),
                 suspicion: suspicion::RESUMED,
-                rejections: 0,
-                refusals: 0,
+                ..Chunk::open(range.len)
             };
         }
-        let queue = (0..chunks.len())
-            .filter(|&i| chunks[i].status != Status::Done)
+        let queue = chunks
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                c.parts
+                    .iter()
+                    .filter(|p| !p.done())
+                    .map(move |p| (i, p.from))
+            })
             .collect();
         ChunkTable {
             plan,
             chunks,
             queue,
             expected,
+            split,
+            splits: 0,
         }
     }
 
@@ -158,51 +299,151 @@ impl ChunkTable {
         self.plan
     }
 
-    fn range(&self, index: usize) -> ChunkRange {
-        self.plan.chunk(index).expect("chunk index within the plan")
+    /// How many times a part in flight was split.
+    pub fn splits(&self) -> u64 {
+        self.splits
     }
 
-    /// Hands out chunk `index` if it is neither done nor held: its range and what is on disk.
-    pub fn claim(&mut self, index: usize) -> Option<Claim> {
+    fn claim_part(&mut self, index: usize, from: u64) -> Option<Claim> {
         let range = self.plan.chunk(index)?;
-        let c = &mut self.chunks[index];
-        if c.status != Status::Pending {
+        let c = self.chunks.get_mut(index)?;
+        if c.status != Status::Open {
             return None;
         }
-        c.status = Status::InFlight;
-        let (written, hasher) = match c.hasher.take() {
-            Some(h) => (c.written, h),
+        let refusals = c.refusals;
+        let p = c.part(from)?;
+        if p.held || p.done() {
+            return None;
+        }
+        p.held = true;
+        let hasher = match p.hasher.take() {
+            Some(h) => h,
             None => {
-                c.written = 0;
-                (0, Sha256::new())
+                p.at = p.from;
+                p.sha256 = empty_digest();
+                Sha256::new()
             }
         };
+        p.reserved = p.at;
+        p.since = Some((Instant::now(), p.at));
         Some(Claim {
             range,
-            written,
+            from: p.from,
+            at: p.at,
             hasher,
-            refusals: c.refusals,
+            limit: p.limit.clone(),
+            refusals,
         })
     }
 
-    /// Hands out the next queued chunk that is neither done nor held.
+    /// Hands out the first waiting part of chunk `index`, if there is one.
+    pub fn claim(&mut self, index: usize) -> Option<Claim> {
+        let from = self
+            .chunks
+            .get(index)?
+            .parts
+            .iter()
+            .find(|p| !p.held && !p.done())?
+            .from;
+        self.claim_part(index, from)
+    }
+
+    /// Hands out the next queued part that is neither done nor held.
     pub fn claim_next(&mut self) -> Option<Claim> {
-        while let Some(i) = self.queue.pop_front() {
-            if let Some(c) = self.claim(i) {
+        while let Some((i, from)) = self.queue.pop_front() {
+            if let Some(c) = self.claim_part(i, from) {
                 return Some(c);
             }
         }
         None
     }
 
-    /// `written` bytes of held chunk `index` are on disk, with digest `sha256`.
-    pub fn progress(&mut self, index: usize, written: u64, sha256: [u8; 32]) {
-        let c = &mut self.chunks[index];
-        if written > c.written {
-            c.refusals = 0;
+    /// Splits the held part with the most bytes left, among those whose holder would take longer
+    /// than [`SplitRule::after`] to finish at its pace so far (judged once it has held it for a
+    /// moment), and hands its second half out; `None` when no part is worth it. The holder
+    /// sees its new end through its [`Claim::limit`].
+    pub fn steal(&mut self, now: Instant) -> Option<Claim> {
+        let rule = self.split;
+        if rule.min == 0 {
+            return None;
         }
-        c.written = written;
-        c.sha256 = sha256;
+        let mut best: Option<(usize, usize, u64)> = None;
+        for (i, c) in self.chunks.iter().enumerate() {
+            if c.status != Status::Open {
+                continue;
+            }
+            for (k, p) in c.parts.iter().enumerate() {
+                let Some((t0, at0)) = p.since.filter(|_| p.held) else {
+                    continue;
+                };
+                let held = now.saturating_duration_since(t0);
+                let base = p.reserved.max(p.at);
+                let left = p.to.saturating_sub(base);
+                if held < PACE_SAMPLE || left < 2 * rule.min {
+                    continue;
+                }
+                let rate = (p.at - at0) as f64 / held.as_secs_f64();
+                if rate > 0.0 && left as f64 / rate <= rule.after.as_secs_f64() {
+                    continue;
+                }
+                if best.is_none_or(|(_, _, l)| left > l) {
+                    best = Some((i, k, left));
+                }
+            }
+        }
+        let (i, k, _) = best?;
+        let range = self.plan.chunk(i)?;
+        let c = &mut self.chunks[i];
+        let p = &mut c.parts[k];
+        let base = p.reserved.max(p.at);
+        let mut at = base + (p.to - base) / 2;
+        let aligned = at - at % SPLIT_ALIGN;
+        if aligned >= base + rule.min {
+            at = aligned;
+        }
+        let to = p.to;
+        p.to = at;
+        p.limit.store(at, Ordering::Release);
+        let mut part = Part::new(at, at, to, None, empty_digest());
+        part.held = true;
+        part.since = Some((now, at));
+        let limit = part.limit.clone();
+        c.parts.insert(k + 1, part);
+        self.splits += 1;
+        Some(Claim {
+            range,
+            from: at,
+            at,
+            hasher: Sha256::new(),
+            limit,
+            refusals: 0,
+        })
+    }
+
+    /// The holder of part `from` of chunk `index` is about to write up to `end`: returns how far
+    /// it may (its part may have been cut shorter), and keeps a split from cutting below that.
+    pub fn reserve(&mut self, index: usize, from: u64, end: u64) -> u64 {
+        match self.chunks.get_mut(index).and_then(|c| c.part(from)) {
+            Some(p) => {
+                let allowed = end.min(p.to).max(p.at);
+                p.reserved = p.reserved.max(allowed);
+                allowed
+            }
+            None => end,
+        }
+    }
+
+    /// Bytes `from..at` of held part `from` of chunk `index` are on disk, with digest `sha256`.
+    pub fn progress(&mut self, index: usize, from: u64, at: u64, sha256: [u8; 32]) {
+        let c = &mut self.chunks[index];
+        if let Some(p) = c.part(from) {
+            let gained = at > p.at;
+            p.at = at.min(p.to);
+            p.sha256 = sha256;
+            if gained {
+                c.refusals = 0;
+            }
+        }
     }
 
     /// Chunk `index`, just given back, was refused by the server: one more refusal in a row.
@@ -210,72 +451,79 @@ impl ChunkTable {
         self.chunks[index].refusals += 1;
     }
 
-    /// Held chunk `index` is complete, with digest `sha256`. Returns `false` (and changes nothing)
-    /// when `written` is not the chunk's length.
-    pub fn complete(
-        &mut self,
-        index: usize,
-        written: u64,
-        sha256: [u8; 32],
-        suspicion: u8,
-    ) -> bool {
-        if written != self.range(index).len {
-            return false;
-        }
-        let c = &mut self.chunks[index];
-        *c = Chunk {
-            written,
-            sha256,
-            hasher: None,
-            status: Status::Done,
-            suspicion: c.suspicion | suspicion,
-            rejections: c.rejections,
-            refusals: 0,
-        };
-        true
-    }
-
-    /// Gives held chunk `index` back with `written` bytes on disk whose hash state is `hasher`.
-    /// A chunk with all its bytes on disk is done (see the module docs) — unless they do not
-    /// match the manifest: then they are forgotten and the chunk is queued again, first.
+    /// Gives held part `from` of chunk `index` back with bytes `from..at` on disk whose hash
+    /// state is `hasher`. A part with all its bytes on disk is done, and a chunk whose parts are
+    /// all done is complete (see the module docs) — unless its bytes do not match the manifest:
+    /// then they are forgotten and the chunk is queued again, first.
     pub fn release(
         &mut self,
         index: usize,
-        written: u64,
+        from: u64,
+        at: u64,
         hasher: Sha256,
         suspicion: u8,
     ) -> Released {
-        if written == self.range(index).len {
-            let digest: [u8; 32] = hasher.finalize().into();
-            if let Some(want) = self.expected(index) {
-                if want != digest {
-                    let c = &mut self.chunks[index];
-                    c.rejections += 1;
-                    c.written = 0;
-                    c.sha256 = [0; 32];
-                    c.hasher = None;
-                    c.status = Status::Pending;
-                    c.suspicion |= suspicion;
-                    let rejections = c.rejections;
-                    // First in line: a server that keeps corrupting it is found out at once.
-                    self.queue.push_front(index);
-                    return Released::Rejected {
-                        rejections,
-                        actual: digest,
-                    };
-                }
-            }
-            self.complete(index, written, digest, suspicion);
-            return Released::Done;
-        }
         let c = &mut self.chunks[index];
-        c.sha256 = hasher.clone().finalize().into();
-        c.written = written;
-        c.hasher = Some(hasher);
-        c.status = Status::Pending;
         c.suspicion |= suspicion;
-        self.queue.push_front(index);
-        Released::Pending
+        let Some(p) = c.part(from) else {
+            return Released::Pending;
+        };
+        p.held = false;
+        p.since = None;
+        p.at = at.clamp(p.from, p.to);
+        p.reserved = p.at;
+        p.sha256 = hasher.clone().finalize().into();
+        p.hasher = Some(hasher);
+        if !p.done() {
+            self.queue.push_front((index, from));
+            return Released::Pending;
+        }
+        if c.parts.iter().any(|p| !p.done()) {
+            return Released::PartDone;
+        }
+        if let [only] = c.parts.as_slice() {
+            let digest = only.sha256;
+            return self.finish(index, digest);
+        }
+        c.status = Status::Assembling;
+        let first = &c.parts[0];
+        match &first.hasher {
+            Some(h) => Released::Assemble {
+                start: first.to,
+                hasher: h.clone(),
+            },
+            None => Released::Assemble {
+                start: 0,
+                hasher: Sha256::new(),
+            },
+        }
+    }
+
+    /// The digest of split chunk `index`, finished as [`Released::Assemble`] asked.
+    pub fn assembled(&mut self, index: usize, digest: [u8; 32]) -> Released {
+        self.finish(index, digest)
+    }
+
+    fn finish(&mut self, index: usize, digest: [u8; 32]) -> Released {
+        let len = self.plan.chunk(index).map_or(0, |r| r.len);
+        let want = self.expected(index);
+        let c = &mut self.chunks[index];
+        if want.is_some_and(|w| w != digest) {
+            c.rejections += 1;
+            c.status = Status::Open;
+            c.parts = vec![Part::fresh(0, len)];
+            // First in line: a server that keeps corrupting it is found out at once.
+            self.queue.push_front((index, 0));
+            return Released::Rejected {
+                rejections: c.rejections,
+                actual: digest,
+            };
+        }
+        c.status = Status::Done;
+        c.sha256 = digest;
+        c.parts = Vec::new();
+        c.refusals = 0;
+        Released::Done
     }
 
     /// Done chunk `index` was replaced on disk by bytes with digest `sha256`.
@@ -305,17 +553,23 @@ impl ChunkTable {
         self.chunks.iter().all(|c| c.status == Status::Done)
     }
 
-    /// The first chunk not done, and how many of its bytes are on disk.
+    /// The first chunk with a part not on disk, and where in the chunk its first missing byte is.
     pub fn first_missing(&self) -> Option<(usize, u64)> {
-        self.chunks
-            .iter()
-            .position(|c| c.status != Status::Done)
-            .map(|i| (i, self.chunks[i].written))
+        self.chunks.iter().enumerate().find_map(|(i, c)| {
+            if c.status != Status::Open {
+                return None;
+            }
+            c.parts.iter().find(|p| !p.done()).map(|p| (i, p.at))
+        })
     }
 
     /// Bytes on disk over all chunks.
     pub fn bytes_on_disk(&self) -> u64 {
-        self.chunks.iter().map(|c| c.written).sum()
+        self.chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.on_disk(self.plan.chunk(i).map_or(0, |r| r.len)))
+            .sum()
     }
 
     /// Bytes of the file not on disk yet.
@@ -323,19 +577,45 @@ impl ChunkTable {
         self.plan.size.saturating_sub(self.bytes_on_disk())
     }
 
-    /// What the resume state records: every chunk with bytes on disk.
+    /// What the resume state records: every chunk with bytes on disk (its prefix, and the spans
+    /// of its later parts).
     pub fn records(&self) -> Vec<ChunkRecord> {
-        self.chunks
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.written > 0)
-            .map(|(index, c)| ChunkRecord {
+        let mut out = Vec::new();
+        for (index, c) in self.chunks.iter().enumerate() {
+            if c.status == Status::Done {
+                out.push(ChunkRecord {
+                    index,
+                    written: self.plan.chunk(index).map_or(0, |r| r.len),
+                    complete: true,
+                    sha256: hex::encode(c.sha256),
+                    spans: Vec::new(),
+                });
+                continue;
+            }
+            let Some((first, rest)) = c.parts.split_first() else {
+                continue;
+            };
+            let spans: Vec<SpanRecord> = rest
+                .iter()
+                .filter(|p| p.at > p.from)
+                .map(|p| SpanRecord {
+                    start: p.from,
+                    written: p.at - p.from,
+                    sha256: hex::encode(p.sha256),
+                })
+                .collect();
+            if first.at == 0 && spans.is_empty() {
+                continue;
+            }
+            out.push(ChunkRecord {
                 index,
-                written: c.written,
-                complete: c.status == Status::Done,
-                sha256: hex::encode(c.sha256),
-            })
-            .collect()
+                written: first.at,
+                complete: false,
+                sha256: hex::encode(first.sha256),
+                spans,
+            });
+        }
+        out
     }
 
     /// The digest of every chunk, in order (all done: the download is complete).
@@ -351,11 +631,50 @@ impl ChunkTable {
     }
 }
 
+/// The parts of a resumed incomplete chunk of `len` bytes: its prefix, then each span (checked:
+/// in order, inside the chunk, not overlapping), each part running to the next one's start. When
+/// every part would be on disk (a download stopped while it finished a split chunk's digest), the
+/// last span is dropped so that the chunk completes the usual way.
+fn resumed_parts(r: &Resumed, len: u64) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut cur = match &r.hasher {
+        Some(h) if r.written > 0 && r.written < len => {
+            Part::new(0, r.written, len, Some(h.clone()), r.sha256)
+        }
+        _ => Part::fresh(0, len),
+    };
+    for (start, n, h) in &r.spans {
+        let (start, n) = (*start, *n);
+        if n == 0 || start < cur.at || start.checked_add(n).is_none_or(|e| e > len) {
+            continue;
+        }
+        let digest: [u8; 32] = h.clone().finalize().into();
+        let next = Part::new(start, start + n, len, Some(h.clone()), digest);
+        if start == cur.from {
+            cur = next;
+            continue;
+        }
+        cur.to = start;
+        cur.limit.store(start, Ordering::Relaxed);
+        parts.push(cur);
+        cur = next;
+    }
+    parts.push(cur);
+    if parts.iter().all(Part::done) {
+        if let Some(last) = parts.last_mut() {
+            *last = Part::fresh(last.from, last.to);
+        }
+    }
+    parts
+}
+
 /// The table as the parts of one download share it: behind a mutex, with a signal for each chunk
-/// that becomes done (the whole-file hasher waits on it).
+/// that becomes done (the whole-file hasher waits on it) and one for each part given back
+/// unfinished (idle connections wait on it).
 pub(crate) struct SharedTable {
     table: Mutex<ChunkTable>,
     done: Notify,
+    waiting: Notify,
 }
 
 impl SharedTable {
@@ -363,6 +682,7 @@ impl SharedTable {
         SharedTable {
             table: Mutex::new(table),
             done: Notify::new(),
+            waiting: Notify::new(),
         }
     }
 
@@ -374,6 +694,18 @@ impl SharedTable {
     /// A chunk became done: wakes whoever waits for one.
     pub fn notify_done(&self) {
         self.done.notify_waiters();
+        self.waiting.notify_waiters();
+    }
+
+    /// A part was given back unfinished: wakes idle connections.
+    pub fn notify_waiting(&self) {
+        self.waiting.notify_waiters();
+    }
+
+    /// Waits until a part is given back or a chunk is done, or at most `most` (the pace of the
+    /// parts in flight changes with time alone).
+    pub async fn until_changed(&self, most: Duration) {
+        let _ = tokio::time::timeout(most, self.waiting.notified()).await;
     }
 
     /// Waits until every chunk is done.
@@ -399,6 +731,9 @@ impl SharedTable {
     }
 }
 
+/// How long an idle connection waits before it looks again for a part to split.
+pub(crate) const IDLE_RECHECK: Duration = PACE_SAMPLE;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,16 +742,25 @@ mod tests {
         Sha256::digest(b).into()
     }
 
+    fn fed(h: &Sha256, b: &[u8]) -> Sha256 {
+        let mut h = h.clone();
+        h.update(b);
+        h
+    }
+
+    const NEVER: SplitRule = SplitRule::NEVER;
+    const MIB: u64 = 1 << 20;
+
     #[test]
     fn a_chunk_with_all_its_bytes_is_done_whichever_way_it_gets_there() {
         let plan = Plan::new(250, 100);
-        let mut t = ChunkTable::new(plan, Vec::new(), None);
+        let mut t = ChunkTable::new(plan, Vec::new(), None, NEVER);
         // Released with every byte on disk (a cut right after the last byte): done.
         let c = t.claim_next().unwrap();
-        assert_eq!(c.range.index, 0);
-        let mut h = c.hasher;
-        h.update([7u8; 100]);
-        assert_eq!(t.release(0, 100, h, suspicion::RETRIED), Released::Done);
+        assert_eq!((c.range.index, c.from, c.at), (0, 0, 0));
+        let h = fed(&c.hasher, &[7u8; 100]);
+        let r = t.release(0, 0, 100, h, suspicion::RETRIED);
+        assert!(matches!(r, Released::Done));
         assert!(t.is_done(0));
         assert!(
             t.claim(0).is_none(),
@@ -425,22 +769,24 @@ mod tests {
         // Released half-way: pending, first in line, with its bytes and hash state.
         let c = t.claim_next().unwrap();
         assert_eq!(c.range.index, 1);
-        let mut h = c.hasher;
-        h.update([1u8; 40]);
-        assert_eq!(t.release(1, 40, h, 0), Released::Pending);
+        let h = fed(&c.hasher, &[1u8; 40]);
+        assert!(matches!(t.release(1, 0, 40, h, 0), Released::Pending));
         assert_eq!(t.first_missing(), Some((1, 40)));
+        assert_eq!(t.bytes_on_disk(), 140);
         let c = t.claim_next().unwrap();
-        assert_eq!((c.range.index, c.written), (1, 40));
-        let mut h = c.hasher;
-        h.update([1u8; 60]);
-        let d: [u8; 32] = h.finalize().into();
-        assert_eq!(d, digest(&[1u8; 100]));
-        assert!(!t.complete(1, 99, d, 0), "not all of it");
-        assert!(t.complete(1, 100, d, 0));
+        assert_eq!((c.range.index, c.at), (1, 40));
+        let h = fed(&c.hasher, &[1u8; 60]);
+        assert!(matches!(t.release(1, 0, 100, h, 0), Released::Done));
+        assert_eq!(t.digests()[1], digest(&[1u8; 100]));
         let c = t.claim_next().unwrap();
         assert_eq!(c.range.len, 50);
         assert!(t.claim_next().is_none(), "chunk 2 is held");
-        assert!(t.complete(2, 50, digest(&[0; 50]), 0));
+        assert!(
+            t.steal(Instant::now() + Duration::from_secs(9)).is_none(),
+            "never split"
+        );
+        let h = fed(&c.hasher, &[0u8; 50]);
+        assert!(matches!(t.release(2, 0, 50, h, 0), Released::Done));
         assert!(t.all_done());
         assert_eq!(t.records().len(), 3);
         assert!(t.records().iter().all(|r| r.complete));
@@ -450,38 +796,38 @@ mod tests {
     #[test]
     fn resumed_chunks() {
         let plan = Plan::new(250, 100);
-        let full = ValidChunk {
+        let full = Resumed {
             index: 1,
             written: 100,
             complete: true,
             sha256: [1; 32],
+            hasher: None,
+            spans: Vec::new(),
         };
-        let part = ValidChunk {
+        let part = Resumed {
             index: 2,
             written: 10,
             complete: false,
             sha256: digest(&[2; 10]),
+            hasher: Some(fed(&Sha256::new(), &[2u8; 10])),
+            spans: Vec::new(),
         };
-        let mut h = Sha256::new();
-        h.update([2u8; 10]);
         // An incomplete chunk without its hash state is fetched afresh.
-        let lost = ValidChunk {
+        let lost = Resumed {
             index: 0,
             written: 5,
             complete: false,
             sha256: [0; 32],
+            hasher: None,
+            spans: Vec::new(),
         };
-        let mut t = ChunkTable::new(
-            plan,
-            vec![(lost, None), (full, None), (part, Some(h))],
-            None,
-        );
+        let mut t = ChunkTable::new(plan, vec![lost, full, part], None, NEVER);
         assert!(t.is_done(1));
         assert_eq!(t.bytes_on_disk(), 110);
         let c = t.claim_next().unwrap();
-        assert_eq!((c.range.index, c.written), (0, 0));
+        assert_eq!((c.range.index, c.at), (0, 0));
         let c = t.claim_next().unwrap();
-        assert_eq!((c.range.index, c.written), (2, 10));
+        assert_eq!((c.range.index, c.at), (2, 10));
     }
 
     #[test]
@@ -492,37 +838,194 @@ mod tests {
             sha256: vec![digest(&[1; 100]), digest(&[2; 100]), digest(&[3; 50])],
         };
         // A resumed complete chunk that does not match the manifest is fetched again.
-        let resumed = ValidChunk {
+        let resumed = Resumed {
             index: 1,
             written: 100,
             complete: true,
             sha256: digest(&[9; 100]),
+            hasher: None,
+            spans: Vec::new(),
         };
-        let mut t = ChunkTable::new(plan, vec![(resumed, None)], Some(Arc::new(expected)));
+        let mut t = ChunkTable::new(plan, vec![resumed], Some(Arc::new(expected)), NEVER);
         assert!(t.has_manifest());
         assert!(!t.is_done(1));
         let c = t.claim_next().unwrap();
-        let mut h = c.hasher;
-        h.update([7u8; 100]);
-        let r = t.release(0, 100, h, 0);
-        assert_eq!(
-            r,
-            Released::Rejected {
-                rejections: 1,
-                actual: digest(&[7; 100])
+        let h = fed(&c.hasher, &[7u8; 100]);
+        match t.release(0, 0, 100, h, 0) {
+            Released::Rejected { rejections, actual } => {
+                assert_eq!((rejections, actual), (1, digest(&[7; 100])));
             }
-        );
+            _ => panic!("not rejected"),
+        }
         assert_eq!(t.first_missing(), Some((0, 0)), "nothing kept of it");
         let c = t.claim_next().unwrap();
         assert_eq!(c.range.index, 0, "first in line again");
-        let mut h = c.hasher;
-        h.update([1u8; 100]);
-        assert_eq!(t.release(0, 100, h, 0), Released::Done);
+        let h = fed(&c.hasher, &[1u8; 100]);
+        assert!(matches!(t.release(0, 0, 100, h, 0), Released::Done));
         // A manifest cut otherwise is not used.
         let other = ExpectedChunks {
             chunk_size: 50,
             sha256: vec![[0; 32]; 5],
         };
-        assert!(!ChunkTable::new(plan, Vec::new(), Some(Arc::new(other))).has_manifest());
+        assert!(!ChunkTable::new(plan, Vec::new(), Some(Arc::new(other)), NEVER).has_manifest());
+    }
+
+    /// An 8 MiB chunk of bytes `i % 251`.
+    fn data() -> Vec<u8> {
+        (0..8 * MIB).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn a_slow_part_is_split_and_the_chunk_assembled_from_both_halves() {
+        let data = data();
+        let plan = Plan::new(8 * MIB, 8 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::from_millis(300),
+        };
+        let expected = ExpectedChunks {
+            chunk_size: 8 * MIB,
+            sha256: vec![digest(&data)],
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(Arc::new(expected)), rule);
+        let a = t.claim_next().unwrap();
+        let t0 = Instant::now();
+        // Too early to judge the holder's pace.
+        assert!(t.steal(t0).is_none());
+        // 1 MiB in 1 s: 7 MiB left would take 7 s; it is split. 1 MiB is being written.
+        let h = fed(&a.hasher, &data[..MIB as usize]);
+        t.progress(0, 0, MIB, h.clone().finalize().into());
+        assert_eq!(t.reserve(0, 0, 2 * MIB), 2 * MIB);
+        let b = t.steal(t0 + Duration::from_secs(1)).expect("split");
+        assert_eq!(t.splits(), 1);
+        // Half of what is left past the reservation, aligned.
+        assert_eq!(b.from, 5 * MIB);
+        assert_eq!(b.at, b.from);
+        assert_eq!(a.limit.load(Ordering::Acquire), 5 * MIB);
+        assert_eq!(b.limit.load(Ordering::Acquire), 8 * MIB);
+        // The holder may not write past its new end.
+        assert_eq!(t.reserve(0, 0, 6 * MIB), 5 * MIB);
+        // The second half arrives first: the chunk waits for the first.
+        let hb = fed(&b.hasher, &data[5 * MIB as usize..]);
+        assert!(matches!(
+            t.release(0, 5 * MIB, 8 * MIB, hb, 0),
+            Released::PartDone
+        ));
+        assert!(!t.is_done(0));
+        let ha = fed(&h, &data[MIB as usize..5 * MIB as usize]);
+        let Released::Assemble { start, hasher } = t.release(0, 0, 5 * MIB, ha, 0) else {
+            panic!("not assembled");
+        };
+        assert_eq!(start, 5 * MIB);
+        // The holder reads the rest back into the first part's hash state.
+        let whole: [u8; 32] = fed(&hasher, &data[start as usize..]).finalize().into();
+        assert!(matches!(t.assembled(0, whole), Released::Done));
+        assert!(t.all_done());
+        assert_eq!(t.digests(), vec![digest(&data)]);
+    }
+
+    #[test]
+    fn only_slow_parts_with_enough_left_are_split() {
+        let plan = Plan::new(8 * MIB, 8 * MIB);
+        // `done` bytes of the 8 MiB in the first second: is the rest split?
+        let split = |done: u64, after_ms: u64| {
+            let rule = SplitRule {
+                min: MIB,
+                after: Duration::from_millis(after_ms),
+            };
+            let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+            let _a = t.claim_next().unwrap();
+            let t0 = Instant::now();
+            t.progress(0, 0, done, [0; 32]);
+            t.steal(t0 + Duration::from_secs(1)).is_some()
+        };
+        // 4 MiB left at 4 MiB/s: a second to go.
+        assert!(split(4 * MIB, 300));
+        assert!(!split(4 * MIB, 1500), "it would be done sooner than that");
+        // 1.5 MiB left: too little to cut in two 1 MiB parts.
+        assert!(!split(6 * MIB + MIB / 2, 0));
+        // Nothing received yet: as slow as can be.
+        assert!(split(0, 300));
+    }
+
+    #[test]
+    fn the_spans_of_a_split_chunk_are_recorded_and_resumed() {
+        let data = data();
+        let plan = Plan::new(8 * MIB, 8 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        let a = t.claim_next().unwrap();
+        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        assert_eq!(b.from, 4 * MIB);
+        // Both cut: 1 MiB of the first half and 2 MiB of the second are on disk.
+        let ha = fed(&a.hasher, &data[..MIB as usize]);
+        assert!(matches!(t.release(0, 0, MIB, ha, 0), Released::Pending));
+        let hb = fed(&b.hasher, &data[4 * MIB as usize..6 * MIB as usize]);
+        assert!(matches!(
+            t.release(0, 4 * MIB, 6 * MIB, hb.clone(), 0),
+            Released::Pending
+        ));
+        assert_eq!(t.bytes_on_disk(), 3 * MIB);
+        let rec = t.records();
+        assert_eq!(rec.len(), 1);
+        assert_eq!(rec[0].written, MIB);
+        assert_eq!(rec[0].sha256, hex::encode(digest(&data[..MIB as usize])));
+        assert_eq!(rec[0].spans.len(), 1);
+        assert_eq!(
+            (rec[0].spans[0].start, rec[0].spans[0].written),
+            (4 * MIB, 2 * MIB)
+        );
+        assert_eq!(
+            rec[0].spans[0].sha256,
+            hex::encode(digest(&data[4 * MIB as usize..6 * MIB as usize]))
+        );
+        // Resumed from that record: the two gaps are what is left to fetch.
+        let resumed = Resumed {
+            index: 0,
+            written: MIB,
+            complete: false,
+            sha256: digest(&data[..MIB as usize]),
+            hasher: Some(fed(&Sha256::new(), &data[..MIB as usize])),
+            spans: vec![(4 * MIB, 2 * MIB, hb)],
+        };
+        let mut t = ChunkTable::new(plan, vec![resumed], None, rule);
+        assert_eq!(t.bytes_on_disk(), 3 * MIB);
+        let a = t.claim_next().unwrap();
+        assert_eq!(
+            (a.from, a.at, a.limit.load(Ordering::Acquire)),
+            (0, MIB, 4 * MIB)
+        );
+        let b = t.claim_next().unwrap();
+        assert_eq!(
+            (b.from, b.at, b.limit.load(Ordering::Acquire)),
+            (4 * MIB, 6 * MIB, 8 * MIB)
+        );
+        let ha = fed(&a.hasher, &data[MIB as usize..4 * MIB as usize]);
+        assert!(matches!(
+            t.release(0, 0, 4 * MIB, ha, 0),
+            Released::PartDone
+        ));
+        let hb = fed(&b.hasher, &data[6 * MIB as usize..]);
+        let Released::Assemble { start, hasher } = t.release(0, 4 * MIB, 8 * MIB, hb, 0) else {
+            panic!("not assembled");
+        };
+        let whole: [u8; 32] = fed(&hasher, &data[start as usize..]).finalize().into();
+        assert_eq!(whole, digest(&data));
+        // A resumed chunk whose parts are all on disk fetches its last span again.
+        let all = Resumed {
+            index: 0,
+            written: 4 * MIB,
+            complete: false,
+            sha256: [0; 32],
+            hasher: Some(Sha256::new()),
+            spans: vec![(4 * MIB, 4 * MIB, Sha256::new())],
+        };
+        let mut t = ChunkTable::new(plan, vec![all], None, rule);
+        assert_eq!(t.bytes_on_disk(), 4 * MIB);
+        assert_eq!(t.claim_next().unwrap().from, 4 * MIB);
+        assert!(t.claim_next().is_none());
     }
 }

@@ -1,9 +1,12 @@
-//! The normal way: workers take chunks from the table and fill each with ranged requests, as many
-//! at once as the connection budget allows.
+//! The normal way: workers take chunks (or parts of chunks, once split) from the table and fill
+//! each with ranged requests, as many at once as the connection budget allows.
 
 use super::super::ctx::Ctx;
 use super::super::error::TransferError;
+use std::time::Instant;
+
 use super::super::sink::PartialSink;
+use super::super::table::IDLE_RECHECK;
 use super::{fill, Stop};
 
 /// Runs `workers` workers until every chunk is done (or the file switched to one sequential
@@ -34,7 +37,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, workers: usize) -> Result<(), TransferErr
     first.map_or(Ok(()), Err)
 }
 
-/// Takes chunks from the table until none is left.
+/// Takes parts from the table until every chunk is done: a waiting one, or else the second half
+/// of one in flight that is worth splitting (see `table`). With neither, it gives its
+/// connection back and waits for a part to be given back or for a slow one to be worth
+/// splitting.
 async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
     loop {
         if ctx.is_sequential() {
@@ -43,8 +49,21 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
         let Some(permit) = ctx.permit().await else {
             return Err(ctx.interrupted());
         };
-        let Some(claim) = ctx.chunks.lock().claim_next() else {
-            return Ok(());
+        let claim = {
+            let mut t = ctx.chunks.lock();
+            match t.claim_next() {
+                Some(c) => Some(c),
+                None => t.steal(Instant::now()),
+            }
+        };
+        let Some(claim) = claim else {
+            drop(permit);
+            tokio::select! {
+                biased;
+                () = ctx.stop.cancelled() => return Err(ctx.interrupted()),
+                () = ctx.chunks.until_all_done() => return Ok(()),
+                () = ctx.chunks.until_changed(IDLE_RECHECK) => continue,
+            }
         };
         let mut sink = PartialSink::new(ctx, claim);
         match fill(ctx, &mut sink, Some(permit), true).await {

@@ -42,9 +42,9 @@ pub(crate) async fn fill<'a>(
     let mut retry = Retrier::new(ctx.cfg).after_failures(sink.refusals());
     let mut suspect = 0u8;
     loop {
-        // A connection cut right after the chunk's last byte leaves it full: it is done, there
-        // is no rest to ask for.
-        if sink.pending() == sink.range().len {
+        // A connection cut right after the part's last byte leaves it full (as does a split
+        // down to what it has): it is done, there is no rest to ask for.
+        if sink.pending() >= sink.end() {
             return Ok(suspect);
         }
         if may_switch && ctx.is_sequential() {
@@ -106,7 +106,7 @@ pub(crate) async fn fill<'a>(
                     ctx.events.file(),
                     &url,
                     offset,
-                    r.end() - 1,
+                    r.start + sink.end() - 1,
                 )));
             }
         };

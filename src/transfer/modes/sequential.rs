@@ -99,10 +99,6 @@ async fn follow<'c, 'a>(
                     s.release().await?;
                 }
             }
-            let take = usize::try_from(c.end() - *pos)
-                .unwrap_or(usize::MAX)
-                .min(data.len());
-            let (here, rest) = data.split_at(take);
             if cur.is_none() {
                 if let Some(claim) = ctx.chunks.lock().claim(c.index) {
                     let mut s = PartialSink::new(ctx, claim);
@@ -112,6 +108,14 @@ async fn follow<'c, 'a>(
                     *cur = Some(s);
                 }
             }
+            // Up to the end of the chunk, or of the part being filled (a chunk split earlier).
+            let stop = cur.as_ref().map_or(c.end(), |s| {
+                (s.range().start + s.end()).clamp(*pos + 1, c.end())
+            });
+            let take = usize::try_from(stop - *pos)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            let (here, rest) = data.split_at(take);
             match cur.as_mut() {
                 // Done already: these bytes are not needed.
                 None => ctx.counters.refetch(take as u64),
@@ -128,7 +132,7 @@ async fn follow<'c, 'a>(
                         .min(here.len());
                     ctx.counters.refetch(skip as u64);
                     s.push(&here[skip..]).await?;
-                    if s.pending() == s.range().len {
+                    if s.pending() >= s.end() {
                         if let Some(s) = cur.take() {
                             s.complete().await?;
                         }
