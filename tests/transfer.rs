@@ -1703,6 +1703,12 @@ async fn the_parts_of_a_split_chunk_survive_a_stop() {
         .cloned()
         .unwrap_or_default();
     assert!(!spans.is_empty(), "no spans recorded: {state}");
+    // What `cache ls` says the partial download can resume counts them.
+    assert_eq!(
+        spec.paths
+            .resumable_bytes(&spec.spec.identity, &spec.spec.expected.to_string()),
+        kept
+    );
 
     fx.hub.reset_stats();
     let cfg = EngineConfig {

@@ -99,7 +99,7 @@ struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: Option<u16>,
     /// The most ranged requests in flight while the count adapts.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=256), conflicts_with = "connections")]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=256), conflicts_with = "connections")]
     max_connections: u16,
     /// Files transferred at once (also --max-workers, as `hf download` names it).
     #[arg(long, visible_alias = "max-workers", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]

@@ -186,7 +186,7 @@ impl FetcherBuilder {
         self
     }
 
-    /// The most ranged requests in flight when the count adapts to the link. Default 64.
+    /// The most ranged requests in flight when the count adapts to the link. Default 32.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.engine.connections = n.max(1);
         self.engine.adaptive = true;

@@ -54,6 +54,8 @@ pub(crate) struct Ctx<'a> {
     /// requests start there until it fails with 401/403/404/410, instead of going through the
     /// Hub's resolve URL each time.
     pub signed: std::sync::Mutex<Option<url::Url>>,
+    /// The engine's bound on writes running on the blocking pool at once.
+    pub writes: &'a Semaphore,
     /// Each connection's write buffer (see `sink::write_buffer`).
     pub write_buf: usize,
 }

@@ -38,6 +38,11 @@ pub(crate) struct Inner {
     pub permits: Semaphore,
     pub gauge: Gauge,
     pub pace: Pace,
+    /// Writes (with their hashing) on the blocking pool at once, across every download: as
+    /// many as there are cores, twice over. Without a bound, each connection flushing at the
+    /// same moment would add a thread to the pool, each with its stack and its allocator arena
+    /// (about a megabyte a connection).
+    pub writes: Semaphore,
 }
 
 impl Inner {
@@ -49,6 +54,7 @@ impl Inner {
             permits: Semaphore::new(start),
             gauge: Gauge::new(),
             pace,
+            writes: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()) * 2),
         }
     }
 }
@@ -136,6 +142,7 @@ pub(crate) async fn download(
         permits: &inner.permits,
         gauge: &inner.gauge,
         pace: &inner.pace,
+        writes: &inner.writes,
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
         stop: cfg.cancel.child_token(),

@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use super::Digest;
 
 /// Size of the buffer ranges are read back with.
-pub(crate) const READ_BUF: usize = 1 << 20;
+pub(crate) const READ_BUF: usize = 256 << 10;
 
 /// The running whole-file digest(s). Cheap to clone (a snapshot is kept at every chunk boundary
 /// so that a repaired chunk only costs re-hashing from there).

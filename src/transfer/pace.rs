@@ -1,9 +1,10 @@
 //! How many connections the engine uses: adapted to the link. A CDN caps each connection (often
 //! near 20 MB/s), so on such a link the connection count sets the speed; on a fast link more
 //! connections only cost. The count starts at [`EngineConfig::start_connections`] and doubles
-//! every [`WINDOW`] (measured from the first body byte) while every connection is busy and the
+//! every [`WINDOW`] (measured from the first body byte) while the connections are busy and the
 //! engine's total throughput keeps rising by at least [`RISE`]. When a doubling did not raise
-//! it that much, the count goes back to what it was and stays there. When the server pushes
+//! it that much, or left a quarter of the connections without work, the count goes back to what
+//! it was and stays there. When the server pushes
 //! back (429, 503) the refused connection is not replaced: the count drops by one per refusal,
 //! and stops growing. It never exceeds [`EngineConfig::connections`], the ceiling; with
 //! [`EngineConfig::adaptive`] off that ceiling is the count.
@@ -41,9 +42,14 @@ pub(crate) enum Step {
 /// `rate` this window and `best` the window before the last doubling (bytes per second; 0 for
 /// none yet), under `ceiling`.
 pub(crate) fn judge(target: usize, ceiling: usize, busy: usize, rate: f64, best: f64) -> Step {
-    if busy < target {
-        // Not every connection had work (a small file, the last chunks): nothing learned.
-        return Step::Hold;
+    if busy * 4 < target * 3 {
+        // A quarter of the connections had no work (a small file, the last chunks): nothing
+        // learned about the link, but a doubling that leaves connections idle did not pay.
+        return if best > 0.0 {
+            Step::Retreat
+        } else {
+            Step::Hold
+        };
     }
     if best > 0.0 && rate < best * RISE {
         Step::Retreat
@@ -218,8 +224,11 @@ mod tests {
         assert_eq!(judge(8, 12, 8, 160e6, 80e6), Step::Grow(12));
         // 5% faster only: the link, not the count, is the limit; back to 4.
         assert_eq!(judge(8, 64, 8, 84e6, 80e6), Step::Retreat);
-        // Idle connections: nothing learned.
-        assert_eq!(judge(8, 64, 5, 10e6, 80e6), Step::Hold);
+        // Idle connections: nothing learned, but a doubling that left them idle is undone.
+        assert_eq!(judge(8, 64, 5, 10e6, 0.0), Step::Hold);
+        assert_eq!(judge(8, 64, 5, 10e6, 80e6), Step::Retreat);
+        // A few between two requests are not idle.
+        assert_eq!(judge(8, 64, 6, 160e6, 80e6), Step::Grow(16));
         // At the ceiling and it paid: stay.
         assert_eq!(judge(64, 64, 64, 1e9, 1.0), Step::Settle);
         assert_eq!(judge(64, 64, 64, 1e9, 1e9), Step::Retreat);

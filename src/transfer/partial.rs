@@ -77,7 +77,10 @@ impl PartialPaths {
         let st = state::read(&self.state).ok().flatten()?;
         let (_, chunks) = state::validate(&st).ok()?;
         Some(PartialInfo {
-            recorded_bytes: chunks.iter().map(|c| c.written).sum(),
+            recorded_bytes: chunks
+                .iter()
+                .map(|c| c.written + c.spans.iter().map(|s| s.1).sum::<u64>())
+                .sum(),
             identity: st.identity,
             expected: st.expected,
         })

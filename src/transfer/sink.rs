@@ -309,7 +309,11 @@ impl Sink for PartialSink<'_, '_> {
                 ctx.counters.refetch(dropped);
             }
         }
-        let n = match self.w.flush().await {
+        let flushed = match ctx.writes.acquire().await {
+            Ok(_turn) => self.w.flush().await,
+            Err(_) => self.w.flush().await,
+        };
+        let n = match flushed {
             Ok(n) => n,
             Err(e) => {
                 // What a full disk keeps from being written: the rest of the file.

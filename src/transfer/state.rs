@@ -9,7 +9,9 @@
 //!   "chunk_size": 16777216,
 //!   "chunks": [
 //!     {"index": 0, "written": 16777216, "complete": true,  "sha256": "<hex of the chunk>"},
-//!     {"index": 3, "written": 5242880,  "complete": false, "sha256": "<hex of its first 5242880 bytes>"}
+//!     {"index": 3, "written": 5242880,  "complete": false, "sha256": "<hex of its first 5242880 bytes>"},
+//!     {"index": 5, "written": 1048576,  "complete": false, "sha256": "<hex of its first 1048576 bytes>",
+//!      "spans": [{"start": 8388608, "written": 2097152, "sha256": "<hex of those 2097152 bytes>"}]}
 //!   ]
 //! }
 //! ```
@@ -17,8 +19,12 @@
 //! Only chunks with bytes on disk are listed. `written` counts the bytes at the start of the
 //! chunk that are on disk (synced before the state claiming them was written), and `sha256` is
 //! the digest of exactly those bytes: on resume every listed prefix is read back and hashed, and
-//! a prefix whose digest differs is thrown away (never trusted). The state never holds a URL (CDN
-//! URLs are signed and change per request).
+//! a prefix whose digest differs is thrown away (never trusted). A chunk split between
+//! connections (see `table`) also lists `spans`: bytes on disk further in, each with its own
+//! offset in the chunk, length and digest, checked the same way (in order, inside the chunk, not
+//! overlapping the prefix or each other; a version of this program that predates them ignores
+//! them and fetches those bytes again). The state never holds a URL (CDN URLs are signed and
+//! change per request).
 //!
 //! A record with `written` equal to the chunk's length is a complete chunk, whatever its
 //! `complete` says (a connection cut right after a chunk's last byte, before the clean end of its
