@@ -874,7 +874,7 @@ fi
 		done
 	done
 	echo
-	echo "Commands: wi-fetch \`$REPO_ID $FILE --endpoint URL --cache-dir DIR --quiet${WI_FETCH_ARGS:+ $WI_FETCH_ARGS}\` (defaults: connections adapting from 16 up to 64, verification on);"
+	echo "Commands: wi-fetch \`$REPO_ID $FILE --endpoint URL --cache-dir DIR --quiet${WI_FETCH_ARGS:+ $WI_FETCH_ARGS}\` (defaults: connections adapting from 16 up to 32, slow ranges split, verification on);"
 	echo "\`hf download $REPO_ID $FILE --cache-dir DIR\` (HF_ENDPOINT=URL, HF_HUB_DISABLE_XET=1); \`aria2c -x16 -s16 -k1M --file-allocation=none\`;"
 	echo "\`curl -sSfL\`; hf_transfer: \`hf_transfer.download(cdn_url, max_files=100, chunk_size=10 MiB)\` called directly on the CDN URL (huggingface_hub $HF_HUB_VERSION no longer uses hf_transfer)."
 	if ((${#FLAKY_LINES[@]})); then
