@@ -926,6 +926,43 @@ fn the_summary_says_why_a_download_was_slow() {
         "{e}"
     );
     assert!(e.contains("connection(s) on average"), "{e}");
+
+    // Under a per-connection cap, a one-chunk file is split between connections: said too.
+    let data = big_file(4 << 20);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .bandwidth(2 << 20)
+            .file("slow/model", "w.bin", data.clone()),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([
+        "slow/model",
+        "w.bin",
+        "--chunk-size",
+        "4M",
+        "--connections",
+        "4",
+        "--json",
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let splits = v["files"][0]["splits"].as_u64().unwrap();
+    assert!(splits >= 1, "{v}");
+    assert!(
+        stderr(&o).contains(&format!(
+            "; {splits} slow range(s) split between connections"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(v["files"][0]["local_path"].as_str().unwrap()).unwrap(),
+        data
+    );
 }
 
 /// A second Ctrl-C quits at once (exit code 130), and the next run still completes every file

@@ -589,6 +589,12 @@ fn print_summary(s: &FetchSummary) {
         "; re-fetched {} after faults",
         human_bytes(s.refetched())
     ));
+    if s.splits() > 0 {
+        line.push_str(&format!(
+            "; {} slow range(s) split between connections",
+            s.splits()
+        ));
+    }
     let causes = s.retry_causes();
     if causes.total() > 0 {
         line.push_str(&format!(

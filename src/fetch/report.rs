@@ -96,7 +96,8 @@ pub struct FileReport {
     pub cached: bool,
     /// Bytes received in this run, re-fetched ones included.
     pub transferred: u64,
-    /// Bytes fetched again after faults (cut connections, corrupted chunks, …).
+    /// Bytes fetched twice: after faults (cut connections, corrupted chunks, …), and what a
+    /// connection received past the end of a range split from under it.
     pub refetched: u64,
     /// Bytes reused from an earlier, interrupted run (after re-checking their hashes).
     pub resumed: u64,
@@ -104,6 +105,8 @@ pub struct FileReport {
     pub retries: u32,
     /// The same, by cause.
     pub retry_causes: crate::transfer::RetryCauses,
+    /// Times an idle connection took over the second half of a slow one's range.
+    pub splits: u64,
     /// Time spent on this file.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
     pub elapsed: Duration,
@@ -174,6 +177,11 @@ impl FetchSummary {
             c.add(&f.retry_causes);
         }
         c
+    }
+
+    /// Slow ranges split between connections, over every file.
+    pub fn splits(&self) -> u64 {
+        self.files.iter().map(|f| f.splits).sum()
     }
 
     /// Files that were already on disk.
