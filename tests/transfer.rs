@@ -1721,3 +1721,47 @@ async fn the_parts_of_a_split_chunk_survive_a_stop() {
     assert_eq!(out.resumed, kept, "every byte kept was resumed");
     assert_eq!(out.transferred - out.refetched, SIZE as u64 - kept);
 }
+
+/// A state written while a split chunk's digest was being finished lists every byte of the
+/// chunk in its prefix and spans: the next run keeps all but the last span, fetches that again
+/// (counted as thrown away, not as resumed), and completes the chunk the usual way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_chunk_stopped_while_assembled_is_finished_on_resume() {
+    let fx = fixture().await;
+    let spec = fx.spec(LFS);
+    let (first, span) = (SIZE / 2, SIZE / 4);
+    let hex = |b: &[u8]| hex::encode(Sha256::digest(b));
+    let state = serde_json::json!({
+        "format": "weight-inspect/transfer-state",
+        "version": 1,
+        "identity": spec.identity,
+        "expected": spec.expected.to_string(),
+        "chunk_size": SIZE,
+        "chunks": [{
+            "index": 0, "written": first, "complete": false, "sha256": hex(&fx.lfs[..first]),
+            "spans": [
+                {"start": first, "written": span, "sha256": hex(&fx.lfs[first..first + span])},
+                {"start": first + span, "written": SIZE - first - span,
+                 "sha256": hex(&fx.lfs[first + span..])},
+            ],
+        }],
+    });
+    std::fs::write(&spec.partial_path, &fx.lfs).unwrap();
+    std::fs::write(&spec.state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let cfg = EngineConfig {
+        chunk_size: SIZE as u64,
+        ..config()
+    };
+    let out = engine(cfg)
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let last = (SIZE - first - span) as u64;
+    assert_eq!(out.resumed, SIZE as u64 - last);
+    assert_eq!(fx.sent(LFS), last);
+    assert_eq!(
+        out.refetched, last,
+        "the dropped span counts as fetched twice"
+    );
+}

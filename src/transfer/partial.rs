@@ -395,6 +395,16 @@ impl LockedPartial {
                     }
                 }
             }
+            // Every byte of a split chunk on disk, its digest not finished (stopped while it
+            // was read back): its last span is fetched again, so that it completes the usual way.
+            let len = plan.chunk(kept.index).map_or(0, |r| r.len);
+            let on_disk = kept.written + kept.spans.iter().map(|s| s.1).sum::<u64>();
+            if !kept.complete && on_disk == len {
+                if let Some((_, n, _)) = kept.spans.pop() {
+                    resumed -= n;
+                    thrown_away += n;
+                }
+            }
             if kept.written > 0 || !kept.spans.is_empty() {
                 chunks.push(kept);
             }

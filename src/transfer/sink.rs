@@ -285,6 +285,13 @@ impl Sink for PartialSink<'_, '_> {
 
     async fn push(&mut self, mut data: &[u8]) -> Result<(), TransferError> {
         let cap = self.ctx.write_buf;
+        // Nothing past the part's end (lowered when another connection took the rest of it).
+        let room =
+            usize::try_from(self.end().saturating_sub(self.w.pending())).unwrap_or(usize::MAX);
+        if data.len() > room {
+            self.ctx.counters.refetch((data.len() - room) as u64);
+            data = &data[..room];
+        }
         while !data.is_empty() {
             let n = self.w.buffer(data, cap);
             data = &data[n..];
@@ -298,16 +305,19 @@ impl Sink for PartialSink<'_, '_> {
     async fn flush(&mut self) -> Result<(), TransferError> {
         let ctx = self.ctx;
         let want = self.w.pending();
-        if want > self.w.written {
-            // The part may have been split: write nothing past its end.
-            let allowed = ctx
-                .chunks
-                .lock()
-                .reserve(self.w.range.index, self.w.from, want);
-            let dropped = self.w.truncate(allowed);
-            if dropped > 0 {
-                ctx.counters.refetch(dropped);
-            }
+        if want == self.w.written {
+            return Ok(());
+        }
+        // The part may have been split: write nothing past its end (nothing at all when it is
+        // no longer this sink's).
+        let allowed = ctx
+            .chunks
+            .lock()
+            .reserve(self.w.range.index, self.w.from, want)
+            .unwrap_or(self.w.written);
+        let dropped = self.w.truncate(allowed);
+        if dropped > 0 {
+            ctx.counters.refetch(dropped);
         }
         let flushed = match ctx.writes.acquire().await {
             Ok(_turn) => self.w.flush().await,

@@ -422,15 +422,16 @@ impl ChunkTable {
 
     /// The holder of part `from` of chunk `index` is about to write up to `end`: returns how far
     /// it may (its part may have been cut shorter), and keeps a split from cutting below that.
-    pub fn reserve(&mut self, index: usize, from: u64, end: u64) -> u64 {
-        match self.chunks.get_mut(index).and_then(|c| c.part(from)) {
-            Some(p) => {
-                let allowed = end.min(p.to).max(p.at);
-                p.reserved = p.reserved.max(allowed);
-                allowed
-            }
-            None => end,
+    /// `None` when the part is not held (nothing may be written).
+    pub fn reserve(&mut self, index: usize, from: u64, end: u64) -> Option<u64> {
+        let c = self.chunks.get_mut(index)?;
+        if c.status != Status::Open {
+            return None;
         }
+        let p = c.part(from).filter(|p| p.held)?;
+        let allowed = end.min(p.to).max(p.at);
+        p.reserved = p.reserved.max(allowed);
+        Some(allowed)
     }
 
     /// Bytes `from..at` of held part `from` of chunk `index` are on disk, with digest `sha256`.
@@ -464,6 +465,10 @@ impl ChunkTable {
         suspicion: u8,
     ) -> Released {
         let c = &mut self.chunks[index];
+        // Only a part held is given back (a late call after the chunk moved on changes nothing).
+        if c.status != Status::Open || !c.parts.iter().any(|p| p.from == from && p.held) {
+            return Released::Pending;
+        }
         c.suspicion |= suspicion;
         let Some(p) = c.part(from) else {
             return Released::Pending;
@@ -478,7 +483,9 @@ impl ChunkTable {
             self.queue.push_front((index, from));
             return Released::Pending;
         }
-        if c.parts.iter().any(|p| !p.done()) {
+        // The chunk is assembled by whoever gives back its last part: a part whose bytes are all
+        // on disk but whose holder has not given it back yet is not finished.
+        if c.parts.iter().any(|p| !p.done() || p.held) {
             return Released::PartDone;
         }
         if let [only] = c.parts.as_slice() {
@@ -501,6 +508,9 @@ impl ChunkTable {
 
     /// The digest of split chunk `index`, finished as [`Released::Assemble`] asked.
     pub fn assembled(&mut self, index: usize, digest: [u8; 32]) -> Released {
+        if self.chunks[index].status != Status::Assembling {
+            return Released::PartDone;
+        }
         self.finish(index, digest)
     }
 
@@ -895,7 +905,7 @@ mod tests {
         // 1 MiB in 1 s: 7 MiB left would take 7 s; it is split. 1 MiB is being written.
         let h = fed(&a.hasher, &data[..MIB as usize]);
         t.progress(0, 0, MIB, h.clone().finalize().into());
-        assert_eq!(t.reserve(0, 0, 2 * MIB), 2 * MIB);
+        assert_eq!(t.reserve(0, 0, 2 * MIB), Some(2 * MIB));
         let b = t.steal(t0 + Duration::from_secs(1)).expect("split");
         assert_eq!(t.splits(), 1);
         // Half of what is left past the reservation, aligned.
@@ -904,7 +914,7 @@ mod tests {
         assert_eq!(a.limit.load(Ordering::Acquire), 5 * MIB);
         assert_eq!(b.limit.load(Ordering::Acquire), 8 * MIB);
         // The holder may not write past its new end.
-        assert_eq!(t.reserve(0, 0, 6 * MIB), 5 * MIB);
+        assert_eq!(t.reserve(0, 0, 6 * MIB), Some(5 * MIB));
         // The second half arrives first: the chunk waits for the first.
         let hb = fed(&b.hasher, &data[5 * MIB as usize..]);
         assert!(matches!(
@@ -921,6 +931,46 @@ mod tests {
         let whole: [u8; 32] = fed(&hasher, &data[start as usize..]).finalize().into();
         assert!(matches!(t.assembled(0, whole), Released::Done));
         assert!(t.all_done());
+        assert_eq!(t.digests(), vec![digest(&data)]);
+    }
+
+    /// A part whose bytes are all on disk but that its holder has not given back yet is not
+    /// finished: the chunk is assembled once, by whoever gives back its last part, and late or
+    /// repeated calls change nothing.
+    #[test]
+    fn a_split_chunk_is_assembled_once_by_its_last_holder() {
+        let data = data();
+        let plan = Plan::new(8 * MIB, 8 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        let a = t.claim_next().unwrap();
+        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        let half = b.from as usize;
+        // A's last write is on disk, A has not given its part back yet.
+        let ha = fed(&a.hasher, &data[..half]);
+        t.progress(0, 0, b.from, ha.clone().finalize().into());
+        let hb = fed(&b.hasher, &data[half..]);
+        assert!(matches!(
+            t.release(0, b.from, 8 * MIB, hb.clone(), 0),
+            Released::PartDone
+        ));
+        // Given back twice: the second changes nothing.
+        assert!(matches!(
+            t.release(0, b.from, 8 * MIB, hb, 0),
+            Released::Pending
+        ));
+        let Released::Assemble { start, hasher } = t.release(0, 0, b.from, ha.clone(), 0) else {
+            panic!("not assembled by the last holder");
+        };
+        assert_eq!(start, b.from);
+        assert!(matches!(t.release(0, 0, b.from, ha, 0), Released::Pending));
+        assert_eq!(t.reserve(0, 0, 8 * MIB), None, "nothing held");
+        let whole: [u8; 32] = fed(&hasher, &data[half..]).finalize().into();
+        assert!(matches!(t.assembled(0, whole), Released::Done));
+        assert!(matches!(t.assembled(0, whole), Released::PartDone));
         assert_eq!(t.digests(), vec![digest(&data)]);
     }
 
