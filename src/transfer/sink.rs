@@ -1,8 +1,10 @@
 //! Where a chunk's bytes go: a hashing sink, positional writes through a small buffer with the
-//! chunk's SHA-256 advancing over exactly the bytes written. One implementation fills the
-//! partial file at the chunk's place and tells the chunk table, the reporter and the
-//! checkpointer ([`PartialSink`]); the other fills an anonymous scratch file and tells no one
-//! ([`ScratchSink`], for repairs).
+//! SHA-256 of the part being filled advancing over exactly the bytes written. One
+//! implementation fills a part of a chunk in the partial file, never past the part's end (which
+//! a split may lower while it runs), and tells the chunk table, the reporter and the
+//! checkpointer ([`PartialSink`]; the part that completes a chunk finishes its digest); the
+//! other fills an anonymous scratch file with a whole chunk and tells no one ([`ScratchSink`],
+//! for repairs).
 
 use std::fs::File;
 use std::mem;
