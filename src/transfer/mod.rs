@@ -4,8 +4,10 @@
 //!
 //! [`Engine::download`] fills a [`LockedPartial`] — a partial download whose lock the caller took
 //! ([`PartialPaths::lock`]) — with concurrent ranged requests (`Range: bytes=a-b`, one chunk
-//! each), streaming every response straight into its place with positional writes through a
-//! small buffer, and hashing each chunk with SHA-256 as it streams. The whole-file digest follows
+//! each, or one part of a chunk once an idle connection has split a slow one), streaming every
+//! response straight into its place with positional writes through a small buffer, and hashing
+//! each chunk with SHA-256 as it streams (a split chunk's later parts are read back to finish
+//! it). The whole-file digest follows
 //! the finished prefix of the file while the download runs, so when the last chunk lands only the
 //! last few chunks remain to hash. The result is compared with the digest the Hub published
 //! ([`Digest`]): the SHA-256 of LFS files or the git blob SHA-1 of small ones. On success the
@@ -27,21 +29,22 @@
 //!  │        └─ sink        positional write + SHA-256: the partial file, or a scratch file
 //!  ├─ checkpoint  reads the table, syncs the data, writes the resume state
 //!  ├─ prefix_hash reads the table, advances the whole-file hash
-//!  ├─ table       which chunk is pending / in flight / done, and its bytes' digest; no I/O
+//!  ├─ table       each chunk's parts: pending / held / done, their bytes' digests; splits; no I/O
 //!  └─ partial     the one owner of a partial download: inspect, lock, open, discard
 //!       └─ state  the resume state's format
 //! ```
 //!
-//! A worker claims a chunk from the table, a sink takes its bytes as `range` streams them, the
-//! table records what is on disk, the checkpointer makes it durable, the whole-file hash reads it
-//! back once the chunk is done.
+//! A worker claims a chunk from the table (or, with none left, splits a slow part in flight and
+//! takes its second half), a sink takes its bytes as `range` streams them, the table records what
+//! is on disk, the checkpointer makes it durable, the whole-file hash reads it back once the
+//! chunk is done.
 //!
 //! # Resuming
 //!
 //! Progress is recorded in a JSON state file beside the partial file (see the `state` module
 //! docs for the format): the remote identity (repository, commit, path, ETag, size — never the
 //! signed CDN URL), the chunk size, and for every chunk with bytes on disk how many bytes and the
-//! SHA-256 of exactly those bytes. Data is `fdatasync`ed before a state claiming it is written
+//! SHA-256 of exactly those bytes (and of each later part of a split chunk, as spans). Data is `fdatasync`ed before a state claiming it is written
 //! (atomically, no link followed), about every second and every 2 MiB per connection, and
 //! whenever a chunk completes, so a `kill -9` or a power cut loses at most a few MB per
 //! connection. A new run re-reads and re-hashes every claimed range (nothing on disk is trusted
