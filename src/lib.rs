@@ -18,7 +18,7 @@
 //! - [`remote`] inspects a model on the Hub without downloading it: its headers are read with
 //!   HTTP range requests and parsed as a local file's.
 //! - [`hub`], [`cache`], [`transfer`] and [`fetch`] download files from the Hub; [`net`],
-//!   [`names`], [`env`] and [`safe_fs`] are what they share: the HTTP rules (credentials to
+//!   [`names`], [`env`](mod@env) and [`safe_fs`] are what they share: the HTTP rules (credentials to
 //!   their own origin only, transient failures by type), the checks on names that come from
 //!   servers and files, huggingface_hub's environment variables, and files written in shared
 //!   folders without following planted links.

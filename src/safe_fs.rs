@@ -11,7 +11,7 @@
 //!   regular files. A link, FIFO, socket or device where a file should be is an
 //!   [`io::ErrorKind::InvalidInput`] error naming the path and what is there ([`not_a_file`]).
 //! - **Temporary files have names nobody can guess or occupy.** They are created with
-//!   `O_CREAT | O_EXCL` under a random name ([`tempfile`]), or without any name at all
+//!   `O_CREAT | O_EXCL` under a random name ([`tempfile()`]), or without any name at all
 //!   ([`scratch_file`]), and renamed into place; a rename replaces a planted link itself, never
 //!   the file it points to.
 //! - **Folders below a trusted root are real folders.** [`create_dirs_below`] creates the folders
@@ -202,7 +202,7 @@ pub fn scratch_file(dir: &Path) -> io::Result<File> {
     tempfile::tempfile_in(dir)
 }
 
-/// Removes the temporary files [`tempfile`] made for `path` that a crash left behind (names
+/// Removes the temporary files [`tempfile()`] made for `path` that a crash left behind (names
 /// `.{file name}.*.tmp` beside it). Missing ones are fine.
 pub fn remove_leftover_tempfiles(path: &Path) -> io::Result<()> {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
@@ -225,7 +225,7 @@ pub fn remove_leftover_tempfiles(path: &Path) -> io::Result<()> {
 }
 
 /// Writes `data` to `path` atomically and durably: a fresh temporary file beside it
-/// ([`tempfile`]), synced, renamed over `path` (replacing a planted link itself, not its target),
+/// ([`tempfile()`]), synced, renamed over `path` (replacing a planted link itself, not its target),
 /// then the folder synced.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let mut tmp = tempfile(path)?;

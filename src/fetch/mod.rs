@@ -19,7 +19,7 @@
 //! **Interrupted downloads** resume from their partial file and resume state (see
 //! [`crate::transfer`]); [`Plan`] counts the bytes such a state records. Partial files are named
 //! by ETag, so when a file changed on the Hub since it was interrupted, the old partial is
-//! deleted before the new version is fetched, with an [`Event::Notice`].
+//! deleted before the new version is fetched, with an [`Event::Notice`](crate::progress::Event::Notice).
 //!
 //! **Exit codes** ([`FetchError::exit_code`]): when several files fail, the most serious failure
 //! is returned ([`FetchError::several`]): integrity > not found or denied > network > local.

@@ -30,7 +30,7 @@ pub struct PlannedFile {
     pub sidecar: Option<String>,
 }
 
-/// What a selection resolves to (see [`Fetcher::resolve`]).
+/// What a selection resolves to (see [`Fetcher::resolve`](super::Fetcher::resolve)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     /// The repository, `org/name` (with `datasets/` in front for datasets).
@@ -122,7 +122,7 @@ pub struct FileReport {
     pub manifest: Option<String>,
 }
 
-/// The result of [`Fetcher::fetch`].
+/// The result of [`Fetcher::fetch`](super::Fetcher::fetch).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FetchSummary {
     /// The repository.

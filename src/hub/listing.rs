@@ -32,7 +32,7 @@ pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 pub struct RemoteFile {
     /// Path in the repository (checked with [`check_repo_path`]).
     pub path: String,
-    /// Size in bytes (at most [`MAX_FILE_SIZE`]).
+    /// Size in bytes (at most `MAX_FILE_SIZE`, 2^63 - 1).
     pub size: u64,
     /// Git blob SHA-1 (of the LFS pointer for LFS files), lowercase hex.
     pub git_oid: String,

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Connections in use, as a reading of [`Gauge`].
+/// Connections in use, as read from the engine's gauge ([`Engine::connections`](super::Engine::connections)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConnectionReading {
     /// In use now.
