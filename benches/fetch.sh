@@ -318,7 +318,9 @@ EOF
 
 # meter.py OUT_JSON CMD...: runs CMD (stdin closed), samples the peak anonymous RSS of it and its
 # descendants every 5 ms, and writes {"rc", "wall_s", "maxrss_kib" (wait4: max RSS of the
-# child, file-backed pages included, what /usr/bin/time %M shows), "peak_anon_kib"}.
+# child, file-backed pages included, what /usr/bin/time %M shows), "peak_anon_kib", "user_s" and
+# "sys_s" (wait4: CPU time of the child and the children it waited for), "server_cpu_s" (CPU
+# time mock-hub, pid $SERVER_PID, spent meanwhile, from /proc/PID/stat)}.
 cat >"$HELPERS/meter.py" <<'EOF'
 import json, os, subprocess, sys, time
 out, cmd = sys.argv[1], sys.argv[2:]
@@ -341,6 +343,14 @@ def anon(pid):
         except (OSError, ValueError):
             pass
     return total
+def server_cpu():
+    try:
+        with open(f"/proc/{os.environ['SERVER_PID']}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (KeyError, OSError, ValueError, IndexError):
+        return float("nan")
+s0 = server_cpu()
 t0 = time.monotonic()
 p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
 peak = 0
@@ -352,7 +362,9 @@ while True:
     time.sleep(0.005)
 wall = time.monotonic() - t0
 rc = os.waitstatus_to_exitcode(status)
-json.dump({"rc": rc, "wall_s": wall, "maxrss_kib": ru.ru_maxrss, "peak_anon_kib": peak}, open(out, "w"))
+json.dump({"rc": rc, "wall_s": wall, "maxrss_kib": ru.ru_maxrss, "peak_anon_kib": peak,
+           "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "server_cpu_s": server_cpu() - s0},
+          open(out, "w"))
 EOF
 
 # hf_transfer.py BASE_URL REPO FILE OUT: resolves the file's CDN URL as huggingface_hub did
@@ -518,7 +530,7 @@ reseed() {
 # 6. One timed download
 
 # Results, keyed "mode/tool".
-declare -A R_SEC R_MBS R_RSS R_ANON R_OK R_SENT R_NOTE R_GETS R_503 R_429 R_RUNS
+declare -A R_SEC R_MBS R_RSS R_ANON R_CPU R_SCPU R_OK R_SENT R_NOTE R_GETS R_503 R_429 R_RUNS
 BAD=0
 
 prepare() { # fresh output folder, cold page cache for it, warm source (the "CDN" serves from RAM)
@@ -616,10 +628,10 @@ run_tool() { # run_tool MODE TOOL
 	log "$mode: $tool"
 	echo "+ ${CMD[*]}" >"$log"
 	rm -f "$WORK/meter.json"
-	"$PY" "$HELPERS/meter.py" "$WORK/meter.json" "${CMD[@]}" >>"$log" 2>&1 || true
+	SERVER_PID="$SERVER_PID" "$PY" "$HELPERS/meter.py" "$WORK/meter.json" "${CMD[@]}" >>"$log" 2>&1 || true
 	[[ -s "$WORK/meter.json" ]] || die "measuring $tool failed; see $log"
 	local rc wall maxrss anon
-	read -r rc wall maxrss anon < <("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["rc"], m["wall_s"], m["maxrss_kib"], m["peak_anon_kib"])' "$WORK/meter.json")
+	read -r rc wall maxrss anon "R_CPU[$k]" "R_SCPU[$k]" < <("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["rc"], m["wall_s"], m["maxrss_kib"], m["peak_anon_kib"], "%.2f+%.2f" % (m["user_s"], m["sys_s"]), "%.2f" % m["server_cpu_s"])' "$WORK/meter.json")
 	read -r "R_SENT[$k]" "R_GETS[$k]" "R_503[$k]" "R_429[$k]" < <("$PY" "$HELPERS/stats.py" "$URL" "$REPO_ID/$FILE")
 	R_RUNS[$k]=$(sed -n 's/^reruns.sh: succeeded on run \([0-9]*\)$/\1/p' "$log" | tail -n1)
 	R_SEC[$k]=$(printf '%.2f' "$wall")
@@ -860,16 +872,16 @@ fi
 	echo "page cache dropped before each download: $DROP_CACHES. MB = 10^6 bytes. Capped = mock-hub --bandwidth $CAP_BPS (each response body, i.e. each connection, capped at $(mb "$CAP_BPS") MB/s)."
 	echo "Versions: wi-fetch $("$WI_FETCH" --version 2>/dev/null | awk '{print $2}'), huggingface_hub $HF_HUB_VERSION, hf_transfer ${HF_TRANSFER_VERSION:-not installable}, $(aria2c --version 2>/dev/null | head -n1 || echo 'aria2c: not installed'), $(curl --version | head -n1 | cut -d' ' -f1-2)."
 	echo
-	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | server sent / size | SHA-256 OK | note |"
-	echo "|---|---|---|---|---|---|---|---|---|"
+	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | CPU s (user+sys) | mock-hub CPU s | server sent / size | SHA-256 OK | note |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	for mode in "${PASSES[@]}"; do
 		for tool in $TOOLS; do
 			k="$mode/$tool"
 			if [[ -n "${R_SEC[$k]:-}" ]]; then
 				ratio=$(awk -v s="${R_SENT[$k]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
-				echo "| $mode | $tool | ${R_SEC[$k]} | ${R_MBS[$k]} | ${R_RSS[$k]} | ${R_ANON[$k]} | $ratio | ${R_OK[$k]} | ${R_NOTE[$k]:-} |"
+				echo "| $mode | $tool | ${R_SEC[$k]} | ${R_MBS[$k]} | ${R_RSS[$k]} | ${R_ANON[$k]} | ${R_CPU[$k]} | ${R_SCPU[$k]} | $ratio | ${R_OK[$k]} | ${R_NOTE[$k]:-} |"
 			else
-				echo "| $mode | $tool | – | – | – | – | – | – | ${R_NOTE[$k]:-not run} |"
+				echo "| $mode | $tool | – | – | – | – | – | – | – | – | ${R_NOTE[$k]:-not run} |"
 			fi
 		done
 	done

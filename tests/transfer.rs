@@ -127,6 +127,16 @@ impl Reporter for Recorder {
 }
 
 impl Recorder {
+    /// A recorder that adds `fault` to `fx`'s server once progress passes `after` bytes.
+    fn fault_after(fx: &Fixture, after: u64, fault: mock_server::FaultRule) -> Self {
+        let faults = fx.hub.faults().clone();
+        Recorder {
+            hook_after: Some(after),
+            hook: Mutex::new(Some(Box::new(move || faults.push(fault)))),
+            ..Recorder::default()
+        }
+    }
+
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
@@ -538,14 +548,11 @@ async fn signed_cdn_urls_are_reused_until_they_fail() {
 
     // Half-way, the CDN refuses the location in use once.
     let fx = fixture().await;
-    let faults = fx.hub.faults().clone();
-    let rec = Recorder {
-        hook_after: Some(SIZE as u64 / 2),
-        hook: Mutex::new(Some(Box::new(move || {
-            faults.push(Fault::status(403).on(Target::Cdn).times(1));
-        }))),
-        ..Recorder::default()
-    };
+    let rec = Recorder::fault_after(
+        &fx,
+        SIZE as u64 / 2,
+        Fault::status(403).on(Target::Cdn).times(1),
+    );
     let spec = fx.spec(LFS);
     let cfg = EngineConfig {
         connections: 1,
@@ -595,14 +602,11 @@ async fn the_connection_count_adapts_to_a_per_connection_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_requests_take_a_connection_away() {
     let fx = fixture_with(|b| b.bandwidth(256 << 10)).await;
-    let faults = fx.hub.faults().clone();
-    let rec = Recorder {
-        hook_after: Some(SIZE as u64 / 4),
-        hook: Mutex::new(Some(Box::new(move || {
-            faults.push(Fault::too_many_requests(0).on(Target::Cdn).times(1));
-        }))),
-        ..Recorder::default()
-    };
+    let rec = Recorder::fault_after(
+        &fx,
+        SIZE as u64 / 4,
+        Fault::too_many_requests(0).on(Target::Cdn).times(1),
+    );
     let spec = fx.spec(LFS);
     let cfg = EngineConfig {
         connections: 8,
@@ -936,14 +940,11 @@ async fn corrupted_chunk_is_found_and_refetched_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupted_middle_chunk_costs_at_most_one_more_pass() {
     let fx = fixture().await;
-    let faults = fx.hub.faults().clone();
-    let rec = Recorder {
-        hook_after: Some(SIZE as u64 / 2),
-        hook: Mutex::new(Some(Box::new(move || {
-            faults.push(Fault::FlipBytes { count: 1 }.on(Target::Cdn).times(1));
-        }))),
-        ..Recorder::default()
-    };
+    let rec = Recorder::fault_after(
+        &fx,
+        SIZE as u64 / 2,
+        Fault::FlipBytes { count: 1 }.on(Target::Cdn).times(1),
+    );
     let spec = fx.spec(LFS);
     let out = engine(config()).download(&spec, &rec).await.unwrap();
     assert_complete(&spec, &fx.lfs);

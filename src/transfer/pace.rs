@@ -234,15 +234,21 @@ mod tests {
         assert_eq!(judge(64, 64, 64, 1e9, 1e9), Step::Retreat);
     }
 
-    #[test]
-    fn a_doubling_that_does_not_pay_is_undone() {
+    /// A pace starting at 8 connections under a ceiling of 32, and its semaphore.
+    fn eight_of_32() -> (Pace, Semaphore) {
         let cfg = EngineConfig {
             connections: 32,
             start_connections: 8,
             ..EngineConfig::default()
         };
         let (pace, start) = Pace::new(&cfg);
-        let sem = Semaphore::new(start);
+        assert_eq!(start, 8);
+        (pace, Semaphore::new(start))
+    }
+
+    #[test]
+    fn a_doubling_that_does_not_pay_is_undone() {
+        let (pace, sem) = eight_of_32();
         // No body byte yet: no window.
         let t0 = Instant::now();
         pace.tick_at(&sem, 8, t0);
@@ -266,14 +272,7 @@ mod tests {
 
     #[test]
     fn each_refusal_takes_a_connection_away_and_stops_growing() {
-        let cfg = EngineConfig {
-            connections: 32,
-            start_connections: 8,
-            ..EngineConfig::default()
-        };
-        let (pace, start) = Pace::new(&cfg);
-        assert_eq!(start, 8);
-        let sem = Semaphore::new(start);
+        let (pace, sem) = eight_of_32();
         let held: Vec<_> = (0..7).map(|_| sem.try_acquire().unwrap()).collect();
         pace.push_back(&sem);
         pace.push_back(&sem);

@@ -880,6 +880,18 @@ mod tests {
         assert!(!ChunkTable::new(plan, Vec::new(), Some(Arc::new(other)), NEVER).has_manifest());
     }
 
+    /// A table of one 8 MiB chunk split in two at once: the first part's claim, the second's.
+    fn split_in_two() -> (ChunkTable, Claim, Claim) {
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(Plan::new(8 * MIB, 8 * MIB), Vec::new(), None, rule);
+        let a = t.claim_next().unwrap();
+        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        (t, a, b)
+    }
+
     /// An 8 MiB chunk of bytes `i % 251`.
     fn data() -> Vec<u8> {
         (0..8 * MIB).map(|i| (i % 251) as u8).collect()
@@ -940,14 +952,7 @@ mod tests {
     #[test]
     fn a_split_chunk_is_assembled_once_by_its_last_holder() {
         let data = data();
-        let plan = Plan::new(8 * MIB, 8 * MIB);
-        let rule = SplitRule {
-            min: MIB,
-            after: Duration::ZERO,
-        };
-        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
-        let a = t.claim_next().unwrap();
-        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        let (mut t, a, b) = split_in_two();
         let half = b.from as usize;
         // A's last write is on disk, A has not given its part back yet.
         let ha = fed(&a.hasher, &data[..half]);
@@ -1001,14 +1006,7 @@ mod tests {
     #[test]
     fn the_spans_of_a_split_chunk_are_recorded_and_resumed() {
         let data = data();
-        let plan = Plan::new(8 * MIB, 8 * MIB);
-        let rule = SplitRule {
-            min: MIB,
-            after: Duration::ZERO,
-        };
-        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
-        let a = t.claim_next().unwrap();
-        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        let (mut t, a, b) = split_in_two();
         assert_eq!(b.from, 4 * MIB);
         // Both cut: 1 MiB of the first half and 2 MiB of the second are on disk.
         let ha = fed(&a.hasher, &data[..MIB as usize]);
@@ -1033,6 +1031,11 @@ mod tests {
             hex::encode(digest(&data[4 * MIB as usize..6 * MIB as usize]))
         );
         // Resumed from that record: the two gaps are what is left to fetch.
+        let plan = Plan::new(8 * MIB, 8 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
         let resumed = Resumed {
             index: 0,
             written: MIB,
