@@ -105,6 +105,39 @@ pub fn open_read(path: &Path) -> io::Result<File> {
     open_checked(path, OpenOptions::new().read(true))
 }
 
+/// Opens an existing regular file at `path` below `root` for reading, refusing a link at
+/// `path` or at any folder between `root` and it (a planted link to a folder elsewhere must not
+/// be read through). `path` must be below `root`, without `..`.
+pub fn open_read_below(root: &Path, path: &Path) -> io::Result<File> {
+    check_dirs_below(root, path.parent().unwrap_or(root))?;
+    open_read(path)
+}
+
+/// Checks that every folder from below `root` down to `dir` is a folder, not a link (nothing is
+/// created; a missing one is `NotFound`).
+pub fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
+    let rel = dir.strip_prefix(root).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not below {}", dir.display(), root.display()),
+        )
+    })?;
+    let mut cur = root.to_path_buf();
+    for c in rel.components() {
+        let Component::Normal(name) = c else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unexpected component in {}", dir.display()),
+            ));
+        };
+        cur.push(name);
+        if !fs::symlink_metadata(&cur)?.is_dir() {
+            return Err(not_a_folder(&cur));
+        }
+    }
+    Ok(())
+}
+
 /// Opens an existing regular file for reading, following links (for paths that are links by
 /// design, such as a cache's snapshot entries) but never blocking on a FIFO and refusing
 /// anything but a regular file at the end.

@@ -14,4 +14,5 @@ mod manifest_interop;
 mod remote_inspect;
 mod safetensors;
 mod transfer;
+mod trust;
 mod wi_fetch;

@@ -37,10 +37,12 @@ one model (Q4_K_M, else Q8_0, else the first GGUF) and any other repository is f
 Prints the local path of every file on stdout, one per line (or a JSON summary with --json).
 
 wi-fetch cache verify REPO[:QUANT] [FILES…] (or --locked FILE) checks what is in the cache \
-without any network request, like `hf cache verify`: every chunk re-hashed against the \
-manifest recorded when the file was verified (--verify full, its default; --verify fast reads \
-no data); damage is named (exit 2), missing files too (exit 4). Run the same command without \
-`cache verify` to repair: only the damaged chunks are fetched again.
+and downloads nothing, like `hf cache verify`: without FILES or a tag, every file cached at \
+the revision. Each file is re-hashed against what the Hub says of it (--verify full, its \
+default; --verify fast reads no data); with --locked, against the lock file's pins, without \
+the network; with --offline, against what the cache recorded when the file was verified. \
+Damage is named (exit 2), missing files too (exit 4), and the command that repairs them is \
+printed: only the damaged chunks are fetched again.
 
 wi-fetch cache ls | rm | prune manage the cache as `hf cache` does: list repositories and \
 revisions with their size and each file's state, remove repositories, revisions or files, \
@@ -162,6 +164,9 @@ struct Cli {
     /// for this long.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10m")]
     lock_timeout: Duration,
+    /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
+    #[arg(skip)]
+    check_only: bool,
 }
 
 /// Splits `1.5MiB` into its number and its unit; `example` shows the form in the error.
@@ -229,8 +234,15 @@ fn cache_verify_args(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsStri
         return None;
     }
     let mut out: Vec<std::ffi::OsString> = vec!["wi-fetch cache verify".into()];
-    out.extend(["--offline", "--no-sidecar"].map(Into::into));
+    out.push("--no-sidecar".into());
     let rest = &args[3..];
+    // A lock file is a root of its own: its pins are checked without asking the Hub.
+    if rest
+        .iter()
+        .any(|a| a == "--locked" || a.to_string_lossy().starts_with("--locked="))
+    {
+        out.push("--offline".into());
+    }
     if !rest
         .iter()
         .any(|a| a == "--verify" || a.to_string_lossy().starts_with("--verify="))
@@ -249,7 +261,10 @@ fn main() -> ExitCode {
         None => Cli::try_parse(),
     };
     let cli = match parsed {
-        Ok(cli) => cli,
+        Ok(mut cli) => {
+            cli.check_only = args.get(1).is_some_and(|a| a == "cache");
+            cli
+        }
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
             let _ = e.print();
@@ -261,6 +276,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err((msg, code)) => {
             eprintln!("wi-fetch: error: {}", escape(&msg));
+            if let Some(hint) = HINT.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                eprintln!("wi-fetch: {hint}");
+            }
             if json {
                 let v = serde_json::json!({ "error": msg, "exit_code": code });
                 let _ = writeln!(io::stdout(), "{v}");
@@ -271,6 +289,59 @@ fn main() -> ExitCode {
 }
 
 type Failure = (String, u8);
+
+/// A line printed after the error (the command that repairs what `cache verify` found).
+static HINT: Mutex<Option<String>> = Mutex::new(None);
+
+/// `word` as a shell reads it back: as is when it has nothing a shell treats specially, else
+/// in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/:@=+-,%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// The command that repairs (and fetches) `files` after `cache verify` found them damaged or
+/// missing: the same repository and revision, those files, `--verify full` (which asks the Hub
+/// what each file is and fetches only the chunks that differ).
+fn repair_command(cli: &Cli, repo: &RepoRef, files: &[String]) -> String {
+    let mut words = vec!["wi-fetch".to_string()];
+    if let Some(lock) = &cli.locked {
+        words.push("--locked".into());
+        words.push(lock.to_string_lossy().into_owned());
+    } else {
+        words.push(repo.id.clone());
+        if files.is_empty() {
+            words.extend(cli.files.iter().cloned());
+        } else {
+            words.extend(files.iter().cloned());
+        }
+        if repo.revision != "main" {
+            words.extend(["--revision".to_string(), repo.revision.clone()]);
+        }
+        if repo.repo_type != RepoType::Model {
+            words.extend([
+                "--repo-type".to_string(),
+                repo.repo_type.as_str().to_string(),
+            ]);
+        }
+    }
+    words.extend(["--verify".to_string(), "full".to_string()]);
+    if let Some(d) = &cli.cache_dir {
+        words.extend(["--cache-dir".to_string(), d.to_string_lossy().into_owned()]);
+    }
+    if let Some(d) = &cli.local_dir {
+        words.extend(["--local-dir".to_string(), d.to_string_lossy().into_owned()]);
+    }
+    let shown: Vec<String> = words.iter().map(|w| shell_word(w)).collect();
+    escape(&shown.join(" ")).into_owned()
+}
 
 fn fail(e: FetchError) -> Failure {
     (e.to_string(), e.exit_code() as u8)
@@ -319,6 +390,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.verify == "full" {
         progress.cached_means = "in the cache, every chunk re-hashed and matching";
     }
+    progress.checking = cli.check_only;
     let progress = Arc::new(progress);
 
     let mut b = Fetcher::from_env()
@@ -330,6 +402,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         .retry_delays(cli.retry_delay, cli.retry_max_delay)
         .force_download(cli.force_download)
         .lock_timeout(cli.lock_timeout)
+        .check_only(cli.check_only)
         .reporter(progress.clone());
     if let Some(e) = &cli.endpoint {
         if !e.trim().is_empty() {
@@ -382,6 +455,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         let result = fetcher.fetch_locked(&lock);
         progress.finish();
+        if let (true, Err(e)) = (cli.check_only, &result) {
+            repair_hint(&cli, &repo, e, &progress);
+        }
         let summaries = result.map_err(fail)?;
         return print_summaries(&summaries, cli.json, show);
     }
@@ -391,11 +467,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
     let result = fetcher.fetch(&repo, &selection);
     progress.finish();
+    if let (true, Err(e)) = (cli.check_only, &result) {
+        repair_hint(&cli, &repo, e, &progress);
+    }
     let summary = result.map_err(fail)?;
     if let Some(path) = &cli.write_lock {
         write_lock(path, &repo, &summary)?;
     }
     print_summaries(std::slice::from_ref(&summary), cli.json, show)
+}
+
+/// After `cache verify` found damaged or missing files: the command that repairs them.
+fn repair_hint(cli: &Cli, repo: &RepoRef, e: &FetchError, progress: &Progress) {
+    use weight_inspect::fetch::ExitClass;
+    if matches!(e.exit_class(), ExitClass::Integrity | ExitClass::NotFound) {
+        let cmd = repair_command(cli, repo, &progress.failed_files());
+        *HINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("to repair: {cmd}"));
+    }
 }
 
 /// SIGINT (Ctrl-C) and SIGTERM stop the fetch cleanly: the token returned is cancelled, and
@@ -769,6 +857,9 @@ fn cache_main(rest: &[std::ffi::OsString]) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err((msg, code)) => {
             eprintln!("wi-fetch: error: {}", escape(&msg));
+            if let Some(hint) = HINT.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                eprintln!("wi-fetch: {hint}");
+            }
             ExitCode::from(code)
         }
     }
@@ -1222,6 +1313,10 @@ struct Progress {
     mode: Mode,
     /// What a file found in the cache is, on its line ("in the cache", or checked in full).
     cached_means: &'static str,
+    /// Only checking (`cache verify`): the plan's line says so.
+    checking: bool,
+    /// Files that failed, in the order they did (for the repair command).
+    failed: Mutex<Vec<String>>,
     mp: MultiProgress,
     state: Mutex<State>,
 }
@@ -1249,6 +1344,8 @@ impl Progress {
         Progress {
             mode,
             cached_means: "in the cache",
+            checking: false,
+            failed: Mutex::new(Vec::new()),
             mp,
             state: Mutex::new(State {
                 total: None,
@@ -1260,6 +1357,14 @@ impl Progress {
                 last_log: now,
             }),
         }
+    }
+
+    /// The files that failed so far.
+    fn failed_files(&self) -> Vec<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn line(&self, msg: &str) {
@@ -1338,6 +1443,12 @@ fn progress_line(done: u64, to_fetch: u64, secs: f64) -> String {
 
 impl Reporter for Progress {
     fn on_event(&self, event: &Event<'_>) {
+        if let Event::FileFailed { file, .. } = event {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if !failed.iter().any(|f| f == file) {
+                failed.push(file.to_string());
+            }
+        }
         if self.mode == Mode::Quiet {
             return;
         }
@@ -1350,7 +1461,12 @@ impl Reporter for Progress {
             } => {
                 st.to_fetch = total_bytes.saturating_sub(*cached_bytes);
                 st.started = Instant::now();
-                if *cached_bytes > 0 || self.mode == Mode::Log {
+                if self.checking {
+                    self.line(&format!(
+                        "wi-fetch: checking {files} file(s), {}; downloading nothing",
+                        human_bytes(*total_bytes)
+                    ));
+                } else if *cached_bytes > 0 || self.mode == Mode::Log {
                     self.line(&format!(
                         "wi-fetch: {files} file(s), {}; {} already in the cache",
                         human_bytes(*total_bytes),

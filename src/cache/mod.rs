@@ -269,7 +269,10 @@ impl RepoCache {
         if check_repo_path(revision).is_err() {
             return None;
         }
-        let bytes = safe_fs::read_bounded(&self.ref_path(revision), 1024).ok()??;
+        let path = self.ref_path(revision);
+        // Not through a planted link at the repository folder or below it.
+        safe_fs::check_dirs_below(&self.root, path.parent()?).ok()?;
+        let bytes = safe_fs::read_bounded(&path, 1024).ok()??;
         let s = String::from_utf8(bytes).ok()?.trim().to_string();
         is_commit_hash(&s).then_some(s)
     }
@@ -540,12 +543,20 @@ impl Store {
         }
     }
 
-    /// The folder below which this store writes (links are refused below it).
+    /// The folder below which this store writes (links are refused below it): the cache root
+    /// (so that the repository's own folder is checked like every folder in it), or the local
+    /// folder.
     pub fn root(&self) -> &Path {
         match self {
-            Store::Cache(r) => r.dir(),
+            Store::Cache(r) => &r.root,
             Store::Local(l) => l.root(),
         }
+    }
+
+    /// Opens a file of this store's own (a saved listing, a recorded manifest) for reading,
+    /// refusing a link at it or at any folder between the store's root and it.
+    pub fn open_own(&self, path: &Path) -> io::Result<std::fs::File> {
+        safe_fs::open_read_below(self.root(), path)
     }
 
     /// Moves the complete file `path` at `etag` to its partial download's name, to be repaired

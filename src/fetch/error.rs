@@ -123,16 +123,20 @@ pub enum FetchError {
     /// A selection or setting that cannot work (bad glob, bad repository spec).
     #[error("{0}")]
     Invalid(String),
-    /// Offline mode, and the cache does not hold what is asked for.
-    #[error(
-        "{what} is not in {} (offline mode: HF_HUB_OFFLINE or --offline forbids the network)",
-        dir.display()
-    )]
+    /// Offline mode (or only checking), and the cache does not hold what is asked for.
+    #[error("{what} is not in {} ({})", dir.display(), if *offline {
+        "offline mode: HF_HUB_OFFLINE or --offline forbids the network"
+    } else {
+        "only checking: nothing is downloaded"
+    })]
     NotCached {
         /// What is missing: a repository at a revision, or a file.
         what: String,
         /// The cache or local folder searched.
         dir: PathBuf,
+        /// Whether the network was off (else the fetcher was only checking, see
+        /// [`FetcherBuilder::check_only`](super::FetcherBuilder::check_only)).
+        offline: bool,
     },
     /// Not enough free space for the selected files, found before anything was downloaded.
     #[error(
@@ -417,6 +421,7 @@ mod tests {
         let e = FetchError::NotCached {
             what: "x".into(),
             dir: "/c".into(),
+            offline: true,
         };
         assert_eq!(e.exit_code(), 4);
         assert!(e.to_string().contains("offline"));

@@ -181,7 +181,7 @@ pub(super) fn recorded_size(store: &Store, path: &str, etag: &str) -> Option<u64
 /// The manifest recorded for `path` at `etag`: read bounded and without following a link (the
 /// cache is a folder others may write to), parsed and checked like any manifest.
 fn read_recorded(store: &Store, path: &str, etag: &str) -> Option<Manifest> {
-    let file = safe_fs::open_read(&store.manifest_path(path, etag)).ok()?;
+    let file = store.open_own(&store.manifest_path(path, etag)).ok()?;
     let bytes = safe_fs::read_limited(file, crate::manifest::MAX_MANIFEST_BYTES).ok()?;
     Manifest::parse(&bytes).ok()
 }
@@ -216,16 +216,9 @@ pub(super) fn record(
     m.validate().map_err(|e| e.to_string())?;
     let path = store.manifest_path(&f.path, &f.etag);
     let parent = path.parent().ok_or("no folder")?;
-    safe_fs::create_dirs_below(store_root(store), parent).map_err(|e| e.to_string())?;
+    safe_fs::create_dirs_below(store.root(), parent).map_err(|e| e.to_string())?;
     safe_fs::write_atomic(&path, m.to_json().as_bytes())
         .map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn store_root(store: &Store) -> &Path {
-    match store {
-        Store::Cache(r) => r.dir(),
-        Store::Local(l) => l.root(),
-    }
 }
 
 impl Expect {

@@ -103,6 +103,7 @@ pub struct FetcherBuilder {
     sidecars: bool,
     ensure_manifests: bool,
     force_download: bool,
+    check_only: bool,
     engine: EngineConfig,
 }
 
@@ -138,6 +139,7 @@ impl Default for FetcherBuilder {
             sidecars: true,
             ensure_manifests: false,
             force_download: false,
+            check_only: false,
             engine: EngineConfig::default(),
         }
     }
@@ -265,6 +267,17 @@ impl FetcherBuilder {
         self
     }
 
+    /// Check the files on disk and download nothing (`wi-fetch cache verify`): each file is
+    /// checked at the [verification level](Self::verify_level) against what the Hub says of it
+    /// (online) or what the cache recorded (offline), a damaged one is a
+    /// [`FetchError::Damaged`] and a missing one a [`FetchError::NotCached`]; nothing is written
+    /// (no ref, no listing, no link). A bare [`Selection`] means every file in the cache's
+    /// snapshot of the revision, not the files a fetch would pick. Default false.
+    pub fn check_only(mut self, yes: bool) -> Self {
+        self.check_only = yes;
+        self
+    }
+
     /// The transfer engine's settings, whole (this replaces [`connections`](Self::connections)
     /// and [`chunk_size`](Self::chunk_size) set before). Default [`EngineConfig::default`].
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
@@ -344,6 +357,7 @@ impl FetcherBuilder {
             sidecars: self.sidecars,
             ensure_manifests: self.ensure_manifests,
             force_download: self.force_download,
+            check_only: self.check_only,
         })
     }
 
@@ -371,6 +385,7 @@ pub struct Fetcher {
     sidecars: bool,
     ensure_manifests: bool,
     force_download: bool,
+    check_only: bool,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -450,6 +465,19 @@ impl Fetcher {
     /// Whether the fetcher is offline.
     pub fn is_offline(&self) -> bool {
         self.offline
+    }
+
+    /// Whether each file's identity is taken from the Hub, not from what the cache says of
+    /// itself (a saved listing, a recorded manifest, a snapshot): online, whenever the user asks
+    /// for checking (`--verify full`, `--force-download`, `cache verify`).
+    fn asks_the_hub(&self) -> bool {
+        !self.offline
+            && (self.verify_level == VerifyLevel::Full || self.force_download || self.check_only)
+    }
+
+    /// Whether this fetcher may write to the store (not offline, not only checking).
+    fn writes(&self) -> bool {
+        !self.offline && !self.check_only
     }
 
     fn store_for(&self, repo: &RepoRef) -> Store {

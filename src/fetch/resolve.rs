@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use futures::stream::{self, StreamExt};
 
 use super::integrity::{self, SIDECAR_SUFFIX};
-use super::selection::{choose, SelectError};
+use super::selection::{self, choose, SelectError};
 use super::{FetchError, Fetcher, Plan, PlannedFile, RepoRef, Selection};
 use crate::cache::{self, LocalDir, Store};
 use crate::hub::{self, HubError};
@@ -41,8 +41,11 @@ impl Fetcher {
         if self.offline {
             return self.resolve_offline(repo, selection, &store);
         }
+        // Checking asks the Hub what each file is: nothing the cache says of itself (a saved
+        // listing, a recorded manifest, a snapshot) stands in for its answer.
+        let fresh = self.asks_the_hub();
         // A commit id and explicit files already in its snapshot: nothing to ask the Hub.
-        if is_commit_hash(&repo.revision) && selection.is_explicit_only() {
+        if !fresh && is_commit_hash(&repo.revision) && selection.is_explicit_only() {
             if let Ok(plan) = self.resolve_offline(repo, selection, &store) {
                 if plan.missing.is_empty() {
                     return Ok(plan);
@@ -56,7 +59,12 @@ impl Fetcher {
             // recorded when it was verified (which says what its size must be): nothing more to
             // ask. Files another tool put there are asked about.
             let at_commit = repo.clone().with_revision(commit.clone());
-            if let Ok(mut plan) = self.resolve_offline(&at_commit, selection, &store) {
+            let warm = if fresh {
+                None
+            } else {
+                self.resolve_offline(&at_commit, selection, &store).ok()
+            };
+            if let Some(mut plan) = warm {
                 let known = plan.missing.is_empty()
                     && plan
                         .files
@@ -82,7 +90,7 @@ impl Fetcher {
                             }),
                             Err(HubError::EntryNotFound { .. })
                             | Err(HubError::NotFound { .. }) => {
-                                if let Store::Cache(r) = store {
+                                if let (Store::Cache(r), true) = (store, self.writes()) {
                                     let _ = r.mark_missing(&commit, f);
                                 }
                                 Err(FetchError::FileNotFound {
@@ -110,7 +118,7 @@ impl Fetcher {
             }
             (commit, wanted, None)
         } else {
-            let listing = self.list_files(repo, &store).await?;
+            let (listing, discarded) = self.list_files(repo, &store, fresh).await?;
             if let Some(r) = listing
                 .refused
                 .iter()
@@ -124,8 +132,18 @@ impl Fetcher {
             }
             refused = listing.refused.clone();
             let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
-            let chosen = choose(&paths, selection, &repo.to_string())
-                .map_err(|e| select_error(e, repo, &listing.commit, &store))?;
+            let mut chosen = if self.check_only && selection.is_bare() {
+                cached_of(&paths, &store, &listing.commit)
+            } else {
+                choose(&paths, selection, &repo.to_string())
+                    .map_err(|e| select_error(e, repo, &listing.commit, &store, self.writes()))?
+            };
+            if let Some(d) = discarded {
+                chosen.notice = Some(match chosen.notice.take() {
+                    Some(n) => format!("{d}; {n}"),
+                    None => d,
+                });
+            }
             let by_path: BTreeMap<&str, &hub::RemoteFile> =
                 listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
             let wanted = chosen
@@ -154,27 +172,54 @@ impl Fetcher {
     /// The repository's files at the commit its revision points at: one request for the commit,
     /// and the listing from the copy kept beside the cache when there is one for that commit
     /// (a commit's tree never changes), else from the Hub (and kept).
+    ///
+    /// `fresh` (checking): the listing always comes from the Hub; a saved copy that disagrees
+    /// with it is replaced, and the second value says so, naming it.
     async fn list_files(
         &self,
         repo: &RepoRef,
         store: &Store,
-    ) -> Result<hub::RepoListing, FetchError> {
+        fresh: bool,
+    ) -> Result<(hub::RepoListing, Option<String>), FetchError> {
         let commit = self.hub.repo_commit(repo).await?;
         let path = store.tree_path(&commit);
         let limit = self.hub.config().max_listing_bytes;
-        let saved = crate::safe_fs::open_read(&path)
+        // The repository folder itself may be a planted link: nothing is read or written
+        // through one (the saved listing is below it).
+        let saved = store
+            .open_own(&path)
             .ok()
             .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
-            .and_then(|b| hub::load_tree(&b).ok());
-        if let Some((files, refused)) = saved {
-            return Ok(hub::RepoListing {
-                commit,
-                files,
-                refused,
-            });
+            .map(|b| hub::load_tree(&b));
+        if !fresh {
+            if let Some(Ok((files, refused))) = saved {
+                return Ok((
+                    hub::RepoListing {
+                        commit,
+                        files,
+                        refused,
+                    },
+                    None,
+                ));
+            }
         }
         let (files, refused) = self.hub.list_tree(repo, &commit).await?;
-        if let Some(dir) = path.parent() {
+        let discarded = match &saved {
+            None => None,
+            Some(Ok((old, _))) if old == &files => None,
+            Some(Ok((old, _))) => Some(format!(
+                "the saved listing {} disagrees with the Hub ({}): discarded",
+                path.display(),
+                listing_difference(old, &files)
+            )),
+            Some(Err(e)) => Some(format!(
+                "the saved listing {} cannot be read ({}): discarded",
+                path.display(),
+                escape(e)
+            )),
+        };
+        let keep = saved.is_none() || discarded.is_some();
+        if let (Some(dir), true, true) = (path.parent(), keep, self.writes()) {
             // Only a cost when it fails: the next run lists again.
             if crate::safe_fs::create_dirs_below(store.root(), dir).is_ok() {
                 let _ = crate::safe_fs::write_atomic(
@@ -183,11 +228,14 @@ impl Fetcher {
                 );
             }
         }
-        Ok(hub::RepoListing {
-            commit,
-            files,
-            refused,
-        })
+        Ok((
+            hub::RepoListing {
+                commit,
+                files,
+                refused,
+            },
+            discarded,
+        ))
     }
 
     /// Asks for the sidecar manifest of every file to download (`HEAD`, one per file, at
@@ -231,6 +279,7 @@ impl Fetcher {
         let not_cached = |what: String| FetchError::NotCached {
             what,
             dir: dir.clone(),
+            offline: true,
         };
         let (commit, files) = match store {
             Store::Cache(r) => {
@@ -278,7 +327,15 @@ impl Fetcher {
             (selection.clone(), Vec::new())
         };
         let selection = &selection;
-        let chosen = choose(&paths, selection, &repo.to_string()).map_err(|e| match e {
+        let chosen = if self.check_only && selection.is_bare() {
+            Ok(selection::Chosen {
+                paths: paths.iter().map(|p| p.to_string()).collect(),
+                notice: None,
+            })
+        } else {
+            choose(&paths, selection, &repo.to_string())
+        };
+        let chosen = chosen.map_err(|e| match e {
             SelectError::MissingFile(f) => {
                 if let Store::Cache(r) = store {
                     if r.is_marked_missing(&commit, &f) {
@@ -446,10 +503,65 @@ fn planned(store: &Store, repo: &RepoRef, commit: &str, w: Wanted) -> PlannedFil
     }
 }
 
-fn select_error(e: SelectError, repo: &RepoRef, commit: &str, store: &Store) -> FetchError {
+/// The first file on which two listings of one commit differ, for a message.
+fn listing_difference(saved: &[hub::RemoteFile], hub: &[hub::RemoteFile]) -> String {
+    let by_path: BTreeMap<&str, &hub::RemoteFile> =
+        hub.iter().map(|f| (f.path.as_str(), f)).collect();
+    for f in saved {
+        match by_path.get(f.path.as_str()) {
+            None => return format!("it lists '{}', the Hub does not", escape(&f.path)),
+            Some(h) if h.etag() != f.etag() || h.size != f.size => {
+                return format!(
+                    "'{}' is {} ({} bytes) there, {} ({} bytes) on the Hub",
+                    escape(&f.path),
+                    escape(f.etag()),
+                    f.size,
+                    h.etag(),
+                    h.size
+                )
+            }
+            Some(_) => {}
+        }
+    }
+    match hub.iter().find(|h| !saved.iter().any(|f| f.path == h.path)) {
+        Some(h) => format!("the Hub lists '{}', it does not", escape(&h.path)),
+        None => "the same files in another order or form".to_string(),
+    }
+}
+
+/// Every file of a listing that is in the cache's snapshot of `commit` (whatever its bytes:
+/// checking them is what comes next), for `cache verify` without a selection.
+fn cached_of(paths: &[&str], store: &Store, commit: &str) -> selection::Chosen {
+    let present: Vec<String> = paths
+        .iter()
+        .filter(|p| {
+            let local = match store {
+                Store::Cache(r) => r.snapshot_path(commit, p),
+                Store::Local(l) => l.file_path(p),
+            };
+            std::fs::symlink_metadata(local).is_ok()
+        })
+        .map(|p| p.to_string())
+        .collect();
+    let absent = paths.len() - present.len();
+    selection::Chosen {
+        notice: (absent > 0).then(|| {
+            format!("{absent} file(s) of the revision are not in the cache (not checked)")
+        }),
+        paths: present,
+    }
+}
+
+fn select_error(
+    e: SelectError,
+    repo: &RepoRef,
+    commit: &str,
+    store: &Store,
+    writes: bool,
+) -> FetchError {
     match e {
         SelectError::MissingFile(f) => {
-            if let Store::Cache(r) = store {
+            if let (Store::Cache(r), true) = (store, writes) {
                 let _ = r.mark_missing(commit, &f);
             }
             FetchError::FileNotFound {

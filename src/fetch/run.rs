@@ -227,13 +227,13 @@ impl Fetcher {
             );
         }
         let store = self.store_for(repo);
-        if plan.files.iter().any(|f| !f.cached) {
+        if self.writes() && plan.files.iter().any(|f| !f.cached) {
             store
                 .prepare()
                 .map_err(|e| FetchError::io("create", store.data_dir(), e))?;
             check_space(&store, &plan)?;
         }
-        if !plan.offline {
+        if self.writes() {
             // As huggingface_hub does, remember what the revision resolved to.
             if let Err(e) = store.write_ref(&repo.revision, &plan.commit) {
                 if plan.files.iter().any(|f| !f.cached) {
@@ -255,6 +255,7 @@ impl Fetcher {
             let e = FetchError::NotCached {
                 what: format!("file '{}' of '{repo}'", escape(m)),
                 dir: self.store_dir(repo),
+                offline: self.offline,
             };
             rep.on_event(&Event::FileFailed {
                 file: m,
@@ -419,17 +420,35 @@ impl Fetcher {
                 "--force-download needs the network (offline mode is on)".into(),
             ));
         }
+        if !self.writes() {
+            // Offline or only checking: the file where it is, as it is.
+            let Some(r) = self.cached_report(store, commit, f, t0).await? else {
+                if let Ok(m) = std::fs::metadata(&f.local_path) {
+                    return Err(FetchError::Damaged {
+                        file: f.path.clone(),
+                        local: f.local_path.clone(),
+                        damage: format!("{} bytes instead of {}", m.len(), f.size),
+                    });
+                }
+                return Err(FetchError::NotCached {
+                    what: format!("file '{}' of '{repo}'", escape(&f.path)),
+                    dir: self.store_dir(repo),
+                    offline: self.offline,
+                });
+            };
+            return match self.damage(&r.local_path, f, expect.as_ref()).await? {
+                None => Ok(r),
+                Some(damage) => Err(FetchError::Damaged {
+                    file: f.path.clone(),
+                    local: r.local_path,
+                    damage,
+                }),
+            };
+        }
         if f.cached && !force {
             if let Some(r) = self.cached_report(store, commit, f, t0).await? {
                 match self.damage(&r.local_path, f, expect.as_ref()).await? {
                     None => return Ok(r),
-                    Some(damage) if self.offline => {
-                        return Err(FetchError::Damaged {
-                            file: f.path.clone(),
-                            local: r.local_path,
-                            damage,
-                        })
-                    }
                     Some(damage) => {
                         notice(
                             rep,
@@ -442,18 +461,6 @@ impl Fetcher {
                         repair = true;
                     }
                 }
-            } else if self.offline {
-                if let Ok(m) = std::fs::metadata(&f.local_path) {
-                    return Err(FetchError::Damaged {
-                        file: f.path.clone(),
-                        local: f.local_path.clone(),
-                        damage: format!("{} bytes instead of {}", m.len(), f.size),
-                    });
-                }
-                return Err(FetchError::NotCached {
-                    what: format!("file '{}' of '{repo}'", escape(&f.path)),
-                    dir: self.store_dir(repo),
-                });
             }
         }
         let paths = partial_paths(store, &f.path, &f.etag);
@@ -601,7 +608,7 @@ impl Fetcher {
             commit: commit.to_string(),
             url: Some(self.hub.resolve_url(repo, commit, &f.path)),
         };
-        let ensure = self.ensure_manifests || pin.is_some();
+        let ensure = (self.ensure_manifests || pin.is_some()) && self.writes();
         let chunk_size = pin.map_or(self.engine.config().chunk_size, |p| p.chunk_size);
         let m = tokio::task::spawn_blocking(move || match integrity::recorded(&store2, &f2) {
             Some(e) => Ok(e.file),
@@ -797,8 +804,9 @@ impl Fetcher {
         f: &PlannedFile,
         t0: Instant,
     ) -> Result<Option<FileReport>, FetchError> {
-        let found = if self.offline {
-            // Offline plans point at existing files; never write (not even a link).
+        let found = if !self.writes() {
+            // Offline plans point at existing files, and checking looks at the file where it is;
+            // never write (not even a link).
             std::fs::metadata(&f.local_path)
                 .ok()
                 .filter(|m| m.is_file() && m.len() == f.size)
