@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use weight_inspect::manifest::{self, CreateOptions};
 
 use crate::wi_fetch::{
-    demo_file, expect_code, hub_builder, lines, run, sha256_hex, start, stderr, Sandbox, REPO,
+    code, demo_file, expect_code, hub_builder, lines, run, sha256_hex, start, stderr, Sandbox, REPO,
 };
 
 const Q4: &str = "tinyllama-q4_k_m.gguf";
@@ -213,4 +213,219 @@ fn cache_verify_checks_against_the_hub_and_its_advice_repairs() {
         .join("blobs")
         .join(sha256_hex(&demo_file(Q4)));
     assert!(fs::read(blob).unwrap() == demo_file(Q4));
+}
+
+/// Every file below `dir`, relative to it.
+fn files_below(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The commit `main` of the demo repository points at, as `--dry-run --json` says.
+fn main_commit(hub: &mock_server::MockHub) -> String {
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(hub);
+    c.args([REPO, Q4, "--dry-run", "--json"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["commit"].as_str().unwrap().to_string()
+}
+
+/// The repository folder `models--org--name` a link to a folder outside the cache: the blob
+/// write was refused, but the saved listing was written there (with `--dry-run` too) and read
+/// back through the link. The repository folder is checked like every folder below it.
+#[test]
+fn a_planted_link_at_the_repository_folder_is_not_written_through() {
+    let hub = start(hub_builder());
+    let commit = main_commit(&hub);
+    let sb = Sandbox::new();
+    let outside = sb.dir.path().join("elsewhere");
+    fs::create_dir_all(outside.join(".wi-trees")).unwrap();
+    // A listing planted outside names a file the Hub does not have.
+    let planted = format!(
+        r#"{{"entries":[{{"type":"file","path":"planted.gguf","oid":"{}","size":5}}]}}"#,
+        "1".repeat(40)
+    );
+    fs::write(
+        outside.join(".wi-trees").join(format!("{commit}.json")),
+        &planted,
+    )
+    .unwrap();
+    fs::create_dir_all(sb.cache()).unwrap();
+    symlink(&outside, sb.repo_dir(REPO)).unwrap();
+    let before = files_below(&outside);
+
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "--dry-run"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(
+        !crate::wi_fetch::stdout(&o).contains("planted.gguf"),
+        "the listing behind the link is not read: {}",
+        crate::wi_fetch::stdout(&o)
+    );
+    assert_eq!(
+        files_below(&outside),
+        before,
+        "nothing written through the link"
+    );
+
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q4_K_M"));
+    let o = run(c);
+    expect_code(&o, 1);
+    let e = stderr(&o);
+    assert!(
+        e.contains("not a folder") && e.contains("models--demo--TinyLlama-GGUF"),
+        "{e}"
+    );
+    assert_eq!(
+        files_below(&outside),
+        before,
+        "nothing written through the link"
+    );
+}
+
+/// Lines of `llama-gguf-hash` for `file` (as `weight-inspect manifest create --format
+/// gguf-hash` writes them) with one tensor's digest changed: the file is the Hub's, not the
+/// manifest's. Returns the lines' path and the tensor's name.
+fn wrong_tensor_lines(dir: &Path, file: &str) -> (PathBuf, String) {
+    let src = dir.join("model");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join(file), demo_file(file)).unwrap();
+    let good = dir.join("good-lines");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weight-inspect"))
+        .args(["manifest", "create", "--format", "gguf-hash", "-o"])
+        .arg(&good)
+        .arg(src.join(file))
+        .output()
+        .unwrap();
+    expect_code(&o, 0);
+    let text = fs::read_to_string(&good).unwrap();
+    let first = text.lines().next().unwrap();
+    let tensor = first.rsplit(':').next().unwrap().to_string();
+    let digest = first.split_whitespace().nth(1).unwrap();
+    let bad = dir.join("bad-lines");
+    fs::write(&bad, text.replacen(digest, &"0".repeat(64), 1)).unwrap();
+    (bad, tensor)
+}
+
+/// `--manifest` with llama-gguf-hash lines whose tensor digests differ: the first run exited 2
+/// with the file already in its snapshot (and refs/main written), and the same command again
+/// exited 0, and so did `--offline`. Bytes that fail a check asked for never reach the final
+/// path, and a rerun does not forget the failure.
+#[test]
+fn a_tensor_mismatch_is_never_committed() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let (bad, tensor) = wrong_tensor_lines(sb.dir.path(), Q4);
+    let snapshot = || {
+        let snaps = sb.repo_dir(REPO).join("snapshots");
+        files_below(&snaps)
+    };
+    for round in 0..2 {
+        let mut c = sb.cmd(&hub);
+        c.args([REPO, Q4, "--manifest"]).arg(&bad);
+        let o = run(c);
+        expect_code(&o, 2);
+        assert!(stderr(&o).contains(&tensor), "{}", stderr(&o));
+        assert!(snapshot().is_empty(), "round {round}: {:?}", snapshot());
+        assert!(
+            crate::wi_fetch::blobs(&sb.repo_dir(REPO))
+                .iter()
+                .all(|b| b.contains(".wi-partial")),
+            "round {round}: no blob by its name"
+        );
+    }
+    assert_eq!(
+        hub.stats().file(REPO, Q4).bytes_sent,
+        demo_file(Q4).len() as u64,
+        "the rerun checks the download it kept, without a transfer"
+    );
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, Q4, "--offline", "--manifest"]).arg(&bad);
+    let o = run(c);
+    assert_ne!(code(&o), 0, "{}", stderr(&o));
+    // Without the manifest, the file is the Hub's: it is put in place.
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, Q4]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(snapshot_bytes(&o) == demo_file(Q4));
+}
+
+/// A warm cache filled from a mirror whose bytes differ from a manifest the user trusts:
+/// `--manifest THAT` at the default level exited 0. A manifest the user passes is checked
+/// against the cached bytes, at whatever level.
+#[test]
+fn a_given_manifest_is_checked_against_a_warm_cache() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, Q4]);
+    expect_code(&run(c), 0);
+    let (bad, tensor) = wrong_tensor_lines(sb.dir.path(), Q4);
+    for level in ["fast", "full"] {
+        for offline in [false, true] {
+            let mut c = sb.cmd(&hub);
+            c.args([REPO, Q4, "--verify", level, "--manifest"])
+                .arg(&bad);
+            if offline {
+                c.arg("--offline");
+            }
+            let o = run(c);
+            expect_code(&o, 2);
+            assert!(stderr(&o).contains(&tensor), "{level}: {}", stderr(&o));
+        }
+    }
+}
+
+/// `--revision <40 hex>` answered with another commit: the files of that other commit were
+/// fetched and `refs/<the id asked>` written pointing at it, so that every tool asking for the
+/// commit offline got other files. The mismatch is refused (exit 2) and no ref is named like a
+/// commit.
+#[test]
+fn a_commit_id_revision_is_enforced() {
+    use mock_server::{Fault, Target};
+    let hub = start(hub_builder());
+    let asked = "a".repeat(40);
+    hub.faults().push(
+        Fault::Redirect {
+            status: 302,
+            location: format!("/api/models/{REPO}/revision/main"),
+        }
+        .on(Target::Hub)
+        .on_path(format!("revision/{asked}")),
+    );
+    for args in [
+        vec![format!("{REPO}:Q4_K_M")],
+        vec![REPO.to_string(), Q4.to_string()],
+    ] {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(&args).args(["--revision", &asked]);
+        let o = run(c);
+        expect_code(&o, 2);
+        let e = stderr(&o);
+        assert!(
+            e.contains(&asked) && e.contains("answered with commit"),
+            "{e}"
+        );
+        let refs = sb.repo_dir(REPO).join("refs");
+        assert!(files_below(&refs).is_empty(), "{:?}", files_below(&refs));
+        assert!(files_below(&sb.repo_dir(REPO).join("snapshots")).is_empty());
+    }
 }

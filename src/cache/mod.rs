@@ -280,7 +280,8 @@ impl RepoCache {
     /// Writes `refs/{revision}` = `commit` (no newline) unless the revision is the commit
     /// itself or the ref already says so.
     pub fn write_ref(&self, revision: &str, commit: &str) -> io::Result<()> {
-        if revision == commit || self.read_ref(revision).as_deref() == Some(commit) {
+        // A ref named like a commit would be read as that commit by every tool: never written.
+        if is_commit_hash(revision) || self.read_ref(revision).as_deref() == Some(commit) {
             return Ok(());
         }
         if check_repo_path(revision).is_err() {

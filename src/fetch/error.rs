@@ -308,7 +308,9 @@ impl FetchError {
     pub fn exit_class(&self) -> ExitClass {
         match self {
             FetchError::Hub(h) => {
-                if h.is_not_found_or_denied() {
+                if h.is_integrity() {
+                    ExitClass::Integrity
+                } else if h.is_not_found_or_denied() {
                     ExitClass::NotFound
                 } else if h.is_network_or_server() {
                     ExitClass::Network

@@ -450,6 +450,19 @@ impl Fetcher {
                 match self.damage(&r.local_path, f, expect.as_ref()).await? {
                     None => return Ok(r),
                     Some(damage) => {
+                        // The manifest given disagrees with the copy on disk: when that copy is
+                        // the Hub's own bytes, fetching them again cannot help, and the copy
+                        // others use stays where it is.
+                        let given = expect.as_ref().is_some_and(|e| e.origin == Origin::Given);
+                        if given && self.matches_hub(&r.local_path, f).await? {
+                            return Err(FetchError::ManifestMismatch {
+                                file: f.path.clone(),
+                                what: format!(
+                                    "the copy at {} is the Hub's (its digest matches), but {damage}",
+                                    r.local_path.display()
+                                ),
+                            });
+                        }
                         notice(
                             rep,
                             Some(&f.path),
@@ -532,6 +545,25 @@ impl Fetcher {
             Err(e) => return Err(e.into()),
         };
         let out = finished.outcome.clone();
+        // What the user's manifest says beyond the chunks (tensors, ranges) is checked before
+        // the file is put in place: bytes that fail a check asked for never reach the snapshot.
+        // The download stays complete at its partial name, so a rerun checks it again without a
+        // transfer (and fails again, unless the manifest changed).
+        if let Some(e) = expect.as_ref().filter(|e| e.has_more()) {
+            let (l, e2) = (finished.data_path().to_path_buf(), e.clone());
+            let extra = tokio::task::spawn_blocking(move || integrity::extra_damage(&l, &e2))
+                .await
+                .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?;
+            if let Some(what) = extra {
+                return Err(FetchError::ManifestMismatch {
+                    file: f.path.clone(),
+                    what: format!(
+                        "it matches the Hub's digest, but {what}; not put in place (kept at {})",
+                        finished.data_path().display()
+                    ),
+                });
+            }
+        }
         let (local, leftover) = finished.commit(|p| {
             store
                 .commit(p, commit, &f.path, &f.etag, &repo.revision)
@@ -543,18 +575,6 @@ impl Fetcher {
                 Some(&f.path),
                 &format!("the file is in place, but its finished resume state stays: {e}"),
             );
-        }
-        if let Some(e) = expect.as_ref().filter(|e| e.has_more()) {
-            let (l, e2) = (local.clone(), e.clone());
-            let extra = tokio::task::spawn_blocking(move || integrity::extra_damage(&l, &e2))
-                .await
-                .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?;
-            if let Some(what) = extra {
-                return Err(FetchError::ManifestMismatch {
-                    file: f.path.clone(),
-                    what: format!("it matches the Hub's digest, but {what}"),
-                });
-            }
         }
         let source = Source {
             repo: repo.to_string(),
@@ -724,24 +744,41 @@ impl Fetcher {
         Ok(Expect::from_document(&doc, name, Origin::Sidecar))
     }
 
-    /// What is wrong with the complete file at `local` at the fetcher's verification level.
+    /// What is wrong with the complete file at `local` at the fetcher's verification level (in
+    /// full against a manifest the user gave).
     async fn damage(
         &self,
         local: &std::path::Path,
         f: &PlannedFile,
         expect: Option<&Expect>,
     ) -> Result<Option<String>, FetchError> {
-        let (local, f2, expect, level) = (
-            local.to_path_buf(),
-            f.clone(),
-            expect.cloned(),
-            self.verify_level,
-        );
+        // A manifest the user gave is checked against the bytes on disk whatever the level:
+        // that is why it was given.
+        let level = match expect {
+            Some(e) if e.origin == Origin::Given => VerifyLevel::Full,
+            _ => self.verify_level,
+        };
+        let (local, f2, expect) = (local.to_path_buf(), f.clone(), expect.cloned());
         let l2 = local.clone();
         tokio::task::spawn_blocking(move || integrity::damage(&l2, &f2, expect.as_ref(), level))
             .await
             .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?
             .map_err(|e| FetchError::io_for(Some(&f.path), "verify", &local, e))
+    }
+
+    /// Whether the complete file at `local` is, byte for byte, what the Hub's digest of `f` says
+    /// (one pass over it).
+    async fn matches_hub(
+        &self,
+        local: &std::path::Path,
+        f: &PlannedFile,
+    ) -> Result<bool, FetchError> {
+        let (l2, f2) = (local.to_path_buf(), f.clone());
+        tokio::task::spawn_blocking(move || integrity::damage(&l2, &f2, None, VerifyLevel::Full))
+            .await
+            .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?
+            .map(|d| d.is_none())
+            .map_err(|e| FetchError::io_for(Some(&f.path), "verify", local, e))
     }
 
     /// Deletes the partial downloads of `f.path` for an older version of it (another ETag),

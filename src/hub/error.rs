@@ -157,6 +157,20 @@ pub enum HubError {
         #[source]
         source: crate::net::RedirectError,
     },
+    /// A revision that is a commit id, answered with another commit: what is fetched for it
+    /// would not be that commit's files (and a ref named like the commit would lie).
+    #[error(
+        "{url}: asked for commit {asked}, the server answered with commit {answered}: refusing \
+         files that are not that commit's"
+    )]
+    CommitMismatch {
+        /// The URL asked (without its query).
+        url: String,
+        /// The commit asked for.
+        asked: String,
+        /// The commit the answer named.
+        answered: String,
+    },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
@@ -183,6 +197,12 @@ impl HubError {
                 | HubError::AccessDenied { .. }
                 | HubError::NotFound { .. }
         )
+    }
+
+    /// True when the answer contradicts what was asked in a way that concerns the integrity of
+    /// what would be fetched (a commit id answered with another commit).
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, HubError::CommitMismatch { .. })
     }
 
     /// True for transport failures and server errors after retries, malformed answers and

@@ -315,7 +315,16 @@ impl HubClient {
                 url: redact(&url),
                 reason: "no commit ('sha') in the repository info".into(),
             })?;
-        check_commit(&sha, &redact(&url))
+        let commit = check_commit(&sha, &redact(&url))?;
+        // A commit id names exactly one tree: an answer naming another commit is refused.
+        if is_commit_hash(&repo.revision) && !commit.eq_ignore_ascii_case(&repo.revision) {
+            return Err(HubError::CommitMismatch {
+                url: redact(&url),
+                asked: repo.revision.to_ascii_lowercase(),
+                answered: commit,
+            });
+        }
+        Ok(commit)
     }
 
     /// Every file of the repository at its revision, and the commit the revision resolved to.

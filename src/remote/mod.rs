@@ -157,6 +157,7 @@ impl RemoteError {
     /// or denied (4), network or server (3), anything else local (1).
     pub fn exit_class(&self) -> ExitClass {
         match self {
+            RemoteError::Hub(h) if h.is_integrity() => ExitClass::Integrity,
             RemoteError::Hub(h) if h.is_not_found_or_denied() => ExitClass::NotFound,
             RemoteError::Hub(h) if h.is_network_or_server() => ExitClass::Network,
             RemoteError::NoSuchQuant { .. }
