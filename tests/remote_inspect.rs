@@ -518,3 +518,27 @@ fn the_token_stays_on_the_hubs_origin() {
     let r = json_report(&hub, &[&own], 0);
     assert_eq!(r["tensor_count"], w.tensor_offsets().len());
 }
+
+/// A remote inspection whose answer stalls was reported as "failed after 1 attempt(s) in 0.0s:
+/// error decoding response body". It says the answer stalled and how long it waited (the
+/// metadata timeout, `HF_HUB_ETAG_TIMEOUT`); the body is held by the server (no timer in the
+/// test), and the wait is the tool's.
+#[test]
+fn a_stalled_inspection_says_it_stalled() {
+    let w = GgufWriter::new().arch("llama").tensor("t", F32, &[4]);
+    let hub = start(MockHub::builder().file("org/m", "m.gguf", w.build()));
+    hub.faults()
+        .push(Fault::Hold { after_bytes: 16 }.on_path("org/m/m.gguf"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cmd(&hub, dir.path());
+    c.env("HF_HUB_ETAG_TIMEOUT", "1").arg("hf://org/m/m.gguf");
+    let o = run(c);
+    hub.release_holds();
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("stalled: no byte for 1.0s after 16 byte(s)"),
+        "{e}"
+    );
+    assert!(!e.contains("error decoding"), "{e}");
+}

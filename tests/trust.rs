@@ -429,3 +429,38 @@ fn a_commit_id_revision_is_enforced() {
         assert!(files_below(&sb.repo_dir(REPO).join("snapshots")).is_empty());
     }
 }
+
+/// A native manifest with the file's right SHA-256 and chunks but a wrong tensor digest passed
+/// `manifest check` and `wi-fetch --manifest`: the tensors were re-hashed only where a chunk
+/// differed. Every tensor listed is checked.
+#[test]
+fn a_manifest_whose_tensors_contradict_its_chunks_fails() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().join("model");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join(Q4), demo_file(Q4)).unwrap();
+    let m = manifest::create(std::slice::from_ref(&dir), &CreateOptions::default()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+    let tensor = v["files"][0]["tensors"][3]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    v["files"][0]["tensors"][3]["sha256"] = serde_json::json!("0".repeat(64));
+    let path = dir.join("m.json");
+    fs::write(&path, v.to_string()).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weight-inspect"))
+        .args(["manifest", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    expect_code(&o, 2);
+    let out = format!("{}{}", crate::wi_fetch::stdout(&o), stderr(&o));
+    assert!(out.contains(&tensor), "{out}");
+
+    let hub = start(hub_builder());
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, Q4, "--manifest"]).arg(&path);
+    let o = run(c);
+    expect_code(&o, 2);
+    assert!(stderr(&o).contains(&tensor), "{}", stderr(&o));
+}

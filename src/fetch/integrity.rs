@@ -225,16 +225,9 @@ impl Expect {
     /// Whether it says more than its chunks and whole-file digest (which the engine checks):
     /// tensors, byte ranges of other sizes, the digest of all tensor data.
     pub fn has_more(&self) -> bool {
-        // A document with the file's SHA-256 and its chunks says nothing more of the bytes: the
-        // engine checked every chunk as it arrived and the SHA-256 (the Hub's, which the
-        // expectation was found to agree with) once the file was whole, so its tensor digests
-        // are not read again.
-        let whole = self.file.sha256.is_some()
-            && self.file.chunks.is_some()
-            && !self.chunks_unusable_by_the_engine();
-        if whole {
-            return false;
-        }
+        // Tensor digests are checked even when the chunks and the SHA-256 matched: a manifest
+        // whose tensors contradict its own chunks is wrong about the file (and it was given,
+        // or published, to be checked).
         !self.file.tensors.is_empty()
             || !self.file.ranges.is_empty()
             || self.file.tensor_data_sha256.is_some()
@@ -556,7 +549,8 @@ mod tests {
     }
 
     /// Chunks the engine checks as they arrive need nothing after the download; chunks it cannot
-    /// cut the file into (too small, too large) are checked once the file is whole.
+    /// cut the file into (too small, too large), and tensors, are checked once the file is
+    /// whole.
     #[test]
     fn what_is_left_to_check_after_the_download() {
         assert!(!expect(1 << 30, 16 << 20, true).has_more());
@@ -570,5 +564,13 @@ mod tests {
             "shards of 5 GiB"
         );
         assert!(expect(12 << 30, 5 << 30, true).has_more());
+        // Tensors are checked even when the chunks and the whole file matched.
+        let mut e = expect(1 << 30, 16 << 20, true);
+        e.file.tensors.push(crate::manifest::TensorExpectation {
+            name: "t".into(),
+            range: Some(0..16),
+            sha256: Sha256Hex([2; 32]),
+        });
+        assert!(e.has_more());
     }
 }

@@ -145,7 +145,20 @@ impl LockFile {
             ));
         }
         let mut files = 0usize;
+        let mut repos = std::collections::HashSet::new();
         for r in &self.repos {
+            // One entry per repository, one pin per path: two pins could not both hold.
+            if !repos.insert((r.repo_type.as_str(), r.repo.as_str())) {
+                return Err(format!("{} is pinned twice", escape(&r.repo)));
+            }
+            let mut paths = std::collections::HashSet::new();
+            if let Some(f) = r.files.iter().find(|f| !paths.insert(f.path.as_str())) {
+                return Err(format!(
+                    "{}: '{}' is pinned twice",
+                    escape(&r.repo),
+                    escape(&f.path)
+                ));
+            }
             crate::hub::validate_repo_id(&r.repo).map_err(|e| e.to_string())?;
             r.repo_type
                 .parse::<crate::names::RepoType>()
@@ -271,5 +284,24 @@ mod tests {
             ..LockFile::default()
         };
         assert!(l.validate().is_err());
+        // One path pinned twice (with another SHA-256), one repository twice.
+        let mut r = repo('a', &["x.gguf", "x.gguf"]);
+        r.files[1].sha256 = Sha256Hex([9; 32]);
+        let l = LockFile {
+            repos: vec![r],
+            ..LockFile::default()
+        };
+        assert!(
+            l.validate()
+                .unwrap_err()
+                .contains("'x.gguf' is pinned twice"),
+            "{:?}",
+            l.validate()
+        );
+        let l = LockFile {
+            repos: vec![repo('a', &["x.gguf"]), repo('b', &["y.gguf"])],
+            ..LockFile::default()
+        };
+        assert!(l.validate().unwrap_err().contains("pinned twice"));
     }
 }

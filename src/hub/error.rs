@@ -79,6 +79,19 @@ pub enum HubError {
         #[source]
         source: reqwest::Error,
     },
+    /// An answer whose body stopped coming: no byte for the metadata timeout.
+    #[error(
+        "{url}: the answer stalled: no byte for {:.1}s after {received} byte(s) of its body",
+        waited.as_secs_f64()
+    )]
+    Stalled {
+        /// The URL that answered (without its query).
+        url: String,
+        /// How long nothing came.
+        waited: Duration,
+        /// Body bytes received before it stalled.
+        received: u64,
+    },
     /// The server kept answering a transient error status (408, 429, 5xx) until retries ran out.
     #[error("{url} answered HTTP {status} after {attempts} attempt(s) in {:.1}s{}", elapsed.as_secs_f64(), fmt_message(message))]
     ServerError {
@@ -211,6 +224,7 @@ impl HubError {
         matches!(
             self,
             HubError::Network { .. }
+                | HubError::Stalled { .. }
                 | HubError::ServerError { .. }
                 | HubError::UnexpectedStatus { .. }
                 | HubError::InvalidResponse { .. }

@@ -231,14 +231,20 @@ impl Default for HubConfig {
 }
 
 impl HubConfig {
-    /// Defaults, with the endpoint from `HF_ENDPOINT` and the token from `HF_TOKEN` or the
-    /// token file (see [`token`]).
+    /// Defaults, with the endpoint from `HF_ENDPOINT`, the token from `HF_TOKEN` or the token
+    /// file (see [`token`]) and the timeout of a metadata request from `HF_HUB_ETAG_TIMEOUT`
+    /// (seconds).
     pub fn from_env() -> Self {
-        HubConfig {
+        let mut cfg = HubConfig {
             endpoint: endpoint(),
             token: token(),
             ..HubConfig::default()
+        };
+        // huggingface_hub's timeout of metadata requests, in seconds.
+        if let Some(t) = crate::env::seconds("HF_HUB_ETAG_TIMEOUT") {
+            cfg.timeout = t;
         }
+        cfg
     }
 }
 

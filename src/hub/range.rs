@@ -195,7 +195,13 @@ impl HubClient {
         let limit = out.len() as u64 + keep;
         let mut received = 0u64;
         while (out.len() as u64) < limit {
-            let Some(piece) = resp.chunk().await.map_err(net::BodyError::Network)? else {
+            // A body that stops coming is said to have stalled (and how long it was waited
+            // for), not reported as whatever the transport says when the request times out.
+            let waited = self.cfg.timeout;
+            let next = tokio::time::timeout(waited, resp.chunk())
+                .await
+                .map_err(|_| net::BodyError::Stalled { waited, received })?;
+            let Some(piece) = next.map_err(net::BodyError::Network)? else {
                 break;
             };
             received += piece.len() as u64;

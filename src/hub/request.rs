@@ -251,6 +251,11 @@ pub(super) fn body_error(e: net::BodyError, url: &Url) -> HubError {
             elapsed: Duration::ZERO,
             source,
         },
+        net::BodyError::Stalled { waited, received } => HubError::Stalled {
+            url: redact(url),
+            waited,
+            received,
+        },
         other => HubError::InvalidResponse {
             url: redact(url),
             reason: other.to_string(),

@@ -249,13 +249,8 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
     if chunks.is_empty() && !size_differs && digests.is_empty() && f.tensors.is_empty() {
         return FileVerdict::Match;
     }
-    // A tensor at a known place in a covered file is re-hashed only where a piece differs.
-    let touched = |r: &Range<u64>| {
-        !f.covered()
-            || size_differs
-            || r.end > size
-            || chunks.iter().any(|c| c.start < r.end && r.start < c.end)
-    };
+    // Every tensor listed is re-hashed, even in a file whose chunks all match: a manifest whose
+    // tensor digests contradict its own chunks is wrong about the file, and says so here.
     let mut absent_tensors = Vec::new();
     let mut placed: Vec<(&str, Range<u64>, [u8; 32])> = Vec::new();
     for t in &f.tensors {
@@ -267,8 +262,7 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
                 .map(|i| i.byte_range()),
         };
         match range {
-            Some(r) if touched(&r) => placed.push((&t.name, r, t.sha256.0)),
-            Some(_) => {}
+            Some(r) => placed.push((&t.name, r, t.sha256.0)),
             None => absent_tensors.push(t.name.clone()),
         }
     }

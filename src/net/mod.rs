@@ -51,6 +51,17 @@ pub enum BodyError {
     /// The connection failed while reading.
     #[error("reading the answer failed: {0}")]
     Network(#[source] reqwest::Error),
+    /// No byte came for `waited` (after `received` bytes of the body).
+    #[error(
+        "the answer stalled: no byte for {:.1}s after {received} byte(s) of its body",
+        waited.as_secs_f64()
+    )]
+    Stalled {
+        /// How long nothing came.
+        waited: std::time::Duration,
+        /// Body bytes received before.
+        received: u64,
+    },
 }
 
 /// Reads a whole body, refusing more than `limit` bytes: a `Content-Length` above it is refused
