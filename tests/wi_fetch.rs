@@ -564,7 +564,7 @@ fn gated_repo_needs_a_token() {
     expect_code(&o, 4);
     let e = stderr(&o);
     assert!(
-        e.contains("gated") && e.contains("set HF_TOKEN or pass --token"),
+        e.contains("gated") && e.contains("set HF_TOKEN, or save one in the token file"),
         "{e}"
     );
 

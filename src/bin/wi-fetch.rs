@@ -673,10 +673,12 @@ fn print_summary(s: &FetchSummary) {
             human_bytes(s.resumed())
         ));
     }
-    line.push_str(&format!(
-        "; re-fetched {} after faults",
-        human_bytes(s.refetched())
-    ));
+    if s.refetched() > 0 {
+        line.push_str(&format!(
+            "; re-fetched {} after faults",
+            human_bytes(s.refetched())
+        ));
+    }
     if s.splits() > 0 {
         line.push_str(&format!(
             "; {} slow range(s) split between connections",

@@ -11,8 +11,9 @@
 
 use super::{FetchError, FetchSummary, Plan, RepoRef, Selection};
 
-/// A [`super::Fetcher`] with its own tokio runtime. Do not call it from inside an async
-/// runtime (tokio forbids blocking there); use [`super::Fetcher`] instead.
+/// A [`super::Fetcher`] with its own tokio runtime. Inside an async runtime (where tokio
+/// forbids blocking) it is refused with a [`FetchError::Invalid`] instead of a panic, at
+/// [`new`](Self::new) and at every call; use [`super::Fetcher`] there.
 #[derive(Debug)]
 pub struct Fetcher {
     rt: tokio::runtime::Runtime,
@@ -22,12 +23,21 @@ pub struct Fetcher {
 impl Fetcher {
     /// Wraps an async fetcher, starting a multi-threaded runtime for it.
     pub fn new(inner: super::Fetcher) -> Result<Self, FetchError> {
+        outside_a_runtime()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("wi-fetch")
             .build()
             .map_err(|e| FetchError::io("start the async runtime in", ".", e))?;
         Ok(Fetcher { rt, inner })
+    }
+
+    fn block_on<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, FetchError>>,
+    ) -> Result<T, FetchError> {
+        outside_a_runtime()?;
+        self.rt.block_on(fut)
     }
 
     /// The wrapped async fetcher.
@@ -37,7 +47,7 @@ impl Fetcher {
 
     /// See [`super::Fetcher::fetch`].
     pub fn fetch(&self, repo: &RepoRef, selection: &Selection) -> Result<FetchSummary, FetchError> {
-        self.rt.block_on(self.inner.fetch(repo, selection))
+        self.block_on(self.inner.fetch(repo, selection))
     }
 
     /// See [`super::Fetcher::fetch_locked`].
@@ -45,12 +55,12 @@ impl Fetcher {
         &self,
         lock: &super::lock::LockFile,
     ) -> Result<Vec<FetchSummary>, FetchError> {
-        self.rt.block_on(self.inner.fetch_locked(lock))
+        self.block_on(self.inner.fetch_locked(lock))
     }
 
     /// See [`super::Fetcher::read_manifest`].
     pub fn read_manifest(&self, source: &str) -> Result<crate::manifest::Document, FetchError> {
-        self.rt.block_on(self.inner.read_manifest(source))
+        self.block_on(self.inner.read_manifest(source))
     }
 
     /// See [`super::Fetcher::set_manifest`].
@@ -60,6 +70,31 @@ impl Fetcher {
 
     /// See [`super::Fetcher::resolve`].
     pub fn resolve(&self, repo: &RepoRef, selection: &Selection) -> Result<Plan, FetchError> {
-        self.rt.block_on(self.inner.resolve(repo, selection))
+        self.block_on(self.inner.resolve(repo, selection))
+    }
+}
+
+/// Refuses to block inside an async runtime (tokio would panic).
+fn outside_a_runtime() -> Result<(), FetchError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Err(FetchError::Invalid(
+            "the blocking fetcher cannot run inside an async runtime: use the async \
+             weight_inspect::fetch::Fetcher there"
+                .into(),
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Inside a runtime, building a blocking fetcher is an error, not a panic.
+    #[tokio::test]
+    async fn refused_inside_a_runtime() {
+        let e = super::super::Fetcher::builder()
+            .build_blocking()
+            .expect_err("inside a runtime");
+        assert!(e.to_string().contains("inside an async runtime"), "{e}");
+        assert_eq!(e.exit_code(), 1);
     }
 }

@@ -78,6 +78,8 @@ pub use verification::Verification;
 
 pub use crate::hub::{RepoRef, RepoType, RetryPolicy, Token};
 pub use crate::transfer::EngineConfig;
+/// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
+pub use tokio_util::sync::CancellationToken;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// What a token hint says, appended to "needs a token" errors.
-pub(crate) const TOKEN_HINT: &str = "a token is needed: set HF_TOKEN or pass --token";
+pub(crate) const TOKEN_HINT: &str =
+    "a token is needed: set HF_TOKEN, or save one in the token file ($HF_HOME/token)";
 
 /// An error talking to the Hub. Every variant names the repository, revision, path or URL it
 /// concerns.
@@ -11,7 +12,7 @@ pub(crate) const TOKEN_HINT: &str = "a token is needed: set HF_TOKEN or pass --t
 #[non_exhaustive]
 pub enum HubError {
     /// The repository does not exist, or it is private and the token (if any) cannot see it.
-    #[error("repository '{repo}' not found{}", if *token_sent { "" } else { " (if it is private or gated, a token is needed: set HF_TOKEN or pass --token)" })]
+    #[error("repository '{repo}' not found{}", if *token_sent { "" } else { " (if it is private or gated, a token is needed: set HF_TOKEN, or save one in the token file ($HF_HOME/token))" })]
     RepoNotFound {
         /// `org/name`.
         repo: String,

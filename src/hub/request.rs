@@ -359,7 +359,8 @@ mod tests {
             false,
         );
         assert!(
-            e.to_string().contains("set HF_TOKEN or pass --token"),
+            e.to_string()
+                .contains("set HF_TOKEN, or save one in the token file"),
             "{e}"
         );
         let e = classify(
