@@ -669,3 +669,34 @@ fn resume_state_tampering_ends_byte_exact() {
         assert_eq!(fs::read(&lines(&o)[0]).unwrap(), data, "{what}");
     }
 }
+
+/// A server that closes every connection after 1,000 bytes cost one request per 1,000 bytes,
+/// without bound. The cuts a file may have are bounded relative to its size (64, plus one per
+/// 256 KiB); past that the download stops, says so (exit 3), and keeps what arrived.
+#[test]
+fn a_server_that_cuts_every_connection_is_given_up_on() {
+    const SIZE: usize = 4 << 20;
+    let data = big_file(SIZE);
+    let hub = one_file_hub("cuts/model", "w.bin", &data, |b| {
+        b.fault(Fault::CutAfter { bytes: 1000 }.on(Target::Cdn))
+    });
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["cuts/model", "w.bin", "--connections", "4"]);
+    let o = run_within(c, LIMIT);
+    expect_code(&o, 3);
+    let e = stderr(&o);
+    let bound = weight_inspect::transfer::max_cuts(SIZE as u64);
+    assert_eq!(bound, 64 + 16);
+    assert!(
+        e.contains("the server cut") && e.contains(&format!("bound of {bound}")),
+        "{e}"
+    );
+    let gets = hub.stats().file("cuts/model", "w.bin").get_requests;
+    // Each cut costs a request; a few more were in flight on the other connections.
+    assert!(gets <= 2 * (bound + 8), "{gets} GET requests");
+    assert!(
+        crate::wi_fetch::recorded_bytes(&sb.repo_dir("cuts/model")) > 0,
+        "what arrived is kept"
+    );
+}

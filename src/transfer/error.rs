@@ -79,6 +79,23 @@ pub enum TransferError {
         /// The digest of the bytes on disk.
         actual: String,
     },
+    /// The server cut connections after a few bytes so often that the file would cost more
+    /// requests than its size justifies: given up on (what arrived is kept for the next run).
+    #[error(
+        "{file}: the server cut {cuts} connections after they delivered bytes ({received} bytes \
+         received in all): giving up at the bound of {bound} for a file of this size (64, plus \
+         one per 256 KiB); what arrived is kept, and running the same command again resumes"
+    )]
+    TooManyCuts {
+        /// Path in the repository.
+        file: String,
+        /// Connections cut after delivering bytes.
+        cuts: u64,
+        /// The bound for this file (see [`max_cuts`](super::max_cuts)).
+        bound: u64,
+        /// Body bytes received in all.
+        received: u64,
+    },
     /// Connections kept failing (refused, reset, cut, stalled, timed out).
     #[error(
         "{file}: bytes {offset}-{end} from {url} failed after {attempts} attempts in {}: {source}",
@@ -262,6 +279,7 @@ impl TransferError {
         matches!(
             self,
             TransferError::Network { .. }
+                | TransferError::TooManyCuts { .. }
                 | TransferError::Server { .. }
                 | TransferError::RangeNotHonoured { .. }
                 | TransferError::RemoteChanged { .. }
@@ -330,6 +348,7 @@ impl TransferError {
             | TransferError::ChunkMismatch { file, .. }
             | TransferError::ManifestDisagrees { file, .. }
             | TransferError::Network { file, .. }
+            | TransferError::TooManyCuts { file, .. }
             | TransferError::Server { file, .. }
             | TransferError::RangeNotHonoured { file, .. }
             | TransferError::DiskFull { file, .. }

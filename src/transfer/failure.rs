@@ -189,6 +189,8 @@ pub(crate) struct Counters {
     pub refetched: AtomicU64,
     /// Failed attempts that were retried.
     pub retries: AtomicU32,
+    /// Connections cut after they delivered bytes.
+    cuts: AtomicU64,
     /// The same, by cause (indexed by [`Cause`]).
     causes: [AtomicU32; 7],
 }
@@ -198,6 +200,22 @@ impl Counters {
     pub fn retried(&self, cause: Cause) {
         self.retries.fetch_add(1, Ordering::Relaxed);
         self.causes[cause as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One more connection cut after it delivered bytes, for a file of `size` bytes: the
+    /// error once the cuts pass the file's bound ([`super::max_cuts`]).
+    pub fn cut(&self, file: &str, size: u64) -> Result<(), TransferError> {
+        let cuts = self.cuts.fetch_add(1, Ordering::Relaxed) + 1;
+        let bound = super::max_cuts(size);
+        if cuts > bound {
+            return Err(TransferError::TooManyCuts {
+                file: file.to_string(),
+                cuts,
+                bound,
+                received: self.transferred.load(Ordering::Relaxed),
+            });
+        }
+        Ok(())
     }
 
     /// The retries by cause so far.

@@ -139,6 +139,14 @@ use serde::{Deserialize, Serialize};
 use crate::progress::Reporter;
 
 pub use error::{BoxError, TransferError};
+
+/// The most connections a download of `size` bytes may have cut after they delivered bytes
+/// before it is given up on ([`TransferError::TooManyCuts`]): 64, plus one per 256 KiB. A
+/// flaky link (a cut every few MiB) stays far below it; a server that closes every connection
+/// after a few bytes would otherwise cost one request per few bytes, without bound.
+pub fn max_cuts(size: u64) -> u64 {
+    64 + size / (256 << 10)
+}
 pub use failure::RetryCauses;
 pub use gauge::{ConnectionReading, ConnectionUse};
 pub use partial::{LockedPartial, PartialInfo, PartialPaths};

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::ctx::{Conn, Ctx};
 use super::error::TransferError;
-use super::failure::FailKind;
+use super::failure::{Cause, FailKind};
 use super::range;
 use super::retry::{Next, Retrier};
 use super::sink::Sink;
@@ -110,7 +110,13 @@ pub(crate) async fn fill<'a>(
                 )));
             }
         };
-        ctx.counters.retried(f.cause(progressed));
+        let cause = f.cause(progressed);
+        if cause == Cause::Cut {
+            ctx.counters
+                .cut(ctx.events.file(), ctx.plan.size)
+                .map_err(Stop::Fatal)?;
+        }
+        ctx.counters.retried(cause);
         ctx.events.retry(retry.attempts, delay, &f.message);
         if may_switch && pushed_back && !delay.is_zero() {
             return Err(Stop::Refused(delay));

@@ -9,7 +9,7 @@ use std::io;
 
 use super::super::ctx::Ctx;
 use super::super::error::TransferError;
-use super::super::failure::Failure;
+use super::super::failure::{Cause, Failure};
 use super::super::range::{self, Want};
 use super::super::retry::{Next, Retrier};
 use super::super::sink::{PartialSink, Sink};
@@ -46,7 +46,11 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 return Err(retry.error(f, ctx.events.file(), &url, from, size.saturating_sub(1)));
             }
             Next::Wait(delay) => {
-                ctx.counters.retried(f.cause(progressed));
+                let cause = f.cause(progressed);
+                if cause == Cause::Cut {
+                    ctx.counters.cut(ctx.events.file(), size)?;
+                }
+                ctx.counters.retried(cause);
                 ctx.events.retry(retry.attempts, delay, &f.message);
                 if !ctx.sleep(delay).await {
                     return Err(ctx.interrupted());
