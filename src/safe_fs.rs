@@ -116,21 +116,7 @@ pub fn open_read_below(root: &Path, path: &Path) -> io::Result<File> {
 /// Checks that every folder from below `root` down to `dir` is a folder, not a link (nothing is
 /// created; a missing one is `NotFound`).
 pub fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
-    let rel = dir.strip_prefix(root).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is not below {}", dir.display(), root.display()),
-        )
-    })?;
-    let mut cur = root.to_path_buf();
-    for c in rel.components() {
-        let Component::Normal(name) = c else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("unexpected component in {}", dir.display()),
-            ));
-        };
-        cur.push(name);
+    for cur in folders_below(root, dir)? {
         if !fs::symlink_metadata(&cur)?.is_dir() {
             return Err(not_a_folder(&cur));
         }
@@ -292,22 +278,9 @@ fn parent(path: &Path) -> &Path {
 /// chose it), refusing any folder below `root` that is a symbolic link, so that nothing written
 /// there lands outside `root`. `dir` must be `root` or below it, without `..`.
 pub fn create_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
-    let rel = dir.strip_prefix(root).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is not below {}", dir.display(), root.display()),
-        )
-    })?;
+    let folders = folders_below(root, dir)?;
     fs::create_dir_all(root)?;
-    let mut cur = root.to_path_buf();
-    for c in rel.components() {
-        let Component::Normal(name) = c else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("unexpected component in {}", dir.display()),
-            ));
-        };
-        cur.push(name);
+    for cur in folders {
         match fs::symlink_metadata(&cur) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => return Err(not_a_folder(&cur)),
@@ -325,6 +298,30 @@ pub fn create_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Every folder from below `root` down to `dir`, in order (`dir` must be `root` or below it,
+/// without `..`).
+fn folders_below(root: &Path, dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let rel = dir.strip_prefix(root).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not below {}", dir.display(), root.display()),
+        )
+    })?;
+    let mut cur = root.to_path_buf();
+    let mut out = Vec::new();
+    for c in rel.components() {
+        let Component::Normal(name) = c else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unexpected component in {}", dir.display()),
+            ));
+        };
+        cur.push(name);
+        out.push(cur.clone());
+    }
+    Ok(out)
 }
 
 fn not_a_folder(path: &Path) -> io::Error {

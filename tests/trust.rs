@@ -74,6 +74,16 @@ fn plant_fake(sb: &Sandbox, file: &str, fake: &[u8]) -> String {
     forged
 }
 
+/// A cache warmed with `REPO:Q4_K_M`, then tampered with ([`plant_fake`]).
+fn tampered_cache(hub: &mock_server::MockHub) -> Sandbox {
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(hub);
+    c.arg(format!("{REPO}:Q4_K_M"));
+    expect_code(&run(c), 0);
+    plant_fake(&sb, Q4, &fake_of(Q4));
+    sb
+}
+
 /// The bytes of a fake: the real file with one byte of its tensor data changed (the header
 /// still parses, so the tensor-level verifier is happy with it).
 fn fake_of(file: &str) -> Vec<u8> {
@@ -151,12 +161,7 @@ fn a_saved_listing_is_not_trusted_over_the_hub() {
 #[test]
 fn a_recorded_manifest_is_not_trusted_over_the_hub() {
     let hub = start(hub_builder());
-    let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.arg(format!("{REPO}:Q4_K_M"));
-    expect_code(&run(c), 0);
-    let fake = fake_of(Q4);
-    plant_fake(&sb, Q4, &fake);
+    let sb = tampered_cache(&hub);
     let mut c = sb.cmd(&hub);
     c.args([REPO, Q4, "--verify", "full"]);
     let o = run(c);
@@ -169,12 +174,7 @@ fn a_recorded_manifest_is_not_trusted_over_the_hub() {
 #[test]
 fn cache_verify_checks_against_the_hub_and_its_advice_repairs() {
     let hub = start(hub_builder());
-    let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.arg(format!("{REPO}:Q4_K_M"));
-    expect_code(&run(c), 0);
-    let fake = fake_of(Q4);
-    plant_fake(&sb, Q4, &fake);
+    let sb = tampered_cache(&hub);
     hub.reset_stats();
     let o = run(cache_cmd(&sb, &hub, &["verify", REPO]));
     expect_code(&o, 2);
@@ -341,7 +341,12 @@ fn a_tensor_mismatch_is_never_committed() {
         c.args([REPO, Q4, "--manifest"]).arg(&bad);
         let o = run(c);
         expect_code(&o, 2);
-        assert!(stderr(&o).contains(&tensor), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert_eq!(e.matches(tensor.as_str()).count(), 1, "said once: {e}");
+        assert!(
+            e.lines().last().unwrap() == "wi-fetch: error: 1 file failed, named above",
+            "{e}"
+        );
         assert!(snapshot().is_empty(), "round {round}: {:?}", snapshot());
         assert!(
             crate::wi_fetch::blobs(&sb.repo_dir(REPO))

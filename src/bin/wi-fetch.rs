@@ -458,7 +458,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         if let (true, Err(e)) = (cli.check_only, &result) {
             repair_hint(&cli, &repo, e, &progress);
         }
-        let summaries = result.map_err(fail)?;
+        let summaries = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
         return print_summaries(&summaries, cli.json, show);
     }
     if cli.dry_run {
@@ -470,7 +470,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if let (true, Err(e)) = (cli.check_only, &result) {
         repair_hint(&cli, &repo, e, &progress);
     }
-    let summary = result.map_err(fail)?;
+    let summary = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
     if let Some(path) = &cli.write_lock {
         write_lock(path, &repo, &summary)?;
     }
@@ -732,8 +732,9 @@ struct CacheCli {
 
 #[derive(Debug, clap::Subcommand)]
 enum CacheCommand {
-    /// Verify cached files without the network, chunk by chunk (like `hf cache verify`): see
-    /// `wi-fetch --help`.
+    /// Verify what is cached (like `hf cache verify`), against what the Hub says of each file
+    /// (a lock file's pins with --locked, the cache's own records with --offline); download
+    /// nothing: see `wi-fetch --help`.
     Verify {
         /// REPO[:QUANT] [FILES…] and the options of `wi-fetch` (or --locked FILE).
         #[arg(
@@ -1317,8 +1318,9 @@ struct Progress {
     cached_means: &'static str,
     /// Only checking (`cache verify`): the plan's line says so.
     checking: bool,
-    /// Files that failed, in the order they did (for the repair command).
-    failed: Mutex<Vec<String>>,
+    /// Files that failed and the message each got, in the order they did (for the repair
+    /// command, and so that the final error does not repeat them).
+    failed: Mutex<Vec<(String, String)>>,
     mp: MultiProgress,
     state: Mutex<State>,
 }
@@ -1363,10 +1365,32 @@ impl Progress {
 
     /// The files that failed so far.
     fn failed_files(&self) -> Vec<String> {
-        self.failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed.iter().map(|(f, _)| f.clone()).collect()
+    }
+
+    /// The final error of a fetch, as one line: when every failure in it was already shown on a
+    /// `FAILED` line, it says how many and points there instead of saying it again.
+    fn fail(&self, e: FetchError) -> Failure {
+        let code = e.exit_code() as u8;
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let (first, others) = match &e {
+            FetchError::Several { first, others } => (first.to_string(), *others),
+            other => (other.to_string(), 0),
+        };
+        let shown = self.mode != Mode::Quiet
+            && failed.len() == others + 1
+            && failed.iter().any(|(_, m)| *m == first);
+        if shown {
+            let n = failed.len();
+            let what = if n == 1 {
+                "file failed"
+            } else {
+                "files failed"
+            };
+            return (format!("{n} {what}, named above"), code);
+        }
+        (e.to_string(), code)
     }
 
     fn line(&self, msg: &str) {
@@ -1445,10 +1469,10 @@ fn progress_line(done: u64, to_fetch: u64, secs: f64) -> String {
 
 impl Reporter for Progress {
     fn on_event(&self, event: &Event<'_>) {
-        if let Event::FileFailed { file, .. } = event {
+        if let Event::FileFailed { file, error } = event {
             let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            if !failed.iter().any(|f| f == file) {
-                failed.push(file.to_string());
+            if !failed.iter().any(|(f, _)| f == file) {
+                failed.push((file.to_string(), error.to_string()));
             }
         }
         if self.mode == Mode::Quiet {
