@@ -60,19 +60,27 @@
 //! Downloading is asynchronous ([`fetch`]); a blocking wrapper exists for callers without
 //! a runtime. See the `wi-fetch` binary for a complete client.
 
+// The network-free core (always built).
 pub mod cache;
 pub mod env;
-pub mod fetch;
 pub mod format;
-pub mod hub;
 pub mod manifest;
 pub mod names;
-pub mod net;
 pub mod progress;
-pub mod remote;
 pub mod safe_fs;
-pub mod transfer;
 pub mod verify;
+
+// The network (feature `net`, on by default).
+#[cfg(feature = "net")]
+pub mod fetch;
+#[cfg(feature = "net")]
+pub mod hub;
+#[cfg(feature = "net")]
+pub mod net;
+#[cfg(feature = "net")]
+pub mod remote;
+#[cfg(feature = "net")]
+pub mod transfer;
 
 /// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`; not a public API): each
 /// parser of hostile bytes, from bytes.
