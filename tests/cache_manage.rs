@@ -122,8 +122,18 @@ fn ls_then_rm_file_revision_and_repo() {
     // Four distinct blobs: a1, a2, b, config.
     assert_eq!(r["nb_files"], 4, "{r}");
     let blobs_bytes = (a1.len() + a2.len() + b.len() + cfg.len()) as u64;
-    // Everything on disk below the repository, each blob once (refs, manifests, listings).
-    assert_eq!(r["size_on_disk"], bytes_of(&tree(&sb.repo_dir(REPO))));
+    // Everything on disk below the repository, each blob once (refs included), but not
+    // wi-fetch's own records (recorded manifests, saved listings), which hf does not count.
+    let dir = sb.repo_dir(REPO);
+    let own =
+        |p: &Path| p.starts_with(dir.join(".wi-manifests")) || p.starts_with(dir.join(".wi-trees"));
+    let theirs: BTreeSet<(PathBuf, u64)> =
+        tree(&dir).into_iter().filter(|(p, _)| !own(p)).collect();
+    assert!(
+        tree(&dir).len() > theirs.len(),
+        "the repository has records of ours"
+    );
+    assert_eq!(r["size_on_disk"], bytes_of(&theirs));
     assert!(r["size_on_disk"].as_u64().unwrap() >= blobs_bytes);
     let v1 = revision(r, &c1);
     assert_eq!(v1["refs"].as_array().unwrap().len(), 0, "c1 is detached");

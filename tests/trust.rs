@@ -469,3 +469,20 @@ fn a_manifest_whose_tensors_contradict_its_chunks_fails() {
     expect_code(&o, 2);
     assert!(stderr(&o).contains(&tensor), "{}", stderr(&o));
 }
+
+/// A tag no file carries listed the files; it names the tags there are (what can be asked for).
+#[test]
+fn a_wrong_tag_names_the_tags_available() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q3_K_S"));
+    let o = run(c);
+    expect_code(&o, 4);
+    let e = stderr(&o);
+    assert!(
+        e.contains("available tags: ") && e.contains("Q4_K_M") && e.contains("Q8_0"),
+        "{e}"
+    );
+    assert!(!e.contains(".gguf"), "tags, not files: {e}");
+}

@@ -723,7 +723,9 @@ fn recorded_size(dir: &Path, etag: &str, path: &str) -> Option<u64> {
     m.files.iter().find(|f| f.path == path).map(|f| f.size)
 }
 
-/// Total bytes of the regular files below `dir` (links not followed).
+/// Bytes of the regular files below a repository's folder, links not followed, leaving out
+/// wi-fetch's own records (`.wi-manifests/`, `.wi-trees/`: not the repository's files, and
+/// `hf cache ls` does not count them).
 fn tree_size(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
@@ -731,7 +733,9 @@ fn tree_size(dir: &Path) -> u64 {
         let Ok(rd) = fs::read_dir(&d) else { continue };
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
+            let own =
+                d == dir && matches!(e.file_name().to_str(), Some(".wi-manifests" | ".wi-trees"));
+            if ft.is_dir() && !own {
                 stack.push(e.path());
             } else if ft.is_file() {
                 total += e.metadata().map_or(0, |m| m.len());

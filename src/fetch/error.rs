@@ -259,19 +259,38 @@ fn fmt_files(files: &[String]) -> String {
 
 /// ` (available: a, b, … N more)`: the GGUF files of a repository without the tag asked for.
 pub(crate) fn fmt_available(a: &[String]) -> String {
-    if a.is_empty() {
-        " (it has no GGUF files)".to_string()
-    } else {
-        let mut s = format!(
-            " (available: {}",
-            a.iter().take(12).cloned().collect::<Vec<_>>().join(", ")
-        );
-        if a.len() > 12 {
-            s.push_str(&format!(", … {} more", a.len() - 12));
+    // The tags the model files carry (what the user can ask for), in listing order; the files
+    // themselves only when none carries a tag.
+    let mut tags: Vec<String> = Vec::new();
+    for p in a.iter().filter(|p| super::selection::is_gguf_model(p)) {
+        if let Some((_, t)) = super::selection::precision(p) {
+            if !tags.contains(&t) {
+                tags.push(t);
+            }
         }
-        s.push(')');
-        s
     }
+    let (what, items) = if tags.is_empty() {
+        ("files", a)
+    } else {
+        ("tags", &tags[..])
+    };
+    if items.is_empty() {
+        return " (it has no GGUF files)".to_string();
+    }
+    let mut s = format!(
+        " (available {what}: {}",
+        items
+            .iter()
+            .take(12)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if items.len() > 12 {
+        s.push_str(&format!(", … {} more", items.len() - 12));
+    }
+    s.push(')');
+    s
 }
 
 fn fmt_interrupted(repo: &str, kept: u64, total: u64, incomplete: usize) -> String {
