@@ -546,3 +546,29 @@ fn a_stalled_inspection_says_it_stalled() {
     );
     assert!(!e.contains("error decoding"), "{e}");
 }
+
+/// `weight-inspect --json` printed nothing for a remote error, where `wi-fetch --json` prints
+/// `{"error", "exit_code"}`: a model that cannot be read is a JSON line too, beside the others.
+#[test]
+fn json_says_a_remote_error_as_a_line() {
+    let w = GgufWriter::new().arch("llama").tensor("t", F32, &[4]);
+    let hub = start(MockHub::builder().file("org/m", "m.gguf", w.build()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cmd(&hub, dir.path());
+    c.args(["--json", "hf://org/nope/x.gguf", "hf://org/m/m.gguf"]);
+    let o = run(c);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0]["path"], "hf://org/nope/x.gguf");
+    assert_eq!(lines[0]["exit_code"], 4);
+    assert!(
+        lines[0]["error"].as_str().unwrap().contains("not found"),
+        "{out}"
+    );
+    assert_eq!(lines[1]["valid"], true, "{out}");
+}

@@ -486,3 +486,28 @@ fn a_wrong_tag_names_the_tags_available() {
     );
     assert!(!e.contains(".gguf"), "tags, not files: {e}");
 }
+
+/// Offline, a bare GGUF repository got whatever quantization was cached, online the default,
+/// with no word of it: a note says where the choice came from.
+#[test]
+fn offline_says_the_model_was_chosen_among_the_cached_files() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q8_0"));
+    expect_code(&run(c), 0);
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "--offline"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(
+        lines(&o)[0].ends_with("tinyllama-q8_0.gguf"),
+        "{:?}",
+        lines(&o)
+    );
+    assert!(
+        stderr(&o).contains("offline, the model is chosen among the files in the cache"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -116,6 +116,11 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
                     let class = e.exit_class();
+                    if cli.json {
+                        if let Err(code) = json_error(spec, &e.to_string(), class.code()) {
+                            return code;
+                        }
+                    }
                     if failed.is_none_or(|f| class.severity() > f.severity()) {
                         failed = Some(class);
                     }
@@ -146,6 +151,13 @@ fn main() -> ExitCode {
                 Err(e) => {
                     report_error(&e);
                     any_io = true;
+                    if cli.json {
+                        let shown = target.to_string_lossy();
+                        let code = i32::from(EXIT_USAGE_OR_IO);
+                        if let Err(code) = json_error(&shown, &e.to_string(), code) {
+                            return code;
+                        }
+                    }
                 }
             }
         }
@@ -562,6 +574,21 @@ async fn inspect_remote(
 fn report_error(e: &InspectError) {
     // The message holds a path, and a file name can hold terminal escapes.
     eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
+}
+
+/// With `--json`, a model that could not be read is one line too, as `wi-fetch --json` says
+/// an error: `{"path", "error", "exit_code"}`.
+fn json_error(path: &str, error: &str, exit_code: i32) -> Result<(), ExitCode> {
+    let v = serde_json::json!({ "path": path, "error": error, "exit_code": exit_code });
+    let mut out = io::stdout().lock();
+    match writeln!(out, "{v}").and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("weight-inspect: error: writing output: {e}");
+            Err(ExitCode::from(EXIT_USAGE_OR_IO))
+        }
+    }
 }
 
 /// Write the report as one JSON line, streamed (never held whole in memory).

@@ -369,6 +369,19 @@ impl Fetcher {
             .filter_map(|p| by_path.get(p.as_str()).copied())
             .collect();
         let mut notice = chosen.notice;
+        if selection.is_bare()
+            && !self.check_only
+            && picked.iter().any(|f| selection::is_gguf(&f.path))
+        {
+            // The model chosen for a bare repository comes from what is cached: online, the
+            // Hub's listing may hold one that is preferred.
+            let n = "offline, the model is chosen among the files in the cache; online the choice \
+                     is made from the Hub's listing and may differ";
+            notice = Some(match notice {
+                Some(old) => format!("{old}; {n}"),
+                None => n.to_string(),
+            });
+        }
         let commit = match store {
             Store::Local(l) => {
                 let (newest, mixed) = local_commit(l, &picked).unwrap_or((commit, 0));
