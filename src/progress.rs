@@ -16,6 +16,16 @@ pub trait Reporter: Send + Sync {
     fn on_event(&self, event: &Event<'_>);
 }
 
+/// A closure is a reporter: `Arc::new(|e: &Event<'_>| eprintln!("{e:?}"))`.
+impl<F> Reporter for F
+where
+    F: Fn(&Event<'_>) + Send + Sync,
+{
+    fn on_event(&self, event: &Event<'_>) {
+        self(event);
+    }
+}
+
 /// A reporter that ignores everything.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoProgress;

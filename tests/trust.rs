@@ -511,3 +511,39 @@ fn offline_says_the_model_was_chosen_among_the_cached_files() {
         stderr(&o)
     );
 }
+
+/// What a new user of the library reached for: one file in one call (hf-hub's `get`), a
+/// closure as the reporter, and `manifest::check` given the file rather than its folder.
+#[test]
+fn the_library_in_one_line() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use weight_inspect::fetch::{Fetcher, RepoRef};
+    use weight_inspect::progress::Event;
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let done = Arc::new(AtomicUsize::new(0));
+    let seen = done.clone();
+    let fetcher = Fetcher::builder()
+        .endpoint(hub.url())
+        .cache_dir(sb.cache())
+        .reporter(Arc::new(move |e: &Event<'_>| {
+            if matches!(e, Event::FileDone { .. }) {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        }))
+        .build_blocking()
+        .unwrap();
+    let local = fetcher.get(&RepoRef::model(REPO), Q4).unwrap();
+    assert!(fs::read(&local).unwrap() == demo_file(Q4));
+    assert_eq!(
+        done.load(Ordering::Relaxed),
+        1,
+        "the closure heard the file end"
+    );
+
+    let m = manifest::create(std::slice::from_ref(&local), &CreateOptions::default()).unwrap();
+    let report = manifest::check(&m, &local);
+    assert_eq!(report.files.len(), 1);
+    assert!(report.all_match(), "{report:?}");
+}

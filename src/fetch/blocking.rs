@@ -15,12 +15,12 @@ use super::{FetchError, FetchSummary, Plan, RepoRef, Selection};
 /// forbids blocking) it is refused with a [`FetchError::Invalid`] instead of a panic, at
 /// [`new`](Self::new) and at every call; use [`super::Fetcher`] there.
 #[derive(Debug)]
-pub struct Fetcher {
+pub struct BlockingFetcher {
     rt: tokio::runtime::Runtime,
     inner: super::Fetcher,
 }
 
-impl Fetcher {
+impl BlockingFetcher {
     /// Wraps an async fetcher, starting a multi-threaded runtime for it.
     pub fn new(inner: super::Fetcher) -> Result<Self, FetchError> {
         outside_a_runtime()?;
@@ -29,7 +29,7 @@ impl Fetcher {
             .thread_name("wi-fetch")
             .build()
             .map_err(|e| FetchError::io("start the async runtime in", ".", e))?;
-        Ok(Fetcher { rt, inner })
+        Ok(BlockingFetcher { rt, inner })
     }
 
     fn block_on<T>(
@@ -68,10 +68,39 @@ impl Fetcher {
         self.inner.set_manifest(manifest);
     }
 
+    /// Fetches one file of `repo` (at its revision) and returns its local path (see
+    /// [`get`]).
+    pub fn get(&self, repo: &RepoRef, path: &str) -> Result<std::path::PathBuf, FetchError> {
+        let summary = self.fetch(repo, &Selection::files([path]))?;
+        summary
+            .files
+            .into_iter()
+            .find(|f| f.path == path)
+            .map(|f| f.local_path)
+            .ok_or_else(|| {
+                FetchError::Invalid(format!("'{}' was not fetched", crate::names::escape(path)))
+            })
+    }
+
     /// See [`super::Fetcher::resolve`].
     pub fn resolve(&self, repo: &RepoRef, selection: &Selection) -> Result<Plan, FetchError> {
         self.block_on(self.inner.resolve(repo, selection))
     }
+}
+
+/// Downloads `path` of the model repository `repo` (`org/name`) at `main` into the cache, as
+/// the environment configures it ([`super::Fetcher::from_env`]: `HF_ENDPOINT`, `HF_TOKEN`,
+/// `HF_HUB_CACHE`, `HF_HUB_OFFLINE`…), and returns its local path: hf-hub's `get`, resumable
+/// and verified. A file already in the cache is not fetched again.
+///
+/// ```no_run
+/// let config = weight_inspect::fetch::get("org/model-GGUF", "config.json")?;
+/// # Ok::<(), weight_inspect::fetch::FetchError>(())
+/// ```
+pub fn get(repo: &str, path: &str) -> Result<std::path::PathBuf, FetchError> {
+    super::Fetcher::from_env()
+        .build_blocking()?
+        .get(&RepoRef::model(repo), path)
 }
 
 /// Refuses to block inside an async runtime (tokio would panic).

@@ -48,7 +48,7 @@
 //! # }
 //! ```
 //!
-//! Without an async runtime, use [`blocking::Fetcher`]:
+//! Without an async runtime, use [`BlockingFetcher`] (or [`get`], one file in one line):
 //!
 //! ```no_run
 //! use weight_inspect::fetch::{Fetcher, RepoRef, Selection};
@@ -76,7 +76,11 @@ pub use report::{FetchSummary, FileReport, Plan, PlannedFile};
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
 
+pub use blocking::{get, BlockingFetcher};
+
+#[doc(no_inline)]
 pub use crate::hub::{RepoRef, RepoType, RetryPolicy, Token};
+#[doc(no_inline)]
 pub use crate::transfer::EngineConfig;
 /// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
 pub use tokio_util::sync::CancellationToken;
@@ -363,9 +367,9 @@ impl FetcherBuilder {
         })
     }
 
-    /// Builds a [`blocking::Fetcher`], which owns its own async runtime.
-    pub fn build_blocking(self) -> Result<blocking::Fetcher, FetchError> {
-        blocking::Fetcher::new(self.build()?)
+    /// Builds a [`BlockingFetcher`], which owns its own async runtime.
+    pub fn build_blocking(self) -> Result<BlockingFetcher, FetchError> {
+        BlockingFetcher::new(self.build()?)
     }
 }
 

@@ -117,13 +117,24 @@ pub struct ChunkDiff {
 
 /// Re-hashes every file of `manifest` found below `base` (files in parallel, and each file's
 /// chunks in parallel, straight from a memory map) and says which chunks and tensors differ.
+///
+/// `base` is the model's folder (the manifest names files relative to it), or one file of it:
+/// then only the entry of that name is checked, in the file's folder.
 pub fn check(manifest: &Manifest, base: &Path) -> CheckReport {
     check_document(&Document::Native(manifest.clone()), base)
 }
 
 /// [`check`] for a document of any format read.
 pub fn check_document(doc: &Document, base: &Path) -> CheckReport {
-    check_expectations(&doc.expectations(), base).about(doc)
+    let all = doc.expectations();
+    if base.is_file() {
+        if let (Some(dir), Some(name)) = (base.parent(), base.file_name().and_then(|n| n.to_str()))
+        {
+            let one: Vec<FileExpectation> = all.into_iter().filter(|f| f.path == name).collect();
+            return check_expectations(&one, dir).about(doc);
+        }
+    }
+    check_expectations(&all, base).about(doc)
 }
 
 /// Checks files below `base` against `files` (some or all of a document's
