@@ -63,11 +63,14 @@
 // The network-free core (always built).
 pub mod cache;
 pub mod env;
+pub mod exit;
 pub mod format;
 pub mod manifest;
 pub mod names;
 pub mod progress;
 pub mod safe_fs;
+pub mod selection;
+pub mod units;
 pub mod verify;
 
 // The network (feature `net`, on by default).

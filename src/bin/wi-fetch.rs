@@ -25,6 +25,7 @@ use weight_inspect::fetch::{
 };
 use weight_inspect::names::escape;
 use weight_inspect::progress::{Event, Reporter};
+use weight_inspect::units::{parse_duration, parse_size};
 
 /// Fetch files from the Hugging Face Hub into its cache: resumable, hash-checked, verified.
 #[derive(Debug, Parser)]
@@ -167,64 +168,6 @@ struct Cli {
     /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
     #[arg(skip)]
     check_only: bool,
-}
-
-/// Splits `1.5MiB` into its number and its unit; `example` shows the form in the error.
-fn number_and_unit<'a>(s: &'a str, what: &str, example: &str) -> Result<(f64, &'a str), String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n = num
-        .parse()
-        .map_err(|_| format!("invalid {what} '{s}' (e.g. {example})"))?;
-    Ok((n, unit.trim()))
-}
-
-/// Parses `500ms`, `2s`, `1.5s`, `10m`, `1h`; a bare number is seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (n, unit) = number_and_unit(s, "duration", "500ms, 2s, 10m")?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in '{s}' (use ms, s, m or h)"
-            ))
-        }
-    };
-    if !(0.0..=7.0 * 86400.0).contains(&secs) {
-        return Err(format!("duration '{s}' out of range (0 to 7 days)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Parses `16M`, `1MiB`, `512k`, `2G`, `1000000`: K/M/G (with or without `iB`) are powers of
-/// 1024, KB/MB/GB powers of 1000.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let (n, unit) = number_and_unit(s, "size", "16M, 1MiB, 524288")?;
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => {
-            return Err(format!(
-                "invalid size unit in '{s}' (use K, M, G, KiB, MiB, GiB)"
-            ))
-        }
-    };
-    let v = n * mult as f64;
-    if !(1.0..=(1u64 << 40) as f64).contains(&v) {
-        return Err(format!("size '{s}' out of range (1 B to 1 TiB)"));
-    }
-    Ok(v as u64)
 }
 
 /// `wi-fetch cache verify ARGS…` is `wi-fetch --offline --no-sidecar --verify full ARGS…`
@@ -1676,30 +1619,6 @@ mod tests {
             line,
             "wi-fetch: 23% 40.0 MiB/176.0 MiB at 40.0 MiB/s, ETA 3s"
         );
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
-        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
-        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
-        assert_eq!(parse_size("2MB").unwrap(), 2_000_000);
-        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
-        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
-        assert!(parse_duration("3 fortnights").is_err());
-        assert!(parse_duration("ms").is_err());
-        assert!(parse_duration("8d").is_err());
     }
 
     #[test]

@@ -3,58 +3,10 @@
 use std::io;
 use std::path::PathBuf;
 
+pub use crate::exit::ExitClass;
 use crate::hub::HubError;
 use crate::transfer::TransferError;
-
-/// The class of a failure, which the `wi-fetch` binary turns into its exit code.
-///
-/// When several files fail, [`FetchError::several`] keeps the most serious failure
-/// ([`ExitClass::severity`]): integrity (2) > not found or denied (4) > network (3) > local (1),
-/// so the exit code does not depend on the order in which the files failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ExitClass {
-    /// Usage or local error (bad arguments, disk full, permissions): exit code 1.
-    Local,
-    /// The bytes or the model are wrong (hash mismatch, failed tensor verification), or what
-    /// the server said about a file asked for cannot be trusted (an unsafe name): 2.
-    Integrity,
-    /// The network or the server failed, after retries: 3.
-    Network,
-    /// Repository, revision or file not found, or access denied (gated, private, or not in the
-    /// cache in offline mode): 4.
-    NotFound,
-    /// Stopped on request (SIGINT, SIGTERM, a cancelled token): 130, as a shell reports a
-    /// command ended by Ctrl-C. What arrived is kept; running the same fetch again resumes.
-    Interrupted,
-}
-
-impl ExitClass {
-    /// The process exit code: 1, 2, 3, 4 or 130.
-    pub fn code(self) -> i32 {
-        match self {
-            ExitClass::Interrupted => 130,
-            ExitClass::Local => 1,
-            ExitClass::Integrity => 2,
-            ExitClass::Network => 3,
-            ExitClass::NotFound => 4,
-        }
-    }
-
-    /// How serious the class is, to choose one when several files failed differently: stopped
-    /// on request (the run as a whole) > integrity (wrong bytes or a broken model) > not found
-    /// or denied (retrying will not help) > network (retrying may) > local. Higher is more
-    /// serious.
-    pub fn severity(self) -> u8 {
-        match self {
-            ExitClass::Interrupted => 5,
-            ExitClass::Integrity => 4,
-            ExitClass::NotFound => 3,
-            ExitClass::Network => 2,
-            ExitClass::Local => 1,
-        }
-    }
-}
+pub use crate::units::human_bytes;
 
 /// Why a fetch failed. Every variant names the repository, file or folder concerned.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +45,7 @@ pub enum FetchError {
     /// No GGUF of the repository carries the quantization tag.
     #[error(
         "no GGUF file in '{repo}' carries the quantization '{tag}'{}",
-        fmt_available(available)
+        crate::selection::fmt_available(available)
     )]
     NoSuchQuant {
         /// The repository.
@@ -257,42 +209,6 @@ fn fmt_files(files: &[String]) -> String {
     s
 }
 
-/// ` (available: a, b, … N more)`: the GGUF files of a repository without the tag asked for.
-pub(crate) fn fmt_available(a: &[String]) -> String {
-    // The tags the model files carry (what the user can ask for), in listing order; the files
-    // themselves only when none carries a tag.
-    let mut tags: Vec<String> = Vec::new();
-    for p in a.iter().filter(|p| super::selection::is_gguf_model(p)) {
-        if let Some((_, t)) = super::selection::precision(p) {
-            if !tags.contains(&t) {
-                tags.push(t);
-            }
-        }
-    }
-    let (what, items) = if tags.is_empty() {
-        ("files", a)
-    } else {
-        ("tags", &tags[..])
-    };
-    if items.is_empty() {
-        return " (it has no GGUF files)".to_string();
-    }
-    let mut s = format!(
-        " (available {what}: {}",
-        items
-            .iter()
-            .take(12)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if items.len() > 12 {
-        s.push_str(&format!(", … {} more", items.len() - 12));
-    }
-    s.push(')');
-    s
-}
-
 fn fmt_interrupted(repo: &str, kept: u64, total: u64, incomplete: usize) -> String {
     if total == 0 {
         return format!(
@@ -305,21 +221,6 @@ fn fmt_interrupted(repo: &str, kept: u64, total: u64, incomplete: usize) -> Stri
         human_bytes(kept),
         human_bytes(total)
     )
-}
-
-/// `1.5 GiB`, `12.0 MiB`, `512 B`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
 }
 
 impl FetchError {

@@ -66,7 +66,8 @@ pub mod lock;
 mod report;
 mod resolve;
 mod run;
-pub mod selection;
+#[doc(no_inline)]
+pub use crate::selection;
 mod space;
 mod verification;
 

@@ -18,7 +18,7 @@
 //! Multi-file models are read whole: every part of a split GGUF
 //! (`NAME-00001-of-0000N.gguf`), every shard a `model.safetensors.index.json` names (the
 //! index itself is read too, within [`safetensors::MAX_INDEX_BYTES`]). A repository without a
-//! file named gets the model `wi-fetch` would fetch ([`crate::fetch::selection::choose`]), a
+//! file named gets the model `wi-fetch` would fetch ([`crate::selection::choose`]), a
 //! quantization tag the GGUF `wi-fetch` would pick.
 //!
 //! # Where requests go
@@ -36,13 +36,11 @@ use std::path::{Path, PathBuf};
 
 use futures::stream::{self, StreamExt};
 
-use crate::fetch::selection::{
-    choose, parse_reference, split_info, split_parts, SelectError, Selection,
-};
-use crate::fetch::ExitClass;
+use crate::exit::ExitClass;
 use crate::format::{self, gguf, safetensors, FormatError, FormatErrorKind, Model, ModelFile};
 use crate::hub::{HubClient, HubConfig, HubError, RepoRef, RepoType};
 use crate::names::{check_repo_id, escape, is_commit_hash};
+use crate::selection::{choose, parse_reference, split_info, split_parts, SelectError, Selection};
 use crate::verify::{self, HeaderOnly, Options, Report};
 
 /// Bytes read first from each file: enough for most GGUF headers without a large vocabulary
@@ -85,7 +83,7 @@ pub enum RemoteError {
     /// No GGUF of the repository carries the quantization tag.
     #[error(
         "no GGUF file in '{repo}' carries the quantization '{tag}'{}",
-        crate::fetch::error::fmt_available(available)
+        crate::selection::fmt_available(available)
     )]
     NoSuchQuant {
         /// The repository.
@@ -408,7 +406,7 @@ pub async fn inspect(
 fn models_of(paths: &[String]) -> Vec<String> {
     let ggufs: Vec<&String> = paths
         .iter()
-        .filter(|p| crate::fetch::selection::is_gguf_model(p))
+        .filter(|p| crate::selection::is_gguf_model(p))
         .collect();
     if let Some(first) = ggufs
         .iter()

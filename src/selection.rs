@@ -579,6 +579,43 @@ pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, Sel
     Ok(Chosen { paths: out, notice })
 }
 
+/// ` (available tags: Q4_K_M, Q8_0)`: what a tag that no file carries could have been, for
+/// a message (the files themselves when none carries a tag).
+pub fn fmt_available(a: &[String]) -> String {
+    // The tags the model files carry (what the user can ask for), in listing order; the files
+    // themselves only when none carries a tag.
+    let mut tags: Vec<String> = Vec::new();
+    for p in a.iter().filter(|p| is_gguf_model(p)) {
+        if let Some((_, t)) = precision(p) {
+            if !tags.contains(&t) {
+                tags.push(t);
+            }
+        }
+    }
+    let (what, items) = if tags.is_empty() {
+        ("files", a)
+    } else {
+        ("tags", &tags[..])
+    };
+    if items.is_empty() {
+        return " (it has no GGUF files)".to_string();
+    }
+    let mut s = format!(
+        " (available {what}: {}",
+        items
+            .iter()
+            .take(12)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if items.len() > 12 {
+        s.push_str(&format!(", … {} more", items.len() - 12));
+    }
+    s.push(')');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,52 @@
+//! The classes of failure every tool of this crate maps to its exit code, and how serious each
+//! is when several files fail differently.
+
+/// The class of a failure, which the `wi-fetch` binary turns into its exit code.
+///
+/// When several files fail, `FetchError::several` keeps the most serious failure
+/// ([`ExitClass::severity`]): integrity (2) > not found or denied (4) > network (3) > local (1),
+/// so the exit code does not depend on the order in which the files failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExitClass {
+    /// Usage or local error (bad arguments, disk full, permissions): exit code 1.
+    Local,
+    /// The bytes or the model are wrong (hash mismatch, failed tensor verification), or what
+    /// the server said about a file asked for cannot be trusted (an unsafe name): 2.
+    Integrity,
+    /// The network or the server failed, after retries: 3.
+    Network,
+    /// Repository, revision or file not found, or access denied (gated, private, or not in the
+    /// cache in offline mode): 4.
+    NotFound,
+    /// Stopped on request (SIGINT, SIGTERM, a cancelled token): 130, as a shell reports a
+    /// command ended by Ctrl-C. What arrived is kept; running the same fetch again resumes.
+    Interrupted,
+}
+
+impl ExitClass {
+    /// The process exit code: 1, 2, 3, 4 or 130.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitClass::Interrupted => 130,
+            ExitClass::Local => 1,
+            ExitClass::Integrity => 2,
+            ExitClass::Network => 3,
+            ExitClass::NotFound => 4,
+        }
+    }
+
+    /// How serious the class is, to choose one when several files failed differently: stopped
+    /// on request (the run as a whole) > integrity (wrong bytes or a broken model) > not found
+    /// or denied (retrying will not help) > network (retrying may) > local. Higher is more
+    /// serious.
+    pub fn severity(self) -> u8 {
+        match self {
+            ExitClass::Interrupted => 5,
+            ExitClass::Integrity => 4,
+            ExitClass::NotFound => 3,
+            ExitClass::Network => 2,
+            ExitClass::Local => 1,
+        }
+    }
+}
