@@ -474,3 +474,65 @@ for name, hc in [("ours-files.json", hashing.Config().use_file_serialization()),
         stdout(&o)
     );
 }
+
+/// The demo's sidecar manifests are written by the `manifest::create` that checks them, so a bug
+/// shared by the writer and the checker would pass every test that uses them. Here an
+/// independent writer checks them: Python's `hashlib` for the file and each chunk, and gguf-py's
+/// own reader for where each tensor lies and how long it is.
+#[test]
+#[cfg_attr(
+    not(wi_python),
+    ignore = "needs WI_PYTHON, a Python with gguf (.ci/run sets it)"
+)]
+fn the_demo_sidecars_agree_with_an_independent_writer() {
+    let python = crate::support::required_env("WI_PYTHON");
+    let repo = crate::wi_fetch::demo_root().join(crate::wi_fetch::REPO);
+    let script = r#"
+import hashlib, json, pathlib, sys
+import gguf
+folder = pathlib.Path(sys.argv[1])
+checked = 0
+for sidecar in sorted(folder.glob("*.wi-manifest.json")):
+    m = json.loads(sidecar.read_text())
+    assert m["format"] == "weight-inspect/manifest", sidecar
+    for f in m["files"]:
+        data = (folder / f["path"]).read_bytes()
+        assert f["size"] == len(data), f["path"]
+        assert f["sha256"] == hashlib.sha256(data).hexdigest(), f["path"]
+        cs = f["chunk_size"]
+        chunks = [hashlib.sha256(data[i:i + cs]).hexdigest() for i in range(0, len(data), cs)]
+        assert f["chunks"] == chunks, f["path"]
+        tensors = {t.name: t for t in gguf.GGUFReader(folder / f["path"]).tensors}
+        assert len(tensors) == len(f["tensors"]), f["path"]
+        for t in f["tensors"]:
+            theirs = tensors[t["name"]]
+            assert t["offset"] == int(theirs.data_offset), t["name"]
+            assert t["length"] == int(theirs.n_bytes), t["name"]
+            want = hashlib.sha256(data[t["offset"]:t["offset"] + t["length"]]).hexdigest()
+            assert t["sha256"] == want, t["name"]
+        checked += 1
+print("checked", checked)
+"#;
+    let o = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(&repo)
+        .output()
+        .expect("run python");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let sidecars = std::fs::read_dir(&repo)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .ends_with(".wi-manifest.json")
+        })
+        .count();
+    assert!(sidecars >= 4, "{sidecars} sidecars");
+    assert_eq!(out.trim(), format!("checked {sidecars}"));
+}
