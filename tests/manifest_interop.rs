@@ -168,7 +168,7 @@ fn in_toto_statements_round_trip_and_name_the_damaged_shard() {
     assert_eq!(o.status.code(), Some(2));
     let out = stdout(&o);
     assert!(
-        out.contains("sub/w.bin: shard 1 (bytes 65536..131072) differs"),
+        out.contains("sub/w.bin: shard 1 (bytes 65536-131071) differs"),
         "{out}"
     );
     assert_eq!(out.matches("differs").count(), 1, "{out}");
@@ -469,7 +469,7 @@ for name, hc in [("ours-files.json", hashing.Config().use_file_serialization()),
     );
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stdout(&o).contains("sub/w.bin: shard 2 (bytes 131072..150000) differs"),
+        stdout(&o).contains("sub/w.bin: shard 2 (bytes 131072-149999) differs"),
         "{}",
         stdout(&o)
     );

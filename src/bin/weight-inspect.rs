@@ -471,9 +471,12 @@ I/O error, or a manifest that cannot be read or trusted."
                             text.push_str(&format!("{name}: {size} bytes instead of {want}\n"));
                         }
                         for c in chunks {
+                            // Inclusive, as wi-fetch and HTTP ranges say them.
                             text.push_str(&format!(
-                                "{name}: {piece} {} (bytes {}..{}) differs\n",
-                                c.index, c.start, c.end
+                                "{name}: {piece} {} (bytes {}-{}) differs\n",
+                                c.index,
+                                c.start,
+                                c.end.saturating_sub(1)
                             ));
                         }
                         for d in digests {

@@ -597,15 +597,19 @@ fn print_summary(s: &FetchSummary) {
     );
     if fetched > 0 {
         line.push_str(&format!(
-            "; fetched {} ({}) in {:.1}s at {}/s over {:.1} connection(s) on average ({} at \
-             most)",
+            "; fetched {} ({}) in {:.1}s at {}/s",
             fetched,
             human_bytes(s.transferred()),
             secs,
             human_bytes((s.transferred() as f64 / secs) as u64),
-            s.connections.mean,
-            s.connections.peak
         ));
+        // Worth a word only when more than one connection was used at once.
+        if s.connections.peak > 1 {
+            line.push_str(&format!(
+                " over {:.1} connection(s) on average ({} at most)",
+                s.connections.mean, s.connections.peak
+            ));
+        }
     }
     if s.cached_count() > 0 {
         line.push_str(&format!("; {} already in the cache", s.cached_count()));
