@@ -1,0 +1,593 @@
+//! `wi-fetch cache ls | rm | prune` (verify is the main command line: see `main`).
+
+use super::*;
+
+/// Manage the Hugging Face cache, as `hf cache` does: list, remove, prune, verify.
+#[derive(Debug, Parser)]
+#[command(name = "wi-fetch cache", version, long_about = None)]
+#[command(after_help = "\
+The cache is --cache-dir, else HF_HUB_CACHE, else $HF_HOME/hub (as for downloads); with \
+--llama-cpp, --cache-dir, else LLAMA_CACHE, else the same Hugging Face cache (llama.cpp's own \
+order), plus the flat files older llama.cpp versions left in LLAMA_CACHE or ~/.cache/llama.cpp.
+
+Nothing outside the cache is ever removed (links are removed, never followed), and nothing a \
+running download holds the lock of.
+
+Exit codes: 0 done; 1 usage or local error (no cache folder, a removal failed); 4 a target is \
+not in the cache.")]
+struct CacheCli {
+    #[command(subcommand)]
+    command: CacheCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum CacheCommand {
+    /// Verify what is cached (like `hf cache verify`), against what the Hub says of each file
+    /// (a lock file's pins with --locked, the cache's own records with --offline); download
+    /// nothing: see `wi-fetch --help`.
+    Verify {
+        /// REPO[:QUANT] [FILES…] and the options of `wi-fetch` (or --locked FILE).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
+    },
+    /// List cached repositories (or revisions), their size, files and state (like `hf cache ls`).
+    Ls(LsArgs),
+    /// Remove repositories, revisions or files (like `hf cache rm`).
+    Rm(RmArgs),
+    /// Remove what nothing uses: detached revisions, orphaned blobs, stale partial downloads,
+    /// unused manifests, listings and locks (like `hf cache prune`, and more).
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CacheDirArgs {
+    /// Cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Work on llama.cpp's cache: LLAMA_CACHE (else the Hugging Face cache), plus the flat files
+    /// of older llama.cpp versions.
+    #[arg(long)]
+    llama_cpp: bool,
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Each file is complete, partial (an interrupted or running download; its resumable bytes are \
+what its resume state records) or damaged (its snapshot link dangles or leaves blobs/, or its \
+blob's size differs from the manifest recorded when it was verified). Nothing is hashed: \
+`wi-fetch cache verify` does that.
+
+--json prints {root, size_on_disk, repos: [{cache_id, repo_id, repo_type, path, size_on_disk, \
+nb_files, last_accessed, last_modified, refs: {ref: commit}, in_use, revisions: [{commit, refs, \
+snapshot_path, size_on_disk, nb_files, last_modified, files: [{path, etag, size, state, \
+resumable_bytes?, problem?}]}], partials: [{etag, tool, data_path, state_path, path, commit, \
+size, bytes_on_disk, resumable_bytes, in_use, stale}], unreferenced_blobs: {etag: size}}], \
+warnings, llama_cpp_legacy?}; times are Unix seconds.")]
+struct LsArgs {
+    /// Only these repositories (org/name, model/org/name, dataset/org/name).
+    #[arg(value_name = "REPO")]
+    repos: Vec<String>,
+    /// One row per revision (commit), with its refs and files.
+    #[arg(long)]
+    revisions: bool,
+    #[command(flatten)]
+    common: CacheDirArgs,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+TARGET is a repository (org/name, or hf's cache ids model/org/name, dataset/org/name), a \
+revision (org/name@REVISION: a branch, tag, commit or unique commit prefix; or a bare 40-digit \
+commit hash, found in any repository), or files (org/name:PATH in every cached revision, \
+org/name@REVISION:PATH in one; a folder PATH takes the files below it). With --llama-cpp, a \
+file name ending in .gguf names a flat download of an older llama.cpp.
+
+Removing a revision removes its snapshot, the refs naming it and the blobs no other revision \
+uses; removing every revision removes the repository.")]
+struct RmArgs {
+    /// What to remove.
+    #[arg(value_name = "TARGET", required = true)]
+    targets: Vec<String>,
+    /// Show what would be removed and how many bytes it frees; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    yes: bool,
+    #[command(flatten)]
+    common: CacheDirArgs,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Removes detached revisions (snapshots no ref names, as `hf cache prune` does) and the blobs \
+only they used; blobs no snapshot links to; partial downloads of an older version of a file \
+whose newer version is complete (and their resume states); manifests, saved listings and \
+.no_exist markers nothing uses any more; lock files no process holds. A partial download \
+whose lock is held (a running download) is never touched.")]
+struct PruneArgs {
+    /// Only these repositories.
+    #[arg(value_name = "REPO")]
+    repos: Vec<String>,
+    /// Show what would be removed and how many bytes it frees; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Accepted for `hf cache prune` compatibility (prune never asks).
+    #[arg(long, short, hide = true)]
+    yes: bool,
+    #[command(flatten)]
+    common: CacheDirArgs,
+}
+
+/// `wi-fetch cache …` (other than `verify`, rewritten onto the main command line).
+pub(super) fn cache_main(rest: &[std::ffi::OsString]) -> ExitCode {
+    let mut argv: Vec<std::ffi::OsString> = vec!["wi-fetch cache".into()];
+    argv.extend(rest.iter().cloned());
+    let cli = match CacheCli::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        // Reached only without arguments after `verify` being parsed here: never, as main
+        // rewrites `cache verify`; kept so that `wi-fetch cache --help` lists it.
+        CacheCommand::Verify { .. } => Err(("wi-fetch cache verify needs REPO".to_string(), 1)),
+        CacheCommand::Ls(a) => cache_ls(a),
+        CacheCommand::Rm(a) => cache_rm(a),
+        CacheCommand::Prune(a) => cache_prune(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err((msg, code)) => {
+            eprintln!("wi-fetch: error: {}", escape(&msg));
+            if let Some(hint) = HINT.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                eprintln!("wi-fetch: {hint}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn env_lookup(k: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(k)
+}
+
+fn cache_root(a: &CacheDirArgs) -> PathBuf {
+    manage::cache_root_from(a.cache_dir.as_deref(), a.llama_cpp, &env_lookup)
+}
+
+fn manage_fail(e: manage::ManageError) -> Failure {
+    (e.to_string(), 1)
+}
+
+/// "3d ago", "5m ago" from Unix seconds.
+fn ago(t: Option<u64>) -> String {
+    let Some(t) = t else {
+        return "-".to_string();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let d = now.saturating_sub(t);
+    match d {
+        0..60 => format!("{d}s ago"),
+        60..3600 => format!("{}m ago", d / 60),
+        3600..86400 => format!("{}h ago", d / 3600),
+        _ => format!("{}d ago", d / 86400),
+    }
+}
+
+/// Prints rows as columns separated by two spaces (every cell already escaped).
+fn print_table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                l.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        l.trim_end().to_string()
+    };
+    writeln!(out, "{}", line(headers.to_vec()))?;
+    for r in rows {
+        writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+fn cache_ls(a: LsArgs) -> Result<u8, Failure> {
+    let root = cache_root(&a.common);
+    let legacy = a
+        .common
+        .llama_cpp
+        .then(|| manage::llama_cpp_legacy_dir_from(&env_lookup))
+        .flatten()
+        .map(|d| manage::scan_llama_cpp_legacy(&d))
+        .unwrap_or_default();
+    let mut report = match manage::scan(&root, &a.repos) {
+        Ok(r) => r,
+        Err(manage::ManageError::NoCache { .. }) if !legacy.is_empty() => manage::CacheReport {
+            root: root.clone(),
+            size_on_disk: 0,
+            repos: Vec::new(),
+            warnings: Vec::new(),
+            llama_cpp_legacy: Vec::new(),
+        },
+        Err(e) => return Err(manage_fail(e)),
+    };
+    report.llama_cpp_legacy = legacy;
+    let missing: Vec<&String> = a
+        .repos
+        .iter()
+        .filter(|o| {
+            !report.repos.iter().any(|r| {
+                r.cache_id.eq_ignore_ascii_case(o)
+                    || (r.repo_type == "model" && r.repo_id.eq_ignore_ascii_case(o))
+                    || r.cache_id
+                        .replace("model/", "models/")
+                        .eq_ignore_ascii_case(o)
+                    || r.cache_id
+                        .replace("dataset/", "datasets/")
+                        .eq_ignore_ascii_case(o)
+                    || r.path.file_name().is_some_and(|n| n == o.as_str())
+            })
+        })
+        .collect();
+    write_stdout(|out| {
+        if a.common.json {
+            let s = serde_json::to_string_pretty(&report).map_err(io::Error::other)?;
+            return writeln!(out, "{s}");
+        }
+        if report.repos.is_empty() {
+            writeln!(
+                out,
+                "No cached repositories found in {}.",
+                escape(&report.root.to_string_lossy())
+            )?;
+        } else if a.revisions {
+            let mut rows = Vec::new();
+            for r in &report.repos {
+                for v in &r.revisions {
+                    rows.push(vec![
+                        escape(&r.cache_id).into_owned(),
+                        escape(&v.commit).into_owned(),
+                        human_bytes(v.size_on_disk),
+                        v.nb_files.to_string(),
+                        ago(v.last_modified),
+                        escape(&v.refs.join(" ")).into_owned(),
+                    ]);
+                }
+            }
+            print_table(
+                out,
+                &["ID", "REVISION", "SIZE", "FILES", "LAST_MODIFIED", "REFS"],
+                &rows,
+            )?;
+            for r in &report.repos {
+                for v in &r.revisions {
+                    writeln!(out, "\n{} @ {}", escape(&r.cache_id), short(&v.commit))?;
+                    for f in &v.files {
+                        let state = match f.state {
+                            manage::FileState::Complete => "complete".to_string(),
+                            manage::FileState::Partial => format!(
+                                "partial ({} resumable)",
+                                human_bytes(f.resumable_bytes.unwrap_or(0))
+                            ),
+                            manage::FileState::Damaged => {
+                                format!("DAMAGED: {}", escape(f.problem.as_deref().unwrap_or("?")))
+                            }
+                        };
+                        let size = f.size.map(human_bytes).unwrap_or_else(|| "-".into());
+                        writeln!(out, "  {:>10}  {}  {}", size, escape(&f.path), state)?;
+                    }
+                }
+            }
+        } else {
+            let rows: Vec<Vec<String>> = report
+                .repos
+                .iter()
+                .map(|r| {
+                    let refs: Vec<&str> = r.refs.keys().map(String::as_str).collect();
+                    vec![
+                        escape(&r.cache_id).into_owned(),
+                        human_bytes(r.size_on_disk),
+                        r.nb_files.to_string(),
+                        ago(r.last_accessed),
+                        ago(r.last_modified),
+                        escape(&refs.join(" ")).into_owned(),
+                        repo_notes(r),
+                    ]
+                })
+                .collect();
+            print_table(
+                out,
+                &[
+                    "ID",
+                    "SIZE",
+                    "FILES",
+                    "LAST_ACCESSED",
+                    "LAST_MODIFIED",
+                    "REFS",
+                    "NOTES",
+                ],
+                &rows,
+            )?;
+        }
+        if !report.repos.is_empty() {
+            let revisions: usize = report.repos.iter().map(|r| r.revisions.len()).sum();
+            writeln!(
+                out,
+                "\nFound {} repo(s) for a total of {} revision(s) and {} on disk.",
+                report.repos.len(),
+                revisions,
+                human_bytes(report.size_on_disk)
+            )?;
+        }
+        if !report.llama_cpp_legacy.is_empty() {
+            writeln!(out, "\nOlder llama.cpp downloads:")?;
+            for f in &report.llama_cpp_legacy {
+                let orphan = if f.orphaned {
+                    " (orphaned: prune removes it)"
+                } else {
+                    ""
+                };
+                writeln!(
+                    out,
+                    "  {:>10}  {:<8}  {}{orphan}",
+                    human_bytes(f.size),
+                    f.kind,
+                    escape(&f.name)
+                )?;
+            }
+        }
+        Ok(())
+    })?;
+    for w in &report.warnings {
+        eprintln!("wi-fetch: warning: {}", escape(w));
+    }
+    for m in &missing {
+        eprintln!("wi-fetch: not in the cache: {}", escape(m));
+    }
+    Ok(if missing.is_empty() { 0 } else { 4 })
+}
+
+/// Partial, damaged, unreferenced and in-use notes of a repository row.
+fn repo_notes(r: &manage::RepoReport) -> String {
+    let mut notes = Vec::new();
+    if !r.partials.is_empty() {
+        let resumable: u64 = r.partials.iter().map(|p| p.resumable_bytes).sum();
+        let stale = r.partials.iter().filter(|p| p.stale).count();
+        let mut n = format!(
+            "{} partial ({} resumable)",
+            r.partials.len(),
+            human_bytes(resumable)
+        );
+        if stale > 0 {
+            n.push_str(&format!(", {stale} stale"));
+        }
+        notes.push(n);
+    }
+    let damaged = r
+        .revisions
+        .iter()
+        .flat_map(|v| &v.files)
+        .filter(|f| f.state == manage::FileState::Damaged)
+        .count();
+    if damaged > 0 {
+        notes.push(format!("{damaged} DAMAGED"));
+    }
+    if !r.unreferenced_blobs.is_empty() {
+        notes.push(format!(
+            "{} unreferenced blob(s)",
+            r.unreferenced_blobs.len()
+        ));
+    }
+    let detached = r.revisions.iter().filter(|v| v.refs.is_empty()).count();
+    if detached > 0 {
+        notes.push(format!("{detached} detached"));
+    }
+    if r.in_use {
+        notes.push("downloading now".to_string());
+    }
+    notes.join("; ")
+}
+
+/// Prints a planned or done removal: one line per item, then what was skipped and the total.
+fn print_removal(r: &manage::Removal, json: bool, verb: &str) -> Result<(), Failure> {
+    write_stdout(|out| {
+        if json {
+            let s = serde_json::to_string_pretty(r).map_err(io::Error::other)?;
+            return writeln!(out, "{s}");
+        }
+        for i in &r.items {
+            let kind = serde_json::to_value(i.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "  {kind:<13} {:>10}  {}  {}",
+                human_bytes(i.bytes),
+                escape(i.repo.as_deref().unwrap_or("-")),
+                escape(&i.what)
+            )?;
+        }
+        if r.dry_run {
+            writeln!(
+                out,
+                "Dry run: {} item(s) would be {verb}, freeing {} ({} bytes); nothing removed.",
+                r.items.len(),
+                human_bytes(r.freed_bytes),
+                r.freed_bytes
+            )
+        } else {
+            writeln!(
+                out,
+                "{} {} item(s); freed {} ({} bytes).",
+                capitalize(verb),
+                r.items.len(),
+                human_bytes(r.freed_bytes),
+                r.freed_bytes
+            )
+        }
+    })?;
+    for s in &r.skipped {
+        eprintln!(
+            "wi-fetch: left {}: {}",
+            escape(&s.path.to_string_lossy()),
+            escape(&s.reason)
+        );
+    }
+    for n in &r.not_found {
+        eprintln!("wi-fetch: not in the cache: {}", escape(n));
+    }
+    Ok(())
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// Merges a second plan (older llama.cpp files) into the first.
+fn merge(mut a: manage::Removal, b: manage::Removal) -> manage::Removal {
+    a.freed_bytes += b.freed_bytes;
+    a.items.extend(b.items);
+    a.skipped.extend(b.skipped);
+    a
+}
+
+fn cache_rm(a: RmArgs) -> Result<u8, Failure> {
+    let root = cache_root(&a.common);
+    let (legacy_names, targets): (Vec<String>, Vec<String>) = a
+        .targets
+        .iter()
+        .cloned()
+        .partition(|t| a.common.llama_cpp && !t.contains('/') && t.ends_with(".gguf"));
+    let parsed: Vec<manage::Target> = targets
+        .iter()
+        .map(|t| manage::Target::parse(t))
+        .collect::<Result<_, _>>()
+        .map_err(manage_fail)?;
+    let mut plan = if targets.is_empty() {
+        manage::plan_removal(
+            &manage::CacheReport {
+                root: root.clone(),
+                size_on_disk: 0,
+                repos: Vec::new(),
+                warnings: Vec::new(),
+                llama_cpp_legacy: Vec::new(),
+            },
+            &[],
+            &[],
+        )
+    } else {
+        let report = manage::scan(&root, &[]).map_err(manage_fail)?;
+        manage::plan_removal(&report, &parsed, &targets)
+    };
+    let mut legacy_plan = None;
+    if !legacy_names.is_empty() {
+        match manage::llama_cpp_legacy_dir_from(&env_lookup) {
+            Some(dir) => {
+                let lp = manage::plan_legacy_removal(&dir, &legacy_names);
+                plan.not_found.extend(lp.not_found.iter().cloned());
+                legacy_plan = Some(lp);
+            }
+            None => plan.not_found.extend(legacy_names.iter().cloned()),
+        }
+    }
+    let n_items = plan.items.len() + legacy_plan.as_ref().map_or(0, |p| p.items.len());
+    let missing = !plan.not_found.is_empty();
+    if a.dry_run || n_items == 0 {
+        let shown = match legacy_plan {
+            Some(lp) => merge(plan, lp),
+            None => plan,
+        };
+        if n_items == 0 && !a.common.json {
+            for n in &shown.not_found {
+                eprintln!("wi-fetch: not in the cache: {}", escape(n));
+            }
+            eprintln!("wi-fetch: nothing to remove");
+            return Ok(if missing { 4 } else { 0 });
+        }
+        print_removal(&shown, a.common.json, "removed")?;
+        return Ok(if missing { 4 } else { 0 });
+    }
+    if !a.yes {
+        if !io::stdin().is_terminal() {
+            return Err((
+                "cache rm asks for confirmation: pass -y (stdin is not a terminal)".to_string(),
+                1,
+            ));
+        }
+        let preview = match legacy_plan.clone() {
+            Some(lp) => merge(plan.clone(), lp),
+            None => plan.clone(),
+        };
+        print_removal(&preview, false, "removed")?;
+        eprint!("Proceed with the removal? [y/N] ");
+        let mut answer = String::new();
+        let _ = io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            eprintln!("wi-fetch: removal cancelled");
+            return Ok(0);
+        }
+    }
+    let mut done = manage::execute(plan);
+    if let Some(lp) = legacy_plan {
+        let l = manage::execute(lp);
+        done.freed_bytes += l.freed_bytes;
+        done.items.extend(l.items);
+        done.skipped.extend(l.skipped);
+    }
+    print_removal(&done, a.common.json, "removed")?;
+    Ok(if missing { 4 } else { 0 })
+}
+
+fn cache_prune(a: PruneArgs) -> Result<u8, Failure> {
+    let root = cache_root(&a.common);
+    let legacy_dir = a
+        .common
+        .llama_cpp
+        .then(|| manage::llama_cpp_legacy_dir_from(&env_lookup))
+        .flatten();
+    let mut plan = match manage::scan(&root, &a.repos) {
+        Ok(report) => manage::plan_prune(&report, !a.repos.is_empty()),
+        // No Hugging Face layout there: only the older llama.cpp files (an empty plan here).
+        Err(manage::ManageError::NoCache { .. }) if legacy_dir.is_some() => {
+            manage::plan_legacy_prune(&root)
+        }
+        Err(e) => return Err(manage_fail(e)),
+    };
+    let legacy = legacy_dir.map(|d| manage::plan_legacy_prune(&d));
+    if !a.dry_run {
+        plan = manage::execute(plan);
+    }
+    let plan = match legacy {
+        Some(l) if a.dry_run => merge(plan, l),
+        Some(l) => merge(plan, manage::execute(l)),
+        None => plan,
+    };
+    print_removal(&plan, a.common.json, "removed")?;
+    Ok(0)
+}

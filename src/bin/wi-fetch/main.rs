@@ -1,0 +1,674 @@
+//! `wi-fetch`: fetch files from the Hugging Face Hub into its cache — resumable, hash-checked,
+//! verified at the tensor level.
+//!
+//! A thin shell over `weight_inspect::fetch`: it parses arguments, draws progress from reporter
+//! events (indicatif bars on a terminal, a log line every few seconds otherwise), prints the
+//! local paths (or a JSON summary) on stdout and maps failures to exit codes.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod cache;
+mod progress;
+
+use std::collections::{HashMap, HashSet};
+
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+use clap::Parser;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use weight_inspect::cache::manage;
+use weight_inspect::fetch::lock::{LockFile, LockedFile, LockedRepo};
+use weight_inspect::fetch::{
+    human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, Plan, Reference, RepoRef,
+    RepoType, Selection,
+};
+use weight_inspect::names::escape;
+use weight_inspect::progress::{Event, Reporter};
+use weight_inspect::units::{parse_duration, parse_size};
+
+use cache::cache_main;
+use progress::{Mode, Progress};
+
+/// Fetch files from the Hugging Face Hub into its cache: resumable, hash-checked, verified.
+#[derive(Debug, Parser)]
+#[command(name = "wi-fetch", version, about, long_about = None)]
+#[command(after_help = "\
+REPO is org/name; REPO:QUANT picks the GGUF carrying that quantization tag (all parts of a \
+split GGUF), as llama.cpp's -hf does. Without FILES, tag or --include, a GGUF repository gets \
+one model (Q4_K_M, else Q8_0, else the first GGUF) and any other repository is fetched whole.
+
+Prints the local path of every file on stdout, one per line (or a JSON summary with --json).
+
+wi-fetch cache verify REPO[:QUANT] [FILES…] (or --locked FILE) checks what is in the cache \
+and downloads nothing, like `hf cache verify`: without FILES or a tag, every file cached at \
+the revision. Each file is re-hashed against what the Hub says of it (--verify full, its \
+default; --verify fast reads no data); with --locked, against the lock file's pins, without \
+the network; with --offline, against what the cache recorded when the file was verified. \
+Damage is named (exit 2), missing files too (exit 4), and the command that repairs them is \
+printed: only the damaged chunks are fetched again.
+
+wi-fetch cache ls | rm | prune manage the cache as `hf cache` does: list repositories and \
+revisions with their size and each file's state, remove repositories, revisions or files, \
+remove what nothing uses (detached revisions, orphaned blobs, stale partial downloads); \
+`wi-fetch cache --help` says more.
+
+--offline (or HF_HUB_OFFLINE=1) makes no network request at all: files are found in the cache, \
+verified at the chosen level, and their paths printed; anything missing is named (exit 4).
+
+Lock files (--write-lock, --locked) are JSON: see the README.
+
+Exit codes: 0 done and verified; 1 usage or local error (disk full, permissions); 2 integrity \
+failure (hash mismatch, failed tensor verification); 3 network or server failure after retries; \
+4 repository, revision or file not found, access denied (gated or private: a token is needed), \
+or not in the cache in offline mode. When several files fail differently, the most serious \
+failure sets the code, whatever the order they failed in: 2, then 4, then 3, then 1.")]
+struct Cli {
+    /// The repository, org/name, optionally with a quantization tag (any case): org/name:Q4_K_M;
+    /// also hf.co/org/name:Q4_K_M, https://huggingface.co/org/name, or hf://org/name/path/file.
+    #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
+    repo: Option<String>,
+    /// Files to fetch (paths in the repository); one ending in / is a folder: every file below
+    /// it.
+    #[arg(value_name = "FILES")]
+    files: Vec<String>,
+    /// Fetch files matching this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+    /// Leave out files matching this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Leave out the multimodal projector (mmproj*.gguf) that otherwise comes with a GGUF
+    /// model chosen by tag or by default, as with llama.cpp's --no-mmproj.
+    #[arg(long)]
+    no_mmproj: bool,
+    /// Branch, tag or commit.
+    #[arg(long, default_value = "main")]
+    revision: String,
+    /// Repository type.
+    #[arg(long, default_value = "model", value_parser = ["model", "dataset", "space"])]
+    repo_type: String,
+    /// Hub URL.
+    #[arg(long, env = "HF_ENDPOINT", value_name = "URL")]
+    endpoint: Option<String>,
+    /// Access token (default: HF_TOKEN, then the file $HF_TOKEN_PATH or $HF_HOME/token).
+    #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Put files at DIR/PATH instead of the cache.
+    #[arg(long, value_name = "DIR")]
+    local_dir: Option<PathBuf>,
+    /// Pin the ranged requests in flight, across all files (by default the count adapts to the
+    /// link: from 16, doubled while the throughput rises, one fewer per 429/503).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    connections: Option<u16>,
+    /// The most ranged requests in flight while the count adapts.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=256), conflicts_with = "connections")]
+    max_connections: u16,
+    /// Files transferred at once (also --max-workers, as `hf download` names it).
+    #[arg(long, visible_alias = "max-workers", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    max_files: u16,
+    /// Bytes per ranged request (16M, 1MiB, 524288…).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    chunk_size: Option<u64>,
+    /// Never touch the network: serve from the cache or fail (also HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
+    /// Resolve and show what would be fetched; download nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print a JSON summary on stdout instead of paths.
+    #[arg(long)]
+    json: bool,
+    /// No progress and no summary on stderr (errors still).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Skip the tensor-level verification of GGUF and safetensors files.
+    #[arg(long)]
+    no_verify: bool,
+    /// How far files already on disk are checked: fast (size, the recorded manifest, the
+    /// header) or full (every chunk re-hashed against the manifest, else the whole file against
+    /// the Hub's SHA-256). A damaged file is repaired: only the chunks that differ are fetched.
+    #[arg(long, value_name = "LEVEL", default_value = "fast", value_parser = ["fast", "full"])]
+    verify: String,
+    /// A manifest the files must match (a weight-inspect manifest, llama-gguf-hash lines, or an
+    /// OpenSSF model-signing bundle/statement; a file or an http(s) URL): every chunk is checked
+    /// the moment it arrives.
+    #[arg(long, value_name = "FILE|URL")]
+    manifest: Option<String>,
+    /// Ignore the manifest a repository publishes beside a model file ({file}.wi-manifest.json).
+    #[arg(long)]
+    no_sidecar: bool,
+    /// After the fetch, pin what was fetched in this lock file (repository, commit, each file's
+    /// size, SHA-256 and manifest digest); an existing lock file keeps its other entries.
+    #[arg(long, value_name = "FILE")]
+    write_lock: Option<PathBuf>,
+    /// Fetch exactly what this lock file pins, by commit; any file whose bytes differ fails
+    /// (exit 2), naming it. Takes no REPO or FILES.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["repo", "files", "include", "exclude", "revision", "write_lock", "manifest"])]
+    locked: Option<PathBuf>,
+    /// First delay before a failed request is retried (doubling up to --retry-max-delay, with
+    /// jitter): 500ms, 2s, …
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "500ms")]
+    retry_delay: Duration,
+    /// Longest delay between retries, also the cap on a server's Retry-After.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "30s")]
+    retry_max_delay: Duration,
+    /// A connection that delivers no byte for this long is dropped and its range retried
+    /// (default: HF_HUB_DOWNLOAD_TIMEOUT seconds, else 20s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    stall_timeout: Option<Duration>,
+    /// Download the files again even when they are complete in the cache (the copy there is
+    /// replaced once the new one is verified).
+    #[arg(long)]
+    force_download: bool,
+    /// Give up waiting for another process downloading the same file after it made no progress
+    /// for this long.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10m")]
+    lock_timeout: Duration,
+    /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
+    #[arg(skip)]
+    check_only: bool,
+}
+
+/// `wi-fetch cache verify ARGS…` is `wi-fetch --offline --no-sidecar --verify full ARGS…`
+/// (the level can be given): the arguments to parse, or `None` for any other command line.
+fn cache_verify_args(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
+    if args.get(1).is_none_or(|a| a != "cache") || args.get(2).is_none_or(|a| a != "verify") {
+        return None;
+    }
+    let mut out: Vec<std::ffi::OsString> = vec!["wi-fetch cache verify".into()];
+    out.push("--no-sidecar".into());
+    let rest = &args[3..];
+    // A lock file is a root of its own: its pins are checked without asking the Hub.
+    if rest
+        .iter()
+        .any(|a| a == "--locked" || a.to_string_lossy().starts_with("--locked="))
+    {
+        out.push("--offline".into());
+    }
+    if !rest
+        .iter()
+        .any(|a| a == "--verify" || a.to_string_lossy().starts_with("--verify="))
+    {
+        out.extend(["--verify", "full"].map(Into::into));
+    }
+    out.extend(rest.iter().cloned());
+    Some(out)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let parsed = match cache_verify_args(&args) {
+        Some(args) => Cli::try_parse_from(args),
+        None if args.get(1).is_some_and(|a| a == "cache") => return cache_main(&args[2..]),
+        None => Cli::try_parse(),
+    };
+    let cli = match parsed {
+        Ok(mut cli) => {
+            cli.check_only = args.get(1).is_some_and(|a| a == "cache");
+            cli
+        }
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let json = cli.json;
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((msg, code)) => {
+            eprintln!("wi-fetch: error: {}", escape(&msg));
+            if let Some(hint) = HINT.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                eprintln!("wi-fetch: {hint}");
+            }
+            if json {
+                let v = serde_json::json!({ "error": msg, "exit_code": code });
+                let _ = writeln!(io::stdout(), "{v}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+type Failure = (String, u8);
+
+/// A line printed after the error (the command that repairs what `cache verify` found).
+static HINT: Mutex<Option<String>> = Mutex::new(None);
+
+/// `word` as a shell reads it back: as is when it has nothing a shell treats specially, else
+/// in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/:@=+-,%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// The command that repairs (and fetches) `files` after `cache verify` found them damaged or
+/// missing: the same repository and revision, those files, `--verify full` (which asks the Hub
+/// what each file is and fetches only the chunks that differ).
+fn repair_command(cli: &Cli, repo: &RepoRef, files: &[String]) -> String {
+    let mut words = vec!["wi-fetch".to_string()];
+    if let Some(lock) = &cli.locked {
+        words.push("--locked".into());
+        words.push(lock.to_string_lossy().into_owned());
+    } else {
+        words.push(repo.id.clone());
+        if files.is_empty() {
+            words.extend(cli.files.iter().cloned());
+        } else {
+            words.extend(files.iter().cloned());
+        }
+        if repo.revision != "main" {
+            words.extend(["--revision".to_string(), repo.revision.clone()]);
+        }
+        if repo.repo_type != RepoType::Model {
+            words.extend([
+                "--repo-type".to_string(),
+                repo.repo_type.as_str().to_string(),
+            ]);
+        }
+    }
+    words.extend(["--verify".to_string(), "full".to_string()]);
+    if let Some(d) = &cli.cache_dir {
+        words.extend(["--cache-dir".to_string(), d.to_string_lossy().into_owned()]);
+    }
+    if let Some(d) = &cli.local_dir {
+        words.extend(["--local-dir".to_string(), d.to_string_lossy().into_owned()]);
+    }
+    let shown: Vec<String> = words.iter().map(|w| shell_word(w)).collect();
+    escape(&shown.join(" ")).into_owned()
+}
+
+fn fail(e: FetchError) -> Failure {
+    (e.to_string(), e.exit_code() as u8)
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let reference = match &cli.repo {
+        Some(r) => parse_reference(r).map_err(|m| (m, 1))?,
+        None => Reference {
+            repo: String::new(),
+            repo_type: None,
+            quant: None,
+            file: None,
+        },
+    };
+    let repo_type: RepoType = match reference.repo_type {
+        Some(t) => t,
+        None => cli.repo_type.parse().map_err(|m: String| (m, 1))?,
+    };
+    let repo = RepoRef::model(reference.repo.clone())
+        .with_type(repo_type)
+        .with_revision(cli.revision.clone());
+    let mut files = cli.files.clone();
+    files.extend(reference.file.clone());
+    let quant = reference.quant.clone();
+    let selection = Selection {
+        files,
+        include: cli.include.clone(),
+        exclude: cli.exclude.clone(),
+        quant,
+        no_mmproj: cli.no_mmproj,
+    };
+
+    let show = !cli.quiet;
+    // HF_HUB_DISABLE_PROGRESS_BARS: lines instead of bars, as huggingface_hub does.
+    let tty = show
+        && io::stderr().is_terminal()
+        && !weight_inspect::env::flag("HF_HUB_DISABLE_PROGRESS_BARS");
+    let mut progress = Progress::new(if !show {
+        Mode::Quiet
+    } else if tty {
+        Mode::Bars
+    } else {
+        Mode::Log
+    });
+    if cli.verify == "full" {
+        progress.cached_means = "in the cache, every chunk re-hashed and matching";
+    }
+    progress.checking = cli.check_only;
+    let progress = Arc::new(progress);
+
+    let mut b = Fetcher::from_env()
+        .max_connections(cli.max_connections as usize)
+        .max_files(cli.max_files as usize)
+        .verify(!cli.no_verify)
+        .verify_level(cli.verify.parse().map_err(|m: String| (m, 1))?)
+        .sidecars(!cli.no_sidecar)
+        .retry_delays(cli.retry_delay, cli.retry_max_delay)
+        .force_download(cli.force_download)
+        .lock_timeout(cli.lock_timeout)
+        .check_only(cli.check_only)
+        .reporter(progress.clone());
+    if let Some(e) = &cli.endpoint {
+        if !e.trim().is_empty() {
+            b = b.endpoint(e);
+        }
+    }
+    if let Some(t) = &cli.token {
+        b = b.token(t);
+    }
+    if let Some(d) = &cli.cache_dir {
+        b = b.cache_dir(d);
+    }
+    if let Some(d) = &cli.local_dir {
+        b = b.local_dir(d);
+    }
+    if let Some(c) = cli.chunk_size {
+        b = b.chunk_size(c);
+    }
+    if cli.offline {
+        b = b.offline(true);
+    }
+    if let Some(t) = cli.stall_timeout {
+        b = b.stall_timeout(t);
+    }
+    if let Some(n) = cli.connections {
+        b = b.connections(n as usize);
+    }
+    if cli.write_lock.is_some() {
+        b = b.ensure_manifests(true);
+    }
+    b = b.cancellation(stop_on_signals(progress.clone())?);
+    let mut fetcher = b.build_blocking().map_err(fail)?;
+    if let Some(m) = &cli.manifest {
+        let doc = fetcher.read_manifest(m).map_err(fail)?;
+        fetcher.set_manifest(doc);
+    }
+
+    if let Some(lock_path) = &cli.locked {
+        let lock = LockFile::read(lock_path).map_err(fail)?;
+        if cli.dry_run {
+            for r in &lock.repos {
+                let repo = RepoRef::model(r.repo.clone())
+                    .with_type(r.repo_type.parse().map_err(|m: String| (m, 1))?)
+                    .with_revision(r.commit.clone());
+                let sel = Selection::files(r.files.iter().map(|f| f.path.clone()));
+                let plan = fetcher.resolve(&repo, &sel).map_err(fail)?;
+                print_plan(&plan, cli.json, show)?;
+            }
+            return Ok(());
+        }
+        let result = fetcher.fetch_locked(&lock);
+        progress.finish();
+        if let (true, Err(e)) = (cli.check_only, &result) {
+            repair_hint(&cli, &repo, e, &progress);
+        }
+        let summaries = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
+        return print_summaries(&summaries, cli.json, show);
+    }
+    if cli.dry_run {
+        let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;
+        return print_plan(&plan, cli.json, show);
+    }
+    let result = fetcher.fetch(&repo, &selection);
+    progress.finish();
+    if let (true, Err(e)) = (cli.check_only, &result) {
+        repair_hint(&cli, &repo, e, &progress);
+    }
+    let summary = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
+    if let Some(path) = &cli.write_lock {
+        write_lock(path, &repo, &summary)?;
+    }
+    print_summaries(std::slice::from_ref(&summary), cli.json, show)
+}
+
+/// After `cache verify` found damaged or missing files: the command that repairs them.
+fn repair_hint(cli: &Cli, repo: &RepoRef, e: &FetchError, progress: &Progress) {
+    use weight_inspect::fetch::ExitClass;
+    if matches!(e.exit_class(), ExitClass::Integrity | ExitClass::NotFound) {
+        let cmd = repair_command(cli, repo, &progress.failed_files());
+        *HINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("to repair: {cmd}"));
+    }
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM stop the fetch cleanly: the token returned is cancelled, and
+/// the fetch writes, syncs and records every byte received before it ends (exit code 130, with
+/// a message saying how much was kept). A second signal quits at once.
+fn stop_on_signals(progress: Arc<Progress>) -> Result<CancellationToken, Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let token = CancellationToken::new();
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| (format!("cannot handle SIGINT and SIGTERM: {e}"), 1))?;
+    let cancel = token.clone();
+    std::thread::Builder::new()
+        .name("wi-fetch-signals".into())
+        .spawn(move || {
+            for (n, _) in signals.forever().enumerate() {
+                if n == 0 {
+                    progress.line(
+                        "wi-fetch: stopping: saving what was received so that the same command \
+                         resumes (press Ctrl-C again to quit at once)",
+                    );
+                    cancel.cancel();
+                } else {
+                    eprintln!("wi-fetch: quitting at once");
+                    std::process::exit(130);
+                }
+            }
+        })
+        .map_err(|e| (format!("cannot start the signal thread: {e}"), 1))?;
+    Ok(token)
+}
+
+/// Pins `summary` in the lock file at `path` (keeping its other entries).
+fn write_lock(
+    path: &std::path::Path,
+    repo: &RepoRef,
+    summary: &FetchSummary,
+) -> Result<(), Failure> {
+    let mut lock = if path.exists() {
+        LockFile::read(path).map_err(fail)?
+    } else {
+        LockFile::default()
+    };
+    let mut files = Vec::new();
+    for f in &summary.files {
+        let (Some(chunk_size), Some(manifest)) = (f.chunk_size, f.manifest.clone()) else {
+            return Err((
+                format!(
+                    "{}: no manifest could be recorded for the lock file",
+                    escape(&f.path)
+                ),
+                1,
+            ));
+        };
+        files.push(LockedFile {
+            path: f.path.clone(),
+            size: f.size,
+            sha256: f.sha256.parse().map_err(|m: String| (m, 1))?,
+            chunk_size,
+            manifest,
+        });
+    }
+    lock.pin(LockedRepo {
+        repo: repo.id.clone(),
+        repo_type: repo.repo_type.as_str().to_string(),
+        revision: summary.revision.clone(),
+        commit: summary.commit.clone(),
+        files,
+    });
+    lock.write(path).map_err(fail)
+}
+
+/// Prints the local paths (or the JSON summary: one object, or an array under a lock file) and
+/// the summary lines.
+fn print_summaries(summaries: &[FetchSummary], json: bool, show: bool) -> Result<(), Failure> {
+    write_stdout(|out| {
+        if json {
+            let s = match summaries {
+                [one] => serde_json::to_string_pretty(one),
+                many => serde_json::to_string_pretty(many),
+            }
+            .map_err(io::Error::other)?;
+            writeln!(out, "{s}")
+        } else {
+            for f in summaries.iter().flat_map(|s| &s.files) {
+                writeln!(out, "{}", escape(&f.local_path.to_string_lossy()))?;
+            }
+            Ok(())
+        }
+    })?;
+    if show {
+        for s in summaries {
+            print_summary(s);
+        }
+    }
+    Ok(())
+}
+
+/// Writes to stdout with `f`, then flushes: a write that fails (a full disk) is an error (exit
+/// 1) naming stdout; a closed pipe (`wi-fetch … | head -1`) just ends the output.
+fn write_stdout(f: impl FnOnce(&mut io::StdoutLock<'_>) -> io::Result<()>) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    match f(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err((format!("cannot write the output to stdout: {e}"), 1)),
+    }
+}
+
+fn print_plan(plan: &Plan, json: bool, show: bool) -> Result<(), Failure> {
+    write_stdout(|out| {
+        if json {
+            let s = serde_json::to_string_pretty(plan).map_err(io::Error::other)?;
+            writeln!(out, "{s}")
+        } else {
+            for f in &plan.files {
+                let state = if f.cached {
+                    "cached".to_string()
+                } else if f.partial_bytes > 0 {
+                    format!("partial {}", human_bytes(f.partial_bytes))
+                } else {
+                    "fetch".to_string()
+                };
+                writeln!(out, "{}\t{}\t{}", escape(&f.path), f.size, state)?;
+            }
+            Ok(())
+        }
+    })?;
+    if show {
+        if let Some(n) = &plan.notice {
+            eprintln!("wi-fetch: note: {}", escape(n));
+        }
+        for r in &plan.refused {
+            eprintln!(
+                "wi-fetch: note: left out '{}' of the listing: {}",
+                escape(&r.path),
+                escape(&r.reason)
+            );
+        }
+        eprintln!(
+            "wi-fetch: {} at {} → commit {}: {} file(s), {}; {} cached, {} to fetch (dry run: nothing downloaded)",
+            plan.repo,
+            escape(&plan.revision),
+            short(&plan.commit),
+            plan.files.len(),
+            human_bytes(plan.total_bytes()),
+            human_bytes(plan.cached_bytes()),
+            human_bytes(plan.bytes_to_fetch()),
+        );
+    }
+    Ok(())
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+fn print_summary(s: &FetchSummary) {
+    // The notice (if any) was shown when it came, as a reporter event.
+    let fetched = s.files.len() - s.cached_count();
+    let secs = s.elapsed.as_secs_f64().max(1e-3);
+    let mut line = format!(
+        "wi-fetch: {} at {} ({}): {} file(s), {}",
+        s.repo,
+        escape(&s.revision),
+        short(&s.commit),
+        s.files.len(),
+        human_bytes(s.total_bytes())
+    );
+    if fetched > 0 {
+        line.push_str(&format!(
+            "; fetched {} ({}) in {:.1}s at {}/s",
+            fetched,
+            human_bytes(s.transferred()),
+            secs,
+            human_bytes((s.transferred() as f64 / secs) as u64),
+        ));
+        // Worth a word only when more than one connection was used at once.
+        if s.connections.peak > 1 {
+            line.push_str(&format!(
+                " over {:.1} connection(s) on average ({} at most)",
+                s.connections.mean, s.connections.peak
+            ));
+        }
+    }
+    if s.cached_count() > 0 {
+        line.push_str(&format!("; {} already in the cache", s.cached_count()));
+    }
+    if s.resumed() > 0 {
+        line.push_str(&format!(
+            "; resumed {} from an earlier run",
+            human_bytes(s.resumed())
+        ));
+    }
+    if s.refetched() > 0 {
+        line.push_str(&format!(
+            "; re-fetched {} after faults",
+            human_bytes(s.refetched())
+        ));
+    }
+    if s.splits() > 0 {
+        line.push_str(&format!(
+            "; {} slow range(s) split between connections",
+            s.splits()
+        ));
+    }
+    let causes = s.retry_causes();
+    if causes.total() > 0 {
+        line.push_str(&format!(
+            "; {} retries ({})",
+            causes.total(),
+            causes.describe()
+        ));
+    }
+    let (n, ok) = s.verified();
+    if n > 0 {
+        line.push_str(&format!("; verification: {ok}/{n} model file(s) valid"));
+    } else {
+        line.push_str("; no model file to verify");
+    }
+    eprintln!("{line}");
+    for f in &s.files {
+        if let Some(v) = f.verification.as_ref().filter(|v| v.covered_by.is_none()) {
+            for w in &v.warnings {
+                eprintln!("wi-fetch: warning: {}: {}", escape(&f.path), escape(w));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

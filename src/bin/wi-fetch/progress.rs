@@ -1,0 +1,378 @@
+//! What `wi-fetch` draws from the reporter's events: bars on a terminal, a log line every few
+//! seconds otherwise.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Quiet,
+    Bars,
+    Log,
+}
+
+pub(super) struct Progress {
+    mode: Mode,
+    /// What a file found in the cache is, on its line ("in the cache", or checked in full).
+    pub(super) cached_means: &'static str,
+    /// Only checking (`cache verify`): the plan's line says so.
+    pub(super) checking: bool,
+    /// Files that failed and the message each got, in the order they did (for the repair
+    /// command, and so that the final error does not repeat them).
+    failed: Mutex<Vec<(String, String)>>,
+    mp: MultiProgress,
+    state: Mutex<State>,
+}
+
+struct State {
+    total: Option<ProgressBar>,
+    bars: HashMap<String, ProgressBar>,
+    /// Files whose transfer started (bytes discarded before it were never counted).
+    begun: HashSet<String>,
+    /// Bytes this run transfers (not those already on disk).
+    to_fetch: u64,
+    done: u64,
+    started: Instant,
+    last_log: Instant,
+}
+
+impl Progress {
+    pub(super) fn new(mode: Mode) -> Self {
+        let mp = MultiProgress::with_draw_target(if mode == Mode::Bars {
+            ProgressDrawTarget::stderr_with_hz(10)
+        } else {
+            ProgressDrawTarget::hidden()
+        });
+        let now = Instant::now();
+        Progress {
+            mode,
+            cached_means: "in the cache",
+            checking: false,
+            failed: Mutex::new(Vec::new()),
+            mp,
+            state: Mutex::new(State {
+                total: None,
+                bars: HashMap::new(),
+                begun: HashSet::new(),
+                to_fetch: 0,
+                done: 0,
+                started: now,
+                last_log: now,
+            }),
+        }
+    }
+
+    /// The files that failed so far.
+    pub(super) fn failed_files(&self) -> Vec<String> {
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed.iter().map(|(f, _)| f.clone()).collect()
+    }
+
+    /// The final error of a fetch, as one line: when every failure in it was already shown on a
+    /// `FAILED` line, it says how many and points there instead of saying it again.
+    pub(super) fn fail(&self, e: FetchError) -> Failure {
+        let code = e.exit_code() as u8;
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        let (first, others) = match &e {
+            FetchError::Several { first, others } => (first.to_string(), *others),
+            other => (other.to_string(), 0),
+        };
+        let shown = self.mode != Mode::Quiet
+            && failed.len() == others + 1
+            && failed.iter().any(|(_, m)| *m == first);
+        if shown {
+            let n = failed.len();
+            let what = if n == 1 {
+                "file failed"
+            } else {
+                "files failed"
+            };
+            return (format!("{n} {what}, named above"), code);
+        }
+        (e.to_string(), code)
+    }
+
+    pub(super) fn line(&self, msg: &str) {
+        match self.mode {
+            Mode::Quiet => {}
+            Mode::Bars => {
+                let _ = self.mp.println(escape(msg));
+            }
+            Mode::Log => eprintln!("{}", escape(msg)),
+        }
+    }
+
+    pub(super) fn finish(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, b) in st.bars.drain() {
+            b.finish_and_clear();
+        }
+        if let Some(t) = st.total.take() {
+            t.finish_and_clear();
+        }
+        let _ = self.mp.clear();
+    }
+
+    fn file_style() -> ProgressStyle {
+        ProgressStyle::with_template(
+            "{msg:30!} [{bar:30.cyan/blue}] {bytes:>10}/{total_bytes:10} {bytes_per_sec:>12}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+    }
+
+    fn total_style() -> ProgressStyle {
+        ProgressStyle::with_template(
+            "{prefix:30!} [{bar:30.green/white}] {bytes:>10}/{total_bytes:10} {bytes_per_sec:>12} ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+    }
+
+    fn log_progress(&self, st: &mut State, force: bool) {
+        if self.mode != Mode::Log {
+            return;
+        }
+        let now = Instant::now();
+        if !force && now.duration_since(st.last_log) < Duration::from_secs(3) {
+            return;
+        }
+        st.last_log = now;
+        let secs = now.duration_since(st.started).as_secs_f64();
+        eprintln!("{}", progress_line(st.done, st.to_fetch, secs));
+    }
+}
+
+/// The log line of the whole transfer: `done` of `to_fetch` bytes of this run after `secs`
+/// (bytes already on disk from an earlier run count in neither, so the speed and the ETA are
+/// this run's).
+fn progress_line(done: u64, to_fetch: u64, secs: f64) -> String {
+    let rate = done as f64 / secs.max(1e-3);
+    let pct = if to_fetch > 0 {
+        100.0 * done as f64 / to_fetch as f64
+    } else {
+        100.0
+    };
+    let eta = if rate > 0.0 && to_fetch > done {
+        format!(", ETA {:.0}s", (to_fetch - done) as f64 / rate)
+    } else {
+        String::new()
+    };
+    format!(
+        "wi-fetch: {pct:.0}% {}/{} at {}/s{eta}",
+        human_bytes(done),
+        human_bytes(to_fetch),
+        human_bytes(rate as u64)
+    )
+}
+
+impl Reporter for Progress {
+    fn on_event(&self, event: &Event<'_>) {
+        if let Event::FileFailed { file, error } = event {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if !failed.iter().any(|(f, _)| f == file) {
+                failed.push((file.to_string(), error.to_string()));
+            }
+        }
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            Event::Plan {
+                files,
+                total_bytes,
+                cached_bytes,
+            } => {
+                st.to_fetch = total_bytes.saturating_sub(*cached_bytes);
+                st.started = Instant::now();
+                if self.checking {
+                    self.line(&format!(
+                        "wi-fetch: checking {files} file(s), {}; downloading nothing",
+                        human_bytes(*total_bytes)
+                    ));
+                } else if *cached_bytes > 0 || self.mode == Mode::Log {
+                    self.line(&format!(
+                        "wi-fetch: {files} file(s), {}; {} already in the cache",
+                        human_bytes(*total_bytes),
+                        human_bytes(*cached_bytes)
+                    ));
+                }
+                if self.mode == Mode::Bars && st.to_fetch > 0 {
+                    let t = self.mp.add(ProgressBar::new(st.to_fetch));
+                    t.set_style(Self::total_style());
+                    t.set_prefix(format!("total ({files} files)"));
+                    st.total = Some(t);
+                }
+            }
+            Event::FileStart {
+                file,
+                size,
+                resumed_bytes,
+            } => {
+                // The totals count what this run transfers: bytes already on disk are not to
+                // fetch, so they neither fill the bar nor inflate its speed and ETA.
+                st.begun.insert(file.to_string());
+                st.to_fetch = st.to_fetch.saturating_sub(*resumed_bytes);
+                if let Some(t) = &st.total {
+                    t.set_length(t.length().unwrap_or(0).saturating_sub(*resumed_bytes));
+                }
+                if *resumed_bytes >= *size {
+                    self.line(&format!(
+                        "wi-fetch: {file}: complete on disk from an earlier run; checking it"
+                    ));
+                } else if *resumed_bytes > 0 {
+                    self.line(&format!(
+                        "wi-fetch: {file}: resuming, {} of {} already on disk",
+                        human_bytes(*resumed_bytes),
+                        human_bytes(*size)
+                    ));
+                }
+                if self.mode == Mode::Bars {
+                    let b = match &st.total {
+                        Some(t) => self.mp.insert_before(t, ProgressBar::new(*size)),
+                        None => self.mp.add(ProgressBar::new(*size)),
+                    };
+                    b.set_style(Self::file_style());
+                    b.set_message(escape(file).into_owned());
+                    b.set_position(*resumed_bytes);
+                    b.reset_eta();
+                    st.bars.insert(file.to_string(), b);
+                }
+            }
+            Event::Progress { file, bytes } => {
+                st.done += bytes;
+                if let Some(b) = st.bars.get(*file) {
+                    b.inc(*bytes);
+                }
+                if let Some(t) = &st.total {
+                    t.inc(*bytes);
+                }
+                self.log_progress(&mut st, false);
+            }
+            Event::Discarded {
+                file,
+                bytes,
+                reason,
+            } => {
+                // Counted as on disk (or transferred) once, and to transfer again: more to
+                // fetch in this run. Before its start, a file's discarded bytes were never
+                // counted as on disk.
+                if st.begun.contains(*file) {
+                    st.to_fetch += bytes;
+                    if let Some(t) = &st.total {
+                        t.inc_length(*bytes);
+                    }
+                }
+                if let Some(b) = st.bars.get(*file) {
+                    b.set_position(b.position().saturating_sub(*bytes));
+                }
+                self.line(&format!(
+                    "wi-fetch: {file}: {} to fetch again ({reason})",
+                    human_bytes(*bytes)
+                ));
+            }
+            Event::Retry {
+                file,
+                attempt,
+                delay,
+                error,
+            } => {
+                self.line(&format!(
+                    "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
+                    delay.as_secs_f64()
+                ));
+            }
+            Event::FileDownloaded { file, .. } => {
+                if let Some(b) = st.bars.get(*file) {
+                    b.set_message(format!("{} (verifying)", escape(file)));
+                }
+            }
+            Event::Verifying { .. } => {}
+            Event::FileDone { file, cached } => {
+                if let Some(b) = st.bars.remove(*file) {
+                    b.finish_and_clear();
+                    self.mp.remove(&b);
+                }
+                let how = if *cached {
+                    self.cached_means
+                } else {
+                    "fetched"
+                };
+                self.line(&format!("wi-fetch: {file}: {how}"));
+            }
+            Event::FileFailed { file, error } => {
+                if let Some(b) = st.bars.remove(*file) {
+                    b.abandon();
+                }
+                self.line(&format!("wi-fetch: {file}: FAILED: {error}"));
+            }
+            Event::FileStopped { file, kept, size } => {
+                if let Some(b) = st.bars.remove(*file) {
+                    b.abandon();
+                }
+                self.line(&format!(
+                    "wi-fetch: {file}: stopped; {} of {} kept for the next run",
+                    human_bytes(*kept),
+                    human_bytes(*size)
+                ));
+            }
+            Event::Notice { file, message } => match file {
+                Some(f) => self.line(&format!("wi-fetch: note: {f}: {message}")),
+                None => self.line(&format!("wi-fetch: note: {message}")),
+            },
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes resumed from an earlier run are not this run's: they shrink what is to fetch
+    /// and count as neither done nor speed; bytes thrown away after the start are to fetch
+    /// again, those thrown away before it (failing their check on resume) were never counted.
+    #[test]
+    fn totals_count_this_runs_bytes() {
+        let p = Progress::new(Mode::Log);
+        let mib = 1u64 << 20;
+        p.on_event(&Event::Plan {
+            files: 2,
+            total_bytes: 400 * mib,
+            cached_bytes: 0,
+        });
+        p.on_event(&Event::Discarded {
+            file: "a.gguf",
+            bytes: mib,
+            reason: "failed its hash check on resume",
+        });
+        p.on_event(&Event::FileStart {
+            file: "a.gguf",
+            size: 300 * mib,
+            resumed_bytes: 226 * mib,
+        });
+        p.on_event(&Event::FileStart {
+            file: "b.gguf",
+            size: 100 * mib,
+            resumed_bytes: 0,
+        });
+        p.on_event(&Event::Progress {
+            file: "b.gguf",
+            bytes: 40 * mib,
+        });
+        p.on_event(&Event::Discarded {
+            file: "b.gguf",
+            bytes: 2 * mib,
+            reason: "a chunk failed",
+        });
+        let st = p.state.lock().unwrap();
+        assert_eq!(st.to_fetch, 174 * mib + 2 * mib);
+        assert_eq!(st.done, 40 * mib);
+        // 40 MiB in one second: 40 MiB/s, and the 136 MiB left take 3.4 s more.
+        let line = progress_line(st.done, st.to_fetch, 1.0);
+        assert_eq!(
+            line,
+            "wi-fetch: 23% 40.0 MiB/176.0 MiB at 40.0 MiB/s, ETA 3s"
+        );
+    }
+}
