@@ -49,4 +49,38 @@ impl ExitClass {
             ExitClass::Local => 1,
         }
     }
+
+    /// The more serious of `self` and `other` (`self` when they are as serious): the class a
+    /// run with several failures reports.
+    #[must_use]
+    pub fn worst(self, other: Option<ExitClass>) -> ExitClass {
+        match other {
+            Some(o) if o.severity() > self.severity() => o,
+            _ => self,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExitClass;
+
+    #[test]
+    fn the_worst_class_wins_whatever_the_order() {
+        let all = [
+            ExitClass::Local,
+            ExitClass::Network,
+            ExitClass::NotFound,
+            ExitClass::Integrity,
+            ExitClass::Interrupted,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for (j, b) in all.iter().enumerate() {
+                let want = if i >= j { *a } else { *b };
+                assert_eq!(a.worst(Some(*b)), want);
+                assert_eq!(b.worst(Some(*a)), want);
+            }
+            assert_eq!(a.worst(None), *a);
+        }
+    }
 }

@@ -1118,6 +1118,16 @@ pub struct Removal {
 }
 
 impl Removal {
+    /// This removal followed by `other` (the llama.cpp files of the same targets, say): their
+    /// items, freed bytes and skipped entries together.
+    #[must_use]
+    pub fn merge(mut self, other: Removal) -> Removal {
+        self.freed_bytes += other.freed_bytes;
+        self.items.extend(other.items);
+        self.skipped.extend(other.skipped);
+        self
+    }
+
     fn new(root: &Path) -> Self {
         Removal {
             root: root.to_path_buf(),

@@ -226,6 +226,40 @@ impl LockFile {
     }
 }
 
+impl LockedRepo {
+    /// What `summary` (a fetch of `repo`) pins: the commit, and each file's size, SHA-256 and
+    /// manifest digest. Every file must have had its manifest recorded
+    /// ([`FetcherBuilder::ensure_manifests`](super::FetcherBuilder::ensure_manifests)).
+    pub fn from_summary(
+        repo: &super::RepoRef,
+        summary: &super::FetchSummary,
+    ) -> Result<LockedRepo, FetchError> {
+        let mut files = Vec::new();
+        for f in &summary.files {
+            let (Some(chunk_size), Some(manifest)) = (f.chunk_size, f.manifest.clone()) else {
+                return Err(FetchError::Invalid(format!(
+                    "{}: no manifest could be recorded for the lock file",
+                    escape(&f.path)
+                )));
+            };
+            files.push(LockedFile {
+                path: f.path.clone(),
+                size: f.size,
+                sha256: f.sha256.parse().map_err(FetchError::Invalid)?,
+                chunk_size,
+                manifest,
+            });
+        }
+        Ok(LockedRepo {
+            repo: repo.id.clone(),
+            repo_type: repo.repo_type.as_str().to_string(),
+            revision: summary.revision.clone(),
+            commit: summary.commit.clone(),
+            files,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,13 +116,11 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("weight-inspect: error: {}", esc(&e.to_string()));
                     let class = e.exit_class();
+                    failed = Some(class.worst(failed));
                     if cli.json {
                         if let Err(code) = json_error(spec, &e.to_string(), class.code()) {
                             return code;
                         }
-                    }
-                    if failed.is_none_or(|f| class.severity() > f.severity()) {
-                        failed = Some(class);
                     }
                 }
             }
@@ -162,8 +160,8 @@ fn main() -> ExitCode {
             }
         }
     }
-    if any_io && failed.is_none_or(|f| ExitClass::Local.severity() > f.severity()) {
-        failed = Some(ExitClass::Local);
+    if any_io {
+        failed = Some(ExitClass::Local.worst(failed));
     }
     if let Some(class) = failed {
         ExitCode::from(u8::try_from(class.code()).unwrap_or(EXIT_USAGE_OR_IO))

@@ -470,13 +470,6 @@ fn capitalize(s: &str) -> String {
 }
 
 /// Merges a second plan (older llama.cpp files) into the first.
-fn merge(mut a: manage::Removal, b: manage::Removal) -> manage::Removal {
-    a.freed_bytes += b.freed_bytes;
-    a.items.extend(b.items);
-    a.skipped.extend(b.skipped);
-    a
-}
-
 fn cache_rm(a: RmArgs) -> Result<u8, Failure> {
     let root = cache_root(&a.common);
     let (legacy_names, targets): (Vec<String>, Vec<String>) = a
@@ -520,7 +513,7 @@ fn cache_rm(a: RmArgs) -> Result<u8, Failure> {
     let missing = !plan.not_found.is_empty();
     if a.dry_run || n_items == 0 {
         let shown = match legacy_plan {
-            Some(lp) => merge(plan, lp),
+            Some(lp) => plan.merge(lp),
             None => plan,
         };
         if n_items == 0 && !a.common.json {
@@ -541,7 +534,7 @@ fn cache_rm(a: RmArgs) -> Result<u8, Failure> {
             ));
         }
         let preview = match legacy_plan.clone() {
-            Some(lp) => merge(plan.clone(), lp),
+            Some(lp) => plan.clone().merge(lp),
             None => plan.clone(),
         };
         print_removal(&preview, false, "removed")?;
@@ -584,8 +577,8 @@ fn cache_prune(a: PruneArgs) -> Result<u8, Failure> {
         plan = manage::execute(plan);
     }
     let plan = match legacy {
-        Some(l) if a.dry_run => merge(plan, l),
-        Some(l) => merge(plan, manage::execute(l)),
+        Some(l) if a.dry_run => plan.merge(l),
+        Some(l) => plan.merge(manage::execute(l)),
         None => plan,
     };
     print_removal(&plan, a.common.json, "removed")?;

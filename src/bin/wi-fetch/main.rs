@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weight_inspect::cache::manage;
-use weight_inspect::fetch::lock::{LockFile, LockedFile, LockedRepo};
+use weight_inspect::fetch::lock::{LockFile, LockedRepo};
 use weight_inspect::fetch::{
     human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, Plan, Reference, RepoRef,
     RepoType, Selection,
@@ -89,8 +89,8 @@ struct Cli {
     #[arg(long, default_value = "main")]
     revision: String,
     /// Repository type.
-    #[arg(long, default_value = "model", value_parser = ["model", "dataset", "space"])]
-    repo_type: String,
+    #[arg(long, value_enum, default_value_t = RepoTypeArg::Model)]
+    repo_type: RepoTypeArg,
     /// Hub URL.
     #[arg(long, env = "HF_ENDPOINT", value_name = "URL")]
     endpoint: Option<String>,
@@ -134,8 +134,8 @@ struct Cli {
     /// How far files already on disk are checked: fast (size, the recorded manifest, the
     /// header) or full (every chunk re-hashed against the manifest, else the whole file against
     /// the Hub's SHA-256). A damaged file is repaired: only the chunks that differ are fetched.
-    #[arg(long, value_name = "LEVEL", default_value = "fast", value_parser = ["fast", "full"])]
-    verify: String,
+    #[arg(long, value_name = "LEVEL", value_enum, default_value_t = VerifyArg::Fast)]
+    verify: VerifyArg,
     /// A manifest the files must match (a weight-inspect manifest, llama-gguf-hash lines, or an
     /// OpenSSF model-signing bundle/statement; a file or an http(s) URL): every chunk is checked
     /// the moment it arrives.
@@ -174,6 +174,45 @@ struct Cli {
     /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
     #[arg(skip)]
     check_only: bool,
+}
+
+/// `--verify`: how far files already on disk are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum VerifyArg {
+    /// Size, the recorded manifest, the header: no data read.
+    Fast,
+    /// Every chunk re-hashed; the file's identity asked of the Hub.
+    Full,
+}
+
+impl From<VerifyArg> for weight_inspect::fetch::VerifyLevel {
+    fn from(v: VerifyArg) -> Self {
+        match v {
+            VerifyArg::Fast => Self::Fast,
+            VerifyArg::Full => Self::Full,
+        }
+    }
+}
+
+/// `--repo-type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RepoTypeArg {
+    /// A model repository.
+    Model,
+    /// A dataset repository.
+    Dataset,
+    /// A Space.
+    Space,
+}
+
+impl From<RepoTypeArg> for RepoType {
+    fn from(t: RepoTypeArg) -> Self {
+        match t {
+            RepoTypeArg::Model => RepoType::Model,
+            RepoTypeArg::Dataset => RepoType::Dataset,
+            RepoTypeArg::Space => RepoType::Space,
+        }
+    }
 }
 
 /// `wi-fetch cache verify ARGS…` is `wi-fetch --offline --no-sidecar --verify full ARGS…`
@@ -308,7 +347,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     };
     let repo_type: RepoType = match reference.repo_type {
         Some(t) => t,
-        None => cli.repo_type.parse().map_err(|m: String| (m, 1))?,
+        None => cli.repo_type.into(),
     };
     let repo = RepoRef::model(reference.repo.clone())
         .with_type(repo_type)
@@ -336,7 +375,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     } else {
         Mode::Log
     });
-    if cli.verify == "full" {
+    if cli.verify == VerifyArg::Full {
         progress.cached_means = "in the cache, every chunk re-hashed and matching";
     }
     progress.checking = cli.check_only;
@@ -346,7 +385,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         .max_connections(cli.max_connections as usize)
         .max_files(cli.max_files as usize)
         .verify(!cli.no_verify)
-        .verify_level(cli.verify.parse().map_err(|m: String| (m, 1))?)
+        .verify_level(cli.verify.into())
         .sidecars(!cli.no_sidecar)
         .retry_delays(cli.retry_delay, cli.retry_max_delay)
         .force_download(cli.force_download)
@@ -475,32 +514,7 @@ fn write_lock(
     } else {
         LockFile::default()
     };
-    let mut files = Vec::new();
-    for f in &summary.files {
-        let (Some(chunk_size), Some(manifest)) = (f.chunk_size, f.manifest.clone()) else {
-            return Err((
-                format!(
-                    "{}: no manifest could be recorded for the lock file",
-                    escape(&f.path)
-                ),
-                1,
-            ));
-        };
-        files.push(LockedFile {
-            path: f.path.clone(),
-            size: f.size,
-            sha256: f.sha256.parse().map_err(|m: String| (m, 1))?,
-            chunk_size,
-            manifest,
-        });
-    }
-    lock.pin(LockedRepo {
-        repo: repo.id.clone(),
-        repo_type: repo.repo_type.as_str().to_string(),
-        revision: summary.revision.clone(),
-        commit: summary.commit.clone(),
-        files,
-    });
+    lock.pin(LockedRepo::from_summary(repo, summary).map_err(fail)?);
     lock.write(path).map_err(fail)
 }
 
