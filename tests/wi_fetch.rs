@@ -1578,15 +1578,21 @@ fn disk_fills_up_mid_download_then_resumes() {
     let o = child.wait_with_output().unwrap();
     expect_code(&o, 1);
     let e = stderr(&o);
+    // Each failure is said once, on its file's line; the final error counts them.
+    let failed_line = e
+        .lines()
+        .find(|l| l.contains(": FAILED: "))
+        .unwrap_or_default();
+    assert!(
+        (failed_line.contains("w1.bin") || failed_line.contains("w2.bin"))
+            && (failed_line.contains("space") || failed_line.contains("disk")),
+        "{e}"
+    );
     let err_line = e
         .lines()
         .find(|l| l.starts_with("wi-fetch: error:"))
         .unwrap_or_default();
-    assert!(
-        (err_line.contains("w1.bin") || err_line.contains("w2.bin"))
-            && (err_line.contains("space") || err_line.contains("disk")),
-        "{e}"
-    );
+    assert!(err_line.ends_with("failed, named above"), "{e}");
     let first = sent(&hub);
     assert!(first < 2 * SIZE as u64, "the first run was not cut short");
     hub.reset_stats();
