@@ -79,6 +79,8 @@ pub mod fetch;
 #[cfg(feature = "net")]
 pub mod hub;
 #[cfg(feature = "net")]
+pub mod manage;
+#[cfg(feature = "net")]
 pub mod net;
 #[cfg(feature = "net")]
 pub mod remote;

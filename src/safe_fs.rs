@@ -401,6 +401,44 @@ impl FileLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The state of the lock file at `path`, probed without waiting and without creating it
+    /// (no link followed, never a FIFO): absent, free (and now held by the probe, until the
+    /// [`FileLock`] returned is dropped), or held by someone else.
+    pub fn probe(path: &Path) -> io::Result<LockProbe> {
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockProbe::Absent),
+            Err(e) => return Err(e),
+        };
+        if !file.metadata()?.is_file() {
+            return Err(not_a_file(path));
+        }
+        if fs4::fs_std::FileExt::try_lock_exclusive(&file)? {
+            Ok(LockProbe::Free(FileLock {
+                file,
+                path: path.to_path_buf(),
+            }))
+        } else {
+            Ok(LockProbe::Held)
+        }
+    }
+}
+
+/// A lock file's state ([`FileLock::probe`]).
+#[derive(Debug)]
+pub enum LockProbe {
+    /// No lock file.
+    Absent,
+    /// Nobody held it; the probe holds it now (released when dropped).
+    Free(FileLock),
+    /// Another process (or another download in this one) holds it.
+    Held,
 }
 
 impl Drop for FileLock {

@@ -29,8 +29,6 @@
 //! blob, then the snapshot link is (atomically) replaced, then the ref is written.
 
 mod local_dir;
-#[cfg(feature = "net")]
-pub mod manage;
 
 pub use crate::safe_fs::{replace_with_symlink, write_atomic, FileLock};
 pub use local_dir::{LocalDir, LocalMetadata};

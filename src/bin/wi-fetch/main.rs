@@ -20,12 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use weight_inspect::cache::manage;
 use weight_inspect::fetch::lock::{LockFile, LockedRepo};
 use weight_inspect::fetch::{
     human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, Plan, Reference, RepoRef,
     RepoType, Selection,
 };
+use weight_inspect::manage;
 use weight_inspect::names::escape;
 use weight_inspect::progress::{Event, Reporter};
 use weight_inspect::units::{parse_duration, parse_size};

@@ -49,9 +49,8 @@
 //! revision never holds `:`, so the forms cannot be confused.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -59,10 +58,10 @@ use serde::Serialize;
 
 use crate::env::EnvLookup;
 use crate::names::{check_repo_id, check_repo_path, etag_kind, is_commit_hash, is_lower_hex};
-use crate::safe_fs;
+use crate::safe_fs::{self, FileLock, LockProbe};
 use crate::transfer::PartialPaths;
 
-use super::{cache_dir_from, PARTIAL_SUFFIX, STATE_SUFFIX};
+use crate::cache::{cache_dir_from, PARTIAL_SUFFIX, STATE_SUFFIX};
 
 /// huggingface_hub's partial download in `blobs/`.
 pub const HF_INCOMPLETE_SUFFIX: &str = ".incomplete";
@@ -452,40 +451,8 @@ fn link_etag(repo_dir: &Path, link: &Path) -> Option<String> {
     (out.parent()? == repo_dir.join("blobs") && etag_kind(&name).is_some()).then_some(name)
 }
 
-/// A lock file's state, probed without waiting and without creating it.
-enum LockProbe {
-    /// No lock file.
-    Absent,
-    /// Nobody holds it; we hold it now (released when dropped).
-    Free(#[allow(dead_code)] File),
-    /// Another process (or another download in this one) holds it.
-    Held,
-}
-
-/// Opens an existing lock file (no link followed, never created) and tries to lock it.
-fn probe_lock(path: &Path) -> io::Result<LockProbe> {
-    let file = match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LockProbe::Absent),
-        Err(e) => return Err(e),
-    };
-    if !file.metadata()?.is_file() {
-        return Err(safe_fs::not_a_file(path));
-    }
-    if fs4::fs_std::FileExt::try_lock_exclusive(&file)? {
-        Ok(LockProbe::Free(file))
-    } else {
-        Ok(LockProbe::Held)
-    }
-}
-
 fn lock_held(path: &Path) -> bool {
-    matches!(probe_lock(path), Ok(LockProbe::Held))
+    matches!(FileLock::probe(path), Ok(LockProbe::Held))
 }
 
 /// The ETag a lock, blob or partial file name starts with, with the rest of the name.
@@ -1770,8 +1737,8 @@ pub fn execute(mut plan: Removal) -> Removal {
             _ => Vec::new(),
         };
         for l in &lock_files {
-            match probe_lock(l) {
-                Ok(LockProbe::Free(f)) => guards.push(f),
+            match FileLock::probe(l) {
+                Ok(LockProbe::Free(lock)) => guards.push(lock),
                 Ok(LockProbe::Absent) => {}
                 Ok(LockProbe::Held) => busy = true,
                 Err(_) => {}
