@@ -383,7 +383,7 @@ run3() {
 REPAIR_WORST=""
 for off in $DAMAGE_MIB; do
 	damage "$off"
-	run3 "\`wi-fetch cache verify\` (offline, reports), damage at $off MiB" \
+	run3 "\`wi-fetch cache verify\` (reports), damage at $off MiB" \
 		"$WI_FETCH" cache verify "$REPO_ID" "$FILE" --cache-dir "$CACHE"
 	[[ "$LAST_RC" == 2 ]] || note "wi-fetch cache verify exited $LAST_RC on a damaged file (expected 2)"
 	grep -i 'error:.*chunk' "$LOGS/repair-step.log" | sed 's/^/    /' >&2 || true

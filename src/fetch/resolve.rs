@@ -529,7 +529,7 @@ fn listing_difference(saved: &[hub::RemoteFile], hub: &[hub::RemoteFile]) -> Str
                     escape(&f.path),
                     escape(f.etag()),
                     f.size,
-                    h.etag(),
+                    escape(h.etag()),
                     h.size
                 )
             }

@@ -215,8 +215,9 @@ impl From<RepoTypeArg> for RepoType {
     }
 }
 
-/// `wi-fetch cache verify ARGS…` is `wi-fetch --offline --no-sidecar --verify full ARGS…`
-/// (the level can be given): the arguments to parse, or `None` for any other command line.
+/// `wi-fetch cache verify ARGS…` is `wi-fetch --no-sidecar --verify full ARGS…` (the level can
+/// be given; `--offline` added under `--locked`, whose pins are the root), run only checking
+/// (see `main`): the arguments to parse, or `None` for any other command line.
 fn cache_verify_args(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
     if args.get(1).is_none_or(|a| a != "cache") || args.get(2).is_none_or(|a| a != "verify") {
         return None;
