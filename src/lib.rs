@@ -65,6 +65,7 @@ pub mod cache;
 pub mod env;
 pub mod exit;
 pub mod format;
+pub mod key;
 pub mod manifest;
 pub mod names;
 pub mod progress;

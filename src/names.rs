@@ -257,6 +257,14 @@ pub fn case_fold(path: &str) -> String {
     path.to_lowercase()
 }
 
+/// An ETag without `W/`, quotes or surrounding white space (as huggingface_hub reads it), in
+/// lowercase: the Hub's ETags are hex digests, compared without regard to case.
+pub fn normalize_etag(etag: &str) -> String {
+    let e = etag.trim();
+    let e = e.strip_prefix("W/").unwrap_or(e);
+    e.trim_matches('"').to_ascii_lowercase()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,10 +10,10 @@ use mock_server::{Fault, MockHub, MockHubBuilder, Target};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
+use weight_inspect::key::{FileKey, PartialPaths};
 use weight_inspect::progress::{Event, Reporter};
 use weight_inspect::transfer::{
-    Digest, Engine, EngineConfig, ExpectedChunks, PartialPaths, RemoteIdentity, TransferError,
-    TransferOutcome, TransferSpec,
+    Engine, EngineConfig, ExpectedChunks, TransferError, TransferOutcome, TransferSpec,
 };
 
 const REPO: &str = "org/name";
@@ -227,7 +227,7 @@ impl Eng {
         spec: &Spec,
         rec: &dyn Reporter,
     ) -> Result<TransferOutcome, TransferError> {
-        let locked = self.0.lock(&spec.paths, &spec.file, rec).await?;
+        let locked = self.0.lock(&spec.paths, &spec.key.path, rec).await?;
         self.0
             .download(&spec.spec, locked, rec)
             .await
@@ -273,29 +273,19 @@ impl Fixture {
     }
 
     fn spec_for(&self, path: &str, content: &[u8], commit: &str) -> Spec {
-        let (etag, expected) = if path == SMALL {
-            let d = git_sha1(content);
-            (hex::encode(d), Digest::GitSha1(d))
+        let etag = if path == SMALL {
+            hex::encode(git_sha1(content))
         } else {
-            let d = sha256(content);
-            (hex::encode(d), Digest::Sha256(d))
+            hex::encode(sha256(content))
         };
         let name = path.replace('/', "_");
         let partial_path = self.dir.path().join(format!("{name}.wi-partial"));
         let state_path = self.dir.path().join(format!("{name}.wi-partial.state"));
         Spec {
             spec: TransferSpec {
-                file: path.to_string(),
                 url: format!("{}/{REPO}/resolve/{commit}/{path}", self.hub.url()),
                 headers: HeaderMap::new(),
-                identity: RemoteIdentity {
-                    repo: REPO.into(),
-                    commit: commit.into(),
-                    path: path.into(),
-                    etag,
-                    size: content.len() as u64,
-                },
-                expected,
+                key: FileKey::new(REPO, commit, path, etag, content.len() as u64),
                 chunks: None,
             },
             paths: PartialPaths {
@@ -396,8 +386,6 @@ async fn small_file_checks_the_git_blob_sha1() {
 async fn empty_file_needs_no_request() {
     let fx = fixture_with(|b| b.file(REPO, "empty.txt", Vec::<u8>::new())).await;
     let spec = fx.spec_for("empty.txt", b"", &fx.hub.commit(REPO));
-    let mut spec = spec;
-    spec.expected = Digest::Sha256(sha256(b""));
     let out = engine(config())
         .download(&spec, &Recorder::default())
         .await
@@ -1121,9 +1109,23 @@ async fn with_a_manifest_bytes_without_a_state_are_checked_not_thrown_away() {
 /// published, is refused (exit 2) without fetching anything again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manifest_of_other_bytes_than_the_published_digest_is_refused() {
-    let fx = fixture().await;
-    let mut spec = fx.spec_with_manifest();
-    spec.expected = Digest::Sha256(sha256(b"another file"));
+    // The Hub publishes the digest of other bytes than it serves (all zeros).
+    let published = hex::encode(sha256(b"another file"));
+    let fx = fixture_with(|b| {
+        b.listing_entry(
+            REPO,
+            serde_json::json!({"type": "file", "path": "fake.gguf", "size": SIZE,
+                "oid": "0".repeat(40), "lfs": {"oid": published, "size": SIZE}}),
+        )
+    })
+    .await;
+    let zeros = vec![0u8; SIZE];
+    let mut spec = fx.spec_for("fake.gguf", &zeros, &fx.hub.commit(REPO));
+    spec.key.etag = published;
+    spec.chunks = Some(std::sync::Arc::new(ExpectedChunks {
+        chunk_size: CHUNK,
+        sha256: zeros.chunks(CHUNK as usize).map(sha256).collect(),
+    }));
     let e = engine(config())
         .download(&spec, &Recorder::default())
         .await
@@ -1137,7 +1139,7 @@ async fn a_manifest_of_other_bytes_than_the_published_digest_is_refused() {
         e.to_string().contains("manifest describes another file"),
         "{e}"
     );
-    assert_eq!(fx.sent(LFS), SIZE as u64);
+    assert_eq!(fx.sent("fake.gguf"), SIZE as u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1177,14 +1179,14 @@ async fn push_during_download_does_not_affect_a_commit_pinned_download() {
         .await
         .unwrap();
     assert_complete(&spec, &fx.lfs);
-    assert_ne!(fx.hub.commit(REPO), spec.identity.commit, "the mock pushed");
+    assert_ne!(fx.hub.commit(REPO), spec.key.commit, "the mock pushed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn download_of_a_branch_that_moves_is_remote_changed() {
     let fx = fixture().await;
     let mut spec = fx.spec(LFS);
-    spec.url = spec.url.replace(&spec.identity.commit, "main");
+    spec.url = spec.url.replace(&spec.key.commit, "main");
     fx.hub.mutate_file(REPO, LFS, data(SIZE, 9)).unwrap();
     let e = engine(config())
         .download(&spec, &Recorder::default())
@@ -1351,8 +1353,8 @@ async fn corrupt_or_foreign_state_is_discarded_with_a_notice() {
     let tiny_chunks = serde_json::to_vec(&serde_json::json!({
         "format": "weight-inspect/transfer-state",
         "version": 1,
-        "identity": spec.identity,
-        "expected": spec.expected.to_string(),
+        "identity": spec.key,
+        "expected": spec.key.digest().unwrap().to_string(),
         "chunk_size": 4096,
         "chunks": [],
     }))
@@ -1705,11 +1707,7 @@ async fn the_parts_of_a_split_chunk_survive_a_stop() {
         .unwrap_or_default();
     assert!(!spans.is_empty(), "no spans recorded: {state}");
     // What `cache ls` says the partial download can resume counts them.
-    assert_eq!(
-        spec.paths
-            .resumable_bytes(&spec.spec.identity, &spec.spec.expected.to_string()),
-        kept
-    );
+    assert_eq!(spec.paths.resumable_bytes(&spec.key), kept);
 
     fx.hub.reset_stats();
     let cfg = EngineConfig {
@@ -1735,8 +1733,8 @@ async fn a_split_chunk_stopped_while_assembled_is_finished_on_resume() {
     let state = serde_json::json!({
         "format": "weight-inspect/transfer-state",
         "version": 1,
-        "identity": spec.identity,
-        "expected": spec.expected.to_string(),
+        "identity": spec.key,
+        "expected": spec.key.digest().unwrap().to_string(),
         "chunk_size": SIZE,
         "chunks": [{
             "index": 0, "written": first, "complete": false, "sha256": hex(&fx.lfs[..first]),

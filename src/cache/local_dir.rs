@@ -22,7 +22,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{CachedFile, Placement, PARTIAL_SUFFIX, STATE_SUFFIX};
+use super::{CachedFile, PARTIAL_SUFFIX, STATE_SUFFIX};
+use crate::key::{FileKey, PartialPaths};
 use crate::names::{check_repo_path, etag_kind, is_commit_hash};
 use crate::safe_fs::{self, create_dirs_below, write_atomic};
 
@@ -122,15 +123,15 @@ impl LocalDir {
 
     /// Where `path` at `etag` is downloaded and locked (the lock is per path: it covers every
     /// version of the file).
-    pub fn placement(&self, path: &str, etag: &str) -> Placement {
-        Placement {
-            partial_path: self.partial_path(path, etag),
-            state_path: self.state_path(path, etag),
-            lock_path: self.lock_path(path),
-            foreign_partial_path: Some(join_repo_path(
+    pub fn partial(&self, path: &str, etag: &str) -> PartialPaths {
+        PartialPaths {
+            data: self.partial_path(path, etag),
+            state: self.state_path(path, etag),
+            lock: self.lock_path(path),
+            watch: vec![join_repo_path(
                 &self.download_dir(),
                 &format!("{path}.{etag}.incomplete"),
-            )),
+            )],
         }
     }
 
@@ -141,7 +142,7 @@ impl LocalDir {
         &self,
         path: &str,
         current_etag: &str,
-    ) -> io::Result<Vec<(String, Placement)>> {
+    ) -> io::Result<Vec<(String, PartialPaths)>> {
         check_repo_path(path).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -171,7 +172,7 @@ impl LocalDir {
             if etag_kind(etag).is_none() || etag.eq_ignore_ascii_case(current_etag) {
                 continue;
             }
-            out.push((etag.to_string(), self.placement(path, etag)));
+            out.push((etag.to_string(), self.partial(path, etag)));
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
@@ -212,8 +213,13 @@ impl LocalDir {
         write_atomic(&p, format!("{commit}\n{etag}\n{now}\n").as_bytes())
     }
 
-    /// The file `path` if it is complete for `etag` (see the module docs).
-    pub fn find_complete(&self, path: &str, etag: &str, size: u64) -> Option<PathBuf> {
+    /// The file of `key` if it is complete (see the module docs).
+    pub fn find_complete(&self, key: &FileKey) -> Option<PathBuf> {
+        self.complete_file(&key.path, &key.etag, key.size)
+    }
+
+    /// The file `path` if it is complete for `etag` and `size`.
+    fn complete_file(&self, path: &str, etag: &str, size: u64) -> Option<PathBuf> {
         let md = self.read_metadata(path)?;
         if md.etag != etag {
             return None;
@@ -239,13 +245,8 @@ impl LocalDir {
     /// Moves a finished partial file into place (replacing whatever is there, a planted link
     /// included, never writing through it) and writes its metadata. (The resume state is the
     /// download's to remove, once this returned.)
-    pub fn commit(
-        &self,
-        partial: &Path,
-        path: &str,
-        commit: &str,
-        etag: &str,
-    ) -> io::Result<PathBuf> {
+    pub fn commit(&self, partial: &Path, key: &FileKey) -> io::Result<PathBuf> {
+        let (path, commit, etag) = (&key.path, &key.commit, &key.etag);
         let dst = self.file_path(path);
         let parent = dst.parent().unwrap_or(&self.root).to_path_buf();
         create_dirs_below(&self.root, &parent)?;
@@ -276,7 +277,7 @@ impl LocalDir {
             let Ok(st) = fs::symlink_metadata(&file) else {
                 continue;
             };
-            if self.find_complete(path, &md.etag, st.len()).is_none() {
+            if self.complete_file(path, &md.etag, st.len()).is_none() {
                 continue;
             }
             out.push(CachedFile {
@@ -356,16 +357,27 @@ mod tests {
         let partial = d.partial_path("sub/m.gguf", &etag);
         fs::create_dir_all(partial.parent().unwrap()).unwrap();
         fs::write(&partial, b"hello").unwrap();
-        let dst = d.commit(&partial, "sub/m.gguf", &commit, &etag).unwrap();
+        let key = FileKey::new("org/name", &commit, "sub/m.gguf", &etag, 5);
+        let dst = d.commit(&partial, &key).unwrap();
         assert_eq!(fs::read(&dst).unwrap(), b"hello");
         let md = d.read_metadata("sub/m.gguf").unwrap();
         assert_eq!(md.commit, commit);
         assert_eq!(md.etag, etag);
         let text = fs::read_to_string(d.metadata_path("sub/m.gguf")).unwrap();
         assert_eq!(text.lines().count(), 3);
-        assert!(d.find_complete("sub/m.gguf", &etag, 5).is_some());
-        assert!(d.find_complete("sub/m.gguf", &etag, 6).is_none());
-        assert!(d.find_complete("sub/m.gguf", &"f".repeat(64), 5).is_none());
+        assert!(d.find_complete(&key).is_some());
+        assert!(d
+            .find_complete(&FileKey {
+                size: 6,
+                ..key.clone()
+            })
+            .is_none());
+        assert!(d
+            .find_complete(&FileKey {
+                etag: "f".repeat(64),
+                ..key
+            })
+            .is_none());
         let all = d.list_complete(None).unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].path, "sub/m.gguf");

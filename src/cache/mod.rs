@@ -38,7 +38,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::env::{hf_home_from, EnvLookup};
-use crate::names::{check_repo_path, etag_kind, is_commit_hash, RepoType};
+use crate::key::{FileKey, PartialPaths};
+use crate::names::{check_repo_id, check_repo_path, etag_kind, is_commit_hash, RepoType};
 use crate::safe_fs::{self, create_dirs_below};
 use local_dir::join_repo_path;
 
@@ -59,6 +60,17 @@ pub fn repo_folder_name(repo_type: RepoType, id: &str) -> String {
         s.push_str(part);
     }
     s
+}
+
+/// What a repository folder name says: ([`RepoType::Model`], `org/name`) for
+/// `models--org--name`; `None` for any other name (or an id that is not a repository id).
+pub fn parse_repo_folder_name(name: &str) -> Option<(RepoType, String)> {
+    let (ty, rest) = [RepoType::Model, RepoType::Dataset, RepoType::Space]
+        .into_iter()
+        .find_map(|t| Some((t, name.strip_prefix(&format!("{}s--", t.as_str()))?)))?;
+    let id = rest.replace("--", "/");
+    check_repo_id(&id).ok()?;
+    Some((ty, id))
 }
 
 /// The cache root from the environment: `HF_HUB_CACHE` (or the older `HUGGINGFACE_HUB_CACHE`),
@@ -165,7 +177,7 @@ impl RepoCache {
     /// Every partial download in `blobs/` whose ETag (in its name) is not `current_etag`: the
     /// ETags with their placement. Which file each was for is recorded in its resume state,
     /// which this module does not read (see `transfer::partial`).
-    pub fn other_partials(&self, current_etag: &str) -> io::Result<Vec<(String, Placement)>> {
+    pub fn other_partials(&self, current_etag: &str) -> io::Result<Vec<(String, PartialPaths)>> {
         let blobs = self.dir.join("blobs");
         let entries = match fs::read_dir(&blobs) {
             Ok(e) => e,
@@ -181,20 +193,26 @@ impl RepoCache {
             if etag_kind(etag).is_none() || etag.eq_ignore_ascii_case(current_etag) {
                 continue;
             }
-            out.push((etag.to_string(), self.placement(etag)));
+            out.push((etag.to_string(), self.partial(etag)));
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
-    /// Where the blob `etag` is downloaded and locked.
-    pub fn placement(&self, etag: &str) -> Placement {
-        Placement {
-            partial_path: self.partial_path(etag),
-            state_path: self.state_path(etag),
-            lock_path: self.lock_path(etag),
-            foreign_partial_path: Some(self.dir.join("blobs").join(format!("{etag}.incomplete"))),
+    /// Where the blob `etag` is downloaded and locked (huggingface_hub's
+    /// `blobs/{etag}.incomplete`, filled under the same lock, is watched too).
+    pub fn partial(&self, etag: &str) -> PartialPaths {
+        PartialPaths {
+            data: self.partial_path(etag),
+            state: self.state_path(etag),
+            lock: self.lock_path(etag),
+            watch: vec![self.dir.join("blobs").join(format!("{etag}.incomplete"))],
         }
+    }
+
+    /// `{cache}/.locks/models--org--name`: the locks of this repository's blobs.
+    pub fn locks_dir(&self) -> &Path {
+        &self.locks
     }
 
     /// `.wi-manifests/{etag}.json`: the manifest recorded when the blob was verified (our own
@@ -337,38 +355,26 @@ impl RepoCache {
 
     /// The snapshot path of a complete file, linking it from its blob when only the blob is
     /// there (same content reached from another commit or path).
-    pub fn find_complete(
-        &self,
-        commit: &str,
-        path: &str,
-        etag: &str,
-        size: u64,
-    ) -> io::Result<Option<PathBuf>> {
-        if self.complete_blob(etag, size).is_none() {
+    pub fn find_complete(&self, key: &FileKey) -> io::Result<Option<PathBuf>> {
+        if self.complete_blob(&key.etag, key.size).is_none() {
             return Ok(None);
         }
-        self.link_snapshot(commit, path, etag).map(Some)
+        self.link_snapshot(&key.commit, &key.path, &key.etag)
+            .map(Some)
     }
 
     /// Commits a finished, hash-checked partial file: renames it to `blobs/{etag}` (replacing a
     /// blob, or anything else, that appeared meanwhile), links the snapshot, writes
     /// `refs/{revision}`. Returns the snapshot path. (The resume state is the download's to
     /// remove, once this returned.)
-    pub fn commit(
-        &self,
-        partial: &Path,
-        etag: &str,
-        commit: &str,
-        path: &str,
-        revision: &str,
-    ) -> io::Result<PathBuf> {
-        let blob = self.blob_path(etag);
+    pub fn commit(&self, partial: &Path, key: &FileKey, revision: &str) -> io::Result<PathBuf> {
+        let blob = self.blob_path(&key.etag);
         let blobs = self.dir.join("blobs");
         self.create_dirs(&blobs)?;
         fs::rename(partial, &blob)?;
         safe_fs::sync_dir(&blobs)?;
-        let link = self.link_snapshot(commit, path, etag)?;
-        self.write_ref(revision, commit)?;
+        let link = self.link_snapshot(&key.commit, &key.path, &key.etag)?;
+        self.write_ref(revision, &key.commit)?;
         Ok(link)
     }
 
@@ -433,20 +439,6 @@ pub enum Store {
     Local(LocalDir),
 }
 
-/// Where one file is written and locked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// Partial download (preallocated, written in place).
-    pub partial_path: PathBuf,
-    /// Resume state beside it.
-    pub state_path: PathBuf,
-    /// Lock held while the file is written.
-    pub lock_path: PathBuf,
-    /// Where huggingface_hub fills the same file while holding the same lock
-    /// (`{etag}.incomplete`): its progress tells a waiting process that the holder is alive.
-    pub foreign_partial_path: Option<PathBuf>,
-}
-
 impl Store {
     /// The folder whose file system receives the bytes (for the free-space check).
     pub fn data_dir(&self) -> PathBuf {
@@ -464,60 +456,58 @@ impl Store {
         }
     }
 
-    /// Creates the folders `path`'s partial download, state and lock go in (local folders keep
+    /// Creates the folders `key`'s partial download, state and lock go in (local folders keep
     /// the repository's folder structure), refusing links on the way.
-    pub fn prepare_for(&self, path: &str, etag: &str) -> io::Result<()> {
+    pub fn prepare_for(&self, key: &FileKey) -> io::Result<()> {
         match self {
             Store::Cache(r) => r.prepare(),
-            Store::Local(l) => l.prepare_for(path, etag),
+            Store::Local(l) => l.prepare_for(&key.path, &key.etag),
         }
     }
 
-    /// Where `path` with `etag` is downloaded.
-    pub fn placement(&self, path: &str, etag: &str) -> Placement {
+    /// Where `key` is downloaded: the one place a partial download's paths are named.
+    pub fn partial(&self, key: &FileKey) -> PartialPaths {
         match self {
-            Store::Cache(r) => r.placement(etag),
-            Store::Local(l) => l.placement(path, etag),
+            Store::Cache(r) => r.partial(&key.etag),
+            Store::Local(l) => l.partial(&key.path, &key.etag),
         }
     }
 
-    /// The local path of `path` if it is already complete for `etag` and `size`.
-    pub fn find_complete(
-        &self,
-        commit: &str,
-        path: &str,
-        etag: &str,
-        size: u64,
-    ) -> io::Result<Option<PathBuf>> {
+    /// The local path of `key` if it is already complete (in the cache, linking its snapshot
+    /// from the blob when only the blob is there).
+    pub fn find_complete(&self, key: &FileKey) -> io::Result<Option<PathBuf>> {
         match self {
-            Store::Cache(r) => r.find_complete(commit, path, etag, size),
-            Store::Local(l) => Ok(l.find_complete(path, etag, size)),
+            Store::Cache(r) => r.find_complete(key),
+            Store::Local(l) => Ok(l.find_complete(key)),
         }
     }
 
-    /// Puts a finished, hash-checked partial file into place; returns its local path.
-    pub fn commit(
-        &self,
-        partial: &Path,
-        commit: &str,
-        path: &str,
-        etag: &str,
-        revision: &str,
-    ) -> io::Result<PathBuf> {
+    /// Whether `key` is complete on disk, without linking anything (the cache: its blob is
+    /// there at its size; a local folder: its file and metadata agree).
+    pub fn has_complete(&self, key: &FileKey) -> bool {
         match self {
-            Store::Cache(r) => r.commit(partial, etag, commit, path, revision),
-            Store::Local(l) => l.commit(partial, path, commit, etag),
+            Store::Cache(r) => r.complete_blob(&key.etag, key.size).is_some(),
+            Store::Local(l) => l.find_complete(key).is_some(),
         }
     }
 
-    /// Partial downloads that may be older versions of `path` (another ETag than `etag`), with
-    /// their ETags and placements: in the cache every partial in `blobs/` with another ETag
-    /// (which file each is for is in its resume state), in a local folder those named after
-    /// `path`. See [`RepoCache::other_partials`] and [`LocalDir::other_partials`].
-    pub fn other_partials(&self, path: &str, etag: &str) -> io::Result<Vec<(String, Placement)>> {
+    /// Puts a finished, hash-checked partial file of `key` into place (in the cache, also
+    /// writing `refs/{revision}`); returns its local path.
+    pub fn commit(&self, partial: &Path, key: &FileKey, revision: &str) -> io::Result<PathBuf> {
         match self {
-            Store::Cache(r) => r.other_partials(etag),
-            Store::Local(l) => l.other_partials(path, etag),
+            Store::Cache(r) => r.commit(partial, key, revision),
+            Store::Local(l) => l.commit(partial, key),
+        }
+    }
+
+    /// Partial downloads that may be older versions of `key`'s file (another ETag), with their
+    /// ETags and paths: in the cache every partial in `blobs/` with another ETag (which file
+    /// each is for is in its resume state), in a local folder those named after the path. See
+    /// [`RepoCache::other_partials`] and [`LocalDir::other_partials`].
+    pub fn other_partials(&self, key: &FileKey) -> io::Result<Vec<(String, PartialPaths)>> {
+        match self {
+            Store::Cache(r) => r.other_partials(&key.etag),
+            Store::Local(l) => l.other_partials(&key.path, &key.etag),
         }
     }
 
@@ -594,6 +584,23 @@ mod tests {
             "datasets--org--d"
         );
         assert_eq!(repo_folder_name(RepoType::Model, "gpt2"), "models--gpt2");
+        for (ty, id) in [
+            (RepoType::Model, "org/name"),
+            (RepoType::Dataset, "org/d"),
+            (RepoType::Space, "gpt2"),
+        ] {
+            let name = repo_folder_name(ty, id);
+            assert_eq!(parse_repo_folder_name(&name), Some((ty, id.to_string())));
+        }
+        for bad in [
+            "model--x",
+            "models--",
+            "models--a--b--c",
+            "models--..",
+            ".locks",
+        ] {
+            assert_eq!(parse_repo_folder_name(bad), None, "{bad}");
+        }
     }
 
     #[test]
@@ -656,20 +663,19 @@ mod tests {
         let etag = "a".repeat(64);
         let store = Store::Cache(r.clone());
         store.prepare().unwrap();
-        let pl = store.placement("dir/m.gguf", &etag);
-        fs::write(&pl.partial_path, b"data").unwrap();
-        fs::write(&pl.state_path, b"{}").unwrap();
-        let snap = store
-            .commit(&pl.partial_path, &commit, "dir/m.gguf", &etag, "main")
-            .unwrap();
+        let key = FileKey::new("org/name", &commit, "dir/m.gguf", &etag, 4);
+        let pl = store.partial(&key);
+        fs::write(&pl.data, b"data").unwrap();
+        fs::write(&pl.state, b"{}").unwrap();
+        let snap = store.commit(&pl.data, &key, "main").unwrap();
         assert_eq!(fs::read(&snap).unwrap(), b"data");
         assert_eq!(
             fs::read_link(&snap).unwrap(),
             PathBuf::from(format!("../../../blobs/{etag}"))
         );
-        assert!(!pl.partial_path.exists());
+        assert!(!pl.data.exists());
         // The state is the download's to remove, after the commit.
-        assert!(pl.state_path.exists());
+        assert!(pl.state.exists());
         assert_eq!(fs::read_to_string(r.ref_path("main")).unwrap(), commit);
         assert_eq!(r.resolve_offline("main"), Some(commit.clone()));
         assert_eq!(r.resolve_offline(&commit), Some(commit.clone()));
@@ -680,13 +686,11 @@ mod tests {
         assert_eq!(files[0].size, 4);
         // Same blob from another commit: found complete and linked.
         let c2 = "d".repeat(40);
-        let p = store
-            .find_complete(&c2, "m.gguf", &etag, 4)
-            .unwrap()
-            .unwrap();
+        let k2 = FileKey::new("org/name", &c2, "m.gguf", &etag, 4);
+        let p = store.find_complete(&k2).unwrap().unwrap();
         assert_eq!(fs::read(p).unwrap(), b"data");
         assert!(store
-            .find_complete(&c2, "m.gguf", &etag, 5)
+            .find_complete(&FileKey { size: 5, ..k2 })
             .unwrap()
             .is_none());
         r.mark_missing(&commit, "nope.txt").unwrap();
@@ -700,7 +704,8 @@ mod tests {
         let r = HfCache::new(t.path()).repo(RepoType::Model, "org/name");
         let store = Store::Cache(r.clone());
         // No blobs folder yet: nothing, no error.
-        assert!(store.other_partials("m.gguf", "x").unwrap().is_empty());
+        let key = |etag: &str| FileKey::new("org/name", "c".repeat(40), "m.gguf", etag, 1);
+        assert!(store.other_partials(&key("x")).unwrap().is_empty());
         store.prepare().unwrap();
         let (cur, old, older) = ("a".repeat(64), "b".repeat(64), "c".repeat(40));
         for e in [&cur, &old, &older] {
@@ -709,11 +714,11 @@ mod tests {
         fs::write(r.state_path("not-a-hash"), b"{}").unwrap();
         fs::write(r.blob_path(&"f".repeat(64)), b"blob").unwrap();
         let got: Vec<String> = store
-            .other_partials("m.gguf", &cur.to_ascii_uppercase())
+            .other_partials(&key(&cur.to_ascii_uppercase()))
             .unwrap()
             .into_iter()
             .map(|(e, p)| {
-                assert_eq!(p, r.placement(&e));
+                assert_eq!(p, r.partial(&e));
                 e
             })
             .collect();
@@ -725,9 +730,13 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let d = LocalDir::new(t.path());
         let store = Store::Local(d.clone());
-        assert!(store.other_partials("sub/m.gguf", "x").unwrap().is_empty());
+        let key = |path: &str, etag: &str| FileKey::new("org/name", "c".repeat(40), path, etag, 1);
+        assert!(store
+            .other_partials(&key("sub/m.gguf", "x"))
+            .unwrap()
+            .is_empty());
         let (cur, old) = ("a".repeat(64), "b".repeat(64));
-        store.prepare_for("sub/m.gguf", &cur).unwrap();
+        store.prepare_for(&key("sub/m.gguf", &cur)).unwrap();
         for (p, e) in [
             ("sub/m.gguf", &cur),
             ("sub/m.gguf", &old),
@@ -735,10 +744,10 @@ mod tests {
         ] {
             fs::write(d.state_path(p, e), b"{}").unwrap();
         }
-        let got = store.other_partials("sub/m.gguf", &cur).unwrap();
+        let got = store.other_partials(&key("sub/m.gguf", &cur)).unwrap();
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].0, old);
-        assert!(store.other_partials("../m.gguf", &cur).is_err());
+        assert!(store.other_partials(&key("../m.gguf", &cur)).is_err());
     }
 
     /// Links planted in the cache never lead a write outside it.

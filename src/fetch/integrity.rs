@@ -17,12 +17,13 @@ use sha2::{Digest as _, Sha256};
 use super::lock::LockedFile;
 use super::{FetchError, FileReport, PlannedFile};
 use crate::cache::Store;
+use crate::key::Digest;
 use crate::manifest::{
     chunk_diffs, describe_chunks, ChunkDigests, Document, FileExpectation, Manifest, ManifestFile,
     Sha256Hex, Source,
 };
 use crate::safe_fs;
-use crate::transfer::{Digest, ExpectedChunks, TransferOutcome};
+use crate::transfer::{ExpectedChunks, TransferOutcome};
 
 /// The name a manifest published beside a model file has: `{file}.wi-manifest.json` (a
 /// weight-inspect manifest, or any format [`Document::parse`] reads, describing the file by its

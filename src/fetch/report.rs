@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 
 use super::Verification;
+use crate::key::FileKey;
 
 /// One file of a [`Plan`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -55,6 +56,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The identity of one of this plan's files (see [`FileKey`]).
+    pub fn key(&self, f: &PlannedFile) -> FileKey {
+        FileKey::new(&self.repo, &self.commit, &f.path, &f.etag, f.size)
+    }
+
     /// Total size of the selected files (saturating: listed sizes are hostile).
     pub fn total_bytes(&self) -> u64 {
         sum(self.files.iter().map(|f| f.size))

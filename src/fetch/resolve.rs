@@ -14,8 +14,8 @@ use super::selection::{self, choose, SelectError};
 use super::{FetchError, Fetcher, Plan, PlannedFile, RepoRef, Selection};
 use crate::cache::{self, LocalDir, Store};
 use crate::hub::{self, HubError};
+use crate::key::FileKey;
 use crate::names::{check_repo_path, escape, is_commit_hash};
-use crate::transfer::{Digest, PartialPaths, RemoteIdentity};
 
 /// A remote file chosen for download, before the cache is consulted.
 pub(super) struct Wanted {
@@ -23,6 +23,12 @@ pub(super) struct Wanted {
     size: u64,
     etag: String,
     sidecar: Option<String>,
+}
+
+impl Wanted {
+    fn key(&self, repo: &RepoRef, commit: &str) -> FileKey {
+        FileKey::new(repo, commit, &self.path, &self.etag, self.size)
+    }
 }
 
 impl Fetcher {
@@ -251,11 +257,7 @@ impl Fetcher {
         let found: Vec<bool> = stream::iter(wanted.iter())
             .map(|w| async move {
                 let sidecar = format!("{}{SIDECAR_SUFFIX}", w.path);
-                let cached = match store {
-                    Store::Cache(r) => r.complete_blob(&w.etag, w.size).is_some(),
-                    Store::Local(l) => l.find_complete(&w.path, &w.etag, w.size).is_some(),
-                };
-                !cached
+                !store.has_complete(&w.key(repo, commit))
                     && check_repo_path(&sidecar).is_ok()
                     && self.hub.file_metadata(repo, commit, &sidecar).await.is_ok()
             })
@@ -456,54 +458,19 @@ fn plan(
     }
 }
 
-/// Where `path` at `etag` is (or would be) downloaded, as the transfer engine names it.
-pub(super) fn partial_paths(store: &Store, path: &str, etag: &str) -> PartialPaths {
-    let pl = store.placement(path, etag);
-    PartialPaths {
-        data: pl.partial_path,
-        state: pl.state_path,
-        lock: pl.lock_path,
-        watch: pl.foreign_partial_path.into_iter().collect(),
-    }
-}
-
-/// The identity the transfer engine records for `path` of `repo` at `commit` (see
-/// [`RemoteIdentity`]).
-pub(super) fn identity(
-    repo: &RepoRef,
-    commit: &str,
-    path: &str,
-    etag: &str,
-    size: u64,
-) -> RemoteIdentity {
-    RemoteIdentity {
-        repo: repo.to_string(),
-        commit: commit.to_string(),
-        path: path.to_string(),
-        etag: etag.to_string(),
-        size,
-    }
-}
-
 fn planned(store: &Store, repo: &RepoRef, commit: &str, w: Wanted) -> PlannedFile {
-    let (local_path, cached) = match store {
-        Store::Cache(r) => (
-            r.snapshot_path(commit, &w.path),
-            r.complete_blob(&w.etag, w.size).is_some(),
-        ),
-        Store::Local(l) => (
-            l.file_path(&w.path),
-            l.find_complete(&w.path, &w.etag, w.size).is_some(),
-        ),
+    let key = w.key(repo, commit);
+    let local_path = match store {
+        Store::Cache(r) => r.snapshot_path(commit, &w.path),
+        Store::Local(l) => l.file_path(&w.path),
     };
+    let cached = store.has_complete(&key);
     // What the resume state of an earlier run records (partial files are preallocated to full
     // size, so their length says nothing), counted only when the engine would resume from it.
-    let partial_bytes = match (cached, Digest::from_etag(&w.etag)) {
-        (false, Some(d)) => partial_paths(store, &w.path, &w.etag).resumable_bytes(
-            &identity(repo, commit, &w.path, &w.etag, w.size),
-            &d.to_string(),
-        ),
-        _ => 0,
+    let partial_bytes = if cached {
+        0
+    } else {
+        store.partial(&key).resumable_bytes(&key)
     };
     PlannedFile {
         path: w.path,

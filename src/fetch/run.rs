@@ -15,7 +15,6 @@ use futures::stream::{self, StreamExt};
 
 use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
 use super::lock::{LockedFile, LockedRepo};
-use super::resolve::{identity, partial_paths};
 use super::selection;
 use super::space::check_space;
 use super::verification::{is_model_file, is_split_part, verify_file};
@@ -25,10 +24,11 @@ use super::{
 };
 use crate::cache::Store;
 use crate::hub::HubError;
+use crate::key::FileKey;
 use crate::manifest::{Document, Sha256Hex, Source};
 use crate::names::{escape, is_commit_hash};
 use crate::progress::{Event, Reporter};
-use crate::transfer::{Digest, LockedPartial, TransferError, TransferSpec};
+use crate::transfer::{LockedPartial, TransferError, TransferSpec};
 
 /// Refused listing entries named one by one in notices; the rest are counted.
 const REFUSED_NAMED: usize = 10;
@@ -409,6 +409,7 @@ impl Fetcher {
         rep: &dyn Reporter,
     ) -> Result<FileReport, FetchError> {
         let t0 = Instant::now();
+        let key = FileKey::new(repo, commit, &f.path, &f.etag, f.size);
         if let Some(p) = pin {
             integrity::check_pin(p, f)?;
         }
@@ -422,7 +423,7 @@ impl Fetcher {
         }
         if !self.writes() {
             // Offline or only checking: the file where it is, as it is.
-            let Some(r) = self.cached_report(store, commit, f, t0).await? else {
+            let Some(r) = self.cached_report(store, &key, f, t0).await? else {
                 if let Ok(m) = std::fs::metadata(&f.local_path) {
                     return Err(FetchError::Damaged {
                         file: f.path.clone(),
@@ -446,7 +447,7 @@ impl Fetcher {
             };
         }
         if f.cached && !force {
-            if let Some(r) = self.cached_report(store, commit, f, t0).await? {
+            if let Some(r) = self.cached_report(store, &key, f, t0).await? {
                 match self.damage(&r.local_path, f, expect.as_ref()).await? {
                     None => return Ok(r),
                     Some(damage) => {
@@ -476,8 +477,8 @@ impl Fetcher {
                 }
             }
         }
-        let paths = partial_paths(store, &f.path, &f.etag);
-        store.prepare_for(&f.path, &f.etag).map_err(|e| {
+        let paths = store.partial(&key);
+        store.prepare_for(&key).map_err(|e| {
             FetchError::io_for(Some(&f.path), "create the folder of", &paths.data, e)
         })?;
         let locked = tokio::select! {
@@ -498,7 +499,7 @@ impl Fetcher {
                 .discard()
                 .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.data, e))?;
         } else if !repair {
-            if let Some(r) = self.cached_report(store, commit, f, t0).await? {
+            if let Some(r) = self.cached_report(store, &key, f, t0).await? {
                 // Another process (or task) finished it while we waited.
                 return Ok(r);
             }
@@ -516,20 +517,18 @@ impl Fetcher {
                     .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.state, e))?;
             }
         }
-        self.discard_stale_partials(store, f, &locked, rep);
-        let expected = Digest::from_etag(&f.etag).ok_or_else(|| {
-            FetchError::Hub(HubError::InvalidResponse {
+        self.discard_stale_partials(store, &key, &locked, rep);
+        if key.digest().is_none() {
+            return Err(FetchError::Hub(HubError::InvalidResponse {
                 url: self.hub.resolve_url(repo, commit, &f.path),
                 reason: format!("ETag '{}' is not a hash", escape(&f.etag)),
-            })
-        })?;
+            }));
+        }
         let url = self.hub.resolve_url(repo, commit, &f.path);
         let spec = TransferSpec {
-            file: f.path.clone(),
             url: url.clone(),
             headers: self.hub.auth_headers(),
-            identity: identity(repo, commit, &f.path, &f.etag, f.size),
-            expected,
+            key: key.clone(),
             chunks: expect.as_ref().and_then(Expect::engine_chunks),
         };
         let finished = match self.engine.download(&spec, locked, rep).await {
@@ -566,7 +565,7 @@ impl Fetcher {
         }
         let (local, leftover) = finished.commit(|p| {
             store
-                .commit(p, commit, &f.path, &f.etag, &repo.revision)
+                .commit(p, &key, &repo.revision)
                 .map_err(|e| FetchError::io_for(Some(&f.path), "move into place", p, e))
         })?;
         if let Some(e) = leftover {
@@ -781,7 +780,7 @@ impl Fetcher {
             .map_err(|e| FetchError::io_for(Some(&f.path), "verify", local, e))
     }
 
-    /// Deletes the partial downloads of `f.path` for an older version of it (another ETag),
+    /// Deletes the partial downloads of `key.path` for an older version of it (another ETag),
     /// saying so with a notice: partial files are named by ETag, so the engine never meets them
     /// once the file changed on the Hub. `locked` is `f`'s own partial download. In the cache, a
     /// partial whose own lock is held (another process is downloading that version right now,
@@ -790,12 +789,12 @@ impl Fetcher {
     fn discard_stale_partials(
         &self,
         store: &Store,
-        f: &PlannedFile,
+        key: &FileKey,
         locked: &LockedPartial,
         rep: &dyn Reporter,
     ) {
-        let say = |message: &str| notice(rep, Some(&f.path), message);
-        let others = match store.other_partials(&f.path, &f.etag) {
+        let say = |message: &str| notice(rep, Some(&key.path), message);
+        let others = match store.other_partials(key) {
             Ok(o) => o,
             Err(e) => {
                 say(&format!(
@@ -804,13 +803,11 @@ impl Fetcher {
                 return;
             }
         };
-        for (etag, pl) in others {
-            let paths = partial_paths(store, &f.path, &etag);
-            debug_assert_eq!(paths.data, pl.partial_path);
+        for (_, paths) in others {
             let Some(info) = paths.inspect() else {
                 continue;
             };
-            if info.identity.path != f.path {
+            if info.key.path != key.path {
                 continue;
             }
             let discarded = match store {
@@ -837,7 +834,7 @@ impl Fetcher {
     async fn cached_report(
         &self,
         store: &Store,
-        commit: &str,
+        key: &FileKey,
         f: &PlannedFile,
         t0: Instant,
     ) -> Result<Option<FileReport>, FetchError> {
@@ -850,7 +847,7 @@ impl Fetcher {
                 .map(|_| f.local_path.clone())
         } else {
             store
-                .find_complete(commit, &f.path, &f.etag, f.size)
+                .find_complete(key)
                 .map_err(|e| FetchError::io_for(Some(&f.path), "link", &f.local_path, e))?
         };
         let Some(local) = found else {

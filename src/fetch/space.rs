@@ -31,7 +31,7 @@ pub(crate) fn space_needed(store: &Store, plan: &Plan) -> (u64, Vec<String>) {
         if matches!(store, Store::Cache(_)) && !seen.insert(f.etag.as_str()) {
             continue;
         }
-        let held = allocated_bytes(&store.placement(&f.path, &f.etag).partial_path);
+        let held = allocated_bytes(&store.partial(&plan.key(f)).data);
         let n = f.size.saturating_sub(held);
         if n > 0 {
             needed = needed.saturating_add(n);
@@ -117,8 +117,8 @@ mod tests {
         assert_eq!(space_needed(&local, &p).0, 7000);
         // A partial file with all its blocks (as the engine preallocates them).
         cache.prepare().unwrap();
-        let pl = cache.placement("y.bin", &e2);
-        fs::write(&pl.partial_path, vec![1u8; 5000]).unwrap();
+        let y = p.files.iter().find(|f| f.etag == e2).unwrap();
+        fs::write(&cache.partial(&p.key(y)).data, vec![1u8; 5000]).unwrap();
         assert_eq!(space_needed(&cache, &p), (1000, vec!["x.bin".to_string()]));
     }
 }

@@ -6,8 +6,9 @@ use url::Url;
 use super::listing::{check_commit, MAX_FILE_SIZE};
 use super::request::Ctx;
 use super::{validate_repo_path, HubClient, HubError, RepoRef};
+use crate::names::normalize_etag;
 use crate::names::{escape, etag_kind};
-use crate::net::{self, header_str, normalize_etag, redact, Chain};
+use crate::net::{self, header_str, redact, Chain};
 
 /// What a `HEAD` on a file's resolve URL says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,7 +34,7 @@ pub use crate::env::{
 pub use crate::names::{
     check_repo_path, etag_kind, is_commit_hash, is_lower_hex, EtagKind, RepoType,
 };
-pub use crate::net::{is_transient_status as is_retryable_status, normalize_etag, retry_after};
+pub use crate::net::{is_transient_status as is_retryable_status, retry_after};
 pub use error::HubError;
 pub use listing::{load_tree, save_tree, RefusedEntry, RemoteFile, RepoListing};
 pub use metadata::FileMetadata;

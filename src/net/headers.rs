@@ -2,15 +2,8 @@
 //! `Content-Length`, `Content-Encoding`. Every number is parsed with checked arithmetic: a
 //! `Content-Range` ending at `u64::MAX` is refused, never overflowed.
 
+use crate::names::normalize_etag;
 use reqwest::header::{HeaderMap, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, ETAG};
-
-/// An ETag without `W/`, quotes or surrounding white space (as huggingface_hub reads it), in
-/// lowercase: the Hub's ETags are hex digests, compared without regard to case.
-pub fn normalize_etag(etag: &str) -> String {
-    let e = etag.trim();
-    let e = e.strip_prefix("W/").unwrap_or(e);
-    e.trim_matches('"').to_ascii_lowercase()
-}
 
 /// Whether two ETags name the same content (compared as [`normalize_etag`] leaves them).
 pub fn same_etag(a: &str, b: &str) -> bool {

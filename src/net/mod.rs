@@ -18,8 +18,8 @@ pub mod redirect;
 pub mod retry;
 
 pub use headers::{
-    announced_etag, content_encoding, content_length, content_range, header_str, normalize_etag,
-    same_etag, ContentRange,
+    announced_etag, content_encoding, content_length, content_range, header_str, same_etag,
+    ContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
 pub use retry::{backoff, is_transient_status, one_line, retry_after, transience, Transience};

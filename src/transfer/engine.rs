@@ -68,10 +68,21 @@ pub(crate) async fn download(
 ) -> Result<Finished, TransferError> {
     let started = Instant::now();
     let cfg = &inner.config;
-    let events = Events::new(reporter, &spec.file);
-    let url = parse_url(&spec.file, &spec.url)?;
-    let size = spec.identity.size;
-    let expected_str = spec.expected.to_string();
+    let file = spec.key.path.as_str();
+    let events = Events::new(reporter, file);
+    let url = parse_url(file, &spec.url)?;
+    let size = spec.key.size;
+    let expected = spec
+        .key
+        .digest()
+        .ok_or_else(|| TransferError::InvalidSpec {
+            file: file.to_string(),
+            reason: format!(
+                "ETag '{}' is not a hash",
+                crate::names::escape(&spec.key.etag)
+            ),
+        })?;
+    let expected_str = expected.to_string();
     // A manifest's chunks, when the engine can cut the file that way.
     let manifest = match &spec.chunks {
         Some(e) => match e.unusable_for(size) {
@@ -95,12 +106,12 @@ pub(crate) async fn download(
     // 1. The partial download: what is on disk, re-checked.
     let opened = partial
         .open(
-            &spec.identity,
+            &spec.key,
             &expected_str,
             chunk_size,
             manifest.as_deref(),
             events,
-            FileHasher::new(size, &spec.expected),
+            FileHasher::new(size, &expected),
         )
         .await?;
     let plan = opened.plan;
@@ -112,7 +123,7 @@ pub(crate) async fn download(
             client: &inner.client,
             url,
             headers: &spec.headers,
-            etag: &spec.identity.etag,
+            etag: &spec.key.etag,
             size,
         },
         events,
@@ -132,12 +143,12 @@ pub(crate) async fn download(
             opened.file.clone(),
             data_path.clone(),
             partial.paths().state.clone(),
-            &spec.file,
-            StateFile::new(spec.identity.clone(), expected_str, plan.chunk_size),
+            file,
+            StateFile::new(spec.key.clone(), expected_str, plan.chunk_size),
             partial.guard(),
             CHECKPOINT_BYTES_PER_CONNECTION * cfg.connections.max(1) as u64,
         ),
-        prefix: PrefixHash::new(opened.file.clone(), plan, data_path.clone(), &spec.file),
+        prefix: PrefixHash::new(opened.file.clone(), plan, data_path.clone(), file),
         counters: Counters::default(),
         permits: &inner.permits,
         gauge: &inner.gauge,
@@ -164,10 +175,10 @@ pub(crate) async fn download(
                 let (_, hasher) =
                     futures::try_join!(fetch_all(&ctx), ctx.prefix.follow(&ctx.chunks, hasher))?;
                 let (sha256, actual) = hasher.finish();
-                if actual == spec.expected {
+                if actual == expected {
                     Ok(sha256)
                 } else {
-                    modes::repair::run(&ctx, spec.expected, actual).await
+                    modes::repair::run(&ctx, expected, actual).await
                 }
             }
             .await;

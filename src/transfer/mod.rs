@@ -130,12 +130,10 @@ pub(crate) mod fuzzing {
 }
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+use crate::key::{Digest, FileKey, PartialPaths};
 use crate::progress::Reporter;
 
 pub use error::{BoxError, TransferError};
@@ -149,99 +147,11 @@ pub fn max_cuts(size: u64) -> u64 {
 }
 pub use failure::RetryCauses;
 pub use gauge::{ConnectionReading, ConnectionUse};
-pub use partial::{LockedPartial, PartialInfo, PartialPaths};
-
-/// The digest the Hub publishes for a file, which the downloaded bytes must match.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Digest {
-    /// SHA-256 of the content (LFS files: the ETag is this, in hex).
-    Sha256([u8; 32]),
-    /// Git blob SHA-1: `sha1("blob {size}\0" + content)` (small files kept in git).
-    GitSha1([u8; 20]),
-}
-
-impl Digest {
-    /// The digest an ETag names: 64 hex digits are a SHA-256, 40 a git blob SHA-1. Quotes and
-    /// `W/` are ignored.
-    pub fn from_etag(etag: &str) -> Option<Digest> {
-        let e = crate::net::normalize_etag(etag);
-        let e = e.as_str();
-        match e.len() {
-            64 => {
-                let mut d = [0u8; 32];
-                hex::decode_to_slice(e, &mut d).ok()?;
-                Some(Digest::Sha256(d))
-            }
-            40 => {
-                let mut d = [0u8; 20];
-                hex::decode_to_slice(e, &mut d).ok()?;
-                Some(Digest::GitSha1(d))
-            }
-            _ => None,
-        }
-    }
-
-    /// The digest in lowercase hex, without its kind.
-    pub fn to_hex(&self) -> String {
-        match self {
-            Digest::Sha256(d) => hex::encode(d),
-            Digest::GitSha1(d) => hex::encode(d),
-        }
-    }
-}
-
-impl fmt::Display for Digest {
-    /// `sha256:<hex>` or `git-sha1:<hex>`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Digest::Sha256(d) => write!(f, "sha256:{}", hex::encode(d)),
-            Digest::GitSha1(d) => write!(f, "git-sha1:{}", hex::encode(d)),
-        }
-    }
-}
-
-impl fmt::Debug for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl FromStr for Digest {
-    type Err = String;
-
-    /// Parses the [`Display`](fmt::Display) form.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("not a digest: {s:?} (want sha256:<64 hex> or git-sha1:<40 hex>)");
-        let (kind, hex) = s.split_once(':').ok_or_else(bad)?;
-        match (kind, Digest::from_etag(hex)) {
-            ("sha256", Some(d @ Digest::Sha256(_)))
-            | ("git-sha1", Some(d @ Digest::GitSha1(_))) => Ok(d),
-            _ => Err(bad()),
-        }
-    }
-}
-
-/// What is being downloaded, as the Hub described it. Stored in the resume state: a state whose
-/// identity differs from the one asked for is discarded.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RemoteIdentity {
-    /// `org/name` (with `datasets/` or `spaces/` in front for those).
-    pub repo: String,
-    /// The commit the file was resolved at.
-    pub commit: String,
-    /// Path inside the repository.
-    pub path: String,
-    /// The ETag (without quotes): the SHA-256 for LFS files, the git blob SHA-1 otherwise.
-    pub etag: String,
-    /// Size in bytes.
-    pub size: u64,
-}
+pub use partial::{LockedPartial, PartialInfo};
 
 /// One file to download.
 #[derive(Debug, Clone)]
 pub struct TransferSpec {
-    /// Path in the repository (for events and messages).
-    pub file: String,
     /// The resolve URL, `{endpoint}/{repo}/resolve/{commit}/{path}`. Requests start here until
     /// one is redirected to a signed CDN location that serves bytes; the next ones start at that
     /// location until it is refused.
@@ -249,10 +159,10 @@ pub struct TransferSpec {
     /// Extra headers, e.g. `Authorization: Bearer …`: sent to the resolve URL's origin only,
     /// never across a redirect to another one.
     pub headers: reqwest::header::HeaderMap,
-    /// What is being downloaded.
-    pub identity: RemoteIdentity,
-    /// The digest the content must have.
-    pub expected: Digest,
+    /// What is being downloaded: its path names it in events and messages, its ETag is the
+    /// digest the content must have (a key whose ETag is not a hash is refused,
+    /// [`TransferError::InvalidSpec`]).
+    pub key: FileKey,
     /// The SHA-256 of every chunk, from a manifest: the file is then cut into those chunks,
     /// each is checked the moment its last byte arrives (a chunk that does not match is
     /// fetched again, alone), and bytes already on disk without a resume state are checked
@@ -484,7 +394,7 @@ impl Engine {
     /// Downloads `spec.url` into `partial` (whose lock the caller holds: see
     /// [`PartialPaths::lock`]), resuming from its state when that describes the same remote file.
     ///
-    /// On success the file is complete, synced, and its digest matched `spec.expected`; the
+    /// On success the file is complete, synced, and its digest matched the ETag of `spec.key`; the
     /// [`Finished`] download holds the lock until it is committed. On failure the partial
     /// download stays on disk for a later run to resume, and the lock is released. Dropping the
     /// future stops the download (what was checkpointed can be resumed; saves still running keep
@@ -527,38 +437,5 @@ where
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => Err(std::io::Error::other(format!("blocking task failed: {e}"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn digests_parse_and_print() {
-        let d = Digest::from_etag(&format!("\"{}\"", "ab".repeat(32))).unwrap();
-        assert_eq!(d.to_string(), format!("sha256:{}", "ab".repeat(32)));
-        assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
-        let g = Digest::from_etag(&"0f".repeat(20)).unwrap();
-        assert!(matches!(g, Digest::GitSha1(_)));
-        assert_eq!(g.to_string().parse::<Digest>().unwrap(), g);
-        assert!(Digest::from_etag("abc").is_none());
-        assert!(format!("sha256:{}", "0f".repeat(20))
-            .parse::<Digest>()
-            .is_err());
-        assert!("md5:00".parse::<Digest>().is_err());
-    }
-
-    #[test]
-    fn identity_serde() {
-        let id = RemoteIdentity {
-            repo: "org/name".into(),
-            commit: "c".into(),
-            path: "a/b.gguf".into(),
-            etag: "e".into(),
-            size: 7,
-        };
-        let j = serde_json::to_string(&id).unwrap();
-        assert_eq!(serde_json::from_str::<RemoteIdentity>(&j).unwrap(), id);
     }
 }

@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,7 +31,8 @@ use super::hash::{hash_range, FileHasher};
 use super::plan::Plan;
 use super::state::{self, Loaded};
 use super::table::Resumed;
-use super::{blocking, ExpectedChunks, RemoteIdentity};
+use super::{blocking, ExpectedChunks};
+use crate::key::{FileKey, PartialPaths};
 use crate::progress::Reporter;
 use crate::safe_fs::{self, FileLock};
 
@@ -41,26 +42,12 @@ const LOCK_POLL: Duration = Duration::from_millis(100);
 /// the lock for a moment).
 const ANNOUNCE_AFTER: Duration = Duration::from_millis(500);
 
-/// Where one partial download lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartialPaths {
-    /// The data file, preallocated to the file's size and filled in place.
-    pub data: PathBuf,
-    /// The resume state beside it.
-    pub state: PathBuf,
-    /// The lock file held while the data file and the state are written.
-    pub lock: PathBuf,
-    /// Files another tool fills while holding the same lock (huggingface_hub's
-    /// `blobs/{etag}.incomplete`): watched, with ours, for the holder's progress.
-    pub watch: Vec<PathBuf>,
-}
-
 /// What a partial download's state records (read without the lock; nothing in it is trusted
 /// until the bytes are re-hashed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartialInfo {
     /// What was being downloaded.
-    pub identity: RemoteIdentity,
+    pub key: FileKey,
     /// The digest it had to match, `sha256:<hex>` or `git-sha1:<hex>`.
     pub expected: String,
     /// Bytes the state says are on disk.
@@ -81,16 +68,19 @@ impl PartialPaths {
                 .iter()
                 .map(|c| c.written + c.spans.iter().map(|s| s.1).sum::<u64>())
                 .sum(),
-            identity: st.identity,
+            key: st.identity,
             expected: st.expected,
         })
     }
 
-    /// Bytes a download of exactly `identity` (with digest `expected`) would resume from: what
-    /// the state records when it is for that very file; else 0.
-    pub fn resumable_bytes(&self, identity: &RemoteIdentity, expected: &str) -> u64 {
+    /// Bytes a download of exactly `key` would resume from: what the state records when it is
+    /// for that very file (and the digest its ETag names); else 0.
+    pub fn resumable_bytes(&self, key: &FileKey) -> u64 {
+        let Some(expected) = key.digest().map(|d| d.to_string()) else {
+            return 0;
+        };
         match self.inspect() {
-            Some(i) if &i.identity == identity && i.expected == expected => i.recorded_bytes,
+            Some(i) if &i.key == key && i.expected == expected => i.recorded_bytes,
             _ => 0,
         }
     }
@@ -252,7 +242,7 @@ impl LockedPartial {
     /// those matching the manifest are kept.
     pub(crate) async fn open(
         &self,
-        identity: &RemoteIdentity,
+        identity: &FileKey,
         expected: &str,
         chunk_size: u64,
         manifest: Option<&ExpectedChunks>,

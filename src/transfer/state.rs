@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::safe_fs;
 
 use super::plan::{check_chunk_size, Plan};
-use super::RemoteIdentity;
+use crate::key::FileKey;
 
 /// The `format` field.
 pub(crate) const FORMAT: &str = "weight-inspect/transfer-state";
@@ -62,7 +62,7 @@ pub(crate) struct StateFile {
     /// Always [`VERSION`].
     pub version: u32,
     /// What is being downloaded.
-    pub identity: RemoteIdentity,
+    pub identity: FileKey,
     /// The expected digest, `sha256:<hex>` or `git-sha1:<hex>`.
     pub expected: String,
     /// The chunk size the chunks below were cut with.
@@ -117,14 +117,14 @@ pub(crate) enum Loaded {
     /// A state file for this very file: the plan to resume with and its chunks.
     Resume { plan: Plan, chunks: Vec<ValidChunk> },
     /// A valid state file, but for another version of the remote file.
-    Changed { old: RemoteIdentity },
+    Changed { old: FileKey },
     /// Unreadable, corrupt, or written by another version of this program.
     Invalid { reason: String },
 }
 
 impl StateFile {
     /// A state for a fresh download.
-    pub fn new(identity: RemoteIdentity, expected: String, chunk_size: u64) -> Self {
+    pub fn new(identity: FileKey, expected: String, chunk_size: u64) -> Self {
         StateFile {
             format: FORMAT.to_string(),
             version: VERSION,
@@ -181,7 +181,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<StateFile, String> {
 }
 
 /// Reads and checks the state at `path` against what we are about to download.
-pub(crate) fn load(path: &Path, identity: &RemoteIdentity, expected: &str) -> Loaded {
+pub(crate) fn load(path: &Path, identity: &FileKey, expected: &str) -> Loaded {
     let state = match read(path) {
         Ok(Some(s)) => s,
         Ok(None) => return Loaded::Missing,
@@ -284,7 +284,7 @@ mod tests {
     use std::fs;
 
     /// What a readable, consistent state at `path` records as its identity.
-    fn stored_identity(path: &Path) -> Option<RemoteIdentity> {
+    fn stored_identity(path: &Path) -> Option<FileKey> {
         let s = read(path).ok().flatten()?;
         validate(&s).ok()?;
         Some(s.identity)
@@ -293,8 +293,8 @@ mod tests {
     /// The sample's chunk size.
     const C: u64 = MIN_CHUNK_SIZE;
 
-    fn identity() -> RemoteIdentity {
-        RemoteIdentity {
+    fn identity() -> FileKey {
+        FileKey {
             repo: "org/name".into(),
             commit: "c".repeat(40),
             path: "model.gguf".into(),

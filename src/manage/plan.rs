@@ -1,0 +1,621 @@
+//! Planning removals on a scan: `cache rm` ([`plan_removal`]) and `cache prune`
+//! ([`plan_prune`]), nothing touched yet.
+
+use super::*;
+
+/// What a removal removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// A whole repository folder (and its lock folder).
+    Repo,
+    /// A snapshot folder: a revision.
+    Revision,
+    /// A ref naming a removed revision.
+    Ref,
+    /// One file of a snapshot (the link, or the regular file).
+    SnapshotFile,
+    /// A blob.
+    Blob,
+    /// A partial download's data file.
+    Partial,
+    /// A resume state.
+    ResumeState,
+    /// A manifest recorded when a blob was verified.
+    Manifest,
+    /// A saved file listing of a commit.
+    Tree,
+    /// The `.no_exist/{commit}` markers of a commit.
+    NoExist,
+    /// A lock file nobody holds.
+    Lock,
+    /// An ETag note of llama.cpp, or another file of a tool.
+    Note,
+    /// A flat download of an older llama.cpp.
+    LegacyFile,
+}
+
+/// One thing to remove.
+#[derive(Debug, Clone, Serialize)]
+pub struct Item {
+    /// What it is.
+    pub kind: ItemKind,
+    /// The repository (cache id), if any.
+    pub repo: Option<String>,
+    /// What it is in words: the commit, the file path, the ETag.
+    pub what: String,
+    /// The path removed (a folder is removed with everything below it).
+    pub path: PathBuf,
+    /// Bytes it frees.
+    pub bytes: u64,
+    /// The ETag whose lock must be free for it to be removed.
+    #[serde(skip)]
+    pub(super) lock: Option<PathBuf>,
+}
+
+/// Something left alone, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    /// What was left.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+/// What a removal does (or did, after [`execute`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Removal {
+    /// The cache root.
+    pub root: PathBuf,
+    /// True when nothing was (or will be) removed.
+    pub dry_run: bool,
+    /// What is (or was) removed.
+    pub items: Vec<Item>,
+    /// Bytes the items free.
+    pub freed_bytes: u64,
+    /// What is left because a download holds its lock, or its removal failed.
+    pub skipped: Vec<Skipped>,
+    /// Targets that matched nothing in the cache.
+    pub not_found: Vec<String>,
+    /// Repositories removed whole, revisions removed (counts, as `hf cache rm` says them).
+    pub repos_removed: usize,
+    /// Revisions removed (including those of repositories removed whole).
+    pub revisions_removed: usize,
+}
+
+impl Removal {
+    /// This removal followed by `other` (the llama.cpp files of the same targets, say): their
+    /// items, freed bytes and skipped entries together.
+    #[must_use]
+    pub fn merge(mut self, other: Removal) -> Removal {
+        self.freed_bytes += other.freed_bytes;
+        self.items.extend(other.items);
+        self.skipped.extend(other.skipped);
+        self
+    }
+
+    pub(super) fn new(root: &Path) -> Self {
+        Removal {
+            root: root.to_path_buf(),
+            dry_run: true,
+            items: Vec::new(),
+            freed_bytes: 0,
+            skipped: Vec::new(),
+            not_found: Vec::new(),
+            repos_removed: 0,
+            revisions_removed: 0,
+        }
+    }
+
+    pub(super) fn push(
+        &mut self,
+        kind: ItemKind,
+        repo: &str,
+        what: String,
+        path: PathBuf,
+        bytes: u64,
+        lock: Option<PathBuf>,
+    ) {
+        if self.items.iter().any(|i| i.path == path) {
+            return;
+        }
+        self.items.push(Item {
+            kind,
+            repo: Some(repo.to_string()),
+            what,
+            path,
+            bytes,
+            lock,
+        });
+    }
+
+    /// Moves items whose lock is held to `skipped` (a dry run says what a real run would do).
+    pub(super) fn probe_locks(&mut self) {
+        let (keep, held): (Vec<Item>, Vec<Item>) = std::mem::take(&mut self.items)
+            .into_iter()
+            .partition(|i| i.lock.as_deref().is_none_or(|l| !lock_held(l)));
+        self.items = keep;
+        for i in held {
+            self.skipped.push(Skipped {
+                path: i.path,
+                reason: "a running download holds its lock".to_string(),
+            });
+        }
+        self.freed_bytes = self.items.iter().map(|i| i.bytes).sum();
+    }
+}
+
+/// The repository a target names, in the scan.
+pub(super) struct Selected<'a> {
+    repo: &'a RepoReport,
+    commits: BTreeSet<String>,
+    files: BTreeSet<(String, String)>,
+    whole: bool,
+}
+
+pub(super) fn find_repo<'a>(report: &'a CacheReport, ty: &str, id: &str) -> Option<&'a RepoReport> {
+    report
+        .repos
+        .iter()
+        .find(|r| r.repo_type == ty && r.repo_id == id)
+        .or_else(|| {
+            let mut it = report
+                .repos
+                .iter()
+                .filter(|r| r.repo_type == ty && r.repo_id.eq_ignore_ascii_case(id));
+            let first = it.next();
+            if it.next().is_some() {
+                None
+            } else {
+                first
+            }
+        })
+}
+
+pub(super) fn resolve_revision(repo: &RepoReport, rev: &str) -> Option<String> {
+    if let Some(c) = repo.refs.get(rev) {
+        return Some(c.clone());
+    }
+    let lower = rev.to_ascii_lowercase();
+    if lower.len() >= 7 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let mut it = repo
+            .revisions
+            .iter()
+            .filter(|r| r.commit.starts_with(&lower));
+        let first = it.next()?;
+        if it.next().is_none() {
+            return Some(first.commit.clone());
+        }
+    }
+    None
+}
+
+/// Plans `cache rm TARGET…` on a scan of the cache (see [`Target::parse`]): snapshots, the refs
+/// naming them and the blobs no remaining snapshot uses; whole repositories with everything in
+/// them (partial downloads included) and their lock folder. Removing every revision of a
+/// repository removes the repository.
+pub fn plan_removal(report: &CacheReport, targets: &[Target], raw: &[String]) -> Removal {
+    let mut out = Removal::new(&report.root);
+    let mut selected: BTreeMap<String, Selected<'_>> = BTreeMap::new();
+    for (i, t) in targets.iter().enumerate() {
+        let name = raw.get(i).cloned().unwrap_or_default();
+        let mut found = false;
+        match t {
+            Target::Commit(c) => {
+                for r in &report.repos {
+                    if r.revisions.iter().any(|v| &v.commit == c) {
+                        found = true;
+                        selected
+                            .entry(r.cache_id.clone())
+                            .or_insert_with(|| Selected::new(r))
+                            .commits
+                            .insert(c.clone());
+                    }
+                }
+            }
+            Target::Repo {
+                repo_type,
+                id,
+                alt,
+                revision,
+                path,
+            } => {
+                let repo = find_repo(report, repo_type.as_deref().unwrap_or("model"), id)
+                    .or_else(|| alt.as_ref().and_then(|(ty, id)| find_repo(report, ty, id)));
+                if let Some(repo) = repo {
+                    let sel = selected
+                        .entry(repo.cache_id.clone())
+                        .or_insert_with(|| Selected::new(repo));
+                    let commits: Vec<String> = match revision {
+                        Some(rev) => resolve_revision(repo, rev).into_iter().collect(),
+                        None => repo.revisions.iter().map(|r| r.commit.clone()).collect(),
+                    };
+                    match path {
+                        Some(p) => {
+                            for c in &commits {
+                                let has = repo.revisions.iter().any(|r| {
+                                    &r.commit == c
+                                        && r.files.iter().any(|f| {
+                                            (f.path == *p || f.path.starts_with(&format!("{p}/")))
+                                                && f.state != FileState::Partial
+                                        })
+                                });
+                                if has {
+                                    found = true;
+                                    for f in repo
+                                        .revisions
+                                        .iter()
+                                        .filter(|r| &r.commit == c)
+                                        .flat_map(|r| &r.files)
+                                        .filter(|f| f.state != FileState::Partial)
+                                        .filter(|f| {
+                                            f.path == *p || f.path.starts_with(&format!("{p}/"))
+                                        })
+                                    {
+                                        sel.files.insert((c.clone(), f.path.clone()));
+                                    }
+                                }
+                            }
+                        }
+                        None if revision.is_none() => {
+                            found = true;
+                            sel.whole = true;
+                        }
+                        None => {
+                            found = !commits.is_empty();
+                            sel.commits.extend(commits);
+                        }
+                    }
+                }
+            }
+        }
+        if !found {
+            out.not_found.push(name);
+        }
+    }
+    for sel in selected.values() {
+        let all = sel
+            .repo
+            .revisions
+            .iter()
+            .all(|r| sel.commits.contains(&r.commit));
+        if sel.whole || (all && !sel.commits.is_empty()) {
+            plan_whole_repo(&mut out, sel.repo);
+        } else {
+            plan_revisions(&mut out, sel.repo, &sel.commits, &sel.files, false);
+        }
+    }
+    out.probe_locks();
+    out
+}
+
+impl<'a> Selected<'a> {
+    fn new(repo: &'a RepoReport) -> Self {
+        Selected {
+            repo,
+            commits: BTreeSet::new(),
+            files: BTreeSet::new(),
+            whole: false,
+        }
+    }
+}
+
+pub(super) fn repo_cache_of(root: &Path, repo: &RepoReport) -> RepoCache {
+    repo_cache(root, &repo.repo_type, &repo.repo_id)
+}
+
+pub(super) fn plan_whole_repo(out: &mut Removal, repo: &RepoReport) {
+    out.repos_removed += 1;
+    out.revisions_removed += repo.revisions.len();
+    let lock = repo_cache_of(&out.root, repo).locks_dir().to_path_buf();
+    out.push(
+        ItemKind::Repo,
+        &repo.cache_id,
+        repo.cache_id.clone(),
+        repo.path.clone(),
+        repo.size_on_disk,
+        None,
+    );
+    if fs::symlink_metadata(&lock).is_ok() {
+        out.push(
+            ItemKind::Lock,
+            &repo.cache_id,
+            "lock folder".into(),
+            lock,
+            0,
+            None,
+        );
+    }
+}
+
+/// Plans the removal of `commits` (whole snapshots) and `files` (commit, path) of `repo`, then of
+/// the blobs (and their recorded manifests) that no remaining snapshot links to — only those the
+/// removed entries used, unless `all_orphans` (prune).
+pub(super) fn plan_revisions(
+    out: &mut Removal,
+    repo: &RepoReport,
+    commits: &BTreeSet<String>,
+    files: &BTreeSet<(String, String)>,
+    all_orphans: bool,
+) {
+    let id = &repo.cache_id;
+    let rc = repo_cache_of(&out.root, repo);
+    let lock_of = |etag: &str| Some(rc.lock_path(etag));
+    let mut freed_candidates: BTreeSet<String> = BTreeSet::new();
+    let mut remaining: BTreeSet<String> = BTreeSet::new();
+    for r in &repo.revisions {
+        let gone = commits.contains(&r.commit);
+        if gone {
+            out.revisions_removed += 1;
+            let regular: u64 = r
+                .files
+                .iter()
+                .filter(|f| f.etag.is_none() && f.state == FileState::Complete)
+                .filter_map(|f| f.size)
+                .sum();
+            out.push(
+                ItemKind::Revision,
+                id,
+                r.commit.clone(),
+                r.snapshot_path.clone(),
+                regular,
+                None,
+            );
+            for name in &r.refs {
+                out.push(
+                    ItemKind::Ref,
+                    id,
+                    format!("{name} → {}", r.commit),
+                    repo.path.join("refs").join(name),
+                    0,
+                    None,
+                );
+            }
+            let ne = repo.path.join(".no_exist").join(&r.commit);
+            if fs::symlink_metadata(&ne).is_ok() {
+                out.push(ItemKind::NoExist, id, r.commit.clone(), ne, 0, None);
+            }
+            let tree = repo
+                .path
+                .join(".wi-trees")
+                .join(format!("{}.json", r.commit));
+            if let Ok(m) = fs::symlink_metadata(&tree) {
+                out.push(ItemKind::Tree, id, r.commit.clone(), tree, m.len(), None);
+            }
+        }
+        for f in &r.files {
+            if f.state == FileState::Partial {
+                continue;
+            }
+            let file_gone = gone || files.contains(&(r.commit.clone(), f.path.clone()));
+            if file_gone && !gone {
+                let bytes = if f.etag.is_none() {
+                    f.size.unwrap_or(0)
+                } else {
+                    0
+                };
+                out.push(
+                    ItemKind::SnapshotFile,
+                    id,
+                    format!("{}:{}", r.commit, f.path),
+                    r.snapshot_path.join(&f.path),
+                    bytes,
+                    None,
+                );
+            }
+            if let Some(e) = &f.etag {
+                if file_gone {
+                    freed_candidates.insert(e.clone());
+                } else {
+                    remaining.insert(e.clone());
+                }
+            }
+        }
+    }
+    if all_orphans {
+        freed_candidates.extend(repo.unreferenced_blobs.keys().cloned());
+    }
+    for etag in freed_candidates.difference(&remaining) {
+        let blob = repo.path.join("blobs").join(etag);
+        if let Ok(m) = fs::symlink_metadata(&blob) {
+            if m.is_file() {
+                out.push(
+                    ItemKind::Blob,
+                    id,
+                    etag.clone(),
+                    blob,
+                    m.len(),
+                    lock_of(etag),
+                );
+            }
+        }
+        let man = rc.manifest_path(etag);
+        if let Ok(m) = fs::symlink_metadata(&man) {
+            out.push(
+                ItemKind::Manifest,
+                id,
+                etag.clone(),
+                man,
+                m.len(),
+                lock_of(etag),
+            );
+        }
+    }
+}
+
+/// Plans `cache prune` on a scan (every repository in it; scan only those to prune): detached
+/// revisions (no ref names them, as `hf cache prune` defines them) and the blobs only they
+/// used; blobs no snapshot links to; stale partial downloads and their resume states (see
+/// [`PartialReport::stale`]) and resume states without data; recorded manifests and llama.cpp
+/// ETag notes of blobs that are gone; saved listings and `.no_exist` markers of commits with
+/// neither snapshot nor ref; lock files nobody holds whose blob has no partial download; lock
+/// folders of repositories that are gone.
+pub fn plan_prune(report: &CacheReport, only_listed: bool) -> Removal {
+    let mut out = Removal::new(&report.root);
+    for repo in &report.repos {
+        let detached: BTreeSet<String> = repo
+            .revisions
+            .iter()
+            .filter(|r| r.refs.is_empty())
+            .map(|r| r.commit.clone())
+            .collect();
+        plan_revisions(&mut out, repo, &detached, &BTreeSet::new(), true);
+        let id = &repo.cache_id;
+        let rc = repo_cache_of(&out.root, repo);
+        let lock_of = |etag: &str| rc.lock_path(etag);
+        // What is left after the revisions and blobs above go.
+        let removed: BTreeSet<PathBuf> = out.items.iter().map(|i| i.path.clone()).collect();
+        let blob_left = |etag: &str| {
+            let p = repo.path.join("blobs").join(etag);
+            !removed.contains(&p) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
+        };
+        let commits_left: BTreeSet<&String> = repo
+            .revisions
+            .iter()
+            .map(|r| &r.commit)
+            .filter(|c| !detached.contains(*c))
+            .chain(repo.refs.values())
+            .collect();
+        let mut partial_left: BTreeSet<String> = BTreeSet::new();
+        for p in &repo.partials {
+            if !p.stale {
+                partial_left.insert(p.etag.clone());
+                continue;
+            }
+            let what = match &p.path {
+                Some(path) => format!("{path} ({})", p.etag),
+                None => p.etag.clone(),
+            };
+            for (path, kind) in [
+                (&p.data_path, ItemKind::Partial),
+                (&p.state_path, ItemKind::ResumeState),
+            ] {
+                if let Some(path) = path {
+                    let len = fs::symlink_metadata(path).map_or(0, |m| m.len());
+                    out.push(
+                        kind,
+                        id,
+                        what.clone(),
+                        path.clone(),
+                        len,
+                        Some(lock_of(&p.etag)),
+                    );
+                }
+            }
+        }
+        let read_dir_names = |sub: &str| -> Vec<(String, PathBuf, u64)> {
+            let d = repo.path.join(sub);
+            if !fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
+                return Vec::new();
+            }
+            fs::read_dir(&d)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| {
+                            let len = fs::symlink_metadata(e.path()).map_or(0, |m| m.len());
+                            (e.file_name().to_string_lossy().into_owned(), e.path(), len)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for (name, path, len) in read_dir_names(".wi-manifests") {
+            if let Some(etag) = name
+                .strip_suffix(".json")
+                .filter(|e| etag_kind(e).is_some())
+            {
+                if !blob_left(etag) && !partial_left.contains(etag) {
+                    out.push(
+                        ItemKind::Manifest,
+                        id,
+                        etag.to_string(),
+                        path,
+                        len,
+                        Some(lock_of(etag)),
+                    );
+                }
+            }
+        }
+        for (name, path, len) in read_dir_names(".wi-trees") {
+            if let Some(c) = name.strip_suffix(".json") {
+                if !commits_left.contains(&c.to_string()) {
+                    out.push(ItemKind::Tree, id, c.to_string(), path, len, None);
+                }
+            }
+        }
+        for (name, path, _) in read_dir_names(".no_exist") {
+            if !commits_left.contains(&name) {
+                out.push(ItemKind::NoExist, id, name, path, 0, None);
+            }
+        }
+        for (name, path, len) in read_dir_names("blobs") {
+            if let Some((etag, LLAMA_ETAG_SUFFIX)) = split_etag(&name) {
+                if !blob_left(etag) && !partial_left.contains(etag) {
+                    out.push(
+                        ItemKind::Note,
+                        id,
+                        name.clone(),
+                        path,
+                        len,
+                        Some(lock_of(etag)),
+                    );
+                }
+            }
+        }
+        if fs::symlink_metadata(rc.locks_dir()).is_ok_and(|m| m.is_dir()) {
+            if let Ok(rd) = fs::read_dir(rc.locks_dir()) {
+                for e in rd.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if let Some((etag, ".lock")) = split_etag(&name) {
+                        if !partial_left.contains(etag) {
+                            out.push(
+                                ItemKind::Lock,
+                                id,
+                                etag.to_string(),
+                                e.path(),
+                                0,
+                                Some(e.path()),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !only_listed {
+        // Lock folders of repositories no longer in the cache.
+        let locks = report.root.join(".locks");
+        if fs::symlink_metadata(&locks).is_ok_and(|m| m.is_dir()) {
+            if let Ok(rd) = fs::read_dir(&locks) {
+                for e in rd.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if parse_folder_name(&name).is_none()
+                        || fs::symlink_metadata(report.root.join(&name)).is_ok()
+                    {
+                        continue;
+                    }
+                    let held = fs::read_dir(e.path())
+                        .map(|rd| rd.flatten().any(|l| lock_held(&l.path())))
+                        .unwrap_or(false);
+                    if held {
+                        out.skipped.push(Skipped {
+                            path: e.path(),
+                            reason: "a running download holds a lock in it".into(),
+                        });
+                    } else {
+                        out.items.push(Item {
+                            kind: ItemKind::Lock,
+                            repo: None,
+                            what: format!("lock folder of {name}"),
+                            path: e.path(),
+                            bytes: 0,
+                            lock: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out.probe_locks();
+    out
+}
