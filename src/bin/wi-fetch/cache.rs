@@ -1,10 +1,11 @@
-//! `wi-fetch cache ls | rm | prune` (verify is the main command line: see `main`).
+//! `wi-fetch cache verify | ls | rm | prune` (verify runs the main command line, only checking:
+//! see `FetchArgs::checking`).
 
 use super::*;
 
 /// Manage the Hugging Face cache, as `hf cache` does: list, remove, prune, verify.
-#[derive(Debug, Parser)]
-#[command(name = "wi-fetch cache", version, long_about = None)]
+#[derive(Debug, clap::Args)]
+#[command(long_about = None)]
 #[command(after_help = "\
 The cache is --cache-dir, else HF_HUB_CACHE, else $HF_HOME/hub (as for downloads); with \
 --llama-cpp, --cache-dir, else LLAMA_CACHE, else the same Hugging Face cache (llama.cpp's own \
@@ -15,7 +16,7 @@ running download holds the lock of.
 
 Exit codes: 0 done; 1 usage or local error (no cache folder, a removal failed); 4 a target is \
 not in the cache.")]
-struct CacheCli {
+pub(super) struct CacheCli {
     #[command(subcommand)]
     command: CacheCommand,
 }
@@ -25,15 +26,7 @@ enum CacheCommand {
     /// Verify what is cached (like `hf cache verify`), against what the Hub says of each file
     /// (a lock file's pins with --locked, the cache's own records with --offline); download
     /// nothing: see `wi-fetch --help`.
-    Verify {
-        /// REPO[:QUANT] [FILES…] and the options of `wi-fetch` (or --locked FILE).
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<std::ffi::OsString>,
-    },
+    Verify(Box<FetchArgs>),
     /// List cached repositories (or revisions), their size, files and state (like `hf cache ls`).
     Ls(LsArgs),
     /// Remove repositories, revisions or files (like `hf cache rm`).
@@ -126,36 +119,22 @@ struct PruneArgs {
     common: CacheDirArgs,
 }
 
-/// `wi-fetch cache …` (other than `verify`, rewritten onto the main command line).
-pub(super) fn cache_main(rest: &[std::ffi::OsString]) -> ExitCode {
-    let mut argv: Vec<std::ffi::OsString> = vec!["wi-fetch cache".into()];
-    argv.extend(rest.iter().cloned());
-    let cli = match CacheCli::try_parse_from(argv) {
-        Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 1 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
-    };
+/// `wi-fetch cache …`: runs `ls`, `rm` or `prune` and gives their exit code; `verify` is
+/// handed back, its arguments to run as a fetch that only checks.
+pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, ExitCode> {
     let result = match cli.command {
-        // Reached only without arguments after `verify` being parsed here: never, as main
-        // rewrites `cache verify`; kept so that `wi-fetch cache --help` lists it.
-        CacheCommand::Verify { .. } => Err(("wi-fetch cache verify needs REPO".to_string(), 1)),
+        CacheCommand::Verify(args) => return Ok(*args),
         CacheCommand::Ls(a) => cache_ls(a),
         CacheCommand::Rm(a) => cache_rm(a),
         CacheCommand::Prune(a) => cache_prune(a),
     };
-    match result {
+    Err(match result {
         Ok(code) => ExitCode::from(code),
         Err((msg, code)) => {
             eprintln!("wi-fetch: error: {}", escape(&msg));
-            if let Some(hint) = HINT.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                eprintln!("wi-fetch: {hint}");
-            }
             ExitCode::from(code)
         }
-    }
+    })
 }
 
 fn env_lookup(k: &str) -> Option<std::ffi::OsString> {

@@ -30,12 +30,13 @@ use weight_inspect::names::escape;
 use weight_inspect::progress::{Event, Reporter};
 use weight_inspect::units::{parse_duration, parse_size};
 
-use cache::cache_main;
+use cache::{cache_main, CacheCli};
 use progress::{Mode, Progress};
 
 /// Fetch files from the Hugging Face Hub into its cache: resumable, hash-checked, verified.
 #[derive(Debug, Parser)]
-#[command(name = "wi-fetch", version, about, long_about = None)]
+#[command(name = "wi-fetch", version, long_about = None)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 #[command(after_help = "\
 REPO is org/name; REPO:QUANT picks the GGUF carrying that quantization tag (all parts of a \
 split GGUF), as llama.cpp's -hf does. Without FILES, tag or --include, a GGUF repository gets \
@@ -67,6 +68,23 @@ failure (hash mismatch, failed tensor verification); 3 network or server failure
 or not in the cache in offline mode. When several files fail differently, the most serious \
 failure sets the code, whatever the order they failed in: 2, then 4, then 3, then 1.")]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    fetch: FetchArgs,
+}
+
+/// The commands besides fetching.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Manage the cache, as `hf cache` does: verify, list, remove, prune (`wi-fetch cache
+    /// --help`).
+    Cache(CacheCli),
+}
+
+/// What to fetch and how: the main command line, and `cache verify`'s.
+#[derive(Debug, clap::Args)]
+struct FetchArgs {
     /// The repository, org/name, optionally with a quantization tag (any case): org/name:Q4_K_M;
     /// also hf.co/org/name:Q4_K_M, https://huggingface.co/org/name, or hf://org/name/path/file.
     #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
@@ -134,8 +152,9 @@ struct Cli {
     /// How far files already on disk are checked: fast (size, the recorded manifest, the
     /// header) or full (every chunk re-hashed against the manifest, else the whole file against
     /// the Hub's SHA-256). A damaged file is repaired: only the chunks that differ are fetched.
-    #[arg(long, value_name = "LEVEL", value_enum, default_value_t = VerifyArg::Fast)]
-    verify: VerifyArg,
+    /// Default: fast; full for `cache verify`.
+    #[arg(long, value_name = "LEVEL", value_enum)]
+    verify: Option<VerifyArg>,
     /// A manifest the files must match (a weight-inspect manifest, llama-gguf-hash lines, or an
     /// OpenSSF model-signing bundle/statement; a file or an http(s) URL): every chunk is checked
     /// the moment it arrives.
@@ -174,6 +193,27 @@ struct Cli {
     /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
     #[arg(skip)]
     check_only: bool,
+}
+
+impl FetchArgs {
+    /// `cache verify` with these arguments: check only, at `--verify full` unless another
+    /// level is given, without the repository's sidecars (what is checked is what the Hub or
+    /// the lock file says); a lock file is a root of its own, its pins checked without the
+    /// network.
+    fn checking(mut self) -> Self {
+        self.check_only = true;
+        self.no_sidecar = true;
+        self.verify.get_or_insert(VerifyArg::Full);
+        if self.locked.is_some() {
+            self.offline = true;
+        }
+        self
+    }
+
+    /// The `--verify` level asked for, fast by default.
+    fn level(&self) -> VerifyArg {
+        self.verify.unwrap_or(VerifyArg::Fast)
+    }
 }
 
 /// `--verify`: how far files already on disk are checked.
@@ -215,45 +255,16 @@ impl From<RepoTypeArg> for RepoType {
     }
 }
 
-/// `wi-fetch cache verify ARGS…` is `wi-fetch --no-sidecar --verify full ARGS…` (the level can
-/// be given; `--offline` added under `--locked`, whose pins are the root), run only checking
-/// (see `main`): the arguments to parse, or `None` for any other command line.
-fn cache_verify_args(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
-    if args.get(1).is_none_or(|a| a != "cache") || args.get(2).is_none_or(|a| a != "verify") {
-        return None;
-    }
-    let mut out: Vec<std::ffi::OsString> = vec!["wi-fetch cache verify".into()];
-    out.push("--no-sidecar".into());
-    let rest = &args[3..];
-    // A lock file is a root of its own: its pins are checked without asking the Hub.
-    if rest
-        .iter()
-        .any(|a| a == "--locked" || a.to_string_lossy().starts_with("--locked="))
-    {
-        out.push("--offline".into());
-    }
-    if !rest
-        .iter()
-        .any(|a| a == "--verify" || a.to_string_lossy().starts_with("--verify="))
-    {
-        out.extend(["--verify", "full"].map(Into::into));
-    }
-    out.extend(rest.iter().cloned());
-    Some(out)
-}
-
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let parsed = match cache_verify_args(&args) {
-        Some(args) => Cli::try_parse_from(args),
-        None if args.get(1).is_some_and(|a| a == "cache") => return cache_main(&args[2..]),
-        None => Cli::try_parse(),
-    };
-    let cli = match parsed {
-        Ok(mut cli) => {
-            cli.check_only = args.get(1).is_some_and(|a| a == "cache");
-            cli
-        }
+    let cli = match Cli::try_parse() {
+        Ok(Cli {
+            command: Some(Command::Cache(c)),
+            ..
+        }) => match cache_main(c) {
+            Ok(args) => args.checking(),
+            Err(code) => return code,
+        },
+        Ok(cli) => cli.fetch,
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
             let _ = e.print();
@@ -299,7 +310,7 @@ fn shell_word(word: &str) -> String {
 /// The command that repairs (and fetches) `files` after `cache verify` found them damaged or
 /// missing: the same repository and revision, those files, `--verify full` (which asks the Hub
 /// what each file is and fetches only the chunks that differ).
-fn repair_command(cli: &Cli, repo: &RepoRef, files: &[String]) -> String {
+fn repair_command(cli: &FetchArgs, repo: &RepoRef, files: &[String]) -> String {
     let mut words = vec!["wi-fetch".to_string()];
     if let Some(lock) = &cli.locked {
         words.push("--locked".into());
@@ -336,7 +347,7 @@ fn fail(e: FetchError) -> Failure {
     (e.to_string(), e.exit_code() as u8)
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+fn run(cli: FetchArgs) -> Result<(), Failure> {
     let reference = match &cli.repo {
         Some(r) => parse_reference(r).map_err(|m| (m, 1))?,
         None => Reference {
@@ -376,7 +387,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     } else {
         Mode::Log
     });
-    if cli.verify == VerifyArg::Full {
+    if cli.level() == VerifyArg::Full {
         progress.cached_means = "in the cache, every chunk re-hashed and matching";
     }
     progress.checking = cli.check_only;
@@ -386,7 +397,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         .max_connections(cli.max_connections as usize)
         .max_files(cli.max_files as usize)
         .verify(!cli.no_verify)
-        .verify_level(cli.verify.into())
+        .verify_level(cli.level().into())
         .sidecars(!cli.no_sidecar)
         .retry_delays(cli.retry_delay, cli.retry_max_delay)
         .force_download(cli.force_download)
@@ -467,7 +478,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 /// After `cache verify` found damaged or missing files: the command that repairs them.
-fn repair_hint(cli: &Cli, repo: &RepoRef, e: &FetchError, progress: &Progress) {
+fn repair_hint(cli: &FetchArgs, repo: &RepoRef, e: &FetchError, progress: &Progress) {
     use weight_inspect::fetch::ExitClass;
     if matches!(e.exit_class(), ExitClass::Integrity | ExitClass::NotFound) {
         let cmd = repair_command(cli, repo, &progress.failed_files());
@@ -685,5 +696,38 @@ mod tests {
     fn cli_parses() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// `cache verify` is a subcommand with the fetch's arguments: it checks only, at full by
+    /// default (another level can be given), without sidecars; `--locked` checks offline.
+    #[test]
+    fn cache_verify_is_a_checking_fetch() {
+        let verify = |args: &[&str]| -> FetchArgs {
+            let mut argv = vec!["wi-fetch", "cache", "verify"];
+            argv.extend(args);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Some(Command::Cache(c)) => match cache::cache_main(c) {
+                    Ok(a) => a.checking(),
+                    Err(_) => panic!("not verify"),
+                },
+                None => panic!("no subcommand"),
+            }
+        };
+        let a = verify(&["org/name", "a.gguf"]);
+        assert!(a.check_only && a.no_sidecar && !a.offline);
+        assert_eq!(
+            (a.level(), a.files.as_slice()),
+            (VerifyArg::Full, &["a.gguf".to_string()][..])
+        );
+        assert_eq!(
+            verify(&["org/name", "--verify", "fast"]).level(),
+            VerifyArg::Fast
+        );
+        let l = verify(&["--locked", "x.lock"]);
+        assert!(l.offline && l.repo.is_none());
+        // The main command line: a fetch, fast by default, writing.
+        let f = Cli::try_parse_from(["wi-fetch", "org/name"]).unwrap();
+        assert!(f.command.is_none() && !f.fetch.check_only);
+        assert_eq!(f.fetch.level(), VerifyArg::Fast);
     }
 }
