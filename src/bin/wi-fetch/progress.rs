@@ -112,11 +112,19 @@ impl Progress {
         let _ = self.mp.clear();
     }
 
-    fn file_style() -> ProgressStyle {
+    /// A file's bar: its speed counts only what this run fetched (`resumed` bytes were on disk
+    /// before it started, and fill the bar without a transfer).
+    fn file_style(resumed: u64) -> ProgressStyle {
         ProgressStyle::with_template(
-            "{msg:30!} [{bar:30.cyan/blue}] {bytes:>10}/{total_bytes:10} {bytes_per_sec:>12}",
+            "{msg:30!} [{bar:30.cyan/blue}] {bytes:>10}/{total_bytes:10} {run_rate:>12}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key(
+            "run_rate",
+            move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&run_rate(s.pos(), resumed, s.elapsed()));
+            },
+        )
         .progress_chars("=> ")
     }
 
@@ -232,10 +240,9 @@ impl Reporter for Progress {
                         Some(t) => self.mp.insert_before(t, ProgressBar::new(*size)),
                         None => self.mp.add(ProgressBar::new(*size)),
                     };
-                    b.set_style(Self::file_style());
+                    b.set_style(Self::file_style(*resumed_bytes));
                     b.set_message(escape(file).into_owned());
                     b.set_position(*resumed_bytes);
-                    b.reset_eta();
                     st.bars.insert(file.to_string(), b);
                 }
             }
@@ -325,6 +332,17 @@ impl Reporter for Progress {
     }
 }
 
+/// The speed of a file's transfer in this run, for its bar: the bytes fetched since the bar
+/// started (its position less the `resumed` bytes already on disk) over the time since then.
+fn run_rate(pos: u64, resumed: u64, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    if secs < 0.05 {
+        return String::new();
+    }
+    let rate = pos.saturating_sub(resumed) as f64 / secs;
+    format!("{}/s", human_bytes(rate as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +392,22 @@ mod tests {
             line,
             "wi-fetch: 23% 40.0 MiB/176.0 MiB at 40.0 MiB/s, ETA 3s"
         );
+    }
+
+    /// A resumed file's speed counts only this run's bytes: 8 GiB on disk and 10 MiB fetched in
+    /// two seconds is 5 MiB/s, not terabytes per second.
+    #[test]
+    fn a_resumed_file_s_speed_counts_this_run_only() {
+        let resumed = 8 << 30;
+        assert_eq!(
+            run_rate(resumed + (10 << 20), resumed, Duration::from_secs(2)),
+            format!("{}/s", human_bytes(5 << 20))
+        );
+        assert_eq!(
+            run_rate(resumed, resumed, Duration::from_secs(1)),
+            format!("{}/s", human_bytes(0))
+        );
+        // Too soon to say.
+        assert_eq!(run_rate(resumed, resumed, Duration::from_millis(1)), "");
     }
 }
