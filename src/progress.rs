@@ -8,7 +8,35 @@
 //! [`Event::FileStopped`] or [`Event::FileDone`] no further events arrive for that file (the fetch API keeps this even when
 //! it resolves a selection again).
 
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+/// Names one file's events: every event about a file carries the id of that file's download,
+/// so that a reporter keys its bars and lines by it, never by the path (two repositories, or
+/// two fetches sharing one reporter, can hold files of the same path at once). Ids are unique
+/// within the process ([`FileId::next`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(u64);
+
+impl FileId {
+    /// A new id, never given before in this process.
+    pub fn next() -> FileId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        FileId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The id as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
 
 /// Something that receives progress events.
 pub trait Reporter: Send + Sync {
@@ -34,8 +62,9 @@ impl Reporter for NoProgress {
     fn on_event(&self, _event: &Event<'_>) {}
 }
 
-/// A progress event. `file` is always the path of the file inside its repository, as the
-/// repository lists it: print it through [`crate::names::escape`], never raw.
+/// A progress event. `id` names the file's download (see [`FileId`]: key by it); `file` is
+/// the path of the file inside its repository, as the repository lists it: print it through
+/// [`crate::names::escape`], never raw.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Event<'a> {
@@ -50,6 +79,8 @@ pub enum Event<'a> {
     },
     /// A file transfer starts (or resumes with `resumed_bytes` already on disk and re-checked).
     FileStart {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// Full size.
@@ -59,6 +90,8 @@ pub enum Event<'a> {
     },
     /// `bytes` more bytes of `file` were written to disk.
     Progress {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// Newly written bytes (an increment, not a total).
@@ -67,6 +100,8 @@ pub enum Event<'a> {
     /// Bytes that were written earlier were thrown away and will be fetched again
     /// (a chunk that failed its hash, a truncated chunk, a changed remote file).
     Discarded {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// How many bytes.
@@ -76,6 +111,8 @@ pub enum Event<'a> {
     },
     /// A request failed and will be retried after `delay`.
     Retry {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// Which attempt failed (1 = the first).
@@ -87,6 +124,8 @@ pub enum Event<'a> {
     },
     /// All bytes are on disk and the whole-file hash matched.
     FileDownloaded {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// Bytes transferred in this run (including re-fetched ones).
@@ -94,11 +133,15 @@ pub enum Event<'a> {
     },
     /// Tensor-level verification of a finished file starts.
     Verifying {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
     },
     /// A file is done: downloaded (or found in the cache), hashed and verified.
     FileDone {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// True when it came from the cache without any transfer.
@@ -106,6 +149,8 @@ pub enum Event<'a> {
     },
     /// A file failed; no more events follow for it.
     FileFailed {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// The error, one line.
@@ -115,6 +160,8 @@ pub enum Event<'a> {
     /// [`crate::fetch::FetcherBuilder::cancellation`]); what it received is kept for the next
     /// run. No more events follow for it.
     FileStopped {
+        /// The file's download.
+        id: FileId,
         /// Path in the repository.
         file: &'a str,
         /// Bytes of the file on disk and recorded in its resume state.
@@ -125,6 +172,8 @@ pub enum Event<'a> {
     /// Something a user should know that is not an error (e.g. "remote file changed,
     /// starting afresh").
     Notice {
+        /// The file's download, when the notice concerns one file.
+        id: Option<FileId>,
         /// Path in the repository, when the notice concerns one file.
         file: Option<&'a str>,
         /// The message, one line.
@@ -141,11 +190,28 @@ impl Event<'_> {
             | Event::Discarded { file, .. }
             | Event::Retry { file, .. }
             | Event::FileDownloaded { file, .. }
-            | Event::Verifying { file }
+            | Event::Verifying { file, .. }
             | Event::FileDone { file, .. }
             | Event::FileFailed { file, .. }
             | Event::FileStopped { file, .. } => Some(file),
             Event::Notice { file, .. } => *file,
+            Event::Plan { .. } => None,
+        }
+    }
+
+    /// The download the event concerns, if it concerns one file.
+    pub fn id(&self) -> Option<FileId> {
+        match self {
+            Event::FileStart { id, .. }
+            | Event::Progress { id, .. }
+            | Event::Discarded { id, .. }
+            | Event::Retry { id, .. }
+            | Event::FileDownloaded { id, .. }
+            | Event::Verifying { id, .. }
+            | Event::FileDone { id, .. }
+            | Event::FileFailed { id, .. }
+            | Event::FileStopped { id, .. } => Some(*id),
+            Event::Notice { id, .. } => *id,
             Event::Plan { .. } => None,
         }
     }

@@ -15,8 +15,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 use crate::wi_fetch::{
-    big_file, code, expect_code, recorded_bytes, run, sha256_hex, start, stderr, stdout, wait_for,
-    Sandbox,
+    code, expect_code, recorded_bytes, run, sha256_hex, start, stderr, stdout, wait_for, Sandbox,
 };
 
 const EXE: &str = env!("CARGO_BIN_EXE_wi-fetch");
@@ -96,9 +95,9 @@ fn bytes_of(t: &BTreeSet<(PathBuf, u64)>) -> u64 {
 fn ls_then_rm_file_revision_and_repo() {
     const REPO: &str = "cm/model";
     let (a1, a2, b) = (
-        big_file(300 << 10),
-        big_file(310 << 10),
-        big_file(200 << 10),
+        testkit::data(300 << 10, 1),
+        testkit::data(310 << 10, 1),
+        testkit::data(200 << 10, 1),
     );
     let cfg = br#"{"model_type": "llama"}"#.to_vec();
     let hub = start(
@@ -269,7 +268,7 @@ fn ls_then_rm_file_revision_and_repo() {
 #[test]
 fn prune_dry_run_then_real() {
     const REPO: &str = "pr/model";
-    let (w1, w2) = (big_file(400 << 10), big_file(420 << 10));
+    let (w1, w2) = (testkit::data(400 << 10, 1), testkit::data(420 << 10, 1));
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -284,7 +283,7 @@ fn prune_dry_run_then_real() {
     expect_code(&fetch(&sb, &hub, &[REPO]), 0);
     let c2 = hub.commit(REPO);
     // An orphaned blob (content no snapshot links to).
-    let orphan = big_file(70 << 10)[1..].to_vec();
+    let orphan = testkit::data(70 << 10, 1)[1..].to_vec();
     let orphan_path = sb.repo_dir(REPO).join("blobs").join(sha256_hex(&orphan));
     fs::write(&orphan_path, &orphan).unwrap();
 
@@ -349,7 +348,10 @@ fn lines_ending(o: &Output, suffix: &str) -> Vec<u8> {
 #[test]
 fn prune_removes_a_stale_partial_of_an_older_version() {
     const REPO: &str = "st/model";
-    let (w1, x) = (big_file(2 << 20), big_file(600 << 10)[7..].to_vec());
+    let (w1, x) = (
+        testkit::data(2 << 20, 1),
+        testkit::data(600 << 10, 1)[7..].to_vec(),
+    );
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -460,7 +462,7 @@ fn links_pointing_outside_never_lead_a_removal_out() {
         MockHub::builder()
             .hash_cache(false)
             .lfs_threshold(64 << 10)
-            .file(REPO, "w.bin", big_file(100 << 10)),
+            .file(REPO, "w.bin", testkit::data(100 << 10, 1)),
     );
     let sb = Sandbox::new();
     expect_code(&fetch(&sb, &hub, &[REPO]), 0);
@@ -593,9 +595,9 @@ fn a_huggingface_hub_cache_is_listed_removed_and_pruned() {
         MockHub::builder()
             .hash_cache(false)
             .lfs_threshold(64 << 10)
-            .file(r1, "w.bin", big_file(200 << 10))
+            .file(r1, "w.bin", testkit::data(200 << 10, 1))
             .file(r1, "config.json", b"{}".to_vec())
-            .file(r2, "v.bin", big_file(150 << 10)[3..].to_vec()),
+            .file(r2, "v.bin", testkit::data(150 << 10, 1)[3..].to_vec()),
     );
     let sb = Sandbox::new();
     let dl = |repos: &[&str]| {
@@ -607,7 +609,8 @@ fn a_huggingface_hub_cache_is_listed_removed_and_pruned() {
     };
     dl(&[r1, r2]);
     let old = hub.commit(r1);
-    hub.mutate_file(r1, "w.bin", big_file(230 << 10)).unwrap();
+    hub.mutate_file(r1, "w.bin", testkit::data(230 << 10, 1))
+        .unwrap();
     dl(&[r1]);
 
     let scan = |sb: &Sandbox| -> Value {

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use mock_server::{Fault, MockHub, Target};
 
-use crate::wi_fetch::{
-    big_file, blobs, expect_code, lines, sha256_hex, start, stderr, stdout, Sandbox,
-};
+use crate::wi_fetch::{blobs, expect_code, lines, sha256_hex, start, stderr, stdout, Sandbox};
 
 /// Runs `c` to its end, which must come within `limit`: a run that hangs fails the test (and is
 /// killed) instead of hanging the suite.
@@ -62,7 +60,7 @@ fn one_file_hub(
 #[test]
 fn a_cut_after_a_chunks_last_byte_settles_the_chunk() {
     const SIZE: usize = 1 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = one_file_hub("cut/model", "w.bin", &data, |b| {
         b.fault(Fault::DropContentLength.on(Target::Cdn))
             .fault(Fault::CutAfter { bytes: 128 << 10 }.on(Target::Cdn))
@@ -91,7 +89,7 @@ fn a_cut_after_a_chunks_last_byte_settles_the_chunk() {
 #[test]
 fn a_fifo_at_the_state_path_does_not_hang() {
     const SIZE: usize = 512 << 10;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = one_file_hub("fifo/model", "w.bin", &data, |b| b);
     let sb = Sandbox::new();
     let blobs_dir = sb.repo_dir("fifo/model").join("blobs");
@@ -117,7 +115,7 @@ fn a_fifo_at_the_state_path_does_not_hang() {
 /// Regression: `--json` (and the path list) written to a full disk exited 0.
 #[test]
 fn output_to_a_full_disk_is_an_error() {
-    let data = big_file(100_000);
+    let data = testkit::data(100_000, 1);
     let hub = one_file_hub("full/model", "w.bin", &data, |b| b);
     for json in [true, false] {
         let sb = Sandbox::new();
@@ -168,7 +166,7 @@ fn planted(repo: &str, name: &str) -> (Sandbox, std::path::PathBuf) {
 #[test]
 fn a_link_at_the_partial_path_is_not_written_through() {
     const SIZE: usize = 256 << 10;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("link/model", "w.bin", &data, |b| b);
     // The cache.
@@ -196,7 +194,7 @@ fn a_link_at_the_partial_path_is_not_written_through() {
 /// Regression: a link planted at a lock file's path was followed (a missing target was created).
 #[test]
 fn a_link_at_the_lock_path_is_not_followed() {
-    let data = big_file(100_000);
+    let data = testkit::data(100_000, 1);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("lock/model", "w.bin", &data, |b| b);
     let sb = Sandbox::new();
@@ -217,7 +215,7 @@ fn a_link_at_the_lock_path_is_not_followed() {
 #[test]
 fn a_link_at_the_state_temporary_file_is_not_written_through() {
     const SIZE: usize = 512 << 10;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("tmp/model", "w.bin", &data, |b| b);
     let (sb, v) = planted("tmp/model", &format!("{etag}.wi-partial.state.tmp"));
@@ -234,7 +232,7 @@ fn a_link_at_the_state_temporary_file_is_not_written_through() {
 #[test]
 fn a_link_at_the_repair_scratch_file_is_not_written_through() {
     const SIZE: usize = 512 << 10;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("scratch/model", "w.bin", &data, |b| {
         b.fault(Fault::FlipBytes { count: 1 }.on(Target::Cdn).times(1))
@@ -258,7 +256,7 @@ fn a_link_at_the_repair_scratch_file_is_not_written_through() {
 /// it says what it waits for, and gives up after `--lock-timeout` without progress.
 #[test]
 fn a_second_process_says_what_it_waits_for_and_gives_up() {
-    let data = big_file(100_000);
+    let data = testkit::data(100_000, 1);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("wait/model", "w.bin", &data, |b| b);
     let sb = Sandbox::new();
@@ -293,8 +291,8 @@ fn token_hub(
         MockHub::builder()
             .hash_cache(false)
             .lfs_threshold(64 << 10)
-            .file("tok/repo", "c.json", big_file(10_000))
-            .file("tok/repo", "w.bin", big_file(200_000)),
+            .file("tok/repo", "c.json", testkit::data(10_000, 1))
+            .file("tok/repo", "w.bin", testkit::data(200_000, 1)),
     ))
 }
 
@@ -411,7 +409,7 @@ fn redirect_loops_long_chains_and_other_schemes_are_refused() {
 #[test]
 fn hostile_bodies_are_never_written() {
     const SIZE: usize = 512 << 10;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     for fault in [
         Fault::Overlong { extra: 1000 },
         Fault::Endless,
@@ -587,7 +585,7 @@ fn resume_state_tampering_ends_byte_exact() {
     use sha2::{Digest as _, Sha256};
     const SIZE: usize = 512 << 10;
     const CHUNK: usize = 128 << 10;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let etag = sha256_hex(&data);
     let hub = one_file_hub("tamper/model", "w.bin", &data, |b| b);
     let commit = hub.commit("tamper/model");
@@ -676,7 +674,7 @@ fn resume_state_tampering_ends_byte_exact() {
 #[test]
 fn a_server_that_cuts_every_connection_is_given_up_on() {
     const SIZE: usize = 4 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = one_file_hub("cuts/model", "w.bin", &data, |b| {
         b.fault(Fault::CutAfter { bytes: 1000 }.on(Target::Cdn))
     });

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sha2::{Digest as _, Sha256};
+use crate::support::sha256_hex;
 use testkit::gguf::{Fill, GgufWriter};
 use testkit::safetensors::StWriter;
 use weight_inspect::manifest::{self, CreateOptions, FileVerdict, Manifest};
@@ -71,10 +71,6 @@ fn model_dir() -> (tempfile::TempDir, PathBuf) {
     .unwrap();
     fs::write(m.join("README.md"), b"# a model\n").unwrap();
     (d, m)
-}
-
-fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
 }
 
 /// A manifest made from a folder names every file relative to it, with the file's and every

@@ -11,6 +11,7 @@ mod inspect;
 mod integrity;
 mod manifest;
 mod manifest_interop;
+mod output;
 mod remote_inspect;
 mod safetensors;
 mod transfer;

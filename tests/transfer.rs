@@ -9,9 +9,11 @@ use std::time::Duration;
 use mock_server::{Fault, MockHub, MockHubBuilder, Target};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use sha2::{Digest as _, Sha256};
+
+use crate::support::{data, git_sha1, sha256};
 use tokio::sync::Notify;
 use weight_inspect::key::{FileKey, PartialPaths};
-use weight_inspect::progress::{Event, Reporter};
+use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::transfer::{
     Engine, EngineConfig, ExpectedChunks, TransferError, TransferOutcome, TransferSpec,
 };
@@ -21,31 +23,6 @@ const LFS: &str = "model.gguf";
 const SMALL: &str = "config.json";
 const CHUNK: u64 = 64 << 10;
 const SIZE: usize = 2 << 20; // 32 chunks
-
-/// Deterministic, incompressible-looking bytes.
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn sha256(b: &[u8]) -> [u8; 32] {
-    Sha256::digest(b).into()
-}
-
-fn git_sha1(b: &[u8]) -> [u8; 20] {
-    use sha1::Sha1;
-    let mut h = Sha1::new();
-    h.update(format!("blob {}\0", b.len()).as_bytes());
-    h.update(b);
-    h.finalize().into()
-}
 
 /// What a test reporter saw.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +50,8 @@ enum Seen {
 #[derive(Default)]
 struct Recorder {
     seen: Mutex<Vec<Seen>>,
+    /// The id every event carried (one download: one id).
+    ids: Mutex<std::collections::BTreeSet<Option<FileId>>>,
     progress: AtomicU64,
     cancel_after: Option<u64>,
     cancel: Notify,
@@ -84,6 +63,7 @@ struct Recorder {
 
 impl Reporter for Recorder {
     fn on_event(&self, e: &Event<'_>) {
+        self.ids.lock().unwrap().insert(e.id());
         let s = match e {
             Event::FileStart { resumed_bytes, .. } => Seen::Start {
                 resumed: *resumed_bytes,
@@ -227,7 +207,10 @@ impl Eng {
         spec: &Spec,
         rec: &dyn Reporter,
     ) -> Result<TransferOutcome, TransferError> {
-        let locked = self.0.lock(&spec.paths, &spec.key.path, rec).await?;
+        let locked = self
+            .0
+            .lock(&spec.paths, spec.id, &spec.key.path, rec)
+            .await?;
         self.0
             .download(&spec.spec, locked, rec)
             .await
@@ -286,6 +269,7 @@ impl Fixture {
                 url: format!("{}/{REPO}/resolve/{commit}/{path}", self.hub.url()),
                 headers: HeaderMap::new(),
                 key: FileKey::new(REPO, commit, path, etag, content.len() as u64),
+                id: FileId::next(),
                 chunks: None,
             },
             paths: PartialPaths {
@@ -357,6 +341,11 @@ async fn clean_download_fetches_each_byte_once_in_ranged_chunks() {
         Some(&Seen::Downloaded {
             transferred: SIZE as u64
         })
+    );
+    // Every event names the download by the id its spec gave it.
+    assert_eq!(
+        *rec.ids.lock().unwrap(),
+        std::collections::BTreeSet::from([Some(spec.id)])
     );
     let progress: Vec<u64> = seen
         .iter()

@@ -12,142 +12,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mock_server::demo::{self, DemoOptions};
-use mock_server::{BackgroundHub, Fault, MockHub, MockHubBuilder};
-use sha2::{Digest as _, Sha256};
+use mock_server::{BackgroundHub, Fault, MockHub};
 use weight_inspect::fetch::{FetchError, Fetcher, RepoRef, Selection};
 
-pub(crate) const REPO: &str = "demo/TinyLlama-GGUF";
-const EXE: &str = env!("CARGO_BIN_EXE_wi-fetch");
-
-/// The demo repositories (about 8 MB), built once per test run under the target folder.
-pub(crate) fn demo_root() -> &'static Path {
-    static ROOT: OnceLock<PathBuf> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wi-fetch-demo");
-        let marker = dir.join(".built-v2");
-        if !marker.exists() {
-            let _ = fs::remove_dir_all(&dir);
-            demo::build(
-                &dir,
-                &DemoOptions {
-                    size_mb: 1,
-                    seed: 42,
-                    minilm: None,
-                },
-            )
-            .expect("demo data");
-            fs::write(&marker, b"").unwrap();
-        }
-        dir
-    })
-}
-
-pub(crate) fn hub_builder() -> MockHubBuilder {
-    MockHub::builder()
-        .root(demo_root())
-        .lfs_threshold(64 << 10)
-        .hash_cache(false)
-}
-
-pub(crate) fn start(b: MockHubBuilder) -> BackgroundHub {
-    b.start_in_background().expect("mock hub")
-}
-
-pub(crate) fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
-}
-
-pub(crate) fn demo_file(path: &str) -> Vec<u8> {
-    fs::read(demo_root().join(REPO).join(path)).unwrap()
-}
-
-/// A sandbox: a cache folder and an `HF_HOME` without a token file.
-pub(crate) struct Sandbox {
-    pub(crate) dir: tempfile::TempDir,
-}
-
-impl Sandbox {
-    pub(crate) fn new() -> Self {
-        Sandbox {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    pub(crate) fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache")
-    }
-
-    pub(crate) fn home(&self) -> PathBuf {
-        self.dir.path().join("hf-home")
-    }
-
-    pub(crate) fn repo_dir(&self, repo: &str) -> PathBuf {
-        self.cache()
-            .join(format!("models--{}", repo.replace('/', "--")))
-    }
-
-    /// `wi-fetch` with the endpoint and cache set, and no token or offline flag inherited.
-    pub(crate) fn cmd(&self, hub: &MockHub) -> Command {
-        let mut c = Command::new(EXE);
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env("HF_HOME", self.home())
-            .env("HF_ENDPOINT", hub.url())
-            .args(["--retry-delay", "1ms", "--retry-max-delay", "20ms"])
-            .arg("--cache-dir")
-            .arg(self.cache())
-            .stdin(Stdio::null());
-        c
-    }
-}
-
-pub(crate) fn run(mut c: Command) -> Output {
-    c.output().expect("run wi-fetch")
-}
-
-pub(crate) fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-pub(crate) fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-pub(crate) fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-pub(crate) fn expect_code(o: &Output, want: i32) {
-    assert_eq!(
-        code(o),
-        want,
-        "exit code\n--- stdout\n{}\n--- stderr\n{}",
-        stdout(o),
-        stderr(o)
-    );
-}
-
-pub(crate) fn lines(o: &Output) -> Vec<String> {
-    stdout(o).lines().map(str::to_string).collect()
-}
-
-/// Blobs in a repository folder (complete ones only).
-pub(crate) fn blobs(repo_dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(repo_dir.join("blobs"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
+pub(crate) use crate::support::cli::*;
+pub(crate) use crate::support::sha256_hex;
 
 /// GET requests that carried file bytes, per file of `repo`.
 fn file_gets(hub: &MockHub, repo: &str) -> u64 {
@@ -643,54 +514,6 @@ fn failed_verification_exits_2() {
 
 // ---- crashes and concurrency ----
 
-pub(crate) fn big_file(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// Waits for the event `cond` (a counter, a state file…), checking every few milliseconds; a
-/// wait that takes longer than `limit` fails the test, naming `what` it waited for.
-pub(crate) fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Bytes the resume states in a repository folder's `blobs/` record as on disk: what a kill
-/// now would keep (0 where there is no state, or it is being replaced).
-pub(crate) fn recorded_bytes(repo_dir: &Path) -> u64 {
-    let Ok(rd) = fs::read_dir(repo_dir.join("blobs")) else {
-        return 0;
-    };
-    rd.filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .ends_with(".wi-partial.state")
-        })
-        .filter_map(|e| fs::read(e.path()).ok())
-        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .map(|v| {
-            v["chunks"]
-                .as_array()
-                .map(|c| c.iter().filter_map(|c| c["written"].as_u64()).sum::<u64>())
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 /// SIGKILL, and reap.
 fn kill9(mut child: Child) {
     child.kill().unwrap();
@@ -701,19 +524,6 @@ fn kill9(mut child: Child) {
 /// temporary file of a save the kill cut short, so only blobs are left.
 fn blobs_after_kill(repo_dir: &Path) -> Vec<String> {
     blobs(repo_dir)
-}
-
-/// Partial downloads (and their states) in a repository folder's `blobs/`.
-pub(crate) fn partials(repo_dir: &Path) -> Vec<String> {
-    blobs(repo_dir)
-        .into_iter()
-        .filter(|n| {
-            n.contains("partial")
-                || n.contains("incomplete")
-                || n.contains("state")
-                || n.ends_with(".tmp")
-        })
-        .collect()
 }
 
 /// A run of `args` killed with SIGKILL once `when` holds.
@@ -791,7 +601,7 @@ fn ctrl_c_keeps_every_byte_received() {
         .bandwidth(1 << 20);
     let mut datas = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        let mut d = big_file(SIZE + i);
+        let mut d = testkit::data(SIZE + i, 1);
         d.rotate_left(i * 4099);
         b = b.file("stop/model", *f, d.clone());
         datas.push(d);
@@ -863,7 +673,7 @@ fn ctrl_c_keeps_every_byte_received() {
 /// reported as complete on disk and checked, not as "resuming"; nothing is fetched again.
 #[test]
 fn a_complete_partial_is_not_reported_as_resuming() {
-    let data = big_file(1 << 20);
+    let data = testkit::data(1 << 20, 1);
     let hub = throttled_hub("whole/model", "w.bin", &data, 64 << 20);
     let sb = Sandbox::new();
     let mut c = sb.cmd(&hub);
@@ -895,7 +705,7 @@ fn a_complete_partial_is_not_reported_as_resuming() {
 #[test]
 fn the_summary_says_why_a_download_was_slow() {
     use mock_server::Target;
-    let data = big_file(2 << 20);
+    let data = testkit::data(2 << 20, 1);
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -928,7 +738,7 @@ fn the_summary_says_why_a_download_was_slow() {
     assert!(e.contains("connection(s) on average"), "{e}");
 
     // Under a per-connection cap, a one-chunk file is split between connections: said too.
-    let data = big_file(4 << 20);
+    let data = testkit::data(4 << 20, 1);
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -970,7 +780,7 @@ fn the_summary_says_why_a_download_was_slow() {
 #[test]
 fn second_ctrl_c_quits_at_once() {
     const SIZE: usize = 4 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = throttled_hub("twice/model", "w.bin", &data, 512 << 10);
     let sb = Sandbox::new();
     let args = ranged_args("twice/model", "w.bin");
@@ -996,7 +806,7 @@ fn second_ctrl_c_quits_at_once() {
 #[test]
 fn sigkill_then_resume_fetches_only_what_is_missing() {
     const SIZE: usize = 4 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = throttled_hub("big/model", "weights.bin", &data, 192 << 10);
     let sb = Sandbox::new();
     let args = ranged_args("big/model", "weights.bin");
@@ -1039,7 +849,7 @@ fn sigkill_then_resume_fetches_only_what_is_missing() {
 #[test]
 fn sigkill_at_start_middle_and_end() {
     const SIZE: usize = 2 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = throttled_hub("kill/model", "w.bin", &data, 256 << 10);
     let args = ranged_args("kill/model", "w.bin");
     let sha = sha256_hex(&data);
@@ -1082,7 +892,7 @@ fn sigkill_at_start_middle_and_end() {
 #[test]
 fn dry_run_shows_the_recorded_partial_bytes() {
     const SIZE: usize = 4 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = throttled_hub("dry/model", "w.bin", &data, 192 << 10);
     let sb = Sandbox::new();
     let args = ranged_args("dry/model", "w.bin");
@@ -1126,8 +936,8 @@ fn dry_run_shows_the_recorded_partial_bytes() {
 #[test]
 fn changed_remote_file_discards_the_old_partial() {
     const SIZE: usize = 2 << 20;
-    let old = big_file(SIZE);
-    let new: Vec<u8> = big_file(SIZE + 100)[100..].to_vec();
+    let old = testkit::data(SIZE, 1);
+    let new: Vec<u8> = testkit::data(SIZE + 100, 1)[100..].to_vec();
     let hub = throttled_hub("chg/model", "w.bin", &old, 256 << 10);
     let sb = Sandbox::new();
     let repo_dir = sb.repo_dir("chg/model");
@@ -1164,7 +974,7 @@ fn changed_remote_file_discards_the_old_partial() {
 #[test]
 fn two_processes_share_one_blob() {
     const SIZE: usize = 1 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -1206,7 +1016,7 @@ fn two_processes_share_one_blob() {
 #[test]
 fn push_during_download_keeps_one_commit() {
     const SIZE: usize = 1 << 20;
-    let data = big_file(SIZE);
+    let data = testkit::data(SIZE, 1);
     let hub = start(
         MockHub::builder()
             .hash_cache(false)
@@ -1512,7 +1322,7 @@ fn disk_full_fails_up_front() {
         MockHub::builder()
             .hash_cache(false)
             .lfs_threshold(64 << 10)
-            .file("big/disk", "w.bin", big_file(6 << 20)),
+            .file("big/disk", "w.bin", testkit::data(6 << 20, 1)),
     );
     let sb = Sandbox::new();
     let _tmpfs = Tmpfs::mount(&sb.cache(), "4m");
@@ -1540,7 +1350,10 @@ fn disk_full_fails_up_front() {
 fn disk_fills_up_mid_download_then_resumes() {
     require_tmpfs();
     const SIZE: usize = 2 << 20;
-    let (a, b) = (big_file(SIZE), big_file(SIZE + 4096)[4096..].to_vec());
+    let (a, b) = (
+        testkit::data(SIZE, 1),
+        testkit::data(SIZE + 4096, 1)[4096..].to_vec(),
+    );
     let hub = start(
         MockHub::builder()
             .hash_cache(false)

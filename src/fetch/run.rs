@@ -7,7 +7,7 @@
 //! (a notice says so); and a gate between the fetch and the caller's reporter drops anything a
 //! second round would say about a file that already ended.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -27,7 +27,7 @@ use crate::hub::HubError;
 use crate::key::FileKey;
 use crate::manifest::{Document, Sha256Hex, Source};
 use crate::names::{escape, is_commit_hash};
-use crate::progress::{Event, Reporter};
+use crate::progress::{Event, FileId, Reporter};
 use crate::transfer::{LockedPartial, TransferError, TransferSpec};
 
 /// Refused listing entries named one by one in notices; the rest are counted.
@@ -37,6 +37,8 @@ const REFUSED_NAMED: usize = 10;
 /// failures held back while a selection may be resolved again.
 struct Gate<'a> {
     inner: &'a dyn Reporter,
+    /// Each file's id, given the first time an event names it (see [`FileId`]).
+    ids: Mutex<HashMap<String, FileId>>,
     ended: Mutex<HashSet<String>>,
     /// Files whose failure (the remote file changed) is not reported yet, with the message.
     held: Mutex<Vec<(String, String)>>,
@@ -46,9 +48,20 @@ impl<'a> Gate<'a> {
     fn new(inner: &'a dyn Reporter) -> Self {
         Gate {
             inner,
+            ids: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashSet::new()),
             held: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The id of `file`'s events in this fetch (the same in every round).
+    fn id(&self, file: &str) -> FileId {
+        *self
+            .ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(file.to_string())
+            .or_insert_with(FileId::next)
     }
 
     /// Holds back `file`'s failure.
@@ -64,6 +77,7 @@ impl<'a> Gate<'a> {
         let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
         for (file, error) in held {
             self.on_event(&Event::FileFailed {
+                id: self.id(&file),
                 file: &file,
                 error: &error,
             });
@@ -89,8 +103,12 @@ impl Reporter for Gate<'_> {
     }
 }
 
-fn notice(rep: &dyn Reporter, file: Option<&str>, message: &str) {
-    rep.on_event(&Event::Notice { file, message });
+fn notice(rep: &Gate<'_>, file: Option<&str>, message: &str) {
+    rep.on_event(&Event::Notice {
+        id: file.map(|f| rep.id(f)),
+        file,
+        message,
+    });
 }
 
 impl Fetcher {
@@ -258,6 +276,7 @@ impl Fetcher {
                 offline: self.offline,
             };
             rep.on_event(&Event::FileFailed {
+                id: rep.id(m),
                 file: m,
                 error: &e.to_string(),
             });
@@ -284,11 +303,13 @@ impl Fetcher {
                             None => format!("failed verification: {}", v.errors.join("; ")),
                         };
                         rep.on_event(&Event::FileFailed {
+                            id: rep.id(&r.path),
                             file: &r.path,
                             error: &msg,
                         });
                     }
                     _ => rep.on_event(&Event::FileDone {
+                        id: rep.id(&r.path),
                         file: &r.path,
                         cached: r.cached,
                     }),
@@ -345,7 +366,10 @@ impl Fetcher {
         match done {
             Ok(mut report) => {
                 if self.verify && is_model_file(&report.path) && !is_split_part(&report.path) {
-                    rep.on_event(&Event::Verifying { file: &report.path });
+                    rep.on_event(&Event::Verifying {
+                        id: rep.id(&report.path),
+                        file: &report.path,
+                    });
                     let p = report.local_path.clone();
                     report.verification = Some(
                         tokio::task::spawn_blocking(move || verify_file(&p))
@@ -359,11 +383,13 @@ impl Fetcher {
                         Some(v) if !v.valid => {
                             let msg = format!("failed verification: {}", v.errors.join("; "));
                             rep.on_event(&Event::FileFailed {
+                                id: rep.id(&report.path),
                                 file: &report.path,
                                 error: &msg,
                             });
                         }
                         _ => rep.on_event(&Event::FileDone {
+                            id: rep.id(&report.path),
                             file: &report.path,
                             cached: report.cached,
                         }),
@@ -379,6 +405,7 @@ impl Fetcher {
             }
             Err(FetchError::Transfer(TransferError::Interrupted { kept, size, .. })) => {
                 rep.on_event(&Event::FileStopped {
+                    id: rep.id(&f.path),
                     file: &f.path,
                     kept,
                     size,
@@ -391,6 +418,7 @@ impl Fetcher {
             }
             Err(e) => {
                 rep.on_event(&Event::FileFailed {
+                    id: rep.id(&f.path),
                     file: &f.path,
                     error: &e.to_string(),
                 });
@@ -406,7 +434,7 @@ impl Fetcher {
         store: &Store,
         f: &PlannedFile,
         pin: Option<&LockedFile>,
-        rep: &dyn Reporter,
+        rep: &Gate<'_>,
     ) -> Result<FileReport, FetchError> {
         let t0 = Instant::now();
         let key = FileKey::new(repo, commit, &f.path, &f.etag, f.size);
@@ -490,7 +518,7 @@ impl Fetcher {
                     size: f.size,
                 }))
             }
-            l = self.engine.lock(&paths, &f.path, rep) => l?,
+            l = self.engine.lock(&paths, rep.id(&f.path), &f.path, rep) => l?,
         };
         let has_chunks = expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
         if force {
@@ -529,6 +557,7 @@ impl Fetcher {
             url: url.clone(),
             headers: self.hub.auth_headers(),
             key: key.clone(),
+            id: rep.id(&f.path),
             chunks: expect.as_ref().and_then(Expect::engine_chunks),
         };
         let finished = match self.engine.download(&spec, locked, rep).await {
@@ -666,7 +695,7 @@ impl Fetcher {
         store: &Store,
         f: &PlannedFile,
         pin: Option<&LockedFile>,
-        rep: &dyn Reporter,
+        rep: &Gate<'_>,
     ) -> Result<Option<Expect>, FetchError> {
         let given = self.manifest.as_ref().and_then(|doc| {
             Expect::from_document(doc, &f.path, Origin::Given).or_else(|| {
@@ -791,7 +820,7 @@ impl Fetcher {
         store: &Store,
         key: &FileKey,
         locked: &LockedPartial,
-        rep: &dyn Reporter,
+        rep: &Gate<'_>,
     ) {
         let say = |message: &str| notice(rep, Some(&key.path), message);
         let others = match store.other_partials(key) {
@@ -884,7 +913,7 @@ impl Fetcher {
 
     /// Verifies each complete split-GGUF set through its first part; parts of incomplete sets
     /// are left unverified with a notice.
-    async fn verify_split_sets(&self, reports: &mut [FileReport], rep: &dyn Reporter) {
+    async fn verify_split_sets(&self, reports: &mut [FileReport], rep: &Gate<'_>) {
         let mut sets: BTreeMap<(String, u32), Vec<usize>> = BTreeMap::new();
         for (i, r) in reports.iter().enumerate() {
             if let Some(s) = selection::split_info(&r.path).filter(|s| s.count > 1) {
@@ -906,7 +935,10 @@ impl Fetcher {
                 continue;
             };
             let first_path = reports[first].path.clone();
-            rep.on_event(&Event::Verifying { file: &first_path });
+            rep.on_event(&Event::Verifying {
+                id: rep.id(&first_path),
+                file: &first_path,
+            });
             let p = reports[first].local_path.clone();
             let v = tokio::task::spawn_blocking(move || verify_file(&p))
                 .await

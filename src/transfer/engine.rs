@@ -69,7 +69,7 @@ pub(crate) async fn download(
     let started = Instant::now();
     let cfg = &inner.config;
     let file = spec.key.path.as_str();
-    let events = Events::new(reporter, file);
+    let events = Events::new(reporter, spec.id, file);
     let url = parse_url(file, &spec.url)?;
     let size = spec.key.size;
     let expected = spec

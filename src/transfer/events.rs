@@ -2,18 +2,19 @@
 
 use std::time::Duration;
 
-use crate::progress::{Event, Reporter};
+use crate::progress::{Event, FileId, Reporter};
 
-/// One file's events: the reporter and the file's path in its repository.
+/// One file's events: the reporter, the download's id and the file's path in its repository.
 #[derive(Clone, Copy)]
 pub(crate) struct Events<'a> {
     reporter: &'a dyn Reporter,
+    id: FileId,
     file: &'a str,
 }
 
 impl<'a> Events<'a> {
-    pub fn new(reporter: &'a dyn Reporter, file: &'a str) -> Self {
-        Events { reporter, file }
+    pub fn new(reporter: &'a dyn Reporter, id: FileId, file: &'a str) -> Self {
+        Events { reporter, id, file }
     }
 
     /// The file's path in its repository.
@@ -23,6 +24,7 @@ impl<'a> Events<'a> {
 
     pub fn notice(&self, message: &str) {
         self.reporter.on_event(&Event::Notice {
+            id: Some(self.id),
             file: Some(self.file),
             message,
         });
@@ -30,6 +32,7 @@ impl<'a> Events<'a> {
 
     pub fn start(&self, size: u64, resumed_bytes: u64) {
         self.reporter.on_event(&Event::FileStart {
+            id: self.id,
             file: self.file,
             size,
             resumed_bytes,
@@ -38,6 +41,7 @@ impl<'a> Events<'a> {
 
     pub fn progress(&self, bytes: u64) {
         self.reporter.on_event(&Event::Progress {
+            id: self.id,
             file: self.file,
             bytes,
         });
@@ -47,6 +51,7 @@ impl<'a> Events<'a> {
     pub fn discarded(&self, bytes: u64, reason: &str) {
         if bytes > 0 {
             self.reporter.on_event(&Event::Discarded {
+                id: self.id,
                 file: self.file,
                 bytes,
                 reason,
@@ -56,6 +61,7 @@ impl<'a> Events<'a> {
 
     pub fn retry(&self, attempt: u32, delay: Duration, error: &str) {
         self.reporter.on_event(&Event::Retry {
+            id: self.id,
             file: self.file,
             attempt,
             delay,
@@ -65,6 +71,7 @@ impl<'a> Events<'a> {
 
     pub fn downloaded(&self, transferred: u64) {
         self.reporter.on_event(&Event::FileDownloaded {
+            id: self.id,
             file: self.file,
             transferred,
         });

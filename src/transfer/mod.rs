@@ -134,7 +134,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::key::{Digest, FileKey, PartialPaths};
-use crate::progress::Reporter;
+use crate::progress::{FileId, Reporter};
 
 pub use error::{BoxError, TransferError};
 
@@ -163,6 +163,9 @@ pub struct TransferSpec {
     /// digest the content must have (a key whose ETag is not a hash is refused,
     /// [`TransferError::InvalidSpec`]).
     pub key: FileKey,
+    /// Names this download's events ([`FileId::next`] for a download of its own; a caller that
+    /// reports other events of the same file, as fetch does, passes the id it gave them).
+    pub id: FileId,
     /// The SHA-256 of every chunk, from a manifest: the file is then cut into those chunks,
     /// each is checked the moment its last byte arrives (a chunk that does not match is
     /// fetched again, alone), and bytes already on disk without a resume state are checked
@@ -413,17 +416,18 @@ impl Engine {
         engine::download(&self.inner, spec, partial, reporter).await
     }
 
-    /// Takes the lock of the partial download at `paths` for `file`, waiting at most
-    /// [`EngineConfig::lock_timeout`] for a holder that makes no progress (see
+    /// Takes the lock of the partial download at `paths` for `file` (its events named `id`),
+    /// waiting at most [`EngineConfig::lock_timeout`] for a holder that makes no progress (see
     /// [`PartialPaths::lock`]).
     pub async fn lock(
         &self,
         paths: &PartialPaths,
+        id: FileId,
         file: &str,
         reporter: &dyn Reporter,
     ) -> Result<LockedPartial, TransferError> {
         paths
-            .lock(file, self.inner.config.lock_timeout, reporter)
+            .lock(id, file, self.inner.config.lock_timeout, reporter)
             .await
     }
 }

@@ -33,7 +33,7 @@ use super::state::{self, Loaded};
 use super::table::Resumed;
 use super::{blocking, ExpectedChunks};
 use crate::key::{FileKey, PartialPaths};
-use crate::progress::Reporter;
+use crate::progress::{FileId, Reporter};
 use crate::safe_fs::{self, FileLock};
 
 /// How often a waiting process checks the lock and the holder's progress.
@@ -109,10 +109,11 @@ impl PartialPaths {
 
     /// Takes the lock, waiting while another process (or another download in this one) holds
     /// it: a notice says what it waits for, and after `patience` without any progress of the
-    /// holder the wait ends with [`TransferError::LockTimeout`]. `file` names the download in
-    /// events and errors.
+    /// holder the wait ends with [`TransferError::LockTimeout`]. `id` and `file` name the
+    /// download in events, `file` in errors.
     pub async fn lock(
         &self,
+        id: FileId,
         file: &str,
         patience: Duration,
         reporter: &dyn Reporter,
@@ -136,7 +137,7 @@ impl PartialPaths {
             }
             if !announced && started.elapsed() >= ANNOUNCE_AFTER.min(patience) {
                 announced = true;
-                Events::new(reporter, file).notice(&format!(
+                Events::new(reporter, id, file).notice(&format!(
                     "waiting for another process downloading this file (it holds the lock {}); \
                      giving up after {:.0}s without progress",
                     self.lock.display(),
@@ -526,7 +527,12 @@ mod tests {
             }
         }
         let e = p
-            .lock("m.gguf", Duration::from_millis(300), &Rec(&seen))
+            .lock(
+                FileId::next(),
+                "m.gguf",
+                Duration::from_millis(300),
+                &Rec(&seen),
+            )
             .await
             .unwrap_err();
         assert!(matches!(e, TransferError::LockTimeout { .. }), "{e}");
@@ -543,7 +549,12 @@ mod tests {
             drop(held);
         });
         let l = p
-            .lock("m.gguf", Duration::from_millis(300), &NoProgress)
+            .lock(
+                FileId::next(),
+                "m.gguf",
+                Duration::from_millis(300),
+                &NoProgress,
+            )
             .await
             .unwrap();
         writer.await.unwrap();

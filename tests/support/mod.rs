@@ -2,6 +2,8 @@
 //! fixture writers are the workspace's `testkit` crate.
 #![allow(dead_code)]
 
+pub mod cli;
+
 use std::path::PathBuf;
 
 /// `../shared/data` beside the repository, where CI keeps real files written by other tools.
@@ -171,4 +173,28 @@ fn measure_direct(cmd: &mut std::process::Command) -> Measured {
         stdout_head,
         stderr_head,
     }
+}
+
+/// The one generator of test bytes: deterministic, incompressible-looking, and a prefix of
+/// itself (`data(3, s) == data(10, s)[..3]`).
+pub use testkit::data;
+
+/// SHA-256 of `b`.
+pub fn sha256(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(b).into()
+}
+
+/// SHA-256 of `b`, in lowercase hex (the Hub's ETag of an LFS file).
+pub fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(sha256(b))
+}
+
+/// The git blob SHA-1 of `b`: `sha1("blob {len}\0" + b)` (the Hub's ETag of a small file).
+pub fn git_sha1(b: &[u8]) -> [u8; 20] {
+    use sha1::{Digest as _, Sha1};
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", b.len()).as_bytes());
+    h.update(b);
+    h.finalize().into()
 }

@@ -18,16 +18,16 @@ pub(super) struct Progress {
     pub(super) checking: bool,
     /// Files that failed and the message each got, in the order they did (for the repair
     /// command, and so that the final error does not repeat them).
-    failed: Mutex<Vec<(String, String)>>,
+    failed: Mutex<Vec<(FileId, String, String)>>,
     mp: MultiProgress,
     state: Mutex<State>,
 }
 
 struct State {
     total: Option<ProgressBar>,
-    bars: HashMap<String, ProgressBar>,
+    bars: HashMap<FileId, ProgressBar>,
     /// Files whose transfer started (bytes discarded before it were never counted).
-    begun: HashSet<String>,
+    begun: HashSet<FileId>,
     /// Bytes this run transfers (not those already on disk).
     to_fetch: u64,
     done: u64,
@@ -64,7 +64,7 @@ impl Progress {
     /// The files that failed so far.
     pub(super) fn failed_files(&self) -> Vec<String> {
         let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        failed.iter().map(|(f, _)| f.clone()).collect()
+        failed.iter().map(|(_, f, _)| f.clone()).collect()
     }
 
     /// The final error of a fetch, as one line: when every failure in it was already shown on a
@@ -78,7 +78,7 @@ impl Progress {
         };
         let shown = self.mode != Mode::Quiet
             && failed.len() == others + 1
-            && failed.iter().any(|(_, m)| *m == first);
+            && failed.iter().any(|(_, _, m)| *m == first);
         if shown {
             let n = failed.len();
             let what = if n == 1 {
@@ -175,10 +175,10 @@ fn progress_line(done: u64, to_fetch: u64, secs: f64) -> String {
 
 impl Reporter for Progress {
     fn on_event(&self, event: &Event<'_>) {
-        if let Event::FileFailed { file, error } = event {
+        if let Event::FileFailed { id, file, error } = event {
             let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            if !failed.iter().any(|(f, _)| f == file) {
-                failed.push((file.to_string(), error.to_string()));
+            if !failed.iter().any(|(i, _, _)| i == id) {
+                failed.push((*id, file.to_string(), error.to_string()));
             }
         }
         if self.mode == Mode::Quiet {
@@ -213,13 +213,14 @@ impl Reporter for Progress {
                 }
             }
             Event::FileStart {
+                id,
                 file,
                 size,
                 resumed_bytes,
             } => {
                 // The totals count what this run transfers: bytes already on disk are not to
                 // fetch, so they neither fill the bar nor inflate its speed and ETA.
-                st.begun.insert(file.to_string());
+                st.begun.insert(*id);
                 st.to_fetch = st.to_fetch.saturating_sub(*resumed_bytes);
                 if let Some(t) = &st.total {
                     t.set_length(t.length().unwrap_or(0).saturating_sub(*resumed_bytes));
@@ -243,12 +244,12 @@ impl Reporter for Progress {
                     b.set_style(Self::file_style(*resumed_bytes));
                     b.set_message(escape(file).into_owned());
                     b.set_position(*resumed_bytes);
-                    st.bars.insert(file.to_string(), b);
+                    st.bars.insert(*id, b);
                 }
             }
-            Event::Progress { file, bytes } => {
+            Event::Progress { id, bytes, .. } => {
                 st.done += bytes;
-                if let Some(b) = st.bars.get(*file) {
+                if let Some(b) = st.bars.get(id) {
                     b.inc(*bytes);
                 }
                 if let Some(t) = &st.total {
@@ -257,6 +258,7 @@ impl Reporter for Progress {
                 self.log_progress(&mut st, false);
             }
             Event::Discarded {
+                id,
                 file,
                 bytes,
                 reason,
@@ -264,13 +266,13 @@ impl Reporter for Progress {
                 // Counted as on disk (or transferred) once, and to transfer again: more to
                 // fetch in this run. Before its start, a file's discarded bytes were never
                 // counted as on disk.
-                if st.begun.contains(*file) {
+                if st.begun.contains(id) {
                     st.to_fetch += bytes;
                     if let Some(t) = &st.total {
                         t.inc_length(*bytes);
                     }
                 }
-                if let Some(b) = st.bars.get(*file) {
+                if let Some(b) = st.bars.get(id) {
                     b.set_position(b.position().saturating_sub(*bytes));
                 }
                 self.line(&format!(
@@ -283,20 +285,21 @@ impl Reporter for Progress {
                 attempt,
                 delay,
                 error,
+                ..
             } => {
                 self.line(&format!(
                     "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
                     delay.as_secs_f64()
                 ));
             }
-            Event::FileDownloaded { file, .. } => {
-                if let Some(b) = st.bars.get(*file) {
+            Event::FileDownloaded { id, file, .. } => {
+                if let Some(b) = st.bars.get(id) {
                     b.set_message(format!("{} (verifying)", escape(file)));
                 }
             }
             Event::Verifying { .. } => {}
-            Event::FileDone { file, cached } => {
-                if let Some(b) = st.bars.remove(*file) {
+            Event::FileDone { id, file, cached } => {
+                if let Some(b) = st.bars.remove(id) {
                     b.finish_and_clear();
                     self.mp.remove(&b);
                 }
@@ -307,14 +310,21 @@ impl Reporter for Progress {
                 };
                 self.line(&format!("wi-fetch: {file}: {how}"));
             }
-            Event::FileFailed { file, error } => {
-                if let Some(b) = st.bars.remove(*file) {
+            Event::FileFailed { id, file, error } => {
+                if let Some(b) = st.bars.remove(id) {
                     b.abandon();
                 }
+                // The message names the file already when it starts with it: once is enough.
+                let error = error.strip_prefix(&format!("{file}: ")).unwrap_or(error);
                 self.line(&format!("wi-fetch: {file}: FAILED: {error}"));
             }
-            Event::FileStopped { file, kept, size } => {
-                if let Some(b) = st.bars.remove(*file) {
+            Event::FileStopped {
+                id,
+                file,
+                kept,
+                size,
+            } => {
+                if let Some(b) = st.bars.remove(id) {
                     b.abandon();
                 }
                 self.line(&format!(
@@ -323,7 +333,7 @@ impl Reporter for Progress {
                     human_bytes(*size)
                 ));
             }
-            Event::Notice { file, message } => match file {
+            Event::Notice { file, message, .. } => match file {
                 Some(f) => self.line(&format!("wi-fetch: note: {f}: {message}")),
                 None => self.line(&format!("wi-fetch: note: {message}")),
             },
@@ -354,31 +364,37 @@ mod tests {
     fn totals_count_this_runs_bytes() {
         let p = Progress::new(Mode::Log);
         let mib = 1u64 << 20;
+        let (a, b) = (FileId::next(), FileId::next());
         p.on_event(&Event::Plan {
             files: 2,
             total_bytes: 400 * mib,
             cached_bytes: 0,
         });
         p.on_event(&Event::Discarded {
+            id: a,
             file: "a.gguf",
             bytes: mib,
             reason: "failed its hash check on resume",
         });
         p.on_event(&Event::FileStart {
+            id: a,
             file: "a.gguf",
             size: 300 * mib,
             resumed_bytes: 226 * mib,
         });
         p.on_event(&Event::FileStart {
+            id: b,
             file: "b.gguf",
             size: 100 * mib,
             resumed_bytes: 0,
         });
         p.on_event(&Event::Progress {
+            id: b,
             file: "b.gguf",
             bytes: 40 * mib,
         });
         p.on_event(&Event::Discarded {
+            id: b,
             file: "b.gguf",
             bytes: 2 * mib,
             reason: "a chunk failed",
@@ -409,5 +425,30 @@ mod tests {
         );
         // Too soon to say.
         assert_eq!(run_rate(resumed, resumed, Duration::from_millis(1)), "");
+    }
+
+    /// Files are told apart by their download's id, not their path: two repositories' `a.gguf`
+    /// failing are two failures, and the second one's start is a start of its own.
+    #[test]
+    fn files_are_keyed_by_id_not_path() {
+        let p = Progress::new(Mode::Log);
+        let (x, y) = (FileId::next(), FileId::next());
+        for id in [x, y] {
+            p.on_event(&Event::FileStart {
+                id,
+                file: "a.gguf",
+                size: 10,
+                resumed_bytes: 0,
+            });
+        }
+        assert_eq!(p.state.lock().unwrap().begun.len(), 2);
+        for id in [x, y, x] {
+            p.on_event(&Event::FileFailed {
+                id,
+                file: "a.gguf",
+                error: "boom",
+            });
+        }
+        assert_eq!(p.failed_files(), vec!["a.gguf", "a.gguf"]);
     }
 }
