@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mock_server::{Fault, MockHub, MockHubBuilder, Target};
@@ -13,6 +13,7 @@ use sha2::{Digest as _, Sha256};
 use crate::support::{data, git_sha1, sha256};
 use tokio::sync::Notify;
 use weight_inspect::key::{FileKey, PartialPaths};
+use weight_inspect::net::RecordingClock;
 use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::transfer::{
     Engine, EngineConfig, ExpectedChunks, TransferError, TransferOutcome, TransferSpec,
@@ -182,6 +183,7 @@ async fn fixture() -> Fixture {
     fixture_with(|b| b).await
 }
 
+/// The tests' settings. Retries wait on a recording clock: no test sleeps through a backoff.
 fn config() -> EngineConfig {
     EngineConfig {
         connections: 4,
@@ -189,9 +191,29 @@ fn config() -> EngineConfig {
         max_attempts: 5,
         stall_timeout: Duration::from_millis(400),
         connect_timeout: Duration::from_secs(2),
+        retry_clock: Arc::new(RecordingClock::new()),
         ..EngineConfig::default()
     }
     .with_retry_delays(Duration::from_millis(1), Duration::from_millis(20))
+}
+
+/// `cfg` with its retries on `clock`, to see the delays asked for.
+fn on_clock(cfg: EngineConfig, clock: &Arc<RecordingClock>) -> EngineConfig {
+    EngineConfig {
+        retry_clock: clock.clone(),
+        ..cfg
+    }
+}
+
+/// The delays of the `Retry` events.
+fn retry_delays(rec: &Recorder) -> Vec<Duration> {
+    rec.seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Retry { delay, .. } => Some(delay),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The engine, taking each partial download's lock before downloading into it, as the fetch
@@ -469,8 +491,8 @@ async fn cut_connections_keep_their_bytes_and_resume_mid_chunk() {
 }
 
 /// A connection cut after it delivered bytes is the link failing, not the server: the rest of
-/// the range is asked for at once (here the backoff is an hour, so any wait would show), and
-/// the three cuts are three immediate retries.
+/// the range is asked for at once (here the backoff is an hour, so any wait would show on the
+/// clock), and the three cuts are three immediate retries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_after_progress_is_retried_at_once() {
     let fx = fixture().await;
@@ -480,21 +502,12 @@ async fn a_cut_after_progress_is_retried_at_once() {
     let spec = fx.spec(LFS);
     let rec = Recorder::default();
     let hour = Duration::from_secs(3600);
-    let cfg = config().with_retry_delays(hour, hour);
-    let done = tokio::time::timeout(Duration::from_secs(60), engine(cfg).download(&spec, &rec))
-        .await
-        .expect("a retry waited for its backoff");
-    done.unwrap();
+    let clock = Arc::new(RecordingClock::new());
+    let cfg = on_clock(config().with_retry_delays(hour, hour), &clock);
+    engine(cfg).download(&spec, &rec).await.unwrap();
     assert_complete(&spec, &fx.lfs);
-    let delays: Vec<Duration> = rec
-        .seen()
-        .into_iter()
-        .filter_map(|s| match s {
-            Seen::Retry { delay, .. } => Some(delay),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(delays, vec![Duration::ZERO; 3]);
+    assert_eq!(retry_delays(&rec), vec![Duration::ZERO; 3]);
+    assert_eq!(clock.waits(), vec![Duration::ZERO; 3]);
 }
 
 /// The signed CDN location the resolve URL redirects to is reused by the next requests until
@@ -608,7 +621,7 @@ async fn too_many_requests_take_a_connection_away() {
 
 /// A chunk the server refuses (429 with an hour's Retry-After) does not hold the download: the
 /// refused connection waits as asked, another takes the chunk, and the download ends without
-/// anyone waiting the hour out.
+/// anyone waiting the hour out (on this clock an hour's wait never ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_chunk_is_taken_over_by_another_connection() {
     let fx = fixture().await;
@@ -618,26 +631,24 @@ async fn a_refused_chunk_is_taken_over_by_another_connection() {
     let spec = fx.spec(LFS);
     let rec = Recorder::default();
     let hour = Duration::from_secs(3600);
-    let cfg = config().with_retry_delays(Duration::from_millis(1), hour);
+    let clock = Arc::new(RecordingClock::holding_from(hour));
+    let cfg = on_clock(
+        config().with_retry_delays(Duration::from_millis(1), hour),
+        &clock,
+    );
+    // A guard only: without a take-over the download would never end.
     let done = tokio::time::timeout(Duration::from_secs(60), engine(cfg).download(&spec, &rec))
         .await
         .expect("the refused chunk waited for its Retry-After");
     let out = done.unwrap();
     assert_complete(&spec, &fx.lfs);
     assert_eq!(out.retry_causes.throttled, 1);
-    let delays: Vec<Duration> = rec
-        .seen()
-        .into_iter()
-        .filter_map(|s| match s {
-            Seen::Retry { delay, .. } => Some(delay),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        delays,
+        retry_delays(&rec),
         vec![hour],
         "the server's wait is honoured by its connection"
     );
+    assert_eq!(clock.waits(), vec![hour]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -671,7 +682,12 @@ async fn server_errors_are_retried() {
     }
     let spec = fx.spec(LFS);
     let rec = Recorder::default();
-    engine(config()).download(&spec, &rec).await.unwrap();
+    // The retries wait for nothing: one connection may meet all six errors in a row.
+    let cfg = EngineConfig {
+        max_attempts: 7,
+        ..config()
+    };
+    engine(cfg).download(&spec, &rec).await.unwrap();
     assert_complete(&spec, &fx.lfs);
     let retries = rec.retries();
     assert_eq!(retries.len(), 6, "{retries:?}");
@@ -706,31 +722,76 @@ async fn persistent_server_error_gives_up_with_a_clear_message() {
     assert!(state_exists(&spec.state_path));
 }
 
+/// A 429 asking for 7 s is waited 7 s (longer than the backoff); one asking for an hour is
+/// waited `max_delay`, the cap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_many_requests_honours_retry_after() {
-    let fx = fixture().await;
-    fx.hub
-        .faults()
-        .push(Fault::too_many_requests(1).on(Target::Cdn).times(1));
-    let spec = fx.spec(LFS);
-    let rec = Recorder::default();
-    let cfg = EngineConfig {
-        max_delay: Duration::from_secs(2),
-        ..config()
-    };
-    engine(cfg).download(&spec, &rec).await.unwrap();
-    assert_complete(&spec, &fx.lfs);
+async fn too_many_requests_honours_retry_after_up_to_the_cap() {
+    let secs = Duration::from_secs;
+    for (asked, waited) in [(7, secs(7)), (3600, secs(30))] {
+        let fx = fixture().await;
+        fx.hub
+            .faults()
+            .push(Fault::too_many_requests(asked).on(Target::Cdn).times(1));
+        let spec = fx.spec(LFS);
+        let rec = Recorder::default();
+        let clock = Arc::new(RecordingClock::new());
+        let cfg = EngineConfig {
+            max_delay: secs(30),
+            ..on_clock(config(), &clock)
+        };
+        engine(cfg).download(&spec, &rec).await.unwrap();
+        assert_complete(&spec, &fx.lfs);
+        assert_eq!(retry_delays(&rec), vec![waited], "Retry-After: {asked}");
+        assert_eq!(clock.waits(), vec![waited], "Retry-After: {asked}");
+    }
+}
 
-    let delays: Vec<Duration> = rec
-        .seen()
-        .into_iter()
-        .filter_map(|s| match s {
-            Seen::Retry { delay, .. } => Some(delay),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(delays.len(), 1);
-    assert!(delays[0] >= Duration::from_secs(1), "{delays:?}");
+/// Failures in a row without progress wait ever longer (doubling from `base_delay`, with a
+/// jitter of up to as much again, never above `max_delay`) until `max_attempts` of them end
+/// the chunk — the same for a 500, retried by its connection, and for a 503, whose chunk is
+/// given back between attempts: the attempts and the backoff carry over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_in_a_row_back_off_until_the_budget_is_spent() {
+    let (min, max) = (Duration::from_millis(100), Duration::from_secs(1));
+    for status in [500, 503] {
+        let fx = fixture().await;
+        fx.hub.faults().push(Fault::status(status).on(Target::Cdn));
+        let spec = fx.spec(LFS);
+        let clock = Arc::new(RecordingClock::new());
+        let cfg = EngineConfig {
+            connections: 1,
+            adaptive: false,
+            ..on_clock(config().with_retry_delays(min, max), &clock)
+        };
+        let e = engine(cfg)
+            .download(&spec, &Recorder::default())
+            .await
+            .unwrap_err();
+        let waits = clock.waits();
+        assert_eq!(waits.len(), 4, "{status}: {waits:?}");
+        for (n, d) in waits.iter().enumerate() {
+            let base = (min * 2u32.pow(n as u32)).min(max);
+            assert!(
+                *d >= base && *d <= max && (*d < base * 2 || *d == max),
+                "{status}: wait {n} {d:?} of {waits:?}"
+            );
+        }
+        match &e {
+            TransferError::Server {
+                status: s,
+                attempts,
+                elapsed,
+                ..
+            } => {
+                assert_eq!((*s, *attempts), (status, 5), "{e}");
+                if status == 500 {
+                    // One connection's retries, timed on the clock.
+                    assert_eq!(*elapsed, waits.iter().sum::<Duration>());
+                }
+            }
+            other => panic!("{status}: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

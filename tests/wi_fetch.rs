@@ -15,7 +15,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use mock_server::{BackgroundHub, Fault, MockHub};
-use weight_inspect::fetch::{FetchError, Fetcher, RepoRef, Selection};
+use weight_inspect::fetch::{FetchError, Fetcher, RepoRef, RetryPolicy, Selection};
+use weight_inspect::net::RecordingClock;
 
 pub(crate) use crate::support::cli::*;
 pub(crate) use crate::support::sha256_hex;
@@ -1307,6 +1308,36 @@ fn metadata_5xx_is_retried() {
     expect_code(&run(c), 0);
 }
 
+/// The library's knobs of the metadata retries: `hub_retry` sets the budget, `retry_clock`
+/// the clock the waits are asked of. A 503 asking for 7 s is waited 7 s, twice; a third one
+/// in a row is one more than two retries allow.
+#[test]
+fn metadata_retries_follow_the_policy_on_the_given_clock() {
+    let fault = || Fault::Status {
+        status: 503,
+        retry_after: Some(7),
+    };
+    for (times, ok) in [(2, true), (3, false)] {
+        let hub = start(hub_builder().fault(fault().on_path("/api/*").times(times)));
+        let sb = Sandbox::new();
+        let clock = std::sync::Arc::new(RecordingClock::new());
+        let f = Fetcher::builder()
+            .endpoint(hub.url())
+            .cache_dir(sb.cache())
+            .hub_retry(RetryPolicy::new(2, Duration::from_millis(100)))
+            .retry_clock(clock.clone())
+            .build_blocking()
+            .unwrap();
+        let r = f.fetch(&RepoRef::model(REPO), &Selection::files(["README.md"]));
+        assert_eq!(r.is_ok(), ok, "{times}: {:?}", r.err());
+        if let Err(e) = r {
+            assert_eq!(e.exit_code(), 3, "{e}");
+            assert!(e.to_string().contains("503 after 3 attempt(s)"), "{e}");
+        }
+        assert_eq!(clock.waits(), vec![Duration::from_secs(7); 2], "{times}");
+    }
+}
+
 // ---- disk space ----
 
 /// With a 4 MiB tmpfs as cache, a bigger file fails up front with exit 1 and a disk-space
@@ -1710,6 +1741,8 @@ fn every_file_ends_once_and_nothing_follows() {
             .cache_dir(sb.cache())
             .chunk_size(256 << 10)
             .retry_delays(Duration::from_millis(1), Duration::from_millis(5))
+            // Retries of the failing file wait on a clock that waits for nothing.
+            .retry_clock(std::sync::Arc::new(RecordingClock::new()))
             .reporter(contract.clone())
             .build_blocking()
             .unwrap();

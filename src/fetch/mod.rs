@@ -80,7 +80,9 @@ pub use verification::Verification;
 pub use blocking::{get, BlockingFetcher};
 
 #[doc(no_inline)]
-pub use crate::hub::{RepoRef, RepoType, RetryPolicy, Token};
+pub use crate::hub::{RepoRef, RepoType, Token};
+#[doc(no_inline)]
+pub use crate::net::RetryPolicy;
 #[doc(no_inline)]
 pub use crate::transfer::EngineConfig;
 /// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
@@ -92,6 +94,7 @@ use std::time::Duration;
 
 use crate::cache::{self, HfCache, LocalDir, Store};
 use crate::hub::{self, HubClient, HubConfig, HubError};
+use crate::net::SharedClock;
 use crate::progress::{NoProgress, Reporter};
 use crate::transfer::Engine;
 
@@ -311,6 +314,16 @@ impl FetcherBuilder {
     pub fn retry_delays(mut self, min: Duration, max: Duration) -> Self {
         self.engine = self.engine.with_retry_delays(min, max);
         self.hub.retry = self.hub.retry.with_delays(min, max);
+        self
+    }
+
+    /// The clock every retry of downloads and metadata requests waits on. Default the real one
+    /// ([`crate::net::SystemClock`]); a test hands in a [`crate::net::RecordingClock`] to see
+    /// the delays without waiting them. Set it after [`engine_config`](Self::engine_config),
+    /// which replaces the engine's.
+    pub fn retry_clock(mut self, clock: SharedClock) -> Self {
+        self.engine.retry_clock = clock.clone();
+        self.hub.retry_clock = clock;
         self
     }
 

@@ -18,8 +18,10 @@
 //! listing; sizes past 2^63 are refused the same way. Redirects follow the rule of
 //! [`crate::net`]: the joined `Location` is judged, API requests never leave the Hub's origin,
 //! and the token only ever goes to that origin. Every Hub error becomes a typed [`HubError`].
-//! Transient failures (connection errors, timeouts, 408, 429, 5xx) are retried with exponential
-//! backoff and jitter, honouring `Retry-After` (`request.rs`). This module never writes files.
+//! Transient failures (connection errors, timeouts, 408, 429, 5xx) are retried under
+//! [`HubConfig::retry`], the one policy of [`crate::net::retry`] (exponential backoff with
+//! jitter, `Retry-After` on 429/503 honoured up to its cap), waiting on
+//! [`HubConfig::retry_clock`] (`request.rs`). This module never writes files.
 
 mod error;
 mod listing;
@@ -34,6 +36,8 @@ pub use crate::env::{
 pub use crate::names::{
     check_repo_path, etag_kind, is_commit_hash, is_lower_hex, EtagKind, RepoType,
 };
+#[doc(no_inline)]
+pub use crate::net::RetryPolicy;
 pub use crate::net::{is_transient_status as is_retryable_status, retry_after};
 pub use error::HubError;
 pub use listing::{load_tree, save_tree, RefusedEntry, RemoteFile, RepoListing};
@@ -53,6 +57,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
 use crate::names::{check_repo_id, check_revision, escape};
+use crate::net::SharedClock;
 
 /// Characters left as they are in a URL segment: the unreserved ones (Python's `quote` with no
 /// safe characters).
@@ -143,53 +148,6 @@ impl fmt::Display for RepoRef {
     }
 }
 
-/// How transient failures of metadata requests are retried.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RetryPolicy {
-    /// Retries after the first attempt. Default 5.
-    pub max_retries: usize,
-    /// First delay. Default 500 ms.
-    pub min_delay: Duration,
-    /// Longest delay between attempts. Default 20 s.
-    pub max_delay: Duration,
-    /// Longest `Retry-After` honoured. Default 60 s.
-    pub max_retry_after: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 5,
-            min_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(20),
-            max_retry_after: Duration::from_secs(60),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// A policy with `max_retries` retries starting at `min_delay`.
-    pub fn new(max_retries: usize, min_delay: Duration) -> Self {
-        RetryPolicy {
-            max_retries,
-            min_delay,
-            max_delay: Duration::from_secs(20).max(min_delay),
-            ..RetryPolicy::default()
-        }
-    }
-
-    /// The same policy with delays from `min` doubling up to `max` (also the cap on a
-    /// server's `Retry-After`).
-    #[must_use]
-    pub fn with_delays(mut self, min: Duration, max: Duration) -> Self {
-        self.min_delay = min;
-        self.max_delay = max.max(min);
-        self.max_retry_after = self.max_retry_after.min(self.max_delay);
-        self
-    }
-}
-
 /// Settings of a [`HubClient`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -198,8 +156,11 @@ pub struct HubConfig {
     pub endpoint: String,
     /// Access token, sent as `Authorization: Bearer` to the endpoint's origin only. Default none.
     pub token: Option<Token>,
-    /// Retry policy for metadata requests.
+    /// Retry policy for metadata requests. Default [`RetryPolicy::default`].
     pub retry: RetryPolicy,
+    /// The clock retries wait on. Default the real one ([`crate::net::SystemClock`]); a test's
+    /// ([`crate::net::RecordingClock`]) records the delays instead of waiting.
+    pub retry_clock: SharedClock,
     /// Timeout of one metadata request. Default 10 s (listing pages get three times this).
     pub timeout: Duration,
     /// Most pages of a tree listing followed. Default 10 000.
@@ -220,6 +181,7 @@ impl Default for HubConfig {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             token: None,
             retry: RetryPolicy::default(),
+            retry_clock: crate::net::SystemClock::shared(),
             timeout: Duration::from_secs(10),
             max_pages: 10_000,
             max_response_bytes: 64 << 20,

@@ -1,10 +1,8 @@
 //! One metadata request: retries of transient failures, redirects on the Hub's own origin, and
 //! turning error answers into typed errors.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use reqwest::header::HeaderMap;
 use reqwest::{Response, StatusCode};
 use serde::Deserialize;
@@ -12,7 +10,7 @@ use url::Url;
 
 use super::{HubClient, HubError, RepoRef};
 use crate::names::escape;
-use crate::net::{self, header_str, redact, retry_after, Chain, Transience};
+use crate::net::{self, header_str, redact, Chain, Transience};
 
 /// What a request was about, to name in errors.
 #[derive(Debug, Clone, Copy)]
@@ -22,7 +20,7 @@ pub(super) struct Ctx<'a> {
     pub path: Option<&'a str>,
 }
 
-/// What one attempt of a request gave, for the retry loop.
+/// A failed attempt of a request, for the retry loop.
 #[derive(Debug)]
 enum Attempt {
     Transport(reqwest::Error),
@@ -37,9 +35,10 @@ impl Attempt {
         }
     }
 
-    fn retry_after(&self) -> Option<Duration> {
+    /// The wait the server asked for (see [`net::requested_wait`]).
+    fn requested_wait(&self) -> Option<Duration> {
         match self {
-            Attempt::Status(r) => retry_after(r.headers()),
+            Attempt::Status(r) => net::requested_wait(r.status(), r.headers()),
             Attempt::Transport(_) => None,
         }
     }
@@ -47,44 +46,44 @@ impl Attempt {
 
 impl HubClient {
     /// Sends one request to `url` (built by `make`, which gets the URL and whether credentials
-    /// may go there), retrying transient failures. Redirects are not followed here.
+    /// may go there), retrying transient failures under the client's [`net::RetryPolicy`],
+    /// waiting on its clock. Redirects are not followed here.
     pub(super) async fn send(
         &self,
         url: &Url,
         make: impl Fn(&Url) -> reqwest::RequestBuilder,
     ) -> Result<Response, HubError> {
-        let start = Instant::now();
-        let attempts = AtomicU32::new(0);
-        let p = &self.cfg.retry;
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(p.min_delay)
-            .with_max_delay(p.max_delay)
-            .with_max_times(p.max_retries)
-            .with_jitter();
-        let max_ra = p.max_retry_after;
-        let res = (|| async {
-            attempts.fetch_add(1, Ordering::Relaxed);
-            match make(url).send().await {
-                Ok(r) if net::is_transient_status(r.status()) => Err(Attempt::Status(r)),
-                Ok(r) => Ok(r),
-                Err(e) => Err(Attempt::Transport(e)),
+        let mut retry = net::Retry::new(&self.cfg.retry, self.cfg.retry_clock.clone());
+        let failed = loop {
+            retry.attempt();
+            let failed = match make(url).send().await {
+                Ok(r) if net::is_transient_status(r.status()) => Attempt::Status(r),
+                Ok(r) => return Ok(r),
+                Err(e) => Attempt::Transport(e),
+            };
+            let wait = if failed.retryable() {
+                retry.next_delay(failed.requested_wait())
+            } else {
+                None
+            };
+            match wait {
+                Some(d) => {
+                    drop(failed);
+                    retry.sleep(d).await;
+                }
+                None => break failed,
             }
-        })
-        .retry(backoff)
-        .when(Attempt::retryable)
-        .adjust(|a, d| d.map(|d| a.retry_after().map(|r| r.min(max_ra)).unwrap_or(d)))
-        .await;
-        let attempts = attempts.load(Ordering::Relaxed);
-        let elapsed = start.elapsed();
-        match res {
-            Ok(r) => Ok(r),
-            Err(Attempt::Transport(source)) => Err(HubError::Network {
+        };
+        let attempts = retry.attempts();
+        let elapsed = retry.elapsed();
+        match failed {
+            Attempt::Transport(source) => Err(HubError::Network {
                 url: redact(url),
                 attempts,
                 elapsed,
                 source,
             }),
-            Err(Attempt::Status(r)) => {
+            Attempt::Status(r) => {
                 let status = r.status().as_u16();
                 let (_, message) = error_code_and_message(r.headers(), None);
                 Err(HubError::ServerError {
@@ -382,6 +381,134 @@ mod tests {
         );
         assert!(e.is_not_found_or_denied());
         assert!(e.to_string().contains("token"));
+    }
+
+    /// The Hub client's retries, on a recording clock: nothing waits for real, every delay
+    /// asked for is checked.
+    mod retries {
+        use super::super::super::{HubClient, HubConfig, HubError, RepoRef, RetryPolicy};
+        use crate::net::RecordingClock;
+        use mock_server::{Fault, MockHub};
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        const REPO: &str = "org/model";
+
+        async fn hub(fault: Fault, times: Option<u64>) -> MockHub {
+            let rule = fault.on_path("/api/*");
+            let rule = match times {
+                Some(n) => rule.times(n),
+                None => rule,
+            };
+            MockHub::builder()
+                .file(REPO, "README.md", b"hello".to_vec())
+                .fault(rule)
+                .start()
+                .await
+                .unwrap()
+        }
+
+        fn client(hub: &MockHub, retry: RetryPolicy) -> (HubClient, Arc<RecordingClock>) {
+            let clock = Arc::new(RecordingClock::new());
+            let mut cfg = HubConfig {
+                endpoint: hub.url(),
+                retry,
+                ..HubConfig::default()
+            };
+            cfg.retry_clock = clock.clone();
+            (HubClient::new(cfg).unwrap(), clock)
+        }
+
+        fn secs(n: u64) -> Duration {
+            Duration::from_secs(n)
+        }
+
+        /// A 429 asking for 7 s gets 7 s (longer than the backoff), twice; one asking for an
+        /// hour gets the cap (60 s by default).
+        #[tokio::test]
+        async fn retry_after_is_honoured_up_to_the_cap() {
+            let hub = hub(Fault::too_many_requests(7), Some(2)).await;
+            let (c, clock) = client(&hub, RetryPolicy::default());
+            let commit = c.repo_commit(&RepoRef::model(REPO)).await.unwrap();
+            assert_eq!(commit, hub.commit(REPO));
+            assert_eq!(clock.waits(), vec![secs(7), secs(7)]);
+
+            let hub = self::hub(Fault::too_many_requests(3600), Some(1)).await;
+            let (c, clock) = client(&hub, RetryPolicy::default());
+            c.repo_commit(&RepoRef::model(REPO)).await.unwrap();
+            assert_eq!(clock.waits(), vec![secs(60)]);
+        }
+
+        /// A persistent 503 spends the budget: `max_retries` waits growing exponentially
+        /// within their jitter, then an error naming the attempts and the (virtual) time.
+        #[tokio::test]
+        async fn a_persistent_503_spends_the_budget() {
+            let hub = hub(Fault::status(503), None).await;
+            let min = Duration::from_millis(100);
+            let policy = RetryPolicy::new(3, min).with_delays(min, secs(10));
+            let (c, clock) = client(&hub, policy);
+            let e = c.repo_commit(&RepoRef::model(REPO)).await.unwrap_err();
+            let waits = clock.waits();
+            assert_eq!(waits.len(), 3, "{waits:?}");
+            for (n, d) in waits.iter().enumerate() {
+                let base = min * 2u32.pow(n as u32);
+                assert!(*d >= base && *d < base * 2, "wait {n}: {d:?}");
+            }
+            match e {
+                HubError::ServerError {
+                    status,
+                    attempts,
+                    elapsed,
+                    ..
+                } => {
+                    assert_eq!((status, attempts), (503, 4));
+                    assert_eq!(elapsed, waits.iter().sum::<Duration>());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+
+        /// Only a 429 or a 503 asks for a wait: a 500's `Retry-After` is not honoured, the
+        /// backoff is.
+        #[tokio::test]
+        async fn a_500_does_not_ask_for_a_wait() {
+            let fault = Fault::Status {
+                status: 500,
+                retry_after: Some(7),
+            };
+            let hub = hub(fault, Some(1)).await;
+            let min = Duration::from_millis(100);
+            let (c, clock) = client(&hub, RetryPolicy::new(3, min));
+            c.repo_commit(&RepoRef::model(REPO)).await.unwrap();
+            let waits = clock.waits();
+            assert_eq!(waits.len(), 1);
+            assert!(waits[0] >= min && waits[0] < min * 2, "{waits:?}");
+        }
+
+        /// A time budget ends the retries before a wait that would overrun it.
+        #[tokio::test]
+        async fn the_time_budget_ends_the_retries() {
+            let hub = hub(Fault::too_many_requests(7), None).await;
+            let policy = RetryPolicy::default().with_max_elapsed(Some(secs(10)));
+            let (c, clock) = client(&hub, policy);
+            let e = c.repo_commit(&RepoRef::model(REPO)).await.unwrap_err();
+            assert_eq!(
+                clock.waits(),
+                vec![secs(7)],
+                "a second wait would end at 14 s"
+            );
+            assert!(
+                matches!(
+                    e,
+                    HubError::ServerError {
+                        status: 429,
+                        attempts: 2,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+        }
     }
 
     #[test]

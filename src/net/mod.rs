@@ -7,22 +7,32 @@
 //!   goes along. Redirect loops, more than [`MAX_REDIRECTS`] hops, schemes other than http(s)
 //!   and https→http downgrades are refused.
 //! - **Transient or not, by type** ([`retry`]): [`transience`] walks an error's causes for TLS
-//!   errors and dropped connections; [`is_transient_status`]; [`retry_after`]; [`backoff`].
+//!   errors and dropped connections; [`is_transient_status`]; [`retry_after`].
+//! - **One retry policy** ([`retry`], [`clock`]): a [`RetryPolicy`] (a budget of retries and
+//!   time, exponential [`backoff`] with jitter, the server's [`requested_wait`] honoured up to a
+//!   cap) applied by a [`Retry`] to each metadata request and each range of a download, waiting
+//!   on an injected [`RetryClock`] ([`SystemClock`], or a test's [`RecordingClock`]).
 //! - **Headers read one way** ([`headers`]): ETag normalisation, `Content-Range` with checked
 //!   arithmetic, `Content-Length`, a `Content-Encoding` that is not the identity.
 //! - **Bounded bodies** ([`read_bounded`]): an answer read whole is read up to a limit, never
 //!   sized by a header.
 
+pub mod clock;
 pub mod headers;
 pub mod redirect;
 pub mod retry;
+
+pub use clock::{RecordingClock, RetryClock, SharedClock, SystemClock, Wait};
 
 pub use headers::{
     announced_etag, content_encoding, content_length, content_range, header_str, same_etag,
     ContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
-pub use retry::{backoff, is_transient_status, one_line, retry_after, transience, Transience};
+pub use retry::{
+    backoff, is_transient_status, one_line, requested_wait, retry_after, transience, Retry,
+    RetryPolicy, Transience,
+};
 
 use std::time::Duration;
 

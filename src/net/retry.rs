@@ -1,18 +1,28 @@
-//! Which failures are worth another attempt, and how long to wait before it.
+//! Which failures are worth another attempt, how long to wait before it, and when to stop: the
+//! one retry policy of the Hub client and the download engine.
 //!
 //! Errors are sorted by their type, never by their text: the cause chain of a `reqwest` error is
 //! walked for a `rustls::Error` (a certificate or TLS problem: it will not go away by itself) and
 //! for the `io::Error` kinds a dropped or refused connection shows up as. Statuses 408, 429 and
-//! 5xx are transient; the server's own wish (`Retry-After` in seconds or as an HTTP date, or
-//! `RateLimit: …;t=SECONDS` on 429) is honoured up to a cap.
+//! 5xx are transient.
+//!
+//! A [`RetryPolicy`] says how: a budget (retries after failures in a row, and optionally a total
+//! time), exponential delays with jitter ([`backoff`], from `backon`), and one rule for the
+//! server's own wish ([`requested_wait`]: `Retry-After` in seconds or as an HTTP date, or
+//! `RateLimit: …;t=SECONDS`, read on 429 and 503 only): the wait is the backoff's delay, or the
+//! server's up to [`RetryPolicy::max_retry_after`] when that is longer
+//! ([`RetryPolicy::wait`]). A [`Retry`] applies a policy to one request (or one range of a
+//! download) and waits on an injected [`RetryClock`](super::RetryClock).
 
 use std::error::Error as StdError;
 use std::io;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
+
+use super::clock::{SharedClock, Wait};
 
 /// Whether a failure may go away by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,8 +137,19 @@ pub fn retry_after(h: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// Exponential delays from `min` doubling up to `max`, with jitter, without end (the caller
-/// counts attempts).
+/// The delay a server asks for before the next attempt, as the policy reads it: only a 429 or
+/// a 503 asks ([`retry_after`] of its headers); other answers ask for nothing.
+pub fn requested_wait(status: StatusCode, h: &HeaderMap) -> Option<Duration> {
+    if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+        retry_after(h)
+    } else {
+        None
+    }
+}
+
+/// Exponential delays from `min` doubling up to `max`, each with a jitter that adds up to as
+/// much again (`backon`'s: a delay `d` becomes one in `[d, 2d)`), without end (the caller
+/// counts attempts, and caps each delay at `max`: see [`RetryPolicy::wait`]).
 pub fn backoff(min: Duration, max: Duration) -> ExponentialBackoff {
     ExponentialBuilder::default()
         .with_min_delay(min)
@@ -136,6 +157,194 @@ pub fn backoff(min: Duration, max: Duration) -> ExponentialBackoff {
         .with_jitter()
         .without_max_times()
         .build()
+}
+
+/// How failed requests are retried, by the Hub client (`HubConfig::retry`, default
+/// [`RetryPolicy::default`]) and by the download engine (`EngineConfig::retry_policy`, from the
+/// engine's own settings).
+///
+/// The budget is [`max_retries`](Self::max_retries) retries after failures in a row (the engine
+/// starts the count over when an attempt stored new bytes) and, optionally,
+/// [`max_elapsed`](Self::max_elapsed) in all. Between attempts the delay grows from
+/// [`min_delay`](Self::min_delay), doubling with jitter, never above
+/// [`max_delay`](Self::max_delay); a server that asks for longer ([`requested_wait`]) gets its
+/// wait, up to [`max_retry_after`](Self::max_retry_after).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Retries after failures in a row (so `max_retries + 1` attempts). Default 5.
+    pub max_retries: usize,
+    /// First delay. Default 500 ms.
+    pub min_delay: Duration,
+    /// Longest delay of the backoff. Default 20 s.
+    pub max_delay: Duration,
+    /// Longest `Retry-After` honoured. Default 60 s.
+    pub max_retry_after: Duration,
+    /// No retry whose wait would end later than this after the first attempt started. Default
+    /// none (only the count bounds the retries).
+    pub max_elapsed: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 5,
+            min_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(20),
+            max_retry_after: Duration::from_secs(60),
+            max_elapsed: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy with `max_retries` retries starting at `min_delay` (the other settings as by
+    /// default).
+    pub fn new(max_retries: usize, min_delay: Duration) -> Self {
+        RetryPolicy {
+            max_retries,
+            min_delay,
+            max_delay: Duration::from_secs(20).max(min_delay),
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The same policy with delays from `min` doubling up to `max`, which is also the cap on a
+    /// server's `Retry-After`.
+    #[must_use]
+    pub fn with_delays(mut self, min: Duration, max: Duration) -> Self {
+        self.min_delay = min;
+        self.max_delay = max.max(min);
+        self.max_retry_after = self.max_delay;
+        self
+    }
+
+    /// The same policy with a time budget (see [`max_elapsed`](Self::max_elapsed)).
+    #[must_use]
+    pub fn with_max_elapsed(mut self, budget: Option<Duration>) -> Self {
+        self.max_elapsed = budget;
+        self
+    }
+
+    /// The one rule of the wait before the next attempt: the backoff's delay (capped at
+    /// [`max_delay`](Self::max_delay)), or the server's `requested` one capped at
+    /// [`max_retry_after`](Self::max_retry_after) when that is longer. A server never makes
+    /// the client retry sooner than its backoff.
+    pub fn wait(&self, backoff: Duration, requested: Option<Duration>) -> Duration {
+        let d = backoff.min(self.max_delay.max(self.min_delay));
+        requested.map_or(d, |r| d.max(r.min(self.max_retry_after)))
+    }
+
+    /// The backoff's delays, without end (see [`backoff`]).
+    pub fn backoff(&self) -> ExponentialBackoff {
+        backoff(self.min_delay, self.max_delay)
+    }
+}
+
+/// The retries of one request, or of one range of a download, under a [`RetryPolicy`]: counts
+/// attempts and failures in a row, draws delays from the backoff, applies the `Retry-After`
+/// rule and the budget, and waits on its [`RetryClock`](super::RetryClock).
+///
+/// A caller calls [`attempt`](Self::attempt) as each attempt starts; after a failure worth
+/// another attempt, [`next_delay`](Self::next_delay) says how long to wait (or `None`: give
+/// up), and [`sleep`](Self::sleep) waits it. [`fail`](Self::fail) and
+/// [`delay`](Self::delay) are its two halves, for a caller that retries some failures at once;
+/// [`progressed`](Self::progressed) starts the count and the backoff over.
+#[derive(Debug)]
+pub struct Retry {
+    policy: RetryPolicy,
+    clock: SharedClock,
+    started: Instant,
+    backoff: ExponentialBackoff,
+    attempts: u32,
+    failures: usize,
+}
+
+impl Retry {
+    /// No attempt made yet; time counts from now (on `clock`).
+    pub fn new(policy: &RetryPolicy, clock: SharedClock) -> Self {
+        Retry {
+            started: clock.now(),
+            backoff: policy.backoff(),
+            policy: policy.clone(),
+            clock,
+            attempts: 0,
+            failures: 0,
+        }
+    }
+
+    /// Takes `n` failed attempts in a row already made (elsewhere) as made here: the attempts,
+    /// the count against the budget and the backoff go on from there.
+    #[must_use]
+    pub fn after_failures(mut self, n: usize) -> Self {
+        self.attempts = self
+            .attempts
+            .saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        self.failures = self.failures.saturating_add(n);
+        for _ in 0..n.min(64) {
+            self.backoff.next();
+        }
+        self
+    }
+
+    /// An attempt starts.
+    pub fn attempt(&mut self) {
+        self.attempts = self.attempts.saturating_add(1);
+    }
+
+    /// Attempts started.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time since the retries began, on the clock.
+    pub fn elapsed(&self) -> Duration {
+        self.clock.now().saturating_duration_since(self.started)
+    }
+
+    /// The last attempt made progress: the failures in a row, and the backoff, start over.
+    pub fn progressed(&mut self) {
+        self.failures = 0;
+        self.backoff = self.policy.backoff();
+    }
+
+    /// Counts a failure against the budget: `false` when the budget allows no more retries
+    /// (the count is spent, or so is the time).
+    pub fn fail(&mut self) -> bool {
+        self.failures = self.failures.saturating_add(1);
+        self.failures <= self.policy.max_retries && self.fits(Duration::ZERO)
+    }
+
+    /// The wait before the next attempt, after a failure [`fail`](Self::fail) counted: the
+    /// backoff's next delay, or the server's `requested` one when longer (see
+    /// [`RetryPolicy::wait`]). `None` when waiting it would overrun the time budget.
+    pub fn delay(&mut self, requested: Option<Duration>) -> Option<Duration> {
+        let next = self.backoff.next().unwrap_or(self.policy.max_delay);
+        let d = self.policy.wait(next, requested);
+        self.fits(d).then_some(d)
+    }
+
+    /// [`fail`](Self::fail) then [`delay`](Self::delay): how long to wait before the next
+    /// attempt, or `None` to give up.
+    pub fn next_delay(&mut self, requested: Option<Duration>) -> Option<Duration> {
+        if self.fail() {
+            self.delay(requested)
+        } else {
+            None
+        }
+    }
+
+    /// Waits `delay` on the clock.
+    pub fn sleep(&self, delay: Duration) -> Wait {
+        self.clock.sleep(delay)
+    }
+
+    /// Whether a wait of `d` from now ends within the time budget.
+    fn fits(&self, d: Duration) -> bool {
+        self.policy
+            .max_elapsed
+            .is_none_or(|budget| self.elapsed().saturating_add(d) <= budget)
+    }
 }
 
 /// An error and its causes on one line (`a: b: c`), for events and messages.
@@ -156,7 +365,9 @@ pub fn one_line(e: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::{RecordingClock, SystemClock};
     use reqwest::header::HeaderValue;
+    use std::sync::Arc;
 
     #[test]
     fn statuses() {
@@ -192,6 +403,145 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("ratelimit", HeaderValue::from_static("\"api\";r=0;t=55"));
         assert_eq!(retry_after(&h), Some(Duration::from_secs(55)));
+    }
+
+    fn clocked(policy: &RetryPolicy) -> (Retry, Arc<RecordingClock>) {
+        let clock = Arc::new(RecordingClock::new());
+        (Retry::new(policy, clock.clone()), clock)
+    }
+
+    /// The one `Retry-After` rule: the server's wait when longer than the backoff's, up to the
+    /// cap; never shorter than the backoff; the backoff itself capped at `max_delay`.
+    #[tokio::test]
+    async fn retry_after_is_honoured_up_to_the_cap() {
+        let p = RetryPolicy::default();
+        let secs = Duration::from_secs;
+        assert_eq!(p.wait(secs(1), Some(secs(7))), secs(7));
+        assert_eq!(p.wait(secs(1), Some(secs(3600))), secs(60));
+        assert_eq!(p.wait(secs(1), Some(Duration::ZERO)), secs(1));
+        assert_eq!(p.wait(secs(39), None), secs(20));
+        let (mut r, clock) = clocked(&p);
+        r.attempt();
+        let d = r.next_delay(Some(secs(7))).unwrap();
+        assert_eq!(d, secs(7));
+        r.sleep(d).await;
+        r.attempt();
+        let d = r.next_delay(Some(secs(3600))).unwrap();
+        assert_eq!(d, secs(60), "capped at max_retry_after");
+        r.sleep(d).await;
+        assert_eq!(clock.waits(), vec![secs(7), secs(60)]);
+        assert_eq!(r.elapsed(), secs(67));
+        assert_eq!(r.attempts(), 2);
+        // `with_delays` makes its longest delay the cap, for the backoff and the server alike.
+        let p = RetryPolicy::default().with_delays(Duration::from_millis(1), secs(5));
+        assert_eq!(p.wait(secs(1), Some(secs(7))), secs(5));
+        let p = RetryPolicy::default().with_delays(secs(1), secs(120));
+        assert_eq!(p.wait(secs(1), Some(secs(100))), secs(100));
+    }
+
+    /// Delays double from `min_delay` up to `max_delay`, each with a jitter of up to as much
+    /// again, never above `max_delay`; the jitter does vary.
+    #[tokio::test]
+    async fn delays_grow_exponentially_within_jitter_bounds() {
+        let min = Duration::from_millis(100);
+        let max = Duration::from_millis(1600);
+        let p = RetryPolicy {
+            max_retries: 8,
+            ..RetryPolicy::default().with_delays(min, max)
+        };
+        let mut firsts = Vec::new();
+        for _ in 0..20 {
+            let (mut r, clock) = clocked(&p);
+            let mut asked = Vec::new();
+            for n in 0..8u32 {
+                r.attempt();
+                let d = r.next_delay(None).expect("within the budget");
+                let base = (min * 2u32.pow(n)).min(max);
+                assert!(d >= base, "delay {n}: {d:?} below {base:?}");
+                assert!(d < base * 2 || d == max, "delay {n}: {d:?}");
+                assert!(d <= max, "delay {n}: {d:?} above the cap");
+                asked.push(d);
+                r.sleep(d).await;
+            }
+            assert_eq!(clock.waits(), asked);
+            assert_eq!(clock.elapsed(), asked.iter().sum::<Duration>());
+            // Past the doubling the delay sits at the cap.
+            assert_eq!(asked[5..], [max; 3]);
+            firsts.push(asked[0]);
+        }
+        assert!(
+            firsts.iter().any(|d| *d != firsts[0]),
+            "no jitter: {firsts:?}"
+        );
+    }
+
+    /// `max_retries` retries after failures in a row, then none; progress starts the count and
+    /// the backoff over; failures made elsewhere count.
+    #[test]
+    fn the_attempt_budget_is_spent_and_progress_refills_it() {
+        let min = Duration::from_millis(100);
+        let p = RetryPolicy::new(3, min);
+        let (mut r, _) = clocked(&p);
+        for _ in 0..3 {
+            r.attempt();
+            assert!(r.next_delay(None).is_some());
+        }
+        r.attempt();
+        assert_eq!(
+            r.next_delay(None),
+            None,
+            "the fourth failure in a row ends it"
+        );
+        assert_eq!(r.attempts(), 4);
+        r.progressed();
+        let d = r.next_delay(None).expect("progress starts the count over");
+        assert!(d >= min && d < min * 2, "and the backoff: {d:?}");
+        let mut r = Retry::new(&p, SystemClock::shared()).after_failures(2);
+        assert_eq!(r.attempts(), 2, "two attempts already made");
+        r.attempt();
+        let d = r.next_delay(None).expect("the third failure in a row");
+        assert!(d >= min * 4 && d < min * 8, "the backoff goes on: {d:?}");
+        r.attempt();
+        assert_eq!(r.next_delay(None), None);
+        assert_eq!(r.attempts(), 4);
+    }
+
+    /// A time budget: no retry whose wait would end past it.
+    #[tokio::test]
+    async fn the_time_budget_is_spent() {
+        let four = Duration::from_secs(4);
+        let p = RetryPolicy {
+            max_retries: 100,
+            min_delay: four,
+            max_delay: four,
+            max_retry_after: Duration::from_secs(60),
+            max_elapsed: Some(Duration::from_secs(10)),
+        };
+        let (mut r, clock) = clocked(&p);
+        while let Some(d) = r.next_delay(None) {
+            r.sleep(d).await;
+        }
+        assert_eq!(
+            clock.waits(),
+            vec![four, four],
+            "a third wait would end at 12 s"
+        );
+        assert_eq!(r.elapsed(), Duration::from_secs(8));
+        // A server's wait counts against it too.
+        let (mut r, clock) = clocked(&p);
+        assert_eq!(r.next_delay(Some(Duration::from_secs(30))), None);
+        assert!(clock.waits().is_empty());
+    }
+
+    #[test]
+    fn only_429_and_503_ask_for_a_wait() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        let seven = Some(Duration::from_secs(7));
+        assert_eq!(requested_wait(StatusCode::TOO_MANY_REQUESTS, &h), seven);
+        assert_eq!(requested_wait(StatusCode::SERVICE_UNAVAILABLE, &h), seven);
+        assert_eq!(requested_wait(StatusCode::INTERNAL_SERVER_ERROR, &h), None);
+        assert_eq!(requested_wait(StatusCode::REQUEST_TIMEOUT, &h), None);
     }
 
     /// Connection failures are transient, by their type.

@@ -82,12 +82,13 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Waits `delay`; `false` when the download must stop instead.
+    /// Waits `delay` before a retry, on the engine's retry clock; `false` when the download
+    /// must stop instead.
     pub async fn sleep(&self, delay: Duration) -> bool {
         tokio::select! {
             biased;
             () = self.stop.cancelled() => false,
-            () = tokio::time::sleep(delay) => true,
+            () = self.cfg.retry_clock.sleep(delay) => true,
         }
     }
 

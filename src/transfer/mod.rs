@@ -24,7 +24,7 @@
 //! ```text
 //! engine          orchestrates one file: opens the locked partial, runs a mode, hashes, closes
 //!  ├─ modes       concurrent · sequential · repair — each drives the chunk table
-//!  │   ├─ retry   the policy: every attempt counted, backoff, no loop without progress or bound
+//!  │   ├─ retry   a failure read onto net's one policy: no loop without progress or bound
 //!  │   └─ range   one HTTP answer → one sink: redirects, status, Content-Range, streaming
 //!  │        └─ sink        positional write + SHA-256: the partial file, or a scratch file
 //!  ├─ checkpoint  reads the table, syncs the data, writes the resume state
@@ -61,8 +61,10 @@
 //! # Faults
 //!
 //! Connection errors, timeouts, stalls (no byte for [`EngineConfig::stall_timeout`]), 408, 429
-//! and 5xx answers are retried per chunk with exponential backoff and jitter (honouring
-//! `Retry-After` on 429/503, capped at [`EngineConfig::max_delay`]; a connection refused so
+//! and 5xx answers are retried per chunk under the one policy of [`crate::net::retry`]
+//! ([`EngineConfig::retry_policy`]: exponential backoff and jitter, honouring
+//! `Retry-After` on 429/503, capped at [`EngineConfig::max_delay`], waiting on
+//! [`EngineConfig::retry_clock`]; a connection refused so
 //! waits, and gives its chunk back for another connection to take meanwhile); bytes a broken connection
 //! already delivered are kept and the retry asks only for the rest of the chunk, at once (a cut
 //! after progress is the link failing, not the server: no backoff). An attempt that
@@ -232,11 +234,17 @@ pub struct EngineConfig {
     /// finish are split. Default 300 ms (on a fast link nothing is split).
     pub split_after: Duration,
     /// Failed attempts in a row, without progress, after which a chunk is given up. Default 8.
+    /// (With [`base_delay`](Self::base_delay) and [`max_delay`](Self::max_delay), the
+    /// engine's [`RetryPolicy`](crate::net::RetryPolicy): see [`retry_policy`](Self::retry_policy).)
     pub max_attempts: u32,
     /// First retry delay (doubling, with jitter). Default 500 ms.
     pub base_delay: Duration,
     /// Longest retry delay, also the cap on `Retry-After`. Default 30 s.
     pub max_delay: Duration,
+    /// The clock retries wait on (the wait of a refused connection included). Default the real
+    /// one ([`crate::net::SystemClock`]); a test's ([`crate::net::RecordingClock`]) records the
+    /// delays instead of waiting.
+    pub retry_clock: crate::net::SharedClock,
     /// A connection that delivers no byte for this long is abandoned and its chunk retried.
     /// Default 20 s.
     pub stall_timeout: Duration,
@@ -266,6 +274,7 @@ impl Default for EngineConfig {
             max_attempts: 8,
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
+            retry_clock: crate::net::SystemClock::shared(),
             stall_timeout: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(600),
@@ -281,6 +290,19 @@ impl EngineConfig {
         self.base_delay = min;
         self.max_delay = max.max(min);
         self
+    }
+
+    /// The retry policy of each range, from [`max_attempts`](Self::max_attempts),
+    /// [`base_delay`](Self::base_delay) and [`max_delay`](Self::max_delay): `max_attempts`
+    /// failures in a row without progress (so `max_attempts - 1` retries, at least one
+    /// attempt), delays from `base_delay` doubling with jitter up to `max_delay`, which also
+    /// caps a server's `Retry-After`; no time budget (a download that keeps making progress is
+    /// never given up on).
+    pub fn retry_policy(&self) -> crate::net::RetryPolicy {
+        let mut p = crate::net::RetryPolicy::default().with_delays(self.base_delay, self.max_delay);
+        p.max_retries = self.max_attempts.max(1) as usize - 1;
+        p.max_elapsed = None;
+        p
     }
 
     /// A reqwest client builder suited to the engine: no automatic redirects (the engine

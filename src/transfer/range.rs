@@ -216,9 +216,7 @@ fn check_status(ctx: &Ctx<'_>, resp: &reqwest::Response, from_hub: bool) -> Resu
             transient: net::is_transient_status(status),
         },
     };
-    let retry_after = matches!(code, 429 | 503)
-        .then(|| net::retry_after(resp.headers()))
-        .flatten();
+    let retry_after = net::requested_wait(status, resp.headers());
     Err(Failure {
         message: format!("HTTP {status} from {url}"),
         kind,

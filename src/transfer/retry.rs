@@ -1,18 +1,19 @@
-//! The retry policy of one range: every attempt is counted; failures without progress in a row
-//! are bounded by [`EngineConfig::max_attempts`] (a connection that keeps delivering bytes is
-//! never given up on, as ollama does for stalls, but one that delivers nothing is), with
-//! exponential backoff and jitter between them, honouring `Retry-After` up to
-//! [`EngineConfig::max_delay`]. A connection cut after it delivered bytes is not an overloaded
-//! server: the rest of the range is asked for at once, on a fresh connection. Nothing loops
-//! without progress or bound.
+//! How the engine reads a failed attempt of one range onto the one retry policy
+//! ([`crate::net::Retry`], under [`EngineConfig::retry_policy`]): every attempt is counted;
+//! failures without progress in a row are bounded by [`EngineConfig::max_attempts`] (a
+//! connection that keeps delivering bytes is never given up on, as ollama does for stalls, but
+//! one that delivers nothing is), with exponential backoff and jitter between them, honouring
+//! `Retry-After` up to [`EngineConfig::max_delay`]. A connection cut after it delivered bytes is
+//! not an overloaded server: the rest of the range is asked for at once, on a fresh connection,
+//! and the count and the backoff start over. A CDN's refusal is answered at once, once, by
+//! asking for a fresh signed URL. Nothing loops without progress or bound.
 
-use std::time::{Duration, Instant};
-
-use backon::ExponentialBackoff;
+use std::time::Duration;
 
 use super::error::TransferError;
 use super::failure::{FailKind, Failure};
 use super::EngineConfig;
+use crate::net::Retry;
 
 /// What to do after a failed attempt.
 pub(crate) enum Next {
@@ -25,51 +26,46 @@ pub(crate) enum Next {
 }
 
 /// Retry bookkeeping for one range.
-pub(crate) struct Retrier<'c> {
-    cfg: &'c EngineConfig,
-    started: Instant,
-    backoff: ExponentialBackoff,
-    /// Attempts made.
-    pub attempts: u32,
-    /// Failed attempts in a row without progress.
-    fruitless: u32,
+pub(crate) struct Retrier {
+    retry: Retry,
     /// The CDN's URL was asked for afresh after a 401/403/404 from it.
     reresolved: bool,
 }
 
-impl<'c> Retrier<'c> {
-    pub fn new(cfg: &'c EngineConfig) -> Self {
+impl Retrier {
+    pub fn new(cfg: &EngineConfig) -> Self {
         Retrier {
-            cfg,
-            started: Instant::now(),
-            backoff: crate::net::backoff(cfg.base_delay, cfg.max_delay),
-            attempts: 0,
-            fruitless: 0,
+            retry: Retry::new(&cfg.retry_policy(), cfg.retry_clock.clone()),
             reresolved: false,
         }
     }
 
     /// Counts `n` failures without progress already made on this range (by other
-    /// connections, before it was given back).
+    /// connections, before it was given back): the attempts, the count and the backoff go on
+    /// from there.
     pub fn after_failures(mut self, n: u32) -> Self {
-        self.fruitless = n;
+        self.retry = self.retry.after_failures(n as usize);
         self
     }
 
     /// An attempt starts.
     pub fn attempt(&mut self) {
-        self.attempts += 1;
+        self.retry.attempt();
+    }
+
+    /// Attempts made.
+    pub fn attempts(&self) -> u32 {
+        self.retry.attempts()
     }
 
     /// Judges a failed attempt that did (`progressed`) or did not store new bytes. A range
     /// ignored (a 200 with the whole file) is reported as such when `may_switch` (the caller may
     /// switch to one sequential stream), else retried like any other failure.
     pub fn decide(&mut self, f: &Failure, progressed: bool, may_switch: bool) -> Next {
-        let c = self.cfg;
         if progressed {
-            self.fruitless = 0;
-            self.backoff = crate::net::backoff(c.base_delay, c.max_delay);
-            // Cut (or stalled) after delivering bytes: the link, not the server, failed.
+            self.retry.progressed();
+            // Cut (or stalled) after delivering bytes: the link, not the server, failed. Not a
+            // failure without progress: it does not count.
             if matches!(
                 f.kind,
                 FailKind::Network {
@@ -80,9 +76,8 @@ impl<'c> Retrier<'c> {
                 return Next::Wait(Duration::ZERO);
             }
         }
-        self.fruitless += 1;
-        let mut give_up = self.fruitless >= c.max_attempts.max(1);
-        let mut delay = None;
+        let mut give_up = !self.retry.fail();
+        let mut at_once = false;
         match &f.kind {
             FailKind::Fatal(_) => return Next::GiveUp,
             FailKind::Network { transient, .. } | FailKind::Status { transient, .. } => {
@@ -94,7 +89,7 @@ impl<'c> Retrier<'c> {
                     give_up = true;
                 } else {
                     self.reresolved = true;
-                    delay = Some(Duration::ZERO);
+                    at_once = true;
                 }
             }
             FailKind::Range { .. } | FailKind::RangeIgnored { .. } => {}
@@ -102,17 +97,20 @@ impl<'c> Retrier<'c> {
         if give_up {
             return Next::GiveUp;
         }
-        Next::Wait(delay.unwrap_or_else(|| {
-            let d = self.backoff.next().unwrap_or(c.max_delay).min(c.max_delay);
-            f.retry_after.map_or(d, |ra| d.max(ra.min(c.max_delay)))
-        }))
+        if at_once {
+            return Next::Wait(Duration::ZERO);
+        }
+        match self.retry.delay(f.retry_after) {
+            Some(d) => Next::Wait(d),
+            None => Next::GiveUp,
+        }
     }
 
     /// The error to report when giving up on bytes `offset..=end` of `file` from `url`.
     pub fn error(&self, f: Failure, file: &str, url: &str, offset: u64, end: u64) -> TransferError {
         let (file, url) = (file.to_string(), url.to_string());
-        let attempts = self.attempts;
-        let elapsed = self.started.elapsed();
+        let attempts = self.retry.attempts();
+        let elapsed = self.retry.elapsed();
         match f.kind {
             FailKind::Network { source, .. } => TransferError::Network {
                 file,
@@ -152,5 +150,111 @@ impl<'c> Retrier<'c> {
             FailKind::Cdn { status, url } => TransferError::NotFound { file, url, status },
             FailKind::Fatal(e) => *e,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::RecordingClock;
+    use std::sync::Arc;
+
+    fn config(max_attempts: u32) -> EngineConfig {
+        EngineConfig {
+            max_attempts,
+            retry_clock: Arc::new(RecordingClock::new()),
+            ..EngineConfig::default()
+        }
+        .with_retry_delays(Duration::from_millis(100), Duration::from_secs(1))
+    }
+
+    fn status(status: u16, transient: bool, retry_after: Option<Duration>) -> Failure {
+        Failure {
+            kind: FailKind::Status { status, transient },
+            retry_after,
+            message: String::new(),
+        }
+    }
+
+    fn waited(n: Next) -> Option<Duration> {
+        match n {
+            Next::Wait(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The engine's reading of failures: a cut after progress is retried at once and does not
+    /// count; a server's wait is honoured up to `max_delay`; `max_attempts` failures in a row
+    /// without progress end it; progress starts the count and the backoff over.
+    #[test]
+    fn cuts_waits_and_the_budget() {
+        let cfg = config(3);
+        let mut r = Retrier::new(&cfg);
+        let cut = Failure::io(std::io::ErrorKind::ConnectionReset, "cut".into());
+        for _ in 0..10 {
+            r.attempt();
+            assert_eq!(waited(r.decide(&cut, true, true)), Some(Duration::ZERO));
+        }
+        let secs = Duration::from_secs;
+        r.attempt();
+        let d = waited(r.decide(&status(503, true, Some(secs(7))), false, true));
+        assert_eq!(d, Some(secs(1)), "Retry-After capped at max_delay");
+        r.attempt();
+        let d = waited(r.decide(&status(500, true, None), false, true)).unwrap();
+        assert!(
+            d >= Duration::from_millis(200) && d < Duration::from_millis(400),
+            "{d:?}"
+        );
+        r.attempt();
+        assert!(matches!(
+            r.decide(&status(500, true, None), false, true),
+            Next::GiveUp
+        ));
+        assert_eq!(r.attempts(), 13);
+        // Progress (a failure that is not a cut, after bytes) starts over.
+        let mut r = Retrier::new(&cfg).after_failures(2);
+        let d = waited(r.decide(&status(500, true, None), true, true)).unwrap();
+        assert!(
+            d >= Duration::from_millis(100) && d < Duration::from_millis(200),
+            "{d:?}"
+        );
+        // A permanent status ends it at once.
+        let mut r = Retrier::new(&cfg);
+        assert!(matches!(
+            r.decide(&status(400, false, None), false, true),
+            Next::GiveUp
+        ));
+    }
+
+    /// A CDN's refusal is retried at once, once; a range ignored is reported when the caller
+    /// may switch, else retried after the backoff.
+    #[test]
+    fn cdn_refusals_and_ignored_ranges() {
+        let cfg = config(8);
+        let mut r = Retrier::new(&cfg);
+        let cdn = Failure {
+            kind: FailKind::Cdn {
+                status: 403,
+                url: "u".into(),
+            },
+            retry_after: None,
+            message: String::new(),
+        };
+        assert_eq!(waited(r.decide(&cdn, false, true)), Some(Duration::ZERO));
+        assert!(matches!(r.decide(&cdn, false, true), Next::GiveUp));
+        let ignored = || Failure {
+            kind: FailKind::RangeIgnored {
+                requested: "bytes=0-9".into(),
+            },
+            retry_after: None,
+            message: String::new(),
+        };
+        let mut r = Retrier::new(&cfg);
+        assert!(matches!(
+            r.decide(&ignored(), false, true),
+            Next::RangeIgnored
+        ));
+        let d = waited(r.decide(&ignored(), false, false)).unwrap();
+        assert!(d >= Duration::from_millis(100), "{d:?}");
     }
 }

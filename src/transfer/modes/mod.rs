@@ -117,7 +117,7 @@ pub(crate) async fn fill<'a>(
                 .map_err(Stop::Fatal)?;
         }
         ctx.counters.retried(cause);
-        ctx.events.retry(retry.attempts, delay, &f.message);
+        ctx.events.retry(retry.attempts(), delay, &f.message);
         if may_switch && pushed_back && !delay.is_zero() {
             return Err(Stop::Refused(delay));
         }

@@ -51,7 +51,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                     ctx.counters.cut(ctx.events.file(), size)?;
                 }
                 ctx.counters.retried(cause);
-                ctx.events.retry(retry.attempts, delay, &f.message);
+                ctx.events.retry(retry.attempts(), delay, &f.message);
                 if !ctx.sleep(delay).await {
                     return Err(ctx.interrupted());
                 }
