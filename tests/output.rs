@@ -5,7 +5,9 @@
 
 use std::process::Output;
 
-use crate::support::cli::{demo_file, expect_code, hub_builder, run, start, stderr, Sandbox, REPO};
+use crate::support::cli::{
+    cache_cmd, demo_file, expect_code, hub_builder, run, start, stderr, Sandbox, REPO,
+};
 
 /// `o`'s stderr as a user reads it, with what differs between runs replaced by a name.
 fn seen(sb: &Sandbox, hub: &mock_server::MockHub, o: &Output) -> String {
@@ -63,14 +65,7 @@ fn cache_verify_names_the_damage_and_the_repair() {
     let at = bytes.len() - 1000;
     bytes[at] ^= 0x5a;
     std::fs::write(&blob, bytes).unwrap();
-    let mut c = sb.cmd(&hub);
-    c.args(["--max-files", "1"]);
-    let mut v = std::process::Command::new(c.get_program());
-    v.env_clear()
-        .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .args(["cache", "verify", REPO, "--max-files", "1", "--cache-dir"])
-        .arg(sb.cache());
-    let o = run(v);
+    let o = run(cache_cmd(&sb, &hub, &["verify", REPO, "--max-files", "1"]));
     expect_code(&o, 2);
     let out = seen(&sb, &hub, &o);
     settings().bind(|| insta::assert_snapshot!("cache_verify_damaged", out));

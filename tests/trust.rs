@@ -9,25 +9,12 @@ use std::path::{Path, PathBuf};
 
 use weight_inspect::manifest::{self, CreateOptions};
 
+use crate::support::cli::cache_cmd;
 use crate::wi_fetch::{
     code, demo_file, expect_code, hub_builder, lines, run, sha256_hex, start, stderr, Sandbox, REPO,
 };
 
 const Q4: &str = "tinyllama-q4_k_m.gguf";
-
-/// `wi-fetch cache ARGS… --cache-dir …` (the subcommand first), with the sandbox's environment.
-fn cache_cmd(sb: &Sandbox, hub: &mock_server::MockHub, args: &[&str]) -> std::process::Command {
-    let base = sb.cmd(hub);
-    let mut c = std::process::Command::new(base.get_program());
-    c.env_clear()
-        .envs(base.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .arg("cache")
-        .args(args)
-        .arg("--cache-dir")
-        .arg(sb.cache())
-        .stdin(std::process::Stdio::null());
-    c
-}
 
 /// The one saved listing of `repo_dir` (`.wi-trees/{commit}.json`) and its commit.
 fn saved_listing(repo_dir: &Path) -> (PathBuf, String) {
@@ -468,23 +455,6 @@ fn a_manifest_whose_tensors_contradict_its_chunks_fails() {
     let o = run(c);
     expect_code(&o, 2);
     assert!(stderr(&o).contains(&tensor), "{}", stderr(&o));
-}
-
-/// A tag no file carries listed the files; it names the tags there are (what can be asked for).
-#[test]
-fn a_wrong_tag_names_the_tags_available() {
-    let hub = start(hub_builder());
-    let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.arg(format!("{REPO}:Q3_K_S"));
-    let o = run(c);
-    expect_code(&o, 4);
-    let e = stderr(&o);
-    assert!(
-        e.contains("available tags: ") && e.contains("Q4_K_M") && e.contains("Q8_0"),
-        "{e}"
-    );
-    assert!(!e.contains(".gguf"), "tags, not files: {e}");
 }
 
 /// Offline, a bare GGUF repository got whatever quantization was cached, online the default,

@@ -187,3 +187,17 @@ pub fn partials(repo_dir: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// `wi-fetch cache ARGS… --cache-dir …` (the subcommand first), with the sandbox's environment.
+pub fn cache_cmd(sb: &Sandbox, hub: &mock_server::MockHub, args: &[&str]) -> std::process::Command {
+    let base = sb.cmd(hub);
+    let mut c = std::process::Command::new(base.get_program());
+    c.env_clear()
+        .envs(base.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .arg("cache")
+        .args(args)
+        .arg("--cache-dir")
+        .arg(sb.cache())
+        .stdin(std::process::Stdio::null());
+    c
+}
