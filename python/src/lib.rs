@@ -9,7 +9,8 @@
 //!   NumPy wraps without copying (`numpy.frombuffer`);
 //! - [`inspect`] is `weight-inspect --json [--verify] [--strict] PATH`: the same reports,
 //!   as JSON text;
-//! - [`manifest_create`] and [`manifest_check`] are `weight-inspect manifest create|check`.
+//! - [`manifest_create`] and [`manifest_check`] are `weight-inspect manifest create|check`;
+//! - [`fetch()`] is `wi-fetch` over the library's `Fetcher` (see [`mod@download`]).
 //!
 //! Long work (opening, hashing, manifests) runs with the GIL released. Failures raise the
 //! classes of `weight_inspect/errors.py` ([`errors::Failure`]), each with the message the
@@ -23,6 +24,7 @@ use weight_inspect::manifest::{self, CreateOptions, Document, FileVerdict, DEFAU
 use weight_inspect::verify::{self, InspectError, Options};
 
 pub mod buffer;
+pub mod download;
 pub mod errors;
 pub mod model;
 
@@ -186,6 +188,47 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failu
     Ok((json, report.all_match(), summary))
 }
 
+/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as JSON. Releases the
+/// GIL while downloading, calls `progress(kind, file, n)` about every 100 ms, and stops cleanly
+/// on Ctrl-C (see [`mod@download`]).
+#[pyfunction]
+#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type))]
+#[allow(clippy::too_many_arguments)]
+fn fetch(
+    py: Python<'_>,
+    repo: String,
+    quant: Option<String>,
+    files: Vec<String>,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    revision: Option<String>,
+    cache_dir: Option<PathBuf>,
+    local_dir: Option<PathBuf>,
+    token: Option<String>,
+    offline: Option<bool>,
+    connections: Option<usize>,
+    progress: Option<Py<PyAny>>,
+    endpoint: Option<String>,
+    repo_type: Option<String>,
+) -> PyResult<String> {
+    let request = download::Request {
+        repo,
+        quant,
+        files,
+        include,
+        exclude,
+        revision,
+        repo_type,
+        cache_dir,
+        local_dir,
+        token,
+        offline,
+        connections,
+        endpoint,
+    };
+    download::run(py, request, progress)
+}
+
 /// Whether a safetensors file's header (the JSON after its 8-byte length, in `bytes`, the whole
 /// file) has a `__metadata__` entry that is not `null`. A header the core could not parse gives
 /// `false`; nothing is allocated for the other entries.
@@ -218,6 +261,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
+    m.add_function(wrap_pyfunction!(fetch, m)?)?;
     m.add_class::<NativeModel>()?;
     m.add_class::<buffer::TensorBuffer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -10,6 +10,8 @@ The Python face of the `weight-inspect` Rust library:
 - :func:`inspect` returns what ``weight-inspect --json [--verify]`` prints, as dicts.
 - :func:`manifest_create` and :func:`manifest_check` are ``weight-inspect manifest create`` and
   ``check``.
+- :func:`fetch` is ``wi-fetch``: downloads from the Hugging Face Hub (or a mirror) into its
+  cache, resumable, hash-checked, stopping cleanly on Ctrl-C.
 
 Element types. Plain types map to their NumPy dtype (GGUF's big-endian files to ``>`` dtypes,
 still without a copy). ``BF16`` and the 8-bit floats (``F8_E4M3``, ``F8_E5M2``, ``F8_E8M0``,
@@ -32,7 +34,7 @@ import json as _json
 import os
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -66,6 +68,7 @@ __all__ = [
     "inspect",
     "manifest_create",
     "manifest_check",
+    "fetch",
     "WeightInspectError",
     "LocalError",
     "IntegrityError",
@@ -560,3 +563,75 @@ def manifest_check(
         err.report = report  # type: ignore[attr-defined]
         raise err
     return report
+
+
+ProgressCallback = Callable[[str, str, int], Any]
+
+
+def fetch(
+    repo: str,
+    quant: Optional[str] = None,
+    files: Optional[Union[str, Sequence[str]]] = None,
+    include: Optional[Union[str, Sequence[str]]] = None,
+    exclude: Optional[Union[str, Sequence[str]]] = None,
+    revision: Optional[str] = None,
+    cache_dir: Optional[PathLike] = None,
+    local_dir: Optional[PathLike] = None,
+    token: Optional[str] = None,
+    offline: Optional[bool] = None,
+    connections: Optional[int] = None,
+    progress: Optional[ProgressCallback] = None,
+    *,
+    endpoint: Optional[str] = None,
+    repo_type: Optional[str] = None,
+) -> Dict[str, Any]:
+    """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository, as a dict.
+
+    ``repo`` is ``org/name``, ``org/name:QUANT``, ``hf.co/org/name:QUANT`` or
+    ``hf://org/name/path``; ``quant`` a tag (``Q4_K_M``, any case) over the reference's;
+    ``files`` paths in the repository; ``include``/``exclude`` globs. Without any, a GGUF
+    repository gives its default model (Q4_K_M, else Q8_0, else the first), others every file.
+    ``revision`` a branch, tag or commit; ``cache_dir`` the Hugging Face cache (default as
+    huggingface_hub finds it), or ``local_dir`` a plain folder; ``token`` (default ``HF_TOKEN``
+    or the token file); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
+    ``connections`` the ranged requests in flight (default: adaptive); ``endpoint`` the Hub's
+    URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``.
+
+    ``progress(kind, file, n)`` is called from this thread, about every 100 ms, for each event:
+    ``plan`` (``file`` is the number of files, ``n`` their bytes), ``start`` (``n`` the size),
+    ``progress`` (``n`` new bytes on disk), ``downloaded`` (``n`` bytes transferred), ``done``
+    (``n`` 1 when it came from the cache), ``failed``, ``stopped`` (``n`` bytes kept). An
+    exception it raises stops the fetch and is raised.
+
+    The download runs with the GIL released. Ctrl-C stops it cleanly (what arrived is kept, the
+    same call resumes it) and raises ``KeyboardInterrupt``. Returns the summary ``wi-fetch
+    --json`` describes: ``repo``, ``revision``, ``commit``, ``files`` (each ``path``,
+    ``local_path``, ``size``, ``sha256``, ``cached``, ``transferred``, ``resumed``,
+    ``verification``, …), ``notice``, ``elapsed_secs``. Failures raise :class:`NotFoundError`
+    (4), :class:`NetworkError` (3), :class:`IntegrityError` (2), :class:`LocalError` (1) or
+    :class:`Interrupted` (130).
+    """
+
+    def listed(v: Optional[Union[str, Sequence[str]]]) -> List[str]:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else list(v)
+
+    text = _native.fetch(
+        repo,
+        quant,
+        listed(files),
+        listed(include),
+        listed(exclude),
+        revision,
+        None if cache_dir is None else os.fspath(cache_dir),
+        None if local_dir is None else os.fspath(local_dir),
+        token,
+        offline,
+        connections,
+        progress,
+        endpoint,
+        repo_type,
+    )
+    summary: Dict[str, Any] = _json.loads(text)
+    return summary

@@ -5,7 +5,7 @@ Use the package (`weight_inspect`) rather than this module: it builds NumPy view
 """
 
 from os import PathLike
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 _Path = Union[str, PathLike[str]]
 
@@ -61,3 +61,20 @@ def manifest_check(
     manifest: _Path, paths: Optional[Sequence[_Path]] = None
 ) -> Tuple[str, bool, str]:
     """``(report JSON, all files match, the tool's summary line)``."""
+def fetch(
+    repo: str,
+    quant: Optional[str],
+    files: List[str],
+    include: List[str],
+    exclude: List[str],
+    revision: Optional[str],
+    cache_dir: Optional[str],
+    local_dir: Optional[str],
+    token: Optional[str],
+    offline: Optional[bool],
+    connections: Optional[int],
+    progress: Optional[Callable[[str, str, int], Any]],
+    endpoint: Optional[str],
+    repo_type: Optional[str],
+) -> str:
+    """The fetch summary as JSON (``FetchSummary``)."""
