@@ -15,6 +15,7 @@
 //! read as `llama-gguf-hash` lines (see [`super::interop`]).
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -161,6 +162,73 @@ impl Document {
             _ => None,
         }
     }
+
+    /// What `weight-inspect manifest check MANIFEST [PATH…]` checks, for this document read
+    /// from `manifest`: the folder the files are named relative to, and the expectations of the
+    /// files to check.
+    ///
+    /// - no `paths`: every file, in the manifest's folder; for an OpenSSF manifest none of whose
+    ///   files is there, in the folder beside it named as its model (`model_signing` writes
+    ///   `model.sig` beside the folder it signed), when that folder exists;
+    /// - one folder: every file, in that folder;
+    /// - files: only those, in the folder of the first; each must be below that folder and named
+    ///   by the manifest ([`ManifestError::Input`] otherwise).
+    pub fn selection(
+        &self,
+        manifest: &Path,
+        paths: &[PathBuf],
+    ) -> Result<(PathBuf, Vec<FileExpectation>), ManifestError> {
+        let mut expected = self.expectations();
+        let names: Vec<String> = expected.iter().map(|f| f.path.clone()).collect();
+        match paths {
+            [] => {
+                let dir = manifest.parent().unwrap_or(Path::new(".")).to_path_buf();
+                let dir = if dir.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    dir
+                };
+                if let Some(model) = self
+                    .model_name()
+                    .filter(|m| crate::names::check_repo_path(m).is_ok() && !m.contains('/'))
+                {
+                    let beside = dir.join(model);
+                    if beside.is_dir() && !names.iter().any(|n| dir.join(n).exists()) {
+                        return Ok((beside, expected));
+                    }
+                }
+                Ok((dir, expected))
+            }
+            [one] if one.is_dir() => Ok((one.clone(), expected)),
+            files => {
+                let base = files[0].parent().unwrap_or(Path::new(".")).to_path_buf();
+                let mut wanted = Vec::new();
+                for f in files {
+                    let Some(name) = f
+                        .strip_prefix(&base)
+                        .ok()
+                        .and_then(|r| r.to_str())
+                        .map(|r| r.replace(std::path::MAIN_SEPARATOR, "/"))
+                    else {
+                        return Err(ManifestError::Input(format!(
+                            "{} is not beside {}",
+                            f.display(),
+                            files[0].display()
+                        )));
+                    };
+                    if !names.contains(&name) {
+                        return Err(ManifestError::Input(format!(
+                            "'{name}' is not in the manifest {}",
+                            manifest.display()
+                        )));
+                    }
+                    wanted.push(name);
+                }
+                expected.retain(|f| wanted.contains(&f.path));
+                Ok((base, expected))
+            }
+        }
+    }
 }
 
 /// What one file must be. Formats fill what they know; the rest stays empty
@@ -239,4 +307,50 @@ pub struct TensorExpectation {
     pub range: Option<std::ops::Range<u64>>,
     /// The SHA-256 of its bytes.
     pub sha256: Sha256Hex,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{create, CreateOptions};
+
+    #[test]
+    fn selection_is_the_manifests_folder_a_folder_or_files_named_by_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a.bin"), b"aaaa").unwrap();
+        std::fs::write(d.join("b.bin"), b"bbbb").unwrap();
+        let m = create(&[d.to_path_buf()], &CreateOptions::default()).unwrap();
+        let doc = Document::parse(m.to_json().as_bytes()).unwrap();
+        let at = d.join("m.json");
+        let names = |e: &[FileExpectation]| e.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+
+        let (base, all) = doc.selection(&at, &[]).unwrap();
+        assert_eq!(
+            (base.as_path(), names(&all)),
+            (d, vec!["a.bin".into(), "b.bin".into()])
+        );
+        let (base, all) = doc.selection(&at, &[d.to_path_buf()]).unwrap();
+        assert_eq!((base.as_path(), all.len()), (d, 2));
+        let (base, one) = doc.selection(&at, &[d.join("b.bin")]).unwrap();
+        assert_eq!(
+            (base.as_path(), names(&one)),
+            (d, vec!["b.bin".to_string()])
+        );
+        // A manifest named without a folder is read from the current one.
+        let (base, _) = doc.selection(Path::new("m.json"), &[]).unwrap();
+        assert_eq!(base, Path::new("."));
+
+        let err = doc
+            .selection(&at, &[d.join("a.bin"), d.join("c.bin")])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("'c.bin' is not in the manifest"),
+            "{err}"
+        );
+        let err = doc
+            .selection(&at, &[d.join("a.bin"), PathBuf::from("/elsewhere/b.bin")])
+            .unwrap_err();
+        assert!(err.to_string().contains("is not beside"), "{err}");
+    }
 }

@@ -193,65 +193,14 @@ fn create(
     ExitCode::SUCCESS
 }
 
-/// Where a manifest's files are when no folder is given: beside it, or (for an OpenSSF
-/// manifest, which `model_signing` writes beside the folder it signed) in the folder beside
-/// it named as its model, when none of its files is beside it but that folder exists.
-fn default_base(path: &Path, doc: &Document, names: &[String]) -> PathBuf {
-    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let dir = if dir.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        dir
-    };
-    if let Some(model) = doc
-        .model_name()
-        .filter(|m| weight_inspect::names::check_repo_path(m).is_ok() && !m.contains('/'))
-    {
-        let beside = dir.join(model);
-        if beside.is_dir() && !names.iter().any(|n| dir.join(n).exists()) {
-            return beside;
-        }
-    }
-    dir
-}
-
 fn check(path: &Path, paths: &[PathBuf], json: bool) -> ExitCode {
     let doc = match Document::read(path) {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
-    let mut expected = doc.expectations();
-    let names: Vec<String> = expected.iter().map(|f| f.path.clone()).collect();
-    let base = match paths {
-        [] => default_base(path, &doc, &names),
-        [one] if one.is_dir() => one.clone(),
-        files => {
-            let base = files[0].parent().unwrap_or(Path::new(".")).to_path_buf();
-            let mut wanted = Vec::new();
-            for f in files {
-                let Some(name) = f
-                    .strip_prefix(&base)
-                    .ok()
-                    .and_then(|r| r.to_str())
-                    .map(|r| r.replace(std::path::MAIN_SEPARATOR, "/"))
-                else {
-                    return fail(format!(
-                        "{} is not beside {}",
-                        f.display(),
-                        files[0].display()
-                    ));
-                };
-                if !names.contains(&name) {
-                    return fail(format!(
-                        "'{name}' is not in the manifest {}",
-                        path.display()
-                    ));
-                }
-                wanted.push(name);
-            }
-            expected.retain(|f| wanted.contains(&f.path));
-            base
-        }
+    let (base, expected) = match doc.selection(path, paths) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
     };
     let report = manifest::check_expectations(&expected, &base).about(&doc);
     let piece = if matches!(doc, Document::OpenSsf(_)) {

@@ -1,0 +1,637 @@
+"""Read, verify and check GGUF and safetensors model files, with zero-copy NumPy views.
+
+The Python face of the `weight-inspect` Rust library:
+
+- :func:`open` memory-maps a model (a ``.gguf`` or ``.safetensors`` file, the first part of a
+  split GGUF, or a ``model.safetensors.index.json``) and gives its tensors as read-only NumPy
+  arrays that are *views of the map*: nothing is copied, and a view keeps the map alive after
+  the model object is gone.
+- :func:`safe_open` is a drop-in for ``safetensors.safe_open(path, framework="np")``.
+- :func:`inspect` returns what ``weight-inspect --json [--verify]`` prints, as dicts.
+- :func:`manifest_create` and :func:`manifest_check` are ``weight-inspect manifest create`` and
+  ``check``.
+- :func:`fetch` is ``wi-fetch``: downloads from the Hugging Face Hub (or a mirror) into its
+  cache, resumable, hash-checked, stopping cleanly on Ctrl-C.
+
+Element types. Plain types map to their NumPy dtype (GGUF's big-endian files to ``>`` dtypes,
+still without a copy). ``BF16`` and the 8-bit floats (``F8_E4M3``, ``F8_E5M2``, ``F8_E8M0``,
+``F8_E4M3FNUZ``, ``F8_E5M2FNUZ``) are ``ml_dtypes`` types when ``ml_dtypes`` is installed;
+without it they are raw bytes: a ``uint8`` array with one more, trailing axis of the element's
+size in bytes (``(*shape, 2)`` for ``BF16``). Quantised ggml types (``Q4_K``, ``IQ2_XXS``, …)
+are raw blocks as gguf-py's ``GGUFReader`` gives them: ``uint8`` of shape
+``(*shape[:-1], row_bytes)``, a row being ``shape[-1] / block_size`` blocks of ``type_size``
+bytes; the sub-byte safetensors types (``F4``, ``F6_*``) likewise, packed rows of bytes.
+:attr:`TensorInfo.raw` says when an array holds bytes rather than elements, and
+:attr:`TensorInfo.dtype` names the type.
+
+Shapes are NumPy's: for GGUF the file's dimension order (``ne[0]`` first) reversed, as gguf-py
+does; :attr:`TensorInfo.file_shape` keeps the file's own order.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import os
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
+
+import numpy as np
+
+from . import _native
+from .errors import (
+    IntegrityError,
+    Interrupted,
+    LocalError,
+    MissingFileError,
+    MissingTensorError,
+    NetworkError,
+    NotFoundError,
+    SafetensorError,
+    WeightInspectError,
+)
+
+_ml_dtypes: Optional[ModuleType]
+try:  # optional: BF16 and 8-bit float element types
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
+    _ml_dtypes = None
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "open",
+    "Model",
+    "TensorInfo",
+    "safe_open",
+    "SafeSlice",
+    "inspect",
+    "manifest_create",
+    "manifest_check",
+    "fetch",
+    "WeightInspectError",
+    "LocalError",
+    "IntegrityError",
+    "NetworkError",
+    "NotFoundError",
+    "Interrupted",
+    "MissingFileError",
+    "MissingTensorError",
+    "SafetensorError",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_SAFETENSORS_NUMPY = {
+    "BOOL": np.bool_,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "U16": np.uint16,
+    "I16": np.int16,
+    "U32": np.uint32,
+    "I32": np.int32,
+    "U64": np.uint64,
+    "I64": np.int64,
+    "F16": np.float16,
+    "F32": np.float32,
+    "F64": np.float64,
+    "C64": np.complex64,
+}
+_GGML_NUMPY = {
+    "F32": "f4",
+    "F16": "f2",
+    "F64": "f8",
+    "I8": "i1",
+    "I16": "i2",
+    "I32": "i4",
+    "I64": "i8",
+}
+# Reference name → ml_dtypes attribute.
+_ML_DTYPES = {
+    "BF16": "bfloat16",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a model: what its header says, and how it is viewed in NumPy."""
+
+    #: The tensor's name.
+    name: str
+    #: The format's reference name of its type: ``F32``, ``BF16``, ``Q4_K``, ``F8_E4M3``, …
+    dtype: str
+    #: The shape in NumPy's order (GGUF's dimensions reversed).
+    shape: Tuple[int, ...]
+    #: The shape in the file's own order (GGUF: ``ne[0]`` first; safetensors: row-major).
+    file_shape: Tuple[int, ...]
+    #: The file holding it.
+    file: str
+    #: Absolute offset of its first byte in that file.
+    offset: int
+    #: The number of bytes of its data.
+    n_bytes: int
+    #: The NumPy dtype of :meth:`Model.tensor`'s array (``uint8`` when :attr:`raw`).
+    numpy_dtype: np.dtype
+    #: The shape of that array (``shape``, or the raw layout: see the module docs).
+    array_shape: Tuple[int, ...]
+    #: Whether the array holds raw bytes rather than elements (quantised, sub-byte, or
+    #: ``BF16``/8-bit floats without ``ml_dtypes``).
+    raw: bool
+    #: ggml types: elements per block (1 for plain types); ``None`` for safetensors.
+    block_size: Optional[int]
+    #: ggml types: bytes per block; ``None`` for safetensors.
+    type_size: Optional[int]
+    #: How many leading axes of :attr:`shape` index the array one to one (the rest are
+    #: inside raw rows or elements): what :meth:`SafeSlice.__getitem__` may index.
+    indexable_dims: int
+
+    @property
+    def byte_range(self) -> Tuple[int, int]:
+        """``(start, end)``: the tensor's bytes in :attr:`file`, end exclusive."""
+        return (self.offset, self.offset + self.n_bytes)
+
+
+def _prod(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _describe(d: Dict[str, Any], files: List[str]) -> TensorInfo:
+    """The :class:`TensorInfo` of one native tensor description."""
+    name: str = d["name"]
+    dtype: str = d["dtype"]
+    file_shape = tuple(int(x) for x in d["shape"])
+    n_bytes = int(d["n_bytes"])
+    ggml = d["kind"] == "ggml"
+    shape = tuple(reversed(file_shape)) if ggml else file_shape
+    u8 = np.dtype(np.uint8)
+
+    def make(np_dtype: np.dtype, array_shape: Tuple[int, ...], raw: bool, dims: int) -> TensorInfo:
+        return TensorInfo(
+            name=name,
+            dtype=dtype,
+            shape=shape,
+            file_shape=file_shape,
+            file=files[d["file"]],
+            offset=int(d["offset"]),
+            n_bytes=n_bytes,
+            numpy_dtype=np_dtype,
+            array_shape=array_shape,
+            raw=raw,
+            block_size=int(d["block_size"]) if ggml else None,
+            type_size=int(d["type_size"]) if ggml else None,
+            indexable_dims=dims,
+        )
+
+    def flat() -> TensorInfo:
+        return make(u8, (n_bytes,), True, 0)
+
+    def elements(np_dtype: np.dtype) -> TensorInfo:
+        if _prod(shape) * np_dtype.itemsize != n_bytes:
+            return flat()
+        return make(np_dtype, shape, False, len(shape))
+
+    def raw_elements(itemsize: int) -> TensorInfo:
+        if _prod(shape) * itemsize != n_bytes:
+            return flat()
+        return make(u8, shape + (itemsize,), True, len(shape))
+
+    def rows(row_bytes: Optional[int]) -> TensorInfo:
+        if not shape or row_bytes is None or _prod(shape[:-1]) * row_bytes != n_bytes:
+            return flat()
+        return make(u8, shape[:-1] + (row_bytes,), True, len(shape) - 1)
+
+    ml = _ml_dtypes
+    if ggml:
+        big = bool(d["big_endian"])
+        if dtype in _GGML_NUMPY:
+            return elements(np.dtype(_GGML_NUMPY[dtype]).newbyteorder(">" if big else "<"))
+        if dtype == "BF16":
+            if ml is not None and not big:
+                return elements(np.dtype(ml.bfloat16))
+            return raw_elements(2)
+        block, size = int(d["block_size"]), int(d["type_size"])
+        if block > 0 and size > 0 and shape and shape[-1] % block == 0:
+            return rows(shape[-1] // block * size)
+        return flat()
+    if dtype in _SAFETENSORS_NUMPY:
+        return elements(np.dtype(_SAFETENSORS_NUMPY[dtype]))
+    if dtype in _ML_DTYPES and ml is not None and hasattr(ml, _ML_DTYPES[dtype]):
+        return elements(np.dtype(getattr(ml, _ML_DTYPES[dtype])))
+    bits = int(d["bits"])
+    if bits % 8 == 0:
+        return raw_elements(bits // 8)
+    if shape and (shape[-1] * bits) % 8 == 0:
+        return rows(shape[-1] * bits // 8)
+    return flat()
+
+
+class Model:
+    """A model opened with :func:`open`: its tensors, metadata, and zero-copy views.
+
+    The arrays :meth:`tensor` returns are read-only views of the memory map; each keeps the
+    map alive (through its ``.base``), also after this object is closed or deleted.
+    """
+
+    def __init__(self, native: "_native.NativeModel") -> None:
+        self._native: Optional[_native.NativeModel] = native
+        self.path: str = os.fspath(native.path)
+        #: ``gguf``, ``gguf-split``, ``safetensors`` or ``safetensors-sharded``.
+        self.format: str = native.format
+        #: The files of the model, in shard order.
+        self.files: List[str] = [os.fspath(f) for f in native.files]
+        infos: Dict[str, TensorInfo] = {}
+        for d in native.tensor_infos():
+            infos.setdefault(d["name"], _describe(d, self.files))
+        self._tensors = infos
+        self._metadata: Optional[Dict[str, Any]] = None
+
+    def _open(self) -> "_native.NativeModel":
+        if self._native is None:
+            raise LocalError(f"{self.path}: the model is closed")
+        return self._native
+
+    @property
+    def tensors(self) -> Dict[str, TensorInfo]:
+        """Tensor name → :class:`TensorInfo`, in the files' header order (shard by shard)."""
+        return dict(self._tensors)
+
+    @property
+    def metadata(self) -> Dict[str, Any]:
+        """GGUF: every key/value of the (first) file, arrays as lists. Safetensors: the
+        ``__metadata__`` strings (of every shard)."""
+        if self._metadata is None:
+            self._metadata = self._open().metadata()
+        return dict(self._metadata)
+
+    @property
+    def diagnostics(self) -> List[Tuple[str, str, str]]:
+        """Rule violations found while reading the headers: ``(severity, code, message)``."""
+        return list(self._open().diagnostics())
+
+    def tensor(self, name: str) -> np.ndarray:
+        """The tensor ``name`` as a read-only NumPy array over the memory map (no copy).
+
+        Raises :class:`MissingTensorError` (a ``KeyError``) for a name the model lacks.
+        """
+        info = self._tensors.get(name)
+        if info is None:
+            raise MissingTensorError(f"{self.path}: no tensor named '{name}'")
+        buf = self._open().buffer(name)
+        # The array's `.base` is the buffer object, which holds the map: no copy, and the map
+        # lives as long as the array (or any view of it).
+        flat: np.ndarray = np.frombuffer(cast(Any, buf), dtype=info.numpy_dtype)
+        return flat.reshape(info.array_shape)
+
+    def keys(self) -> List[str]:
+        """The tensor names, in header order."""
+        return list(self._tensors)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.tensor(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._tensors))
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def close(self) -> None:
+        """Drop this object's reference to the map (views made before stay valid)."""
+        self._native = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._tensors)} tensors>"
+
+
+def open(path: PathLike) -> Model:  # noqa: A001 - the module's entry point, as in the issue
+    """Memory-map the model at ``path`` and parse its headers (tensor data is not read).
+
+    ``path`` is a ``.gguf`` or ``.safetensors`` file, the first part of a split GGUF
+    (``NAME-00001-of-0000N.gguf``: every part is opened) or a ``model.safetensors.index.json``
+    (every shard it names). Raises :class:`MissingFileError` for a missing file and
+    :class:`LocalError` for one that cannot be read or parsed.
+    """
+    return Model(_native.open(os.fspath(path)))
+
+
+class SafeSlice:
+    """What :meth:`safe_open.get_slice` returns, as ``safetensors``' ``PySafeSlice``.
+
+    Indexing takes integers, slices with a positive step, and one ``...``, as safetensors does;
+    slice bounds follow Python's rules (negative bounds count from the end, bounds past the end
+    are clipped; safetensors refuses some of these). The result is a read-only view of the map.
+    """
+
+    def __init__(self, handle: "safe_open", name: str) -> None:
+        self._handle = handle
+        self._name = name
+        self._info = handle._model()._tensors[name]
+
+    def get_shape(self) -> List[int]:
+        """The shape, as a list."""
+        return list(self._info.shape)
+
+    def get_dtype(self) -> str:
+        """The reference name of the dtype (``F32``, ``BF16``, …)."""
+        return self._info.dtype
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        key = _check_index(index, self._info)
+        view: np.ndarray = self._handle._model().tensor(self._name)[key]
+        return view
+
+    def __repr__(self) -> str:
+        return f"SafeSlice({self._name!r}, {self._info.dtype}, {list(self._info.shape)})"
+
+
+def _check_index(index: Any, info: TensorInfo) -> Tuple[Any, ...]:
+    """The index as a tuple NumPy applies to the view, after safetensors' checks."""
+    items = index if isinstance(index, tuple) else (index,)
+    shape = info.shape
+    out: List[Any] = []
+    ellipses = 0
+    for i, it in enumerate(items):
+        if it is Ellipsis:
+            ellipses += 1
+            if ellipses > 1:
+                raise SafetensorError("Only one ellipsis (...) is allowed in slice index")
+            out.append(it)
+        elif isinstance(it, slice):
+            for part in (it.start, it.stop, it.step):
+                if part is not None and not isinstance(part, (int, np.integer)):
+                    raise SafetensorError(
+                        f"Unsupported slice index at position {i}: slice bounds must be integers"
+                    )
+            if it.step is not None and it.step <= 0:
+                raise SafetensorError(f"Slice step must be a positive integer, got {it.step}")
+            out.append(it)
+        elif isinstance(it, (int, np.integer)):
+            out.append(int(it))
+        else:
+            raise SafetensorError(
+                f"Unsupported slice index at position {i}: expected slice, int, or ellipsis"
+            )
+    explicit = len(out) - ellipses
+    if explicit > len(shape):
+        raise SafetensorError(
+            f"Error during slicing {index!r} with shape {list(shape)}: "
+            "more slicing indexes than dimensions in tensor"
+        )
+    # Which axis each item indexes (those after an ellipsis count from the end).
+    if ellipses:
+        at = out.index(Ellipsis)
+        axes = list(range(at)) + [-1] + list(range(len(shape) - (len(out) - at - 1), len(shape)))
+    else:
+        axes = list(range(len(out)))
+    for it, axis in zip(out, axes):
+        if it is Ellipsis:
+            continue
+        size = shape[axis]
+        if isinstance(it, int) and not -size <= it < size:
+            raise SafetensorError(f"Invalid index {it} for dimension {axis} of size {size}")
+        if axis >= info.indexable_dims and not (isinstance(it, slice) and it == slice(None)):
+            raise SafetensorError(
+                f"tensor '{info.name}' is {info.dtype}, stored as raw bytes: "
+                f"only its first {info.indexable_dims} dimension(s) can be indexed"
+            )
+    if ellipses and info.indexable_dims < len(shape):
+        # `...` must not stretch over the raw axes of the array: spell the axes out.
+        at = out.index(Ellipsis)
+        before, after = out[:at], out[at + 1 :]
+        fill = [slice(None)] * (len(shape) - len(before) - len(after))
+        out = before + fill + after
+    return tuple(out)
+
+
+class safe_open:  # noqa: N801 - named as safetensors names it
+    """A drop-in for ``safetensors.safe_open(filename, framework="np")``.
+
+    ``keys()`` (sorted), ``offset_keys()`` (in data order), ``metadata()`` (``None`` without a
+    ``__metadata__`` entry), ``get_tensor(name)``, ``get_slice(name)`` and the context
+    manager behave as safetensors' do; arrays are read-only views of the memory map instead of
+    copies. Only ``framework="np"`` (or ``"numpy"``) and ``device="cpu"`` are supported. Any
+    model :func:`open` reads is accepted (a GGUF too). Errors where safetensors raises
+    ``SafetensorError`` raise :data:`SafetensorError` (:class:`LocalError`); a missing
+    tensor :class:`MissingTensorError`, a missing file :class:`MissingFileError` (a
+    ``FileNotFoundError``, as safetensors raises).
+    """
+
+    def __init__(self, filename: PathLike, framework: str = "np", device: str = "cpu") -> None:
+        if framework not in ("np", "numpy"):
+            raise SafetensorError(
+                f"framework {framework!r} is not supported by weight_inspect.safe_open: "
+                "only 'np' (NumPy) is"
+            )
+        if device != "cpu":
+            raise SafetensorError(f"device {device!r} is not supported: only 'cpu' is")
+        self._opened: Optional[Model] = open(filename)
+
+    def _model(self) -> Model:
+        if self._opened is None:
+            raise SafetensorError("File is closed")
+        return self._opened
+
+    def keys(self) -> List[str]:
+        """The tensor names, sorted."""
+        return sorted(self._model()._tensors)
+
+    def offset_keys(self) -> List[str]:
+        """The tensor names in the order of their data in the file(s)."""
+        infos = self._model()._tensors.values()
+        files = {f: i for i, f in enumerate(self._model().files)}
+        return [t.name for t in sorted(infos, key=lambda t: (files.get(t.file, 0), t.offset))]
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The ``__metadata__`` entries; ``None`` when the header has none (as safetensors).
+        For a GGUF file: its metadata, each value as text."""
+        m = self._model()
+        native = m._open()
+        if m.format.startswith("gguf"):
+            return {k: str(v) for k, v in m.metadata.items()}
+        if not native.has_safetensors_metadata():
+            return None
+        return {k: str(v) for k, v in m.metadata.items()}
+
+    def get_tensor(self, name: str) -> np.ndarray:
+        """The tensor ``name`` (a read-only view of the map)."""
+        m = self._model()
+        if name not in m._tensors:
+            raise MissingTensorError(f"File does not contain tensor {name}")
+        return m.tensor(name)
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """A lazily indexed tensor: ``get_slice(name)[0, 1:3]``."""
+        if name not in self._model()._tensors:
+            raise MissingTensorError(f"File does not contain tensor {name}")
+        return SafeSlice(self, name)
+
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._opened is not None:
+            self._opened.close()
+        self._opened = None
+
+
+def inspect(
+    path: PathLike, verify: bool = False, strict: bool = False
+) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
+    """What ``weight-inspect --json [--verify] [--strict] PATH`` prints, as dicts.
+
+    For a file (or an index, or a split GGUF's first part): its report, a dict with the keys
+    the README lists (``valid``, ``errors``, ``tensors`` with ``sha256`` when ``verify``, …).
+    An invalid model is a report with ``valid: False``, not an exception. For a folder: a list
+    with one report per model found (a model that cannot be read is
+    ``{"path", "error", "exit_code"}``, as the tool prints it). Hashing runs in parallel with
+    the GIL released. Raises :class:`MissingFileError` / :class:`LocalError` when ``path``
+    cannot be read.
+    """
+    p = os.fspath(path)
+    lines = _native.inspect(p, verify, strict)
+    docs: List[Dict[str, Any]] = [_json.loads(line) for line in lines]
+    if os.path.isdir(p):
+        return docs
+    first: Dict[str, Any] = docs[0]
+    return first
+
+
+def manifest_create(
+    paths: Union[PathLike, Sequence[PathLike]],
+    output: Optional[PathLike] = None,
+    format: str = "native",
+    chunk_size: Optional[int] = None,
+    shard_size: Optional[int] = None,
+) -> str:
+    """``weight-inspect manifest create``: the manifest of a model, as text.
+
+    ``paths`` is one folder (every file in it) or files of one folder (a split GGUF's first part
+    brings its other parts, an index its shards). ``format`` is ``native`` (JSON: files, chunks
+    of ``chunk_size`` bytes, at least 64 KiB, 16 MiB by default, and tensors), ``gguf-hash``
+    (llama-gguf-hash's lines) or ``in-toto`` (an unsigned OpenSSF model-signing statement,
+    ``shards`` of ``shard_size`` bytes when given). Written to ``output`` too when given.
+    Hashing runs in parallel with the GIL released.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = None if output is None else os.fspath(output)
+    return _native.manifest_create(
+        [os.fspath(p) for p in paths], out, format, chunk_size, shard_size
+    )
+
+
+def manifest_check(
+    manifest: PathLike,
+    paths: Optional[Union[PathLike, Sequence[PathLike]]] = None,
+    raise_on_mismatch: bool = False,
+) -> Dict[str, Any]:
+    """``weight-inspect manifest check --json MANIFEST [PATH...]``: the verdicts, as a dict.
+
+    ``manifest`` is a weight-inspect manifest, llama-gguf-hash lines, or an OpenSSF
+    model-signing bundle or statement (its signature is never verified: ``notes`` says so).
+    ``paths``: the model's folder (default: beside the manifest) or some of its files. The
+    result has ``format``, ``files`` (each ``path`` and ``verdict``: ``match``, ``missing``,
+    ``unreadable`` or ``differs`` with the chunks and tensors that differ) and ``all_match``.
+    With ``raise_on_mismatch``, a file that differs or is missing raises
+    :class:`IntegrityError` (its message the tool's summary line, its ``report`` the dict).
+    """
+    if paths is not None and isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    listed = None if paths is None else [os.fspath(p) for p in paths]
+    text, all_match, summary = _native.manifest_check(os.fspath(manifest), listed)
+    report: Dict[str, Any] = _json.loads(text)
+    report["all_match"] = all_match
+    if raise_on_mismatch and not all_match:
+        err = IntegrityError(summary)
+        err.report = report  # type: ignore[attr-defined]
+        raise err
+    return report
+
+
+ProgressCallback = Callable[[str, str, int], Any]
+
+
+def fetch(
+    repo: str,
+    quant: Optional[str] = None,
+    files: Optional[Union[str, Sequence[str]]] = None,
+    include: Optional[Union[str, Sequence[str]]] = None,
+    exclude: Optional[Union[str, Sequence[str]]] = None,
+    revision: Optional[str] = None,
+    cache_dir: Optional[PathLike] = None,
+    local_dir: Optional[PathLike] = None,
+    token: Optional[str] = None,
+    offline: Optional[bool] = None,
+    connections: Optional[int] = None,
+    progress: Optional[ProgressCallback] = None,
+    *,
+    endpoint: Optional[str] = None,
+    repo_type: Optional[str] = None,
+) -> Dict[str, Any]:
+    """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository, as a dict.
+
+    ``repo`` is ``org/name``, ``org/name:QUANT``, ``hf.co/org/name:QUANT`` or
+    ``hf://org/name/path``; ``quant`` a tag (``Q4_K_M``, any case) over the reference's;
+    ``files`` paths in the repository; ``include``/``exclude`` globs. Without any, a GGUF
+    repository gives its default model (Q4_K_M, else Q8_0, else the first), others every file.
+    ``revision`` a branch, tag or commit; ``cache_dir`` the Hugging Face cache (default as
+    huggingface_hub finds it), or ``local_dir`` a plain folder; ``token`` (default ``HF_TOKEN``
+    or the token file); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
+    ``connections`` the ranged requests in flight (default: adaptive); ``endpoint`` the Hub's
+    URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``.
+
+    ``progress(kind, file, n)`` is called from this thread, about every 100 ms, for each event:
+    ``plan`` (``file`` is the number of files, ``n`` their bytes), ``start`` (``n`` the size),
+    ``progress`` (``n`` new bytes on disk), ``downloaded`` (``n`` bytes transferred), ``done``
+    (``n`` 1 when it came from the cache), ``failed``, ``stopped`` (``n`` bytes kept). An
+    exception it raises stops the fetch and is raised.
+
+    The download runs with the GIL released. Ctrl-C stops it cleanly (what arrived is kept, the
+    same call resumes it) and raises ``KeyboardInterrupt``. Returns the summary ``wi-fetch
+    --json`` describes: ``repo``, ``revision``, ``commit``, ``files`` (each ``path``,
+    ``local_path``, ``size``, ``sha256``, ``cached``, ``transferred``, ``resumed``,
+    ``verification``, …), ``notice``, ``elapsed_secs``. Failures raise :class:`NotFoundError`
+    (4), :class:`NetworkError` (3), :class:`IntegrityError` (2), :class:`LocalError` (1) or
+    :class:`Interrupted` (130).
+    """
+
+    def listed(v: Optional[Union[str, Sequence[str]]]) -> List[str]:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else list(v)
+
+    text = _native.fetch(
+        repo,
+        quant,
+        listed(files),
+        listed(include),
+        listed(exclude),
+        revision,
+        None if cache_dir is None else os.fspath(cache_dir),
+        None if local_dir is None else os.fspath(local_dir),
+        token,
+        offline,
+        connections,
+        progress,
+        endpoint,
+        repo_type,
+    )
+    summary: Dict[str, Any] = _json.loads(text)
+    return summary

@@ -1,0 +1,80 @@
+"""Type stubs of the native module `weight_inspect._native` (built from python/src/ with PyO3).
+
+Use the package (`weight_inspect`) rather than this module: it builds NumPy views and the
+`safe_open` drop-in on these pieces.
+"""
+
+from os import PathLike
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+_Path = Union[str, PathLike[str]]
+
+__version__: str
+
+class TensorBuffer:
+    """One tensor's bytes in a memory map, exported read-only through the buffer protocol
+    (one dimension, format ``B``); a writable request raises ``BufferError``. It holds the map
+    alive while any view of it exists."""
+
+    @property
+    def exports(self) -> int:
+        """How many buffer views of these bytes are alive."""
+    @property
+    def name(self) -> str:
+        """The tensor's name."""
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class NativeModel:
+    """A memory-mapped model: tensor descriptions, metadata, and buffers."""
+
+    @property
+    def format(self) -> str:
+        """``gguf``, ``gguf-split``, ``safetensors`` or ``safetensors-sharded``."""
+    @property
+    def path(self) -> str: ...
+    @property
+    def files(self) -> List[str]: ...
+    def tensor_infos(self) -> List[Dict[str, Any]]:
+        """Each tensor: ``name``, ``dtype``, ``shape`` (file order), ``file``, ``offset``,
+        ``n_bytes``, ``big_endian``, ``kind`` (``ggml``/``safetensors``), and ``block_size``,
+        ``type_size`` (ggml) or ``bits`` (safetensors)."""
+    def metadata(self) -> Dict[str, Any]: ...
+    def has_safetensors_metadata(self) -> bool: ...
+    def diagnostics(self) -> List[Tuple[str, str, str]]: ...
+    def buffer(self, name: str) -> TensorBuffer:
+        """Raises ``MissingTensorError`` or ``LocalError``."""
+    def __contains__(self, name: str) -> bool: ...
+    def __len__(self) -> int: ...
+
+def open(path: _Path) -> NativeModel: ...
+def inspect(path: _Path, verify: bool = False, strict: bool = False) -> List[str]:
+    """JSON documents, one per model (the lines of ``weight-inspect --json``)."""
+def manifest_create(
+    paths: Sequence[_Path],
+    output: Optional[_Path] = None,
+    format: str = "native",
+    chunk_size: Optional[int] = None,
+    shard_size: Optional[int] = None,
+) -> str: ...
+def manifest_check(
+    manifest: _Path, paths: Optional[Sequence[_Path]] = None
+) -> Tuple[str, bool, str]:
+    """``(report JSON, all files match, the tool's summary line)``."""
+def fetch(
+    repo: str,
+    quant: Optional[str],
+    files: List[str],
+    include: List[str],
+    exclude: List[str],
+    revision: Optional[str],
+    cache_dir: Optional[str],
+    local_dir: Optional[str],
+    token: Optional[str],
+    offline: Optional[bool],
+    connections: Optional[int],
+    progress: Optional[Callable[[str, str, int], Any]],
+    endpoint: Optional[str],
+    repo_type: Optional[str],
+) -> str:
+    """The fetch summary as JSON (``FetchSummary``)."""

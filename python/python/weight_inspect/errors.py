@@ -1,0 +1,88 @@
+"""The exceptions of :mod:`weight_inspect`.
+
+Every failure raises a :class:`WeightInspectError`: one subclass per class of failure, the
+classes the command-line tools turn into their exit codes (``exit_code``, see ``src/exit.rs``).
+The message (``str(e)``, ``e.message``) is the one ``weight-inspect`` prints after ``error:``,
+with control and text-direction characters escaped.
+
+This module imports nothing from the native extension, so that the extension can import it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "WeightInspectError",
+    "LocalError",
+    "IntegrityError",
+    "NetworkError",
+    "NotFoundError",
+    "Interrupted",
+    "MissingFileError",
+    "MissingTensorError",
+    "SafetensorError",
+]
+
+
+class WeightInspectError(Exception):
+    """Base class of every error raised by :mod:`weight_inspect`."""
+
+    #: The exit code the command-line tools use for this class of failure.
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        #: The message, as the command-line tool prints it.
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class LocalError(WeightInspectError):
+    """Usage or local failure (exit code 1): a bad argument, a file that cannot be read, or a
+    file whose structure is broken beyond description (not GGUF or safetensors, truncated
+    header, …)."""
+
+    exit_code = 1
+
+
+class IntegrityError(WeightInspectError):
+    """The bytes or the model are wrong (exit code 2): a file differs from its manifest, a
+    hash does not match."""
+
+    exit_code = 2
+
+
+class NetworkError(WeightInspectError):
+    """The network or the server failed, after retries (exit code 3)."""
+
+    exit_code = 3
+
+
+class NotFoundError(WeightInspectError):
+    """A repository, revision or file on the Hub was not found, or access was denied
+    (exit code 4). A missing *local* file is a :class:`MissingFileError` (exit code 1)."""
+
+    exit_code = 4
+
+
+class Interrupted(WeightInspectError):
+    """Stopped on request (Ctrl-C, a cancelled operation) (exit code 130)."""
+
+    exit_code = 130
+
+
+class MissingFileError(LocalError, FileNotFoundError):
+    """A local file or folder that does not exist: a :class:`LocalError` that is also a
+    :class:`FileNotFoundError` (as ``safetensors.safe_open`` raises for a missing file)."""
+
+
+class MissingTensorError(LocalError, KeyError):
+    """A tensor name the model does not have: a :class:`LocalError` that is also a
+    :class:`KeyError`."""
+
+
+#: What :func:`weight_inspect.safe_open` raises where ``safetensors.safe_open`` raises
+#: ``SafetensorError`` (a missing tensor, an index it refuses, a closed file, an unknown
+#: framework): code written for safetensors can catch ``weight_inspect.SafetensorError``.
+SafetensorError = LocalError

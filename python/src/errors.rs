@@ -1,0 +1,101 @@
+//! Failures as Python exceptions: the classes live in `weight_inspect/errors.py` (so that they
+//! can also derive from `FileNotFoundError` or `KeyError`); here each failure is given its class
+//! and the message the command-line tools print for it.
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyModule;
+use weight_inspect::exit::ExitClass;
+use weight_inspect::names::escape;
+
+/// Which exception class a failure raises (all of them `weight_inspect.WeightInspectError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The failure's exit class alone: `LocalError`, `IntegrityError`, `NetworkError`,
+    /// `NotFoundError` or `Interrupted`.
+    Class(ExitClass),
+    /// A local file or folder that does not exist: `MissingFileError` (a `LocalError` and a
+    /// `FileNotFoundError`).
+    MissingFile,
+    /// A tensor name the model does not have: `MissingTensorError` (a `LocalError` and a
+    /// `KeyError`).
+    MissingTensor,
+}
+
+/// A failure to raise in Python: its class and message.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The class.
+    pub kind: Kind,
+    /// The message, as the command-line tools print it after `error: ` (escaped).
+    pub message: String,
+}
+
+impl Failure {
+    /// A usage or local failure (exit class 1).
+    pub fn local(message: impl std::fmt::Display) -> Failure {
+        Failure::of(ExitClass::Local, message)
+    }
+
+    /// A failure of an exit class.
+    pub fn of(class: ExitClass, message: impl std::fmt::Display) -> Failure {
+        Failure {
+            kind: Kind::Class(class),
+            message: escape(&message.to_string()).into_owned(),
+        }
+    }
+
+    /// A failure of a given kind.
+    pub fn kind(kind: Kind, message: impl std::fmt::Display) -> Failure {
+        Failure {
+            kind,
+            message: escape(&message.to_string()).into_owned(),
+        }
+    }
+
+    /// An I/O failure about a path: `MissingFileError` when the path does not exist, a
+    /// `LocalError` otherwise.
+    pub fn io(error: &std::io::Error, message: impl std::fmt::Display) -> Failure {
+        if error.kind() == std::io::ErrorKind::NotFound {
+            Failure::kind(Kind::MissingFile, message)
+        } else {
+            Failure::local(message)
+        }
+    }
+
+    /// The name of the Python class in `weight_inspect.errors`.
+    pub fn class_name(&self) -> &'static str {
+        match self.kind {
+            Kind::MissingFile => "MissingFileError",
+            Kind::MissingTensor => "MissingTensorError",
+            Kind::Class(ExitClass::Integrity) => "IntegrityError",
+            Kind::Class(ExitClass::Network) => "NetworkError",
+            Kind::Class(ExitClass::NotFound) => "NotFoundError",
+            Kind::Class(ExitClass::Interrupted) => "Interrupted",
+            Kind::Class(_) => "LocalError",
+        }
+    }
+}
+
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+impl From<Failure> for PyErr {
+    fn from(f: Failure) -> PyErr {
+        Python::attach(|py| {
+            let module = match ERRORS.get_or_try_init(py, || {
+                PyModule::import(py, "weight_inspect.errors").map(Bound::unbind)
+            }) {
+                Ok(m) => m.bind(py),
+                Err(e) => return e,
+            };
+            let made = module
+                .getattr(f.class_name())
+                .and_then(|cls| cls.call1((f.message.clone(),)));
+            match made {
+                Ok(exc) => PyErr::from_value(exc),
+                Err(_) => PyRuntimeError::new_err(f.message),
+            }
+        })
+    }
+}

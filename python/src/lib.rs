@@ -1,0 +1,301 @@
+//! `weight_inspect._native`: the Rust half of the `weight_inspect` Python package.
+//!
+//! The Python package (`python/python/weight_inspect/`) builds its API on these few pieces:
+//!
+//! - [`open`] maps a model (GGUF, split GGUF, safetensors, sharded safetensors) with the
+//!   library's [`Model::open`](weight_inspect::format::Model::open) and returns a
+//!   [`model::NativeModel`]: tensor descriptions, metadata, and for each tensor a
+//!   [`buffer::TensorBuffer`], a read-only buffer-protocol exporter over the memory map that
+//!   NumPy wraps without copying (`numpy.frombuffer`);
+//! - [`inspect`] is `weight-inspect --json [--verify] [--strict] PATH`: the same reports,
+//!   as JSON text;
+//! - [`manifest_create`] and [`manifest_check`] are `weight-inspect manifest create|check`;
+//! - [`fetch()`] is `wi-fetch` over the library's `Fetcher` (see [`mod@download`]).
+//!
+//! Long work (opening, hashing, manifests) runs with the GIL released. Failures raise the
+//! classes of `weight_inspect/errors.py` ([`errors::Failure`]), each with the message the
+//! command-line tool prints and its exit code.
+
+use std::path::{Path, PathBuf};
+
+use pyo3::prelude::*;
+use weight_inspect::exit::ExitClass;
+use weight_inspect::manifest::{self, CreateOptions, Document, FileVerdict, DEFAULT_CHUNK_SIZE};
+use weight_inspect::verify::{self, InspectError, Options};
+
+pub mod buffer;
+pub mod download;
+pub mod errors;
+pub mod model;
+
+use errors::Failure;
+use model::NativeModel;
+
+/// Open a model: a `.gguf` or `.safetensors` file, the first part of a split GGUF
+/// (`NAME-00001-of-0000N.gguf`) or a `model.safetensors.index.json`.
+#[pyfunction]
+fn open(py: Python<'_>, path: PathBuf) -> PyResult<NativeModel> {
+    let model = py.detach(move || model::open_model(path))?;
+    Ok(NativeModel::new(model))
+}
+
+/// `weight-inspect --json [--verify] [--strict] PATH`: one JSON document per model, as the
+/// tool prints its lines. For a folder, every model in it (a model that cannot be read is a
+/// `{"path", "error", "exit_code"}` document, as the tool prints it); for a file, its report,
+/// or the error raised.
+#[pyfunction]
+#[pyo3(signature = (path, verify = false, strict = false))]
+fn inspect(py: Python<'_>, path: PathBuf, verify: bool, strict: bool) -> PyResult<Vec<String>> {
+    let opts = Options {
+        hash_tensors: verify,
+        strict,
+    };
+    let lines = py.detach(move || inspect_lines(&path, &opts))?;
+    Ok(lines)
+}
+
+fn inspect_error(e: &InspectError) -> Failure {
+    match e {
+        InspectError::Io { source, .. } => Failure::io(source, e),
+        _ => Failure::local(e),
+    }
+}
+
+fn inspect_lines(path: &Path, opts: &Options) -> Result<Vec<String>, Failure> {
+    let json = |r: &verify::Report| serde_json::to_string(r).map_err(Failure::local);
+    if !path.is_dir() {
+        let report = verify::verify_path(path, opts).map_err(|e| inspect_error(&e))?;
+        return Ok(vec![json(&report)?]);
+    }
+    let targets = verify::discover(path).map_err(|e| inspect_error(&e))?;
+    let mut lines = Vec::with_capacity(targets.len());
+    for target in targets {
+        match verify::verify_path(&target, opts) {
+            Ok(report) => lines.push(json(&report)?),
+            Err(e) => {
+                let v = serde_json::json!({
+                    "path": target.to_string_lossy(),
+                    "error": e.to_string(),
+                    "exit_code": ExitClass::Local.code(),
+                });
+                lines.push(v.to_string());
+            }
+        }
+    }
+    Ok(lines)
+}
+
+/// `weight-inspect manifest create [--format F] [--chunk-size N] [--shard-size N] PATH…`: the
+/// manifest's text (also written to `output` when given).
+#[pyfunction]
+#[pyo3(signature = (paths, output = None, format = "native", chunk_size = None, shard_size = None))]
+fn manifest_create(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    output: Option<PathBuf>,
+    format: &str,
+    chunk_size: Option<u64>,
+    shard_size: Option<u64>,
+) -> PyResult<String> {
+    let format = format.to_owned();
+    let text =
+        py.detach(move || create(&paths, output.as_deref(), &format, chunk_size, shard_size))?;
+    Ok(text)
+}
+
+fn manifest_error(e: &manifest::ManifestError) -> Failure {
+    match e {
+        manifest::ManifestError::Io { source, .. } => Failure::io(source, e),
+        _ => Failure::local(e),
+    }
+}
+
+fn create(
+    paths: &[PathBuf],
+    output: Option<&Path>,
+    format: &str,
+    chunk_size: Option<u64>,
+    shard_size: Option<u64>,
+) -> Result<String, Failure> {
+    if paths.is_empty() {
+        return Err(Failure::local("no file or folder to make a manifest of"));
+    }
+    let text = match format {
+        "native" => {
+            if shard_size.is_some() {
+                return Err(Failure::local("shard_size is for format='in-toto'"));
+            }
+            let opts =
+                CreateOptions::default().with_chunk_size(chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE));
+            manifest::create(paths, &opts).map(|m| m.to_json())
+        }
+        "gguf-hash" | "in-toto" if chunk_size.is_some() => {
+            return Err(Failure::local(
+                "chunk_size is for the native format (format='in-toto' has shard_size)",
+            ))
+        }
+        "gguf-hash" if shard_size.is_some() => {
+            return Err(Failure::local("shard_size is for format='in-toto'"))
+        }
+        "gguf-hash" => manifest::create_gguf_hash(paths),
+        "in-toto" => manifest::create_in_toto(paths, shard_size),
+        other => {
+            return Err(Failure::local(format!(
+                "unknown manifest format '{other}' (native, gguf-hash or in-toto)"
+            )))
+        }
+    }
+    .map_err(|e| manifest_error(&e))?;
+    if let Some(o) = output {
+        std::fs::write(o, &text).map_err(|e| Failure::io(&e, format!("{}: {e}", o.display())))?;
+    }
+    Ok(text)
+}
+
+/// `weight-inspect manifest check --json MANIFEST [PATH…]`: `(report JSON, every file
+/// matches, the tool's summary line)`.
+#[pyfunction]
+#[pyo3(signature = (manifest, paths = None))]
+fn manifest_check(
+    py: Python<'_>,
+    manifest: PathBuf,
+    paths: Option<Vec<PathBuf>>,
+) -> PyResult<(String, bool, String)> {
+    let paths = paths.unwrap_or_default();
+    let out = py.detach(move || check(&manifest, &paths))?;
+    Ok(out)
+}
+
+fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failure> {
+    let doc = Document::read(path).map_err(|e| manifest_error(&e))?;
+    let (base, expected) = doc.selection(path, paths).map_err(|e| manifest_error(&e))?;
+    let report = manifest::check_expectations(&expected, &base).about(&doc);
+    let differ = report
+        .files
+        .iter()
+        .filter(|f| f.verdict != FileVerdict::Match)
+        .count();
+    let shown = path.display();
+    let summary = if differ == 0 {
+        format!("all {} file(s) match {shown}", report.files.len())
+    } else {
+        format!(
+            "{differ} of {} file(s) differ from {shown}",
+            report.files.len()
+        )
+    };
+    let json = serde_json::to_string(&report).map_err(Failure::local)?;
+    Ok((json, report.all_match(), summary))
+}
+
+/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as JSON. Releases the
+/// GIL while downloading, calls `progress(kind, file, n)` about every 100 ms, and stops cleanly
+/// on Ctrl-C (see [`mod@download`]).
+#[pyfunction]
+#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type))]
+#[allow(clippy::too_many_arguments)]
+fn fetch(
+    py: Python<'_>,
+    repo: String,
+    quant: Option<String>,
+    files: Vec<String>,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    revision: Option<String>,
+    cache_dir: Option<PathBuf>,
+    local_dir: Option<PathBuf>,
+    token: Option<String>,
+    offline: Option<bool>,
+    connections: Option<usize>,
+    progress: Option<Py<PyAny>>,
+    endpoint: Option<String>,
+    repo_type: Option<String>,
+) -> PyResult<String> {
+    let request = download::Request {
+        repo,
+        quant,
+        files,
+        include,
+        exclude,
+        revision,
+        repo_type,
+        cache_dir,
+        local_dir,
+        token,
+        offline,
+        connections,
+        endpoint,
+    };
+    download::run(py, request, progress)
+}
+
+/// Whether a safetensors file's header (the JSON after its 8-byte length, in `bytes`, the whole
+/// file) has a `__metadata__` entry that is not `null`. A header the core could not parse gives
+/// `false`; nothing is allocated for the other entries.
+pub fn header_has_metadata_key(bytes: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "__metadata__", default)]
+        metadata: Option<serde::de::IgnoredAny>,
+    }
+    let Some(len) = bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+    else {
+        return false;
+    };
+    let Some(json) = len.checked_add(8).and_then(|end| bytes.get(8..end)) else {
+        return false;
+    };
+    serde_json::from_slice::<Probe>(json.trim_ascii_end())
+        .map(|p| p.metadata.is_some())
+        .unwrap_or(false)
+}
+
+/// The native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
+    m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
+    m.add_function(wrap_pyfunction!(fetch, m)?)?;
+    m.add_class::<NativeModel>()?;
+    m.add_class::<buffer::TensorBuffer>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_has_metadata_key;
+
+    fn file(header: &str) -> Vec<u8> {
+        let mut b = (header.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(header.as_bytes());
+        b
+    }
+
+    #[test]
+    fn metadata_key_presence_is_told_apart_from_empty_metadata() {
+        let t = r#""w":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}"#;
+        assert!(!header_has_metadata_key(&file(&format!("{{{t}}}"))));
+        assert!(header_has_metadata_key(&file(&format!(
+            r#"{{"__metadata__":{{}},{t}}}"#
+        ))));
+        assert!(header_has_metadata_key(&file(&format!(
+            r#"{{{t},"__metadata__":{{"k":"v"}}}}  "#
+        ))));
+        assert!(!header_has_metadata_key(&file(&format!(
+            r#"{{"__metadata__":null,{t}}}"#
+        ))));
+        // Broken or short input: no, and no panic.
+        assert!(!header_has_metadata_key(
+            b"\xff\xff\xff\xff\xff\xff\xff\xff{"
+        ));
+        assert!(!header_has_metadata_key(b"abc"));
+        assert!(!header_has_metadata_key(&file("{\"__metadata__\":")));
+    }
+}

@@ -1,0 +1,50 @@
+"""Shared helpers of the Python tests: where the real files are, and how optional inputs are
+treated (as the Rust tests treat them, see build.rs: skipped with the reason when absent, a
+failure in CI, which provides them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip() not in ("", "0", "false")
+
+
+def need(path: Optional[Path], why: str) -> Path:
+    """`path` if it exists; else skip with `why` (fail in CI, which provides it)."""
+    if path is not None and path.exists():
+        return path
+    if in_ci():
+        pytest.fail(f"CI must provide it: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def shared_ggufs() -> list[Path]:
+    d = need(SHARED_DATA / "gguf-vocab", f"{SHARED_DATA} (real GGUF files) is not beside the checkout")
+    files = sorted(d.glob("*.gguf"))
+    assert files, f"no .gguf file in {d}"
+    return files
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Path:
+    env = os.environ.get("WI_MINILM")
+    return need(Path(env) if env else None, "WI_MINILM does not name the all-MiniLM-L6-v2 checkpoint")
+
+
+def rss_anon_kib() -> int:
+    """`RssAnon` of this process, in KiB (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/self/status")

@@ -1,0 +1,170 @@
+"""`weight_inspect.fetch` against the repository's mock Hub (`mock-hub`, built by
+`cargo test --workspace`): downloads, the cache, failures by class, and Ctrl-C."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+import pytest
+import safetensors.numpy as stnp
+
+import weight_inspect as wi
+from conftest import ROOT, need
+
+SIZE = 8 << 20  # bytes of the model's tensor
+
+
+def _mock_hub() -> Path:
+    env = os.environ.get("WI_MOCK_HUB")
+    p = Path(env) if env else ROOT / "target" / "debug" / "mock-hub"
+    return need(p, f"no mock-hub binary at {p} (cargo build -p mock-server, or set WI_MOCK_HUB)")
+
+
+class Hub:
+    def __init__(self, root: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(_mock_hub()), "--root", str(root), "--addr", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        assert self.url.startswith("http://127.0.0.1:"), self.url
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hub")
+    repo = root / "demo" / "tiny"
+    repo.mkdir(parents=True)
+    w = np.random.default_rng(3).standard_normal(SIZE // 4).astype(np.float32)
+    stnp.save_file({"w": w}, str(repo / "model.safetensors"))
+    (repo / "config.json").write_text('{"model_type": "tiny"}\n')
+    return root
+
+
+@pytest.fixture(scope="module")
+def hub(repos: Path) -> Iterator[Hub]:
+    h = Hub(repos)
+    yield h
+    h.stop()
+
+
+def test_fetch_downloads_into_the_cache_then_finds_it_there(
+    hub: Hub, repos: Path, tmp_path: Path
+) -> None:
+    events: list = []
+    s = wi.fetch(
+        "demo/tiny",
+        include=["*.safetensors", "*.json"],
+        endpoint=hub.url,
+        cache_dir=tmp_path / "cache",
+        token=None,
+        progress=lambda kind, file, n: events.append((kind, file, n)),
+    )
+    assert s["repo"] == "demo/tiny" and len(s["commit"]) == 40
+    by_path = {f["path"]: f for f in s["files"]}
+    assert set(by_path) == {"model.safetensors", "config.json"}
+    for path, f in by_path.items():
+        data = (repos / "demo" / "tiny" / path).read_bytes()
+        assert Path(f["local_path"]).read_bytes() == data
+        assert f["sha256"] == hashlib.sha256(data).hexdigest()
+        assert f["cached"] is False
+    assert by_path["model.safetensors"]["verification"]["valid"] is True
+    kinds = [e[0] for e in events]
+    assert kinds[0] == "plan" and "done" in kinds
+    got = sum(n for k, f, n in events if k == "progress" and f == "model.safetensors")
+    assert got == by_path["model.safetensors"]["size"]
+
+    again = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, cache_dir=tmp_path / "cache")
+    assert [f["cached"] for f in again["files"]] == [True]
+    offline = wi.fetch("demo/tiny", files=["config.json"], cache_dir=tmp_path / "cache", offline=True)
+    assert offline["files"][0]["local_path"] == by_path["config.json"]["local_path"]
+
+
+def test_fetch_into_a_local_dir(hub: Hub, tmp_path: Path) -> None:
+    s = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, local_dir=tmp_path / "here")
+    assert Path(s["files"][0]["local_path"]) == tmp_path / "here" / "config.json"
+
+
+def test_fetch_failures_raise_by_class(hub: Hub, tmp_path: Path) -> None:
+    with pytest.raises(wi.NotFoundError) as e:
+        wi.fetch("demo/nope", endpoint=hub.url, cache_dir=tmp_path)
+    assert e.value.exit_code == 4 and "demo/nope" in str(e.value)
+    with pytest.raises(wi.NotFoundError):
+        wi.fetch("demo/tiny", files=["absent.bin"], endpoint=hub.url, cache_dir=tmp_path)
+    with pytest.raises(wi.NotFoundError):
+        wi.fetch("demo/tiny", files=["config.json"], cache_dir=tmp_path / "empty", offline=True)
+    with pytest.raises(wi.LocalError):
+        wi.fetch("not a repo!", endpoint=hub.url, cache_dir=tmp_path)
+    with pytest.raises(wi.LocalError):
+        wi.fetch("demo/tiny", endpoint=hub.url, cache_dir=tmp_path, connections=0)
+
+
+def test_an_exception_in_the_progress_callback_stops_the_fetch(hub: Hub, tmp_path: Path) -> None:
+    def boom(kind: str, file: str, n: int) -> None:
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=hub.url, cache_dir=tmp_path, progress=boom)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, weight_inspect as wi
+    def progress(kind, file, n):
+        if kind == "progress":
+            print("progress", flush=True)
+    wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=sys.argv[1],
+             cache_dir=sys.argv[2], connections=2, progress=progress)
+    print("finished", flush=True)
+    """
+)
+
+
+def test_ctrl_c_stops_the_fetch_cleanly_and_the_next_call_resumes(repos: Path, tmp_path: Path) -> None:
+    slow = Hub(repos, "--bandwidth", str(1 << 20))  # 1 MiB/s per connection
+    try:
+        cache = tmp_path / "cache"
+        child = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, slow.url, str(cache)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "progress"
+        time.sleep(0.5)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+        stopped_in = time.monotonic() - sent
+        assert child.returncode != 0 and "finished" not in out
+        assert "KeyboardInterrupt" in err, err
+        assert stopped_in < 5, f"took {stopped_in:.1f} s to stop"
+        # What arrived is kept: the next call resumes from it.
+        s = wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=slow.url, cache_dir=cache)
+        f = s["files"][0]
+        assert f["resumed"] > 0 and f["transferred"] < f["size"]
+        data = (repos / "demo" / "tiny" / "model.safetensors").read_bytes()
+        assert f["sha256"] == hashlib.sha256(data).hexdigest()
+    finally:
+        slow.stop()

@@ -1,0 +1,165 @@
+"""`weight_inspect.safe_open` against `safetensors.safe_open(..., framework="np")`: the same
+calls give the same answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors
+import safetensors.numpy as stnp
+
+import weight_inspect as wi
+
+ARRAYS = {
+    "a": np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    "b": np.array([1, -2, 3], dtype=np.int8),
+    "c": np.arange(30, dtype=np.int64).reshape(5, 6),
+    "h": np.arange(8, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 4),
+    "z": np.zeros((0, 3), dtype=np.float16),
+}
+
+# Indices safetensors accepts: ints (negative too), step-less and stepped ranges, `...`.
+ACCEPTED = [
+    (slice(None),),
+    0,
+    -1,
+    (1, 2),
+    (-2, -1, -4),
+    (slice(0, 1),),
+    (slice(1, 2), slice(0, 3), slice(1, 4)),
+    (Ellipsis, 1),
+    (1, Ellipsis),
+    (Ellipsis,),
+    (slice(None), 0, slice(2, None)),
+    (slice(None, None, 2),),
+    (slice(0, None, 3), slice(None), slice(1, None, 2)),
+]
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("so") / "m.safetensors"
+    stnp.save_file(ARRAYS, str(p), metadata={"k": "v", "x": "y"})
+    return p
+
+
+def test_keys_metadata_and_tensors_are_safetensors_own(path: Path) -> None:
+    with safetensors.safe_open(str(path), framework="np") as ref, wi.safe_open(
+        path, framework="np"
+    ) as f:
+        assert f.keys() == ref.keys()
+        assert f.offset_keys() == ref.offset_keys()
+        assert f.metadata() == ref.metadata()
+        for k in ref.keys():
+            want, got = ref.get_tensor(k), f.get_tensor(k)
+            assert got.dtype == want.dtype and got.shape == want.shape, k
+            assert got.tobytes() == want.tobytes(), k
+            s, rs = f.get_slice(k), ref.get_slice(k)
+            assert s.get_shape() == rs.get_shape() and s.get_dtype() == rs.get_dtype(), k
+
+
+def test_metadata_none_empty_and_full_as_safetensors(tmp_path: Path) -> None:
+    for meta in (None, {}, {"a": "b"}):
+        p = tmp_path / f"m{len(meta) if meta is not None else 'none'}.safetensors"
+        stnp.save_file({"w": np.ones(2, dtype=np.float32)}, str(p), metadata=meta)
+        with safetensors.safe_open(str(p), "np") as ref, wi.safe_open(p, "np") as f:
+            assert f.metadata() == ref.metadata(), meta
+            assert (f.metadata() is None) == (meta is None)
+
+
+@pytest.mark.parametrize("index", ACCEPTED, ids=repr)
+def test_slices_equal_safetensors(path: Path, index) -> None:
+    with safetensors.safe_open(str(path), "np") as ref, wi.safe_open(path, "np") as f:
+        want = ref.get_slice("a")[index]
+        got = f.get_slice("a")[index]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert not got.flags.writeable  # a view of the map, not a copy
+
+
+def test_bf16_slices_equal_safetensors(path: Path) -> None:
+    with safetensors.safe_open(str(path), "np") as ref, wi.safe_open(path, "np") as f:
+        for index in [(slice(None),), (1,), (slice(0, 1), slice(1, 3))]:
+            want, got = ref.get_slice("h")[index], f.get_slice("h")[index]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(
+    "index",
+    [(slice(-1, None),), (slice(0, 2), slice(1, -1)), (slice(-3, -1), slice(None, -2)), (slice(0, 9),)],
+    ids=repr,
+)
+def test_negative_and_open_ranges_follow_python(path: Path, index) -> None:
+    # safetensors 0.8 refuses these (an OverflowError for a negative bound, an error for a
+    # bound past the end); Python's rules apply here, as NumPy applies them.
+    with wi.safe_open(path, "np") as f:
+        np.testing.assert_array_equal(f.get_slice("a")[index], ARRAYS["a"][index])
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        (slice(None, None, -1),),
+        (slice(None, None, 0),),
+        (Ellipsis, Ellipsis),
+        (0, 0, 0, 0),
+        ([0, 1],),
+        (None,),
+        1.5,
+        5,
+        -3,
+    ],
+    ids=repr,
+)
+def test_indices_safetensors_refuses_are_refused(path: Path, index) -> None:
+    with safetensors.safe_open(str(path), "np") as ref:
+        with pytest.raises(safetensors.SafetensorError):
+            ref.get_slice("a")[index]
+    with wi.safe_open(path, "np") as f:
+        with pytest.raises(wi.SafetensorError):
+            f.get_slice("a")[index]
+
+
+def test_missing_key_raises_as_safetensors_does(path: Path) -> None:
+    with safetensors.safe_open(str(path), "np") as ref:
+        with pytest.raises(safetensors.SafetensorError, match="does not contain tensor nope"):
+            ref.get_tensor("nope")
+    with wi.safe_open(path, "np") as f:
+        with pytest.raises(wi.SafetensorError, match="does not contain tensor nope") as e:
+            f.get_tensor("nope")
+        assert isinstance(e.value, KeyError) and e.value.exit_code == 1
+        with pytest.raises(wi.MissingTensorError):
+            f.get_slice("nope")
+
+
+def test_closed_handles_and_frameworks(path: Path, tmp_path: Path) -> None:
+    with wi.safe_open(path, "np") as f:
+        kept = f.get_tensor("c")
+    with pytest.raises(wi.SafetensorError, match="File is closed"):
+        f.keys()
+    with pytest.raises(wi.SafetensorError, match="File is closed"):
+        f.get_tensor("c")
+    np.testing.assert_array_equal(kept, ARRAYS["c"])  # a view outlives its handle
+    for fw in ("pt", "tf", "jax", "flax", "mlx", "foo"):
+        with pytest.raises(wi.SafetensorError, match="not supported"):
+            wi.safe_open(path, framework=fw)
+    assert wi.safe_open(path, framework="numpy").keys() == sorted(ARRAYS)
+    with pytest.raises(FileNotFoundError):
+        safetensors.safe_open(str(tmp_path / "nope.safetensors"), "np")
+    with pytest.raises(FileNotFoundError):
+        wi.safe_open(tmp_path / "nope.safetensors", "np")
+
+
+def test_a_view_is_read_only(path: Path) -> None:
+    with wi.safe_open(path, "np") as f:
+        a = f.get_tensor("a")
+        with pytest.raises(ValueError):
+            a[0, 0, 0] = 1.0
+        with pytest.raises(ValueError):
+            f.get_slice("a")[0][0, 0] = 1.0
+        with pytest.raises(ValueError):
+            a.setflags(write=True)
