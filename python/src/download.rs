@@ -51,11 +51,13 @@ impl Reporter for Queue {
                 total_bytes, files, ..
             } => ("plan", files.to_string(), *total_bytes),
             Event::FileStart { file, size, .. } => ("start", (*file).to_owned(), *size),
-            Event::Progress { file, bytes } => ("progress", (*file).to_owned(), *bytes),
-            Event::FileDownloaded { file, transferred } => {
-                ("downloaded", (*file).to_owned(), *transferred)
+            Event::Progress { file, bytes, .. } => ("progress", (*file).to_owned(), *bytes),
+            Event::FileDownloaded {
+                file, transferred, ..
+            } => ("downloaded", (*file).to_owned(), *transferred),
+            Event::FileDone { file, cached, .. } => {
+                ("done", (*file).to_owned(), u64::from(*cached))
             }
-            Event::FileDone { file, cached } => ("done", (*file).to_owned(), u64::from(*cached)),
             Event::FileFailed { file, .. } => ("failed", (*file).to_owned(), 0),
             Event::FileStopped { file, kept, .. } => ("stopped", (*file).to_owned(), *kept),
             _ => return,
