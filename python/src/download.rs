@@ -16,6 +16,7 @@ use weight_inspect::exit::ExitClass;
 use weight_inspect::fetch::{
     parse_reference, CancellationToken, FetchError, Fetcher, RepoRef, RepoType, Selection,
 };
+use weight_inspect::hub::HubError;
 use weight_inspect::progress::{Event, Reporter};
 
 use crate::errors::Failure;
@@ -85,7 +86,23 @@ impl Reporter for Queue {
 }
 
 fn fetch_failure(e: &FetchError) -> Failure {
-    Failure::of(e.exit_class(), e)
+    Failure::of(e.exit_class(), e).with_reason(reason(e))
+}
+
+/// What precisely was not found or refused (see [`Failure::reason`]).
+fn reason(e: &FetchError) -> Option<&'static str> {
+    match e {
+        FetchError::Hub(HubError::RepoNotFound { .. }) => Some("repo_not_found"),
+        FetchError::Hub(HubError::RevisionNotFound { .. }) => Some("revision_not_found"),
+        FetchError::Hub(HubError::EntryNotFound { .. }) | FetchError::FileNotFound { .. } => {
+            Some("entry_not_found")
+        }
+        FetchError::Hub(HubError::GatedRepo { .. }) => Some("gated"),
+        FetchError::NotCached { .. } => Some("not_cached"),
+        FetchError::NothingSelected { .. } => Some("nothing_selected"),
+        FetchError::Several { first, .. } => reason(first),
+        _ => None,
+    }
 }
 
 /// What to fetch and where, as the Python function takes it.
@@ -116,6 +133,12 @@ pub struct Request {
     pub connections: Option<usize>,
     /// The Hub's URL.
     pub endpoint: Option<String>,
+    /// Download again what is already on disk.
+    pub force_download: bool,
+    /// Timeout of one metadata request, in seconds.
+    pub metadata_timeout: Option<f64>,
+    /// Files downloaded at once.
+    pub max_files: Option<usize>,
 }
 
 fn repo_type(name: &str) -> Result<RepoType, Failure> {
@@ -175,6 +198,22 @@ fn prepare(
             return Err(Failure::local("connections must be at least 1"));
         }
         b = b.connections(n);
+    }
+    if r.force_download {
+        b = b.force_download(true);
+    }
+    if let Some(t) = r.metadata_timeout {
+        let t = Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| Failure::local(format!("etag_timeout must be positive, not {t}")))?;
+        b = b.metadata_timeout(t);
+    }
+    if let Some(n) = r.max_files {
+        if n == 0 {
+            return Err(Failure::local("max_workers must be at least 1"));
+        }
+        b = b.max_files(n);
     }
     let fetcher = b.build_blocking().map_err(|e| fetch_failure(&e))?;
     Ok((fetcher, repo, selection))

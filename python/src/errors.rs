@@ -30,6 +30,11 @@ pub struct Failure {
     pub kind: Kind,
     /// The message, as the command-line tools print it after `error: ` (escaped).
     pub message: String,
+    /// What precisely was not found or refused, for the drop-ins of huggingface_hub
+    /// (`repo_not_found`, `revision_not_found`, `entry_not_found`, `gated`, `not_cached`,
+    /// `nothing_selected`): the
+    /// exception's `reason` attribute (`None` otherwise).
+    pub reason: Option<&'static str>,
 }
 
 impl Failure {
@@ -43,6 +48,7 @@ impl Failure {
         Failure {
             kind: Kind::Class(class),
             message: escape(&message.to_string()).into_owned(),
+            reason: None,
         }
     }
 
@@ -51,6 +57,7 @@ impl Failure {
         Failure {
             kind,
             message: escape(&message.to_string()).into_owned(),
+            reason: None,
         }
     }
 
@@ -62,6 +69,12 @@ impl Failure {
         } else {
             Failure::local(message)
         }
+    }
+
+    /// This failure, with its [`reason`](Failure::reason).
+    pub fn with_reason(mut self, reason: Option<&'static str>) -> Failure {
+        self.reason = reason;
+        self
     }
 
     /// The name of the Python class in `weight_inspect.errors`.
@@ -91,7 +104,8 @@ impl From<Failure> for PyErr {
             };
             let made = module
                 .getattr(f.class_name())
-                .and_then(|cls| cls.call1((f.message.clone(),)));
+                .and_then(|cls| cls.call1((f.message.clone(),)))
+                .and_then(|exc| exc.setattr("reason", f.reason).map(|()| exc));
             match made {
                 Ok(exc) => PyErr::from_value(exc),
                 Err(_) => PyRuntimeError::new_err(f.message),

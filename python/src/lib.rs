@@ -192,7 +192,7 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failu
 /// GIL while downloading, calls `progress(kind, file, n)` about every 100 ms, and stops cleanly
 /// on Ctrl-C (see [`mod@download`]).
 #[pyfunction]
-#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type))]
+#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type, force_download=false, metadata_timeout=None, max_files=None))]
 #[allow(clippy::too_many_arguments)]
 fn fetch(
     py: Python<'_>,
@@ -210,6 +210,9 @@ fn fetch(
     progress: Option<Py<PyAny>>,
     endpoint: Option<String>,
     repo_type: Option<String>,
+    force_download: bool,
+    metadata_timeout: Option<f64>,
+    max_files: Option<usize>,
 ) -> PyResult<String> {
     let request = download::Request {
         repo,
@@ -225,6 +228,9 @@ fn fetch(
         offline,
         connections,
         endpoint,
+        force_download,
+        metadata_timeout,
+        max_files,
     };
     download::run(py, request, progress)
 }

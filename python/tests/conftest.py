@@ -10,6 +10,11 @@ from typing import Optional
 
 import pytest
 
+# huggingface_hub (compared with in test_hub_dropins) reads these when it is imported: plain
+# HTTP downloads from the mock Hub, no telemetry.
+os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 

@@ -12,6 +12,9 @@ The Python face of the `weight-inspect` Rust library:
   ``check``.
 - :func:`fetch` is ``wi-fetch``: downloads from the Hugging Face Hub (or a mirror) into its
   cache, resumable, hash-checked, stopping cleanly on Ctrl-C.
+- :func:`hf_hub_download` and :func:`snapshot_download` are drop-ins for huggingface_hub's
+  (same signatures, return values, cache tree and exception classes), over the same fetcher:
+  see :mod:`weight_inspect.hub`.
 
 Element types. Plain types map to their NumPy dtype (GGUF's big-endian files to ``>`` dtypes,
 still without a copy). ``BF16`` and the 8-bit floats (``F8_E4M3``, ``F8_E5M2``, ``F8_E8M0``,
@@ -50,6 +53,17 @@ from .errors import (
     SafetensorError,
     WeightInspectError,
 )
+from .hub import (
+    EntryNotFoundError,
+    GatedRepoError,
+    IncompleteSnapshotError,
+    LocalEntryNotFoundError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+    hf_hub_download,
+    snapshot_download,
+)
 
 _ml_dtypes: Optional[ModuleType]
 try:  # optional: BF16 and 8-bit float element types
@@ -69,6 +83,8 @@ __all__ = [
     "manifest_create",
     "manifest_check",
     "fetch",
+    "hf_hub_download",
+    "snapshot_download",
     "WeightInspectError",
     "LocalError",
     "IntegrityError",
@@ -78,6 +94,13 @@ __all__ = [
     "MissingFileError",
     "MissingTensorError",
     "SafetensorError",
+    "RepositoryNotFoundError",
+    "GatedRepoError",
+    "RevisionNotFoundError",
+    "EntryNotFoundError",
+    "RemoteEntryNotFoundError",
+    "LocalEntryNotFoundError",
+    "IncompleteSnapshotError",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]

@@ -76,5 +76,10 @@ def fetch(
     progress: Optional[Callable[[str, str, int], Any]],
     endpoint: Optional[str],
     repo_type: Optional[str],
+    force_download: bool = False,
+    metadata_timeout: Optional[float] = None,
+    max_files: Optional[int] = None,
 ) -> str:
-    """The fetch summary as JSON (``FetchSummary``)."""
+    """The fetch summary as JSON (``FetchSummary``). A failure's exception has ``reason``:
+    ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``, ``not_cached``,
+    ``nothing_selected`` or ``None``."""

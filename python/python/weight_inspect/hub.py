@@ -1,0 +1,545 @@
+"""Drop-ins for huggingface_hub's ``hf_hub_download`` and ``snapshot_download``.
+
+Same signatures (names, defaults, keyword-only arguments) as huggingface_hub 2.x, same return
+values, the same cache tree (``blobs/``, ``refs/``, ``snapshots/`` and the tree listing
+``trees/{commit}.json``), and the same exception classes: when huggingface_hub is importable,
+each exception here also *is* huggingface_hub's (``except huggingface_hub.errors.X`` and
+``except weight_inspect.NotFoundError`` both catch it). The downloads go through the library's
+fetcher (ranged, resumable, hash-checked, tensor-verified): see :func:`weight_inspect.fetch`.
+
+The environment is read as huggingface_hub reads it: ``HF_HUB_OFFLINE``, ``HF_ENDPOINT``,
+``HF_TOKEN`` (or the token file), ``HF_HUB_CACHE`` / ``HF_HOME``, ``HF_HUB_ETAG_TIMEOUT``
+(which, as there, overrides ``etag_timeout``) and ``HF_HUB_DOWNLOAD_TIMEOUT``.
+
+Accepted and ignored (documented on each function): ``library_name``, ``library_version``,
+``user_agent``, ``headers`` and ``tqdm_class`` (no progress bar is drawn; use
+:func:`weight_inspect.fetch` and its ``progress`` callback for progress). ``dry_run=True`` is
+refused with :class:`NotImplementedError` (nothing is downloaded then).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json as _json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Type, Union
+
+from . import _native
+from .errors import NetworkError, NotFoundError, WeightInspectError
+
+__all__ = [
+    "hf_hub_download",
+    "snapshot_download",
+    "RepositoryNotFoundError",
+    "GatedRepoError",
+    "RevisionNotFoundError",
+    "EntryNotFoundError",
+    "RemoteEntryNotFoundError",
+    "LocalEntryNotFoundError",
+    "IncompleteSnapshotError",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_hf_errors: Any
+try:  # optional: our exceptions are huggingface_hub's too when it is installed
+    from huggingface_hub import errors as _hf_errors
+except ImportError:  # pragma: no cover - huggingface_hub is installed in the tests
+    _hf_errors = None
+
+#: The tree listing huggingface_hub keeps (``trees/{commit}.json``), and its version.
+TREE_FORMAT_VERSION = 1
+_REPO_TYPES = ("model", "dataset", "space")
+
+
+def _response(status: int, url: str) -> Any:
+    """A response object for huggingface_hub's HTTP errors (which require one), or ``None``."""
+    cls = getattr(_hf_errors, "Response", None)
+    if cls is None:
+        return None
+    try:
+        module = __import__(cls.__module__.split(".")[0])
+        return cls(status, request=module.Request("GET", url or "http://localhost/"))
+    except Exception:  # pragma: no cover - another HTTP library than huggingface_hub 2.x's
+        return None
+
+
+def _init_http(self: Any, message: str, status: int, url: str) -> None:
+    """Initialise one of our exceptions that is also a huggingface_hub ``HfHubHTTPError``."""
+    response = _response(status, url)
+    if response is not None:
+        _hf_errors.HfHubHTTPError.__init__(self, message, response=response)
+    else:  # pragma: no cover
+        Exception.__init__(self, message)
+    self.message = message
+
+
+def _bases(ours: Type[BaseException], theirs: str) -> tuple:
+    hf = getattr(_hf_errors, theirs, None) if _hf_errors is not None else None
+    return (ours,) if hf is None else (ours, hf)
+
+
+class RepositoryNotFoundError(*_bases(NotFoundError, "RepositoryNotFoundError")):  # type: ignore[misc]
+    """The repository does not exist, or the token cannot see it (private): a
+    :class:`NotFoundError` and huggingface_hub's ``RepositoryNotFoundError``."""
+
+    def __init__(self, message: str, url: str = "") -> None:
+        if _hf_errors is not None:
+            _init_http(self, message, 404, url)
+        else:  # pragma: no cover
+            NotFoundError.__init__(self, message)
+
+
+class GatedRepoError(*_bases(RepositoryNotFoundError, "GatedRepoError")):  # type: ignore[misc]
+    """The repository is gated and the token has no access: huggingface_hub's
+    ``GatedRepoError`` (a ``RepositoryNotFoundError``)."""
+
+    def __init__(self, message: str, url: str = "") -> None:
+        if _hf_errors is not None:
+            _init_http(self, message, 403, url)
+        else:  # pragma: no cover
+            NotFoundError.__init__(self, message)
+
+
+class RevisionNotFoundError(*_bases(NotFoundError, "RevisionNotFoundError")):  # type: ignore[misc]
+    """The branch, tag or commit is not in the repository: a :class:`NotFoundError` and
+    huggingface_hub's ``RevisionNotFoundError``."""
+
+    def __init__(self, message: str, url: str = "") -> None:
+        if _hf_errors is not None:
+            _init_http(self, message, 404, url)
+        else:  # pragma: no cover
+            NotFoundError.__init__(self, message)
+
+
+class EntryNotFoundError(*_bases(NotFoundError, "EntryNotFoundError")):  # type: ignore[misc]
+    """A file is not there (on the Hub, or on disk offline): huggingface_hub's
+    ``EntryNotFoundError``."""
+
+
+class RemoteEntryNotFoundError(*_bases(EntryNotFoundError, "RemoteEntryNotFoundError")):  # type: ignore[misc]
+    """The file is not in the repository at that revision: huggingface_hub's
+    ``RemoteEntryNotFoundError``."""
+
+    def __init__(self, message: str, url: str = "") -> None:
+        if _hf_errors is not None:
+            _init_http(self, message, 404, url)
+        else:  # pragma: no cover
+            NotFoundError.__init__(self, message)
+
+
+class LocalEntryNotFoundError(*_bases(EntryNotFoundError, "LocalEntryNotFoundError"), FileNotFoundError):  # type: ignore[misc]
+    """Offline (``local_files_only``, ``HF_HUB_OFFLINE``, or the Hub unreachable) and the file or
+    snapshot is not in the cache: huggingface_hub's ``LocalEntryNotFoundError`` (a
+    ``FileNotFoundError``)."""
+
+
+class IncompleteSnapshotError(*_bases(LocalEntryNotFoundError, "IncompleteSnapshotError")):  # type: ignore[misc]
+    """Offline, the saved tree listing names files the snapshot lacks: huggingface_hub's
+    ``IncompleteSnapshotError`` (a ``LocalEntryNotFoundError``); ``snapshot_path`` is the
+    snapshot folder."""
+
+    def __init__(self, message: str, snapshot_path: str = "") -> None:
+        hf = getattr(_hf_errors, "IncompleteSnapshotError", None) if _hf_errors is not None else None
+        if hf is not None:
+            hf.__init__(self, message, snapshot_path=snapshot_path)
+            self.message = message
+        else:  # pragma: no cover
+            LocalEntryNotFoundError.__init__(self, message)
+        self.snapshot_path = snapshot_path
+
+
+_BY_REASON: Dict[str, type] = {
+    "repo_not_found": RepositoryNotFoundError,
+    "gated": GatedRepoError,
+    "revision_not_found": RevisionNotFoundError,
+    "entry_not_found": RemoteEntryNotFoundError,
+    "not_cached": LocalEntryNotFoundError,
+}
+
+
+def _translate(e: WeightInspectError) -> WeightInspectError:
+    """The drop-in class of a failure the fetcher raised (itself when there is none)."""
+    cls = _BY_REASON.get(getattr(e, "reason", None) or "")
+    if cls is None:
+        return e
+    new: WeightInspectError = cls(e.message)
+    new.reason = e.reason  # type: ignore[attr-defined]
+    return new
+
+
+def _token(token: Union[bool, str, None]) -> Optional[str]:
+    """huggingface_hub's ``token``: ``None``/``True`` the saved one, ``False`` none, or a token."""
+    if token is False:
+        return ""  # an empty token counts as none
+    if token is True or token is None:
+        return None
+    return token
+
+
+def _etag_timeout(etag_timeout: float) -> Optional[float]:
+    # As huggingface_hub: HF_HUB_ETAG_TIMEOUT, when set, wins (the fetcher reads it itself).
+    return None if os.environ.get("HF_HUB_ETAG_TIMEOUT") else float(etag_timeout)
+
+
+def _repo_type(repo_type: Optional[str]) -> str:
+    kind = "model" if repo_type is None else repo_type
+    if kind not in _REPO_TYPES:
+        raise ValueError(f"Invalid repo type: {kind}. Accepted repo types are: {list(_REPO_TYPES)}")
+    return kind
+
+
+def repo_folder_name(repo_id: str, repo_type: str) -> str:
+    """The repository's folder in the cache: ``models--org--name`` (as huggingface_hub)."""
+    return "--".join([f"{repo_type}s", *repo_id.split("/")])
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _run(args: Dict[str, Any], offline: bool) -> Dict[str, Any]:
+    """One fetch; on a network failure (the Hub unreachable) the cache alone, as
+    huggingface_hub falls back to it; failures as the drop-in classes."""
+    try:
+        try:
+            text = _native.fetch(**args, offline=True if offline else None)
+        except NetworkError as net:
+            if offline or _offline_env():
+                raise
+            try:
+                text = _native.fetch(**args, offline=True)
+            except NotFoundError as miss:
+                if getattr(miss, "reason", None) != "not_cached":
+                    raise
+                raise LocalEntryNotFoundError(
+                    f"{net.message}; and the cache does not hold it: {miss.message}"
+                ) from net
+    except WeightInspectError as e:
+        new = _translate(e)
+        if new is e:
+            raise
+        raise new from None
+    summary: Dict[str, Any] = _json.loads(text)
+    return summary
+
+
+def _fetch_args(
+    repo_id: str,
+    repo_type: str,
+    revision: Optional[str],
+    cache_dir: Optional[PathLike],
+    local_dir: Optional[PathLike],
+    token: Union[bool, str, None],
+    endpoint: Optional[str],
+    force_download: bool,
+    etag_timeout: float,
+    files: List[str],
+    include: List[str],
+    exclude: List[str],
+    max_files: Optional[int],
+) -> Dict[str, Any]:
+    return dict(
+        repo=repo_id,
+        quant=None,
+        files=files,
+        include=include,
+        exclude=exclude,
+        revision=revision,
+        cache_dir=None if cache_dir is None else os.fspath(Path(cache_dir).expanduser()),
+        local_dir=None if local_dir is None else os.fspath(Path(local_dir).expanduser()),
+        token=_token(token),
+        connections=None,
+        progress=None,
+        endpoint=endpoint,
+        repo_type=repo_type,
+        force_download=force_download,
+        metadata_timeout=_etag_timeout(etag_timeout),
+        max_files=max_files,
+    )
+
+
+def hf_hub_download(
+    repo_id: str,
+    filename: str,
+    *,
+    subfolder: Optional[str] = None,
+    repo_type: Optional[str] = None,
+    revision: Optional[str] = None,
+    library_name: Optional[str] = None,
+    library_version: Optional[str] = None,
+    cache_dir: Optional[PathLike] = None,
+    local_dir: Optional[PathLike] = None,
+    user_agent: Union[Dict[str, Any], str, None] = None,
+    force_download: bool = False,
+    etag_timeout: float = 10,
+    token: Union[bool, str, None] = None,
+    local_files_only: bool = False,
+    headers: Optional[Dict[str, str]] = None,
+    endpoint: Optional[str] = None,
+    tqdm_class: Optional[type] = None,
+    dry_run: bool = False,
+) -> str:
+    """Download one file of a repository, as ``huggingface_hub.hf_hub_download``: its path.
+
+    Returns ``{cache_dir}/{repo_type}s--{org}--{name}/snapshots/{commit}/{filename}`` (the
+    cache folder resolved, the last component a link to ``blobs/{etag}``), or
+    ``{local_dir}/{filename}`` with ``local_dir``. ``filename`` is a path in the repository,
+    ``subfolder`` a folder it is joined below; ``revision`` a branch, tag or commit (default
+    ``main``); ``repo_type`` ``model`` (default), ``dataset`` or ``space`` (else
+    ``ValueError``); ``cache_dir`` default ``HF_HUB_CACHE`` / ``$HF_HOME/hub``; ``token``
+    a token, ``True``/``None`` the saved one (``HF_TOKEN`` or the token file), ``False`` none;
+    ``endpoint`` default ``HF_ENDPOINT``; ``force_download`` downloads again what is on disk;
+    ``etag_timeout`` seconds for each metadata request (``HF_HUB_ETAG_TIMEOUT`` wins);
+    ``local_files_only`` (or ``HF_HUB_OFFLINE``) the cache only. When the Hub cannot be
+    reached, the cache is used, as huggingface_hub does.
+
+    Accepted and ignored: ``library_name``, ``library_version``, ``user_agent``,
+    ``headers`` (our own user agent is sent, and no extra header), ``tqdm_class`` (no progress
+    bar). ``dry_run=True`` raises ``NotImplementedError``.
+
+    Raises :class:`RepositoryNotFoundError`, :class:`GatedRepoError`,
+    :class:`RevisionNotFoundError`, :class:`RemoteEntryNotFoundError` (the file is not in the
+    repository), :class:`LocalEntryNotFoundError` (offline, not in the cache): each also the
+    huggingface_hub class of that name and a :class:`weight_inspect.NotFoundError`; other
+    failures as :func:`weight_inspect.fetch` (``NetworkError``, ``IntegrityError``, …).
+    """
+    del library_name, library_version, user_agent, headers, tqdm_class  # see the docstring
+    if dry_run:
+        raise NotImplementedError("weight_inspect.hf_hub_download does not support dry_run=True")
+    kind = _repo_type(repo_type)
+    if subfolder:
+        filename = f"{subfolder}/{filename}"
+    args = _fetch_args(
+        repo_id, kind, revision, cache_dir, local_dir, token, endpoint, force_download,
+        etag_timeout, [filename], [], [], None,
+    )
+    summary = _run(args, local_files_only)
+    if local_dir is not None:
+        return os.path.join(str(Path(local_dir).expanduser().resolve()), *filename.split("/"))
+    local = Path(summary["files"][0]["local_path"])
+    # The folders resolved (as huggingface_hub resolves the cache folder), not the link.
+    return os.path.join(str(local.parent.resolve()), local.name)
+
+
+def _ours_to_hf_listing(ours: Dict[str, Any]) -> Dict[str, Any]:
+    files: Dict[str, Any] = {}
+    for e in ours.get("entries", []):
+        if not isinstance(e, dict) or e.get("type") != "file":
+            continue
+        info: Dict[str, Any] = {"size": int(e["size"]), "blob_id": str(e["oid"])}
+        lfs = e.get("lfs")
+        if isinstance(lfs, dict) and lfs.get("oid"):
+            info["lfs_sha256"] = str(lfs["oid"])
+            info["lfs_size"] = int(lfs.get("size", e["size"]))
+        files[str(e["path"])] = info
+    return {"format_version": TREE_FORMAT_VERSION, "files": dict(sorted(files.items()))}
+
+
+def _hf_to_ours_listing(hf: Dict[str, Any]) -> Dict[str, Any]:
+    entries = []
+    for path, info in hf["files"].items():
+        e: Dict[str, Any] = {"type": "file", "path": path, "oid": info["blob_id"], "size": info["size"]}
+        if info.get("lfs_sha256"):
+            e["lfs"] = {"oid": info["lfs_sha256"], "size": info.get("lfs_size", info["size"])}
+        entries.append(e)
+    return {"entries": entries, "refused": []}
+
+
+def _listing_dirs(cache_root: Path, repo_folder: str, local_dir: Optional[Path]) -> "tuple[Path, Path]":
+    """(huggingface_hub's ``trees/`` folder, our ``.wi-trees/`` folder)."""
+    if local_dir is not None:
+        base = local_dir / ".cache" / "huggingface"
+        return base / "trees", base / "wi-trees"
+    return cache_root / repo_folder / "trees", cache_root / repo_folder / ".wi-trees"
+
+
+def _write_json(path: Path, doc: Dict[str, Any], indent: Optional[int]) -> None:
+    """Written atomically; a failure only costs a listing (as in both libraries)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.wi-tmp")
+        tmp.write_text(_json.dumps(doc, indent=indent), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        logger.warning("could not write the tree listing %s: %s", path, e)
+
+
+def _share_listing(hf_dir: Path, our_dir: Path, commit: str) -> None:
+    """Give each library the tree listing of ``commit`` the other one saved."""
+    hf_path, our_path = hf_dir / f"{commit}.json", our_dir / f"{commit}.json"
+    if our_path.is_file() and not hf_path.exists():
+        try:
+            ours = _json.loads(our_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            logger.warning("could not read our tree listing %s: %s", our_path, e)
+            return
+        if ours.get("refused"):
+            # Entries we refused are not in our listing: huggingface_hub would take the
+            # snapshot for complete without them. It lists for itself instead.
+            return
+        _write_json(hf_path, _ours_to_hf_listing(ours), 1)
+    elif hf_path.is_file() and not our_path.exists():
+        try:
+            hf = _json.loads(hf_path.read_text(encoding="utf-8"))
+            if hf.get("format_version") != TREE_FORMAT_VERSION:
+                return
+            doc = _hf_to_ours_listing(hf)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            logger.warning("could not read huggingface_hub's tree listing %s: %s", hf_path, e)
+            return
+        _write_json(our_path, doc, None)
+
+
+def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[List[str]]) -> List[str]:
+    """huggingface_hub's ``filter_repo_objects``: ``fnmatch`` globs, a trailing ``/`` a folder."""
+
+    def fix(ps: Optional[List[str]]) -> Optional[List[str]]:
+        return None if ps is None else [p + "*" if p.endswith("/") else p for p in ps]
+
+    a, i = fix(allow), fix(ignore)
+    return [
+        p
+        for p in paths
+        if (a is None or any(fnmatch.fnmatch(p, x) for x in a))
+        and not (i is not None and any(fnmatch.fnmatch(p, x) for x in i))
+    ]
+
+
+def _check_complete(
+    hf_dir: Path, commit: str, base: Path, allow: Optional[List[str]], ignore: Optional[List[str]],
+    repo_id: str, revision: str,
+) -> None:
+    """Offline, as huggingface_hub: when the saved listing names files ``base`` lacks, raise
+    :class:`IncompleteSnapshotError` (without a listing, nothing can be told)."""
+    try:
+        doc = _json.loads((hf_dir / f"{commit}.json").read_text(encoding="utf-8"))
+        if doc.get("format_version") != TREE_FORMAT_VERSION:
+            return
+        paths = list(doc["files"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    missing = [p for p in _filtered(paths, allow, ignore) if not (base / p).exists()]
+    if missing:
+        sample = ", ".join(missing[:3]) + (f", ... ({len(missing) - 3} more)" if len(missing) > 3 else "")
+        raise IncompleteSnapshotError(
+            f"The cached snapshot for '{repo_id}' (revision '{revision}', commit {commit}) is "
+            f"incomplete: {len(missing)} file(s) are missing ({sample}). Outgoing traffic is "
+            "disabled. Re-run the download with network access to complete the snapshot.",
+            snapshot_path=str(base),
+        )
+
+
+def _default_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    )
+    return Path(home) / "hub"
+
+
+def _commit_of(cache_root: Path, repo_folder: str, revision: str) -> Optional[str]:
+    """The commit of ``revision`` as the cache records it (``refs/``), or the commit itself."""
+    if len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
+        return revision
+    try:
+        return (cache_root / repo_folder / "refs" / revision).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def snapshot_download(
+    repo_id: str,
+    *,
+    repo_type: Optional[str] = None,
+    revision: Optional[str] = None,
+    cache_dir: Optional[PathLike] = None,
+    local_dir: Optional[PathLike] = None,
+    library_name: Optional[str] = None,
+    library_version: Optional[str] = None,
+    user_agent: Union[Dict[str, Any], str, None] = None,
+    etag_timeout: float = 10,
+    force_download: bool = False,
+    token: Union[bool, str, None] = None,
+    local_files_only: bool = False,
+    allow_patterns: Union[List[str], str, None] = None,
+    ignore_patterns: Union[List[str], str, None] = None,
+    max_workers: int = 8,
+    tqdm_class: Optional[type] = None,
+    headers: Optional[Dict[str, str]] = None,
+    endpoint: Optional[str] = None,
+    dry_run: bool = False,
+) -> str:
+    """Download every file of a repository (or those the patterns pick), as
+    ``huggingface_hub.snapshot_download``: the snapshot folder.
+
+    Returns ``{cache_dir}/{repo_type}s--{org}--{name}/snapshots/{commit}`` (the cache folder
+    resolved), or ``local_dir`` (resolved). ``allow_patterns`` / ``ignore_patterns`` are
+    huggingface_hub's ``fnmatch`` globs (``*`` crosses ``/``; a pattern ending in ``/`` means
+    the folder's files); without them, every file of the repository (not the default quant
+    :func:`weight_inspect.fetch` would pick). ``max_workers`` is how many files are downloaded
+    at once. The other arguments, and the exceptions, are :func:`hf_hub_download`'s.
+
+    Beside the snapshot, the repository's tree listing at the commit is saved as
+    huggingface_hub saves it, ``{repo folder}/trees/{commit}.json`` (with ``local_dir``:
+    ``{local_dir}/.cache/huggingface/trees/{commit}.json``), ``format_version`` 1, so that
+    huggingface_hub offline finds the snapshot complete; a listing huggingface_hub saved is
+    read the same way by this function offline.
+
+    Accepted and ignored: ``library_name``, ``library_version``, ``user_agent``, ``headers``,
+    ``tqdm_class``. ``dry_run=True`` raises ``NotImplementedError``. Patterns that match no
+    file return the snapshot folder (with a warning), as huggingface_hub does, when the cache
+    knows the commit; otherwise they raise :class:`weight_inspect.NotFoundError`.
+    """
+    del library_name, library_version, user_agent, headers, tqdm_class  # see the docstring
+    if dry_run:
+        raise NotImplementedError("weight_inspect.snapshot_download does not support dry_run=True")
+    kind = _repo_type(repo_type)
+    if max_workers < 1:
+        raise ValueError(f"max_workers must be at least 1, not {max_workers}")
+
+    def listed(v: Union[List[str], str, None]) -> List[str]:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else list(v)
+
+    include = listed(allow_patterns) if allow_patterns is not None else ["*"]
+    cache_root = (Path(cache_dir) if cache_dir is not None else _default_cache()).expanduser().resolve()
+    folder = repo_folder_name(repo_id, kind)
+    local = None if local_dir is None else Path(local_dir).expanduser().resolve()
+    hf_trees, our_trees = _listing_dirs(cache_root, folder, local)
+    offline = local_files_only or _offline_env()
+    if offline:
+        # Read offline what huggingface_hub listed (a commit's tree never changes).
+        commit = _commit_of(cache_root, folder, revision or "main") if local is None else None
+        if local is not None and hf_trees.is_dir():
+            commits = [p.stem for p in hf_trees.glob("*.json")]
+            commit = commits[0] if len(commits) == 1 else None
+        if commit:
+            _share_listing(hf_trees, our_trees, commit)
+    args = _fetch_args(
+        repo_id, kind, revision, cache_root, local, token, endpoint, force_download,
+        etag_timeout, [], include, listed(ignore_patterns), max_workers,
+    )
+    try:
+        summary = _run(args, local_files_only)
+    except NotFoundError as e:
+        commit = _commit_of(cache_root, folder, revision or "main")
+        if getattr(e, "reason", None) != "nothing_selected" or local is not None or not commit:
+            raise
+        logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
+        return os.path.join(str(cache_root), folder, "snapshots", commit)
+    commit = summary["commit"]
+    result = str(local) if local is not None else os.path.join(str(cache_root), folder, "snapshots", commit)
+    _share_listing(hf_trees, our_trees, commit)
+    if offline:
+        allow = None if allow_patterns is None else listed(allow_patterns)
+        ignore = None if ignore_patterns is None else listed(ignore_patterns)
+        _check_complete(hf_trees, commit, Path(result), allow, ignore, repo_id, revision or "main")
+    return result

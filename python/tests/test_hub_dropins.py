@@ -1,0 +1,276 @@
+"""`weight_inspect.hf_hub_download` / `snapshot_download` against huggingface_hub itself: both
+libraries make the same calls on the repository's mock Hub, each into a cache of its own, and
+must return the same paths, leave the same cache tree, raise the same exception classes, and
+read each other's caches offline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Tuple
+
+import numpy as np
+import pytest
+import safetensors.numpy as stnp
+
+import weight_inspect as wi
+from test_fetch import Hub
+
+hf = pytest.importorskip("huggingface_hub")
+import huggingface_hub.errors as hf_errors  # noqa: E402
+
+REPO = "demo/tiny"
+FOLDER = "models--demo--tiny"
+SIZE = 2 << 20  # bytes of the tensor: above the mock's LFS threshold
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hub")
+    repo = root / "demo" / "tiny"
+    (repo / "sub").mkdir(parents=True)
+    w = np.random.default_rng(5).standard_normal(SIZE // 4).astype(np.float32)
+    stnp.save_file({"w": w}, str(repo / "model.safetensors"))
+    (repo / "config.json").write_text('{"model_type": "tiny"}\n')
+    (repo / "sub" / "notes.txt").write_text("below a folder\n")
+    (repo / "README.md").write_text("# tiny\n")
+    locked = root / "demo" / "locked"
+    locked.mkdir(parents=True)
+    (locked / "config.json").write_text("{}\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def hub(repos: Path) -> Iterator[Hub]:
+    h = Hub(repos, "--gated", "demo/locked", "--lfs-threshold", str(1 << 20))
+    yield h
+    h.stop()
+
+
+def tree(root: Path) -> Dict[str, Any]:
+    """Every entry under a repository folder: a link's target, a file's SHA-256, a folder.
+    Our own entries (`.wi-*`) are left out."""
+    out: Dict[str, Any] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".wi-")]
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if ".wi-" in name:
+                continue
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("file", hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def both(
+    tmp_path: Path, call: Callable[..., Any], **kw: Any
+) -> Tuple[Tuple[Path, Any], Tuple[Path, Any]]:
+    """`call` by huggingface_hub and by us (same name), each into a cache of its own:
+    ((its cache, its result or exception), (ours, ours))."""
+    out = []
+    for lib, name in ((hf, "hf"), (wi, "wi")):
+        cache = (tmp_path / name).resolve()
+        try:
+            got: Any = getattr(lib, call.__name__)(cache_dir=cache, **kw)
+        except Exception as e:  # noqa: BLE001 - compared below
+            got = e
+        out.append((cache, got))
+    return out[0], out[1]
+
+
+def test_signatures_match_huggingface_hub() -> None:
+    import inspect
+
+    for name in ("hf_hub_download", "snapshot_download"):
+        theirs = inspect.signature(getattr(hf, name)).parameters
+        ours = inspect.signature(getattr(wi, name)).parameters
+        assert list(ours) == list(theirs), name
+        for p in theirs.values():
+            assert ours[p.name].kind == p.kind, (name, p.name)
+            assert ours[p.name].default == p.default, (name, p.name)
+
+
+def test_hf_hub_download_same_paths_and_cache_tree(hub: Hub, tmp_path: Path) -> None:
+    for filename, sub in (("model.safetensors", None), ("config.json", None), ("notes.txt", "sub")):
+        (hc, theirs), (wc, ours) = both(
+            tmp_path, hf.hf_hub_download, repo_id=REPO, filename=filename, subfolder=sub,
+            endpoint=hub.url, token=False,
+        )
+        assert isinstance(theirs, str) and isinstance(ours, str), (theirs, ours)
+        assert os.path.relpath(ours, wc) == os.path.relpath(theirs, hc)
+        assert Path(ours).read_bytes() == Path(theirs).read_bytes()
+        rel = os.path.relpath(ours, wc)
+        assert rel.startswith(f"{FOLDER}/snapshots/") and rel.endswith(filename)
+    assert tree(wc / FOLDER) == tree(hc / FOLDER)
+    assert any(v[0] == "link" for v in tree(wc / FOLDER).values())
+
+
+def test_hf_hub_download_to_a_local_dir(hub: Hub, tmp_path: Path) -> None:
+    tmp_path = tmp_path.resolve()
+    theirs = hf.hf_hub_download(REPO, "config.json", local_dir=tmp_path / "h", endpoint=hub.url)
+    ours = wi.hf_hub_download(REPO, "config.json", local_dir=tmp_path / "w", endpoint=hub.url)
+    assert os.path.relpath(ours, tmp_path / "w") == os.path.relpath(theirs, tmp_path / "h")
+    assert Path(ours).read_bytes() == Path(theirs).read_bytes()
+
+
+def test_snapshot_download_same_folder_tree_and_listing(hub: Hub, tmp_path: Path) -> None:
+    (hc, theirs), (wc, ours) = both(
+        tmp_path, hf.snapshot_download, repo_id=REPO, endpoint=hub.url, token=False
+    )
+    assert isinstance(theirs, str) and isinstance(ours, str), (theirs, ours)
+    assert os.path.relpath(ours, wc) == os.path.relpath(theirs, hc)
+    t_h, t_w = tree(hc / FOLDER), tree(wc / FOLDER)
+    assert t_w == t_h
+    listings = [k for k in t_h if k.startswith("trees/")]
+    assert len(listings) == 1
+    # The listing is the same document, byte for byte.
+    assert (wc / FOLDER / listings[0]).read_bytes() == (hc / FOLDER / listings[0]).read_bytes()
+    doc = json.loads((wc / FOLDER / listings[0]).read_text())
+    assert doc["format_version"] == 1
+    assert set(doc["files"]) == {"model.safetensors", "config.json", "sub/notes.txt", "README.md"}
+    assert "lfs_sha256" in doc["files"]["model.safetensors"]
+
+
+def test_snapshot_download_patterns(hub: Hub, tmp_path: Path) -> None:
+    (hc, theirs), (wc, ours) = both(
+        tmp_path, hf.snapshot_download, repo_id=REPO, endpoint=hub.url,
+        allow_patterns=["*.json", "sub/"], ignore_patterns="README*", max_workers=2,
+    )
+    assert os.path.relpath(ours, wc) == os.path.relpath(theirs, hc)
+    files = sorted(p.relative_to(ours).as_posix() for p in Path(ours).rglob("*") if not p.is_dir())
+    assert files == ["config.json", "sub/notes.txt"]
+    assert tree(wc / FOLDER) == tree(hc / FOLDER)
+
+
+def _same_error(theirs: Any, ours: Any, expected: type) -> None:
+    assert isinstance(theirs, expected), repr(theirs)
+    assert type(ours).__name__ == type(theirs).__name__, (ours, theirs)
+    assert isinstance(ours, type(theirs)), type(ours).__mro__
+    assert isinstance(ours, wi.NotFoundError) and ours.exit_code == 4
+
+
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        (dict(repo_id="demo/nope", filename="config.json"), hf_errors.RepositoryNotFoundError),
+        (dict(repo_id=REPO, filename="absent.bin"), hf_errors.RemoteEntryNotFoundError),
+        (dict(repo_id=REPO, filename="config.json", revision="no-such-branch"), hf_errors.RevisionNotFoundError),
+        (dict(repo_id="demo/locked", filename="config.json"), hf_errors.GatedRepoError),
+        (dict(repo_id=REPO, filename="config.json", local_files_only=True), hf_errors.LocalEntryNotFoundError),
+    ],
+)
+def test_hf_hub_download_errors_are_huggingface_hubs(
+    hub: Hub, tmp_path: Path, kw: Dict[str, Any], expected: type
+) -> None:
+    (_, theirs), (_, ours) = both(tmp_path, hf.hf_hub_download, endpoint=hub.url, token=False, **kw)
+    _same_error(theirs, ours, expected)
+    # And each is caught as weight_inspect's own class.
+    assert isinstance(ours, getattr(wi, expected.__name__))
+
+
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        (dict(repo_id="demo/nope"), hf_errors.RepositoryNotFoundError),
+        (dict(repo_id=REPO, revision="no-such-branch"), hf_errors.RevisionNotFoundError),
+        (dict(repo_id=REPO, local_files_only=True), hf_errors.LocalEntryNotFoundError),
+    ],
+)
+def test_snapshot_download_errors_are_huggingface_hubs(
+    hub: Hub, tmp_path: Path, kw: Dict[str, Any], expected: type
+) -> None:
+    (_, theirs), (_, ours) = both(tmp_path, hf.snapshot_download, endpoint=hub.url, token=False, **kw)
+    _same_error(theirs, ours, expected)
+
+
+def test_an_unreachable_hub_falls_back_to_the_cache(hub: Hub, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    first = wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url)
+    dead = "http://127.0.0.1:9"  # nothing listens there
+    again = wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=dead, etag_timeout=2)
+    assert again == first
+    with pytest.raises(hf_errors.LocalEntryNotFoundError):
+        wi.hf_hub_download(REPO, "README.md", cache_dir=cache, endpoint=dead, etag_timeout=2)
+
+
+def test_hf_hub_offline_env_is_honoured(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "c"
+    got = wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url) == got
+    with pytest.raises(wi.LocalEntryNotFoundError):
+        wi.hf_hub_download(REPO, "README.md", cache_dir=cache, endpoint=hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert wi.hf_hub_download(REPO, "config.json") == got
+
+
+def test_force_download_replaces_a_damaged_file(hub: Hub, tmp_path: Path, repos: Path) -> None:
+    cache = tmp_path / "c"
+    p = Path(wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url))
+    blob = p.resolve()
+    blob.chmod(0o644)
+    good = blob.read_bytes()
+    blob.write_bytes(b"x" * (len(good) - 1) + b"\n")  # same size: trusted by name
+    same = wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url)
+    assert Path(same).read_bytes() != good
+    q = wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url, force_download=True)
+    assert Path(q).read_bytes() == (repos / "demo" / "tiny" / "config.json").read_bytes()
+
+
+def test_unsupported_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        wi.hf_hub_download(REPO, "config.json", repo_type="bucket", cache_dir=tmp_path)
+    with pytest.raises(NotImplementedError):
+        wi.snapshot_download(REPO, dry_run=True, cache_dir=tmp_path)
+
+
+def test_huggingface_hubs_cache_read_back_by_ours_offline(hub: Hub, tmp_path: Path) -> None:
+    cache = (tmp_path / "hf").resolve()
+    folder = hf.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url)
+    one = hf.hf_hub_download(REPO, "sub/notes.txt", cache_dir=cache, endpoint=hub.url)
+    before = tree(cache / FOLDER)
+    assert wi.snapshot_download(REPO, cache_dir=cache, local_files_only=True) == folder
+    assert wi.hf_hub_download(REPO, "notes.txt", subfolder="sub", cache_dir=cache, local_files_only=True) == one
+    # Nothing of huggingface_hub's was changed.
+    assert tree(cache / FOLDER) == before
+    # Its listing tells us the snapshot is incomplete once a file is gone.
+    os.unlink(Path(folder) / "README.md")
+    with pytest.raises(hf_errors.IncompleteSnapshotError) as e:
+        wi.snapshot_download(REPO, cache_dir=cache, local_files_only=True)
+    assert isinstance(e.value, wi.LocalEntryNotFoundError) and "README.md" in str(e.value)
+    assert e.value.snapshot_path == folder
+    # The patterns count: without README.md the rest is complete.
+    assert wi.snapshot_download(REPO, cache_dir=cache, local_files_only=True, ignore_patterns="*.md") == folder
+
+
+def test_ours_read_back_by_huggingface_hub_offline(hub: Hub, tmp_path: Path) -> None:
+    cache = (tmp_path / "wi").resolve()
+    folder = wi.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url)
+    script = (
+        "import sys, huggingface_hub as h\n"
+        "print(h.snapshot_download(sys.argv[1], cache_dir=sys.argv[2]))\n"
+        "print(h.hf_hub_download(sys.argv[1], 'model.safetensors', cache_dir=sys.argv[2]))\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
+
+    def offline_hf() -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(
+            [sys.executable, "-c", script, REPO, str(cache)], env=env, capture_output=True, text=True
+        )
+
+    r = offline_hf()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [folder, os.path.join(folder, "model.safetensors")]
+    # huggingface_hub reads our listing: a file gone makes the snapshot incomplete for it too.
+    os.unlink(Path(folder) / "config.json")
+    r = offline_hf()
+    assert r.returncode != 0 and "IncompleteSnapshotError" in r.stderr, r.stderr
