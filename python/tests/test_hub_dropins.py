@@ -274,3 +274,15 @@ def test_ours_read_back_by_huggingface_hub_offline(hub: Hub, tmp_path: Path) -> 
     os.unlink(Path(folder) / "config.json")
     r = offline_hf()
     assert r.returncode != 0 and "IncompleteSnapshotError" in r.stderr, r.stderr
+
+
+def test_a_planted_link_in_the_cache_is_never_written_through(hub: Hub, tmp_path: Path) -> None:
+    """The cache is a shared folder: a link planted where the listing goes (``trees/``) leads no
+    write outside it, and the download itself still succeeds."""
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    (cache / FOLDER).mkdir(parents=True)
+    os.symlink(outside, cache / FOLDER / "trees")
+    path = wi.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url, token=False)
+    assert (Path(path) / "config.json").is_file()
+    assert list(outside.iterdir()) == [], "a listing was written through the link"

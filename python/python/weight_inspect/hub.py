@@ -23,6 +23,8 @@ import fnmatch
 import json as _json
 import logging
 import os
+import stat as _stat
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Type, Union
 
@@ -358,23 +360,81 @@ def _listing_dirs(cache_root: Path, repo_folder: str, local_dir: Optional[Path])
     return cache_root / repo_folder / "trees", cache_root / repo_folder / ".wi-trees"
 
 
-def _write_json(path: Path, doc: Dict[str, Any], indent: Optional[int]) -> None:
-    """Written atomically; a failure only costs a listing (as in both libraries)."""
+#: The largest tree listing or ref read (a listing of the largest repositories is far smaller).
+_MAX_LISTING_BYTES = 64 << 20
+_MAX_REF_BYTES = 1024
+
+
+def _is_commit(s: str) -> bool:
+    return len(s) == 40 and all(c in "0123456789abcdef" for c in s)
+
+
+def _folders_below(root: Path, folder: Path, create: bool) -> bool:
+    """Whether every folder from ``root`` (excluded) down to ``folder`` is a real folder, not a
+    link (creating the missing ones when ``create``): the cache is a shared folder, and a link
+    planted in it must never lead a read or a write outside it, as in the Rust library."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.wi-tmp")
-        tmp.write_text(_json.dumps(doc, indent=indent), encoding="utf-8")
-        os.replace(tmp, path)
+        rel = folder.relative_to(root)
+    except ValueError:
+        return False
+    cur = root
+    for part in rel.parts:
+        cur = cur / part
+        if create and not os.path.lexists(cur):
+            try:
+                os.mkdir(cur)
+            except FileExistsError:
+                pass
+        if cur.is_symlink() or not cur.is_dir():
+            return False
+    return True
+
+
+def _read_below(root: Path, path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` below ``root``, no link followed on the way or at
+    it, at most ``limit`` of them (``OSError`` otherwise)."""
+    if not _folders_below(root, path.parent, create=False):
+        raise OSError(f"{path.parent}: not a folder of the cache (a link?)")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise OSError(f"{path}: not a regular file of at most {limit} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(f"{path}: more than {limit} bytes")
+    return data
+
+
+def _write_json(root: Path, path: Path, doc: Dict[str, Any], indent: Optional[int]) -> None:
+    """Written atomically below ``root`` (a fresh temporary file, never through a link); a
+    failure only costs a listing (as in both libraries)."""
+    try:
+        if not _folders_below(root, path.parent, create=True):
+            raise OSError(f"{path.parent}: not a folder of the cache (a link?)")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".wi-tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(_json.dumps(doc, indent=indent))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except OSError as e:
         logger.warning("could not write the tree listing %s: %s", path, e)
 
 
-def _share_listing(hf_dir: Path, our_dir: Path, commit: str) -> None:
-    """Give each library the tree listing of ``commit`` the other one saved."""
+def _share_listing(root: Path, hf_dir: Path, our_dir: Path, commit: str) -> None:
+    """Give each library the tree listing of ``commit`` the other one saved (below ``root``)."""
+    if not _is_commit(commit):
+        return
     hf_path, our_path = hf_dir / f"{commit}.json", our_dir / f"{commit}.json"
-    if our_path.is_file() and not hf_path.exists():
+    if our_path.is_file() and not os.path.lexists(hf_path):
         try:
-            ours = _json.loads(our_path.read_text(encoding="utf-8"))
+            ours = _json.loads(_read_below(root, our_path, _MAX_LISTING_BYTES))
         except (OSError, ValueError) as e:
             logger.warning("could not read our tree listing %s: %s", our_path, e)
             return
@@ -382,17 +442,17 @@ def _share_listing(hf_dir: Path, our_dir: Path, commit: str) -> None:
             # Entries we refused are not in our listing: huggingface_hub would take the
             # snapshot for complete without them. It lists for itself instead.
             return
-        _write_json(hf_path, _ours_to_hf_listing(ours), 1)
-    elif hf_path.is_file() and not our_path.exists():
+        _write_json(root, hf_path, _ours_to_hf_listing(ours), 1)
+    elif hf_path.is_file() and not os.path.lexists(our_path):
         try:
-            hf = _json.loads(hf_path.read_text(encoding="utf-8"))
+            hf = _json.loads(_read_below(root, hf_path, _MAX_LISTING_BYTES))
             if hf.get("format_version") != TREE_FORMAT_VERSION:
                 return
             doc = _hf_to_ours_listing(hf)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             logger.warning("could not read huggingface_hub's tree listing %s: %s", hf_path, e)
             return
-        _write_json(our_path, doc, None)
+        _write_json(root, our_path, doc, None)
 
 
 def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[List[str]]) -> List[str]:
@@ -411,13 +471,15 @@ def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[Lis
 
 
 def _check_complete(
-    hf_dir: Path, commit: str, base: Path, allow: Optional[List[str]], ignore: Optional[List[str]],
+    root: Path, hf_dir: Path, commit: str, base: Path, allow: Optional[List[str]], ignore: Optional[List[str]],
     repo_id: str, revision: str,
 ) -> None:
     """Offline, as huggingface_hub: when the saved listing names files ``base`` lacks, raise
     :class:`IncompleteSnapshotError` (without a listing, nothing can be told)."""
     try:
-        doc = _json.loads((hf_dir / f"{commit}.json").read_text(encoding="utf-8"))
+        if not _is_commit(commit):
+            return
+        doc = _json.loads(_read_below(root, hf_dir / f"{commit}.json", _MAX_LISTING_BYTES))
         if doc.get("format_version") != TREE_FORMAT_VERSION:
             return
         paths = list(doc["files"])
@@ -446,12 +508,16 @@ def _default_cache() -> Path:
 
 def _commit_of(cache_root: Path, repo_folder: str, revision: str) -> Optional[str]:
     """The commit of ``revision`` as the cache records it (``refs/``), or the commit itself."""
-    if len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
+    if _is_commit(revision):
         return revision
+    if ".." in revision.split("/") or revision.startswith("/"):
+        return None
     try:
-        return (cache_root / repo_folder / "refs" / revision).read_text().strip() or None
+        ref = _read_below(cache_root, cache_root / repo_folder / "refs" / revision, _MAX_REF_BYTES)
     except OSError:
         return None
+    commit = ref.decode("ascii", "replace").strip()
+    return commit if _is_commit(commit) else None
 
 
 def snapshot_download(
@@ -514,6 +580,7 @@ def snapshot_download(
     folder = repo_folder_name(repo_id, kind)
     local = None if local_dir is None else Path(local_dir).expanduser().resolve()
     hf_trees, our_trees = _listing_dirs(cache_root, folder, local)
+    listing_root = local if local is not None else cache_root
     offline = local_files_only or _offline_env()
     if offline:
         # Read offline what huggingface_hub listed (a commit's tree never changes).
@@ -522,7 +589,7 @@ def snapshot_download(
             commits = [p.stem for p in hf_trees.glob("*.json")]
             commit = commits[0] if len(commits) == 1 else None
         if commit:
-            _share_listing(hf_trees, our_trees, commit)
+            _share_listing(listing_root, hf_trees, our_trees, commit)
     args = _fetch_args(
         repo_id, kind, revision, cache_root, local, token, endpoint, force_download,
         etag_timeout, [], include, listed(ignore_patterns), max_workers,
@@ -537,9 +604,9 @@ def snapshot_download(
         return os.path.join(str(cache_root), folder, "snapshots", commit)
     commit = summary["commit"]
     result = str(local) if local is not None else os.path.join(str(cache_root), folder, "snapshots", commit)
-    _share_listing(hf_trees, our_trees, commit)
+    _share_listing(listing_root, hf_trees, our_trees, commit)
     if offline:
         allow = None if allow_patterns is None else listed(allow_patterns)
         ignore = None if ignore_patterns is None else listed(ignore_patterns)
-        _check_complete(hf_trees, commit, Path(result), allow, ignore, repo_id, revision or "main")
+        _check_complete(listing_root, hf_trees, commit, Path(result), allow, ignore, repo_id, revision or "main")
     return result
