@@ -356,6 +356,50 @@ fn the_token_never_goes_to_another_host() {
     }
 }
 
+/// Headers added with `-H` go where the token goes: every request to the Hub's origin
+/// (metadata and the downloads it serves), never the CDN a file redirects to; they replace
+/// the token's `Authorization`; a header the client manages is refused before any request.
+#[test]
+fn added_headers_go_to_the_origin_only() {
+    let hub = token_hub(|b| b);
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([
+        "tok/repo",
+        "--include",
+        "*",
+        "-H",
+        &format!("Authorization: Bearer {CANARY}"),
+        "--header",
+        "X-Trace: run-7",
+    ]);
+    let o = run_within(c, LIMIT);
+    expect_code(&o, 0);
+    let st = hub.stats();
+    let (origin, cdn): (Vec<_>, Vec<_>) = st.requests.iter().partition(|r| r.listener == "hub");
+    assert!(!cdn.is_empty(), "w.bin came through the CDN");
+    assert!(
+        origin.iter().any(|r| r.path.contains("/resolve/")) && origin.iter().any(|r| r.path.starts_with("/api/")),
+        "{origin:?}"
+    );
+    for r in &origin {
+        assert!(r.authorization && r.headers.contains(&"x-trace".to_string()), "{r:?}");
+    }
+    for r in &cdn {
+        assert!(!r.authorization && !r.headers.contains(&"x-trace".to_string()), "{r:?}");
+    }
+    assert_no_canary(&o, &sb);
+    let requests = st.total_requests;
+    for bad in ["Range: bytes=0-1", "no colon"] {
+        let mut c = sb.cmd(&hub);
+        c.args(["tok/repo", "c.json", "-H", bad]);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 1);
+        assert!(stderr(&o).contains("header") || stderr(&o).contains("Name: value"), "{}", stderr(&o));
+    }
+    assert_eq!(hub.stats().total_requests, requests, "refused before any request");
+}
+
 /// The token is never printed, logged or written to disk, whatever fails.
 fn assert_no_canary(o: &Output, sb: &Sandbox) {
     assert!(

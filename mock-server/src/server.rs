@@ -263,6 +263,13 @@ async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Res
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let authorization = req.headers().contains_key(header::AUTHORIZATION);
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .map(|v| String::from_utf8_lossy(&v.as_bytes()[..v.len().min(256)]).into_owned());
+    let mut headers: Vec<String> = req.headers().keys().map(|k| k.to_string()).collect();
+    headers.sort();
+    headers.dedup();
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
     let key = resp.extensions().get::<FileKey>().cloned();
@@ -292,6 +299,8 @@ async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Res
             status,
             range,
             authorization,
+            user_agent,
+            headers,
         });
     });
     resp

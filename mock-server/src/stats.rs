@@ -90,6 +90,13 @@ pub struct RequestRecord {
     pub range: Option<String>,
     /// Whether an `Authorization` header came with the request.
     pub authorization: bool,
+    /// The `User-Agent` header, if any (at most 256 bytes of it).
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    /// The names of the request's headers, lower-case and sorted (values are not kept: they
+    /// may be credentials).
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 /// The live counters, shared between handlers and body streams.

@@ -14,8 +14,10 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use weight_inspect::exit::ExitClass;
 use weight_inspect::fetch::{
-    parse_reference, CancellationToken, FetchError, Fetcher, RepoRef, RepoType, Selection,
+    parse_reference, CancellationToken, FetchError, Fetcher, HeaderValue, RepoRef, RepoType,
+    RetryPolicy, Selection,
 };
+use weight_inspect::net::extra_header;
 use weight_inspect::hub::HubError;
 use weight_inspect::progress::{Event, Reporter};
 
@@ -85,6 +87,10 @@ impl Reporter for Queue {
     }
 }
 
+fn json<T: serde::Serialize>(v: &T) -> Result<String, FetchError> {
+    serde_json::to_string(v).map_err(|e| FetchError::Invalid(format!("cannot write JSON: {e}")))
+}
+
 fn fetch_failure(e: &FetchError) -> Failure {
     Failure::of(e.exit_class(), e).with_reason(reason(e))
 }
@@ -139,6 +145,14 @@ pub struct Request {
     pub metadata_timeout: Option<f64>,
     /// Files downloaded at once.
     pub max_files: Option<usize>,
+    /// Headers added to every request to the Hub's origin.
+    pub headers: Vec<(String, String)>,
+    /// The `User-Agent`, in place of the library's.
+    pub user_agent: Option<String>,
+    /// Retries of a failed metadata request (default the library's, 5).
+    pub metadata_retries: Option<usize>,
+    /// Resolve only: the plan, nothing downloaded.
+    pub dry_run: bool,
 }
 
 fn repo_type(name: &str) -> Result<RepoType, Failure> {
@@ -215,14 +229,30 @@ fn prepare(
         }
         b = b.max_files(n);
     }
+    for (name, value) in &r.headers {
+        let (name, value) = extra_header(name, value).map_err(Failure::local)?;
+        b = b.header(name, value);
+    }
+    if let Some(ua) = r.user_agent {
+        if HeaderValue::from_str(&ua).is_err() || ua.contains(['\r', '\n']) {
+            return Err(Failure::local("the user agent is not a valid header value"));
+        }
+        b = b.user_agent(ua);
+    }
+    if let Some(n) = r.metadata_retries {
+        let mut policy = RetryPolicy::default();
+        policy.max_retries = n;
+        b = b.hub_retry(policy);
+    }
     let fetcher = b.build_blocking().map_err(|e| fetch_failure(&e))?;
     Ok((fetcher, repo, selection))
 }
 
-/// Run a fetch; the summary as JSON (`FetchSummary`).
+/// Run a fetch; the summary as JSON (`FetchSummary`), or with `dry_run` the plan (`Plan`).
 pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyResult<String> {
     let queue = Arc::new(Queue::default());
     let token = CancellationToken::new();
+    let dry_run = request.dry_run;
     let (fetcher, repo, selection) = {
         let (q, t) = (Arc::clone(&queue), token.clone());
         py.detach(move || prepare(request, q, t))?
@@ -231,7 +261,12 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
     std::thread::Builder::new()
         .name("wi-fetch".into())
         .spawn(move || {
-            let _ = tx.send(fetcher.fetch(&repo, &selection));
+            let answer = if dry_run {
+                fetcher.resolve(&repo, &selection).and_then(|plan| json(&plan))
+            } else {
+                fetcher.fetch(&repo, &selection).and_then(|s| json(&s))
+            };
+            let _ = tx.send(answer);
         })
         .map_err(|e| Failure::local(format!("cannot start the fetch thread: {e}")))?;
     let deliver = |py: Python<'_>| -> PyResult<()> {
@@ -264,7 +299,7 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
     };
     deliver(py)?;
     match outcome {
-        Ok(summary) => serde_json::to_string(&summary).map_err(|e| Failure::local(e).into()),
+        Ok(text) => Ok(text),
         Err(e) if e.exit_class() == ExitClass::Interrupted => {
             Err(Failure::of(ExitClass::Interrupted, &e).into())
         }

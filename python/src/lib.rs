@@ -188,11 +188,12 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failu
     Ok((json, report.all_match(), summary))
 }
 
-/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as JSON. Releases the
+/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as JSON (with
+/// `dry_run`, the `Plan`: nothing downloaded). Releases the
 /// GIL while downloading, calls `progress(kind, file, n)` about every 100 ms, and stops cleanly
 /// on Ctrl-C (see [`mod@download`]).
 #[pyfunction]
-#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type, force_download=false, metadata_timeout=None, max_files=None))]
+#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, metadata_retries=None, dry_run=false))]
 #[allow(clippy::too_many_arguments)]
 fn fetch(
     py: Python<'_>,
@@ -213,6 +214,10 @@ fn fetch(
     force_download: bool,
     metadata_timeout: Option<f64>,
     max_files: Option<usize>,
+    headers: Vec<(String, String)>,
+    user_agent: Option<String>,
+    metadata_retries: Option<usize>,
+    dry_run: bool,
 ) -> PyResult<String> {
     let request = download::Request {
         repo,
@@ -231,6 +236,10 @@ fn fetch(
         force_download,
         metadata_timeout,
         max_files,
+        headers,
+        user_agent,
+        metadata_retries,
+        dry_run,
     };
     download::run(py, request, progress)
 }

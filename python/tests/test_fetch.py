@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -40,6 +42,28 @@ class Hub:
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
         assert self.url.startswith("http://127.0.0.1:"), self.url
+
+    def control(self, method: str, path: str, body: Optional[bytes] = None) -> Any:
+        """A request to the mock's control API (``/_mock/…``): its JSON answer."""
+        req = urllib.request.Request(f"{self.url}/_mock/{path}", data=body, method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read()
+        return json.loads(text) if text.strip() else None
+
+    def stats(self) -> Dict[str, Any]:
+        """The counters (``GET /_mock/stats``)."""
+        doc: Dict[str, Any] = self.control("GET", "stats")
+        return doc
+
+    def reset_stats(self) -> None:
+        self.control("POST", "stats/reset")
+
+    def fault(self, spec: str) -> None:
+        """Add a fault rule (the compact form ``mock-hub --fault`` takes)."""
+        self.control("POST", "faults", spec.encode())
+
+    def clear_faults(self) -> None:
+        self.control("DELETE", "faults")
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)

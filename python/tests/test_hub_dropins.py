@@ -226,11 +226,86 @@ def test_force_download_replaces_a_damaged_file(hub: Hub, tmp_path: Path, repos:
     assert Path(q).read_bytes() == (repos / "demo" / "tiny" / "config.json").read_bytes()
 
 
+def test_a_cached_file_is_served_after_one_failed_request(hub: Hub, tmp_path: Path) -> None:
+    """As huggingface_hub: when the Hub fails, the first metadata request is not retried
+    before the cache answers; an uncached file is then asked for again, with retries."""
+    cache = tmp_path / "c"
+    first = wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url)
+    hub.fault("status=503,path=/api/*")
+    try:
+        hub.reset_stats()
+        assert wi.hf_hub_download(REPO, "config.json", cache_dir=cache, endpoint=hub.url) == first
+        assert hub.stats()["total_requests"] == 1
+        hub.clear_faults()
+        hub.fault("status=503,path=/api/*,times=1")
+        hub.reset_stats()
+        got = wi.hf_hub_download(REPO, "README.md", cache_dir=cache, endpoint=hub.url)
+        assert Path(got).read_text() == "# tiny\n"
+        assert hub.stats()["by_status"].get("503") == 1
+    finally:
+        hub.clear_faults()
+
+
+def test_dry_run_is_huggingface_hubs(hub: Hub, tmp_path: Path) -> None:
+    (hc, theirs), (wc, ours) = both(tmp_path, hf.hf_hub_download, repo_id=REPO, filename="model.safetensors",
+                                    endpoint=hub.url, dry_run=True)
+    assert isinstance(ours, hf.DryRunFileInfo), ours
+    assert (ours.commit_hash, ours.file_size, ours.filename, ours.is_cached, ours.will_download) == (
+        theirs.commit_hash, theirs.file_size, theirs.filename, False, True)
+    assert Path(ours.local_path).relative_to(wc) == Path(theirs.local_path).relative_to(hc)
+    assert not (wc / FOLDER / "blobs").exists() and not (wc / FOLDER / "snapshots").exists()
+    # Once downloaded: cached, and downloaded again only when forced.
+    path = wi.hf_hub_download(REPO, "model.safetensors", cache_dir=wc, endpoint=hub.url)
+    again = wi.hf_hub_download(REPO, "model.safetensors", cache_dir=wc, endpoint=hub.url, dry_run=True)
+    assert (again.local_path, again.is_cached, again.will_download) == (path, True, False)
+    forced = wi.hf_hub_download(REPO, "model.safetensors", cache_dir=wc, endpoint=hub.url, dry_run=True,
+                                force_download=True)
+    assert (forced.is_cached, forced.will_download) == (True, True)
+    # Offline the cache answers; a file it lacks is huggingface_hub's error.
+    off = wi.hf_hub_download(REPO, "model.safetensors", cache_dir=wc, local_files_only=True, dry_run=True)
+    assert off.is_cached and off.commit_hash == theirs.commit_hash
+    with pytest.raises(hf_errors.LocalEntryNotFoundError):
+        wi.hf_hub_download(REPO, "README.md", cache_dir=wc, local_files_only=True, dry_run=True)
+
+
+def test_snapshot_dry_run_is_huggingface_hubs(hub: Hub, tmp_path: Path) -> None:
+    (hc, theirs), (wc, ours) = both(tmp_path, hf.snapshot_download, repo_id=REPO, endpoint=hub.url,
+                                    dry_run=True, allow_patterns=["*.json", "sub/"])
+    key = lambda i: (i.filename, i.file_size, i.commit_hash, i.is_cached, i.will_download)  # noqa: E731
+    assert sorted(map(key, ours)) == sorted(map(key, theirs)) and len(ours) == 2
+    assert sorted(Path(i.local_path).relative_to(wc) for i in ours) == sorted(
+        Path(i.local_path).relative_to(hc) for i in theirs)
+    assert not (wc / FOLDER / "snapshots").exists(), "a dry run downloads nothing"
+    assert wi.snapshot_download(REPO, cache_dir=wc, endpoint=hub.url, dry_run=True, allow_patterns="*.bin") == []
+    for kw in ({"local_files_only": True}, {"endpoint": "http://127.0.0.1:9", "etag_timeout": 2}):
+        with pytest.raises(hf_errors.DryRunError):
+            wi.snapshot_download(REPO, cache_dir=wc, dry_run=True, **kw)  # type: ignore[arg-type]
+
+
+def test_headers_and_user_agent_go_to_the_hub_only(hub: Hub, tmp_path: Path) -> None:
+    hub.reset_stats()
+    wi.snapshot_download(
+        REPO, cache_dir=tmp_path / "c", endpoint=hub.url, token=False,
+        headers={"X-Trace": "run-7"}, library_name="mylib", library_version="2.0", user_agent={"ci": "yes"},
+    )
+    reqs = hub.stats()["requests"]
+    origin = [r for r in reqs if r["listener"] == "hub"]
+    cdn = [r for r in reqs if r["listener"] == "cdn"]
+    assert origin and cdn, reqs
+    for r in origin:
+        assert "x-trace" in r["headers"], r
+    for r in cdn:
+        assert "x-trace" not in r["headers"], r
+    for r in reqs:
+        assert r["user_agent"].startswith("weight-inspect/") and "; mylib/2.0; ci/yes" in r["user_agent"], r
+    with pytest.raises(wi.LocalError, match="header .range. is set by the client"):
+        wi.hf_hub_download(REPO, "config.json", cache_dir=tmp_path / "d", endpoint=hub.url,
+                           headers={"Range": "bytes=0-1"})
+
+
 def test_unsupported_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         wi.hf_hub_download(REPO, "config.json", repo_type="bucket", cache_dir=tmp_path)
-    with pytest.raises(NotImplementedError):
-        wi.snapshot_download(REPO, dry_run=True, cache_dir=tmp_path)
 
 
 def test_huggingface_hubs_cache_read_back_by_ours_offline(hub: Hub, tmp_path: Path) -> None:

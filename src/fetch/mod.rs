@@ -87,6 +87,8 @@ pub use crate::net::RetryPolicy;
 pub use crate::transfer::EngineConfig;
 /// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
 pub use tokio_util::sync::CancellationToken;
+/// The types of [`FetcherBuilder::header`].
+pub use reqwest::header::{HeaderName, HeaderValue};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -299,6 +301,20 @@ impl FetcherBuilder {
     /// 500 ms).
     pub fn hub_retry(mut self, retry: RetryPolicy) -> Self {
         self.hub.retry = retry;
+        self
+    }
+
+    /// Adds a header to every request to the endpoint's origin, metadata and downloads (a
+    /// proxy's credential, a tracing id): sent where the token is sent and nowhere else, and
+    /// replacing a header of the same name, `Authorization` included. Default none.
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.hub.headers.append(name, value);
+        self
+    }
+
+    /// The `User-Agent` of every request. Default `weight-inspect/{version}`.
+    pub fn user_agent(mut self, user_agent: impl Into<String>) -> Self {
+        self.hub.user_agent = user_agent.into();
         self
     }
 

@@ -555,7 +555,7 @@ impl Fetcher {
         let url = self.hub.resolve_url(repo, commit, &f.path);
         let spec = TransferSpec {
             url: url.clone(),
-            headers: self.hub.auth_headers(),
+            headers: self.hub.origin_headers(),
             key: key.clone(),
             id: rep.id(&f.path),
             chunks: expect.as_ref().and_then(Expect::engine_chunks),

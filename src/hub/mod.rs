@@ -173,6 +173,11 @@ pub struct HubConfig {
     pub max_listing_bytes: u64,
     /// `User-Agent` header.
     pub user_agent: String,
+    /// Headers added to every request to the endpoint's origin (metadata and downloads), as
+    /// the token is: never to the CDN a file redirects to, nor to another server. They are
+    /// added last, so they replace a header of the same name (the token's `Authorization`
+    /// included), as huggingface_hub's `headers` argument does. Default none.
+    pub headers: HeaderMap,
 }
 
 impl Default for HubConfig {
@@ -188,6 +193,7 @@ impl Default for HubConfig {
             max_listing_entries: 1_000_000,
             max_listing_bytes: 512 << 20,
             user_agent: format!("weight-inspect/{}", env!("CARGO_PKG_VERSION")),
+            headers: HeaderMap::new(),
         }
     }
 }
@@ -277,13 +283,23 @@ impl HubClient {
     }
 
     /// Headers every request to the Hub's origin carries: the token, when there is one (marked
-    /// sensitive, so it is never shown in debug output). Never send them anywhere else.
-    pub fn auth_headers(&self) -> HeaderMap {
+    /// sensitive, so it is never shown in debug output), then [`HubConfig::headers`]. Never
+    /// send them anywhere else.
+    pub fn origin_headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
         if let Some(t) = &self.cfg.token {
             if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {}", t.expose())) {
                 v.set_sensitive(true);
                 h.insert(AUTHORIZATION, v);
+            }
+        }
+        for name in self.cfg.headers.keys() {
+            h.remove(name);
+            for v in self.cfg.headers.get_all(name) {
+                let mut v = v.clone();
+                // Whatever the caller adds may be a credential: never shown in debug output.
+                v.set_sensitive(true);
+                h.append(name.clone(), v);
             }
         }
         h
@@ -353,9 +369,28 @@ mod tests {
             ..HubConfig::default()
         })
         .unwrap();
-        let h = c.auth_headers();
+        let h = c.origin_headers();
         assert!(h[AUTHORIZATION].is_sensitive());
         assert!(!format!("{h:?}").contains("hf_secret"));
         assert!(!format!("{c:?}").contains("hf_secret"));
+    }
+
+    #[test]
+    fn added_headers_replace_the_token_and_stay_sensitive() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-trace", HeaderValue::from_static("abc"));
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Basic cHJveHk="));
+        let c = HubClient::new(HubConfig {
+            token: Token::new("hf_secret"),
+            headers,
+            ..HubConfig::default()
+        })
+        .unwrap();
+        let h = c.origin_headers();
+        assert_eq!(h["x-trace"], "abc");
+        let auth: Vec<_> = h.get_all(AUTHORIZATION).iter().collect();
+        assert_eq!(auth, ["Basic cHJveHk="], "the caller's Authorization wins");
+        assert!(h["x-trace"].is_sensitive() && auth[0].is_sensitive());
+        assert!(!format!("{h:?}").contains("cHJveHk"));
     }
 }

@@ -106,7 +106,7 @@ impl HubClient {
     ) -> reqwest::RequestBuilder {
         let b = self.client.request(method, url.clone());
         if chain.credentials_allowed() {
-            b.headers(self.auth_headers())
+            b.headers(self.origin_headers())
         } else {
             b
         }

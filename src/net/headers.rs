@@ -3,7 +3,9 @@
 //! `Content-Range` ending at `u64::MAX` is refused, never overflowed.
 
 use crate::names::normalize_etag;
-use reqwest::header::{HeaderMap, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, ETAG};
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, ETAG,
+};
 
 /// Whether two ETags name the same content (compared as [`normalize_etag`] leaves them).
 pub fn same_etag(a: &str, b: &str) -> bool {
@@ -109,6 +111,48 @@ pub fn content_encoding(h: &HeaderMap) -> Option<String> {
     (!s.is_empty() && s != "identity").then(|| crate::names::escape(&s).into_owned())
 }
 
+/// Headers a caller may not add: the client sets them per request (`Range`, `Host`, lengths,
+/// `Accept-Encoding: identity`, which the byte counts rely on), or they are hop-by-hop.
+const MANAGED: &[&str] = &[
+    "host",
+    "range",
+    "if-range",
+    "content-length",
+    "transfer-encoding",
+    "accept-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// A header to add to requests (see `FetcherBuilder::header`), checked: a valid name and value
+/// (visible ASCII and spaces; no line breaks), and not one the client manages itself.
+pub fn extra_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let n = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("'{}' is not a valid header name", crate::names::escape(name)))?;
+    if MANAGED.contains(&n.as_str()) {
+        return Err(format!("the header '{n}' is set by the client and cannot be given"));
+    }
+    let value = value.trim();
+    let visible = value.chars().all(|c| c == '\t' || (' '..='~').contains(&c));
+    let v = HeaderValue::from_str(value)
+        .ok()
+        .filter(|_| visible)
+        .ok_or_else(|| format!("the value of header '{n}' is not valid (visible ASCII only)"))?;
+    Ok((n, v))
+}
+
+/// [`extra_header`] of a `Name: value` line (curl's `-H`).
+pub fn parse_header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| format!("expected 'Name: value', got '{}'", crate::names::escape(line)))?;
+    extra_header(name, value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +213,16 @@ mod tests {
         assert_eq!(content_encoding(&h), None);
         h.insert(CONTENT_ENCODING, HeaderValue::from_static("GZIP"));
         assert_eq!(content_encoding(&h).as_deref(), Some("gzip"));
+    }
+
+    #[test]
+    fn extra_headers_are_checked() {
+        let (n, v) = parse_header_line("X-Trace:  abc def ").unwrap();
+        assert_eq!((n.as_str(), v.to_str().unwrap()), ("x-trace", "abc def"));
+        assert!(parse_header_line("Authorization: Basic eA==").is_ok());
+        for bad in ["no colon", "Range: bytes=0-1", "Host: x", "Bad Name: x", "X: a\nb"] {
+            assert!(parse_header_line(bad).is_err(), "{bad}");
+        }
+        assert!(extra_header("x-a", "caf\u{e9}").is_err());
     }
 }

@@ -25,8 +25,8 @@ pub mod retry;
 pub use clock::{RecordingClock, RetryClock, SharedClock, SystemClock, Wait};
 
 pub use headers::{
-    announced_etag, content_encoding, content_length, content_range, header_str, same_etag,
-    ContentRange,
+    announced_etag, content_encoding, content_length, content_range, extra_header, header_str,
+    parse_header_line, same_etag, ContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
 pub use retry::{

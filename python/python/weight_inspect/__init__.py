@@ -54,6 +54,8 @@ from .errors import (
     WeightInspectError,
 )
 from .hub import (
+    DryRunError,
+    DryRunFileInfo,
     EntryNotFoundError,
     GatedRepoError,
     IncompleteSnapshotError,
@@ -101,6 +103,8 @@ __all__ = [
     "RemoteEntryNotFoundError",
     "LocalEntryNotFoundError",
     "IncompleteSnapshotError",
+    "DryRunError",
+    "DryRunFileInfo",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -607,6 +611,8 @@ def fetch(
     *,
     endpoint: Optional[str] = None,
     repo_type: Optional[str] = None,
+    headers: Optional[Dict[str, str]] = None,
+    dry_run: bool = False,
 ) -> Dict[str, Any]:
     """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository, as a dict.
 
@@ -618,7 +624,13 @@ def fetch(
     huggingface_hub finds it), or ``local_dir`` a plain folder; ``token`` (default ``HF_TOKEN``
     or the token file); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
     ``connections`` the ranged requests in flight (default: adaptive); ``endpoint`` the Hub's
-    URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``.
+    URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``;
+    ``headers`` added to every request to the Hub's origin, where the token goes (never to the
+    CDN a file redirects to; a header the client sets itself, such as ``Range``, raises
+    :class:`LocalError`). ``dry_run=True`` downloads nothing and returns the plan, as
+    ``wi-fetch --dry-run --json``: ``repo``, ``revision``, ``commit``, ``files`` (each
+    ``path``, ``size``, ``etag``, ``local_path``, ``cached``, ``partial_bytes``), ``notice``,
+    ``refused``, ``offline``.
 
     ``progress(kind, file, n)`` is called from this thread, about every 100 ms, for each event:
     ``plan`` (``file`` is the number of files, ``n`` their bytes), ``start`` (``n`` the size),
@@ -655,6 +667,8 @@ def fetch(
         progress,
         endpoint,
         repo_type,
+        headers=sorted((headers or {}).items()),
+        dry_run=dry_run,
     )
     summary: Dict[str, Any] = _json.loads(text)
     return summary

@@ -79,7 +79,13 @@ def fetch(
     force_download: bool = False,
     metadata_timeout: Optional[float] = None,
     max_files: Optional[int] = None,
+    headers: List[Tuple[str, str]] = ...,
+    user_agent: Optional[str] = None,
+    metadata_retries: Optional[int] = None,
+    dry_run: bool = False,
 ) -> str:
-    """The fetch summary as JSON (``FetchSummary``). A failure's exception has ``reason``:
+    """The fetch summary as JSON (``FetchSummary``); with ``dry_run`` the plan (``Plan``),
+    nothing downloaded. ``headers`` go to the Hub's origin only; ``metadata_retries`` replaces
+    the 5 retries of a failed metadata request. A failure's exception has ``reason``:
     ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``, ``not_cached``,
     ``nothing_selected`` or ``None``."""

@@ -11,10 +11,12 @@ The environment is read as huggingface_hub reads it: ``HF_HUB_OFFLINE``, ``HF_EN
 ``HF_TOKEN`` (or the token file), ``HF_HUB_CACHE`` / ``HF_HOME``, ``HF_HUB_ETAG_TIMEOUT``
 (which, as there, overrides ``etag_timeout``) and ``HF_HUB_DOWNLOAD_TIMEOUT``.
 
-Accepted and ignored (documented on each function): ``library_name``, ``library_version``,
-``user_agent``, ``headers`` and ``tqdm_class`` (no progress bar is drawn; use
-:func:`weight_inspect.fetch` and its ``progress`` callback for progress). ``dry_run=True`` is
-refused with :class:`NotImplementedError` (nothing is downloaded then).
+``headers`` go with every request to the endpoint's origin (never to the CDN a file
+redirects to); ``library_name``, ``library_version`` and ``user_agent`` are appended to our
+user agent as huggingface_hub appends them to its own; ``dry_run=True`` returns
+``DryRunFileInfo`` (huggingface_hub's class when it is installed) and downloads nothing.
+Accepted and ignored: ``tqdm_class`` (no progress bar is drawn; use
+:func:`weight_inspect.fetch` and its ``progress`` callback for progress).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import os
 import stat as _stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Type, Union
 
@@ -41,6 +44,8 @@ __all__ = [
     "RemoteEntryNotFoundError",
     "LocalEntryNotFoundError",
     "IncompleteSnapshotError",
+    "DryRunError",
+    "DryRunFileInfo",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,6 +160,35 @@ class IncompleteSnapshotError(*_bases(LocalEntryNotFoundError, "IncompleteSnapsh
         self.snapshot_path = snapshot_path
 
 
+class DryRunError(*_bases(NotFoundError, "DryRunError"), OSError):  # type: ignore[misc]
+    """``snapshot_download(dry_run=True)`` offline, or with the Hub unreachable: nothing can be
+    listed. huggingface_hub's ``DryRunError`` (an ``OSError``)."""
+
+
+_HfDryRunFileInfo: Any = None
+try:  # the class huggingface_hub returns, so that isinstance() checks hold
+    from huggingface_hub import DryRunFileInfo as _HfDryRunFileInfo
+except ImportError:  # pragma: no cover - huggingface_hub before 1.1, or not installed
+    pass
+
+if _HfDryRunFileInfo is not None:
+    DryRunFileInfo = _HfDryRunFileInfo
+else:  # pragma: no cover - huggingface_hub is installed in the tests
+
+    @dataclass
+    class DryRunFileInfo:  # type: ignore[no-redef]
+        """What ``hf_hub_download(dry_run=True)`` would do for one file (huggingface_hub's
+        fields): its commit, size, path in the repository, local path, whether it is cached
+        and whether it would be downloaded."""
+
+        commit_hash: str
+        file_size: Optional[int]
+        filename: str
+        local_path: str
+        is_cached: bool
+        will_download: bool
+
+
 _BY_REASON: Dict[str, type] = {
     "repo_not_found": RepositoryNotFoundError,
     "gated": GatedRepoError,
@@ -204,30 +238,59 @@ def _offline_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _run(args: Dict[str, Any], offline: bool) -> Dict[str, Any]:
-    """One fetch; on a network failure (the Hub unreachable) the cache alone, as
-    huggingface_hub falls back to it; failures as the drop-in classes."""
+def _native_fetch(args: Dict[str, Any], **over: Any) -> Dict[str, Any]:
+    doc: Dict[str, Any] = _json.loads(_native.fetch(**{**args, **over}))
+    return doc
+
+
+def _run(args: Dict[str, Any], offline: bool, fallback: bool = True) -> Dict[str, Any]:
+    """One fetch (or with ``args["dry_run"]`` its plan), failures as the drop-in classes.
+
+    As huggingface_hub: the first metadata request is not retried; when the Hub cannot be
+    reached the cache answers (``fallback``); when the cache does not hold the files either,
+    the Hub is asked again with the usual retries."""
     try:
+        if offline or _offline_env():
+            return _native_fetch(args, offline=True)
         try:
-            text = _native.fetch(**args, offline=True if offline else None)
+            return _native_fetch(args, offline=None, metadata_retries=0)
         except NetworkError as net:
-            if offline or _offline_env():
+            if not fallback:
                 raise
             try:
-                text = _native.fetch(**args, offline=True)
+                return _native_fetch(args, offline=True)
             except NotFoundError as miss:
                 if getattr(miss, "reason", None) != "not_cached":
                     raise
+            try:
+                return _native_fetch(args, offline=None)
+            except NetworkError as again:
                 raise LocalEntryNotFoundError(
-                    f"{net.message}; and the cache does not hold it: {miss.message}"
+                    f"{again.message}; and the cache does not hold it"
                 ) from net
     except WeightInspectError as e:
         new = _translate(e)
         if new is e:
             raise
         raise new from None
-    summary: Dict[str, Any] = _json.loads(text)
-    return summary
+
+
+def _user_agent(
+    library_name: Optional[str], library_version: Optional[str], user_agent: Union[Dict[str, Any], str, None]
+) -> Optional[str]:
+    """huggingface_hub's user agent additions after our own: ``{library_name}/{library_version}``
+    and ``user_agent`` (a string, or a dict as ``key/value`` pairs), joined by ``; ``."""
+    parts = [f"weight-inspect/{_native.__version__}"]
+    if library_name is not None:
+        parts.append(f"{library_name}/{library_version}")
+    if isinstance(user_agent, dict):
+        parts.extend(f"{k}/{v}" for k, v in user_agent.items())
+    elif isinstance(user_agent, str):
+        parts.append(user_agent)
+    if len(parts) == 1:
+        return None
+    # As huggingface_hub: whatever is not printable ASCII is left out of a header.
+    return "".join(c for c in "; ".join(parts) if " " <= c <= "~")
 
 
 def _fetch_args(
@@ -244,7 +307,12 @@ def _fetch_args(
     include: List[str],
     exclude: List[str],
     max_files: Optional[int],
+    headers: Optional[Dict[str, str]],
+    user_agent: Optional[str],
+    dry_run: bool,
 ) -> Dict[str, Any]:
+    if headers is not None and not isinstance(headers, dict):
+        raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
     return dict(
         repo=repo_id,
         quant=None,
@@ -262,6 +330,9 @@ def _fetch_args(
         force_download=force_download,
         metadata_timeout=_etag_timeout(etag_timeout),
         max_files=max_files,
+        headers=sorted((str(k), str(v)) for k, v in (headers or {}).items()),
+        user_agent=user_agent,
+        dry_run=dry_run,
     )
 
 
@@ -285,7 +356,7 @@ def hf_hub_download(
     endpoint: Optional[str] = None,
     tqdm_class: Optional[type] = None,
     dry_run: bool = False,
-) -> str:
+) -> Union[str, DryRunFileInfo]:
     """Download one file of a repository, as ``huggingface_hub.hf_hub_download``: its path.
 
     Returns ``{cache_dir}/{repo_type}s--{org}--{name}/snapshots/{commit}/{filename}`` (the
@@ -300,9 +371,14 @@ def hf_hub_download(
     ``local_files_only`` (or ``HF_HUB_OFFLINE``) the cache only. When the Hub cannot be
     reached, the cache is used, as huggingface_hub does.
 
-    Accepted and ignored: ``library_name``, ``library_version``, ``user_agent``,
-    ``headers`` (our own user agent is sent, and no extra header), ``tqdm_class`` (no progress
-    bar). ``dry_run=True`` raises ``NotImplementedError``.
+    ``headers`` are sent with every request to the endpoint's origin (where the token goes;
+    never to the CDN a file redirects to), replacing ours of the same name; a header the client
+    sets itself (``Range``, ``Host``, ``Accept-Encoding``, …) raises
+    :class:`weight_inspect.LocalError`. ``library_name``/``library_version`` and
+    ``user_agent`` (a string or a dict) are appended to our user agent. ``dry_run=True``
+    downloads nothing and returns a ``DryRunFileInfo`` (``commit_hash``, ``file_size``,
+    ``filename``, ``local_path``, ``is_cached``, ``will_download``; huggingface_hub's class
+    when it is installed). Accepted and ignored: ``tqdm_class`` (no progress bar).
 
     Raises :class:`RepositoryNotFoundError`, :class:`GatedRepoError`,
     :class:`RevisionNotFoundError`, :class:`RemoteEntryNotFoundError` (the file is not in the
@@ -310,21 +386,35 @@ def hf_hub_download(
     huggingface_hub class of that name and a :class:`weight_inspect.NotFoundError`; other
     failures as :func:`weight_inspect.fetch` (``NetworkError``, ``IntegrityError``, …).
     """
-    del library_name, library_version, user_agent, headers, tqdm_class  # see the docstring
-    if dry_run:
-        raise NotImplementedError("weight_inspect.hf_hub_download does not support dry_run=True")
+    del tqdm_class  # see the docstring
     kind = _repo_type(repo_type)
     if subfolder:
         filename = f"{subfolder}/{filename}"
     args = _fetch_args(
         repo_id, kind, revision, cache_dir, local_dir, token, endpoint, force_download,
-        etag_timeout, [filename], [], [], None,
+        etag_timeout, [filename], [], [], None, headers,
+        _user_agent(library_name, library_version, user_agent), dry_run,
     )
     summary = _run(args, local_files_only)
+    if dry_run:
+        f = summary["files"][0]
+        return DryRunFileInfo(
+            commit_hash=summary["commit"],
+            file_size=int(f["size"]),
+            filename=filename,
+            local_path=_returned_path(f["local_path"], local_dir, filename),
+            is_cached=bool(f["cached"]),
+            will_download=force_download or not f["cached"],
+        )
+    return _returned_path(summary["files"][0]["local_path"], local_dir, filename)
+
+
+def _returned_path(local_path: str, local_dir: Optional[PathLike], filename: str) -> str:
+    """The path huggingface_hub returns for a file: below ``local_dir`` resolved, or in the
+    snapshot with the folders resolved (as it resolves the cache folder) but not the link."""
     if local_dir is not None:
         return os.path.join(str(Path(local_dir).expanduser().resolve()), *filename.split("/"))
-    local = Path(summary["files"][0]["local_path"])
-    # The folders resolved (as huggingface_hub resolves the cache folder), not the link.
+    local = Path(local_path)
     return os.path.join(str(local.parent.resolve()), local.name)
 
 
@@ -541,7 +631,7 @@ def snapshot_download(
     headers: Optional[Dict[str, str]] = None,
     endpoint: Optional[str] = None,
     dry_run: bool = False,
-) -> str:
+) -> Union[str, List[DryRunFileInfo]]:
     """Download every file of a repository (or those the patterns pick), as
     ``huggingface_hub.snapshot_download``: the snapshot folder.
 
@@ -558,14 +648,14 @@ def snapshot_download(
     huggingface_hub offline finds the snapshot complete; a listing huggingface_hub saved is
     read the same way by this function offline.
 
-    Accepted and ignored: ``library_name``, ``library_version``, ``user_agent``, ``headers``,
-    ``tqdm_class``. ``dry_run=True`` raises ``NotImplementedError``. Patterns that match no
-    file return the snapshot folder (with a warning), as huggingface_hub does, when the cache
-    knows the commit; otherwise they raise :class:`weight_inspect.NotFoundError`.
+    ``headers``, ``library_name``, ``library_version`` and ``user_agent`` as in
+    :func:`hf_hub_download`; accepted and ignored: ``tqdm_class``. ``dry_run=True`` downloads
+    nothing (the listing it asks for is kept, as a download keeps it) and returns one ``DryRunFileInfo`` per selected file; offline or with
+    the Hub unreachable it raises :class:`DryRunError`, as huggingface_hub does. Patterns that
+    match no file return the snapshot folder (with a warning), as huggingface_hub does, when
+    the cache knows the commit; otherwise they raise :class:`weight_inspect.NotFoundError`.
     """
-    del library_name, library_version, user_agent, headers, tqdm_class  # see the docstring
-    if dry_run:
-        raise NotImplementedError("weight_inspect.snapshot_download does not support dry_run=True")
+    del tqdm_class  # see the docstring
     kind = _repo_type(repo_type)
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, not {max_workers}")
@@ -582,6 +672,11 @@ def snapshot_download(
     hf_trees, our_trees = _listing_dirs(cache_root, folder, local)
     listing_root = local if local is not None else cache_root
     offline = local_files_only or _offline_env()
+    if dry_run and offline:
+        raise DryRunError(
+            "Dry run cannot be performed as the repository cannot be accessed: offline "
+            "(local_files_only or HF_HUB_OFFLINE)."
+        )
     if offline:
         # Read offline what huggingface_hub listed (a commit's tree never changes).
         commit = _commit_of(cache_root, folder, revision or "main") if local is None else None
@@ -592,17 +687,40 @@ def snapshot_download(
             _share_listing(listing_root, hf_trees, our_trees, commit)
     args = _fetch_args(
         repo_id, kind, revision, cache_root, local, token, endpoint, force_download,
-        etag_timeout, [], include, listed(ignore_patterns), max_workers,
+        etag_timeout, [], include, listed(ignore_patterns), max_workers, headers,
+        _user_agent(library_name, library_version, user_agent), dry_run,
     )
     try:
-        summary = _run(args, local_files_only)
+        summary = _run(args, local_files_only, fallback=not dry_run)
+    except NetworkError as e:
+        if not dry_run:
+            raise
+        raise DryRunError(
+            f"Dry run cannot be performed as the repository cannot be accessed: {e.message}"
+        ) from e
     except NotFoundError as e:
+        if dry_run and getattr(e, "reason", None) == "nothing_selected":
+            return []
         commit = _commit_of(cache_root, folder, revision or "main")
         if getattr(e, "reason", None) != "nothing_selected" or local is not None or not commit:
             raise
         logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
+        if dry_run:
+            return []
         return os.path.join(str(cache_root), folder, "snapshots", commit)
     commit = summary["commit"]
+    if dry_run:
+        return [
+            DryRunFileInfo(
+                commit_hash=commit,
+                file_size=int(f["size"]),
+                filename=f["path"],
+                local_path=_returned_path(f["local_path"], local, f["path"]),
+                is_cached=bool(f["cached"]),
+                will_download=force_download or not f["cached"],
+            )
+            for f in summary["files"]
+        ]
     result = str(local) if local is not None else os.path.join(str(cache_root), folder, "snapshots", commit)
     _share_listing(listing_root, hf_trees, our_trees, commit)
     if offline:

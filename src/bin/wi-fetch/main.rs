@@ -22,12 +22,13 @@ use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weight_inspect::fetch::lock::{LockFile, LockedRepo};
 use weight_inspect::fetch::{
-    human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, Plan, Reference, RepoRef,
-    RepoType, Selection,
+    human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, HeaderName, HeaderValue, Plan,
+    Reference, RepoRef, RepoType, Selection,
 };
 use weight_inspect::manage;
 use weight_inspect::names::escape;
 use weight_inspect::progress::{Event, FileId, Reporter};
+use weight_inspect::net::parse_header_line as parse_header;
 use weight_inspect::units::{parse_duration, parse_size};
 
 use cache::{cache_main, CacheCli};
@@ -115,6 +116,11 @@ struct FetchArgs {
     /// Access token (default: HF_TOKEN, then the file $HF_TOKEN_PATH or $HF_HOME/token).
     #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Add a header to every request to the Hub's origin, as the token is sent (a proxy's
+    /// credential, a tracing id): 'Name: value', repeatable. Never sent to the CDN a file
+    /// redirects to; replaces a header of that name, Authorization included.
+    #[arg(long, short = 'H', value_name = "NAME: VALUE", value_parser = parse_header)]
+    header: Vec<(HeaderName, HeaderValue)>,
     /// Cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -411,6 +417,9 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     }
     if let Some(t) = &cli.token {
         b = b.token(t);
+    }
+    for (name, value) in &cli.header {
+        b = b.header(name.clone(), value.clone());
     }
     if let Some(d) = &cli.cache_dir {
         b = b.cache_dir(d);
