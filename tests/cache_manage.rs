@@ -210,14 +210,12 @@ fn ls_then_rm_file_revision_and_repo() {
     }
 
     // rm a revision by commit prefix: its snapshot, the blob only it used (and its manifest),
-    // and the listing saved for that commit.
+    // and the listings saved for that commit (ours and huggingface_hub's).
+    let listings =
+        [".wi-trees", "trees"].map(|a| sb.repo_dir(REPO).join(a).join(format!("{c1}.json")));
     let a1_bytes = a1.len() as u64
         + manifest_of(&a1)
-        + len_of(
-            sb.repo_dir(REPO)
-                .join(".wi-trees")
-                .join(format!("{c1}.json")),
-        );
+        + listings.iter().map(|p| len_of(p.clone())).sum::<u64>();
     let o = run(cache_cmd(
         &sb,
         &["rm", &format!("{REPO}@{}", &c1[..10]), "-y", "--json"],
@@ -227,6 +225,7 @@ fn ls_then_rm_file_revision_and_repo() {
     assert_eq!(done["freed_bytes"], a1_bytes, "{done}");
     assert_eq!(done["revisions_removed"], 1);
     assert!(!sb.repo_dir(REPO).join("snapshots").join(&c1).exists());
+    assert!(listings.iter().all(|p| !p.exists()), "{listings:?}");
     assert!(!sb
         .repo_dir(REPO)
         .join("blobs")

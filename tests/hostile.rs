@@ -379,14 +379,21 @@ fn added_headers_go_to_the_origin_only() {
     let (origin, cdn): (Vec<_>, Vec<_>) = st.requests.iter().partition(|r| r.listener == "hub");
     assert!(!cdn.is_empty(), "w.bin came through the CDN");
     assert!(
-        origin.iter().any(|r| r.path.contains("/resolve/")) && origin.iter().any(|r| r.path.starts_with("/api/")),
+        origin.iter().any(|r| r.path.contains("/resolve/"))
+            && origin.iter().any(|r| r.path.starts_with("/api/")),
         "{origin:?}"
     );
     for r in &origin {
-        assert!(r.authorization && r.headers.contains(&"x-trace".to_string()), "{r:?}");
+        assert!(
+            r.authorization && r.headers.contains(&"x-trace".to_string()),
+            "{r:?}"
+        );
     }
     for r in &cdn {
-        assert!(!r.authorization && !r.headers.contains(&"x-trace".to_string()), "{r:?}");
+        assert!(
+            !r.authorization && !r.headers.contains(&"x-trace".to_string()),
+            "{r:?}"
+        );
     }
     assert_no_canary(&o, &sb);
     let requests = st.total_requests;
@@ -395,9 +402,17 @@ fn added_headers_go_to_the_origin_only() {
         c.args(["tok/repo", "c.json", "-H", bad]);
         let o = run_within(c, LIMIT);
         expect_code(&o, 1);
-        assert!(stderr(&o).contains("header") || stderr(&o).contains("Name: value"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("header") || stderr(&o).contains("Name: value"),
+            "{}",
+            stderr(&o)
+        );
     }
-    assert_eq!(hub.stats().total_requests, requests, "refused before any request");
+    assert_eq!(
+        hub.stats().total_requests,
+        requests,
+        "refused before any request"
+    );
 }
 
 /// The token is never printed, logged or written to disk, whatever fails.

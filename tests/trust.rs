@@ -143,6 +143,57 @@ fn a_saved_listing_is_not_trusted_over_the_hub() {
     }
 }
 
+/// huggingface_hub's listing (`trees/{commit}.json`, its format) is written beside ours, so
+/// that it finds our snapshots complete offline. Without ours it stands in as a hint (a warm run
+/// lists nothing), and like ours it is checked when checking: a tampered copy is discarded,
+/// named, and replaced by the Hub's answer.
+#[test]
+fn huggingface_hubs_listing_is_kept_and_only_a_hint() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let fetch = |extra: &[&str]| {
+        let mut c = sb.cmd(&hub);
+        c.arg(format!("{REPO}:Q4_K_M")).args(extra);
+        run(c)
+    };
+    expect_code(&fetch(&[]), 0);
+    let repo_dir = sb.repo_dir(REPO);
+    let (ours, commit) = saved_listing(&repo_dir);
+    let theirs = repo_dir.join("trees").join(format!("{commit}.json"));
+    let doc: serde_json::Value = serde_json::from_slice(&fs::read(&theirs).unwrap()).unwrap();
+    let real = sha256_hex(&demo_file(Q4));
+    assert_eq!(doc["format_version"], 1);
+    assert_eq!(doc["files"][Q4]["lfs_sha256"], real.as_str());
+    assert_eq!(doc["files"][Q4]["size"], demo_file(Q4).len() as u64);
+    // Ours gone: theirs stands in.
+    fs::remove_file(&ours).unwrap();
+    hub.reset_stats();
+    expect_code(&fetch(&[]), 0);
+    let listings = |hub: &mock_server::MockHub| {
+        hub.stats()
+            .requests
+            .iter()
+            .filter(|r| r.path.contains("/tree/"))
+            .count()
+    };
+    assert_eq!(listings(&hub), 0, "the warm run asked for no listing");
+    // Tampered: checking asks the Hub, names the copy it discards, and rewrites both.
+    let forged = "5".repeat(64);
+    let text = fs::read_to_string(&theirs).unwrap();
+    fs::write(&theirs, text.replace(&real, &forged)).unwrap();
+    let o = fetch(&["--verify", "full"]);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert!(
+        e.contains("saved listing")
+            && e.contains(&theirs.display().to_string())
+            && e.contains("discarded"),
+        "{e}"
+    );
+    assert!(fs::read_to_string(&theirs).unwrap().contains(&real));
+    assert!(ours.is_file(), "ours is written again");
+}
+
 /// The same attack on files asked for by name (no listing: the recorded manifest alone made the
 /// warm run ask nothing): `--verify full` asks the Hub for the file's identity.
 #[test]

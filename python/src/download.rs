@@ -17,8 +17,8 @@ use weight_inspect::fetch::{
     parse_reference, CancellationToken, FetchError, Fetcher, HeaderValue, RepoRef, RepoType,
     RetryPolicy, Selection,
 };
-use weight_inspect::net::extra_header;
 use weight_inspect::hub::HubError;
+use weight_inspect::net::extra_header;
 use weight_inspect::progress::{Event, Reporter};
 
 use crate::errors::Failure;
@@ -262,7 +262,9 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
         .name("wi-fetch".into())
         .spawn(move || {
             let answer = if dry_run {
-                fetcher.resolve(&repo, &selection).and_then(|plan| json(&plan))
+                fetcher
+                    .resolve(&repo, &selection)
+                    .and_then(|plan| json(&plan))
             } else {
                 fetcher.fetch(&repo, &selection).and_then(|s| json(&s))
             };

@@ -8,7 +8,7 @@
 //!   [`buffer::TensorBuffer`], a read-only buffer-protocol exporter over the memory map that
 //!   NumPy wraps without copying (`numpy.frombuffer`);
 //! - [`inspect`] is `weight-inspect --json [--verify] [--strict] PATH`: the same reports,
-//!   as JSON text;
+//!   as JSON text, for local files and for models on the Hub (headers only, over HTTP ranges);
 //! - [`manifest_create`] and [`manifest_check`] are `weight-inspect manifest create|check`;
 //! - [`fetch()`] is `wi-fetch` over the library's `Fetcher` (see [`mod@download`]).
 //!
@@ -19,8 +19,12 @@
 use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
+use weight_inspect::cache::{HfCache, LocalDir, Store};
 use weight_inspect::exit::ExitClass;
+use weight_inspect::hub::{HubConfig, Token};
 use weight_inspect::manifest::{self, CreateOptions, Document, FileVerdict, DEFAULT_CHUNK_SIZE};
+use weight_inspect::names::{check_repo_id, RepoType};
+use weight_inspect::remote;
 use weight_inspect::verify::{self, InspectError, Options};
 
 pub mod buffer;
@@ -42,16 +46,71 @@ fn open(py: Python<'_>, path: PathBuf) -> PyResult<NativeModel> {
 /// `weight-inspect --json [--verify] [--strict] PATH`: one JSON document per model, as the
 /// tool prints its lines. For a folder, every model in it (a model that cannot be read is a
 /// `{"path", "error", "exit_code"}` document, as the tool prints it); for a file, its report,
-/// or the error raised.
+/// or the error raised. A path that does not exist and names a model on the Hub (`hf://…`,
+/// `org/name[:TAG]`, a `…/resolve/…` URL) is inspected there, headers only (`endpoint`,
+/// `revision`, `token` as `weight-inspect --endpoint --revision --token`).
 #[pyfunction]
-#[pyo3(signature = (path, verify = false, strict = false))]
-fn inspect(py: Python<'_>, path: PathBuf, verify: bool, strict: bool) -> PyResult<Vec<String>> {
+#[pyo3(signature = (path, verify = false, strict = false, endpoint = None, revision = None, token = None))]
+fn inspect(
+    py: Python<'_>,
+    path: PathBuf,
+    verify: bool,
+    strict: bool,
+    endpoint: Option<String>,
+    revision: Option<String>,
+    token: Option<String>,
+) -> PyResult<Inspected> {
     let opts = Options {
         hash_tensors: verify,
         strict,
     };
+    if let Some(spec) = path
+        .to_str()
+        .filter(|s| !path.exists() && remote::looks_remote(s))
+    {
+        let spec = spec.to_owned();
+        return Ok(
+            py.detach(move || inspect_remote(&spec, endpoint, revision.as_deref(), token, &opts))?
+        );
+    }
+    let many = path.is_dir();
     let lines = py.detach(move || inspect_lines(&path, &opts))?;
-    Ok(lines)
+    Ok((lines, many, None))
+}
+
+/// What [`inspect`] returns: the JSON documents, whether the answer is a list (a folder, a
+/// repository without a file named) rather than one report, and the note saying which model of
+/// a repository was chosen.
+type Inspected = (Vec<String>, bool, Option<String>);
+
+/// A model on the Hub, header only: the endpoint and token as `fetch` finds them (the
+/// environment), the arguments over them.
+fn inspect_remote(
+    spec: &str,
+    endpoint: Option<String>,
+    revision: Option<&str>,
+    token: Option<String>,
+    opts: &Options,
+) -> Result<Inspected, Failure> {
+    let mut cfg = HubConfig::from_env();
+    if let Some(e) = endpoint.filter(|e| !e.trim().is_empty()) {
+        cfg.endpoint = e;
+    }
+    if let Some(t) = token {
+        cfg.token = Token::new(t);
+    }
+    let (target, inspection) = remote::inspect_reference_blocking(spec, revision, cfg, opts)
+        .map_err(|e| Failure::of(e.exit_class(), &e))?;
+    let lines = inspection
+        .reports
+        .iter()
+        .map(|r| serde_json::to_string(r).map_err(Failure::local))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((
+        lines,
+        target.file.is_none() && target.quant.is_none(),
+        inspection.notice,
+    ))
 }
 
 fn inspect_error(e: &InspectError) -> Failure {
@@ -244,6 +303,51 @@ fn fetch(
     download::run(py, request, progress)
 }
 
+/// The store of a repository: its folder in the cache at `cache_dir`, or `local_dir`.
+fn store(
+    cache_dir: PathBuf,
+    repo_type: &str,
+    repo_id: &str,
+    local_dir: Option<PathBuf>,
+) -> Result<Store, Failure> {
+    if let Some(d) = local_dir {
+        return Ok(Store::Local(LocalDir::new(d)));
+    }
+    let kind: RepoType = repo_type.parse().map_err(Failure::local)?;
+    check_repo_id(repo_id).map_err(|e| Failure::local(format!("repository id: {e}")))?;
+    Ok(Store::Cache(HfCache::new(cache_dir).repo(kind, repo_id)))
+}
+
+/// The commit `revision` names in the cache without the network (a commit with a snapshot,
+/// else `refs/{revision}`, read without following a link), or `None`.
+#[pyfunction]
+fn cached_commit(
+    cache_dir: PathBuf,
+    repo_type: &str,
+    repo_id: &str,
+    revision: &str,
+) -> PyResult<Option<String>> {
+    match store(cache_dir, repo_type, repo_id, None)? {
+        Store::Cache(r) => Ok(r.resolve_offline(revision)),
+        Store::Local(_) => Ok(None),
+    }
+}
+
+/// The paths huggingface_hub's saved listing of `commit` names (`trees/{commit}.json`, or
+/// below `local_dir`), read safely and bounded; `None` without one (see
+/// `Store::hf_listed_paths`).
+#[pyfunction]
+#[pyo3(signature = (cache_dir, repo_type, repo_id, local_dir, commit))]
+fn hf_listed_paths(
+    cache_dir: PathBuf,
+    repo_type: &str,
+    repo_id: &str,
+    local_dir: Option<PathBuf>,
+    commit: &str,
+) -> PyResult<Option<Vec<String>>> {
+    Ok(store(cache_dir, repo_type, repo_id, local_dir)?.hf_listed_paths(commit))
+}
+
 /// Whether a safetensors file's header (the JSON after its 8-byte length, in `bytes`, the whole
 /// file) has a `__metadata__` entry that is not `null`. A header the core could not parse gives
 /// `false`; nothing is allocated for the other entries.
@@ -274,6 +378,8 @@ pub fn header_has_metadata_key(bytes: &[u8]) -> bool {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(cached_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(hf_listed_paths, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
     m.add_function(wrap_pyfunction!(fetch, m)?)?;

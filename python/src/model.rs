@@ -182,13 +182,19 @@ impl NativeModel {
     }
 
     /// The bytes of the tensor `name`, as a read-only buffer over the memory map (no copy).
-    /// `MissingTensorError` for a name the model does not have, `LocalError` for a tensor
-    /// whose bytes are not inside its file.
-    fn buffer(&self, name: &str) -> Result<TensorBuffer, Failure> {
+    /// With `will_read` (the whole tensor is about to be read), the kernel is asked to start
+    /// reading it in. `MissingTensorError` for a name the model does not have, `LocalError`
+    /// for a tensor whose bytes are not inside its file.
+    #[pyo3(signature = (name, will_read = true))]
+    fn buffer(&self, name: &str, will_read: bool) -> Result<TensorBuffer, Failure> {
         let (file, info, f) = self.locate(name)?;
         let outside = |why: String| Failure::local(format!("{}: {why}", file.path().display()));
         // The view checks the range against the file, with the core's message.
         file.view(info).map_err(|e| outside(e.to_string()))?;
+        if will_read {
+            // From a cold cache, the kernel reads it in ahead of the reader's faults.
+            file.advise_will_need(info);
+        }
         let start = usize::try_from(info.offset).map_err(|_| outside("offset too large".into()))?;
         let len = usize::try_from(info.n_bytes).map_err(|_| outside("too large".into()))?;
         TensorBuffer::new(Arc::clone(&self.model), f, start, len, info.name.clone()).ok_or_else(

@@ -182,3 +182,56 @@ def test_manifest_failures_raise(model_dir: Path, tmp_path: Path) -> None:
     wi.manifest_create(model_dir, output=good)
     with pytest.raises(wi.LocalError, match="is not in the manifest"):
         wi.manifest_check(good, [model_dir / "model.safetensors", model_dir / "other.bin"])
+
+
+# ---- models on the Hub, headers only ----
+
+
+@pytest.fixture(scope="module")
+def remote_hub(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from test_fetch import Hub
+
+    root = tmp_path_factory.mktemp("hub")
+    repo = root / "demo" / "mixed"
+    repo.mkdir(parents=True)
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB of data: far more than the header
+    stnp.save_file({"w": big.reshape(1024, 1024), "b": np.ones(3, np.float16)}, str(repo / "model.safetensors"))
+    for quant in ("Q8_0", "Q4_K_M"):
+        w = GGUFWriter(str(repo / f"m-{quant}.gguf"), "llama")
+        w.add_tensor("blk.0.attn_q.weight", np.full((256, 256), 0.5, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    h = Hub(root)
+    yield h
+    h.stop()
+
+
+def test_a_model_on_the_hub_is_inspected_from_its_header_as_the_cli_does(remote_hub, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url = remote_hub.url
+    for spec in ("hf://demo/mixed/model.safetensors", "demo/mixed:q4_k_m"):
+        remote_hub.reset_stats()
+        ours = wi.inspect(spec, verify=True, endpoint=url)
+        assert isinstance(ours, dict), spec
+        assert ours["remote"] is True and ours["hashed"] is False and ours["valid"], ours
+        got = ours["header_only"]
+        assert got["bytes_read"] < ours["file_size"] and got["requests"] >= 1
+        cli = subprocess.run(
+            [str(_cli()), "--json", "--verify", "--endpoint", url, spec], capture_output=True, text=True
+        )
+        assert cli.returncode == 0, cli.stderr
+        theirs = json.loads(cli.stdout)
+        assert ours == theirs, spec
+    # A repository: the model fetch would pick, as a list; the choice is logged.
+    docs = wi.inspect("demo/mixed", endpoint=url)
+    assert isinstance(docs, list) and [d["path"].rsplit("/", 1)[-1] for d in docs] == ["m-Q4_K_M.gguf"]
+
+
+def test_remote_failures_raise_by_class(remote_hub, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(wi.NotFoundError, match="demo/nope") as e:
+        wi.inspect("hf://demo/nope/x.gguf", endpoint=remote_hub.url)
+    assert e.value.exit_code == 4
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(wi.NotFoundError, match="offline"):
+        wi.inspect("hf://demo/mixed/model.safetensors", endpoint=remote_hub.url)

@@ -9,6 +9,7 @@
 //! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
 //! {cache}/models--{org}--{name}/.wi-manifests/{etag}.json        our manifest of a verified blob
 //! {cache}/models--{org}--{name}/.wi-trees/{commit}.json          our copy of the file listing
+//! {cache}/models--{org}--{name}/trees/{commit}.json              huggingface_hub's copy of it
 //! {cache}/.locks/models--{org}--{name}/{etag}.lock               held while a blob is written
 //! ```
 //!
@@ -109,6 +110,10 @@ pub struct CachedFile {
     /// The commit it belongs to.
     pub commit: String,
 }
+
+/// The largest saved listing read back (ours or huggingface_hub's): the Hub client's bound on
+/// a whole listing (`HubConfig::max_listing_bytes`' default).
+pub const MAX_SAVED_LISTING_BYTES: u64 = 512 << 20;
 
 /// A Hugging Face cache root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,6 +230,12 @@ impl RepoCache {
     /// never changes), so that a warm run asks the Hub only what the revision points at.
     pub fn tree_path(&self, commit: &str) -> PathBuf {
         self.dir.join(".wi-trees").join(format!("{commit}.json"))
+    }
+
+    /// `trees/{commit}.json`: huggingface_hub's copy of the listing (its format, version 1),
+    /// which it reads offline to tell a complete snapshot from an incomplete one.
+    pub fn hf_tree_path(&self, commit: &str) -> PathBuf {
+        self.dir.join("trees").join(format!("{commit}.json"))
     }
 
     /// Moves the blob `etag` (a regular file, no link followed) to its partial download's name,
@@ -531,6 +542,37 @@ impl Store {
                 .join("wi-trees")
                 .join(format!("{commit}.json")),
         }
+    }
+
+    /// Where huggingface_hub keeps its copy of the listing at `commit` (see
+    /// [`RepoCache::hf_tree_path`]); in a local folder, `{dir}/.cache/huggingface/trees/{commit}.json`.
+    pub fn hf_tree_path(&self, commit: &str) -> PathBuf {
+        match self {
+            Store::Cache(r) => r.hf_tree_path(commit),
+            Store::Local(l) => l
+                .huggingface_dir()
+                .join("trees")
+                .join(format!("{commit}.json")),
+        }
+    }
+
+    /// The paths huggingface_hub's listing at `commit` names ([`Store::hf_tree_path`],
+    /// `format_version` 1): what it would expect a complete snapshot to hold. Read without
+    /// following a link on the way and at most [`MAX_SAVED_LISTING_BYTES`]; `None` when there
+    /// is none, or it is not a listing huggingface_hub would read.
+    pub fn hf_listed_paths(&self, commit: &str) -> Option<Vec<String>> {
+        #[derive(serde::Deserialize)]
+        struct Listing {
+            format_version: u64,
+            files: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+        }
+        if !is_commit_hash(commit) {
+            return None;
+        }
+        let file = self.open_own(&self.hf_tree_path(commit)).ok()?;
+        let bytes = safe_fs::read_limited(file, MAX_SAVED_LISTING_BYTES).ok()?;
+        let listing: Listing = serde_json::from_slice(&bytes).ok()?;
+        (listing.format_version == 1).then(|| listing.files.into_keys().collect())
     }
 
     /// The folder below which this store writes (links are refused below it): the cache root

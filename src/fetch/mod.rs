@@ -85,10 +85,10 @@ pub use crate::hub::{RepoRef, RepoType, Token};
 pub use crate::net::RetryPolicy;
 #[doc(no_inline)]
 pub use crate::transfer::EngineConfig;
-/// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
-pub use tokio_util::sync::CancellationToken;
 /// The types of [`FetcherBuilder::header`].
 pub use reqwest::header::{HeaderName, HeaderValue};
+/// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
+pub use tokio_util::sync::CancellationToken;
 
 use std::path::PathBuf;
 use std::sync::Arc;

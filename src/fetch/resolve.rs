@@ -177,7 +177,10 @@ impl Fetcher {
 
     /// The repository's files at the commit its revision points at: one request for the commit,
     /// and the listing from the copy kept beside the cache when there is one for that commit
-    /// (a commit's tree never changes), else from the Hub (and kept).
+    /// (a commit's tree never changes): ours, else huggingface_hub's (`trees/{commit}.json`);
+    /// else from the Hub. What came from the Hub is kept in both formats, so that either
+    /// library finds it offline (huggingface_hub's is left out when entries were refused: it
+    /// would take the snapshot for complete without them).
     ///
     /// `fresh` (checking): the listing always comes from the Hub; a saved copy that disagrees
     /// with it is replaced, and the second value says so, naming it.
@@ -188,17 +191,29 @@ impl Fetcher {
         fresh: bool,
     ) -> Result<(hub::RepoListing, Option<String>), FetchError> {
         let commit = self.hub.repo_commit(repo).await?;
-        let path = store.tree_path(&commit);
+        let ours = store.tree_path(&commit);
+        let theirs = store.hf_tree_path(&commit);
         let limit = self.hub.config().max_listing_bytes;
         // The repository folder itself may be a planted link: nothing is read or written
-        // through one (the saved listing is below it).
-        let saved = store
-            .open_own(&path)
-            .ok()
-            .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
-            .map(|b| hub::load_tree(&b));
+        // through one (the saved listings are below it).
+        let read = |p: &std::path::Path| {
+            store
+                .open_own(p)
+                .ok()
+                .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
+        };
+        let theirs_there = std::fs::symlink_metadata(&theirs).is_ok();
+        let (saved, saved_path) = match read(&ours).map(|b| hub::load_tree(&b)) {
+            Some(s) => (Some(s), &ours),
+            None => (read(&theirs).map(|b| hub::load_hf_tree(&b)), &theirs),
+        };
+        let from_theirs = saved.is_some() && saved_path == &theirs;
         if !fresh {
             if let Some(Ok((files, refused))) = saved {
+                // A listing huggingface_hub lacks (saved by an earlier version): give it one.
+                if !theirs_there {
+                    self.keep_listings(store, &commit, &files, &refused, false, true);
+                }
                 return Ok((
                     hub::RepoListing {
                         commit,
@@ -215,25 +230,21 @@ impl Fetcher {
             Some(Ok((old, _))) if old == &files => None,
             Some(Ok((old, _))) => Some(format!(
                 "the saved listing {} disagrees with the Hub ({}): discarded",
-                path.display(),
+                saved_path.display(),
                 listing_difference(old, &files)
             )),
             Some(Err(e)) => Some(format!(
                 "the saved listing {} cannot be read ({}): discarded",
-                path.display(),
+                saved_path.display(),
                 escape(e)
             )),
         };
-        let keep = saved.is_none() || discarded.is_some();
-        if let (Some(dir), true, true) = (path.parent(), keep, self.writes()) {
-            // Only a cost when it fails: the next run lists again.
-            if crate::safe_fs::create_dirs_below(store.root(), dir).is_ok() {
-                let _ = crate::safe_fs::write_atomic(
-                    &path,
-                    hub::save_tree(&files, &refused).as_bytes(),
-                );
-            }
-        }
+        let agreed = saved.is_some() && discarded.is_none();
+        // Ours unless it was the copy read and the Hub agreed with it.
+        let keep_ours = !agreed || from_theirs;
+        // Checking also gives huggingface_hub the Hub's answer, whatever its copy said.
+        let keep_theirs = !theirs_there || fresh;
+        self.keep_listings(store, &commit, &files, &refused, keep_ours, keep_theirs);
         Ok((
             hub::RepoListing {
                 commit,
@@ -242,6 +253,35 @@ impl Fetcher {
             },
             discarded,
         ))
+    }
+
+    /// Writes the listing at `commit` in our format and/or huggingface_hub's (not when this
+    /// fetcher writes nothing). Only a cost when it fails: the next run lists again.
+    fn keep_listings(
+        &self,
+        store: &Store,
+        commit: &str,
+        files: &[hub::RemoteFile],
+        refused: &[hub::RefusedEntry],
+        ours: bool,
+        theirs: bool,
+    ) {
+        if !self.writes() {
+            return;
+        }
+        let write = |path: std::path::PathBuf, text: String| {
+            if let Some(dir) = path.parent() {
+                if crate::safe_fs::create_dirs_below(store.root(), dir).is_ok() {
+                    let _ = crate::safe_fs::write_atomic(&path, text.as_bytes());
+                }
+            }
+        };
+        if ours {
+            write(store.tree_path(commit), hub::save_tree(files, refused));
+        }
+        if theirs && refused.is_empty() {
+            write(store.hf_tree_path(commit), hub::save_hf_tree(files));
+        }
     }
 
     /// Asks for the sidecar manifest of every file to download (`HEAD`, one per file, at

@@ -50,6 +50,18 @@ impl Mmap {
         self.map.as_deref().unwrap_or(&[])
     }
 
+    /// Tell the kernel `len` bytes from `offset` will be read soon, so that it starts reading
+    /// them in (a tensor handed to a caller who will read it). Best effort: errors, and a range
+    /// past the end, are ignored.
+    pub fn advise_will_need(&self, offset: usize, len: usize) {
+        if let Some(map) = &self.map {
+            let end = offset.saturating_add(len).min(map.len());
+            if offset < end {
+                let _ = map.advise_range(memmap2::Advice::WillNeed, offset, end - offset);
+            }
+        }
+    }
+
     /// Tell the kernel the map will be read sequentially (larger read-ahead) (used before hashing
     /// every tensor). Best effort: errors are ignored.
     pub fn advise_sequential(&self) {

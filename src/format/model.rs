@@ -292,6 +292,19 @@ impl ModelFile {
             m.advise_sequential();
         }
     }
+
+    /// Advise the kernel that the bytes of `info` (one of this file's tensors) will be read
+    /// soon: from a cold page cache it starts reading them in, ahead of the reader's page
+    /// faults. Best effort; a range outside the file is ignored.
+    pub fn advise_will_need(&self, info: &TensorInfo) {
+        if let (Bytes::Map(m), Ok(offset), Ok(len)) = (
+            &self.bytes,
+            usize::try_from(info.offset),
+            usize::try_from(info.n_bytes),
+        ) {
+            m.advise_will_need(offset, len);
+        }
+    }
 }
 
 /// A zero-copy view of one tensor's bytes, borrowed from its [`ModelFile`].

@@ -244,6 +244,87 @@ pub fn save_tree(files: &[RemoteFile], refused: &[RefusedEntry]) -> String {
     serde_json::json!({"entries": entries, "refused": refused}).to_string()
 }
 
+/// The `format_version` of huggingface_hub's tree-listing cache (`trees/{commit}.json`).
+pub const HF_TREE_FORMAT_VERSION: u64 = 1;
+
+/// The listing as huggingface_hub caches it beside a snapshot (`trees/{commit}.json`, so that
+/// huggingface_hub offline finds the snapshot complete, or not): `{"format_version": 1,
+/// "files": {path: {"size", "blob_id", "lfs_sha256", "lfs_size"}}}`, the paths sorted and the
+/// text indented by one space, as it writes the file itself.
+pub fn save_hf_tree(files: &[RemoteFile]) -> String {
+    let mut sorted: Vec<&RemoteFile> = files.iter().collect();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut map = serde_json::Map::new();
+    for f in sorted {
+        let mut info = serde_json::Map::new();
+        info.insert("size".into(), f.size.into());
+        info.insert("blob_id".into(), f.git_oid.clone().into());
+        if let Some(sha) = &f.lfs_sha256 {
+            info.insert("lfs_sha256".into(), sha.clone().into());
+            info.insert("lfs_size".into(), f.size.into());
+        }
+        map.insert(f.path.clone(), info.into());
+    }
+    let doc = serde_json::json!({"format_version": HF_TREE_FORMAT_VERSION, "files": map});
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b" ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    // Serializing a JSON value to memory cannot fail.
+    let _ = serde::Serialize::serialize(&doc, &mut ser);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// huggingface_hub's cached listing (see [`save_hf_tree`]) read back: its files and the entries
+/// refused, every entry checked as a listing page is (the file lives in a shared folder, and
+/// another program wrote it). Another `format_version`, or text that is not such a listing, is
+/// an error: the listing is then asked of the Hub.
+pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), String> {
+    #[derive(Deserialize)]
+    struct HfTree {
+        format_version: u64,
+        files: serde_json::Map<String, serde_json::Value>,
+    }
+    #[derive(Deserialize)]
+    struct HfEntry {
+        #[serde(default, deserialize_with = "size")]
+        size: Option<Size>,
+        #[serde(default)]
+        blob_id: Option<String>,
+        #[serde(default)]
+        lfs_sha256: Option<String>,
+        #[serde(default, deserialize_with = "size")]
+        lfs_size: Option<Size>,
+    }
+    let tree: HfTree = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if tree.format_version != HF_TREE_FORMAT_VERSION {
+        return Err(format!(
+            "format_version {} (this version reads {HF_TREE_FORMAT_VERSION})",
+            tree.format_version
+        ));
+    }
+    let (mut files, mut refused) = (Vec::new(), Vec::new());
+    let entries =
+        tree.files.into_iter().map(
+            |(path, info)| match serde_json::from_value::<HfEntry>(info) {
+                Ok(e) => PageEntry::Entry(TreeEntry {
+                    kind: "file".into(),
+                    path,
+                    oid: e.blob_id,
+                    size: e.size,
+                    lfs: e.lfs_sha256.map(|sha| LfsInfo {
+                        oid: Some(sha),
+                        sha256: None,
+                        size: e.lfs_size,
+                    }),
+                }),
+                Err(_) => PageEntry::Other(serde::de::IgnoredAny),
+            },
+        );
+    take_page(entries.collect(), &mut files, &mut refused);
+    let files = refuse_collisions(files, &mut refused);
+    Ok((files, refused))
+}
+
 /// One page of a tree listing from its bytes, as [`HubClient::list_tree`] reads it (for the
 /// fuzz target): the files kept and the entries refused, collisions included.
 #[cfg(any(test, feature = "fuzzing"))]
@@ -588,5 +669,48 @@ mod tests {
         assert!(f.is_empty());
         assert_eq!(r.len(), 2);
         assert!(load_tree(b"[]").is_err());
+    }
+
+    #[test]
+    fn huggingface_hubs_listing_round_trips_and_is_checked_again() {
+        let files = vec![
+            RemoteFile {
+                path: "z.json".into(),
+                size: 24,
+                git_oid: "3".repeat(40),
+                lfs_sha256: None,
+            },
+            RemoteFile {
+                path: "a.gguf".into(),
+                size: 5,
+                git_oid: "1".repeat(40),
+                lfs_sha256: Some("2".repeat(64)),
+            },
+        ];
+        let text = save_hf_tree(&files);
+        // huggingface_hub's own layout: sorted, one space of indent, lfs fields only for LFS.
+        let want = format!(
+            "{{\n \"format_version\": 1,\n \"files\": {{\n  \"a.gguf\": {{\n   \"size\": 5,\n   \
+             \"blob_id\": \"{}\",\n   \"lfs_sha256\": \"{}\",\n   \"lfs_size\": 5\n  }},\n  \
+             \"z.json\": {{\n   \"size\": 24,\n   \"blob_id\": \"{}\"\n  }}\n }}\n}}",
+            "1".repeat(40),
+            "2".repeat(64),
+            "3".repeat(40)
+        );
+        assert_eq!(text, want);
+        let (mut f, r) = load_hf_tree(text.as_bytes()).unwrap();
+        f.sort_by(|a, b| b.path.cmp(&a.path));
+        assert_eq!((f, r.len()), (files, 0));
+        // Written by another program into a shared folder: checked as a page from the Hub.
+        let evil = text
+            .replace("a.gguf", "../a.gguf")
+            .replace("\"size\": 24", "\"size\": -1");
+        let (f, r) = load_hf_tree(evil.as_bytes()).unwrap();
+        assert!(f.is_empty() && r.len() == 2, "{f:?} {r:?}");
+        let odd = r#"{"format_version": 1, "files": {"x": 7, "y": {"size": 1, "blob_id": "zz"}}}"#;
+        let (f, r) = load_hf_tree(odd.as_bytes()).unwrap();
+        assert!(f.is_empty() && r.len() == 2);
+        assert!(load_hf_tree(br#"{"format_version": 2, "files": {}}"#).is_err());
+        assert!(load_hf_tree(b"[]").is_err());
     }
 }

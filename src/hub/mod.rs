@@ -40,7 +40,10 @@ pub use crate::names::{
 pub use crate::net::RetryPolicy;
 pub use crate::net::{is_transient_status as is_retryable_status, retry_after};
 pub use error::HubError;
-pub use listing::{load_tree, save_tree, RefusedEntry, RemoteFile, RepoListing};
+pub use listing::{
+    load_hf_tree, load_tree, save_hf_tree, save_tree, RefusedEntry, RemoteFile, RepoListing,
+    HF_TREE_FORMAT_VERSION,
+};
 pub use metadata::FileMetadata;
 pub use range::RangeRead;
 

@@ -375,12 +375,12 @@ pub(super) fn plan_revisions(
             if fs::symlink_metadata(&ne).is_ok() {
                 out.push(ItemKind::NoExist, id, r.commit.clone(), ne, 0, None);
             }
-            let tree = repo
-                .path
-                .join(".wi-trees")
-                .join(format!("{}.json", r.commit));
-            if let Ok(m) = fs::symlink_metadata(&tree) {
-                out.push(ItemKind::Tree, id, r.commit.clone(), tree, m.len(), None);
+            // Our listing of the commit and huggingface_hub's (`trees/`, written beside it).
+            for area in [".wi-trees", "trees"] {
+                let tree = repo.path.join(area).join(format!("{}.json", r.commit));
+                if let Ok(m) = fs::symlink_metadata(&tree) {
+                    out.push(ItemKind::Tree, id, r.commit.clone(), tree, m.len(), None);
+                }
             }
         }
         for f in &r.files {
@@ -536,8 +536,11 @@ pub fn plan_prune(report: &CacheReport, only_listed: bool) -> Removal {
                 }
             }
         }
-        for (name, path, len) in read_dir_names(".wi-trees") {
-            if let Some(c) = name.strip_suffix(".json") {
+        for (name, path, len) in read_dir_names(".wi-trees")
+            .into_iter()
+            .chain(read_dir_names("trees"))
+        {
+            if let Some(c) = name.strip_suffix(".json").filter(|c| is_commit_hash(c)) {
                 if !commits_left.contains(&c.to_string()) {
                     out.push(ItemKind::Tree, id, c.to_string(), path, len, None);
                 }

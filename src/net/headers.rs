@@ -131,10 +131,16 @@ const MANAGED: &[&str] = &[
 /// A header to add to requests (see `FetcherBuilder::header`), checked: a valid name and value
 /// (visible ASCII and spaces; no line breaks), and not one the client manages itself.
 pub fn extra_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
-    let n = HeaderName::from_bytes(name.trim().as_bytes())
-        .map_err(|_| format!("'{}' is not a valid header name", crate::names::escape(name)))?;
+    let n = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+        format!(
+            "'{}' is not a valid header name",
+            crate::names::escape(name)
+        )
+    })?;
     if MANAGED.contains(&n.as_str()) {
-        return Err(format!("the header '{n}' is set by the client and cannot be given"));
+        return Err(format!(
+            "the header '{n}' is set by the client and cannot be given"
+        ));
     }
     let value = value.trim();
     let visible = value.chars().all(|c| c == '\t' || (' '..='~').contains(&c));
@@ -147,9 +153,12 @@ pub fn extra_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue)
 
 /// [`extra_header`] of a `Name: value` line (curl's `-H`).
 pub fn parse_header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
-    let (name, value) = line
-        .split_once(':')
-        .ok_or_else(|| format!("expected 'Name: value', got '{}'", crate::names::escape(line)))?;
+    let (name, value) = line.split_once(':').ok_or_else(|| {
+        format!(
+            "expected 'Name: value', got '{}'",
+            crate::names::escape(line)
+        )
+    })?;
     extra_header(name, value)
 }
 
@@ -220,7 +229,13 @@ mod tests {
         let (n, v) = parse_header_line("X-Trace:  abc def ").unwrap();
         assert_eq!((n.as_str(), v.to_str().unwrap()), ("x-trace", "abc def"));
         assert!(parse_header_line("Authorization: Basic eA==").is_ok());
-        for bad in ["no colon", "Range: bytes=0-1", "Host: x", "Bad Name: x", "X: a\nb"] {
+        for bad in [
+            "no colon",
+            "Range: bytes=0-1",
+            "Host: x",
+            "Bad Name: x",
+            "X: a\nb",
+        ] {
             assert!(parse_header_line(bad).is_err(), "{bad}");
         }
         assert!(extra_header("x-a", "caf\u{e9}").is_err());

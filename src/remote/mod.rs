@@ -148,6 +148,10 @@ pub enum RemoteError {
         /// The limit.
         limit: usize,
     },
+    /// The blocking entry point ([`inspect_reference_blocking`]) could not run: called inside
+    /// an async runtime, or its own runtime could not start.
+    #[error("{0}")]
+    Runtime(String),
 }
 
 impl RemoteError {
@@ -341,6 +345,47 @@ impl Tally {
 /// A file's header as read: the parsed file, or the format error that stopped the parser
 /// (with the file's size), and what reading it took.
 type Read = (Result<ModelFile, (FormatError, u64)>, Tally);
+
+/// Inspects a model named as the tools take it (`hf://…`, `org/name[:TAG]`, `hf.co/…`, a
+/// `…/resolve/…` URL; see [`parse_target`]), `revision` applying to the forms without one,
+/// with the Hub `cfg` describes (a URL on another server gets no token: [`client_for`]).
+/// Offline mode (`HF_HUB_OFFLINE`) refuses it.
+pub async fn inspect_reference(
+    spec: &str,
+    revision: Option<&str>,
+    cfg: HubConfig,
+    opts: &Options,
+) -> Result<(Target, Inspection), RemoteError> {
+    let target = parse_target(spec, revision)?;
+    if crate::env::offline() {
+        return Err(RemoteError::Offline(escape(spec).into_owned()));
+    }
+    let hub = client_for(&target, cfg)?;
+    let inspection = inspect(&hub, &target, opts).await?;
+    Ok((target, inspection))
+}
+
+/// [`inspect_reference`] for callers without an async runtime: it runs on one of its own
+/// (refused inside a runtime, where the async function is the one to call).
+pub fn inspect_reference_blocking(
+    spec: &str,
+    revision: Option<&str>,
+    cfg: HubConfig,
+    opts: &Options,
+) -> Result<(Target, Inspection), RemoteError> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(RemoteError::Runtime(
+            "remote inspection cannot block inside an async runtime: call \
+             weight_inspect::remote::inspect_reference there"
+                .into(),
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RemoteError::Runtime(format!("cannot start the HTTP runtime: {e}")))?;
+    rt.block_on(inspect_reference(spec, revision, cfg, opts))
+}
 
 /// Inspects the model(s) `target` names, reading headers only. `opts.strict` applies as for
 /// local files; `opts.hash_tensors` cannot (no data is read): the reports say `hashed: false`.

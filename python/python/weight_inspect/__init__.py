@@ -34,6 +34,7 @@ does; :attr:`TensorInfo.file_shape` keeps the file's own order.
 from __future__ import annotations
 
 import json as _json
+import logging
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -74,6 +75,8 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching in the tes
     _ml_dtypes = None
 
 __version__: str = _native.__version__
+
+_logger = logging.getLogger(__name__)
 
 __all__ = [
     "open",
@@ -308,10 +311,15 @@ class Model:
 
         Raises :class:`MissingTensorError` (a ``KeyError``) for a name the model lacks.
         """
+        return self._view(name, True)
+
+    def _view(self, name: str, will_read: bool) -> np.ndarray:
+        """The view of :meth:`tensor`; ``will_read``: the kernel is asked to read the tensor in
+        (from a cold page cache, ahead of the faults), not for a slice."""
         info = self._tensors.get(name)
         if info is None:
             raise MissingTensorError(f"{self.path}: no tensor named '{name}'")
-        buf = self._open().buffer(name)
+        buf = self._open().buffer(name, will_read)
         # The array's `.base` is the buffer object, which holds the map: no copy, and the map
         # lives as long as the array (or any view of it).
         flat: np.ndarray = np.frombuffer(cast(Any, buf), dtype=info.numpy_dtype)
@@ -381,7 +389,7 @@ class SafeSlice:
 
     def __getitem__(self, index: Any) -> np.ndarray:
         key = _check_index(index, self._info)
-        view: np.ndarray = self._handle._model().tensor(self._name)[key]
+        view: np.ndarray = self._handle._model()._view(self._name, False)[key]
         return view
 
     def __repr__(self) -> str:
@@ -519,7 +527,13 @@ class safe_open:  # noqa: N801 - named as safetensors names it
 
 
 def inspect(
-    path: PathLike, verify: bool = False, strict: bool = False
+    path: PathLike,
+    verify: bool = False,
+    strict: bool = False,
+    *,
+    endpoint: Optional[str] = None,
+    revision: Optional[str] = None,
+    token: Optional[str] = None,
 ) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
     """What ``weight-inspect --json [--verify] [--strict] PATH`` prints, as dicts.
 
@@ -530,11 +544,27 @@ def inspect(
     ``{"path", "error", "exit_code"}``, as the tool prints it). Hashing runs in parallel with
     the GIL released. Raises :class:`MissingFileError` / :class:`LocalError` when ``path``
     cannot be read.
+
+    A ``path`` that does not exist locally and names a model on the Hub is inspected there
+    without downloading it, as ``weight-inspect`` does: only the headers are read, with HTTP
+    range requests (``"remote": True``, ``"header_only": {url, revision, commit, bytes_read,
+    requests}``; nothing is hashed, whatever ``verify`` says). ``hf://org/name/file.gguf`` or a
+    ``https://…/resolve/REV/path`` URL gives a dict, as does ``org/name:Q4_K_M`` (the GGUF
+    ``fetch`` would pick for the tag); a repository, ``org/name``, gives a list (the model
+    ``fetch`` would fetch: one GGUF, or each safetensors model), and the note saying which was
+    chosen is logged (logger ``weight_inspect``, level INFO). ``endpoint`` (default
+    ``HF_ENDPOINT``), ``revision`` (for the forms without one) and ``token`` (default
+    ``HF_TOKEN`` or the token file; sent to the endpoint's origin only) are
+    ``weight-inspect``'s options. Failures raise :class:`NotFoundError` (4),
+    :class:`NetworkError` (3) or :class:`LocalError` (1); offline (``HF_HUB_OFFLINE``) a
+    remote path is a :class:`NotFoundError`.
     """
     p = os.fspath(path)
-    lines = _native.inspect(p, verify, strict)
+    lines, many, notice = _native.inspect(p, verify, strict, endpoint, revision, token)
+    if notice:
+        _logger.info("%s", notice)
     docs: List[Dict[str, Any]] = [_json.loads(line) for line in lines]
-    if os.path.isdir(p):
+    if many:
         return docs
     first: Dict[str, Any] = docs[0]
     return first

@@ -42,14 +42,25 @@ class NativeModel:
     def metadata(self) -> Dict[str, Any]: ...
     def has_safetensors_metadata(self) -> bool: ...
     def diagnostics(self) -> List[Tuple[str, str, str]]: ...
-    def buffer(self, name: str) -> TensorBuffer:
-        """Raises ``MissingTensorError`` or ``LocalError``."""
+    def buffer(self, name: str, will_read: bool = True) -> TensorBuffer:
+        """``will_read``: ask the kernel to read the tensor in. Raises ``MissingTensorError``
+        or ``LocalError``."""
     def __contains__(self, name: str) -> bool: ...
     def __len__(self) -> int: ...
 
 def open(path: _Path) -> NativeModel: ...
-def inspect(path: _Path, verify: bool = False, strict: bool = False) -> List[str]:
-    """JSON documents, one per model (the lines of ``weight-inspect --json``)."""
+def inspect(
+    path: _Path,
+    verify: bool = False,
+    strict: bool = False,
+    endpoint: Optional[str] = None,
+    revision: Optional[str] = None,
+    token: Optional[str] = None,
+) -> Tuple[List[str], bool, Optional[str]]:
+    """JSON documents, one per model (the lines of ``weight-inspect --json``); whether the
+    answer is a list (a folder, a repository on the Hub); the note naming the model chosen in a
+    repository. A path that does not exist and names a model on the Hub is read there, headers
+    only."""
 def manifest_create(
     paths: Sequence[_Path],
     output: Optional[_Path] = None,
@@ -89,3 +100,12 @@ def fetch(
     the 5 retries of a failed metadata request. A failure's exception has ``reason``:
     ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``, ``not_cached``,
     ``nothing_selected`` or ``None``."""
+
+def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> Optional[str]:
+    """The commit ``revision`` names in the cache, offline (a snapshot's commit, or ``refs/``)."""
+
+def hf_listed_paths(
+    cache_dir: _Path, repo_type: str, repo_id: str, local_dir: Optional[_Path], commit: str
+) -> Optional[List[str]]:
+    """The paths huggingface_hub's saved listing of ``commit`` names (``trees/{commit}.json``),
+    read without following a link; ``None`` without one."""

@@ -25,8 +25,6 @@ import fnmatch
 import json as _json
 import logging
 import os
-import stat as _stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Type, Union
@@ -58,8 +56,6 @@ try:  # optional: our exceptions are huggingface_hub's too when it is installed
 except ImportError:  # pragma: no cover - huggingface_hub is installed in the tests
     _hf_errors = None
 
-#: The tree listing huggingface_hub keeps (``trees/{commit}.json``), and its version.
-TREE_FORMAT_VERSION = 1
 _REPO_TYPES = ("model", "dataset", "space")
 
 
@@ -418,133 +414,6 @@ def _returned_path(local_path: str, local_dir: Optional[PathLike], filename: str
     return os.path.join(str(local.parent.resolve()), local.name)
 
 
-def _ours_to_hf_listing(ours: Dict[str, Any]) -> Dict[str, Any]:
-    files: Dict[str, Any] = {}
-    for e in ours.get("entries", []):
-        if not isinstance(e, dict) or e.get("type") != "file":
-            continue
-        info: Dict[str, Any] = {"size": int(e["size"]), "blob_id": str(e["oid"])}
-        lfs = e.get("lfs")
-        if isinstance(lfs, dict) and lfs.get("oid"):
-            info["lfs_sha256"] = str(lfs["oid"])
-            info["lfs_size"] = int(lfs.get("size", e["size"]))
-        files[str(e["path"])] = info
-    return {"format_version": TREE_FORMAT_VERSION, "files": dict(sorted(files.items()))}
-
-
-def _hf_to_ours_listing(hf: Dict[str, Any]) -> Dict[str, Any]:
-    entries = []
-    for path, info in hf["files"].items():
-        e: Dict[str, Any] = {"type": "file", "path": path, "oid": info["blob_id"], "size": info["size"]}
-        if info.get("lfs_sha256"):
-            e["lfs"] = {"oid": info["lfs_sha256"], "size": info.get("lfs_size", info["size"])}
-        entries.append(e)
-    return {"entries": entries, "refused": []}
-
-
-def _listing_dirs(cache_root: Path, repo_folder: str, local_dir: Optional[Path]) -> "tuple[Path, Path]":
-    """(huggingface_hub's ``trees/`` folder, our ``.wi-trees/`` folder)."""
-    if local_dir is not None:
-        base = local_dir / ".cache" / "huggingface"
-        return base / "trees", base / "wi-trees"
-    return cache_root / repo_folder / "trees", cache_root / repo_folder / ".wi-trees"
-
-
-#: The largest tree listing or ref read (a listing of the largest repositories is far smaller).
-_MAX_LISTING_BYTES = 64 << 20
-_MAX_REF_BYTES = 1024
-
-
-def _is_commit(s: str) -> bool:
-    return len(s) == 40 and all(c in "0123456789abcdef" for c in s)
-
-
-def _folders_below(root: Path, folder: Path, create: bool) -> bool:
-    """Whether every folder from ``root`` (excluded) down to ``folder`` is a real folder, not a
-    link (creating the missing ones when ``create``): the cache is a shared folder, and a link
-    planted in it must never lead a read or a write outside it, as in the Rust library."""
-    try:
-        rel = folder.relative_to(root)
-    except ValueError:
-        return False
-    cur = root
-    for part in rel.parts:
-        cur = cur / part
-        if create and not os.path.lexists(cur):
-            try:
-                os.mkdir(cur)
-            except FileExistsError:
-                pass
-        if cur.is_symlink() or not cur.is_dir():
-            return False
-    return True
-
-
-def _read_below(root: Path, path: Path, limit: int) -> bytes:
-    """The bytes of the regular file ``path`` below ``root``, no link followed on the way or at
-    it, at most ``limit`` of them (``OSError`` otherwise)."""
-    if not _folders_below(root, path.parent, create=False):
-        raise OSError(f"{path.parent}: not a folder of the cache (a link?)")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not _stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            raise OSError(f"{path}: not a regular file of at most {limit} bytes")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(f"{path}: more than {limit} bytes")
-    return data
-
-
-def _write_json(root: Path, path: Path, doc: Dict[str, Any], indent: Optional[int]) -> None:
-    """Written atomically below ``root`` (a fresh temporary file, never through a link); a
-    failure only costs a listing (as in both libraries)."""
-    try:
-        if not _folders_below(root, path.parent, create=True):
-            raise OSError(f"{path.parent}: not a folder of the cache (a link?)")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".wi-tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(_json.dumps(doc, indent=indent))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as e:
-        logger.warning("could not write the tree listing %s: %s", path, e)
-
-
-def _share_listing(root: Path, hf_dir: Path, our_dir: Path, commit: str) -> None:
-    """Give each library the tree listing of ``commit`` the other one saved (below ``root``)."""
-    if not _is_commit(commit):
-        return
-    hf_path, our_path = hf_dir / f"{commit}.json", our_dir / f"{commit}.json"
-    if our_path.is_file() and not os.path.lexists(hf_path):
-        try:
-            ours = _json.loads(_read_below(root, our_path, _MAX_LISTING_BYTES))
-        except (OSError, ValueError) as e:
-            logger.warning("could not read our tree listing %s: %s", our_path, e)
-            return
-        if ours.get("refused"):
-            # Entries we refused are not in our listing: huggingface_hub would take the
-            # snapshot for complete without them. It lists for itself instead.
-            return
-        _write_json(root, hf_path, _ours_to_hf_listing(ours), 1)
-    elif hf_path.is_file() and not os.path.lexists(our_path):
-        try:
-            hf = _json.loads(_read_below(root, hf_path, _MAX_LISTING_BYTES))
-            if hf.get("format_version") != TREE_FORMAT_VERSION:
-                return
-            doc = _hf_to_ours_listing(hf)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            logger.warning("could not read huggingface_hub's tree listing %s: %s", hf_path, e)
-            return
-        _write_json(root, our_path, doc, None)
-
-
 def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[List[str]]) -> List[str]:
     """huggingface_hub's ``filter_repo_objects``: ``fnmatch`` globs, a trailing ``/`` a folder."""
 
@@ -561,21 +430,14 @@ def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[Lis
 
 
 def _check_complete(
-    root: Path, hf_dir: Path, commit: str, base: Path, allow: Optional[List[str]], ignore: Optional[List[str]],
+    listed: Optional[List[str]], commit: str, base: Path, allow: Optional[List[str]], ignore: Optional[List[str]],
     repo_id: str, revision: str,
 ) -> None:
-    """Offline, as huggingface_hub: when the saved listing names files ``base`` lacks, raise
-    :class:`IncompleteSnapshotError` (without a listing, nothing can be told)."""
-    try:
-        if not _is_commit(commit):
-            return
-        doc = _json.loads(_read_below(root, hf_dir / f"{commit}.json", _MAX_LISTING_BYTES))
-        if doc.get("format_version") != TREE_FORMAT_VERSION:
-            return
-        paths = list(doc["files"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    """Offline, as huggingface_hub: when its saved listing (``listed``) names files ``base``
+    lacks, raise :class:`IncompleteSnapshotError` (without a listing, nothing can be told)."""
+    if listed is None:
         return
-    missing = [p for p in _filtered(paths, allow, ignore) if not (base / p).exists()]
+    missing = [p for p in _filtered(listed, allow, ignore) if not (base / p).exists()]
     if missing:
         sample = ", ".join(missing[:3]) + (f", ... ({len(missing) - 3} more)" if len(missing) > 3 else "")
         raise IncompleteSnapshotError(
@@ -596,18 +458,12 @@ def _default_cache() -> Path:
     return Path(home) / "hub"
 
 
-def _commit_of(cache_root: Path, repo_folder: str, revision: str) -> Optional[str]:
+def _commit_of(cache_root: Path, kind: str, repo_id: str, revision: str) -> Optional[str]:
     """The commit of ``revision`` as the cache records it (``refs/``), or the commit itself."""
-    if _is_commit(revision):
-        return revision
-    if ".." in revision.split("/") or revision.startswith("/"):
-        return None
     try:
-        ref = _read_below(cache_root, cache_root / repo_folder / "refs" / revision, _MAX_REF_BYTES)
-    except OSError:
+        return _native.cached_commit(os.fspath(cache_root), kind, repo_id, revision)
+    except WeightInspectError:
         return None
-    commit = ref.decode("ascii", "replace").strip()
-    return commit if _is_commit(commit) else None
 
 
 def snapshot_download(
@@ -669,22 +525,12 @@ def snapshot_download(
     cache_root = (Path(cache_dir) if cache_dir is not None else _default_cache()).expanduser().resolve()
     folder = repo_folder_name(repo_id, kind)
     local = None if local_dir is None else Path(local_dir).expanduser().resolve()
-    hf_trees, our_trees = _listing_dirs(cache_root, folder, local)
-    listing_root = local if local is not None else cache_root
     offline = local_files_only or _offline_env()
     if dry_run and offline:
         raise DryRunError(
             "Dry run cannot be performed as the repository cannot be accessed: offline "
             "(local_files_only or HF_HUB_OFFLINE)."
         )
-    if offline:
-        # Read offline what huggingface_hub listed (a commit's tree never changes).
-        commit = _commit_of(cache_root, folder, revision or "main") if local is None else None
-        if local is not None and hf_trees.is_dir():
-            commits = [p.stem for p in hf_trees.glob("*.json")]
-            commit = commits[0] if len(commits) == 1 else None
-        if commit:
-            _share_listing(listing_root, hf_trees, our_trees, commit)
     args = _fetch_args(
         repo_id, kind, revision, cache_root, local, token, endpoint, force_download,
         etag_timeout, [], include, listed(ignore_patterns), max_workers, headers,
@@ -701,7 +547,7 @@ def snapshot_download(
     except NotFoundError as e:
         if dry_run and getattr(e, "reason", None) == "nothing_selected":
             return []
-        commit = _commit_of(cache_root, folder, revision or "main")
+        commit = _commit_of(cache_root, kind, repo_id, revision or "main")
         if getattr(e, "reason", None) != "nothing_selected" or local is not None or not commit:
             raise
         logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
@@ -722,9 +568,13 @@ def snapshot_download(
             for f in summary["files"]
         ]
     result = str(local) if local is not None else os.path.join(str(cache_root), folder, "snapshots", commit)
-    _share_listing(listing_root, hf_trees, our_trees, commit)
     if offline:
+        # huggingface_hub's saved listing (which the fetcher writes beside its own when it
+        # lists) says what a complete snapshot holds.
         allow = None if allow_patterns is None else listed(allow_patterns)
         ignore = None if ignore_patterns is None else listed(ignore_patterns)
-        _check_complete(listing_root, hf_trees, commit, Path(result), allow, ignore, repo_id, revision or "main")
+        held = _native.hf_listed_paths(
+            os.fspath(cache_root), kind, repo_id, None if local is None else os.fspath(local), commit
+        )
+        _check_complete(held, commit, Path(result), allow, ignore, repo_id, revision or "main")
     return result

@@ -202,12 +202,6 @@ async fn inspect_remote(
     cli: &Cli,
     opts: &Options,
 ) -> Result<remote::Inspection, RemoteError> {
-    let target = remote::parse_target(spec, cli.revision.as_deref())?;
-    if weight_inspect::env::offline() {
-        return Err(RemoteError::Offline(
-            weight_inspect::names::escape(spec).into_owned(),
-        ));
-    }
     let mut cfg = HubConfig::from_env();
     if let Some(e) = &cli.endpoint {
         cfg.endpoint = e.clone();
@@ -215,8 +209,9 @@ async fn inspect_remote(
     if let Some(t) = &cli.token {
         cfg.token = weight_inspect::hub::Token::new(t);
     }
-    let hub = remote::client_for(&target, cfg)?;
-    remote::inspect(&hub, &target, opts).await
+    let (_, inspection) =
+        remote::inspect_reference(spec, cli.revision.as_deref(), cfg, opts).await?;
+    Ok(inspection)
 }
 
 fn report_error(e: &InspectError) {

@@ -27,8 +27,8 @@ use weight_inspect::fetch::{
 };
 use weight_inspect::manage;
 use weight_inspect::names::escape;
-use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::net::parse_header_line as parse_header;
+use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::units::{parse_duration, parse_size};
 
 use cache::{cache_main, CacheCli};
