@@ -254,6 +254,16 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     sync_dir(parent(path))
 }
 
+/// Writes `data` to `path` atomically but not durably: a fresh temporary file beside it
+/// ([`tempfile()`]) renamed over `path`, without a sync. For hints that a crash may lose (a
+/// saved listing, a recorded manifest: the next run asks again), never for what a reader
+/// trusts as complete.
+pub fn write_replace(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut tmp = tempfile(path)?;
+    tmp.write_all(data)?;
+    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
+}
+
 /// Removes the file (or link) at `path`; a missing one is fine. Never follows a link.
 pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {

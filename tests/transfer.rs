@@ -23,6 +23,8 @@ const REPO: &str = "org/name";
 const LFS: &str = "model.gguf";
 const SMALL: &str = "config.json";
 const CHUNK: u64 = 64 << 10;
+/// A file fetched as one chunk of at most this many bytes keeps no resume state.
+const NO_STATE_MAX_BYTES: usize = 1 << 20;
 const SIZE: usize = 2 << 20; // 32 chunks
 
 /// What a test reporter saw.
@@ -321,11 +323,19 @@ impl Fixture {
 }
 
 /// The download finished with the right bytes; the state file is still there (the caller's
-/// commit removes it), saying that every chunk is complete.
+/// commit removes it), saying that every chunk is complete; a small file (at most 1 MiB, one
+/// chunk) never had one.
 fn assert_complete(spec: &Spec, content: &[u8]) {
     let got = std::fs::read(&spec.partial_path).unwrap();
     assert_eq!(got.len(), content.len());
     assert!(got == content, "downloaded bytes differ");
+    if std::fs::symlink_metadata(&spec.state_path).is_err() {
+        assert!(
+            content.len() <= NO_STATE_MAX_BYTES,
+            "only a small file (one chunk, at most 1 MiB) keeps no resume state"
+        );
+        return;
+    }
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&spec.state_path).expect("state file kept")).unwrap();
     let chunks = state["chunks"].as_array().unwrap();
@@ -1813,4 +1823,56 @@ async fn a_split_chunk_stopped_while_assembled_is_finished_on_resume() {
         out.refetched, last,
         "the dropped span counts as fetched twice"
     );
+}
+
+/// A small file (one chunk, at most 1 MiB) keeps no resume state: none is written while it
+/// streams, and a stop discards its partial file (nothing in it is resumable) rather than
+/// leaving it to look like a download to resume. The next run fetches it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_file_keeps_no_resume_state_and_a_stop_discards_it() {
+    let fx = fixture().await;
+    fx.hub.faults().push(
+        Fault::Hold {
+            after_bytes: 50_000,
+        }
+        .on_path("*config.json")
+        .times(1),
+    );
+    let spec = fx.spec(SMALL);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let cfg = EngineConfig {
+        chunk_size: 1 << 20,
+        cancel: cancel.clone(),
+        ..config()
+    };
+    let stop = cancel.clone();
+    let rec = Recorder {
+        hook_after: Some(1),
+        hook: Mutex::new(Some(Box::new(move || stop.cancel()))),
+        ..Recorder::default()
+    };
+    let e = engine(cfg.clone()).download(&spec, &rec).await.unwrap_err();
+    let TransferError::Interrupted { kept, .. } = e else {
+        panic!("{e}");
+    };
+    assert_eq!(kept, 0, "nothing of a small file is resumable");
+    assert!(
+        std::fs::symlink_metadata(&spec.state_path).is_err(),
+        "no state"
+    );
+    assert!(
+        std::fs::symlink_metadata(&spec.partial_path).is_err(),
+        "partial discarded"
+    );
+    fx.hub.release_holds();
+    let cfg = EngineConfig {
+        cancel: tokio_util::sync::CancellationToken::new(),
+        ..cfg
+    };
+    let out = engine(cfg)
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_complete(&spec, &fx.small);
+    assert_eq!((out.resumed, out.transferred), (0, fx.small.len() as u64));
 }

@@ -62,6 +62,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -335,6 +336,12 @@ impl MockHubBuilder {
             (cdn_l, server::cdn_app(shared.clone())),
         ] {
             let mut rx = rx.clone();
+            // As production servers do (nginx's `tcp_nodelay on`): without it, a small body
+            // written after its headers waits for the client's delayed ACK (about 40 ms), and
+            // a repository of small files measures that instead of the client.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             tasks.push(tokio::spawn(async move {
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async move {

@@ -188,7 +188,8 @@ fn read_recorded(store: &Store, path: &str, etag: &str) -> Option<Manifest> {
 }
 
 /// Records the manifest of a verified download of `f` (from what the engine computed: no byte
-/// is read again), atomically, without following links.
+/// is read again), atomically, without following links, and without a sync: it is a hint (a
+/// crash that loses it costs the next run a question to the Hub), not a root of trust.
 pub(super) fn record(
     store: &Store,
     source: Source,
@@ -218,7 +219,7 @@ pub(super) fn record(
     let path = store.manifest_path(&f.path, &f.etag);
     let parent = path.parent().ok_or("no folder")?;
     safe_fs::create_dirs_below(store.root(), parent).map_err(|e| e.to_string())?;
-    safe_fs::write_atomic(&path, m.to_json().as_bytes())
+    safe_fs::write_replace(&path, m.to_json().as_bytes())
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -256,7 +256,8 @@ impl Fetcher {
     }
 
     /// Writes the listing at `commit` in our format and/or huggingface_hub's (not when this
-    /// fetcher writes nothing). Only a cost when it fails: the next run lists again.
+    /// fetcher writes nothing), atomically but without a sync: a listing is a hint, and losing
+    /// one (to a failure or a crash) only costs the next run a listing request.
     fn keep_listings(
         &self,
         store: &Store,
@@ -272,7 +273,7 @@ impl Fetcher {
         let write = |path: std::path::PathBuf, text: String| {
             if let Some(dir) = path.parent() {
                 if crate::safe_fs::create_dirs_below(store.root(), dir).is_ok() {
-                    let _ = crate::safe_fs::write_atomic(&path, text.as_bytes());
+                    let _ = crate::safe_fs::write_replace(&path, text.as_bytes());
                 }
             }
         };

@@ -1,6 +1,10 @@
 //! Checkpoints: the data file is synced, then the resume state claiming it is written (atomic,
 //! no link followed), at least every second while bytes arrive, sooner when enough bytes came,
 //! whenever a chunk changed, and once at the end.
+//!
+//! A small file ([`keeps_state`] false) has no resume state at all: it comes in one request,
+//! and a crash costs at most that request again, so syncing a state per checkpoint would cost
+//! more than it saves. Its partial file is then never resumed: the next run starts it afresh.
 
 use std::fs::File;
 use std::io;
@@ -21,6 +25,15 @@ use crate::safe_fs::FileLock;
 const INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes of resume state per chunk record, roughly (for the `needed` of a full disk).
 const STATE_BYTES_ESTIMATE: u64 = 160;
+
+/// Files up to this size keep no resume state (see the module docs).
+pub(crate) const NO_STATE_MAX_BYTES: u64 = 1 << 20;
+
+/// Whether a download of `size` bytes in `chunks` chunks keeps a resume state: not for a small
+/// file fetched as one chunk.
+pub(crate) fn keeps_state(size: u64, chunks: usize) -> bool {
+    size > NO_STATE_MAX_BYTES || chunks > 1
+}
 
 /// Which write of a checkpoint failed.
 enum Saving {
@@ -47,10 +60,14 @@ pub(crate) struct Checkpoint {
     /// every chunk complete, is on disk for whoever commits the file to remove). The mutex also
     /// serialises saves.
     closed: Arc<Mutex<bool>>,
+    /// False for a small file: no state is ever written (see the module docs).
+    enabled: bool,
 }
 
 impl Checkpoint {
-    /// Checkpoints of `file` (at `data_path`) into `state_path`, every `every` bytes at least.
+    /// Checkpoints of `file` (at `data_path`) into `state_path`, every `every` bytes at least;
+    /// none at all unless `enabled` ([`keeps_state`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         file: Arc<File>,
         data_path: PathBuf,
@@ -59,6 +76,7 @@ impl Checkpoint {
         header: StateFile,
         guard: Arc<FileLock>,
         every: u64,
+        enabled: bool,
     ) -> Self {
         Checkpoint {
             file,
@@ -73,7 +91,13 @@ impl Checkpoint {
             every: every.max(1),
             finished: AtomicBool::new(false),
             closed: Arc::new(Mutex::new(false)),
+            enabled,
         }
+    }
+
+    /// Whether this download keeps a resume state (what an interruption keeps is resumable).
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Bytes reached the file; wakes the checkpointer when enough accumulated.
@@ -99,6 +123,9 @@ impl Checkpoint {
     /// Syncs the data, then writes the state claiming it. A full disk or another failure names
     /// the file that failed (the data file, or the state).
     pub async fn save(&self, table: &SharedTable) -> Result<(), TransferError> {
+        if !self.enabled {
+            return Ok(());
+        }
         let mut snapshot = self.header.clone();
         let (records, missing, count) = {
             let t = table.lock();
@@ -141,6 +168,9 @@ impl Checkpoint {
     /// Saves every second, or sooner when enough bytes arrived or a chunk changed; one last
     /// time after [`finish`](Self::finish).
     pub async fn run(&self, table: &SharedTable) -> Result<(), TransferError> {
+        if !self.enabled {
+            return Ok(());
+        }
         loop {
             if !self.finished.load(Ordering::Acquire) {
                 tokio::select! {
@@ -160,14 +190,15 @@ impl Checkpoint {
         }
     }
 
-    /// Success: syncs the whole file; no save may touch the state any more.
+    /// Success: syncs the file's data (its size was set when it was preallocated, and
+    /// `fdatasync` writes what reading it back needs); no save may touch the state any more.
     pub async fn close(&self) -> Result<(), TransferError> {
         let (file, closed, guard) = (self.file.clone(), self.closed.clone(), self.guard.clone());
         blocking(move || {
             let _keep_locked = guard;
             let mut closed = closed.lock().unwrap_or_else(|e| e.into_inner());
             *closed = true;
-            file.sync_all()
+            file.sync_data()
         })
         .await
         .map_err(|e| local_error(&self.file_name, &self.data_path, "sync", 0, e))

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::checkpoint::Checkpoint;
 use super::ctx::Ctx;
-use super::error::TransferError;
+use super::error::{local_error, TransferError};
 use super::events::Events;
 use super::failure::Counters;
 use super::gauge::Gauge;
@@ -147,6 +147,7 @@ pub(crate) async fn download(
             StateFile::new(spec.key.clone(), expected_str, plan.chunk_size),
             partial.guard(),
             CHECKPOINT_BYTES_PER_CONNECTION * cfg.connections.max(1) as u64,
+            super::checkpoint::keeps_state(size, plan.count()),
         ),
         prefix: PrefixHash::new(opened.file.clone(), plan, data_path.clone(), file),
         counters: Counters::default(),
@@ -165,11 +166,17 @@ pub(crate) async fn download(
     ctx.events.start(size, opened.resumed);
     if opened.fresh {
         // A stale state (another version, corrupt) must not survive a crash of this run.
-        ctx.checkpoint.save(&ctx.chunks).await?;
+        if ctx.checkpoint.enabled() {
+            ctx.checkpoint.save(&ctx.chunks).await?;
+        } else if std::fs::symlink_metadata(&partial.paths().state).is_ok() {
+            partial
+                .forget_state()
+                .map_err(|e| local_error(file, &partial.paths().state, "remove", 0, e))?;
+        }
     }
 
     // 2. Fetch, hash and checkpoint side by side.
-    let (sha256, unsaved) = {
+    let result = {
         let main = async {
             let r = async {
                 let (_, hasher) =
@@ -195,14 +202,30 @@ pub(crate) async fn download(
             Either::Left((r, checkpointer)) => outcome(r, checkpointer.await, state),
         }
         .map_err(|e| match e {
-            // Stopped, and the last state saved: say how much of the file it keeps.
+            // Stopped, and the last state saved: say how much of the file it keeps (nothing
+            // of a small file, which keeps no state and starts afresh).
             TransferError::Interrupted { file, size, .. } => TransferError::Interrupted {
-                kept: size - ctx.chunks.lock().bytes_missing(),
+                kept: if ctx.checkpoint.enabled() {
+                    size - ctx.chunks.lock().bytes_missing()
+                } else {
+                    0
+                },
                 file,
                 size,
             },
             e => e,
-        })?
+        })
+    };
+    let (sha256, unsaved) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            // Nothing of a small file is resumable (it keeps no state): its partial file is
+            // discarded, not left to look like a download to resume.
+            if !ctx.checkpoint.enabled() {
+                let _ = partial.discard();
+            }
+            return Err(e);
+        }
     };
     if let Some(e) = unsaved {
         ctx.events.notice(&format!(
