@@ -379,14 +379,33 @@ impl RepoCache {
     /// `refs/{revision}`. Returns the snapshot path. (The resume state is the download's to
     /// remove, once this returned.)
     pub fn commit(&self, partial: &Path, key: &FileKey, revision: &str) -> io::Result<PathBuf> {
+        let link = self.commit_unsynced(partial, key, revision)?;
+        self.sync_blobs()?;
+        Ok(link)
+    }
+
+    /// [`commit`](Self::commit) without the sync of `blobs/` that makes the rename durable:
+    /// for a batch of small files, made durable together by one [`sync_blobs`](Self::sync_blobs)
+    /// before the run ends. A crash before it can leave a snapshot link whose blob is still at
+    /// its partial name (the file is then missing, and fetched again), never wrong bytes.
+    pub fn commit_unsynced(
+        &self,
+        partial: &Path,
+        key: &FileKey,
+        revision: &str,
+    ) -> io::Result<PathBuf> {
         let blob = self.blob_path(&key.etag);
         let blobs = self.dir.join("blobs");
         self.create_dirs(&blobs)?;
         fs::rename(partial, &blob)?;
-        safe_fs::sync_dir(&blobs)?;
         let link = self.link_snapshot(&key.commit, &key.path, &key.etag)?;
         self.write_ref(revision, &key.commit)?;
         Ok(link)
+    }
+
+    /// Syncs `blobs/`: every rename into it so far survives a power loss.
+    pub fn sync_blobs(&self) -> io::Result<()> {
+        safe_fs::sync_dir(&self.dir.join("blobs"))
     }
 
     /// Leaves a `.no_exist/{commit}/{path}` marker: the file is known to be absent.
@@ -508,6 +527,29 @@ impl Store {
         match self {
             Store::Cache(r) => r.commit(partial, key, revision),
             Store::Local(l) => l.commit(partial, key),
+        }
+    }
+
+    /// [`commit`](Self::commit), leaving the cache's `blobs/` sync to
+    /// [`sync_committed`](Self::sync_committed) (see [`RepoCache::commit_unsynced`]); a local
+    /// folder commits durably at once (its files are in folders of their own).
+    pub fn commit_unsynced(
+        &self,
+        partial: &Path,
+        key: &FileKey,
+        revision: &str,
+    ) -> io::Result<PathBuf> {
+        match self {
+            Store::Cache(r) => r.commit_unsynced(partial, key, revision),
+            Store::Local(l) => l.commit(partial, key),
+        }
+    }
+
+    /// Makes every [`commit_unsynced`](Self::commit_unsynced) so far durable.
+    pub fn sync_committed(&self) -> io::Result<()> {
+        match self {
+            Store::Cache(r) => r.sync_blobs(),
+            Store::Local(_) => Ok(()),
         }
     }
 

@@ -264,6 +264,12 @@ impl Fetcher {
             .buffered(self.max_files)
             .collect()
             .await;
+        if self.writes() && plan.files.iter().any(|f| !f.cached) {
+            // The small files committed without a sync of their own (`commit_unsynced`).
+            store
+                .sync_committed()
+                .map_err(|e| FetchError::io("sync", store.data_dir(), e))?;
+        }
         if self.cancel.is_cancelled() {
             return Err(interrupted(repo, &plan, &results));
         }
@@ -592,10 +598,16 @@ impl Fetcher {
                 });
             }
         }
+        // A small file (no resume state) is made durable with the others of this run: one sync
+        // of `blobs/` once they are all in place (see `fetch_plan`), not one each.
+        let small = !crate::transfer::keeps_state(f.size, finished.outcome.chunks.len());
         let (local, leftover) = finished.commit(|p| {
-            store
-                .commit(p, &key, &repo.revision)
-                .map_err(|e| FetchError::io_for(Some(&f.path), "move into place", p, e))
+            let placed = if small {
+                store.commit_unsynced(p, &key, &repo.revision)
+            } else {
+                store.commit(p, &key, &repo.revision)
+            };
+            placed.map_err(|e| FetchError::io_for(Some(&f.path), "move into place", p, e))
         })?;
         if let Some(e) = leftover {
             notice(

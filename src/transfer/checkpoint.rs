@@ -27,11 +27,11 @@ const INTERVAL: Duration = Duration::from_secs(1);
 const STATE_BYTES_ESTIMATE: u64 = 160;
 
 /// Files up to this size keep no resume state (see the module docs).
-pub(crate) const NO_STATE_MAX_BYTES: u64 = 1 << 20;
+pub const NO_STATE_MAX_BYTES: u64 = 1 << 20;
 
 /// Whether a download of `size` bytes in `chunks` chunks keeps a resume state: not for a small
-/// file fetched as one chunk.
-pub(crate) fn keeps_state(size: u64, chunks: usize) -> bool {
+/// file fetched as one chunk (at most [`NO_STATE_MAX_BYTES`]).
+pub fn keeps_state(size: u64, chunks: usize) -> bool {
     size > NO_STATE_MAX_BYTES || chunks > 1
 }
 

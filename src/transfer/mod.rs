@@ -101,6 +101,7 @@
 //! `FileDownloaded`; none after [`Engine::download`] returned.
 
 mod checkpoint;
+pub use checkpoint::{keeps_state, NO_STATE_MAX_BYTES};
 mod ctx;
 mod engine;
 mod error;

@@ -258,7 +258,12 @@ pub(crate) fn validate(state: &StateFile) -> Result<(Plan, Vec<ValidChunk>), Str
 
 /// Removes the state at `path` and any temporary file of a save cut short (for whoever
 /// commits or discards the download). Missing files are fine; links are removed, not followed.
+/// Without a state there was no save to cut short, and the folder is not read: a folder of
+/// thousands of small files (which keep none) is not scanned once per file.
 pub(crate) fn remove_state(path: &Path) -> io::Result<()> {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
     safe_fs::remove_file_if_exists(path)?;
     safe_fs::remove_leftover_tempfiles(path)
 }
