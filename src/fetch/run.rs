@@ -259,8 +259,9 @@ impl Fetcher {
                 }
             }
         }
+        let stale = StalePartials::of(&store, &plan);
         let results: Vec<Result<FileReport, FetchError>> = stream::iter(plan.files.iter())
-            .map(|f| self.fetch_one(repo, &plan.commit, &store, f, pins, rep, last_round))
+            .map(|f| self.fetch_one(repo, &plan.commit, &store, &stale, f, pins, rep, last_round))
             .buffered(self.max_files)
             .collect()
             .await;
@@ -351,6 +352,7 @@ impl Fetcher {
         repo: &RepoRef,
         commit: &str,
         store: &Store,
+        stale: &StalePartials,
         f: &PlannedFile,
         pins: Option<&LockedRepo>,
         rep: &Gate<'_>,
@@ -365,7 +367,10 @@ impl Fetcher {
                 size: f.size,
             }));
         }
-        let done = match self.fetch_one_inner(repo, commit, store, f, pin, rep).await {
+        let done = match self
+            .fetch_one_inner(repo, commit, store, stale, f, pin, rep)
+            .await
+        {
             Ok(report) => self.manifest_of(repo, commit, store, f, pin, report).await,
             Err(e) => Err(e),
         };
@@ -433,11 +438,13 @@ impl Fetcher {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn fetch_one_inner(
         &self,
         repo: &RepoRef,
         commit: &str,
         store: &Store,
+        stale: &StalePartials,
         f: &PlannedFile,
         pin: Option<&LockedFile>,
         rep: &Gate<'_>,
@@ -551,7 +558,7 @@ impl Fetcher {
                     .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.state, e))?;
             }
         }
-        self.discard_stale_partials(store, &key, &locked, rep);
+        self.discard_stale_partials(store, stale, &key, &locked, rep);
         if key.digest().is_none() {
             return Err(FetchError::Hub(HubError::InvalidResponse {
                 url: self.hub.resolve_url(repo, commit, &f.path),
@@ -830,12 +837,13 @@ impl Fetcher {
     fn discard_stale_partials(
         &self,
         store: &Store,
+        stale: &StalePartials,
         key: &FileKey,
         locked: &LockedPartial,
         rep: &Gate<'_>,
     ) {
         let say = |message: &str| notice(rep, Some(&key.path), message);
-        let others = match store.other_partials(key) {
+        let others = match stale.candidates(store, key) {
             Ok(o) => o,
             Err(e) => {
                 say(&format!(
@@ -1009,5 +1017,57 @@ fn remote_changed(e: &FetchError) -> bool {
         FetchError::Transfer(t) => t.is_remote_changed(),
         FetchError::Several { first, .. } => remote_changed(first),
         _ => false,
+    }
+}
+
+/// Partial downloads of older versions that a run's files may leave behind, found once per
+/// run: in the cache, every resume state in `blobs/` read once (by the file it is for), rather
+/// than `blobs/` read and every state in it inspected again for each file (quadratic in a
+/// repository of many files). The partials a run creates are its own files' current versions,
+/// never stale, so the snapshot taken before it starts is enough. A local folder keeps partials
+/// named after their file: it is asked per file.
+pub(super) struct StalePartials {
+    by_path: Option<HashMap<String, Vec<(String, crate::key::PartialPaths)>>>,
+}
+
+impl StalePartials {
+    fn of(store: &Store, plan: &Plan) -> StalePartials {
+        let by_path = match store {
+            Store::Cache(r) if plan.files.iter().any(|f| !f.cached) => {
+                r.other_partials("").ok().map(|all| {
+                    let mut map: HashMap<String, Vec<_>> = HashMap::new();
+                    for (etag, paths) in all {
+                        if let Some(info) = paths.inspect() {
+                            map.entry(info.key.path.clone())
+                                .or_default()
+                                .push((etag, paths));
+                        }
+                    }
+                    map
+                })
+            }
+            _ => None,
+        };
+        StalePartials { by_path }
+    }
+
+    /// The partial downloads of other versions of `key`'s file.
+    fn candidates(
+        &self,
+        store: &Store,
+        key: &FileKey,
+    ) -> std::io::Result<Vec<(String, crate::key::PartialPaths)>> {
+        match &self.by_path {
+            Some(map) => Ok(map
+                .get(&key.path)
+                .map(|v| {
+                    v.iter()
+                        .filter(|(etag, _)| !etag.eq_ignore_ascii_case(&key.etag))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()),
+            None => store.other_partials(key),
+        }
     }
 }
