@@ -600,8 +600,10 @@ impl Store {
 
     /// The paths huggingface_hub's listing at `commit` names ([`Store::hf_tree_path`],
     /// `format_version` 1): what it would expect a complete snapshot to hold. Read without
-    /// following a link on the way and at most [`MAX_SAVED_LISTING_BYTES`]; `None` when there
-    /// is none, or it is not a listing huggingface_hub would read.
+    /// following a link on the way and at most [`MAX_SAVED_LISTING_BYTES`]; a path that could
+    /// not safely name a file below the snapshot (`..`, absolute, control characters: see
+    /// [`check_repo_path`]) is left out, as a listing from the Hub would refuse it. `None` when
+    /// there is none, or it is not a listing huggingface_hub would read.
     pub fn hf_listed_paths(&self, commit: &str) -> Option<Vec<String>> {
         #[derive(serde::Deserialize)]
         struct Listing {
@@ -614,7 +616,13 @@ impl Store {
         let file = self.open_own(&self.hf_tree_path(commit)).ok()?;
         let bytes = safe_fs::read_limited(file, MAX_SAVED_LISTING_BYTES).ok()?;
         let listing: Listing = serde_json::from_slice(&bytes).ok()?;
-        (listing.format_version == 1).then(|| listing.files.into_keys().collect())
+        (listing.format_version == 1).then(|| {
+            listing
+                .files
+                .into_keys()
+                .filter(|p| check_repo_path(p).is_ok())
+                .collect()
+        })
     }
 
     /// The folder below which this store writes (links are refused below it): the cache root
@@ -736,6 +744,33 @@ mod tests {
             r.ref_path("refs/pr/1"),
             PathBuf::from("/cache/models--org--name/refs/refs/pr/1")
         );
+    }
+
+    #[test]
+    fn huggingface_hubs_listed_paths_are_read_safely() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::Cache(HfCache::new(t.path()).repo(RepoType::Model, "org/name"));
+        let commit = "c".repeat(40);
+        assert_eq!(store.hf_listed_paths(&commit), None, "no listing");
+        let path = store.hf_tree_path(&commit);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let doc = r#"{"format_version": 1, "files": {"a.json": {}, "sub/b.bin": {},
+            "../../etc/passwd": {}, "/abs": {}, "x\u001b[2J": {}}}"#;
+        fs::write(&path, doc).unwrap();
+        assert_eq!(
+            store.hf_listed_paths(&commit),
+            Some(vec!["a.json".to_string(), "sub/b.bin".to_string()])
+        );
+        assert_eq!(store.hf_listed_paths("../x"), None, "not a commit");
+        fs::write(&path, r#"{"format_version": 2, "files": {}}"#).unwrap();
+        assert_eq!(store.hf_listed_paths(&commit), None, "another version");
+        // A planted link at `trees/` is not read through.
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::write(elsewhere.join(format!("{commit}.json")), doc).unwrap();
+        fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, path.parent().unwrap()).unwrap();
+        assert_eq!(store.hf_listed_paths(&commit), None, "through a link");
     }
 
     #[test]

@@ -606,7 +606,9 @@ impl Fetcher {
             }
         }
         // A small file (no resume state) is made durable with the others of this run: one sync
-        // of `blobs/` once they are all in place (see `fetch_plan`), not one each.
+        // of `blobs/` once they are all in place (after the stream in `fetch_once`), not one
+        // each. A large file's rename is synced at once: its resume state goes right after,
+        // and a crash in between must not cost it its download.
         let small = !crate::transfer::keeps_state(f.size, finished.outcome.chunks.len());
         let (local, leftover) = finished.commit(|p| {
             let placed = if small {
