@@ -15,8 +15,19 @@
 #   KILL_TRIALS        kill/resume trials                     (default 3)
 #   CAP_BPS            per-connection cap of the capped mode  (default 20000000)
 #   WI_FETCH_ARGS      extra wi-fetch flags for the timed runs (e.g. "--connections 16")
-#   MODES              "capped uncapped flaky" (default), or some of them. flaky is reported
-#                      beside uncapped (the clean link of the same run), so keep uncapped in.
+#   MODES              "capped uncapped flaky shared crowded" (default), or some of them. flaky
+#                      is reported beside uncapped (the clean link of the same run), so keep
+#                      uncapped in.
+#   SHARED_BPS         shared mode: one total cap every connection shares (a proxy, a mirror on
+#                      a small machine, a per-client cap)                (default 150000000)
+#   CROWD_BPS, CROWD_CAP_BPS, CROWDING
+#                      crowded mode: a server that slows as connections are added: total
+#                      CROWD_BPS / (1 + CROWDING × (connections − 1)), each connection also
+#                      capped at CROWD_CAP_BPS      (default 160000000, 40000000, 0.04)
+#   SWEEP              fixed counts `wi-fetch --connections N` is also run with, in each mode of
+#                      SWEEP_MODES, to find the best fixed count the default is compared with
+#                      (default "4 8 16 32"; "" runs none)
+#   SWEEP_MODES        (default "capped shared crowded")
 #   FLAKY_MEAN         mean bytes between cuts in flaky mode: N, NK, NM or NG (KiB, MiB, GiB);
 #                      several (e.g. "24M 4M") run one flaky pass each   (default 24M)
 #   FLAKY_ERR          share of CDN requests answered 503 or 429 (half each)  (default 0.05)
@@ -66,7 +77,15 @@ PY="$VENV/bin/python"
 CAP_BPS="${CAP_BPS:-20000000}"
 KILL_TRIALS="${KILL_TRIALS:-3}"
 KILL_CONNECTIONS=8
-MODES="${MODES:-capped uncapped flaky}"
+MODES="${MODES:-capped uncapped flaky shared crowded}"
+SHARED_BPS="${SHARED_BPS:-150000000}"
+CROWD_BPS="${CROWD_BPS:-160000000}"
+CROWD_CAP_BPS="${CROWD_CAP_BPS:-40000000}"
+CROWDING="${CROWDING:-0.04}"
+SWEEP="${SWEEP-4 8 16 32}"
+SWEEP_MODES="${SWEEP_MODES:-capped shared crowded}"
+for n in $SWEEP; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "fetch.sh: error: SWEEP: '$n' is not a positive integer" >&2; exit 1; }; done
+[[ "$CROWDING" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "fetch.sh: error: CROWDING must be a non-negative number" >&2; exit 1; }
 FLAKY_MEAN="${FLAKY_MEAN:-24M}"
 FLAKY_ERR="${FLAKY_ERR:-0.05}"
 FLAKY_RETRY_AFTER="${FLAKY_RETRY_AFTER:-1}"
@@ -102,7 +121,7 @@ PASSES=()
 declare -A FLAKY_BYTES
 for mode in $MODES; do
 	case "$mode" in
-	capped | uncapped) PASSES+=("$mode") ;;
+	capped | uncapped | shared | crowded) PASSES+=("$mode") ;;
 	flaky)
 		for m in $FLAKY_MEAN; do
 			b=$(size_bytes "$m") || b=0
@@ -404,6 +423,25 @@ st = s.get("by_status", {})
 print(f.get("bytes_sent", 0), f.get("get_requests", 0), st.get("503", 0), st.get("429", 0))
 EOF
 
+# path.py LOG: from wi-fetch's --json summary in LOG (after the "+ command" line), the files at
+# once and the connection count's path, in a few words.
+cat >"$HELPERS/path.py" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read()
+start = text.find("{")
+try:
+    v = json.loads(text[start:]) if start >= 0 else {}
+except ValueError:
+    v = {}
+p = v.get("connection_path") or {}
+if p:
+    steps = " → ".join(str(n) for _, n in p.get("steps", []))
+    path = f"{p['start']}" + (f" → {steps}" if steps else "")
+    why = p.get("settled") or "still adapting"
+    f = v.get("files_at_once", {})
+    print(f"count {path} ({why}); mean {v['connections']['mean']} connections; {f.get('peak', '?')} file(s) at once")
+EOF
+
 # reruns.sh N CMD...: runs CMD until it succeeds, at most N times; says how many runs it took.
 cat >"$HELPERS/reruns.sh" <<'EOF'
 #!/usr/bin/env bash
@@ -488,6 +526,8 @@ URL=""
 start_server() { # start_server MODE
 	local mode=$1 args=(--root "$DATA_ROOT" --addr 127.0.0.1:0 --cdn-addr 127.0.0.1:0)
 	[[ "$mode" == capped ]] && args+=(--bandwidth "$CAP_BPS")
+	[[ "$mode" == shared ]] && args+=(--total-bandwidth "$SHARED_BPS")
+	[[ "$mode" == crowded ]] && args+=(--total-bandwidth "$CROWD_BPS" --crowding "$CROWDING" --bandwidth "$CROWD_CAP_BPS")
 	if [[ "$mode" == flaky-* ]]; then
 		# Every CDN body is cut after an exponential draw; CDN requests are refused at FLAKY_ERR.
 		args+=(--seed "$FLAKY_SEED" --fault "cut-exp=${FLAKY_BYTES[$mode]},target=cdn")
@@ -551,8 +591,9 @@ tool_cmd() { # tool_cmd TOOL [MODE]: sets CMD
 	case "$tool" in
 	wi-fetch)
 		# shellcheck disable=SC2206 # WI_FETCH_ARGS is split on purpose
-		CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet $WI_FETCH_ARGS)
+		CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json $WI_FETCH_ARGS)
 		;;
+	wi-fetch@*) CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json --connections "${tool#wi-fetch@}") ;;
 	hf) CMD=(env HF_ENDPOINT="$URL" "$HF_CLI" download "$REPO_ID" "$FILE" --cache-dir "$out") ;;
 	aria2c)
 		CMD=(aria2c -x16 -s16 -k1M --file-allocation=none --no-conf=true --quiet=true
@@ -651,6 +692,7 @@ run_tool() { # run_tool MODE TOOL
 		log "$tool: no $FILE under $WORK/out"
 	elif [[ "$(sha256sum "$got" | awk '{print $1}')" == "$SRC_SHA" ]]; then
 		R_OK[$k]="yes"
+		[[ "$tool" == wi-fetch* ]] && R_NOTE[$k]=$("$PY" "$HELPERS/path.py" "$log" 2>/dev/null || true)
 	else
 		R_OK[$k]="FAIL (hash)"
 		BAD=1
@@ -726,6 +768,16 @@ kill_test() {
 	done
 }
 
+# The tools of a mode: TOOLS, and in SWEEP_MODES wi-fetch at each fixed count of SWEEP
+# (`wi-fetch@N` is `wi-fetch --connections N`).
+mode_tools() { # mode_tools MODE
+	local t=$TOOLS n
+	if [[ " $SWEEP_MODES " == *" $1 "* && " $TOOLS " == *" wi-fetch "* ]]; then
+		for n in $SWEEP; do t+=" wi-fetch@$n"; done
+	fi
+	echo "$t"
+}
+
 # ---------------------------------------------------------------------------------------------
 # Run
 
@@ -734,7 +786,7 @@ KILL_DONE=no
 	log "flaky: seed $FLAKY_SEED, mean between cuts $FLAKY_MEAN, 503/429 share $FLAKY_ERR (Retry-After $FLAKY_RETRY_AFTER s)"
 for mode in "${PASSES[@]}"; do
 	start_server "$mode"
-	for tool in $TOOLS; do
+	for tool in $(mode_tools "$mode"); do
 		run_tool "$mode" "$tool"
 	done
 	if [[ "$mode" == capped ]] && ((KILL_TRIALS > 0)); then
@@ -781,6 +833,40 @@ if [[ " $MODES " == *" uncapped "* ]]; then
 		TARGETS+=("| uncapped: wi-fetch ≥ 80% of min(disk write, single-core SHA-256) | wi-fetch ${R_OK[uncapped/wi-fetch]:-not run} | FAIL |")
 	fi
 fi
+# Bottlenecks (issue 18): in each condition, the default within 10% of the best fixed count,
+# and no slower than aria2c -x16; under the per-connection cap, the server sends at most 1.02×
+# the file and wi-fetch is ≥ 1.5× aria2c.
+for mode in $SWEEP_MODES; do
+	[[ " ${PASSES[*]} " == *" $mode "* ]] || continue
+	best=""
+	best_n=""
+	for n in $SWEEP; do
+		num_ok "$mode/wi-fetch@$n" || continue
+		if [[ -z "$best" ]] || awk -v a="${R_MBS[$mode/wi-fetch@$n]}" -v b="$best" 'BEGIN { exit !(a > b) }'; then
+			best=${R_MBS[$mode/wi-fetch@$n]}
+			best_n=$n
+		fi
+	done
+	if ! num_ok "$mode/wi-fetch"; then
+		TARGETS+=("| $mode: wi-fetch (default) completes | ${R_OK[$mode/wi-fetch]:-not run} | FAIL |")
+		continue
+	fi
+	if [[ -n "$best" ]]; then
+		r=$(awk -v a="${R_MBS[$mode/wi-fetch]}" -v b="$best" 'BEGIN { printf "%.2f", a / b }')
+		TARGETS+=("| $mode: default ≥ 0.9 × best fixed --connections ($best_n) | ${R_MBS[$mode/wi-fetch]} vs $best MB/s = $r | $(verdict "$r >= 0.9") |")
+	fi
+	if num_ok "$mode/aria2c"; then
+		TARGETS+=("| $mode: default ≥ aria2c -x16 | ${R_MBS[$mode/wi-fetch]} vs ${R_MBS[$mode/aria2c]} MB/s | $(verdict "${R_MBS[$mode/wi-fetch]} >= ${R_MBS[$mode/aria2c]}") |")
+		if [[ "$mode" == capped ]]; then
+			r=$(awk -v a="${R_MBS[$mode/wi-fetch]}" -v b="${R_MBS[$mode/aria2c]}" 'BEGIN { printf "%.2f", a / b }')
+			TARGETS+=("| capped: default ≥ 1.5 × aria2c -x16 | $r× | $(verdict "$r >= 1.5") |")
+		fi
+	fi
+	if [[ "$mode" == capped ]]; then
+		sent=$(awk -v s="${R_SENT[$mode/wi-fetch]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
+		TARGETS+=("| capped: server sent ≤ 1.02 × the file (default) | $sent× | $(verdict "$sent <= 1.02") |")
+	fi
+done
 peak_rss=0
 peak_anon=0
 for mode in "${PASSES[@]}"; do
@@ -870,12 +956,14 @@ fi
 	echo "Machine: $CORES cores ($CPU_MODEL, SHA-NI: $SHA_NI); disk write (dd bs=16M conv=fsync, $((DD_COUNT * 16)) MiB): **$DISK_MBS MB/s**;"
 	echo "single-core SHA-256: **$SHA_PY_MBS MB/s** (OpenSSL via Python hashlib, 256 MiB in memory), $SHA_SUM_MBS MB/s (coreutils sha256sum, page-cached file);"
 	echo "page cache dropped before each download: $DROP_CACHES. MB = 10^6 bytes. Capped = mock-hub --bandwidth $CAP_BPS (each response body, i.e. each connection, capped at $(mb "$CAP_BPS") MB/s)."
+	echo "Shared = mock-hub --total-bandwidth $SHARED_BPS (every connection shares $(mb "$SHARED_BPS") MB/s). Crowded = --total-bandwidth $CROWD_BPS --crowding $CROWDING --bandwidth $CROWD_CAP_BPS (n connections share $(mb "$CROWD_BPS") / (1 + $CROWDING × (n − 1)) MB/s, each at most $(mb "$CROWD_CAP_BPS") MB/s)."
+	echo "wi-fetch@N = wi-fetch --connections N (fixed). Note of a wi-fetch row: files at once, and the connection count's path from its --json summary (start → peak → settled, why)."
 	echo "Versions: wi-fetch $("$WI_FETCH" --version 2>/dev/null | awk '{print $2}'), huggingface_hub $HF_HUB_VERSION, hf_transfer ${HF_TRANSFER_VERSION:-not installable}, $(aria2c --version 2>/dev/null | head -n1 || echo 'aria2c: not installed'), $(curl --version | head -n1 | cut -d' ' -f1-2)."
 	echo
 	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | CPU s (user+sys) | mock-hub CPU s | server sent / size | SHA-256 OK | note |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	for mode in "${PASSES[@]}"; do
-		for tool in $TOOLS; do
+		for tool in $(mode_tools "$mode"); do
 			k="$mode/$tool"
 			if [[ -n "${R_SEC[$k]:-}" ]]; then
 				ratio=$(awk -v s="${R_SENT[$k]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')

@@ -700,6 +700,46 @@ fn a_complete_partial_is_not_reported_as_resuming() {
     assert_eq!(fs::read(&lines(&o)[0]).unwrap(), data);
 }
 
+/// Small files run side by side, as many as there are connections: ten small files whose
+/// bodies the server holds are all in flight at once (four at a time, as before, never
+/// would be), then all arrive; the summary says how many ran at once and where the
+/// connection count started.
+#[test]
+fn small_files_run_side_by_side() {
+    let mut b = MockHub::builder().hash_cache(false);
+    for i in 0..10 {
+        b = b.file(
+            "many/small",
+            format!("f{i}.json"),
+            format!("{{\"i\": {i}}}"),
+        );
+    }
+    let hub = start(
+        b.fault(
+            Fault::Hold { after_bytes: 0 }
+                .on_path("many/small/*")
+                .times(10),
+        ),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["many/small", "--include", "*", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    hub.wait_for_blocking(|s| s.held == 10, Duration::from_secs(60))
+        .expect("the ten bodies held at once");
+    hub.release_holds();
+    let o = child.wait_with_output().unwrap();
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"].as_array().unwrap().len(), 10, "{v}");
+    assert_eq!(v["files_at_once"]["peak"], 10, "{v}");
+    assert_eq!(v["connection_path"]["start"], 16, "{v}");
+    let e = stderr(&o);
+    assert!(e.contains("10 file(s) at once at most"), "{e}");
+}
+
 /// Why a download was slow is in its summary: retries by cause (two cuts after progress, one
 /// 503, one 429) and the connections used (the most at once, and the mean), in the JSON and
 /// on the final line.
@@ -737,6 +777,14 @@ fn the_summary_says_why_a_download_was_slow() {
         "{e}"
     );
     assert!(e.contains("connection(s) on average"), "{e}");
+    // A pinned count says so, and that each 503 and 429 took a connection away.
+    assert_eq!(v["connection_path"]["settled"], "fixed", "{v}");
+    assert_eq!(v["connection_path"]["start"], 4, "{v}");
+    assert_eq!(v["connection_path"]["now"], 2, "{v}");
+    assert!(
+        e.contains("count 4 → 3 → 2 (fixed, lowered as the server pushed back)"),
+        "{e}"
+    );
 
     // Under a per-connection cap, a one-chunk file is split between connections: said too.
     let data = testkit::data(4 << 20, 1);

@@ -1,10 +1,12 @@
 //! Streaming one body: a byte span of a file with its patches and flipped bytes, optionally
 //! gzip-compressed and followed by extra bytes (a fixed number, or forever), paced by cuts,
-//! stalls, holds and throttling. Memory stays bounded whatever the length: files are read in
-//! 64 KiB pieces and the extra bytes are slices of one static buffer. A body counts in the
-//! `in_flight` gauge while it lives, and ends with an error when the server stops.
+//! stalls, holds, throttling and the link every body shares. Memory stays bounded whatever
+//! the length: files are read in 64 KiB pieces and the extra bytes are slices of one static
+//! buffer. A body counts in the `in_flight` gauge while it lives, and ends with an error when
+//! the server stops.
 
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -16,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::link::{Link, Seat};
 use crate::repo::{Base, Source};
 use crate::stats::StatsCell;
 
@@ -310,26 +313,31 @@ pub(crate) struct BodyCtl {
     pub stop: watch::Receiver<bool>,
     /// The release generation, bumped by `MockHub::release_holds`.
     pub release: watch::Receiver<u64>,
+    /// The uplink every body shares, when it has a total bandwidth.
+    pub link: Option<Arc<Link>>,
 }
 
-/// Counts one body in the `in_flight` gauge until [`Flight::end`] or drop.
+/// Counts one body in the `in_flight` gauge (and on the link) until [`Flight::end`] or drop.
 struct Flight {
     stats: StatsCell,
     key: String,
     live: bool,
+    seat: Option<Seat>,
 }
 
 impl Flight {
-    fn start(stats: StatsCell, key: String) -> Self {
+    fn start(stats: StatsCell, key: String, link: Option<&Arc<Link>>) -> Self {
         stats.body_started(&key);
         Flight {
             stats,
             key,
             live: true,
+            seat: link.map(Link::seat),
         }
     }
 
     fn end(&mut self) {
+        self.seat = None;
         if std::mem::take(&mut self.live) {
             self.stats.body_ended(&self.key);
         }
@@ -369,6 +377,7 @@ struct St {
     done: bool,
     stats: StatsCell,
     release: watch::Receiver<u64>,
+    link: Option<Arc<Link>>,
 }
 
 /// The stream's state: the body, and what outlives each step.
@@ -390,7 +399,7 @@ pub(crate) fn file_body(source: &Source, spec: BodySpec, ctl: BodyCtl) -> Body {
         },
         tail_pos: 0,
     };
-    let flight = Flight::start(ctl.stats.clone(), spec.stats_key.clone());
+    let flight = Flight::start(ctl.stats.clone(), spec.stats_key.clone(), ctl.link.as_ref());
     let st = St {
         producer,
         pending: Bytes::new(),
@@ -402,6 +411,7 @@ pub(crate) fn file_body(source: &Source, spec: BodySpec, ctl: BodyCtl) -> Body {
         spec,
         stats: ctl.stats,
         release: ctl.release,
+        link: ctl.link,
     };
     let outer = Outer {
         st,
@@ -489,11 +499,18 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
             n = n.min(after - st.sent);
         }
     }
+    if let Some(link) = &st.link {
+        n = n.min(link.piece());
+    }
     if let Some(bps) = st.spec.throttle {
         // Small pieces, so the rate is smooth: about 20 per second.
         n = n.min((bps / 20).max(1));
         let due = started + Duration::from_secs_f64((st.sent + n) as f64 / bps as f64);
         tokio::time::sleep_until(due).await;
+    }
+    if let Some(link) = &st.link {
+        // Then the link's turn: the total every body shares.
+        link.pass(n).await;
     }
     let piece = st.pending.split_to(n as usize);
     st.sent += n;

@@ -52,6 +52,7 @@ mod body;
 pub mod demo;
 mod error;
 mod faults;
+mod link;
 mod repo;
 mod server;
 mod stats;
@@ -70,6 +71,7 @@ use tokio::task::JoinHandle;
 
 pub use error::Error;
 pub use faults::{Fault, FaultRule, Faults, Target};
+pub use link::LinkSpec;
 pub use repo::{RepoKind, RepoSettings, CACHE_FILE, SETTINGS_FILE};
 pub use stats::{FileStats, RequestRecord, Stats};
 
@@ -101,6 +103,8 @@ pub struct MockHubBuilder {
     listing: Vec<(String, serde_json::Value)>,
     hash_cache: bool,
     resolve_cache: bool,
+    total_bandwidth: Option<u64>,
+    crowding: f64,
 }
 
 impl Default for MockHubBuilder {
@@ -122,6 +126,8 @@ impl Default for MockHubBuilder {
             listing: Vec::new(),
             hash_cache: true,
             resolve_cache: false,
+            total_bandwidth: None,
+            crowding: 0.0,
         }
     }
 }
@@ -184,6 +190,28 @@ impl MockHubBuilder {
     /// connections matter. Default: no cap.
     pub fn bandwidth(self, bytes_per_sec: u64) -> Self {
         self.fault(Fault::Throttle { bytes_per_sec })
+    }
+
+    /// Caps the total of every file body at once at `bytes_per_sec` (both listeners), as a
+    /// proxy, a mirror on one small machine or a CDN's per-client cap does: more connections
+    /// then share the same total. Combines with [`bandwidth`](Self::bandwidth) (each body's
+    /// own cap) and [`crowding`](Self::crowding). Default: no total cap.
+    pub fn total_bandwidth(mut self, bytes_per_sec: u64) -> Self {
+        self.total_bandwidth = Some(bytes_per_sec.max(1));
+        self
+    }
+
+    /// With a [`total_bandwidth`](Self::total_bandwidth), each body in flight beyond the first
+    /// lowers the total by this share of it (`n` bodies share `total / (1 + crowding × (n −
+    /// 1))`): a server that slows as connections are added, as a forwarding proxy bound to
+    /// one core does. Ignored without a total. Default 0.
+    pub fn crowding(mut self, crowding: f64) -> Self {
+        self.crowding = if crowding.is_finite() {
+            crowding.max(0.0)
+        } else {
+            0.0
+        };
+        self
     }
 
     /// Marks repository `repo` (`org/name`, or `datasets/org/name`) gated: downloads need the
@@ -329,6 +357,12 @@ impl MockHubBuilder {
             sigs: Mutex::new(SigStore::new(self.seed)),
             stop: rx.clone(),
             release: watch::Sender::new(0),
+            link: self.total_bandwidth.map(|bytes_per_sec| {
+                link::Link::new(LinkSpec {
+                    bytes_per_sec,
+                    crowding: self.crowding,
+                })
+            }),
         });
         let mut tasks = Vec::new();
         for (listener, app) in [

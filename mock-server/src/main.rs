@@ -86,9 +86,17 @@ struct ServeArgs {
     /// Seed of the fault and signature RNGs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Cap every file body at this many bytes per second.
+    /// Cap every file body at this many bytes per second (each connection, as a CDN caps).
     #[arg(long)]
     bandwidth: Option<u64>,
+    /// Cap all file bodies at once at this many bytes per second in total (a proxy, a small
+    /// mirror, a per-client cap): more connections share the same total.
+    #[arg(long, value_name = "BYTES_PER_SEC")]
+    total_bandwidth: Option<u64>,
+    /// With --total-bandwidth: each body in flight beyond the first lowers the total by this
+    /// share (n bodies share TOTAL / (1 + CROWDING × (n − 1))), as a proxy bound to one core.
+    #[arg(long, default_value_t = 0.0, requires = "total_bandwidth")]
+    crowding: f64,
     /// A fault, e.g. `cut-after=1000,path=*.gguf,times=2`, `status=503,rate=0.1`,
     /// `cut-exp=25165824,target=cdn`, `status=503,retry-after=1,rate=0.025,target=cdn`,
     /// `redirect=302,location=http://{cdn}/x,times=1`, `hold,after=1000,target=cdn`; every
@@ -180,6 +188,9 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .resolve_cache_redirects(a.resolve_cache);
     if let Some(t) = a.token {
         b = b.token(t);
+    }
+    if let Some(bps) = a.total_bandwidth {
+        b = b.total_bandwidth(bps).crowding(a.crowding);
     }
     if let Some(bps) = a.bandwidth {
         b = b.bandwidth(bps);

@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub stop: watch::Receiver<bool>,
     /// Generation of `MockHub::release_holds`: held bodies wait for it to change.
     pub release: watch::Sender<u64>,
+    /// The total bandwidth every file body shares, if any (see `link`).
+    pub link: Option<Arc<crate::link::Link>>,
 }
 
 #[derive(Debug)]
@@ -906,6 +908,7 @@ async fn serve_file(
             stats: shared.stats.clone(),
             stop: shared.stop.clone(),
             release: shared.release.subscribe(),
+            link: shared.link.clone(),
         };
         file_body(&entry.source, spec, ctl)
     } else {

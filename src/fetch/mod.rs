@@ -142,7 +142,7 @@ impl Default for FetcherBuilder {
             hub: HubConfig::default(),
             cache_dir: None,
             local_dir: None,
-            max_files: 4,
+            max_files: 64,
             offline: false,
             reporter: Arc::new(NoProgress),
             verify: true,
@@ -207,7 +207,10 @@ impl FetcherBuilder {
         self
     }
 
-    /// Files transferred at once (they share the connection budget). Default 4.
+    /// The most files handled at once. Default 64. Their downloads share the connection
+    /// budget and take turns on it: a file starts downloading when a connection is free that
+    /// the files running do not want (so one large file gets every connection, and small
+    /// files run side by side, as many as there are connections).
     pub fn max_files(mut self, n: usize) -> Self {
         self.max_files = n.max(1);
         self

@@ -148,6 +148,11 @@ pub struct FetchSummary {
     /// The connections the fetch used (those of the fetcher's engine during the fetch: the
     /// most at once, and the mean over its wall time).
     pub connections: crate::transfer::ConnectionUse,
+    /// The files downloading at once (the most, and the mean over the wall time).
+    pub files_at_once: crate::transfer::ConnectionUse,
+    /// The path the adaptive connection count took: start, peak, each change, and why it
+    /// settled (the engine's, since the fetcher was built).
+    pub connection_path: crate::transfer::ConnectionPath,
 }
 
 impl FetchSummary {

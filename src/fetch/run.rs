@@ -28,7 +28,7 @@ use crate::key::FileKey;
 use crate::manifest::{Document, Sha256Hex, Source};
 use crate::names::{escape, is_commit_hash};
 use crate::progress::{Event, FileId, Reporter};
-use crate::transfer::{LockedPartial, TransferError, TransferSpec};
+use crate::transfer::{ConnectionUse, LockedPartial, TransferError, TransferSpec};
 
 /// Refused listing entries named one by one in notices; the rest are counted.
 const REFUSED_NAMED: usize = 10;
@@ -166,18 +166,24 @@ impl Fetcher {
         let start = Instant::now();
         self.engine.reset_peak();
         let before = self.engine.connections();
+        let files_before = self.engine.downloads();
         let gate = Gate::new(&*self.reporter);
         let may_retry = !self.offline && !is_commit_hash(&repo.revision);
         let first = self
             .fetch_once(repo, selection, pins, start, &gate, !may_retry)
             .await;
-        let used = |s: FetchSummary| FetchSummary {
-            connections: crate::transfer::ConnectionUse::between(
-                &before,
-                &self.engine.connections(),
-                start.elapsed().as_secs_f64(),
-            ),
-            ..s
+        let used = |s: FetchSummary| {
+            let secs = start.elapsed().as_secs_f64();
+            FetchSummary {
+                connections: ConnectionUse::between(&before, &self.engine.connections(), secs),
+                files_at_once: ConnectionUse::between(
+                    &files_before,
+                    &self.engine.downloads(),
+                    secs,
+                ),
+                connection_path: self.engine.connection_path(),
+                ..s
+            }
         };
         match first {
             Err(e) if may_retry && remote_changed(&e) => {
@@ -260,11 +266,24 @@ impl Fetcher {
             }
         }
         let stale = StalePartials::of(&store, &plan);
-        let results: Vec<Result<FileReport, FetchError>> = stream::iter(plan.files.iter())
-            .map(|f| self.fetch_one(repo, &plan.commit, &store, &stale, f, pins, rep, last_round))
-            .buffered(self.max_files)
-            .collect()
-            .await;
+        // Up to `max_files` at once, unordered (a large file does not hold back the small
+        // ones after it); the engine decides when each download's turn comes (a free
+        // connection nobody else wants). Results are put back in the plan's order.
+        let (commit, store_ref, stale_ref) = (&plan.commit, &store, &stale);
+        let mut results: Vec<(usize, Result<FileReport, FetchError>)> =
+            stream::iter(plan.files.iter().enumerate())
+                .map(|(i, f)| async move {
+                    let r = self
+                        .fetch_one(repo, commit, store_ref, stale_ref, f, pins, rep, last_round)
+                        .await;
+                    (i, r)
+                })
+                .buffer_unordered(self.max_files)
+                .collect()
+                .await;
+        results.sort_by_key(|(i, _)| *i);
+        let results: Vec<Result<FileReport, FetchError>> =
+            results.into_iter().map(|(_, r)| r).collect();
         if self.writes() && plan.files.iter().any(|f| !f.cached) {
             // The small files committed without a sync of their own (`commit_unsynced`).
             store
@@ -343,6 +362,8 @@ impl Fetcher {
             notice: plan.notice,
             elapsed: start.elapsed(),
             connections: Default::default(),
+            files_at_once: Default::default(),
+            connection_path: Default::default(),
         })
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoint;
@@ -43,6 +43,10 @@ pub(crate) struct Ctx<'a> {
     pub gauge: &'a Gauge,
     /// The engine's adaptive connection count.
     pub pace: &'a Pace,
+    /// The engine's signal that a connection was given back.
+    pub freed: &'a Notify,
+    /// The connection this download was admitted on, for the first part that asks.
+    pub first: std::sync::Mutex<Option<Conn<'a>>>,
     /// The server ignores `Range`: the file is fetched as one sequential stream.
     pub sequential: AtomicBool,
     /// 200 answers to ranged requests seen.
@@ -63,6 +67,10 @@ pub(crate) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// One connection of the budget, or `None` once the download must stop.
     pub async fn permit(&self) -> Option<Conn<'a>> {
+        let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if first.is_some() {
+            return first;
+        }
         tokio::select! {
             biased;
             () = self.stop.cancelled() => None,
@@ -72,12 +80,8 @@ impl<'a> Ctx<'a> {
                 self.permits.acquire().await
             } => {
                 self.gauge.open();
-                Some(Conn {
-                    permit: Some(p.expect("the engine's semaphore is never closed")),
-                    gauge: self.gauge,
-                    pace: self.pace,
-                    permits: self.permits,
-                })
+                let p = p.expect("the engine's semaphore is never closed");
+                Some(Conn::new(p, self.gauge, self.pace, self.permits, self.freed))
             }
         }
     }
@@ -114,6 +118,26 @@ pub(crate) struct Conn<'a> {
     gauge: &'a Gauge,
     pace: &'a Pace,
     permits: &'a Semaphore,
+    freed: &'a Notify,
+}
+
+impl<'a> Conn<'a> {
+    /// A connection on `permit`, already counted open in `gauge`.
+    pub fn new(
+        permit: SemaphorePermit<'a>,
+        gauge: &'a Gauge,
+        pace: &'a Pace,
+        permits: &'a Semaphore,
+        freed: &'a Notify,
+    ) -> Self {
+        Conn {
+            permit: Some(permit),
+            gauge,
+            pace,
+            permits,
+            freed,
+        }
+    }
 }
 
 impl Drop for Conn<'_> {
@@ -126,5 +150,7 @@ impl Drop for Conn<'_> {
             }
         }
         self.pace.tick(self.permits, || busy);
+        // A download waiting for its turn may take the connection, if nobody else wants it.
+        self.freed.notify_waiters();
     }
 }

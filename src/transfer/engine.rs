@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
 use futures::future::Either;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoint;
-use super::ctx::Ctx;
+use super::ctx::{Conn, Ctx};
 use super::error::{local_error, TransferError};
 use super::events::Events;
 use super::failure::Counters;
@@ -43,6 +44,12 @@ pub(crate) struct Inner {
     /// same moment would add a thread to the pool, each with its stack and its allocator arena
     /// (about a megabyte a connection).
     pub writes: Semaphore,
+    /// Downloads running (admitted, not yet ended).
+    pub downloads: Gauge,
+    /// Downloads wait here for their turn, in the order they asked (see [`Inner::admit`]).
+    pub admission: tokio::sync::Mutex<()>,
+    /// Woken when a connection is given back or a download ends.
+    pub freed: Notify,
 }
 
 impl Inner {
@@ -55,7 +62,64 @@ impl Inner {
             gauge: Gauge::new(),
             pace,
             writes: Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()) * 2),
+            downloads: Gauge::new(),
+            admission: tokio::sync::Mutex::new(()),
+            freed: Notify::new(),
         }
+    }
+
+    /// A download's turn: at once when no other download runs; else once a connection of the
+    /// budget is free that the downloads running do not want (none of their workers waits for
+    /// it). That connection is handed to the new download. So one large file gets every
+    /// connection, the next file starts when the first one's tail leaves connections idle,
+    /// and many small files run side by side, as many as there are connections. Downloads are
+    /// admitted in the order they asked. `None` once `cancel` is cancelled.
+    pub async fn admit(&self, cancel: &CancellationToken) -> Option<Admitted<'_>> {
+        let _turn = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return None,
+            t = self.admission.lock() => t,
+        };
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.downloads.read().in_use == 0 {
+                return Some(Admitted::new(self, None));
+            }
+            if let Ok(p) = self.permits.try_acquire() {
+                self.gauge.open();
+                let conn = Conn::new(p, &self.gauge, &self.pace, &self.permits, &self.freed);
+                return Some(Admitted::new(self, Some(conn)));
+            }
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return None,
+                () = freed => {}
+            }
+        }
+    }
+}
+
+/// A download admitted (counted in [`Inner::downloads`] until dropped), with the connection
+/// it was admitted on, if any.
+pub(crate) struct Admitted<'a> {
+    inner: &'a Inner,
+    pub first: Option<Conn<'a>>,
+}
+
+impl<'a> Admitted<'a> {
+    fn new(inner: &'a Inner, first: Option<Conn<'a>>) -> Self {
+        inner.downloads.open();
+        Admitted { inner, first }
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        drop(self.first.take());
+        self.inner.downloads.close();
+        self.inner.freed.notify_waiters();
     }
 }
 
@@ -66,11 +130,19 @@ pub(crate) async fn download(
     partial: LockedPartial,
     reporter: &dyn Reporter,
 ) -> Result<Finished, TransferError> {
-    let started = Instant::now();
     let cfg = &inner.config;
     let file = spec.key.path.as_str();
-    let events = Events::new(reporter, spec.id, file);
     let url = parse_url(file, &spec.url)?;
+    // The file's turn (see `Inner::admit`): nothing is opened before it.
+    let Some(mut admitted) = inner.admit(&cfg.cancel).await else {
+        return Err(TransferError::Interrupted {
+            file: file.to_string(),
+            kept: partial.paths().inspect().map_or(0, |i| i.recorded_bytes),
+            size: spec.key.size,
+        });
+    };
+    let started = Instant::now();
+    let events = Events::new(reporter, spec.id, file);
     let size = spec.key.size;
     let expected = spec
         .key
@@ -154,6 +226,8 @@ pub(crate) async fn download(
         permits: &inner.permits,
         gauge: &inner.gauge,
         pace: &inner.pace,
+        freed: &inner.freed,
+        first: std::sync::Mutex::new(admitted.first.take()),
         writes: &inner.writes,
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
@@ -300,6 +374,64 @@ mod tests {
     use super::*;
     use std::io;
     use std::path::{Path, PathBuf};
+    use std::task::Poll;
+
+    /// A download's turn comes at once when none runs; else with a connection the running
+    /// ones do not want: one their waiting workers take does not admit it, one nobody waits
+    /// for does, and is handed over.
+    #[tokio::test]
+    async fn a_download_waits_for_a_connection_nobody_else_wants() {
+        let inner = Inner::new(
+            reqwest::Client::new(),
+            EngineConfig {
+                connections: 2,
+                adaptive: false,
+                ..EngineConfig::default()
+            },
+        );
+        let cancel = CancellationToken::new();
+        let first = inner.admit(&cancel).await.expect("admitted");
+        assert!(
+            first.first.is_none(),
+            "the only download takes its own connections"
+        );
+        assert_eq!(inner.downloads.read().in_use, 1);
+        // The running download holds both connections, and one of its workers waits for more.
+        let conn = |p| Conn::new(p, &inner.gauge, &inner.pace, &inner.permits, &inner.freed);
+        let a = conn(inner.permits.try_acquire().unwrap());
+        let b = conn(inner.permits.try_acquire().unwrap());
+        let mut next = Box::pin(inner.admit(&cancel));
+        assert!(futures::poll!(&mut next).is_pending());
+        let mut worker = Box::pin(inner.permits.acquire());
+        assert!(futures::poll!(&mut worker).is_pending());
+        // A connection given back goes to the waiting worker: still not the next one's turn.
+        drop(a);
+        assert!(futures::poll!(&mut next).is_pending());
+        let Poll::Ready(Ok(w)) = futures::poll!(&mut worker) else {
+            panic!("the worker waiting got the connection");
+        };
+        // The next one nobody waits for is the next download's, handed to it.
+        drop(b);
+        let Poll::Ready(Some(second)) = futures::poll!(&mut next) else {
+            panic!("a free connection nobody wants admits the next download");
+        };
+        assert!(second.first.is_some());
+        assert_eq!(inner.downloads.read().in_use, 2);
+        assert_eq!(inner.permits.available_permits(), 0);
+        drop(second);
+        assert_eq!(
+            inner.permits.available_permits(),
+            1,
+            "its connection came back"
+        );
+        // A download stopped while it waits is not admitted.
+        let _held = inner.permits.try_acquire().unwrap();
+        let waiting = inner.admit(&cancel);
+        cancel.cancel();
+        assert!(waiting.await.is_none());
+        drop((w, first));
+        assert_eq!(inner.downloads.read().in_use, 0);
+    }
 
     fn full(path: &str) -> TransferError {
         super::super::error::local_error(

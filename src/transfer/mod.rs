@@ -15,7 +15,10 @@
 //! and only then removes the resume state and lets the lock go.
 //!
 //! Every connection shares one budget ([`EngineConfig::connections`]) across all the files an
-//! [`Engine`] (and its clones) download at once.
+//! [`Engine`] (and its clones) download at once, and downloads take turns: a file starts when
+//! a connection is free that the files running do not want, so one large file gets every
+//! connection and many small files run side by side. How many connections the budget holds
+//! adapts to the link (see [`EngineConfig::adaptive`] and [`ConnectionPath`]).
 //!
 //! # The parts, and how a chunk travels
 //!
@@ -150,6 +153,7 @@ pub fn max_cuts(size: u64) -> u64 {
 }
 pub use failure::RetryCauses;
 pub use gauge::{ConnectionReading, ConnectionUse};
+pub use pace::{ConnectionPath, Settled};
 pub use partial::{LockedPartial, PartialInfo};
 
 /// One file to download.
@@ -215,9 +219,11 @@ pub struct EngineConfig {
     pub connections: usize,
     /// Adapt the number of connections to the link: start at
     /// [`start_connections`](Self::start_connections), double while the total throughput keeps
-    /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit), go
-    /// back and stop when a doubling does not pay, drop one connection for each 429 or 503.
-    /// Default on; off, the count is [`connections`](Self::connections).
+    /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit); when
+    /// the first doubling does not pay, halve while that raises it (a proxy that slows as
+    /// connections are added); settle on the best count measured; drop one connection for
+    /// each 429 or 503 (one back after each second without one). [`Engine::connection_path`] tells the path it took. Default on; off,
+    /// the count is [`connections`](Self::connections).
     pub adaptive: bool,
     /// Connections to start with when adapting. Default 16, as `aria2c -x16`.
     pub start_connections: usize,
@@ -412,13 +418,33 @@ impl Engine {
         self.inner.gauge.read()
     }
 
-    /// Starts the peak of [`connections`](Self::connections) again from those in use now.
+    /// Starts the peaks of [`connections`](Self::connections) and
+    /// [`downloads`](Self::downloads) again from those in use now.
     pub fn reset_peak(&self) {
         self.inner.gauge.reset_peak();
+        self.inner.downloads.reset_peak();
+    }
+
+    /// The downloads running now (files at once), at the most, and over time, read as
+    /// [`connections`](Self::connections) is. A download runs from its turn (see
+    /// [`download`](Self::download)) to its end.
+    pub fn downloads(&self) -> ConnectionReading {
+        self.inner.downloads.read()
+    }
+
+    /// The path the adaptive connection count took since the engine was made: where it
+    /// started, its peak, each change, and why it settled.
+    pub fn connection_path(&self) -> ConnectionPath {
+        self.inner.pace.path()
     }
 
     /// Downloads `spec.url` into `partial` (whose lock the caller holds: see
     /// [`PartialPaths::lock`]), resuming from its state when that describes the same remote file.
+    ///
+    /// Downloads of one engine share its connections, and take turns: a download starts at
+    /// once when no other one runs, else when a connection is free that the running ones do not
+    /// want (their tails, small files), in the order they were asked for. So one large file
+    /// gets every connection and many small files run side by side.
     ///
     /// On success the file is complete, synced, and its digest matched the ETag of `spec.key`; the
     /// [`Finished`] download holds the lock until it is committed. On failure the partial

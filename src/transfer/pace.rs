@@ -1,18 +1,30 @@
-//! How many connections the engine uses: adapted to the link. A CDN caps each connection (often
-//! near 20 MB/s), so on such a link the connection count sets the speed; on a fast link more
-//! connections only cost. The count starts at [`EngineConfig::start_connections`] and doubles
-//! every [`WINDOW`] (measured from the first body byte) while the connections are busy and the
-//! engine's total throughput keeps rising by at least [`RISE`]. When a doubling did not raise
-//! it that much, or left a quarter of the connections without work, the count goes back to what
-//! it was and stays there. When the server pushes
-//! back (429, 503) the refused connection is not replaced: the count drops by one per refusal,
-//! and stops growing. It never exceeds [`EngineConfig::connections`], the ceiling; with
-//! [`EngineConfig::adaptive`] off that ceiling is the count.
+//! How many connections the engine uses: adapted to the link, by climbing the engine's total
+//! throughput. Links differ in what limits them:
 //!
-//! The count is the semaphore's permits: growing adds permits, shrinking forgets permits as
-//! connections are given back (a connection in flight is never cut for it).
+//! - a CDN caps each connection (often near 20 MB/s): the count sets the speed, more pay;
+//! - a proxy, a small mirror or a per-client cap shares one total: the count hardly matters;
+//! - a forwarding proxy bound to one core slows as connections are added: fewer are faster.
+//!
+//! The count starts at [`EngineConfig::start_connections`]. Every [`WINDOW`] (measured from the
+//! first body byte, and only once the connections in flight match the count) the rate is
+//! judged. While doubling raises it by at least [`RISE`], the count doubles, up to
+//! [`EngineConfig::connections`], the ceiling. When the first doubling did not pay, halving is
+//! tried: while halving raises the rate by at least [`FEWER`], the count halves (down to one).
+//! When a step does not pay, the count goes back to the best one measured and settles there.
+//! When the server pushes back (429, 503) the refused connection is not replaced: the count
+//! drops by one per refusal, and settles; each [`QUIET`] second without another refusal gives
+//! one back, up to the count before the first. With [`EngineConfig::adaptive`] off the ceiling is the
+//! count.
+//!
+//! The count is the semaphore's permits: growing adds permits; lowering forgets the free ones
+//! at once, and (when the climb lowers it) asks as many connections in flight as are too many
+//! to stop at their next piece and give the rest of their part back ([`Pace::should_yield`]),
+//! so that the lower count is measured within moments rather than after chunks of many
+//! megabytes end. After a refusal, the connections in flight finish their parts.
+//!
+//! The path the count took ([`ConnectionPath`]) is kept for reports.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -24,62 +36,197 @@ use super::EngineConfig;
 pub(crate) const WINDOW: Duration = Duration::from_millis(500);
 /// The rise of throughput (from one window to the next) that justifies more connections.
 pub(crate) const RISE: f64 = 1.15;
+/// The rise of throughput that justifies fewer connections (fewer cost less, so a smaller
+/// gain is enough; below it, the noise of a window decides).
+pub(crate) const FEWER: f64 = 1.05;
+/// Steps of a path kept for reports.
+const PATH_STEPS: usize = 32;
+/// After the server pushed back, each stretch this long without another refusal gives one
+/// connection back, up to the count before the first refusal.
+pub(crate) const QUIET: Duration = Duration::from_secs(1);
 
-/// What a window's measurement decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// Keep the count.
-    Hold,
-    /// Grow to this many connections.
-    Grow(usize),
-    /// The count is settled: throughput stopped rising.
-    Settle,
-    /// The last doubling did not pay: back to the count before it, and settled.
-    Retreat,
+/// Why the connection count stopped changing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Settled {
+    /// The count is fixed (`--connections`, [`EngineConfig::adaptive`] off).
+    Fixed,
+    /// More connections paid up to the ceiling ([`EngineConfig::connections`]).
+    Ceiling,
+    /// Neither more nor fewer connections were faster: the link's total is the limit.
+    NoGain,
+    /// Fewer connections were faster (the server slows as connections are added).
+    FewerFaster,
+    /// More connections paid, then stopped paying.
+    MoreStoppedPaying,
+    /// The server pushed back (429 or 503): one connection fewer per refusal.
+    PushedBack,
 }
 
-/// The rule, apart from clocks and semaphores: `target` connections, `busy` of them in use,
-/// `rate` this window and `best` the window before the last doubling (bytes per second; 0 for
-/// none yet), under `ceiling`.
-pub(crate) fn judge(target: usize, ceiling: usize, busy: usize, rate: f64, best: f64) -> Step {
-    if busy * 4 < target * 3 {
-        // A quarter of the connections had no work (a small file, the last chunks): nothing
-        // learned about the link, but a doubling that leaves connections idle did not pay.
-        return if best > 0.0 {
-            Step::Retreat
-        } else {
-            Step::Hold
-        };
+impl Settled {
+    /// A few words for a person.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Settled::Fixed => "fixed",
+            Settled::Ceiling => "more kept paying up to the ceiling",
+            Settled::NoGain => "neither more nor fewer were faster",
+            Settled::FewerFaster => "fewer were faster",
+            Settled::MoreStoppedPaying => "more stopped paying",
+            Settled::PushedBack => "the server pushed back",
+        }
     }
-    if best > 0.0 && rate < best * RISE {
-        Step::Retreat
-    } else if target >= ceiling {
-        Step::Settle
-    } else {
-        Step::Grow((target * 2).min(ceiling))
+}
+
+/// The path the connection count took, for reports.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ConnectionPath {
+    /// The count it started at.
+    pub start: usize,
+    /// The highest count it reached.
+    pub peak: usize,
+    /// The count now.
+    pub now: usize,
+    /// Why it stopped changing; `None` while it was still adapting (the transfer ended first).
+    pub settled: Option<Settled>,
+    /// Each change: seconds since the first body byte, and the new count (at most 32 kept).
+    pub steps: Vec<(f64, usize)>,
+}
+
+impl ConnectionPath {
+    /// One line: "16 → 32 → 16, settled: neither more nor fewer were faster".
+    pub fn describe(&self) -> String {
+        let mut s = self.start.to_string();
+        for (_, n) in &self.steps {
+            s.push_str(&format!(" → {n}"));
+        }
+        match self.settled {
+            Some(Settled::Fixed) if self.steps.is_empty() => format!("{} (fixed)", self.now),
+            Some(Settled::Fixed) => format!("{s} (fixed, lowered as the server pushed back)"),
+            Some(why) => format!("{s}, settled: {}", why.describe()),
+            None => format!("{s}, still adapting"),
+        }
+    }
+}
+
+/// Where the climb is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Doubling while it pays.
+    Growing,
+    /// Halving while it pays.
+    Shrinking,
+    /// Done.
+    Settled(Settled),
+}
+
+/// What a window's measurement decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Step {
+    /// Keep the count and measure again (too few connections had work to tell).
+    Hold,
+    /// Try this many connections.
+    Try(usize),
+    /// Go to this many connections (the best measured), and stay.
+    Settle(usize, Settled),
+}
+
+/// The climb, apart from clocks and semaphores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Climb {
+    phase: Phase,
+    start: usize,
+    ceiling: usize,
+    /// The best rate measured (bytes per second; 0 for none yet) and its count.
+    best: f64,
+    best_n: usize,
+}
+
+impl Climb {
+    fn new(start: usize, ceiling: usize, adaptive: bool) -> Self {
+        Climb {
+            phase: if adaptive {
+                Phase::Growing
+            } else {
+                Phase::Settled(Settled::Fixed)
+            },
+            start,
+            ceiling,
+            best: 0.0,
+            best_n: start,
+        }
+    }
+
+    /// Judges a window at `target` connections, `busy` of them in use, at `rate`.
+    pub(crate) fn judge(&mut self, target: usize, busy: usize, rate: f64) -> Step {
+        if busy * 4 < target * 3 {
+            // A quarter of the connections had no work (a small file, the last chunks):
+            // nothing learned about the link.
+            return Step::Hold;
+        }
+        let step = match self.phase {
+            Phase::Settled(_) => return Step::Hold,
+            Phase::Growing if self.best == 0.0 || rate >= self.best * RISE => {
+                self.best = rate;
+                self.best_n = target;
+                if target < self.ceiling {
+                    Step::Try((target * 2).min(self.ceiling))
+                } else {
+                    // At the ceiling (from the start, too: a ceiling the user chose is not
+                    // second-guessed by a probe that halves the rate on a capped link).
+                    Step::Settle(target, Settled::Ceiling)
+                }
+            }
+            Phase::Growing if self.best_n == self.start && self.best_n > 1 => {
+                // The first doubling did not pay: perhaps fewer do better.
+                self.phase = Phase::Shrinking;
+                Step::Try(self.best_n / 2)
+            }
+            Phase::Growing => Step::Settle(self.best_n, Settled::MoreStoppedPaying),
+            Phase::Shrinking if rate >= self.best * FEWER => {
+                self.best = rate;
+                self.best_n = target;
+                if target > 1 {
+                    Step::Try(target / 2)
+                } else {
+                    Step::Settle(1, Settled::FewerFaster)
+                }
+            }
+            Phase::Shrinking if self.best_n == self.start => {
+                Step::Settle(self.best_n, Settled::NoGain)
+            }
+            Phase::Shrinking => Step::Settle(self.best_n, Settled::FewerFaster),
+        };
+        if let Step::Settle(_, why) = step {
+            self.phase = Phase::Settled(why);
+        }
+        step
     }
 }
 
 struct State {
     target: usize,
-    /// The count before the last doubling.
-    before: usize,
-    growing: bool,
+    climb: Climb,
     /// Body bytes arrived: the first window runs from the first of them.
-    started: bool,
-    /// Permits to forget as connections are given back (after a halving).
+    started: Option<Instant>,
+    /// Permits to forget as connections are given back (after a lowering).
     debt: usize,
     window_start: Instant,
     bytes_at_start: u64,
-    best: f64,
+    path: ConnectionPath,
+    /// After a refusal: the count to come back to, and when the count last changed for it.
+    recovery: Option<(usize, Instant)>,
 }
 
 /// See the module docs.
 pub(crate) struct Pace {
-    ceiling: usize,
     received: AtomicU64,
-    /// `State::growing`, readable without the lock (ticks come with every piece of a body).
-    may_grow: AtomicBool,
+    /// Still adapting, readable without the lock (ticks come with every piece of a body).
+    adapting: AtomicBool,
+    /// Connections in flight asked to stop at their next piece (at most `State::debt`).
+    yields: AtomicUsize,
+    /// Below the count it had before the server pushed back, readable without the lock.
+    recovering: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -92,19 +239,27 @@ impl Pace {
         } else {
             ceiling
         };
+        let climb = Climb::new(start, ceiling, config.adaptive);
         let pace = Pace {
-            ceiling,
             received: AtomicU64::new(0),
-            may_grow: AtomicBool::new(start < ceiling),
+            adapting: AtomicBool::new(config.adaptive),
+            yields: AtomicUsize::new(0),
+            recovering: AtomicBool::new(false),
             state: Mutex::new(State {
                 target: start,
-                before: start,
-                growing: start < ceiling,
-                started: false,
+                climb,
+                started: None,
                 debt: 0,
                 window_start: Instant::now(),
                 bytes_at_start: 0,
-                best: 0.0,
+                path: ConnectionPath {
+                    start,
+                    peak: start,
+                    now: start,
+                    settled: (!config.adaptive).then_some(Settled::Fixed),
+                    steps: Vec::new(),
+                },
+                recovery: None,
             }),
         };
         (pace, start)
@@ -125,78 +280,147 @@ impl Pace {
         self.lock().target
     }
 
+    /// The path the count took so far.
+    pub fn path(&self) -> ConnectionPath {
+        self.lock().path.clone()
+    }
+
     /// Judges the window when it is over (`busy`: connections in use now), adding permits to
     /// `permits` when the count grows.
     pub fn tick(&self, permits: &Semaphore, busy: impl FnOnce() -> usize) {
-        if self.may_grow.load(Ordering::Relaxed) {
+        if self.adapting.load(Ordering::Relaxed) {
             self.tick_at(permits, busy(), Instant::now());
+        } else if self.recovering.load(Ordering::Relaxed) {
+            self.recover_at(permits, Instant::now());
+        }
+    }
+
+    /// After refusals: one connection back per [`QUIET`] without another, up to the count
+    /// before the first.
+    fn recover_at(&self, permits: &Semaphore, now: Instant) {
+        let mut s = self.lock();
+        let Some((to, since)) = s.recovery else {
+            return;
+        };
+        if now.duration_since(since) < QUIET {
+            return;
+        }
+        let n = s.target + 1;
+        self.set(&mut s, permits, n, now, false);
+        if s.target >= to {
+            s.recovery = None;
+            self.recovering.store(false, Ordering::Relaxed);
+        } else {
+            s.recovery = Some((to, now));
         }
     }
 
     fn tick_at(&self, permits: &Semaphore, busy: usize, now: Instant) {
         let mut s = self.lock();
         let bytes = self.received.load(Ordering::Relaxed);
-        if !s.started {
+        if s.started.is_none() {
             // Requests and redirects before the first body byte are not the link's throughput.
             if bytes > 0 {
-                s.started = true;
+                s.started = Some(now);
                 s.window_start = now;
                 s.bytes_at_start = bytes;
             }
             return;
         }
+        if s.debt > 0 {
+            // Still above a lowered count: the window starts once the count is what it says.
+            s.window_start = now;
+            s.bytes_at_start = bytes;
+            return;
+        }
         let elapsed = now.duration_since(s.window_start);
-        if !s.growing || elapsed < WINDOW {
+        if elapsed < WINDOW {
             return;
         }
         let rate = bytes.saturating_sub(s.bytes_at_start) as f64 / elapsed.as_secs_f64();
         s.window_start = now;
         s.bytes_at_start = bytes;
-        match judge(s.target, self.ceiling, busy, rate, s.best) {
+        let target = s.target;
+        match s.climb.judge(target, busy, rate) {
             Step::Hold => {}
-            Step::Settle => self.settle(&mut s),
-            Step::Retreat => {
-                let before = s.before;
-                Self::lower(&mut s, permits, before);
-                self.settle(&mut s);
-            }
-            Step::Grow(n) => {
-                s.best = rate;
-                s.before = s.target;
-                let mut add = n - s.target;
-                let repaid = add.min(s.debt);
-                s.debt -= repaid;
-                add -= repaid;
-                s.target = n;
-                permits.add_permits(add);
+            Step::Try(n) => self.set(&mut s, permits, n, now, true),
+            Step::Settle(n, why) => {
+                self.set(&mut s, permits, n, now, true);
+                s.path.settled = Some(why);
+                self.adapting.store(false, Ordering::Relaxed);
             }
         }
     }
 
-    fn settle(&self, s: &mut State) {
-        s.growing = false;
-        self.may_grow.store(false, Ordering::Relaxed);
-    }
-
-    /// Lowers the count to `n` (at least 1): free permits go at once, the others as their
-    /// connections are given back.
-    fn lower(s: &mut State, permits: &Semaphore, n: usize) {
+    /// Moves the count to `n` (at least 1), recording the step. Lowered, the free permits
+    /// are forgotten at once and the others as their connections are given back; with
+    /// `cut_in_flight`, those connections are also asked to stop at their next piece.
+    fn set(&self, s: &mut State, permits: &Semaphore, n: usize, now: Instant, cut_in_flight: bool) {
         let n = n.max(1);
-        if n >= s.target {
+        if n == s.target {
             return;
         }
-        let cut = s.target - n;
+        if n > s.target {
+            let mut add = n - s.target;
+            let repaid = add.min(s.debt);
+            s.debt -= repaid;
+            add -= repaid;
+            self.yields.fetch_min(s.debt, Ordering::Relaxed);
+            permits.add_permits(add);
+        } else {
+            let cut = s.target - n;
+            let now_free = permits.forget_permits(cut);
+            s.debt += cut - now_free;
+            if cut_in_flight {
+                // The connections in flight beyond the count stop at their next piece.
+                self.yields.store(s.debt, Ordering::Relaxed);
+            }
+        }
         s.target = n;
-        let now = permits.forget_permits(cut);
-        s.debt += cut - now;
+        let p = &mut s.path;
+        p.now = n;
+        p.peak = p.peak.max(n);
+        if p.steps.len() < PATH_STEPS {
+            let at = s
+                .started
+                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            p.steps.push(((at * 1000.0).round() / 1000.0, n));
+        }
     }
 
-    /// The server pushed back (429, 503): one connection fewer, and no more growing.
+    /// The server pushed back (429, 503): one connection fewer, and no more adapting. Each
+    /// [`QUIET`] stretch without another refusal gives one back, up to the count before the
+    /// first refusal (as TCP recovers from a loss: down at once, up slowly).
     pub fn push_back(&self, permits: &Semaphore) {
+        self.push_back_at(permits, Instant::now());
+    }
+
+    fn push_back_at(&self, permits: &Semaphore, now: Instant) {
         let mut s = self.lock();
-        self.settle(&mut s);
-        let n = s.target - 1;
-        Self::lower(&mut s, permits, n);
+        self.adapting.store(false, Ordering::Relaxed);
+        if s.path.settled != Some(Settled::Fixed) {
+            s.path.settled = Some(Settled::PushedBack);
+            s.climb.phase = Phase::Settled(Settled::PushedBack);
+        }
+        let to = s.recovery.map_or(s.target, |(to, _)| to);
+        // The refused connection is not replaced; those in flight finish their parts.
+        let n = s.target.saturating_sub(1);
+        self.set(&mut s, permits, n, now, false);
+        if s.target < to {
+            s.recovery = Some((to, now));
+            self.recovering.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a connection in flight should stop at this piece and give the rest of its part
+    /// back, because the count was lowered below the connections in flight. Each `true`
+    /// answers one connection too many.
+    pub fn should_yield(&self) -> bool {
+        self.yields.load(Ordering::Relaxed) > 0
+            && self
+                .yields
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |y| y.checked_sub(1))
+                .is_ok()
     }
 
     /// A connection is being given back: true when its permit must be forgotten, not returned
@@ -205,6 +429,7 @@ impl Pace {
         let mut s = self.lock();
         if s.debt > 0 {
             s.debt -= 1;
+            self.yields.fetch_min(s.debt, Ordering::Relaxed);
             true
         } else {
             false
@@ -216,22 +441,68 @@ impl Pace {
 mod tests {
     use super::*;
 
+    const START: usize = 16;
+
+    fn climb() -> Climb {
+        Climb::new(START, 64, true)
+    }
+
     #[test]
-    fn grows_while_throughput_rises_and_goes_back_when_it_does_not() {
-        // First window: nothing to compare with, grow.
-        assert_eq!(judge(4, 64, 4, 80e6, 0.0), Step::Grow(8));
-        // Doubled and 2x faster: grow again (capped by the ceiling).
-        assert_eq!(judge(8, 12, 8, 160e6, 80e6), Step::Grow(12));
-        // 5% faster only: the link, not the count, is the limit; back to 4.
-        assert_eq!(judge(8, 64, 8, 84e6, 80e6), Step::Retreat);
-        // Idle connections: nothing learned, but a doubling that left them idle is undone.
-        assert_eq!(judge(8, 64, 5, 10e6, 0.0), Step::Hold);
-        assert_eq!(judge(8, 64, 5, 10e6, 80e6), Step::Retreat);
+    fn more_while_more_pay_then_back_to_the_best() {
+        // A per-connection cap: each doubling doubles the rate, up to 64.
+        let mut c = climb();
+        assert_eq!(c.judge(16, 16, 320e6), Step::Try(32));
+        assert_eq!(c.judge(32, 32, 640e6), Step::Try(64));
+        assert_eq!(c.judge(64, 64, 1280e6), Step::Settle(64, Settled::Ceiling));
+        // Once settled, nothing changes.
+        assert_eq!(c.judge(64, 64, 1e3), Step::Hold);
+        // More paid, then stopped paying: back to the best.
+        let mut c = climb();
+        assert_eq!(c.judge(16, 16, 320e6), Step::Try(32));
+        assert_eq!(c.judge(32, 32, 500e6), Step::Try(64));
+        assert_eq!(
+            c.judge(64, 64, 510e6),
+            Step::Settle(32, Settled::MoreStoppedPaying)
+        );
+    }
+
+    #[test]
+    fn fewer_while_fewer_pay() {
+        // A server that slows as connections are added: 32 is slower, 8 and 4 faster, 2 not.
+        let mut c = climb();
+        assert_eq!(c.judge(16, 16, 100e6), Step::Try(32));
+        assert_eq!(c.judge(32, 32, 70e6), Step::Try(8));
+        assert_eq!(c.judge(8, 8, 125e6), Step::Try(4));
+        assert_eq!(c.judge(4, 4, 143e6), Step::Try(2));
+        assert_eq!(c.judge(2, 2, 80e6), Step::Settle(4, Settled::FewerFaster));
+        // Down to one.
+        let mut c = Climb::new(2, 64, true);
+        assert_eq!(c.judge(2, 2, 100e6), Step::Try(4));
+        assert_eq!(c.judge(4, 4, 90e6), Step::Try(1));
+        assert_eq!(c.judge(1, 1, 120e6), Step::Settle(1, Settled::FewerFaster));
+    }
+
+    #[test]
+    fn a_shared_total_keeps_the_start() {
+        // A total cap: neither 32 nor 8 is faster than 16 (within the noise).
+        let mut c = climb();
+        assert_eq!(c.judge(16, 16, 150e6), Step::Try(32));
+        assert_eq!(c.judge(32, 32, 152e6), Step::Try(8));
+        assert_eq!(c.judge(8, 8, 151e6), Step::Settle(16, Settled::NoGain));
+    }
+
+    #[test]
+    fn idle_connections_teach_nothing() {
+        let mut c = climb();
+        assert_eq!(c.judge(16, 5, 10e6), Step::Hold);
         // A few between two requests are not idle.
-        assert_eq!(judge(8, 64, 6, 160e6, 80e6), Step::Grow(16));
-        // At the ceiling and it paid: stay.
-        assert_eq!(judge(64, 64, 64, 1e9, 1.0), Step::Settle);
-        assert_eq!(judge(64, 64, 64, 1e9, 1e9), Step::Retreat);
+        assert_eq!(c.judge(16, 12, 100e6), Step::Try(32));
+        // Started at the ceiling: settled there.
+        let mut c = Climb::new(64, 64, true);
+        assert_eq!(c.judge(64, 64, 1e9), Step::Settle(64, Settled::Ceiling));
+        // Fixed: never judged.
+        let mut c = Climb::new(8, 8, false);
+        assert_eq!(c.judge(8, 8, 1e9), Step::Hold);
     }
 
     /// A pace starting at 8 connections under a ceiling of 32, and its semaphore.
@@ -247,7 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn a_doubling_that_does_not_pay_is_undone() {
+    fn a_lower_count_is_measured_once_the_connections_match_it() {
         let (pace, sem) = eight_of_32();
         // No body byte yet: no window.
         let t0 = Instant::now();
@@ -260,14 +531,75 @@ mod tests {
         pace.tick_at(&sem, 8, t0 + WINDOW);
         assert_eq!(pace.target(), 16);
         assert_eq!(sem.available_permits(), 16);
-        // The next one no faster: back to 8, for good.
+        // Every connection busy: take the 16 permits.
+        let held: Vec<_> = (0..16).map(|_| sem.try_acquire().unwrap()).collect();
+        // The next window no faster: try 4. The 12 connections too many are asked to stop.
         pace.received(100 << 20);
         pace.tick_at(&sem, 16, t0 + 2 * WINDOW);
-        assert_eq!(pace.target(), 8);
-        assert_eq!(sem.available_permits(), 8);
+        assert_eq!(pace.target(), 4);
+        let yields = (0..20).filter(|_| pace.should_yield()).count();
+        assert_eq!(yields, 12);
+        // Until they are given back, no window is judged, however long.
         pace.received(1 << 30);
-        pace.tick_at(&sem, 8, t0 + 3 * WINDOW);
-        assert_eq!(pace.target(), 8, "settled");
+        pace.tick_at(&sem, 16, t0 + 10 * WINDOW);
+        assert_eq!(pace.target(), 4);
+        let mut held = held.into_iter();
+        for p in held.by_ref().take(12) {
+            assert!(pace.take_debt());
+            p.forget();
+        }
+        assert!(!pace.take_debt());
+        // Then 4 is measured from now: faster, so try 2.
+        let t1 = t0 + 10 * WINDOW;
+        pace.tick_at(&sem, 4, t1);
+        pace.received(120 << 20);
+        pace.tick_at(&sem, 4, t1 + WINDOW);
+        assert_eq!(pace.target(), 2);
+        // 2 is slower (once two more are given back): back to 4, settled.
+        for p in held.by_ref().take(2) {
+            assert!(pace.take_debt());
+            p.forget();
+        }
+        pace.tick_at(&sem, 2, t1 + WINDOW);
+        pace.received(60 << 20);
+        pace.tick_at(&sem, 2, t1 + 2 * WINDOW);
+        assert_eq!(pace.target(), 4);
+        drop(held);
+        let path = pace.path();
+        assert_eq!(path.settled, Some(Settled::FewerFaster));
+        let counts: Vec<usize> = path.steps.iter().map(|s| s.1).collect();
+        assert_eq!(counts, [16, 4, 2, 4]);
+        assert_eq!((path.start, path.peak, path.now), (8, 16, 4));
+        assert_eq!(
+            path.describe(),
+            "8 → 16 → 4 → 2 → 4, settled: fewer were faster"
+        );
+    }
+
+    #[test]
+    fn connections_come_back_one_per_quiet_stretch() {
+        let (pace, sem) = eight_of_32();
+        let t0 = Instant::now();
+        pace.push_back_at(&sem, t0);
+        pace.push_back_at(&sem, t0 + QUIET / 2);
+        assert_eq!(pace.target(), 6);
+        // Not quiet long enough since the last refusal.
+        pace.recover_at(&sem, t0 + QUIET);
+        assert_eq!(pace.target(), 6);
+        pace.recover_at(&sem, t0 + QUIET / 2 + QUIET);
+        assert_eq!(pace.target(), 7);
+        assert_eq!(sem.available_permits(), 7);
+        // Another refusal: down again, and the quiet starts over; never above 8.
+        pace.push_back_at(&sem, t0 + 2 * QUIET);
+        assert_eq!(pace.target(), 6);
+        for k in 3..10 {
+            pace.recover_at(&sem, t0 + k * QUIET);
+        }
+        assert_eq!(pace.target(), 8);
+        assert!(!pace.recovering.load(Ordering::Relaxed));
+        let counts: Vec<usize> = pace.path().steps.iter().map(|s| s.1).collect();
+        assert_eq!(counts, [7, 6, 7, 6, 7, 8]);
+        assert_eq!(pace.path().settled, Some(Settled::PushedBack));
     }
 
     #[test]
@@ -286,11 +618,14 @@ mod tests {
             pace.push_back(&sem);
         }
         assert_eq!(pace.target(), 1, "never below one");
+        assert_eq!(pace.path().settled, Some(Settled::PushedBack));
         let fixed = EngineConfig {
             connections: 5,
             adaptive: false,
             ..EngineConfig::default()
         };
-        assert_eq!(Pace::new(&fixed).1, 5);
+        let (p, n) = Pace::new(&fixed);
+        assert_eq!(n, 5);
+        assert_eq!(p.path().describe(), "5 (fixed)");
     }
 }

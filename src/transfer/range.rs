@@ -14,7 +14,7 @@
 use std::pin::Pin;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use reqwest::header::{ACCEPT_ENCODING, RANGE};
 use url::Url;
 
@@ -258,13 +258,19 @@ impl Answer {
 
 /// One attempt at the rest of the part of a chunk `sink` fills: asks for the bytes it lacks
 /// and streams them in, stopping early when a split gives the rest of the part to another
-/// connection. Returns the reasons to suspect the chunk that the answer gave.
-pub(crate) async fn fetch_into(ctx: &Ctx<'_>, sink: &mut impl Sink) -> Result<u8, Failure> {
+/// connection. With `may_yield`, it also stops when the connection count was lowered below
+/// the connections in flight ([`Fetched::Yielded`]: the rest of the part goes back to the
+/// table).
+pub(crate) async fn fetch_into(
+    ctx: &Ctx<'_>,
+    sink: &mut impl Sink,
+    may_yield: bool,
+) -> Result<Fetched, Failure> {
     let range = sink.range();
     let (at, end) = (sink.pending(), sink.end());
     if at >= end {
         // Split down to what it has: nothing left to ask for.
-        return Ok(0);
+        return Ok(Fetched::Done(0));
     }
     let (first, last) = (range.start + at, range.start + end - 1);
     let mut answer = request(ctx, Want::Span { first, last }).await?;
@@ -294,6 +300,37 @@ pub(crate) async fn fetch_into(ctx: &Ctx<'_>, sink: &mut impl Sink) -> Result<u8
             // not needed (and the connection is closed, not reused).
             break;
         }
+        if may_yield && sink.pending() < sink.end() && ctx.pace.should_yield() {
+            // One connection too many since the count was lowered: this one stops here. What
+            // already arrived (read without waiting) is kept rather than thrown away with the
+            // connection.
+            while sink.pending() < sink.end() {
+                let Some(Some(Ok(piece))) = answer.body.next().now_or_never() else {
+                    break;
+                };
+                ctx.counters.received(piece.len() as u64);
+                ctx.pace.received(piece.len() as u64);
+                received += piece.len() as u64;
+                if received > want {
+                    sink.rollback(base, "the answer was longer than the range asked for");
+                    return Err(Failure::range(
+                        &answer.requested,
+                        format!("a body longer than {want} bytes"),
+                    ));
+                }
+                sink.push(&piece).await?;
+            }
+            sink.flush().await?;
+            return Ok(if sink.pending() < sink.end() {
+                Fetched::Yielded
+            } else {
+                Fetched::Done(if answer.unchecked {
+                    suspicion::UNCHECKED
+                } else {
+                    0
+                })
+            });
+        }
     }
     sink.flush().await?;
     if received < want && sink.pending() < sink.end() {
@@ -302,11 +339,20 @@ pub(crate) async fn fetch_into(ctx: &Ctx<'_>, sink: &mut impl Sink) -> Result<u8
             format!("the body ended after {received} of {want} bytes"),
         ));
     }
-    Ok(if answer.unchecked {
+    Ok(Fetched::Done(if answer.unchecked {
         suspicion::UNCHECKED
     } else {
         0
-    })
+    }))
+}
+
+/// How an attempt of [`fetch_into`] ended without failing.
+pub(crate) enum Fetched {
+    /// The part is full (or was split down to what it has); the reasons to suspect the chunk
+    /// that the answer gave.
+    Done(u8),
+    /// The connection stopped because the count was lowered: the part is not full.
+    Yielded,
 }
 
 /// The URL a download starts at, parsed (an unparsable one is a spec error).

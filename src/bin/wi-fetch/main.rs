@@ -128,14 +128,17 @@ struct FetchArgs {
     #[arg(long, value_name = "DIR")]
     local_dir: Option<PathBuf>,
     /// Pin the ranged requests in flight, across all files (by default the count adapts to the
-    /// link: from 16, doubled while the throughput rises, one fewer per 429/503).
+    /// link: from 16, doubled while the throughput rises, else halved while that is faster,
+    /// one fewer per 429/503 and one back per quiet second; the JSON summary's `connection_path` says how it went).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: Option<u16>,
     /// The most ranged requests in flight while the count adapts.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=256), conflicts_with = "connections")]
     max_connections: u16,
-    /// Files transferred at once (also --max-workers, as `hf download` names it).
-    #[arg(long, visible_alias = "max-workers", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// The most files at once (also --max-workers, as `hf download` names it). A file starts
+    /// downloading when a connection is free that the files running do not want: one large
+    /// file gets every connection, small files run side by side.
+    #[arg(long, visible_alias = "max-workers", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=256))]
     max_files: u16,
     /// Bytes per ranged request (16M, 1MiB, 524288…).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -647,8 +650,16 @@ fn print_summary(s: &FetchSummary) {
         // Worth a word only when more than one connection was used at once.
         if s.connections.peak > 1 {
             line.push_str(&format!(
-                " over {:.1} connection(s) on average ({} at most)",
-                s.connections.mean, s.connections.peak
+                " over {:.1} connection(s) on average ({} at most; count {})",
+                s.connections.mean,
+                s.connections.peak,
+                s.connection_path.describe()
+            ));
+        }
+        if s.files_at_once.peak > 1 {
+            line.push_str(&format!(
+                ", {} file(s) at once at most ({:.1} on average)",
+                s.files_at_once.peak, s.files_at_once.mean
             ));
         }
     }

@@ -75,6 +75,11 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 sink.release().await?;
                 return Ok(());
             }
+            Err(Stop::Yielded) => {
+                // Its connection is gone (the count was lowered); the rest of the part waits
+                // in the table for the next free one.
+                sink.release().await?;
+            }
             Err(Stop::Refused(wait)) => {
                 // This connection honours the wait; another may take the chunk meanwhile (and
                 // when every chunk is done before the wait is over, there is nothing to wait for).

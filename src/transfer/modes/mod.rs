@@ -28,6 +28,9 @@ pub(crate) enum Stop {
     /// The server refused the chunk (429/503) and asked for this wait: the connection waits,
     /// the chunk goes back to the table for another connection to take meanwhile.
     Refused(std::time::Duration),
+    /// The connection count was lowered and this connection stopped: the rest of the part
+    /// goes back to the table (what arrived is kept).
+    Yielded,
 }
 
 /// Fetches the rest of `sink`'s chunk, retrying as the policy says (see `retry`). `may_switch`:
@@ -62,10 +65,11 @@ pub(crate) async fn fill<'a>(
         };
         retry.attempt();
         let before = sink.pending();
-        let r = range::fetch_into(ctx, sink).await;
+        let r = range::fetch_into(ctx, sink, may_switch).await;
         drop(p);
         let f = match r {
-            Ok(s) => return Ok(suspect | s),
+            Ok(range::Fetched::Done(s)) => return Ok(suspect | s),
+            Ok(range::Fetched::Yielded) => return Err(Stop::Yielded),
             Err(f) => f,
         };
         suspect |= suspicion::RETRIED;

@@ -295,7 +295,7 @@ async fn fetch_copy(
     match fill(ctx, &mut sink, None, false).await {
         Ok(_) => {}
         Err(Stop::Fatal(e)) => return Err(e),
-        Err(Stop::Sequential | Stop::Refused(_)) => {
+        Err(Stop::Sequential | Stop::Refused(_) | Stop::Yielded) => {
             unreachable!("repairs never switch modes nor give their chunk back")
         }
     }
