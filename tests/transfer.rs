@@ -641,7 +641,7 @@ async fn the_connection_count_goes_down_behind_a_server_that_slows_with_more() {
 }
 
 /// A server that answers 429 gets fewer connections: the refused one is not replaced, and the
-/// count stops growing (it comes back, one per quiet second).
+/// count stops growing (it comes back after answers that are not refusals).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_requests_take_a_connection_away() {
     let fx = fixture_with(|b| b.bandwidth(256 << 10)).await;
@@ -659,8 +659,8 @@ async fn too_many_requests_take_a_connection_away() {
     let eng = engine(cfg);
     eng.download(&spec, &rec).await.unwrap();
     assert_complete(&spec, &fx.lfs);
-    // The 429 took one of 8 away and stopped the adapting; a quiet second later one may have
-    // come back, never more than the 8 before it.
+    // The 429 took one of 8 away and stopped the adapting; 8 answers later one came back,
+    // never more than the 8 before it.
     let path = eng.0.connection_path();
     assert_eq!(path.steps.first().map(|s| s.1), Some(7), "{path:?}");
     assert_eq!(path.settled, Some(Settled::PushedBack), "{path:?}");

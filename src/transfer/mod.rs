@@ -222,7 +222,7 @@ pub struct EngineConfig {
     /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit); when
     /// the first doubling does not pay, halve while that raises it (a proxy that slows as
     /// connections are added); settle on the best count measured; drop one connection for
-    /// each 429 or 503 (one back after each second without one). [`Engine::connection_path`] tells the path it took. Default on; off,
+    /// each 429 or 503 (one back after each 8 answers in a row without one). [`Engine::connection_path`] tells the path it took. Default on; off,
     /// the count is [`connections`](Self::connections).
     pub adaptive: bool,
     /// Connections to start with when adapting. Default 16, as `aria2c -x16`.

@@ -12,8 +12,8 @@
 //! tried: while halving raises the rate by at least [`FEWER`], the count halves (down to one).
 //! When a step does not pay, the count goes back to the best one measured and settles there.
 //! When the server pushes back (429, 503) the refused connection is not replaced: the count
-//! drops by one per refusal, and settles; each [`QUIET`] second without another refusal gives
-//! one back, up to the count before the first. With [`EngineConfig::adaptive`] off the ceiling is the
+//! drops by one per refusal, and settles; every [`ANSWERS_PER_RECOVERY`] answers in a row
+//! that are not refusals give one back, up to the count before the first. With [`EngineConfig::adaptive`] off the ceiling is the
 //! count.
 //!
 //! The count is the semaphore's permits: growing adds permits; lowering forgets the free ones
@@ -41,9 +41,11 @@ pub(crate) const RISE: f64 = 1.15;
 pub(crate) const FEWER: f64 = 1.05;
 /// Steps of a path kept for reports.
 const PATH_STEPS: usize = 32;
-/// After the server pushed back, each stretch this long without another refusal gives one
-/// connection back, up to the count before the first refusal.
-pub(crate) const QUIET: Duration = Duration::from_secs(1);
+/// After the server pushed back, this many answers in a row that are not refusals give one
+/// connection back, up to the count before the first refusal. A server that refuses a share of
+/// requests at random (5%: one in 20) keeps nearly the whole count; one that refuses most of
+/// them (a rate limit reached) keeps losing connections.
+pub(crate) const ANSWERS_PER_RECOVERY: u32 = 8;
 
 /// Why the connection count stopped changing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -89,7 +91,8 @@ pub struct ConnectionPath {
     pub now: usize,
     /// Why it stopped changing; `None` while it was still adapting (the transfer ended first).
     pub settled: Option<Settled>,
-    /// Each change: seconds since the first body byte, and the new count (at most 32 kept).
+    /// Each change: seconds since the first body byte (before it: since the engine was made),
+    /// and the new count (at most 32 kept).
     pub steps: Vec<(f64, usize)>,
 }
 
@@ -214,8 +217,11 @@ struct State {
     window_start: Instant,
     bytes_at_start: u64,
     path: ConnectionPath,
-    /// After a refusal: the count to come back to, and when the count last changed for it.
-    recovery: Option<(usize, Instant)>,
+    /// After a refusal: the count to come back to, and the answers since the count last
+    /// changed for it.
+    recovery: Option<(usize, u32)>,
+    /// When the pace was made (steps before the first body byte are timed from here).
+    created: Instant,
 }
 
 /// See the module docs.
@@ -260,6 +266,7 @@ impl Pace {
                     steps: Vec::new(),
                 },
                 recovery: None,
+                created: Instant::now(),
             }),
         };
         (pace, start)
@@ -290,28 +297,31 @@ impl Pace {
     pub fn tick(&self, permits: &Semaphore, busy: impl FnOnce() -> usize) {
         if self.adapting.load(Ordering::Relaxed) {
             self.tick_at(permits, busy(), Instant::now());
-        } else if self.recovering.load(Ordering::Relaxed) {
-            self.recover_at(permits, Instant::now());
         }
     }
 
-    /// After refusals: one connection back per [`QUIET`] without another, up to the count
-    /// before the first.
-    fn recover_at(&self, permits: &Semaphore, now: Instant) {
+    /// The server answered a request with bytes (not a refusal). After refusals, every
+    /// [`ANSWERS_PER_RECOVERY`] of them in a row give one connection back, up to the count
+    /// before the first refusal.
+    pub fn answered(&self, permits: &Semaphore) {
+        if !self.recovering.load(Ordering::Relaxed) {
+            return;
+        }
         let mut s = self.lock();
-        let Some((to, since)) = s.recovery else {
+        let Some((to, answers)) = s.recovery else {
             return;
         };
-        if now.duration_since(since) < QUIET {
+        if answers + 1 < ANSWERS_PER_RECOVERY {
+            s.recovery = Some((to, answers + 1));
             return;
         }
         let n = s.target + 1;
-        self.set(&mut s, permits, n, now, false);
+        self.set(&mut s, permits, n, Instant::now(), false);
         if s.target >= to {
             s.recovery = None;
             self.recovering.store(false, Ordering::Relaxed);
         } else {
-            s.recovery = Some((to, now));
+            s.recovery = Some((to, 0));
         }
     }
 
@@ -381,21 +391,18 @@ impl Pace {
         p.now = n;
         p.peak = p.peak.max(n);
         if p.steps.len() < PATH_STEPS {
-            let at = s
-                .started
-                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            let at = now
+                .duration_since(s.started.unwrap_or(s.created))
+                .as_secs_f64();
             p.steps.push(((at * 1000.0).round() / 1000.0, n));
         }
     }
 
-    /// The server pushed back (429, 503): one connection fewer, and no more adapting. Each
-    /// [`QUIET`] stretch without another refusal gives one back, up to the count before the
-    /// first refusal (as TCP recovers from a loss: down at once, up slowly).
+    /// The server pushed back (429, 503): one connection fewer, and no more adapting. Answers
+    /// that are not refusals give them back (see [`answered`](Self::answered)): down at once,
+    /// up slowly, as TCP recovers from a loss.
     pub fn push_back(&self, permits: &Semaphore) {
-        self.push_back_at(permits, Instant::now());
-    }
-
-    fn push_back_at(&self, permits: &Semaphore, now: Instant) {
+        let now = Instant::now();
         let mut s = self.lock();
         self.adapting.store(false, Ordering::Relaxed);
         if s.path.settled != Some(Settled::Fixed) {
@@ -407,7 +414,7 @@ impl Pace {
         let n = s.target.saturating_sub(1);
         self.set(&mut s, permits, n, now, false);
         if s.target < to {
-            s.recovery = Some((to, now));
+            s.recovery = Some((to, 0));
             self.recovering.store(true, Ordering::Relaxed);
         }
     }
@@ -577,24 +584,22 @@ mod tests {
     }
 
     #[test]
-    fn connections_come_back_one_per_quiet_stretch() {
+    fn connections_come_back_after_answers_without_refusals() {
         let (pace, sem) = eight_of_32();
-        let t0 = Instant::now();
-        pace.push_back_at(&sem, t0);
-        pace.push_back_at(&sem, t0 + QUIET / 2);
+        pace.push_back(&sem);
+        pace.push_back(&sem);
         assert_eq!(pace.target(), 6);
-        // Not quiet long enough since the last refusal.
-        pace.recover_at(&sem, t0 + QUIET);
-        assert_eq!(pace.target(), 6);
-        pace.recover_at(&sem, t0 + QUIET / 2 + QUIET);
+        let answers = |n| (0..n).for_each(|_| pace.answered(&sem));
+        answers(ANSWERS_PER_RECOVERY - 1);
+        assert_eq!(pace.target(), 6, "not yet");
+        answers(1);
         assert_eq!(pace.target(), 7);
         assert_eq!(sem.available_permits(), 7);
-        // Another refusal: down again, and the quiet starts over; never above 8.
-        pace.push_back_at(&sem, t0 + 2 * QUIET);
+        // Another refusal: down again, and the count of answers starts over; never above 8.
+        answers(ANSWERS_PER_RECOVERY - 1);
+        pace.push_back(&sem);
         assert_eq!(pace.target(), 6);
-        for k in 3..10 {
-            pace.recover_at(&sem, t0 + k * QUIET);
-        }
+        answers(10 * ANSWERS_PER_RECOVERY);
         assert_eq!(pace.target(), 8);
         assert!(!pace.recovering.load(Ordering::Relaxed));
         let counts: Vec<usize> = pace.path().steps.iter().map(|s| s.1).collect();

@@ -274,16 +274,32 @@ pub(crate) async fn fetch_into(
     }
     let (first, last) = (range.start + at, range.start + end - 1);
     let mut answer = request(ctx, Want::Span { first, last }).await?;
+    ctx.pace.answered(ctx.permits);
     let want = answer.promised;
     let base = sink.mark();
     let mut received = 0u64;
+    // Set once this connection is one too many since the count was lowered: it then reads
+    // only what already arrived (without waiting), keeping it rather than throwing it away
+    // with the connection, and stops.
+    let mut yielding = false;
     loop {
-        let piece = match answer.next(ctx).await {
-            Ok(Some(p)) => p,
-            Ok(None) => break,
-            Err(f) => {
-                sink.flush().await?;
-                return Err(f);
+        let piece = if yielding {
+            match answer.body.next().now_or_never() {
+                Some(Some(Ok(p))) => {
+                    ctx.counters.received(p.len() as u64);
+                    ctx.pace.received(p.len() as u64);
+                    p
+                }
+                _ => break,
+            }
+        } else {
+            match answer.next(ctx).await {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(f) => {
+                    sink.flush().await?;
+                    return Err(f);
+                }
             }
         };
         received += piece.len() as u64;
@@ -295,42 +311,17 @@ pub(crate) async fn fetch_into(
             ));
         }
         sink.push(&piece).await?;
-        if sink.end() < end && sink.pending() >= sink.end() {
-            // Another connection took the rest of the part (a split): the rest of this body is
-            // not needed (and the connection is closed, not reused).
+        if sink.pending() >= sink.end() && (yielding || sink.end() < end) {
+            // Another connection took the rest of the part (a split), or a yielding one has
+            // its part after all: the rest of this body is not needed (and the connection is
+            // closed, not reused).
             break;
         }
-        if may_yield && sink.pending() < sink.end() && ctx.pace.should_yield() {
-            // One connection too many since the count was lowered: this one stops here. What
-            // already arrived (read without waiting) is kept rather than thrown away with the
-            // connection.
-            while sink.pending() < sink.end() {
-                let Some(Some(Ok(piece))) = answer.body.next().now_or_never() else {
-                    break;
-                };
-                ctx.counters.received(piece.len() as u64);
-                ctx.pace.received(piece.len() as u64);
-                received += piece.len() as u64;
-                if received > want {
-                    sink.rollback(base, "the answer was longer than the range asked for");
-                    return Err(Failure::range(
-                        &answer.requested,
-                        format!("a body longer than {want} bytes"),
-                    ));
-                }
-                sink.push(&piece).await?;
-            }
-            sink.flush().await?;
-            return Ok(if sink.pending() < sink.end() {
-                Fetched::Yielded
-            } else {
-                Fetched::Done(if answer.unchecked {
-                    suspicion::UNCHECKED
-                } else {
-                    0
-                })
-            });
-        }
+        yielding |= may_yield && sink.pending() < sink.end() && ctx.pace.should_yield();
+    }
+    if yielding && sink.pending() < sink.end() {
+        sink.flush().await?;
+        return Ok(Fetched::Yielded);
     }
     sink.flush().await?;
     if received < want && sink.pending() < sink.end() {

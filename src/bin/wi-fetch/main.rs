@@ -129,7 +129,7 @@ struct FetchArgs {
     local_dir: Option<PathBuf>,
     /// Pin the ranged requests in flight, across all files (by default the count adapts to the
     /// link: from 16, doubled while the throughput rises, else halved while that is faster,
-    /// one fewer per 429/503 and one back per quiet second; the JSON summary's `connection_path` says how it went).
+    /// one fewer per 429/503 and one back per 8 answers without one; the JSON summary's `connection_path` says how it went).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: Option<u16>,
     /// The most ranged requests in flight while the count adapts.
