@@ -740,6 +740,63 @@ fn small_files_run_side_by_side() {
     assert!(e.contains("10 file(s) at once at most"), "{e}");
 }
 
+/// A large file gets every connection, and the next file waits for its turn without its
+/// lock: another process wanting that file is never kept waiting on one that makes no
+/// progress. With two connections, the first file admitted holds both (its bodies held by the
+/// server), the other has asked for nothing and its lock is free.
+#[test]
+fn a_file_waiting_for_its_turn_holds_no_lock() {
+    let a = testkit::data(1 << 20, 3);
+    let b = testkit::data(512 << 10, 4);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .file("turns/model", "a.bin", a.clone())
+            .file("turns/model", "b.bin", b.clone())
+            .fault(
+                Fault::Hold { after_bytes: 0 }
+                    .on_path("turns/model/*")
+                    .times(2),
+            ),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["turns/model", "a.bin", "b.bin", "--connections", "2"])
+        .args(["--chunk-size", "128K"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    hub.wait_for_blocking(|s| s.held == 2, Duration::from_secs(60))
+        .expect("two bodies held");
+    let gets = |f: &str| hub.stats().file("turns/model", f).get_requests;
+    let waiting: Vec<(&str, &[u8])> = [("a.bin", &a[..]), ("b.bin", &b[..])]
+        .into_iter()
+        .filter(|(f, _)| gets(f) == 0)
+        .collect();
+    assert_eq!(
+        waiting.len(),
+        1,
+        "one file runs, one waits: {:?}",
+        hub.stats()
+    );
+    let (name, content) = waiting[0];
+    let lock = sb
+        .cache()
+        .join(".locks")
+        .join("models--turns--model")
+        .join(format!("{}.lock", sha256_hex(content)));
+    let probe = weight_inspect::safe_fs::FileLock::probe(&lock).unwrap();
+    assert!(
+        !matches!(probe, weight_inspect::safe_fs::LockProbe::Held),
+        "{name} is locked while it waits for its turn"
+    );
+    hub.release_holds();
+    let o = child.wait_with_output().unwrap();
+    expect_code(&o, 0);
+    assert_eq!(lines(&o).len(), 2);
+}
+
 /// Why a download was slow is in its summary: retries by cause (two cuts after progress, one
 /// 503, one 429) and the connections used (the most at once, and the mean), in the JSON and
 /// on the final line.

@@ -539,20 +539,42 @@ impl Fetcher {
                 }
             }
         }
+        // The file's turn on the engine's connections comes before its lock: a file locked
+        // while it waits for its turn would look stuck to another process waiting for that
+        // lock. But a turn is never held while waiting for a lock another holds (with one
+        // connection, that holder could be this process, waiting for the connection the turn
+        // holds): then the turn is given back, and taken again once the lock is ours.
         let paths = store.partial(&key);
+        let stopped = || {
+            FetchError::Transfer(TransferError::Interrupted {
+                file: f.path.clone(),
+                kept: paths.inspect().map_or(0, |i| i.recorded_bytes),
+                size: f.size,
+            })
+        };
+        let Some(first_turn) = self.engine.turn().await else {
+            return Err(stopped());
+        };
         store.prepare_for(&key).map_err(|e| {
             FetchError::io_for(Some(&f.path), "create the folder of", &paths.data, e)
         })?;
-        let locked = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => {
-                return Err(FetchError::Transfer(TransferError::Interrupted {
-                    file: f.path.clone(),
-                    kept: 0,
-                    size: f.size,
-                }))
+        let at_once = {
+            let p = paths.clone();
+            crate::transfer::blocking(move || p.try_lock())
+                .await
+                .map_err(|e| FetchError::io_for(Some(&f.path), "lock", &paths.lock, e))?
+        };
+        let (locked, turn) = match at_once {
+            Some(l) => (l, Some(first_turn)),
+            None => {
+                drop(first_turn);
+                let l = tokio::select! {
+                    biased;
+                    () = self.cancel.cancelled() => return Err(stopped()),
+                    l = self.engine.lock(&paths, rep.id(&f.path), &f.path, rep) => l?,
+                };
+                (l, None)
             }
-            l = self.engine.lock(&paths, rep.id(&f.path), &f.path, rep) => l?,
         };
         let has_chunks = expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
         if force {
@@ -594,7 +616,15 @@ impl Fetcher {
             id: rep.id(&f.path),
             chunks: expect.as_ref().and_then(Expect::engine_chunks),
         };
-        let finished = match self.engine.download(&spec, locked, rep).await {
+        let turn = match turn {
+            Some(t) => t,
+            // After waiting for another holder (which did not finish the file): a new turn.
+            None => match self.engine.turn().await {
+                Some(t) => t,
+                None => return Err(stopped()),
+            },
+        };
+        let finished = match self.engine.download_in_turn(&spec, locked, rep, turn).await {
             Ok(done) => done,
             Err(e) if e.is_denied_or_not_found() => {
                 // The transfer only saw a status; the Hub's metadata answer says why (gated,

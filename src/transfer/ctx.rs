@@ -47,6 +47,9 @@ pub(crate) struct Ctx<'a> {
     pub freed: &'a Notify,
     /// The connection this download was admitted on, for the first part that asks.
     pub first: std::sync::Mutex<Option<Conn<'a>>>,
+    /// The admission's turn: the next download is admitted once it is let go
+    /// ([`Ctx::let_others_in`]).
+    pub turn: std::sync::Mutex<Option<tokio::sync::MutexGuard<'a, ()>>>,
     /// The server ignores `Range`: the file is fetched as one sequential stream.
     pub sequential: AtomicBool,
     /// 200 answers to ranged requests seen.
@@ -84,6 +87,12 @@ impl<'a> Ctx<'a> {
                 Some(Conn::new(p, self.gauge, self.pace, self.permits, self.freed))
             }
         }
+    }
+
+    /// This download's workers have asked for their connections: the next download may be
+    /// admitted (on a connection they do not wait for).
+    pub fn let_others_in(&self) {
+        drop(self.turn.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
     /// Waits `delay` before a retry, on the engine's retry clock; `false` when the download

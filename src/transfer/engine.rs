@@ -73,9 +73,11 @@ impl Inner {
     /// it). That connection is handed to the new download. So one large file gets every
     /// connection, the next file starts when the first one's tail leaves connections idle,
     /// and many small files run side by side, as many as there are connections. Downloads are
-    /// admitted in the order they asked. `None` once `cancel` is cancelled.
+    /// admitted in the order they asked, and the next one only once the one admitted has
+    /// asked for its connections (`Ctx::let_others_in`: until then every connection looks
+    /// free). `None` once `cancel` is cancelled.
     pub async fn admit(&self, cancel: &CancellationToken) -> Option<Admitted<'_>> {
-        let _turn = tokio::select! {
+        let turn = tokio::select! {
             biased;
             () = cancel.cancelled() => return None,
             t = self.admission.lock() => t,
@@ -85,12 +87,12 @@ impl Inner {
             tokio::pin!(freed);
             freed.as_mut().enable();
             if self.downloads.read().in_use == 0 {
-                return Some(Admitted::new(self, None));
+                return Some(Admitted::new(self, None, turn));
             }
             if let Ok(p) = self.permits.try_acquire() {
                 self.gauge.open();
                 let conn = Conn::new(p, &self.gauge, &self.pace, &self.permits, &self.freed);
-                return Some(Admitted::new(self, Some(conn)));
+                return Some(Admitted::new(self, Some(conn), turn));
             }
             tokio::select! {
                 biased;
@@ -102,45 +104,50 @@ impl Inner {
 }
 
 /// A download admitted (counted in [`Inner::downloads`] until dropped), with the connection
-/// it was admitted on, if any.
+/// it was admitted on, if any, and the admission's turn, which keeps the next download out
+/// until this one has asked for its connections.
 pub(crate) struct Admitted<'a> {
     inner: &'a Inner,
     pub first: Option<Conn<'a>>,
+    pub turn: Option<tokio::sync::MutexGuard<'a, ()>>,
 }
 
 impl<'a> Admitted<'a> {
-    fn new(inner: &'a Inner, first: Option<Conn<'a>>) -> Self {
+    fn new(
+        inner: &'a Inner,
+        first: Option<Conn<'a>>,
+        turn: tokio::sync::MutexGuard<'a, ()>,
+    ) -> Self {
         inner.downloads.open();
-        Admitted { inner, first }
+        Admitted {
+            inner,
+            first,
+            turn: Some(turn),
+        }
     }
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         drop(self.first.take());
+        self.turn = None;
         self.inner.downloads.close();
         self.inner.freed.notify_waiters();
     }
 }
 
-/// See [`super::Engine::download`].
+/// See [`super::Engine::download_in_turn`]: `admitted` is the download's turn (see
+/// `Inner::admit`).
 pub(crate) async fn download(
     inner: &Inner,
     spec: &TransferSpec,
     partial: LockedPartial,
     reporter: &dyn Reporter,
+    mut admitted: Admitted<'_>,
 ) -> Result<Finished, TransferError> {
     let cfg = &inner.config;
     let file = spec.key.path.as_str();
     let url = parse_url(file, &spec.url)?;
-    // The file's turn (see `Inner::admit`): nothing is opened before it.
-    let Some(mut admitted) = inner.admit(&cfg.cancel).await else {
-        return Err(TransferError::Interrupted {
-            file: file.to_string(),
-            kept: partial.paths().inspect().map_or(0, |i| i.recorded_bytes),
-            size: spec.key.size,
-        });
-    };
     let started = Instant::now();
     let events = Events::new(reporter, spec.id, file);
     let size = spec.key.size;
@@ -228,6 +235,7 @@ pub(crate) async fn download(
         pace: &inner.pace,
         freed: &inner.freed,
         first: std::sync::Mutex::new(admitted.first.take()),
+        turn: std::sync::Mutex::new(admitted.turn.take()),
         writes: &inner.writes,
         sequential: AtomicBool::new(false),
         range_ignored: AtomicU32::new(0),
@@ -390,11 +398,16 @@ mod tests {
             },
         );
         let cancel = CancellationToken::new();
-        let first = inner.admit(&cancel).await.expect("admitted");
+        let mut first = inner.admit(&cancel).await.expect("admitted");
         assert!(
             first.first.is_none(),
             "the only download takes its own connections"
         );
+        // Until it has asked for its connections, the next download waits.
+        let mut early = Box::pin(inner.admit(&cancel));
+        assert!(futures::poll!(&mut early).is_pending());
+        drop(early);
+        first.turn = None;
         assert_eq!(inner.downloads.read().in_use, 1);
         // The running download holds both connections, and one of its workers waits for more.
         let conn = |p| Conn::new(p, &inner.gauge, &inner.pace, &inner.permits, &inner.freed);

@@ -386,6 +386,20 @@ impl Finished {
     }
 }
 
+/// A download's turn on an [`Engine`]'s connections (see [`Engine::turn`]): counted among the
+/// downloads running until dropped.
+pub struct Turn<'e> {
+    admitted: engine::Admitted<'e>,
+}
+
+impl fmt::Debug for Turn<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Turn")
+            .field("with_connection", &self.admitted.first.is_some())
+            .finish()
+    }
+}
+
 /// The download engine. Cheap to clone; clones share the client and the connection budget.
 #[derive(Clone)]
 pub struct Engine {
@@ -438,13 +452,38 @@ impl Engine {
         self.inner.pace.path()
     }
 
+    /// A download's turn on the engine's connections: at once when no other download of the
+    /// engine runs, else when a connection is free that the running ones do not want (their
+    /// tails, small files), in the order the turns were asked for; that connection comes with
+    /// the turn. So one large file gets every connection and many small files run side by
+    /// side. `None` when the engine's cancellation token is cancelled first.
+    ///
+    /// Take the turn before the partial download's lock (a file locked while it waits for its
+    /// turn would look stuck to another process waiting for the lock), and hand it to
+    /// [`download_in_turn`](Self::download_in_turn); dropped, it gives its connection back.
+    pub async fn turn(&self) -> Option<Turn<'_>> {
+        self.inner
+            .admit(&self.inner.config.cancel)
+            .await
+            .map(|admitted| Turn { admitted })
+    }
+
+    /// [`download`](Self::download) in a turn taken with [`turn`](Self::turn).
+    pub async fn download_in_turn(
+        &self,
+        spec: &TransferSpec,
+        partial: LockedPartial,
+        reporter: &dyn Reporter,
+        turn: Turn<'_>,
+    ) -> Result<Finished, TransferError> {
+        engine::download(&self.inner, spec, partial, reporter, turn.admitted).await
+    }
+
     /// Downloads `spec.url` into `partial` (whose lock the caller holds: see
     /// [`PartialPaths::lock`]), resuming from its state when that describes the same remote file.
     ///
-    /// Downloads of one engine share its connections, and take turns: a download starts at
-    /// once when no other one runs, else when a connection is free that the running ones do not
-    /// want (their tails, small files), in the order they were asked for. So one large file
-    /// gets every connection and many small files run side by side.
+    /// Downloads of one engine share its connections, and take turns (see
+    /// [`turn`](Self::turn)): this one waits for its turn first.
     ///
     /// On success the file is complete, synced, and its digest matched the ETag of `spec.key`; the
     /// [`Finished`] download holds the lock until it is committed. On failure the partial
@@ -462,7 +501,14 @@ impl Engine {
         partial: LockedPartial,
         reporter: &dyn Reporter,
     ) -> Result<Finished, TransferError> {
-        engine::download(&self.inner, spec, partial, reporter).await
+        let Some(turn) = self.turn().await else {
+            return Err(TransferError::Interrupted {
+                file: spec.key.path.clone(),
+                kept: partial.paths().inspect().map_or(0, |i| i.recorded_bytes),
+                size: spec.key.size,
+            });
+        };
+        self.download_in_turn(spec, partial, reporter, turn).await
     }
 
     /// Takes the lock of the partial download at `paths` for `file` (its events named `id`),

@@ -15,16 +15,27 @@ use super::{fill, Stop};
 /// error is returned (a stop on request is [`TransferError::Interrupted`]).
 pub(crate) async fn run(ctx: &Ctx<'_>, workers: usize) -> Result<(), TransferError> {
     if workers == 0 {
+        ctx.let_others_in();
         return Ok(());
     }
-    let results = futures::future::join_all((0..workers).map(|_| async {
+    let all = futures::future::join_all((0..workers).map(|_| async {
         let r = worker(ctx).await;
         if r.is_err() {
             ctx.stop.cancel();
         }
         r
-    }))
-    .await;
+    }));
+    futures::pin_mut!(all);
+    // One poll: every worker has taken a connection or waits for one in the budget's queue;
+    // only now may the next download be admitted (on a connection none of them waits for).
+    let results = match futures::poll!(&mut all) {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => {
+            ctx.let_others_in();
+            all.await
+        }
+    };
+    ctx.let_others_in();
     let mut first = None;
     for e in results.into_iter().filter_map(Result::err) {
         // The cause, not the stops it caused in the other workers.
