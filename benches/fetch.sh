@@ -15,7 +15,7 @@
 #   KILL_TRIALS        kill/resume trials                     (default 3)
 #   CAP_BPS            per-connection cap of the capped mode  (default 20000000)
 #   WI_FETCH_ARGS      extra wi-fetch flags for the timed runs (e.g. "--connections 16")
-#   MODES              "capped uncapped flaky shared crowded" (default), or some of them. flaky
+#   MODES              "capped uncapped flaky shared crowded slow" (default), or some of them. flaky
 #                      is reported beside uncapped (the clean link of the same run), so keep
 #                      uncapped in.
 #   SHARED_BPS         shared mode: one total cap every connection shares (a proxy, a mirror on
@@ -28,6 +28,11 @@
 #                      SWEEP_MODES, to find the best fixed count the default is compared with
 #                      (default "4 8 16 32"; "" runs none)
 #   SWEEP_MODES        (default "capped shared crowded")
+#   SLOW_BPS           slow mode: a lower per-connection cap, where the tail of a download is
+#                      long and splits are many (a mirror far away)      (default 3000000)
+#   WHOLE_MODES        modes where `wi-fetch --request-size whole-part` (one request per range,
+#                      split while it streams) is also run, beside the default's shrinking
+#                      requests, as wi-fetch-whole                (default "capped slow")
 #   FLAKY_MEAN         mean bytes between cuts in flaky mode: N, NK, NM or NG (KiB, MiB, GiB);
 #                      several (e.g. "24M 4M") run one flaky pass each   (default 24M)
 #   FLAKY_ERR          share of CDN requests answered 503 or 429 (half each)  (default 0.05)
@@ -77,7 +82,9 @@ PY="$VENV/bin/python"
 CAP_BPS="${CAP_BPS:-20000000}"
 KILL_TRIALS="${KILL_TRIALS:-3}"
 KILL_CONNECTIONS=8
-MODES="${MODES:-capped uncapped flaky shared crowded}"
+MODES="${MODES:-capped uncapped flaky shared crowded slow}"
+SLOW_BPS="${SLOW_BPS:-3000000}"
+WHOLE_MODES="${WHOLE_MODES:-capped slow}"
 SHARED_BPS="${SHARED_BPS:-150000000}"
 CROWD_BPS="${CROWD_BPS:-160000000}"
 CROWD_CAP_BPS="${CROWD_CAP_BPS:-40000000}"
@@ -121,7 +128,7 @@ PASSES=()
 declare -A FLAKY_BYTES
 for mode in $MODES; do
 	case "$mode" in
-	capped | uncapped | shared | crowded) PASSES+=("$mode") ;;
+	capped | uncapped | shared | crowded | slow) PASSES+=("$mode") ;;
 	flaky)
 		for m in $FLAKY_MEAN; do
 			b=$(size_bytes "$m") || b=0
@@ -439,7 +446,10 @@ if p:
     path = f"{p['start']}" + (f" → {steps}" if steps else "")
     why = p.get("settled") or "still adapting"
     f = v.get("files_at_once", {})
-    print(f"count {path} ({why}); mean {v['connections']['mean']} connections; {f.get('peak', '?')} file(s) at once")
+    files = v.get("files", [])
+    splits = sum(x.get("splits", 0) for x in files)
+    again = sum(x.get("refetched", 0) for x in files)
+    print(f"count {path} ({why}); mean {v['connections']['mean']} connections; {f.get('peak', '?')} file(s) at once; {splits} split(s); {again / 1e6:.1f} MB received twice or past a split")
 EOF
 
 # reruns.sh N CMD...: runs CMD until it succeeds, at most N times; says how many runs it took.
@@ -526,6 +536,7 @@ URL=""
 start_server() { # start_server MODE
 	local mode=$1 args=(--root "$DATA_ROOT" --addr 127.0.0.1:0 --cdn-addr 127.0.0.1:0)
 	[[ "$mode" == capped ]] && args+=(--bandwidth "$CAP_BPS")
+	[[ "$mode" == slow ]] && args+=(--bandwidth "$SLOW_BPS")
 	[[ "$mode" == shared ]] && args+=(--total-bandwidth "$SHARED_BPS")
 	[[ "$mode" == crowded ]] && args+=(--total-bandwidth "$CROWD_BPS" --crowding "$CROWDING" --bandwidth "$CROWD_CAP_BPS")
 	if [[ "$mode" == flaky-* ]]; then
@@ -594,6 +605,7 @@ tool_cmd() { # tool_cmd TOOL [MODE]: sets CMD
 		CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json $WI_FETCH_ARGS)
 		;;
 	wi-fetch@*) CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json --connections "${tool#wi-fetch@}") ;;
+	wi-fetch-whole) CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json --request-size whole-part) ;;
 	hf) CMD=(env HF_ENDPOINT="$URL" "$HF_CLI" download "$REPO_ID" "$FILE" --cache-dir "$out") ;;
 	aria2c)
 		CMD=(aria2c -x16 -s16 -k1M --file-allocation=none --no-conf=true --quiet=true
@@ -768,10 +780,13 @@ kill_test() {
 	done
 }
 
-# The tools of a mode: TOOLS, and in SWEEP_MODES wi-fetch at each fixed count of SWEEP
-# (`wi-fetch@N` is `wi-fetch --connections N`).
+# The tools of a mode: TOOLS, in WHOLE_MODES wi-fetch-whole (`--request-size whole-part`), and
+# in SWEEP_MODES wi-fetch at each fixed count of SWEEP (`wi-fetch@N` is `--connections N`).
 mode_tools() { # mode_tools MODE
 	local t=$TOOLS n
+	if [[ " $WHOLE_MODES " == *" $1 "* && " $TOOLS " == *" wi-fetch "* ]]; then
+		t+=" wi-fetch-whole"
+	fi
 	if [[ " $SWEEP_MODES " == *" $1 "* && " $TOOLS " == *" wi-fetch "* ]]; then
 		for n in $SWEEP; do t+=" wi-fetch@$n"; done
 	fi
@@ -862,9 +877,16 @@ for mode in $SWEEP_MODES; do
 			TARGETS+=("| capped: default ≥ 1.5 × aria2c -x16 | $r× | $(verdict "$r >= 1.5") |")
 		fi
 	fi
-	if [[ "$mode" == capped ]]; then
-		sent=$(awk -v s="${R_SENT[$mode/wi-fetch]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
-		TARGETS+=("| capped: server sent ≤ 1.02 × the file (default) | $sent× | $(verdict "$sent <= 1.02") |")
+done
+# The tail (issue 18): under a per-connection cap the server sends at most 1.02× the file;
+# shrinking requests (the default) against one request per range split while it streams.
+for mode in capped slow; do
+	[[ " ${PASSES[*]} " == *" $mode "* ]] && num_ok "$mode/wi-fetch" || continue
+	sent=$(awk -v s="${R_SENT[$mode/wi-fetch]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
+	TARGETS+=("| $mode: server sent ≤ 1.02 × the file (default) | $sent× | $(verdict "$sent <= 1.02") |")
+	if num_ok "$mode/wi-fetch-whole"; then
+		whole=$(awk -v s="${R_SENT[$mode/wi-fetch-whole]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
+		TARGETS+=("| $mode: shrinking requests (default) as fast as whole-part ones, sending less | ${R_MBS[$mode/wi-fetch]} vs ${R_MBS[$mode/wi-fetch-whole]} MB/s, sent $sent× vs $whole× | $(verdict "${R_MBS[$mode/wi-fetch]} >= 0.97 * ${R_MBS[$mode/wi-fetch-whole]} && $sent <= $whole") |")
 	fi
 done
 peak_rss=0
@@ -957,7 +979,8 @@ fi
 	echo "single-core SHA-256: **$SHA_PY_MBS MB/s** (OpenSSL via Python hashlib, 256 MiB in memory), $SHA_SUM_MBS MB/s (coreutils sha256sum, page-cached file);"
 	echo "page cache dropped before each download: $DROP_CACHES. MB = 10^6 bytes. Capped = mock-hub --bandwidth $CAP_BPS (each response body, i.e. each connection, capped at $(mb "$CAP_BPS") MB/s)."
 	echo "Shared = mock-hub --total-bandwidth $SHARED_BPS (every connection shares $(mb "$SHARED_BPS") MB/s). Crowded = --total-bandwidth $CROWD_BPS --crowding $CROWDING --bandwidth $CROWD_CAP_BPS (n connections share $(mb "$CROWD_BPS") / (1 + $CROWDING × (n − 1)) MB/s, each at most $(mb "$CROWD_CAP_BPS") MB/s)."
-	echo "wi-fetch@N = wi-fetch --connections N (fixed). Note of a wi-fetch row: files at once, and the connection count's path from its --json summary (start → peak → settled, why)."
+	echo "Slow = mock-hub --bandwidth $SLOW_BPS ($(mb "$SLOW_BPS") MB/s per connection: a long tail, many splits)."
+	echo "wi-fetch@N = wi-fetch --connections N (fixed); wi-fetch-whole = wi-fetch --request-size whole-part (one request per range, a slow one split while it streams; the default shrinks its requests near the end and splits where one ends). Note of a wi-fetch row: files at once, the connection count's path from its --json summary (start → peak → settled, why), splits, and what was asked for and left unread."
 	echo "Versions: wi-fetch $("$WI_FETCH" --version 2>/dev/null | awk '{print $2}'), huggingface_hub $HF_HUB_VERSION, hf_transfer ${HF_TRANSFER_VERSION:-not installable}, $(aria2c --version 2>/dev/null | head -n1 || echo 'aria2c: not installed'), $(curl --version | head -n1 | cut -d' ' -f1-2)."
 	echo
 	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | CPU s (user+sys) | mock-hub CPU s | server sent / size | SHA-256 OK | note |"

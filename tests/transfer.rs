@@ -16,7 +16,8 @@ use weight_inspect::key::{FileKey, PartialPaths};
 use weight_inspect::net::RecordingClock;
 use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::transfer::{
-    Engine, EngineConfig, ExpectedChunks, Settled, TransferError, TransferOutcome, TransferSpec,
+    Engine, EngineConfig, ExpectedChunks, RequestSize, Settled, TransferError, TransferOutcome,
+    TransferSpec,
 };
 
 const REPO: &str = "org/name";
@@ -1741,30 +1742,44 @@ async fn a_corrupted_fresh_copy_never_replaces_good_bytes() {
 /// fetches it all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_range_is_split_between_idle_connections() {
-    let split = |min: u64| EngineConfig {
+    let split = |min: u64, request_size: RequestSize| EngineConfig {
         connections: 4,
         adaptive: false,
         chunk_size: SIZE as u64,
         split_min: min,
         split_after: Duration::from_millis(200),
+        request_size,
         ..config()
     };
-    let fx = fixture_with(|b| b.bandwidth(512 << 10)).await;
-    let spec = fx.spec(LFS);
-    let eng = engine(split(128 << 10));
-    let out = eng.download(&spec, &Recorder::default()).await.unwrap();
-    assert_complete(&spec, &fx.lfs);
-    assert!(out.splits >= 3, "{} splits", out.splits);
-    let st = fx.hub.stats().file(REPO, LFS);
-    assert!(st.cdn_requests > out.splits, "{st:?}");
-    assert!(eng.0.connections().peak >= 3, "{:?}", eng.0.connections());
-    // What a connection received past its part's new end is counted as fetched again.
-    assert_eq!(out.transferred - out.refetched, SIZE as u64);
-    assert_eq!(out.chunks, vec![<[u8; 32]>::from(Sha256::digest(&fx.lfs))]);
+    for how in [RequestSize::Shrinking, RequestSize::WholePart] {
+        let fx = fixture_with(|b| b.bandwidth(512 << 10)).await;
+        let spec = fx.spec(LFS);
+        let eng = engine(split(128 << 10, how));
+        let out = eng.download(&spec, &Recorder::default()).await.unwrap();
+        assert_complete(&spec, &fx.lfs);
+        assert!(out.splits >= 3, "{how:?}: {} splits", out.splits);
+        let st = fx.hub.stats().file(REPO, LFS);
+        assert!(st.cdn_requests > out.splits, "{how:?}: {st:?}");
+        assert!(eng.0.connections().peak >= 3, "{:?}", eng.0.connections());
+        // What a connection received past its part's new end is counted as fetched again.
+        assert_eq!(out.transferred - out.refetched, SIZE as u64, "{how:?}");
+        assert_eq!(out.chunks, vec![<[u8; 32]>::from(Sha256::digest(&fx.lfs))]);
+        if how == RequestSize::Shrinking {
+            // Requests shorter than the parts, and every split fell where one ended: the
+            // server sent each byte once.
+            assert!(st.cdn_requests > 1 + out.splits, "{st:?} {out:?}");
+            assert_eq!((st.bytes_sent, out.refetched), (SIZE as u64, 0), "{out:?}");
+        } else {
+            // One request per part, each split cutting the one in flight: what had arrived
+            // past the new end was read and counted (the server sent at least that).
+            assert_eq!(st.cdn_requests, 1 + out.splits, "{st:?} {out:?}");
+            assert!(st.bytes_sent >= out.transferred, "{st:?} {out:?}");
+        }
+    }
 
     let fx = fixture_with(|b| b.bandwidth(4 << 20)).await;
     let spec = fx.spec(LFS);
-    let out = engine(split(0))
+    let out = engine(split(0, RequestSize::Shrinking))
         .download(&spec, &Recorder::default())
         .await
         .unwrap();

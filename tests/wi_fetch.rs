@@ -740,6 +740,49 @@ fn small_files_run_side_by_side() {
     assert!(e.contains("10 file(s) at once at most"), "{e}");
 }
 
+/// `--request-size`: shrinking (the default) asks for a connection's share of what is missing,
+/// so a 16 MiB file in 4 MiB chunks over 4 connections takes more requests than it has parts;
+/// whole-part asks for each part in one request. Either way the server sends each byte once.
+#[test]
+fn request_size_chooses_how_much_a_request_asks_for() {
+    let data = testkit::data(16 << 20, 3);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .file("req/model", "m.bin", data.clone()),
+    );
+    for how in ["shrinking", "whole-part"] {
+        let sb = Sandbox::new();
+        hub.reset_stats();
+        let mut c = sb.cmd(&hub);
+        c.args([
+            "req/model",
+            "m.bin",
+            "--connections",
+            "4",
+            "--chunk-size",
+            "4M",
+        ])
+        .args(["--request-size", how, "--json", "-q"]);
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{how}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let parts = 4 + v["files"][0]["splits"].as_u64().unwrap();
+        let st = hub.stats().file("req/model", "m.bin");
+        assert_eq!(st.bytes_sent, data.len() as u64, "{how}");
+        if how == "shrinking" {
+            assert!(st.cdn_requests > parts, "{how}: {st:?}");
+        } else {
+            assert_eq!(st.cdn_requests, parts, "{how}: {st:?}");
+        }
+    }
+}
+
 /// A large file gets every connection, and the next file waits for its turn without its
 /// lock: another process wanting that file is never kept waiting on one that makes no
 /// progress. With two connections, the first file admitted holds both (its bodies held by the

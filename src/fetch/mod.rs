@@ -216,9 +216,18 @@ impl FetcherBuilder {
         self
     }
 
-    /// Bytes per ranged request. Default 16 MiB.
+    /// Bytes per chunk: the unit each chunk digest, the resume state and a manifest check
+    /// cover; a ranged request asks for one chunk at most. Default 16 MiB.
     pub fn chunk_size(mut self, bytes: u64) -> Self {
         self.engine.chunk_size = bytes.max(1);
+        self
+    }
+
+    /// How much each ranged request asks for. Default [`RequestSize::Shrinking`]: the whole
+    /// chunk far from the end, shorter requests near it, and splits that fall where a request
+    /// ends (nothing the server sends is thrown away).
+    pub fn request_size(mut self, size: crate::transfer::RequestSize) -> Self {
+        self.engine.request_size = size;
         self
     }
 

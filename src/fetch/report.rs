@@ -103,7 +103,8 @@ pub struct FileReport {
     /// Bytes received in this run, re-fetched ones included.
     pub transferred: u64,
     /// Bytes fetched twice: after faults (cut connections, corrupted chunks, …), and what a
-    /// connection received past the end of a range split from under it.
+    /// connection received past the end of a range split from under it (all that had arrived
+    /// when it stopped).
     pub refetched: u64,
     /// Bytes reused from an earlier, interrupted run (after re-checking their hashes).
     pub resumed: u64,

@@ -209,6 +209,24 @@ impl ExpectedChunks {
     }
 }
 
+/// How much each ranged request of a part asks for (see [`EngineConfig::request_size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestSize {
+    /// One connection's share of the bytes still missing (those bytes divided among the
+    /// connections at work on the file), at most the rest of the part and at least
+    /// [`split_min`](EngineConfig::split_min): far from the end a request is the whole part,
+    /// and near it requests shorten so that the connections finish together. A split never
+    /// cuts a request: it falls where the holder's request ends, so nothing the server sends
+    /// is thrown away. With `split_min` 0 (never split), as [`WholePart`](Self::WholePart).
+    #[default]
+    Shrinking,
+    /// The rest of the part, in one request; a slow part is split while it streams, and what
+    /// the server had sent past the split is thrown away with the holder's connection (the
+    /// way `aria2c` splits its segments). Fewer requests: for a server far away, where each
+    /// request costs a round trip.
+    WholePart,
+}
+
 /// Tuning of an [`Engine`].
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -240,6 +258,9 @@ pub struct EngineConfig {
     /// Only parts whose connection, at the pace it has kept, would need longer than this to
     /// finish are split. Default 300 ms (on a fast link nothing is split).
     pub split_after: Duration,
+    /// How much each ranged request asks for, and so what a split costs. Default
+    /// [`RequestSize::Shrinking`].
+    pub request_size: RequestSize,
     /// Failed attempts in a row, without progress, after which a chunk is given up. Default 8.
     /// (With [`base_delay`](Self::base_delay) and [`max_delay`](Self::max_delay), the
     /// engine's [`RetryPolicy`](crate::net::RetryPolicy): see [`retry_policy`](Self::retry_policy).)
@@ -278,6 +299,7 @@ impl Default for EngineConfig {
             chunk_size: 16 << 20,
             split_min: 1 << 20,
             split_after: Duration::from_millis(300),
+            request_size: RequestSize::Shrinking,
             max_attempts: 8,
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
@@ -336,7 +358,9 @@ pub struct TransferOutcome {
     pub transferred: u64,
     /// Bytes fetched again after a fault: a discarded too-long body, a chunk whose bytes failed
     /// their hash on resume, chunks fetched again to find a corrupted one, bytes a range-ignoring
-    /// server sent again, bytes a connection received past the end of a part that was split.
+    /// server sent again, bytes a connection received past the end of a part that was split
+    /// while it streamed (all that had arrived when it stopped: see
+    /// [`RequestSize::WholePart`]).
     pub refetched: u64,
     /// Bytes found on disk from an earlier run whose hashes were re-checked.
     pub resumed: u64,

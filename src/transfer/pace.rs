@@ -282,7 +282,6 @@ impl Pace {
     }
 
     /// The connections the engine aims at now.
-    #[cfg(test)]
     pub fn target(&self) -> usize {
         self.lock().target
     }

@@ -23,6 +23,7 @@ use super::error::TransferError;
 use super::failure::{FailKind, Failure};
 use super::sink::Sink;
 use super::table::suspicion;
+use super::RequestSize;
 use crate::net::{self, redact, Chain, ContentRange, Transience};
 
 type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -256,23 +257,96 @@ impl Answer {
     }
 }
 
-/// One attempt at the rest of the part of a chunk `sink` fills: asks for the bytes it lacks
-/// and streams them in, stopping early when a split gives the rest of the part to another
-/// connection. With `may_yield`, it also stops when the connection count was lowered below
-/// the connections in flight ([`Fetched::Yielded`]: the rest of the part goes back to the
-/// table).
+/// One attempt at the rest of the part of a chunk `sink` fills: asks for the bytes it lacks,
+/// in one request or in several as [`RequestSize`] says, and streams them in. A request of
+/// [`RequestSize::Shrinking`] is promised to the table first (a split falls past its end); one
+/// of [`RequestSize::WholePart`] stops early when a split gives the rest of the part to another
+/// connection. With `may_yield`, it also stops when the connection count was lowered below the
+/// connections in flight ([`Fetched::Yielded`]: the rest of the part goes back to the table).
 pub(crate) async fn fetch_into(
     ctx: &Ctx<'_>,
     sink: &mut impl Sink,
     may_yield: bool,
 ) -> Result<Fetched, Failure> {
-    let range = sink.range();
-    let (at, end) = (sink.pending(), sink.end());
-    if at >= end {
-        // Split down to what it has: nothing left to ask for.
-        return Ok(Fetched::Done(0));
+    let mut suspect = 0u8;
+    loop {
+        let (at, end) = (sink.pending(), sink.end());
+        if at >= end {
+            // Split down to what it has: nothing left to ask for.
+            return Ok(Fetched::Done(suspect));
+        }
+        let upto = match ctx.cfg.request_size {
+            RequestSize::WholePart => end,
+            RequestSize::Shrinking => {
+                let min = ctx.cfg.split_min;
+                // Half a share: a request covers about half the time left, so that what
+                // lies past it can still be split as the connections' paces turn out.
+                let upto = sink.promise(request_end(at, end, min, || {
+                    ctx.chunks.lock().share(ctx.pace.target()) / 2
+                }));
+                if upto <= at {
+                    return Ok(Fetched::Done(suspect));
+                }
+                upto
+            }
+        };
+        match one_request(ctx, sink, at, upto, may_yield).await? {
+            Fetched::Done(s) => suspect |= s,
+            Fetched::Yielded => return Ok(Fetched::Yielded),
+        }
+        if sink.pending() >= sink.end() {
+            return Ok(Fetched::Done(suspect));
+        }
+        // Between two requests, a connection one too many gives way without abandoning a byte.
+        if may_yield && ctx.pace.should_yield() {
+            return Ok(Fetched::Yielded);
+        }
     }
-    let (first, last) = (range.start + at, range.start + end - 1);
+}
+
+/// Where a request of [`RequestSize::Shrinking`] for a part standing at `at` and ending at
+/// `end` (offsets in its chunk) ends, `min` being the smallest split: the whole rest when it
+/// could not be split anyway (at most `2 × min`: a split leaves `min` on either side) or `min`
+/// is 0 (nothing is split); else `at` plus `share` (of what is missing, see
+/// [`ChunkTable::share`](super::table::ChunkTable::share)), at least a quarter of `min`, on a
+/// 64 KiB boundary, leaving past it either nothing or enough to split (so that the request in
+/// flight never keeps the end of a part from being shared).
+fn request_end(at: u64, end: u64, min: u64, share: impl FnOnce() -> u64) -> u64 {
+    const ALIGN: u64 = 64 << 10;
+    let rest = end - at;
+    if min == 0 || rest <= 2 * min {
+        return end;
+    }
+    let floor = (min / 4).max(ALIGN);
+    let upto = at
+        .saturating_add(share().max(floor))
+        .div_ceil(ALIGN)
+        .saturating_mul(ALIGN)
+        .min(end);
+    if end - upto >= 2 * min || upto == end {
+        return upto;
+    }
+    // What would lie past it could not be split: leave just enough to be, if the request is
+    // then still worth making, else ask for it all.
+    let keep = (end - 2 * min) / ALIGN * ALIGN;
+    if keep >= at + floor {
+        keep
+    } else {
+        end
+    }
+}
+
+/// One request for bytes `at..upto` of the part `sink` fills, streamed in (see
+/// [`fetch_into`]).
+async fn one_request(
+    ctx: &Ctx<'_>,
+    sink: &mut impl Sink,
+    at: u64,
+    upto: u64,
+    may_yield: bool,
+) -> Result<Fetched, Failure> {
+    let range = sink.range();
+    let (first, last) = (range.start + at, range.start + upto - 1);
     let mut answer = request(ctx, Want::Span { first, last }).await?;
     ctx.pace.answered(ctx.permits);
     let want = answer.promised;
@@ -311,13 +385,26 @@ pub(crate) async fn fetch_into(
             ));
         }
         sink.push(&piece).await?;
-        if sink.pending() >= sink.end() && (yielding || sink.end() < end) {
+        if sink.pending() >= sink.end() && (yielding || sink.end() < upto) {
             // Another connection took the rest of the part (a split), or a yielding one has
             // its part after all: the rest of this body is not needed (and the connection is
             // closed, not reused).
             break;
         }
         yielding |= may_yield && sink.pending() < sink.end() && ctx.pace.should_yield();
+    }
+    if received < want && sink.pending() >= sink.end() {
+        // Stopped short of what it asked for (a split cut it): what has arrived already is
+        // read and counted as thrown away, so that the summary says what the split cost.
+        while received < want {
+            let Some(Some(Ok(p))) = answer.body.next().now_or_never() else {
+                break;
+            };
+            let n = (p.len() as u64).min(want - received);
+            received += n;
+            ctx.counters.received(n);
+            ctx.counters.refetch(n);
+        }
     }
     if yielding && sink.pending() < sink.end() {
         sink.flush().await?;
@@ -354,5 +441,42 @@ pub(crate) fn parse_url(file: &str, url: &str) -> Result<Url, TransferError> {
             file: file.to_string(),
             reason: format!("unusable URL {:?}", crate::names::escape(url)),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_end;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn requests_shrink_to_a_share_of_what_is_missing() {
+        let chunk = 16 * MIB;
+        let end = |at: u64, end: u64, share: u64| request_end(at, end, MIB, || share);
+        // Far from the end a connection's share is more than the part: the whole rest.
+        assert_eq!(end(0, chunk, 40 * MIB), chunk);
+        // Near it, the share, on a 64 KiB boundary.
+        assert_eq!(end(0, chunk, 3 * MIB + 1), 3 * MIB + (64 << 10));
+        assert_eq!(end(5 * MIB, chunk, 2 * MIB), 7 * MIB);
+        // Never less than a quarter of the smallest split.
+        assert_eq!(end(0, chunk, 1000), MIB / 4);
+        // What is left past it is either nothing or enough to split in two.
+        assert_eq!(end(0, 4 * MIB, 3 * MIB), 2 * MIB);
+        assert_eq!(end(0, 3 * MIB, 2 * MIB), MIB);
+        assert_eq!(
+            end(0, 2 * MIB + MIB / 8, MIB),
+            2 * MIB + MIB / 8,
+            "too little to leave"
+        );
+        // A rest that could not be split anyway is asked for whole, the share never asked.
+        assert_eq!(
+            request_end(0, 2 * MIB, MIB, || unreachable!("not asked")),
+            2 * MIB
+        );
+        assert_eq!(
+            request_end(0, chunk, 0, || unreachable!("not asked")),
+            chunk
+        );
     }
 }

@@ -68,6 +68,11 @@ pub(crate) trait Sink {
     fn refusals(&self) -> u32 {
         0
     }
+    /// Bytes up to `end` are about to be asked for: returns how far they may be (the part may
+    /// have been cut shorter meanwhile), and no split cuts below that.
+    fn promise(&mut self, end: u64) -> u64 {
+        end
+    }
 }
 
 /// The common part: positional writes at `base + written`, hashing on the way.
@@ -360,6 +365,14 @@ impl Sink for PartialSink<'_, '_> {
 
     fn refusals(&self) -> u32 {
         self.refusals
+    }
+
+    fn promise(&mut self, end: u64) -> u64 {
+        self.ctx
+            .chunks
+            .lock()
+            .reserve(self.w.range.index, self.w.from, end)
+            .unwrap_or_else(|| self.w.pending())
     }
 
     fn rollback(&mut self, mark: Mark, reason: &str) {

@@ -17,8 +17,9 @@
 //! resume) keeps it, so nothing ever asks for "the rest" of something that has no rest.
 //!
 //! A holder learns that its part was cut short through [`Claim::limit`], and writes nothing past
-//! it: before each write it [reserves](ChunkTable::reserve) the bytes it is about to write, and a
-//! split never cuts below a reservation.
+//! it: before each write it [reserves](ChunkTable::reserve) the bytes it is about to write (with
+//! shrinking requests, before each request the bytes it asks for), and a split never cuts below
+//! a reservation.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -219,6 +220,18 @@ pub(crate) struct ChunkTable {
     expected: Option<Arc<ExpectedChunks>>,
     split: SplitRule,
     splits: u64,
+    /// Bytes of the file not on disk (kept as parts move, so that asking costs nothing).
+    missing: u64,
+    /// Parts held by a connection.
+    held: usize,
+    /// Workers the download runs (see [`ChunkTable::share`]).
+    workers: usize,
+}
+
+/// Moves `p.at` to `at`, keeping `missing` (the table's bytes not on disk) in step.
+fn move_at(missing: &mut u64, p: &mut Part, at: u64) {
+    *missing = (*missing + p.at).saturating_sub(at);
+    p.at = at;
 }
 
 impl ChunkTable {
@@ -274,14 +287,19 @@ impl ChunkTable {
                     .map(move |p| (i, p.from))
             })
             .collect();
-        ChunkTable {
+        let mut t = ChunkTable {
             plan,
             chunks,
             queue,
             expected,
             split,
             splits: 0,
-        }
+            missing: 0,
+            held: 0,
+            workers: 1,
+        };
+        t.missing = t.bytes_missing_counted();
+        t
     }
 
     /// What chunk `index` must hash to, when a manifest says.
@@ -316,10 +334,11 @@ impl ChunkTable {
             return None;
         }
         p.held = true;
+        self.held += 1;
         let hasher = match p.hasher.take() {
             Some(h) => h,
             None => {
-                p.at = p.from;
+                move_at(&mut self.missing, p, p.from);
                 p.sha256 = empty_digest();
                 Sha256::new()
             }
@@ -410,6 +429,7 @@ impl ChunkTable {
         let limit = part.limit.clone();
         c.parts.insert(k + 1, part);
         self.splits += 1;
+        self.held += 1;
         Some(Claim {
             range,
             from: at,
@@ -439,7 +459,7 @@ impl ChunkTable {
         let c = &mut self.chunks[index];
         if let Some(p) = c.part(from) {
             let gained = at > p.at;
-            p.at = at.min(p.to);
+            move_at(&mut self.missing, p, at.min(p.to));
             p.sha256 = sha256;
             if gained {
                 c.refusals = 0;
@@ -474,8 +494,9 @@ impl ChunkTable {
             return Released::Pending;
         };
         p.held = false;
+        self.held -= 1;
         p.since = None;
-        p.at = at.clamp(p.from, p.to);
+        move_at(&mut self.missing, p, at.clamp(p.from, p.to));
         p.reserved = p.at;
         p.sha256 = hasher.clone().finalize().into();
         p.hasher = Some(hasher);
@@ -522,6 +543,7 @@ impl ChunkTable {
             c.rejections += 1;
             c.status = Status::Open;
             c.parts = vec![Part::fresh(0, len)];
+            self.missing += len;
             // First in line: a server that keeps corrupting it is found out at once.
             self.queue.push_front((index, 0));
             return Released::Rejected {
@@ -584,7 +606,27 @@ impl ChunkTable {
 
     /// Bytes of the file not on disk yet.
     pub fn bytes_missing(&self) -> u64 {
+        debug_assert_eq!(self.missing, self.bytes_missing_counted());
+        self.missing
+    }
+
+    fn bytes_missing_counted(&self) -> u64 {
         self.plan.size.saturating_sub(self.bytes_on_disk())
+    }
+
+    /// One connection's share of the bytes still missing: those bytes divided among the
+    /// connections at work on the file — those holding a part, or the workers there are
+    /// when the engine's count (`target`) lets them all run, whichever is more. Requests
+    /// sized by it shorten as the end nears, so that the connections finish together (see
+    /// `range::fetch_into`).
+    pub fn share(&self, target: usize) -> u64 {
+        let n = self.held.max(self.workers.min(target)).max(1);
+        self.bytes_missing() / n as u64
+    }
+
+    /// The download runs `n` workers.
+    pub fn set_workers(&mut self, n: usize) {
+        self.workers = n;
     }
 
     /// What the resume state records: every chunk with bytes on disk (its prefix, and the spans
@@ -977,6 +1019,52 @@ mod tests {
         assert!(matches!(t.assembled(0, whole), Released::Done));
         assert!(matches!(t.assembled(0, whole), Released::PartDone));
         assert_eq!(t.digests(), vec![digest(&data)]);
+    }
+
+    /// The bytes missing are shared among the connections at work (those holding a part, or
+    /// the workers the count lets run), and are kept count of as parts move.
+    #[test]
+    fn what_is_missing_is_shared_among_the_connections() {
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(Plan::new(32 * MIB, 8 * MIB), Vec::new(), None, rule);
+        t.set_workers(4);
+        assert_eq!(t.share(32), 8 * MIB);
+        assert_eq!(t.share(2), 16 * MIB, "two may run");
+        let a = t.claim_next().unwrap();
+        t.progress(0, 0, 2 * MIB, [0; 32]);
+        assert_eq!((t.bytes_missing(), t.share(1)), (30 * MIB, 30 * MIB));
+        // A split adds a holder.
+        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        assert_eq!(t.share(1), 15 * MIB);
+        // Given back short, then fetched whole.
+        t.release(0, 0, 3 * MIB, a.hasher, 0);
+        assert_eq!((t.bytes_missing(), t.share(1)), (29 * MIB, 29 * MIB));
+        t.release(0, b.from, 8 * MIB, b.hasher, 0);
+        assert_eq!(t.bytes_missing(), 29 * MIB - (8 * MIB - b.from));
+    }
+
+    /// A request promised to the table (reserved up to its end) is never cut: the split falls
+    /// past it, so the holder reads every byte it asked for.
+    #[test]
+    fn a_split_falls_past_the_request_in_flight() {
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(Plan::new(8 * MIB, 8 * MIB), Vec::new(), None, rule);
+        let a = t.claim_next().unwrap();
+        assert_eq!(t.reserve(0, 0, 6 * MIB), Some(6 * MIB));
+        let b = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        assert_eq!(b.from, 7 * MIB, "half of what is past the request");
+        assert_eq!(a.limit.load(Ordering::Acquire), 7 * MIB);
+        // With less than two smallest parts past the request, nothing is split.
+        let mut t = ChunkTable::new(Plan::new(8 * MIB, 8 * MIB), Vec::new(), None, rule);
+        let _a = t.claim_next().unwrap();
+        assert_eq!(t.reserve(0, 0, 7 * MIB), Some(7 * MIB));
+        assert!(t.steal(Instant::now() + Duration::from_secs(1)).is_none());
     }
 
     #[test]

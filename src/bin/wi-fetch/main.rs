@@ -140,9 +140,17 @@ struct FetchArgs {
     /// file gets every connection, small files run side by side.
     #[arg(long, visible_alias = "max-workers", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=256))]
     max_files: u16,
-    /// Bytes per ranged request (16M, 1MiB, 524288…).
+    /// Bytes per chunk (16M, 1MiB, 524288…): the unit each digest, the resume state and a
+    /// manifest check cover; a ranged request asks for one chunk at most.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     chunk_size: Option<u64>,
+    /// How much each ranged request asks for: shrinking (the whole chunk far from the end,
+    /// shorter requests near it, so that a slow range is split where a request ends and nothing
+    /// the server sends is thrown away) or whole-part (one request for the rest of each range;
+    /// a slow one is split while it streams, and what the server had already sent past the
+    /// split is lost: fewer requests, for a server far away).
+    #[arg(long, value_name = "HOW", value_enum, default_value_t = RequestSizeArg::Shrinking)]
+    request_size: RequestSizeArg,
     /// Never touch the network: serve from the cache or fail (also HF_HUB_OFFLINE=1).
     #[arg(long)]
     offline: bool,
@@ -222,6 +230,24 @@ impl FetchArgs {
     /// The `--verify` level asked for, fast by default.
     fn level(&self) -> VerifyArg {
         self.verify.unwrap_or(VerifyArg::Fast)
+    }
+}
+
+/// `--request-size`: how much each ranged request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RequestSizeArg {
+    /// The whole chunk far from the end, one connection's share of what is missing near it.
+    Shrinking,
+    /// The rest of the range, in one request.
+    WholePart,
+}
+
+impl From<RequestSizeArg> for weight_inspect::transfer::RequestSize {
+    fn from(v: RequestSizeArg) -> Self {
+        match v {
+            RequestSizeArg::Shrinking => Self::Shrinking,
+            RequestSizeArg::WholePart => Self::WholePart,
+        }
     }
 }
 
@@ -405,6 +431,7 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     let mut b = Fetcher::from_env()
         .max_connections(cli.max_connections as usize)
         .max_files(cli.max_files as usize)
+        .request_size(cli.request_size.into())
         .verify(!cli.no_verify)
         .verify_level(cli.level().into())
         .sidecars(!cli.no_sidecar)
@@ -678,6 +705,7 @@ fn print_summary(s: &FetchSummary) {
             human_bytes(s.refetched())
         ));
     }
+
     if s.splits() > 0 {
         line.push_str(&format!(
             "; {} slow range(s) split between connections",
