@@ -980,19 +980,19 @@ fi
 	echo "page cache dropped before each download: $DROP_CACHES. MB = 10^6 bytes. Capped = mock-hub --bandwidth $CAP_BPS (each response body, i.e. each connection, capped at $(mb "$CAP_BPS") MB/s)."
 	echo "Shared = mock-hub --total-bandwidth $SHARED_BPS (every connection shares $(mb "$SHARED_BPS") MB/s). Crowded = --total-bandwidth $CROWD_BPS --crowding $CROWDING --bandwidth $CROWD_CAP_BPS (n connections share $(mb "$CROWD_BPS") / (1 + $CROWDING × (n − 1)) MB/s, each at most $(mb "$CROWD_CAP_BPS") MB/s)."
 	echo "Slow = mock-hub --bandwidth $SLOW_BPS ($(mb "$SLOW_BPS") MB/s per connection: a long tail, many splits)."
-	echo "wi-fetch@N = wi-fetch --connections N (fixed); wi-fetch-whole = wi-fetch --request-size whole-part (one request per range, a slow one split while it streams; the default shrinks its requests near the end and splits where one ends). Note of a wi-fetch row: files at once, the connection count's path from its --json summary (start → peak → settled, why), splits, and what was asked for and left unread."
+	echo "wi-fetch@N = wi-fetch --connections N (fixed); wi-fetch-whole = wi-fetch --request-size whole-part (one request per range, a slow one split while it streams; the default shrinks its requests near the end and splits where one ends). Note of a wi-fetch row: files at once, the connection count's path from its --json summary (start → peak → settled, why), splits, and the bytes received twice or past a split (refetched)."
 	echo "Versions: wi-fetch $("$WI_FETCH" --version 2>/dev/null | awk '{print $2}'), huggingface_hub $HF_HUB_VERSION, hf_transfer ${HF_TRANSFER_VERSION:-not installable}, $(aria2c --version 2>/dev/null | head -n1 || echo 'aria2c: not installed'), $(curl --version | head -n1 | cut -d' ' -f1-2)."
 	echo
-	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | CPU s (user+sys) | mock-hub CPU s | server sent / size | SHA-256 OK | note |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | CPU s (user+sys) | mock-hub CPU s | server sent / size | GETs | SHA-256 OK | note |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for mode in "${PASSES[@]}"; do
 		for tool in $(mode_tools "$mode"); do
 			k="$mode/$tool"
 			if [[ -n "${R_SEC[$k]:-}" ]]; then
 				ratio=$(awk -v s="${R_SENT[$k]}" -v b="$SIZE_BYTES" 'BEGIN { printf "%.3f", s / b }')
-				echo "| $mode | $tool | ${R_SEC[$k]} | ${R_MBS[$k]} | ${R_RSS[$k]} | ${R_ANON[$k]} | ${R_CPU[$k]} | ${R_SCPU[$k]} | $ratio | ${R_OK[$k]} | ${R_NOTE[$k]:-} |"
+				echo "| $mode | $tool | ${R_SEC[$k]} | ${R_MBS[$k]} | ${R_RSS[$k]} | ${R_ANON[$k]} | ${R_CPU[$k]} | ${R_SCPU[$k]} | $ratio | ${R_GETS[$k]} | ${R_OK[$k]} | ${R_NOTE[$k]:-} |"
 			else
-				echo "| $mode | $tool | – | – | – | – | – | – | – | – | ${R_NOTE[$k]:-not run} |"
+				echo "| $mode | $tool | – | – | – | – | – | – | – | – | – | ${R_NOTE[$k]:-not run} |"
 			fi
 		done
 	done

@@ -28,7 +28,8 @@
 //! engine          orchestrates one file: opens the locked partial, runs a mode, hashes, closes
 //!  ├─ modes       concurrent · sequential · repair — each drives the chunk table
 //!  │   ├─ retry   a failure read onto net's one policy: no loop without progress or bound
-//!  │   └─ range   one HTTP answer → one sink: redirects, status, Content-Range, streaming
+//!  │   └─ range   a part's requests (shorter near the end), each answer → one sink: redirects,
+//!  │              status, Content-Range, streaming
 //!  │        └─ sink        positional write + SHA-256: the partial file, or a scratch file
 //!  ├─ checkpoint  reads the table, syncs the data, writes the resume state
 //!  ├─ prefix_hash reads the table, advances the whole-file hash
