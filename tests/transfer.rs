@@ -1028,6 +1028,32 @@ async fn corrupted_chunk_is_found_and_refetched_alone() {
     assert_eq!(out.refetched, 2 * CHUNK);
 }
 
+/// A repair's fresh copy of a chunk is nobody else's to split: it comes in one request, however
+/// short the download's own requests near the end were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_fetches_its_copy_in_one_request() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::FlipBytes { count: 3 }.on(Target::Cdn).times(1));
+    let spec = fx.spec(LFS);
+    let cfg = EngineConfig {
+        connections: 1,
+        chunk_size: SIZE as u64,
+        split_min: 256 << 10,
+        ..config()
+    };
+    let out = engine(cfg)
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(out.refetched, 2 * SIZE as u64, "two fresh copies");
+    // Three requests for the download (half of what is missing each time: 1 MiB, 512 KiB,
+    // then a rest too short to split), one for each fresh copy.
+    assert_eq!(fx.hub.stats().file(REPO, LFS).cdn_requests, 3 + 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupted_middle_chunk_costs_at_most_one_more_pass() {
     let fx = fixture().await;

@@ -276,6 +276,8 @@ pub(crate) async fn fetch_into(
             return Ok(Fetched::Done(suspect));
         }
         let upto = match ctx.cfg.request_size {
+            // A scratch copy (a repair) is nobody else's to split: one request.
+            _ if !sink.splittable() => end,
             RequestSize::WholePart => end,
             RequestSize::Shrinking => {
                 let min = ctx.cfg.split_min;

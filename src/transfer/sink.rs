@@ -68,6 +68,11 @@ pub(crate) trait Sink {
     fn refusals(&self) -> u32 {
         0
     }
+    /// Whether other connections may split what this sink fills (then its requests shrink
+    /// near the end, see `range::fetch_into`).
+    fn splittable(&self) -> bool {
+        false
+    }
     /// Bytes up to `end` are about to be asked for: returns how far they may be (the part may
     /// have been cut shorter meanwhile), and no split cuts below that.
     fn promise(&mut self, end: u64) -> u64 {
@@ -365,6 +370,10 @@ impl Sink for PartialSink<'_, '_> {
 
     fn refusals(&self) -> u32 {
         self.refusals
+    }
+
+    fn splittable(&self) -> bool {
+        true
     }
 
     fn promise(&mut self, end: u64) -> u64 {
