@@ -213,8 +213,10 @@ impl ExpectedChunks {
 /// How much each ranged request of a part asks for (see [`EngineConfig::request_size`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RequestSize {
-    /// One connection's share of the bytes still missing (those bytes divided among the
-    /// connections at work on the file), at most the rest of the part and at least
+    /// Half of one connection's share of the bytes still missing (those bytes divided among
+    /// the connections at work on the file: a request covers about half the time left, so
+    /// that what lies past it can still be split as the connections' paces turn out), at most
+    /// the rest of the part and at least a quarter of
     /// [`split_min`](EngineConfig::split_min): far from the end a request is the whole part,
     /// and near it requests shorten so that the connections finish together. A split never
     /// cuts a request: it falls where the holder's request ends, so nothing the server sends

@@ -236,7 +236,7 @@ impl FetchArgs {
 /// `--request-size`: how much each ranged request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum RequestSizeArg {
-    /// The whole chunk far from the end, one connection's share of what is missing near it.
+    /// The whole chunk far from the end, half a connection's share of what is missing near it.
     Shrinking,
     /// The rest of the range, in one request.
     WholePart,
