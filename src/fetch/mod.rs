@@ -223,7 +223,7 @@ impl FetcherBuilder {
         self
     }
 
-    /// How much each ranged request asks for. Default [`RequestSize::Shrinking`]: the whole
+    /// How much each ranged request asks for. Default [`RequestSize::Shrinking`](crate::transfer::RequestSize::Shrinking): the whole
     /// chunk far from the end, shorter requests near it, and splits that fall where a request
     /// ends (nothing the server sends is thrown away).
     pub fn request_size(mut self, size: crate::transfer::RequestSize) -> Self {
