@@ -22,7 +22,10 @@ set -euo pipefail
 export LC_ALL=C
 
 FILES="${1:-500}"
-[[ "$FILES" =~ ^[0-9]+$ ]] && ((FILES > 0)) || { echo "small-files.sh: FILES must be a positive integer" >&2; exit 1; }
+if ! [[ "$FILES" =~ ^[0-9]+$ ]] || ((FILES == 0)); then
+	echo "small-files.sh: FILES must be a positive integer" >&2
+	exit 1
+fi
 RUNS="${RUNS:-3}"
 LATENCY_MS="${LATENCY_MS:-50}"
 [[ "$LATENCY_MS" =~ ^[1-9][0-9]*$ ]] || { echo "small-files.sh: LATENCY_MS must be a positive integer" >&2; exit 1; }
