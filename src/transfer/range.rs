@@ -426,10 +426,10 @@ async fn one_request(
     }))
 }
 
-/// How an attempt of [`fetch_into`] ended without failing.
+/// How an attempt of [`fetch_into`] (or one of its requests) ended without failing.
 pub(crate) enum Fetched {
-    /// The part is full (or was split down to what it has); the reasons to suspect the chunk
-    /// that the answer gave.
+    /// The part is full (or was split down to what it has; of one request: the request is
+    /// read); the reasons to suspect the chunk that the answers gave.
     Done(u8),
     /// The connection stopped because the count was lowered: the part is not full.
     Yielded,
