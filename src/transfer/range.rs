@@ -284,7 +284,9 @@ pub(crate) async fn fetch_into(
                 // Half a share: a request covers about half the time left, so that what
                 // lies past it can still be split as the connections' paces turn out.
                 let upto = sink.promise(request_end(at, end, min, || {
-                    ctx.chunks.lock().share(ctx.pace.target()) / 2
+                    // The engine's count first: the table's lock is never held around another.
+                    let target = ctx.pace.target();
+                    ctx.chunks.lock().share(target) / 2
                 }));
                 if upto <= at {
                     return Ok(Fetched::Done(suspect));
