@@ -1332,11 +1332,36 @@ async fn interrupted(engine: &Eng, spec: &Spec, after: u64) -> u64 {
         cancel_after: Some(after),
         ..Recorder::default()
     };
+    let download = engine.download(spec, &rec);
+    tokio::pin!(download);
     tokio::select! {
-        r = engine.download(spec, &rec) => panic!("finished before the cancel: {r:?}"),
+        r = &mut download => panic!("finished before the cancel: {r:?}"),
         () = rec.cancel.notified() => {}
     }
+    // Progress passed `after`. Checkpoints run beside the transfer, so go on until one on
+    // disk records the first chunk: what the interruption keeps is then an event, not a race
+    // with the checkpointer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !state_records_first_chunk(&spec.state_path) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for a checkpoint of chunk 0 in {}",
+            spec.state_path.display()
+        );
+        tokio::select! {
+            r = &mut download => panic!("finished before a checkpoint recorded chunk 0: {r:?}"),
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+    }
     rec.progress.load(Ordering::SeqCst)
+}
+
+/// Whether the resume state at `path` records chunk 0.
+fn state_records_first_chunk(path: &Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|s| s["chunks"][0]["index"] == 0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
