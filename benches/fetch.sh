@@ -27,7 +27,7 @@
 #   SWEEP              fixed counts `wi-fetch --connections N` is also run with, in each mode of
 #                      SWEEP_MODES, to find the best fixed count the default is compared with
 #                      (default "4 8 16 32"; "" runs none)
-#   SWEEP_MODES        (default "capped shared crowded")
+#   SWEEP_MODES        (default "capped shared crowded slow flaky"; flaky sweeps every flaky pass)
 #   SLOW_BPS           slow mode: a lower per-connection cap, where the tail of a download is
 #                      long and splits are many (a mirror far away)      (default 3000000)
 #   WHOLE_MODES        modes where `wi-fetch --request-size whole-part` (one request per range,
@@ -84,13 +84,13 @@ KILL_TRIALS="${KILL_TRIALS:-3}"
 KILL_CONNECTIONS=8
 MODES="${MODES:-capped uncapped flaky shared crowded slow}"
 SLOW_BPS="${SLOW_BPS:-3000000}"
-WHOLE_MODES="${WHOLE_MODES:-capped slow}"
+WHOLE_MODES="${WHOLE_MODES-capped slow}"
 SHARED_BPS="${SHARED_BPS:-150000000}"
 CROWD_BPS="${CROWD_BPS:-160000000}"
 CROWD_CAP_BPS="${CROWD_CAP_BPS:-40000000}"
 CROWDING="${CROWDING:-0.04}"
 SWEEP="${SWEEP-4 8 16 32}"
-SWEEP_MODES="${SWEEP_MODES:-capped shared crowded}"
+SWEEP_MODES="${SWEEP_MODES-capped shared crowded slow flaky}"
 for n in $SWEEP; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "fetch.sh: error: SWEEP: '$n' is not a positive integer" >&2; exit 1; }; done
 [[ "$CROWDING" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "fetch.sh: error: CROWDING must be a non-negative number" >&2; exit 1; }
 FLAKY_MEAN="${FLAKY_MEAN:-24M}"
@@ -623,7 +623,7 @@ tool_cmd() { # tool_cmd TOOL [MODE]: sets CMD
 flaky_cmd() { # flaky_cmd TOOL: sets CMD
 	local tool=$1 out="$WORK/out"
 	case "$tool" in
-	wi-fetch) tool_cmd wi-fetch ;;
+	wi-fetch | wi-fetch@* | wi-fetch-whole) tool_cmd "$tool" ;;
 	# hf download resumes from its .incomplete file but gives up on a 503 (and after 5 cuts in a
 	# row without progress): run it again, as a user would. Runs are counted in the report.
 	hf) CMD=("$HELPERS/reruns.sh" "$FLAKY_RERUNS" env HF_ENDPOINT="$URL" "$HF_CLI" download "$REPO_ID" "$FILE" --cache-dir "$out") ;;
@@ -782,12 +782,14 @@ kill_test() {
 
 # The tools of a mode: TOOLS, in WHOLE_MODES wi-fetch-whole (`--request-size whole-part`), and
 # in SWEEP_MODES wi-fetch at each fixed count of SWEEP (`wi-fetch@N` is `--connections N`).
+# swept MODE: whether MODE's passes run the sweep (flaky-24M is swept when flaky is in SWEEP_MODES).
+swept() { [[ " $SWEEP_MODES " == *" $1 "* || " $SWEEP_MODES " == *" ${1%%-*} "* ]]; }
 mode_tools() { # mode_tools MODE
 	local t=$TOOLS n
 	if [[ " $WHOLE_MODES " == *" $1 "* && " $TOOLS " == *" wi-fetch "* ]]; then
 		t+=" wi-fetch-whole"
 	fi
-	if [[ " $SWEEP_MODES " == *" $1 "* && " $TOOLS " == *" wi-fetch "* ]]; then
+	if swept "$1" && [[ " $TOOLS " == *" wi-fetch "* ]]; then
 		for n in $SWEEP; do t+=" wi-fetch@$n"; done
 	fi
 	echo "$t"
@@ -851,8 +853,8 @@ fi
 # Bottlenecks (issue 18): in each condition, the default within 10% of the best fixed count,
 # and no slower than aria2c -x16; under the per-connection cap, the server sends at most 1.02×
 # the file and wi-fetch is ≥ 1.5× aria2c.
-for mode in $SWEEP_MODES; do
-	[[ " ${PASSES[*]} " == *" $mode "* ]] || continue
+for mode in "${PASSES[@]}"; do
+	swept "$mode" || continue
 	best=""
 	best_n=""
 	for n in $SWEEP; do

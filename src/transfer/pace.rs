@@ -5,9 +5,17 @@
 //! - a proxy, a small mirror or a per-client cap shares one total: the count hardly matters;
 //! - a forwarding proxy bound to one core slows as connections are added: fewer are faster.
 //!
-//! The count starts at [`EngineConfig::start_connections`]. Every [`WINDOW`] (measured from the
-//! first body byte, and only once the connections in flight match the count) the rate is
-//! judged. While doubling raises it by at least [`RISE`], the count doubles, up to
+//! The count starts at [`EngineConfig::start_connections`]. After each change (and at the start,
+//! from the first body byte) the count is given time to take effect: once the connections in
+//! use match it, a short lag ([`LAG_LATENCIES`] request latencies, at least [`MIN_LAG`]) lets
+//! the new connections' first answers arrive; then the rate is measured over a window of
+//! [`WINDOW_LATENCIES`] request latencies, at least [`MIN_WINDOW`] and at most [`MAX_WINDOW`],
+//! and until at least [`WINDOW_BYTES`] arrived in it (at most [`LONGEST_WINDOW`]), and judged. On a link a few milliseconds away the first decision comes a tenth of a second
+//! after the first byte, not half a second: a file that takes a second is mostly fetched at the
+//! count it settles on. The request latency is the time from a request to its answer's
+//! headers, averaged over the requests so far ([`Pace::answered`]), so a link a hundred
+//! milliseconds away is measured over windows of most of a second, as its noise needs.
+//! While doubling raises the rate by at least [`RISE`], the count doubles, up to
 //! [`EngineConfig::connections`], the ceiling. When the first doubling did not pay, halving is
 //! tried: while halving raises the rate by at least [`FEWER`], the count halves (down to one).
 //! When a step does not pay, the count goes back to the best one measured and settles there.
@@ -32,13 +40,28 @@ use tokio::sync::Semaphore;
 
 use super::EngineConfig;
 
-/// How long throughput is measured before the count is judged.
-pub(crate) const WINDOW: Duration = Duration::from_millis(500);
+/// The shortest window over which throughput is measured before the count is judged.
+pub(crate) const MIN_WINDOW: Duration = Duration::from_millis(60);
+/// The longest window (a link whose requests take a long time to answer).
+pub(crate) const MAX_WINDOW: Duration = Duration::from_millis(1000);
+/// A window also lasts until this many bytes arrived in it…
+pub(crate) const WINDOW_BYTES: u64 = 256 << 10;
+/// …unless it lasted this long.
+pub(crate) const LONGEST_WINDOW: Duration = Duration::from_secs(2);
+/// A window lasts this many request latencies (when that is longer than [`MIN_WINDOW`]).
+pub(crate) const WINDOW_LATENCIES: u32 = 8;
+/// After a change, the window starts this many request latencies after the connections in use
+/// match the count (their first answers arrive meanwhile)…
+pub(crate) const LAG_LATENCIES: u32 = 2;
+/// …and at least this long after.
+pub(crate) const MIN_LAG: Duration = Duration::from_millis(10);
 /// The rise of throughput (from one window to the next) that justifies more connections.
 pub(crate) const RISE: f64 = 1.15;
 /// The rise of throughput that justifies fewer connections (fewer cost less, so a smaller
 /// gain is enough; below it, the noise of a window decides).
 pub(crate) const FEWER: f64 = 1.05;
+/// A change of throughput this large (either way) is judged after half a window.
+pub(crate) const PLAIN: f64 = 1.3;
 /// Steps of a path kept for reports.
 const PATH_STEPS: usize = 32;
 /// After the server pushed back, this many answers in a row that are not refusals give one
@@ -134,6 +157,12 @@ pub(crate) enum Step {
     Settle(usize, Settled),
 }
 
+/// Whether `busy` connections in use are enough to measure a count of `target`: three
+/// quarters of them (a few are always between two requests, or looking for a part to split).
+fn enough_busy(busy: usize, target: usize) -> bool {
+    busy * 4 >= target * 3
+}
+
 /// The climb, apart from clocks and semaphores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Climb {
@@ -146,6 +175,11 @@ pub(crate) struct Climb {
 }
 
 impl Climb {
+    /// Whether `rate` differs from the best so far by [`PLAIN`] or more, either way.
+    fn plain(&self, rate: f64) -> bool {
+        self.best > 0.0 && (rate >= self.best * PLAIN || rate * PLAIN <= self.best)
+    }
+
     fn new(start: usize, ceiling: usize, adaptive: bool) -> Self {
         Climb {
             phase: if adaptive {
@@ -162,7 +196,7 @@ impl Climb {
 
     /// Judges a window at `target` connections, `busy` of them in use, at `rate`.
     pub(crate) fn judge(&mut self, target: usize, busy: usize, rate: f64) -> Step {
-        if busy * 4 < target * 3 {
+        if !enough_busy(busy, target) {
             // A quarter of the connections had no work (a small file, the last chunks):
             // nothing learned about the link.
             return Step::Hold;
@@ -214,6 +248,9 @@ struct State {
     started: Option<Instant>,
     /// Permits to forget as connections are given back (after a lowering).
     debt: usize,
+    /// The count changed (or the first bytes arrived) at `window_start` and the window is not
+    /// open yet: it opens once the connections match the count and the lag passed.
+    settling: bool,
     window_start: Instant,
     bytes_at_start: u64,
     path: ConnectionPath,
@@ -227,6 +264,9 @@ struct State {
 /// See the module docs.
 pub(crate) struct Pace {
     received: AtomicU64,
+    /// The mean time from a request to its answer, in microseconds (0: none yet), weighted
+    /// towards the recent ones.
+    latency_us: AtomicU64,
     /// Still adapting, readable without the lock (ticks come with every piece of a body).
     adapting: AtomicBool,
     /// Connections in flight asked to stop at their next piece (at most `State::debt`).
@@ -248,6 +288,7 @@ impl Pace {
         let climb = Climb::new(start, ceiling, config.adaptive);
         let pace = Pace {
             received: AtomicU64::new(0),
+            latency_us: AtomicU64::new(0),
             adapting: AtomicBool::new(config.adaptive),
             yields: AtomicUsize::new(0),
             recovering: AtomicBool::new(false),
@@ -256,6 +297,7 @@ impl Pace {
                 climb,
                 started: None,
                 debt: 0,
+                settling: true,
                 window_start: Instant::now(),
                 bytes_at_start: 0,
                 path: ConnectionPath {
@@ -299,10 +341,19 @@ impl Pace {
         }
     }
 
-    /// The server answered a request with bytes (not a refusal). After refusals, every
+    /// The server answered a request with bytes (not a refusal), `latency` after it was sent
+    /// (this times the windows, see the module docs). After refusals, every
     /// [`ANSWERS_PER_RECOVERY`] of them in a row give one connection back, up to the count
     /// before the first refusal.
-    pub fn answered(&self, permits: &Semaphore) {
+    pub fn answered(&self, permits: &Semaphore, latency: Duration) {
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        // A mean weighted 1/4 towards the newest (the first sample taken whole). Racing
+        // updates may lose one: a sample, not a count.
+        let old = self.latency_us.load(Ordering::Relaxed);
+        let mean = if old == 0 { us } else { old - old / 4 + us / 4 };
+        self.latency_us.store(mean.max(1), Ordering::Relaxed);
         if !self.recovering.load(Ordering::Relaxed) {
             return;
         }
@@ -324,6 +375,15 @@ impl Pace {
         }
     }
 
+    /// The lag after a change and the window's length, from the request latency so far.
+    fn timing(&self) -> (Duration, Duration) {
+        let latency = Duration::from_micros(self.latency_us.load(Ordering::Relaxed));
+        (
+            (latency * LAG_LATENCIES).max(MIN_LAG),
+            (latency * WINDOW_LATENCIES).clamp(MIN_WINDOW, MAX_WINDOW),
+        )
+    }
+
     fn tick_at(&self, permits: &Semaphore, busy: usize, now: Instant) {
         let mut s = self.lock();
         let bytes = self.received.load(Ordering::Relaxed);
@@ -336,17 +396,38 @@ impl Pace {
             }
             return;
         }
-        if s.debt > 0 {
-            // Still above a lowered count: the window starts once the count is what it says.
+        let (lag, window) = self.timing();
+        if s.debt > 0 || (s.settling && !enough_busy(busy, s.target)) {
+            // Still above a lowered count, or below a raised one: the lag starts once the
+            // connections in use are what the count says (nearly: see `enough_busy`).
             s.window_start = now;
             s.bytes_at_start = bytes;
             return;
         }
         let elapsed = now.duration_since(s.window_start);
-        if elapsed < WINDOW {
+        if s.settling {
+            if elapsed >= lag {
+                s.settling = false;
+                s.window_start = now;
+                s.bytes_at_start = bytes;
+            }
             return;
         }
-        let rate = bytes.saturating_sub(s.bytes_at_start) as f64 / elapsed.as_secs_f64();
+        let got = bytes.saturating_sub(s.bytes_at_start);
+        let rate = got as f64 / elapsed.as_secs_f64();
+        if got < WINDOW_BYTES && elapsed < LONGEST_WINDOW {
+            // Too few bytes to tell (a slow link; a server still sending to connections that
+            // were just closed, and slower for it, has not noticed yet).
+            return;
+        }
+        if elapsed < window {
+            // Half a window is enough when the answer is plain (a rate a third above or below
+            // the best so far): a count that costs a third of the throughput is not kept
+            // longer than it takes to see it.
+            if elapsed < window / 2 || !s.climb.plain(rate) {
+                return;
+            }
+        }
         s.window_start = now;
         s.bytes_at_start = bytes;
         let target = s.target;
@@ -386,6 +467,9 @@ impl Pace {
             }
         }
         s.target = n;
+        s.settling = true;
+        s.window_start = now;
+        s.bytes_at_start = self.received.load(Ordering::Relaxed);
         let p = &mut s.path;
         p.now = n;
         p.peak = p.peak.max(n);
@@ -523,31 +607,52 @@ mod tests {
         (pace, Semaphore::new(start))
     }
 
+    /// Ticks at `t` (the connections in use match the count: the lag starts) and when the lag
+    /// is over (the window opens); returns when it opened.
+    fn open_window(pace: &Pace, sem: &Semaphore, busy: usize, t: Instant) -> Instant {
+        let (lag, _) = pace.timing();
+        pace.tick_at(sem, busy, t);
+        pace.tick_at(sem, busy, t + lag);
+        t + lag
+    }
+
     #[test]
     fn a_lower_count_is_measured_once_the_connections_match_it() {
         let (pace, sem) = eight_of_32();
+        // No request answered yet: the shortest lag and window.
+        assert_eq!(pace.timing(), (MIN_LAG, MIN_WINDOW));
         // No body byte yet: no window.
         let t0 = Instant::now();
         pace.tick_at(&sem, 8, t0);
         assert_eq!(pace.target(), 8);
         pace.received(1);
-        pace.tick_at(&sem, 8, t0);
-        // The first window (from the first byte): grow.
-        pace.received(100 << 20);
-        pace.tick_at(&sem, 8, t0 + WINDOW);
+        // The first window (from the first byte, after the lag): grow.
+        let w = open_window(&pace, &sem, 8, t0);
+        pace.received(20 << 20);
+        pace.tick_at(&sem, 8, w + MIN_WINDOW / 2);
+        assert_eq!(pace.target(), 8, "judged before the window's end");
+        pace.tick_at(&sem, 8, w + MIN_WINDOW);
         assert_eq!(pace.target(), 16);
         assert_eq!(sem.available_permits(), 16);
-        // Every connection busy: take the 16 permits.
+        // Until the new connections are in use, no window opens, however long.
+        let t = w + MIN_WINDOW;
+        pace.received(1 << 30);
+        pace.tick_at(&sem, 8, t + 10 * MAX_WINDOW);
+        assert_eq!(pace.target(), 16);
+        // Every connection busy: take the 16 permits. The next window no faster: try 4. The 12
+        // connections too many are asked to stop.
         let held: Vec<_> = (0..16).map(|_| sem.try_acquire().unwrap()).collect();
-        // The next window no faster: try 4. The 12 connections too many are asked to stop.
-        pace.received(100 << 20);
-        pace.tick_at(&sem, 16, t0 + 2 * WINDOW);
+        let t = t + 10 * MAX_WINDOW;
+        let w = open_window(&pace, &sem, 16, t);
+        pace.received(20 << 20);
+        pace.tick_at(&sem, 16, w + MIN_WINDOW);
         assert_eq!(pace.target(), 4);
         let yields = (0..20).filter(|_| pace.should_yield()).count();
         assert_eq!(yields, 12);
         // Until they are given back, no window is judged, however long.
         pace.received(1 << 30);
-        pace.tick_at(&sem, 16, t0 + 10 * WINDOW);
+        let t = w + 20 * MAX_WINDOW;
+        pace.tick_at(&sem, 16, t);
         assert_eq!(pace.target(), 4);
         let mut held = held.into_iter();
         for p in held.by_ref().take(12) {
@@ -556,19 +661,18 @@ mod tests {
         }
         assert!(!pace.take_debt());
         // Then 4 is measured from now: faster, so try 2.
-        let t1 = t0 + 10 * WINDOW;
-        pace.tick_at(&sem, 4, t1);
-        pace.received(120 << 20);
-        pace.tick_at(&sem, 4, t1 + WINDOW);
+        let w = open_window(&pace, &sem, 4, t);
+        pace.received(24 << 20);
+        pace.tick_at(&sem, 4, w + MIN_WINDOW);
         assert_eq!(pace.target(), 2);
         // 2 is slower (once two more are given back): back to 4, settled.
         for p in held.by_ref().take(2) {
             assert!(pace.take_debt());
             p.forget();
         }
-        pace.tick_at(&sem, 2, t1 + WINDOW);
-        pace.received(60 << 20);
-        pace.tick_at(&sem, 2, t1 + 2 * WINDOW);
+        let w = open_window(&pace, &sem, 2, w + MIN_WINDOW);
+        pace.received(6 << 20);
+        pace.tick_at(&sem, 2, w + MIN_WINDOW);
         assert_eq!(pace.target(), 4);
         drop(held);
         let path = pace.path();
@@ -583,12 +687,72 @@ mod tests {
     }
 
     #[test]
+    fn a_window_waits_for_enough_bytes_or_its_longest() {
+        let (pace, sem) = eight_of_32();
+        let t0 = Instant::now();
+        pace.received(1);
+        let w = open_window(&pace, &sem, 8, t0);
+        // Half of WINDOW_BYTES after a whole window: not judged yet.
+        pace.received(WINDOW_BYTES / 2);
+        pace.tick_at(&sem, 8, w + MIN_WINDOW);
+        assert_eq!(pace.target(), 8);
+        // Enough bytes: judged (the first window: grow).
+        pace.received(WINDOW_BYTES / 2);
+        pace.tick_at(&sem, 8, w + 2 * MIN_WINDOW);
+        assert_eq!(pace.target(), 16);
+        // A link too slow for WINDOW_BYTES is judged after LONGEST_WINDOW: no faster, so try 4.
+        let w = open_window(&pace, &sem, 16, w + 2 * MIN_WINDOW);
+        pace.received(WINDOW_BYTES / 4);
+        pace.tick_at(&sem, 16, w + LONGEST_WINDOW / 2);
+        assert_eq!(pace.target(), 16);
+        pace.tick_at(&sem, 16, w + LONGEST_WINDOW);
+        assert_eq!(pace.target(), 4);
+    }
+
+    #[test]
+    fn windows_follow_the_request_latency() {
+        let (pace, sem) = eight_of_32();
+        // A link 50 ms away: a lag of two latencies, a window of eight.
+        pace.answered(&sem, Duration::from_millis(50));
+        assert_eq!(
+            pace.timing(),
+            (Duration::from_millis(100), Duration::from_millis(400))
+        );
+        // Weighted towards the newest: a quarter of each new sample.
+        pace.answered(&sem, Duration::from_millis(10));
+        assert_eq!(pace.timing().1, Duration::from_millis(320));
+        // Within bounds either way.
+        for _ in 0..64 {
+            pace.answered(&sem, Duration::from_secs(5));
+        }
+        assert_eq!(pace.timing().1, MAX_WINDOW);
+        for _ in 0..64 {
+            pace.answered(&sem, Duration::from_micros(10));
+        }
+        assert_eq!(pace.timing(), (MIN_LAG, MIN_WINDOW));
+        // A window of 320 ms is not judged after 100.
+        let (pace, sem) = eight_of_32();
+        pace.answered(&sem, Duration::from_millis(40));
+        let (lag, window) = pace.timing();
+        let t0 = Instant::now();
+        pace.received(1);
+        pace.tick_at(&sem, 8, t0);
+        pace.tick_at(&sem, 8, t0 + lag / 2);
+        pace.tick_at(&sem, 8, t0 + lag);
+        pace.received(100 << 20);
+        pace.tick_at(&sem, 8, t0 + lag + MIN_WINDOW);
+        assert_eq!(pace.target(), 8);
+        pace.tick_at(&sem, 8, t0 + lag + window);
+        assert_eq!(pace.target(), 16);
+    }
+
+    #[test]
     fn connections_come_back_after_answers_without_refusals() {
         let (pace, sem) = eight_of_32();
         pace.push_back(&sem);
         pace.push_back(&sem);
         assert_eq!(pace.target(), 6);
-        let answers = |n| (0..n).for_each(|_| pace.answered(&sem));
+        let answers = |n| (0..n).for_each(|_| pace.answered(&sem, Duration::from_millis(1)));
         answers(ANSWERS_PER_RECOVERY - 1);
         assert_eq!(pace.target(), 6, "not yet");
         answers(1);

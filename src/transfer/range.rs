@@ -12,6 +12,7 @@
 //! goes on past what was asked for is thrown away whole.
 
 use std::pin::Pin;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{FutureExt, Stream, StreamExt};
@@ -351,8 +352,9 @@ async fn one_request(
 ) -> Result<Fetched, Failure> {
     let range = sink.range();
     let (first, last) = (range.start + at, range.start + upto - 1);
+    let asked = Instant::now();
     let mut answer = request(ctx, Want::Span { first, last }).await?;
-    ctx.pace.answered(ctx.permits);
+    ctx.pace.answered(ctx.permits, asked.elapsed());
     let want = answer.promised;
     let base = sink.mark();
     let mut received = 0u64;
