@@ -350,7 +350,14 @@ async fn fetch_all(ctx: &Ctx<'_>) -> Result<(), TransferError> {
         .checked_div(ctx.cfg.split_min)
         .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
     let workers = ctx.cfg.connections.max(1).min(queued.max(parts));
-    ctx.chunks.lock().set_workers(workers);
+    {
+        // Every connection the count may grow to finds a part (see `presplit`).
+        let mut t = ctx.chunks.lock();
+        t.set_workers(workers);
+        if ctx.cfg.presplit {
+            t.presplit(workers);
+        }
+    }
     modes::concurrent::run(ctx, workers).await?;
     if !ctx.chunks.lock().all_done() {
         ctx.sequential.store(true, Ordering::Release);

@@ -261,6 +261,13 @@ pub struct EngineConfig {
     /// Only parts whose connection, at the pace it has kept, would need longer than this to
     /// finish are split. Default 300 ms (on a fast link nothing is split).
     pub split_after: Duration,
+    /// When a file has fewer chunks than the connections the count allows, cut them at the
+    /// start so that each connection has a part (halves of at least `4 × split_min`), rather
+    /// than leave the others waiting for slow parts to split: a 50 MB file of three 16 MiB
+    /// chunks starts on ten connections instead of three. Each cut chunk's later parts are read
+    /// back once to finish its digest. Default on; off (or `split_min` 0), parts are only made
+    /// by splitting slow ones.
+    pub presplit: bool,
     /// How much each ranged request asks for, and so what a split costs. Default
     /// [`RequestSize::Shrinking`].
     pub request_size: RequestSize,
@@ -302,6 +309,7 @@ impl Default for EngineConfig {
             chunk_size: 16 << 20,
             split_min: 1 << 20,
             split_after: Duration::from_millis(300),
+            presplit: true,
             request_size: RequestSize::Shrinking,
             max_attempts: 8,
             base_delay: Duration::from_millis(500),

@@ -572,6 +572,60 @@ impl ChunkTable {
             .is_some_and(|c| c.status == Status::Done)
     }
 
+    /// Cuts the waiting parts that have no byte yet so that `n` connections find one each at
+    /// the start: while fewer than `n` parts wait, the largest is halved (on a 64 KiB boundary,
+    /// each half at least four times the split rule's minimum, so that a slow one can still be
+    /// split later, see [`steal`](Self::steal)). A file of fewer chunks than
+    /// connections (a 50 MB file is three 16 MiB chunks) then starts on every connection
+    /// instead of waiting for slow parts to be split, at the cost of reading the later parts
+    /// of each cut chunk back once to finish its digest. Returns the parts added.
+    pub fn presplit(&mut self, n: usize) -> usize {
+        let min = self.split.min;
+        if min == 0 {
+            return 0;
+        }
+        let mut waiting = self
+            .chunks
+            .iter()
+            .filter(|c| c.status == Status::Open)
+            .flat_map(|c| &c.parts)
+            .filter(|p| !p.held && !p.done())
+            .count();
+        let mut added = 0;
+        while waiting < n {
+            // The largest fresh waiting part that halves into parts of at least 2 × min.
+            let mut best: Option<(usize, usize, u64)> = None;
+            for (i, c) in self.chunks.iter().enumerate() {
+                if c.status != Status::Open {
+                    continue;
+                }
+                for (k, p) in c.parts.iter().enumerate() {
+                    let len = p.to - p.from;
+                    if p.held || p.at != p.from || len < 8 * min {
+                        continue;
+                    }
+                    if best.is_none_or(|(_, _, l)| len > l) {
+                        best = Some((i, k, len));
+                    }
+                }
+            }
+            let Some((i, k, len)) = best else { break };
+            let p = &mut self.chunks[i].parts[k];
+            let mid = p.from + len / 2;
+            let mid = (mid - mid % SPLIT_ALIGN).max(p.from + 4 * min);
+            let to = p.to;
+            p.to = mid;
+            p.limit.store(mid, Ordering::Release);
+            self.chunks[i]
+                .parts
+                .insert(k + 1, Part::new(mid, mid, to, None, empty_digest()));
+            self.queue.push_back((i, mid));
+            waiting += 1;
+            added += 1;
+        }
+        added
+    }
+
     /// How many chunks are not done.
     pub fn not_done(&self) -> usize {
         self.chunks
@@ -843,6 +897,81 @@ mod tests {
         assert_eq!(t.records().len(), 3);
         assert!(t.records().iter().all(|r| r.complete));
         assert_eq!(t.by_suspicion()[0], 0);
+    }
+
+    #[test]
+    fn presplit_gives_every_connection_a_part_at_the_start() {
+        // Three 16 MiB chunks and a 1 MiB one, for 12 connections.
+        let plan = Plan::new(49 * MIB, 16 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        assert_eq!(t.presplit(12), 8);
+        let parts: Vec<Vec<(u64, u64)>> = t
+            .chunks
+            .iter()
+            .map(|c| c.parts.iter().map(|p| (p.from, p.to)).collect())
+            .collect();
+        for (i, ps) in parts.iter().enumerate() {
+            // Each chunk is still covered end to end, in order, by parts of at least 2 MiB
+            // starting on 64 KiB boundaries.
+            assert_eq!(ps[0].0, 0);
+            assert_eq!(ps.last().unwrap().1, plan.chunk(i).unwrap().len);
+            for w in ps.windows(2) {
+                assert_eq!(w[0].1, w[1].0);
+            }
+            if ps.len() > 1 {
+                assert!(ps
+                    .iter()
+                    .all(|&(a, b)| b - a >= 4 * MIB && a % SPLIT_ALIGN == 0));
+            }
+        }
+        assert_eq!(parts[3], [(0, MIB)], "too small to cut");
+        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), 12);
+        // Twelve connections each find a part; nothing is counted as a split.
+        let claims: Vec<Claim> = (0..12).map(|_| t.claim_next().unwrap()).collect();
+        assert!(t.claim_next().is_none());
+        assert_eq!(t.splits, 0);
+        // Cut as far as it goes (parts of 4 MiB), and no further.
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        assert_eq!(t.presplit(16), 3 * 3);
+        assert_eq!(t.presplit(1000), 0);
+        // Already enough waiting, or no split rule: nothing to do.
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        assert_eq!(t.presplit(4), 0);
+        let mut t = ChunkTable::new(plan, Vec::new(), None, NEVER);
+        assert_eq!(t.presplit(16), 0);
+        drop(claims);
+    }
+
+    #[test]
+    fn a_presplit_chunk_is_assembled_from_its_parts() {
+        let plan = Plan::new(8 * MIB, 8 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        assert_eq!(t.presplit(2), 1);
+        let a = t.claim_next().unwrap();
+        let b = t.claim_next().unwrap();
+        assert_eq!((a.from, b.from), (0, 4 * MIB));
+        let bytes = vec![9u8; (4 * MIB) as usize];
+        let hb = fed(&b.hasher, &bytes);
+        assert!(matches!(
+            t.release(0, b.from, 8 * MIB, hb, 0),
+            Released::PartDone
+        ));
+        let ha = fed(&a.hasher, &bytes);
+        let Released::Assemble { start, hasher } = t.release(0, 0, 4 * MIB, ha, 0) else {
+            panic!("the last part assembles the chunk");
+        };
+        assert_eq!(start, 4 * MIB);
+        let d: [u8; 32] = fed(&hasher, &bytes).finalize().into();
+        assert!(matches!(t.assembled(0, d), Released::Done));
+        assert_eq!(t.digests()[0], digest(&vec![9u8; (8 * MIB) as usize]));
     }
 
     #[test]
