@@ -832,3 +832,51 @@ fn errors_quoting_huge_names_stay_short() {
         }
     }
 }
+
+#[test]
+fn help_names_the_manifest_command_and_a_file_named_manifest_is_still_inspected() {
+    let out = run(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.lines()
+            .any(|l| l.trim_start().starts_with("manifest ")),
+        "{help}"
+    );
+    // `weight-inspect manifest` is the command; `./manifest` the file.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "manifest", &small_model().build());
+    let out = bin()
+        .arg("./manifest")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = bin()
+        .arg("manifest")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "manifest without create|check is a usage error"
+    );
+}
+
+#[test]
+fn one_metadata_key_is_one_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = GgufWriter::new()
+        .arch("llama")
+        .tensor("output_norm.weight", 0, &[64])
+        .fill(Fill::Pattern)
+        .build();
+    let p = write(dir.path(), "one.gguf", &one);
+    let out = run(&[], &[&p]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("tensors       1, metadata 1 key\n"), "{text}");
+    let p = write(dir.path(), "three.gguf", &small_model().build());
+    let text = String::from_utf8_lossy(&run(&[], &[&p]).stdout).into_owned();
+    assert!(text.contains(", metadata 4 keys\n"), "{text}");
+}

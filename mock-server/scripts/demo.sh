@@ -14,9 +14,9 @@ size_mb=${1:-400}
 data="$root/demo-data"
 cache="$root/demo-cache"
 
-echo "== building (release)"
-cargo build --release --quiet --bin wi-fetch --bin weight-inspect
-cargo build --release --quiet -p mock-server --bin mock-hub
+echo "== building (release; the first build compiles every dependency: a few minutes on two cores)"
+cargo build --release --bin wi-fetch --bin weight-inspect
+cargo build --release -p mock-server --bin mock-hub
 bin="$root/target/release"
 
 echo "== demo repositories in $data"
@@ -53,6 +53,9 @@ export HF_ENDPOINT="$url" HF_HUB_CACHE="$cache"
 echo
 echo "== wi-fetch demo/TinyLlama-GGUF --dry-run   (a bare GGUF repo: one model file is chosen)"
 "$bin/wi-fetch" demo/TinyLlama-GGUF --dry-run
+echo
+echo "== weight-inspect demo/TinyLlama-GGUF:Q4_K_M   (on the Hub: only the header, over HTTP ranges)"
+"$bin/weight-inspect" demo/TinyLlama-GGUF:Q4_K_M
 echo
 echo "== wi-fetch demo/TinyLlama-GGUF:Q8_0"
 "$bin/wi-fetch" demo/TinyLlama-GGUF:Q8_0

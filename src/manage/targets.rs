@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// What `cache rm` is asked to remove (see the [module docs](self)).
+/// What `cache rm` is asked to remove: a commit (in any repository), or a repository, one of its
+/// revisions, or files in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// A commit hash, looked for in every repository.

@@ -33,7 +33,14 @@ Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 
 3 network or server failure after retries; 4 repository, revision or file not found, or access \
 denied (as wi-fetch). When several fail differently: 4, then 3, then 1."
 )]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Print one JSON object per model (JSON Lines) instead of a table.
     #[arg(long)]
     json: bool,
@@ -58,14 +65,20 @@ struct Cli {
     paths: Vec<PathBuf>,
 }
 
+/// Commands besides inspecting.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Write or check integrity manifests: every file's, chunk's and tensor's SHA-256.
+    ///
+    /// A file named `manifest` is inspected as `weight-inspect ./manifest`.
+    #[command(after_help = manifest::AFTER_HELP)]
+    Manifest(manifest::ManifestArgs),
+}
+
 const EXIT_INVALID: u8 = 2;
 const EXIT_USAGE_OR_IO: u8 = 1;
 
 fn main() -> ExitCode {
-    // `weight-inspect manifest …` (a file named `manifest` is inspected as `./manifest`).
-    if std::env::args_os().nth(1).is_some_and(|a| a == "manifest") {
-        return manifest::main();
-    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -74,6 +87,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Some(Command::Manifest(args)) = cli.command {
+        return manifest::run(args);
+    }
     let opts = Options {
         hash_tensors: cli.verify,
         strict: cli.strict,
@@ -332,7 +348,12 @@ fn table(r: &Report, verify: bool) -> String {
         row(
             &mut s,
             "tensors",
-            format!("{}, metadata {} keys", grouped(t), grouped(m)),
+            format!(
+                "{}, metadata {} key{}",
+                grouped(t),
+                grouped(m),
+                if m == 1 { "" } else { "s" }
+            ),
         );
     }
     if let (Some(p), Some(d)) = (r.total_params, r.data_size) {

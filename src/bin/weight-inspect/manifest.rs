@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use weight_inspect::manifest::{
     self, CreateOptions, DigestKind, Document, FileVerdict, DEFAULT_CHUNK_SIZE,
 };
@@ -12,18 +12,18 @@ use weight_inspect::names::escape as esc;
 
 use super::{EXIT_INVALID, EXIT_USAGE_OR_IO};
 
-/// Write or check integrity manifests: every file's, chunk's and tensor's SHA-256.
-#[derive(Debug, Parser)]
-#[command(name = "weight-inspect manifest", version)]
-#[command(
-    after_help = "The manifest format is documented in the README and described by \
+/// What `weight-inspect manifest --help` says after the options.
+pub(super) const AFTER_HELP: &str =
+    "The manifest format is documented in the README and described by \
 schema/manifest.schema.json. `check` also reads llama-gguf-hash lines and OpenSSF model-signing \
 manifests (a Sigstore bundle such as model.sig, or its in-toto statement), detected from their \
 content; of these only the digests are checked: a Sigstore signature is never verified.\n\n\
 Exit codes: 0 done (check: every file matches); 2 some file differs or is missing; 1 usage or \
-I/O error, or a manifest that cannot be read or trusted."
-)]
-struct ManifestCli {
+I/O error, or a manifest that cannot be read or trusted.";
+
+/// `weight-inspect manifest`'s arguments.
+#[derive(Debug, Args)]
+pub(super) struct ManifestArgs {
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -111,15 +111,8 @@ fn write_out(text: &str) -> Result<(), ExitCode> {
     }
 }
 
-pub(super) fn main() -> ExitCode {
-    let cli = match ManifestCli::try_parse_from(std::env::args_os().skip(1)) {
-        Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { EXIT_USAGE_OR_IO } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
-    };
+/// Runs `weight-inspect manifest create|check`.
+pub(super) fn run(cli: ManifestArgs) -> ExitCode {
     match cli.cmd {
         Cmd::Create {
             paths,

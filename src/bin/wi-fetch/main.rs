@@ -88,6 +88,8 @@ enum Command {
 struct FetchArgs {
     /// The repository, org/name, optionally with a quantization tag (any case): org/name:Q4_K_M;
     /// also hf.co/org/name:Q4_K_M, https://huggingface.co/org/name, or hf://org/name/path/file.
+    // The doc comment is clap's help text, printed as written: the URL stays bare.
+    #[allow(rustdoc::bare_urls)]
     #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
     repo: Option<String>,
     /// Files to fetch (paths in the repository); one ending in / is a folder: every file below
