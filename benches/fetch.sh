@@ -15,6 +15,9 @@
 #   KILL_TRIALS        kill/resume trials                     (default 3)
 #   CAP_BPS            per-connection cap of the capped mode  (default 20000000)
 #   WI_FETCH_ARGS      extra wi-fetch flags for the timed runs (e.g. "--connections 16")
+#   REPEAT             runs of each tool in each mode; the run of median time is reported (a
+#                      file of a few hundred MB takes well under a second: one run is noisy)
+#                                                                     (default 1)
 #   MODES              "capped uncapped flaky shared crowded slow" (default), or some of them. flaky
 #                      is reported beside uncapped (the clean link of the same run), so keep
 #                      uncapped in.
@@ -81,6 +84,8 @@ VENV="${VENV:-$REPO_DIR/.venv}"
 PY="$VENV/bin/python"
 CAP_BPS="${CAP_BPS:-20000000}"
 KILL_TRIALS="${KILL_TRIALS:-3}"
+REPEAT="${REPEAT:-1}"
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || { echo "fetch.sh: error: REPEAT must be a positive integer" >&2; exit 1; }
 KILL_CONNECTIONS=8
 MODES="${MODES:-capped uncapped flaky shared crowded slow}"
 SLOW_BPS="${SLOW_BPS:-3000000}"
@@ -656,7 +661,42 @@ FLAKY_SETTINGS=(
 	"hf_transfer: \`max_files=100, chunk_size=10 MiB, parallel_failures=100, max_retries=100\`, run again (from the start) after it gives up on a 429, at most $FLAKY_RERUNS runs"
 )
 
+# run_tool MODE TOOL: REPEAT runs of TOOL, reported by the run of median time (each run's time
+# in the note); a run that fails is reported as it is.
+R_FIELDS=(R_SEC R_MBS R_RSS R_ANON R_CPU R_SCPU R_OK R_SENT R_NOTE R_GETS R_503 R_429 R_RUNS)
+declare -A R_SAVED
 run_tool() { # run_tool MODE TOOL
+	local k="$1/$2" i f times=() order median
+	if ((REPEAT == 1)); then
+		run_once "$@"
+		return
+	fi
+	for ((i = 0; i < REPEAT; i++)); do
+		run_once "$@"
+		[[ "${R_OK[$k]:-}" == yes ]] || return 0
+		times+=("${R_SEC[$k]}")
+		for f in "${R_FIELDS[@]}"; do
+			local -n field=$f
+			R_SAVED[$f/$k/$i]=${field[$k]:-}
+		done
+		[[ -f "$LOGS/$1-$2.log" ]] && cp "$LOGS/$1-$2.log" "$LOGS/$1-$2.run$i.log"
+	done
+	# The index of the median time.
+	order=$(for i in "${!times[@]}"; do echo "${times[$i]} $i"; done | sort -n | awk '{print $2}')
+	median=$(echo "$order" | sed -n "$(((REPEAT + 1) / 2))p")
+	for f in "${R_FIELDS[@]}"; do
+		local -n field=$f
+		# shellcheck disable=SC2004 # field names an associative array (k is MODE/TOOL)
+		field[$k]=${R_SAVED[$f/$k/$median]}
+	done
+	cp "$LOGS/$1-$2.run$median.log" "$LOGS/$1-$2.log"
+	R_NOTE[$k]="${R_NOTE[$k]:+${R_NOTE[$k]}; }median of $REPEAT runs ($(
+		IFS=/
+		echo "${times[*]}"
+	) s)"
+}
+
+run_once() { # run_once MODE TOOL
 	local mode=$1 tool=$2 k="$1/$2" log="$LOGS/$1-$2.log"
 	case "$tool" in
 	hf) [[ -n "$HF_CLI" ]] || {

@@ -414,6 +414,90 @@ fn a_manifest_in_other_formats_is_used_too() {
     assert!(stderr(&o).contains(&tensor), "{tensor}: {}", stderr(&o));
 }
 
+/// Corruption in transit (a proxy flipping a byte in a quarter of the answers): wrong copies
+/// of a chunk that differ from each other are the network's doing, so the fetch with a sharded
+/// OpenSSF statement keeps fetching them and finishes, saying how many it threw away. Before,
+/// three wrong copies of one chunk ended it (exit 2).
+#[test]
+fn corruption_in_transit_is_fetched_again_until_a_copy_is_right() {
+    // One connection and this seed: the same draws every run, in which some chunks come wrong
+    // three times or more (the old rule gave up there).
+    let hub = start(hub_builder().seed(2));
+    let sb = Sandbox::new();
+    let statement = other_format(
+        sb.dir.path(),
+        &["--format", "in-toto", "--shard-size", "64K"],
+    );
+    hub.faults()
+        .push(Fault::FlipBytes { count: 1 }.on(Target::Cdn).rate(0.25));
+    let o = fetch(
+        &sb,
+        &hub,
+        &[
+            "--manifest",
+            statement.to_str().unwrap(),
+            "--json",
+            "--connections",
+            "1",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("(copy 3, unlike the ones before"),
+        "{}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let thrown = v["files"][0]["corrupt_copies"].as_u64().unwrap();
+    assert!(thrown > 0, "{v}");
+    assert!(
+        stderr(&o).contains(&format!("{thrown} corrupt cop")),
+        "{}",
+        stderr(&o)
+    );
+    // Each thrown-away copy cost its chunk once more (the last chunk is shorter).
+    let extra = sent(&hub, FILE) - demo_file(FILE).len() as u64;
+    assert!(
+        extra > 0 && extra <= thrown * CHUNK,
+        "{extra} bytes sent again for {thrown} copies"
+    );
+}
+
+/// The same wrong bytes twice are the source's, not the network's: a statement whose shard
+/// does not describe the served bytes fails at the second copy of that chunk, naming it and
+/// the cause (exit 2).
+#[test]
+fn the_same_wrong_bytes_twice_mean_the_source_is_wrong() {
+    use sha2::{Digest as _, Sha256};
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let statement = other_format(
+        sb.dir.path(),
+        &["--format", "in-toto", "--shard-size", "64K"],
+    );
+    // Shard 3's digest changed (and the subject's, the digest of the shards' digests, with
+    // it): a self-consistent statement of other bytes.
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&fs::read(&statement).unwrap()).unwrap();
+    let resources = doc["predicate"]["resources"].as_array_mut().unwrap();
+    resources[3]["digest"] = serde_json::Value::from("ab".repeat(32));
+    let mut root = Sha256::new();
+    for r in resources.iter() {
+        root.update(hex::decode(r["digest"].as_str().unwrap()).unwrap());
+    }
+    doc["subject"][0]["digest"]["sha256"] = hex::encode(root.finalize()).into();
+    fs::write(&statement, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let o = fetch(&sb, &hub, &["--manifest", statement.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("chunk 3 (bytes {}-", 3 * CHUNK))
+            && e.contains("after 2 fetches")
+            && e.contains("the same wrong bytes came twice"),
+        "{e}"
+    );
+}
+
 /// A warm cache with the network allowed: one metadata request per repository (what the
 /// revision points at), no file bytes — for a quantization tag (which needs the listing: kept
 /// beside the cache, per commit) as for files named.

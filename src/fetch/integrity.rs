@@ -512,6 +512,7 @@ pub(super) fn record_from_disk(
         size,
         transferred: 0,
         refetched: 0,
+        corrupt_copies: 0,
         resumed: 0,
         retries: 0,
         retry_causes: Default::default(),

@@ -106,6 +106,9 @@ pub struct FileReport {
     /// connection received past the end of a range split from under it (all that had arrived
     /// when it stopped).
     pub refetched: u64,
+    /// Copies of chunks that did not match the manifest, each unlike the others (corrupted on
+    /// the way), thrown away and fetched again.
+    pub corrupt_copies: u32,
     /// Bytes reused from an earlier, interrupted run (after re-checking their hashes).
     pub resumed: u64,
     /// Failed attempts that were retried.
@@ -170,6 +173,11 @@ impl FetchSummary {
     /// Bytes fetched again after faults.
     pub fn refetched(&self) -> u64 {
         sum(self.files.iter().map(|f| f.refetched))
+    }
+
+    /// Copies of chunks that failed their manifest and were thrown away, over all files.
+    pub fn corrupt_copies(&self) -> u64 {
+        sum(self.files.iter().map(|f| u64::from(f.corrupt_copies)))
     }
 
     /// Bytes reused from interrupted runs.

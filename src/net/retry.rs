@@ -287,6 +287,19 @@ impl Retry {
         self
     }
 
+    /// Counts time from `t` (on the clock), when earlier than now's start: the attempts taken
+    /// over with [`after_failures`](Self::after_failures) began then.
+    #[must_use]
+    pub fn started_at(mut self, t: Instant) -> Self {
+        self.started = self.started.min(t);
+        self
+    }
+
+    /// When the time counted began (on the clock).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     /// An attempt starts.
     pub fn attempt(&mut self) {
         self.attempts = self.attempts.saturating_add(1);

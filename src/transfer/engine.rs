@@ -326,6 +326,7 @@ pub(crate) async fn download(
         size,
         transferred,
         refetched: ctx.counters.refetched.load(Ordering::Relaxed),
+        corrupt_copies: ctx.counters.corrupt_copies.load(Ordering::Relaxed),
         resumed: opened.resumed,
         retries: ctx.counters.retries.load(Ordering::Relaxed),
         retry_causes: ctx.counters.causes(),
@@ -354,6 +355,7 @@ async fn fetch_all(ctx: &Ctx<'_>) -> Result<(), TransferError> {
         // Every connection the count may grow to finds a part (see `presplit`).
         let mut t = ctx.chunks.lock();
         t.set_workers(workers);
+        t.set_rejection_budget(ctx.cfg.max_attempts);
         if ctx.cfg.presplit {
             t.presplit(workers);
         }

@@ -8,6 +8,36 @@ use std::time::Duration;
 /// A boxed cause (a `reqwest` error, an I/O error, a timeout, a protocol problem).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Why a download gave up on a chunk that does not match its manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum MismatchCause {
+    /// A copy came with the same wrong bytes as an earlier one: the source serves other bytes
+    /// than the manifest describes (a wrong manifest, or a changed or damaged file there).
+    SameWrongBytes,
+    /// Every wrong copy differed from the others (bytes corrupted on the way, by a proxy or a
+    /// faulty link) until the budget of wrong copies was spent: per chunk
+    /// [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts), per file that plus
+    /// its chunk count.
+    BudgetSpent,
+}
+
+impl MismatchCause {
+    /// A few words for a person.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MismatchCause::SameWrongBytes => {
+                "the same wrong bytes came twice, so the source differs from the manifest"
+            }
+            MismatchCause::BudgetSpent => {
+                "every copy was wrong in a different way (corrupted on the way) until the budget \
+                 of wrong copies was spent"
+            }
+        }
+    }
+}
+
 /// Why a transfer failed. Every variant names the file (its path in the repository) and, where
 /// it matters, the URL, the byte offset and how many attempts were made.
 ///
@@ -43,11 +73,14 @@ pub enum TransferError {
         /// Chunks fetched again while trying to repair the file.
         refetched_chunks: usize,
     },
-    /// A chunk's bytes kept arriving different from what the manifest says, fetch after fetch.
+    /// A chunk's bytes kept arriving different from what the manifest says: the same wrong bytes
+    /// twice (the source is wrong), or wrong copies, each unlike the others, until the budget
+    /// was spent (the data is corrupted on the way).
     #[error(
         "{file}: chunk {index} (bytes {start}-{}) does not match the manifest after {attempts} \
-         fetches (last got sha256:{actual}, the manifest says sha256:{expected})",
-        end.saturating_sub(1)
+         fetches: {} (last got sha256:{actual}, the manifest says sha256:{expected})",
+        end.saturating_sub(1),
+        cause.describe()
     )]
     ChunkMismatch {
         /// Path in the repository.
@@ -64,6 +97,8 @@ pub enum TransferError {
         expected: String,
         /// The digest of the last copy, in hex.
         actual: String,
+        /// Why the download gave up on it.
+        cause: MismatchCause,
     },
     /// Every chunk matches the manifest, but the file does not match the digest the Hub
     /// published: the manifest describes other bytes than the Hub's file.

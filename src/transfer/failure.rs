@@ -189,6 +189,8 @@ pub(crate) struct Counters {
     pub refetched: AtomicU64,
     /// Failed attempts that were retried.
     pub retries: AtomicU32,
+    /// Copies of chunks that did not match the manifest, thrown away.
+    pub corrupt_copies: AtomicU32,
     /// Connections cut after they delivered bytes.
     cuts: AtomicU64,
     /// The same, by cause (indexed by [`Cause`]).
@@ -234,6 +236,11 @@ impl Counters {
 
     pub fn received(&self, n: u64) {
         self.transferred.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// One more copy of a chunk that did not match the manifest was thrown away.
+    pub fn corrupt_copy(&self) {
+        self.corrupt_copies.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn refetch(&self, n: u64) {

@@ -93,8 +93,11 @@
 //!
 //! **A manifest** ([`TransferSpec::chunks`]) cuts the file into its chunks and checks each one
 //! the moment its last byte is on disk: a chunk that does not match is forgotten and fetched
-//! again, first in line, and after three such copies the download fails with
-//! [`TransferError::ChunkMismatch`] naming it. A data file of the full size without a usable
+//! again, first in line. Wrong copies that differ from each other are corrupted on the way and
+//! fetched again, up to [`EngineConfig::max_attempts`] of one chunk (and the chunk count plus
+//! that in the whole file), each counted in [`TransferOutcome::corrupt_copies`]; a copy with the
+//! same wrong bytes as an earlier one means the source is wrong. Either ends the download with
+//! [`TransferError::ChunkMismatch`] naming the chunk and the cause ([`MismatchCause`]). A data file of the full size without a usable
 //! resume state is checked chunk by chunk against the manifest rather than thrown away, so a
 //! damaged file put back as a partial download costs only its damaged chunks.
 //!
@@ -143,7 +146,7 @@ use std::time::Duration;
 use crate::key::{Digest, FileKey, PartialPaths};
 use crate::progress::{FileId, Reporter};
 
-pub use error::{BoxError, TransferError};
+pub use error::{BoxError, MismatchCause, TransferError};
 
 /// The most connections a download of `size` bytes may have cut after they delivered bytes
 /// before it is given up on ([`TransferError::TooManyCuts`]): 64, plus one per 256 KiB. A
@@ -373,6 +376,10 @@ pub struct TransferOutcome {
     /// while it streamed (all that had arrived when it stopped: see
     /// [`RequestSize::WholePart`]).
     pub refetched: u64,
+    /// Copies of chunks that did not match the manifest and were thrown away (and fetched
+    /// again): each unlike the others, so corrupted on the way (their bytes are in
+    /// [`refetched`](Self::refetched)).
+    pub corrupt_copies: u32,
     /// Bytes found on disk from an earlier run whose hashes were re-checked.
     pub resumed: u64,
     /// Failed attempts that were retried.

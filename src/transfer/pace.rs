@@ -20,9 +20,10 @@
 //! tried: while halving raises the rate by at least [`FEWER`], the count halves (down to one).
 //! When a step does not pay, the count goes back to the best one measured and settles there.
 //! When the server pushes back (429, 503) the refused connection is not replaced: the count
-//! drops by one per refusal, and settles; every [`ANSWERS_PER_RECOVERY`] answers in a row
-//! that are not refusals give one back, up to the count before the first. With [`EngineConfig::adaptive`] off the ceiling is the
-//! count.
+//! drops by one per refusal (never to none), and every [`ANSWERS_PER_RECOVERY`] answers in a
+//! row that are not refusals give one back, up to the count the climb chose. The climb goes on
+//! meanwhile, its windows measuring what the refusals cost at each count. With
+//! [`EngineConfig::adaptive`] off the ceiling is the count.
 //!
 //! The count is the semaphore's permits: growing adds permits; lowering forgets the free ones
 //! at once, and (when the climb lowers it) asks as many connections in flight as are too many
@@ -85,8 +86,6 @@ pub enum Settled {
     FewerFaster,
     /// More connections paid, then stopped paying.
     MoreStoppedPaying,
-    /// The server pushed back (429 or 503): one connection fewer per refusal.
-    PushedBack,
 }
 
 impl Settled {
@@ -98,7 +97,6 @@ impl Settled {
             Settled::NoGain => "neither more nor fewer were faster",
             Settled::FewerFaster => "fewer were faster",
             Settled::MoreStoppedPaying => "more stopped paying",
-            Settled::PushedBack => "the server pushed back",
         }
     }
 }
@@ -133,6 +131,17 @@ impl ConnectionPath {
             None => format!("{s}, still adapting"),
         }
     }
+}
+
+/// How a lower count takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lowering {
+    /// A change of the climb: connections too many stop at their next piece, and the next
+    /// window measures the new count.
+    Measure,
+    /// A refusal or a connection given back after one: connections in flight finish their
+    /// parts, and the window goes on.
+    LetFinish,
 }
 
 /// Where the climb is.
@@ -254,9 +263,12 @@ struct State {
     window_start: Instant,
     bytes_at_start: u64,
     path: ConnectionPath,
-    /// After a refusal: the count to come back to, and the answers since the count last
-    /// changed for it.
-    recovery: Option<(usize, u32)>,
+    /// The count the climb chose; the count is this less `deficit`.
+    level: usize,
+    /// Connections taken away by refusals (429, 503), not yet given back.
+    deficit: usize,
+    /// Answers without a refusal since `deficit` last changed.
+    answers: u32,
     /// When the pace was made (steps before the first body byte are timed from here).
     created: Instant,
 }
@@ -271,7 +283,7 @@ pub(crate) struct Pace {
     adapting: AtomicBool,
     /// Connections in flight asked to stop at their next piece (at most `State::debt`).
     yields: AtomicUsize,
-    /// Below the count it had before the server pushed back, readable without the lock.
+    /// Connections are taken away by refusals (a deficit), readable without the lock.
     recovering: AtomicBool,
     state: Mutex<State>,
 }
@@ -307,7 +319,9 @@ impl Pace {
                     settled: (!config.adaptive).then_some(Settled::Fixed),
                     steps: Vec::new(),
                 },
-                recovery: None,
+                level: start,
+                deficit: 0,
+                answers: 0,
                 created: Instant::now(),
             }),
         };
@@ -343,8 +357,8 @@ impl Pace {
 
     /// The server answered a request with bytes (not a refusal), `latency` after it was sent
     /// (this times the windows, see the module docs). After refusals, every
-    /// [`ANSWERS_PER_RECOVERY`] of them in a row give one connection back, up to the count
-    /// before the first refusal.
+    /// [`ANSWERS_PER_RECOVERY`] of them in a row give one connection back, up to the count the
+    /// climb chose.
     pub fn answered(&self, permits: &Semaphore, latency: Duration) {
         let us = u64::try_from(latency.as_micros())
             .unwrap_or(u64::MAX)
@@ -358,21 +372,20 @@ impl Pace {
             return;
         }
         let mut s = self.lock();
-        let Some((to, answers)) = s.recovery else {
-            return;
-        };
-        if answers + 1 < ANSWERS_PER_RECOVERY {
-            s.recovery = Some((to, answers + 1));
+        if s.deficit == 0 {
             return;
         }
-        let n = s.target + 1;
-        self.set(&mut s, permits, n, Instant::now(), false);
-        if s.target >= to {
-            s.recovery = None;
+        s.answers += 1;
+        if s.answers < ANSWERS_PER_RECOVERY {
+            return;
+        }
+        s.answers = 0;
+        s.deficit -= 1;
+        if s.deficit == 0 {
             self.recovering.store(false, Ordering::Relaxed);
-        } else {
-            s.recovery = Some((to, 0));
         }
+        let n = s.level - s.deficit;
+        self.set(&mut s, permits, n, Instant::now(), Lowering::LetFinish);
     }
 
     /// The lag after a change and the window's length, from the request latency so far.
@@ -430,22 +443,31 @@ impl Pace {
         }
         s.window_start = now;
         s.bytes_at_start = bytes;
-        let target = s.target;
-        match s.climb.judge(target, busy, rate) {
-            Step::Hold => {}
-            Step::Try(n) => self.set(&mut s, permits, n, now, true),
-            Step::Settle(n, why) => {
-                self.set(&mut s, permits, n, now, true);
-                s.path.settled = Some(why);
-                self.adapting.store(false, Ordering::Relaxed);
-            }
+        // The climb judges its own count: the connections refusals took away count as busy.
+        let (level, deficit) = (s.level, s.deficit);
+        let step = s.climb.judge(level, busy + deficit, rate);
+        let (n, settled) = match step {
+            Step::Hold => return,
+            Step::Try(n) => (n, None),
+            Step::Settle(n, why) => (n, Some(why)),
+        };
+        s.level = n.max(1);
+        // Refusals still count against the new count (at least one connection is left).
+        s.deficit = deficit.min(s.level - 1);
+        let target = s.level - s.deficit;
+        self.set(&mut s, permits, target, now, Lowering::Measure);
+        if let Some(why) = settled {
+            s.path.settled = Some(why);
+            self.adapting.store(false, Ordering::Relaxed);
         }
     }
 
     /// Moves the count to `n` (at least 1), recording the step. Lowered, the free permits
     /// are forgotten at once and the others as their connections are given back; with
-    /// `cut_in_flight`, those connections are also asked to stop at their next piece.
-    fn set(&self, s: &mut State, permits: &Semaphore, n: usize, now: Instant, cut_in_flight: bool) {
+    /// [`Lowering::Measure`] (a change of the climb), those connections are also asked to stop
+    /// at their next piece, and the next window waits for the new count.
+    fn set(&self, s: &mut State, permits: &Semaphore, n: usize, now: Instant, how: Lowering) {
+        let cut_in_flight = how == Lowering::Measure;
         let n = n.max(1);
         if n == s.target {
             return;
@@ -467,9 +489,11 @@ impl Pace {
             }
         }
         s.target = n;
-        s.settling = true;
-        s.window_start = now;
-        s.bytes_at_start = self.received.load(Ordering::Relaxed);
+        if cut_in_flight {
+            s.settling = true;
+            s.window_start = now;
+            s.bytes_at_start = self.received.load(Ordering::Relaxed);
+        }
         let p = &mut s.path;
         p.now = n;
         p.peak = p.peak.max(n);
@@ -481,25 +505,23 @@ impl Pace {
         }
     }
 
-    /// The server pushed back (429, 503): one connection fewer, and no more adapting. Answers
-    /// that are not refusals give them back (see [`answered`](Self::answered)): down at once,
-    /// up slowly, as TCP recovers from a loss.
+    /// The server pushed back (429, 503): one connection fewer (never none). Answers that are
+    /// not refusals give them back (see [`answered`](Self::answered)): down at once, up slowly,
+    /// as TCP recovers from a loss. The climb goes on: its windows measure what the refusals
+    /// cost at each count (a server refusing a share of requests at random makes more
+    /// connections pay, as they hide the waits; one refusing whatever exceeds a limit makes
+    /// them not pay, and the climb settles below it).
     pub fn push_back(&self, permits: &Semaphore) {
         let now = Instant::now();
         let mut s = self.lock();
-        self.adapting.store(false, Ordering::Relaxed);
-        if s.path.settled != Some(Settled::Fixed) {
-            s.path.settled = Some(Settled::PushedBack);
-            s.climb.phase = Phase::Settled(Settled::PushedBack);
-        }
-        let to = s.recovery.map_or(s.target, |(to, _)| to);
-        // The refused connection is not replaced; those in flight finish their parts.
-        let n = s.target.saturating_sub(1);
-        self.set(&mut s, permits, n, now, false);
-        if s.target < to {
-            s.recovery = Some((to, 0));
+        s.answers = 0;
+        if s.level - s.deficit > 1 {
+            s.deficit += 1;
             self.recovering.store(true, Ordering::Relaxed);
         }
+        // The refused connection is not replaced; those in flight finish their parts.
+        let n = s.level - s.deficit;
+        self.set(&mut s, permits, n, now, Lowering::LetFinish);
     }
 
     /// Whether a connection in flight should stop at this piece and give the rest of its part
@@ -767,11 +789,34 @@ mod tests {
         assert!(!pace.recovering.load(Ordering::Relaxed));
         let counts: Vec<usize> = pace.path().steps.iter().map(|s| s.1).collect();
         assert_eq!(counts, [7, 6, 7, 6, 7, 8]);
-        assert_eq!(pace.path().settled, Some(Settled::PushedBack));
+        // The climb was not stopped by them.
+        assert_eq!(pace.path().settled, None);
+        assert!(pace.adapting.load(Ordering::Relaxed));
     }
 
     #[test]
-    fn each_refusal_takes_a_connection_away_and_stops_growing() {
+    fn the_climb_goes_on_through_refusals_and_keeps_their_deficit() {
+        let (pace, sem) = eight_of_32();
+        let t0 = Instant::now();
+        pace.received(1);
+        let w = open_window(&pace, &sem, 8, t0);
+        // A refusal during the window: 7 connections, and the window goes on.
+        pace.push_back(&sem);
+        assert_eq!(pace.target(), 7);
+        pace.received(20 << 20);
+        pace.tick_at(&sem, 7, w + MIN_WINDOW);
+        // Judged as the climb's 8 (the refused one counts as busy): double to 16, less the one
+        // refusals still hold back.
+        assert_eq!(pace.target(), 15);
+        // Given back after answers without refusals: the climb's 16.
+        (0..ANSWERS_PER_RECOVERY).for_each(|_| pace.answered(&sem, Duration::from_millis(1)));
+        assert_eq!(pace.target(), 16);
+        let counts: Vec<usize> = pace.path().steps.iter().map(|s| s.1).collect();
+        assert_eq!(counts, [7, 15, 16]);
+    }
+
+    #[test]
+    fn each_refusal_takes_a_connection_away() {
         let (pace, sem) = eight_of_32();
         let held: Vec<_> = (0..7).map(|_| sem.try_acquire().unwrap()).collect();
         pace.push_back(&sem);
@@ -786,7 +831,6 @@ mod tests {
             pace.push_back(&sem);
         }
         assert_eq!(pace.target(), 1, "never below one");
-        assert_eq!(pace.path().settled, Some(Settled::PushedBack));
         let fixed = EngineConfig {
             connections: 5,
             adaptive: false,

@@ -41,11 +41,19 @@ impl Retrier {
     }
 
     /// Counts `n` failures without progress already made on this range (by other
-    /// connections, before it was given back): the attempts, the count and the backoff go on
-    /// from there.
-    pub fn after_failures(mut self, n: u32) -> Self {
+    /// connections, before it was given back), the first of them at `since` (on the retry
+    /// clock): the attempts, the count, the backoff and the time go on from there.
+    pub fn after_failures(mut self, n: u32, since: Option<std::time::Instant>) -> Self {
         self.retry = self.retry.after_failures(n as usize);
+        if let Some(t) = since {
+            self.retry = self.retry.started_at(t);
+        }
         self
+    }
+
+    /// When the attempts in a row on this range began (on the retry clock).
+    pub fn started(&self) -> std::time::Instant {
+        self.retry.started()
     }
 
     /// An attempt starts.
@@ -212,7 +220,7 @@ mod tests {
         ));
         assert_eq!(r.attempts(), 13);
         // Progress (a failure that is not a cut, after bytes) starts over.
-        let mut r = Retrier::new(&cfg).after_failures(2);
+        let mut r = Retrier::new(&cfg).after_failures(2, None);
         let d = waited(r.decide(&status(500, true, None), true, true)).unwrap();
         assert!(
             d >= Duration::from_millis(100) && d < Duration::from_millis(200),

@@ -12,18 +12,16 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use sha2::{Digest as _, Sha256};
 
 use super::blocking;
 use super::ctx::Ctx;
-use super::error::{local_error, TransferError};
+use super::error::{local_error, MismatchCause, TransferError};
 use super::hash::hash_range;
 use super::plan::ChunkRange;
-use super::table::{Claim, Released};
-
-/// Copies of one chunk that may fail the manifest before the download gives up on it.
-pub(crate) const MAX_REJECTIONS: u32 = 3;
+use super::table::{Claim, Rejection, Released};
 
 /// Bytes gathered from the network before one positional write (and one progress event), at
 /// most: each connection's buffer, so the engine's memory is this times its connections (see
@@ -64,9 +62,10 @@ pub(crate) trait Sink {
     fn mark(&self) -> Mark;
     /// Forgets everything accounted for since `mark` (it will be fetched again).
     fn rollback(&mut self, mark: Mark, reason: &str);
-    /// Attempts at this chunk the server refused in a row before this sink took it.
-    fn refusals(&self) -> u32 {
-        0
+    /// Attempts at this chunk the server refused in a row before this sink took it, and when
+    /// the first of them began (on the retry clock).
+    fn refusals(&self) -> (u32, Option<Instant>) {
+        (0, None)
     }
     /// Whether other connections may split what this sink fills (then its requests shrink
     /// near the end, see `range::fetch_into`).
@@ -175,6 +174,8 @@ pub(crate) struct PartialSink<'c, 'a> {
     /// The part's end, lowered by the table when the part is split.
     limit: Arc<AtomicU64>,
     refusals: u32,
+    /// When the first of them began (on the retry clock).
+    refused_since: Option<Instant>,
     /// Reasons to suspect the chunk, gathered on the way (see `table::suspicion`).
     pub suspicion: u8,
 }
@@ -195,6 +196,7 @@ impl<'c, 'a> PartialSink<'c, 'a> {
             },
             limit: claim.limit,
             refusals: claim.refusals,
+            refused_since: claim.refused_since,
             suspicion: 0,
         }
     }
@@ -202,8 +204,9 @@ impl<'c, 'a> PartialSink<'c, 'a> {
     /// The part is whole: flushes, records it, and when it was the chunk's last one completes
     /// the chunk (finishing a split chunk's digest by reading its later parts back) and wakes
     /// the whole-file hasher. A part short of bytes is given back instead. A whole chunk that
-    /// does not match the manifest is forgotten and queued again; after [`MAX_REJECTIONS`] such
-    /// copies the download fails with [`TransferError::ChunkMismatch`].
+    /// does not match the manifest is forgotten and queued again, unless the table says the
+    /// source is wrong or the budget is spent ([`Rejection`]): then the download fails with
+    /// [`TransferError::ChunkMismatch`].
     pub async fn complete(mut self) -> Result<(), TransferError> {
         let flushed = Sink::flush(&mut self).await;
         let PartialSink {
@@ -236,30 +239,43 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                     released = ctx.chunks.lock().assembled(index, digest);
                     continue;
                 }
-                Released::Rejected { rejections, actual } => {
+                Released::Rejected {
+                    rejections,
+                    actual,
+                    verdict,
+                } => {
                     ctx.counters.refetch(r.len);
-                    ctx.events.discarded(
-                        r.len,
-                        &format!(
-                            "chunk {index} (bytes {}-{}) does not match the manifest; fetching it again",
-                            r.start,
-                            r.end() - 1
-                        ),
-                    );
+                    ctx.counters.corrupt_copy();
                     ctx.checkpoint.changed();
                     ctx.chunks.notify_waiting();
-                    if rejections >= MAX_REJECTIONS {
-                        let expected = ctx.chunks.lock().expected(index).unwrap_or_default();
-                        return Err(TransferError::ChunkMismatch {
-                            file: ctx.events.file().to_string(),
-                            index,
-                            start: r.start,
-                            end: r.end(),
-                            attempts: rejections,
-                            expected: hex::encode(expected),
-                            actual: hex::encode(actual),
-                        });
-                    }
+                    let cause = match verdict {
+                        Rejection::Again => {
+                            ctx.events.discarded(
+                                r.len,
+                                &format!(
+                                    "chunk {index} (bytes {}-{}) does not match the manifest \
+                                     (copy {rejections}, unlike the ones before: corrupted on \
+                                     the way); fetching it again",
+                                    r.start,
+                                    r.end() - 1
+                                ),
+                            );
+                            return flushed;
+                        }
+                        Rejection::SameWrongBytes => MismatchCause::SameWrongBytes,
+                        Rejection::Spent => MismatchCause::BudgetSpent,
+                    };
+                    let expected = ctx.chunks.lock().expected(index).unwrap_or_default();
+                    return Err(TransferError::ChunkMismatch {
+                        file: ctx.events.file().to_string(),
+                        index,
+                        start: r.start,
+                        end: r.end(),
+                        attempts: rejections,
+                        expected: hex::encode(expected),
+                        actual: hex::encode(actual),
+                        cause,
+                    });
                 }
             }
             return flushed;
@@ -274,10 +290,10 @@ impl<'c, 'a> PartialSink<'c, 'a> {
 
     /// Gives the chunk back after the server refused it (429/503), for another connection to
     /// take while this one waits: one more refusal in a row is counted on it.
-    pub async fn give_back_refused(self) -> Result<(), TransferError> {
+    pub async fn give_back_refused(self, since: Instant) -> Result<(), TransferError> {
         let (ctx, index) = (self.ctx, self.w.range.index);
         let r = self.complete().await;
-        ctx.chunks.lock().refused(index);
+        ctx.chunks.lock().refused(index, since);
         r
     }
 }
@@ -368,8 +384,8 @@ impl Sink for PartialSink<'_, '_> {
         self.w.mark()
     }
 
-    fn refusals(&self) -> u32 {
-        self.refusals
+    fn refusals(&self) -> (u32, Option<Instant>) {
+        (self.refusals, self.refused_since)
     }
 
     fn splittable(&self) -> bool {

@@ -148,9 +148,13 @@ struct Chunk {
     suspicion: u8,
     /// Copies of it that did not match the manifest.
     rejections: u32,
+    /// Their digests (at most the per-chunk budget: see [`ChunkTable::set_rejection_budget`]).
+    wrong: Vec<[u8; 32]>,
     /// Attempts in a row, without progress, that the server refused (429/503) and that gave
     /// the chunk back for another connection to take (see [`ChunkTable::refused`]).
     refusals: u32,
+    /// When the first of those refused attempts began (on the retry clock).
+    refused_since: Option<Instant>,
 }
 
 impl Chunk {
@@ -161,7 +165,9 @@ impl Chunk {
             sha256: [0; 32],
             suspicion: 0,
             rejections: 0,
+            wrong: Vec::new(),
             refusals: 0,
+            refused_since: None,
         }
     }
 
@@ -191,6 +197,8 @@ pub(crate) struct Claim {
     pub limit: Arc<AtomicU64>,
     /// Refused attempts in a row so far (they count against the retry bound).
     pub refusals: u32,
+    /// When the first of them began (on the retry clock).
+    pub refused_since: Option<Instant>,
 }
 
 /// What became of a part given back to the table.
@@ -201,14 +209,36 @@ pub(crate) enum Released {
     PartDone,
     /// The chunk is complete (and matches the manifest, when there is one).
     Done,
-    /// The chunk is complete, but it does not match the manifest: forgotten, queued again.
-    /// `rejections` copies of it did not match so far; `actual` is the last one's digest.
-    Rejected { rejections: u32, actual: [u8; 32] },
+    /// The chunk is complete, but it does not match the manifest: forgotten and, when `verdict`
+    /// is [`Rejection::Again`], queued again. `rejections` copies of it did not match so far;
+    /// `actual` is the last one's digest.
+    Rejected {
+        rejections: u32,
+        actual: [u8; 32],
+        verdict: Rejection,
+    },
     /// Every part of a split chunk is on disk: read bytes `start..` of the chunk back into
     /// `hasher` (the state after its first part) and hand the digest to
     /// [`ChunkTable::assembled`].
     Assemble { start: u64, hasher: Sha256 },
 }
+
+/// What a copy of a chunk that does not match the manifest means for the download.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rejection {
+    /// Every wrong copy so far differed from the others: bytes corrupted on the way (a proxy, a
+    /// faulty link), which another copy may well escape. Fetch it again.
+    Again,
+    /// This copy has the same wrong bytes as an earlier one: the source serves other bytes than
+    /// the manifest says, and fetching again would get them again.
+    SameWrongBytes,
+    /// The budget of wrong copies is spent, for this chunk or for the file.
+    Spent,
+}
+
+/// Wrong copies of one chunk fetched before the download gives up, by default (the engine sets
+/// [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts)).
+pub(crate) const DEFAULT_REJECTIONS_PER_CHUNK: u32 = 8;
 
 /// See the module docs.
 pub(crate) struct ChunkTable {
@@ -226,6 +256,10 @@ pub(crate) struct ChunkTable {
     held: usize,
     /// Workers the download runs (see [`ChunkTable::share`]).
     workers: usize,
+    /// Wrong copies allowed per chunk, and wrong copies so far in the whole file (bounded by
+    /// the chunk count plus the per-chunk budget).
+    per_chunk_rejections: u32,
+    rejections: u32,
 }
 
 /// Moves `p.at` to `at`, keeping `missing` (the table's bytes not on disk) in step.
@@ -267,7 +301,9 @@ impl ChunkTable {
                     sha256: r.sha256,
                     suspicion: suspicion::RESUMED,
                     rejections: 0,
+                    wrong: Vec::new(),
                     refusals: 0,
+                    refused_since: None,
                 };
                 continue;
             }
@@ -297,6 +333,8 @@ impl ChunkTable {
             missing: 0,
             held: 0,
             workers: 1,
+            per_chunk_rejections: DEFAULT_REJECTIONS_PER_CHUNK,
+            rejections: 0,
         };
         t.missing = t.bytes_missing_counted();
         t
@@ -328,7 +366,7 @@ impl ChunkTable {
         if c.status != Status::Open {
             return None;
         }
-        let refusals = c.refusals;
+        let (refusals, refused_since) = (c.refusals, c.refused_since);
         let p = c.part(from)?;
         if p.held || p.done() {
             return None;
@@ -352,6 +390,7 @@ impl ChunkTable {
             hasher,
             limit: p.limit.clone(),
             refusals,
+            refused_since,
         })
     }
 
@@ -437,6 +476,7 @@ impl ChunkTable {
             hasher: Sha256::new(),
             limit,
             refusals: 0,
+            refused_since: None,
         })
     }
 
@@ -463,13 +503,17 @@ impl ChunkTable {
             p.sha256 = sha256;
             if gained {
                 c.refusals = 0;
+                c.refused_since = None;
             }
         }
     }
 
-    /// Chunk `index`, just given back, was refused by the server: one more refusal in a row.
-    pub fn refused(&mut self, index: usize) {
-        self.chunks[index].refusals += 1;
+    /// Chunk `index`, just given back, was refused by the server: one more refusal in a row,
+    /// the attempts in a row having begun at `since` (on the retry clock).
+    pub fn refused(&mut self, index: usize, since: Instant) {
+        let c = &mut self.chunks[index];
+        c.refusals += 1;
+        c.refused_since = Some(c.refused_since.map_or(since, |t| t.min(since)));
     }
 
     /// Gives held part `from` of chunk `index` back with bytes `from..at` on disk whose hash
@@ -541,20 +585,35 @@ impl ChunkTable {
         let c = &mut self.chunks[index];
         if want.is_some_and(|w| w != digest) {
             c.rejections += 1;
+            self.rejections += 1;
             c.status = Status::Open;
             c.parts = vec![Part::fresh(0, len)];
             self.missing += len;
+            let total_budget = (self.chunks.len() as u64)
+                .saturating_add(u64::from(self.per_chunk_rejections))
+                .min(u64::from(u32::MAX)) as u32;
+            let c = &mut self.chunks[index];
+            let verdict = if c.wrong.contains(&digest) {
+                Rejection::SameWrongBytes
+            } else if c.rejections >= self.per_chunk_rejections || self.rejections >= total_budget {
+                Rejection::Spent
+            } else {
+                c.wrong.push(digest);
+                Rejection::Again
+            };
             // First in line: a server that keeps corrupting it is found out at once.
             self.queue.push_front((index, 0));
             return Released::Rejected {
                 rejections: c.rejections,
                 actual: digest,
+                verdict,
             };
         }
         c.status = Status::Done;
         c.sha256 = digest;
         c.parts = Vec::new();
         c.refusals = 0;
+        c.refused_since = None;
         Released::Done
     }
 
@@ -624,6 +683,20 @@ impl ChunkTable {
             added += 1;
         }
         added
+    }
+
+    /// Allows `per_chunk` wrong copies of each chunk (at least one), and as many in the whole
+    /// file as it has chunks plus `per_chunk`: a source that corrupts a share of its answers
+    /// at random costs some chunks a few copies each, one that corrupts everything is given up
+    /// on (see [`Rejection`]).
+    pub fn set_rejection_budget(&mut self, per_chunk: u32) {
+        self.per_chunk_rejections = per_chunk.max(1);
+    }
+
+    /// Wrong copies thrown away so far.
+    #[cfg(test)]
+    pub fn rejections(&self) -> u32 {
+        self.rejections
     }
 
     /// How many chunks are not done.
@@ -974,6 +1047,95 @@ mod tests {
         assert_eq!(t.digests()[0], digest(&vec![9u8; (8 * MIB) as usize]));
     }
 
+    /// Fetches chunk 0 (100 bytes) whole and gives it back with `bytes`.
+    fn copy_of_chunk_0(t: &mut ChunkTable, bytes: &[u8]) -> Released {
+        let c = t.claim(0).expect("chunk 0 waits");
+        let h = fed(&c.hasher, bytes);
+        t.release(0, 0, 100, h, 0)
+    }
+
+    fn verdict(r: Released) -> Rejection {
+        match r {
+            Released::Rejected { verdict, .. } => verdict,
+            _ => panic!("not rejected"),
+        }
+    }
+
+    #[test]
+    fn wrong_copies_that_differ_are_fetched_again_within_the_budget() {
+        let plan = Plan::new(300, 100);
+        let manifest = || {
+            Arc::new(ExpectedChunks {
+                chunk_size: 100,
+                sha256: vec![digest(&[1; 100]), digest(&[2; 100]), digest(&[3; 100])],
+            })
+        };
+        // Corrupted on the way: every wrong copy differs, and a right one comes at last.
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(manifest()), NEVER);
+        t.set_rejection_budget(4);
+        for k in 0..3u8 {
+            let mut bad = [1u8; 100];
+            bad[usize::from(k)] = 0;
+            assert_eq!(verdict(copy_of_chunk_0(&mut t, &bad)), Rejection::Again);
+        }
+        assert!(matches!(copy_of_chunk_0(&mut t, &[1; 100]), Released::Done));
+        assert_eq!(t.rejections(), 3);
+        // The same wrong bytes twice: the source is wrong, whatever the budget left.
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(manifest()), NEVER);
+        t.set_rejection_budget(100);
+        assert_eq!(
+            verdict(copy_of_chunk_0(&mut t, &[9; 100])),
+            Rejection::Again
+        );
+        assert_eq!(
+            verdict(copy_of_chunk_0(&mut t, &[8; 100])),
+            Rejection::Again
+        );
+        assert_eq!(
+            verdict(copy_of_chunk_0(&mut t, &[9; 100])),
+            Rejection::SameWrongBytes
+        );
+        // Differing wrong copies until the chunk's budget is spent.
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(manifest()), NEVER);
+        t.set_rejection_budget(3);
+        assert_eq!(
+            verdict(copy_of_chunk_0(&mut t, &[9; 100])),
+            Rejection::Again
+        );
+        assert_eq!(
+            verdict(copy_of_chunk_0(&mut t, &[8; 100])),
+            Rejection::Again
+        );
+        assert_eq!(
+            verdict(copy_of_chunk_0(&mut t, &[7; 100])),
+            Rejection::Spent
+        );
+    }
+
+    #[test]
+    fn the_file_has_a_budget_of_wrong_copies_too() {
+        // Ten chunks, three fetches of each allowed: thirteen wrong copies in the whole file.
+        let plan = Plan::new(1000, 100);
+        let expected = ExpectedChunks {
+            chunk_size: 100,
+            sha256: (0..10).map(|_| digest(&[1; 100])).collect(),
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(Arc::new(expected)), NEVER);
+        t.set_rejection_budget(3);
+        let wrong = |t: &mut ChunkTable, i: usize, byte: u8| {
+            let c = t.claim(i).unwrap();
+            let h = fed(&c.hasher, &[byte; 100]);
+            verdict(t.release(i, 0, 100, h, 0))
+        };
+        for i in 0..10 {
+            assert_eq!(wrong(&mut t, i, 0), Rejection::Again);
+        }
+        assert_eq!(wrong(&mut t, 0, 5), Rejection::Again);
+        assert_eq!(wrong(&mut t, 1, 5), Rejection::Again);
+        assert_eq!(wrong(&mut t, 2, 5), Rejection::Spent);
+        assert_eq!(t.rejections(), 13);
+    }
+
     #[test]
     fn resumed_chunks() {
         let plan = Plan::new(250, 100);
@@ -1033,8 +1195,13 @@ mod tests {
         let c = t.claim_next().unwrap();
         let h = fed(&c.hasher, &[7u8; 100]);
         match t.release(0, 0, 100, h, 0) {
-            Released::Rejected { rejections, actual } => {
+            Released::Rejected {
+                rejections,
+                actual,
+                verdict,
+            } => {
                 assert_eq!((rejections, actual), (1, digest(&[7; 100])));
+                assert_eq!(verdict, Rejection::Again);
             }
             _ => panic!("not rejected"),
         }

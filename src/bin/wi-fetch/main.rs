@@ -707,6 +707,13 @@ fn print_summary(s: &FetchSummary) {
             human_bytes(s.refetched())
         ));
     }
+    if s.corrupt_copies() > 0 {
+        line.push_str(&format!(
+            "; {} corrupt cop{} of chunks thrown away (each unlike the others: corrupted on the way)",
+            s.corrupt_copies(),
+            if s.corrupt_copies() == 1 { "y" } else { "ies" }
+        ));
+    }
 
     if s.splits() > 0 {
         line.push_str(&format!(

@@ -91,10 +91,10 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 // in the table for the next free one.
                 sink.release().await?;
             }
-            Err(Stop::Refused(wait)) => {
+            Err(Stop::Refused(wait, since)) => {
                 // This connection honours the wait; another may take the chunk meanwhile (and
                 // when every chunk is done before the wait is over, there is nothing to wait for).
-                sink.give_back_refused().await?;
+                sink.give_back_refused(since).await?;
                 tokio::select! {
                     biased;
                     () = ctx.chunks.until_all_done() => return Ok(()),

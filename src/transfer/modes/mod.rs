@@ -27,7 +27,7 @@ pub(crate) enum Stop {
     Sequential,
     /// The server refused the chunk (429/503) and asked for this wait: the connection waits,
     /// the chunk goes back to the table for another connection to take meanwhile.
-    Refused(std::time::Duration),
+    Refused(std::time::Duration, std::time::Instant),
     /// The connection count was lowered and this connection stopped: the rest of the part
     /// goes back to the table (what arrived is kept).
     Yielded,
@@ -42,7 +42,8 @@ pub(crate) async fn fill<'a>(
     mut permit: Option<Conn<'a>>,
     may_switch: bool,
 ) -> Result<u8, Stop> {
-    let mut retry = Retrier::new(ctx.cfg).after_failures(sink.refusals());
+    let (refusals, since) = sink.refusals();
+    let mut retry = Retrier::new(ctx.cfg).after_failures(refusals, since);
     let mut suspect = 0u8;
     loop {
         // A connection cut right after the part's last byte leaves it full (as does a split
@@ -123,7 +124,7 @@ pub(crate) async fn fill<'a>(
         ctx.counters.retried(cause);
         ctx.events.retry(retry.attempts(), delay, &f.message);
         if may_switch && pushed_back && !delay.is_zero() {
-            return Err(Stop::Refused(delay));
+            return Err(Stop::Refused(delay, retry.started()));
         }
         if !ctx.sleep(delay).await {
             return Err(Stop::Fatal(ctx.interrupted()));

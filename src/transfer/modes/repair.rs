@@ -3,7 +3,10 @@
 //! **With a manifest** (the chunks' digests, [`super::super::ExpectedChunks`]) nothing is
 //! guessed: every chunk on disk is hashed in parallel and compared with the manifest, the ones
 //! that differ — damaged on disk after they arrived — are fetched again, each copy checked
-//! against the manifest, and the file is hashed again from the first of them. When every chunk
+//! against the manifest (wrong copies that differ from each other and from the bytes on disk
+//! are fetched again, up to [`EngineConfig::max_attempts`](super::super::EngineConfig::max_attempts);
+//! the same wrong bytes twice end it: the source is wrong), and the file is hashed again from the
+//! first of them. When every chunk
 //! matches and the file does not, the manifest describes other bytes than the published digest
 //! ([`TransferError::ManifestDisagrees`]).
 //!
@@ -13,7 +16,8 @@
 //! `Content-Range`, or were resumed from an earlier run), and each fresh copy is compared with
 //! **the bytes on disk now** — read back and hashed at that moment, so damage done on disk after
 //! the chunk arrived is found as surely as corruption in transit. A chunk whose fresh copy
-//! differs is fetched again (three copies at most): it is kept when a copy agrees with the disk,
+//! differs is fetched again (up to [`EngineConfig::max_attempts`](super::super::EngineConfig::max_attempts)
+//! copies, at least three): it is kept when a copy agrees with the disk,
 //! and replaced, alone, only when two fresh copies agree (a server that corrupts answers now and
 //! then could otherwise replace good bytes with bad ones). The file is then re-hashed from that
 //! chunk on (from the hash state saved at its boundary), and the search stops as soon as the
@@ -30,7 +34,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::super::blocking;
 use super::super::ctx::Ctx;
-use super::super::error::{local_error, TransferError};
+use super::super::error::{local_error, MismatchCause, TransferError};
 use super::super::hash::{hash_range, read_range};
 use super::super::sink::ScratchSink;
 use super::super::Digest;
@@ -38,7 +42,8 @@ use super::{fill, Stop};
 
 /// Passes over the chunks before giving up.
 const MAX_ROUNDS: usize = 2;
-/// Fresh copies of one chunk fetched in one pass, at most, to find two that agree.
+/// Fresh copies of one chunk fetched in one pass to find two that agree: at least this many (the
+/// engine's `max_attempts` when larger).
 const MAX_COPIES: usize = 3;
 
 /// Repairs the file after a digest mismatch (`actual` instead of `expected`); returns its
@@ -73,7 +78,7 @@ async fn with_manifest(
             .map(|i| t.expected(i).unwrap_or_default())
             .collect()
     };
-    let damaged: Vec<usize> = blocking(move || {
+    let damaged: Vec<(usize, [u8; 32])> = blocking(move || {
         (0..plan.count())
             .into_par_iter()
             .map(|i| {
@@ -81,7 +86,7 @@ async fn with_manifest(
                 let mut h = Sha256::new();
                 hash_range(&f, r.start, r.len, Some(&mut h), None)?;
                 let d: [u8; 32] = h.finalize().into();
-                Ok((d != want[i]).then_some(i))
+                Ok((d != want[i]).then_some((i, d)))
             })
             .filter_map(|r| r.transpose())
             .collect::<io::Result<Vec<_>>>()
@@ -102,17 +107,31 @@ async fn with_manifest(
     ));
     let (dir, scratch) = scratch(ctx)?;
     let mut refetched_chunks = 0usize;
-    for &index in &damaged {
+    let budget = ctx.cfg.max_attempts.max(1);
+    for &(index, on_disk) in &damaged {
         let range = plan.chunk(index).expect("chunk index within the plan");
         let want = ctx.chunks.lock().expected(index).unwrap_or_default();
-        let mut fresh = [0u8; 32];
-        for attempt in 1..=super::super::sink::MAX_REJECTIONS {
-            fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
+        // Wrong copies differing from each other are the network's doing: fetched again, up to
+        // the budget; a copy with the wrong bytes already seen (those on disk included, which
+        // came from the same source) means the source is wrong.
+        let mut wrong = vec![on_disk];
+        let mut attempt = 0;
+        let fresh = loop {
+            attempt += 1;
+            let fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
             refetched_chunks += 1;
             if fresh == want {
-                break;
+                break fresh;
             }
-            if attempt == super::super::sink::MAX_REJECTIONS {
+            ctx.counters.corrupt_copy();
+            let cause = if wrong.contains(&fresh) {
+                Some(MismatchCause::SameWrongBytes)
+            } else if attempt >= budget {
+                Some(MismatchCause::BudgetSpent)
+            } else {
+                None
+            };
+            if let Some(cause) = cause {
                 return Err(TransferError::ChunkMismatch {
                     file: file_name.to_string(),
                     index,
@@ -121,9 +140,11 @@ async fn with_manifest(
                     attempts: attempt,
                     expected: hex::encode(want),
                     actual: hex::encode(fresh),
+                    cause,
                 });
             }
-        }
+            wrong.push(fresh);
+        };
         let reason = format!(
             "chunk {index} (bytes {}-{}) on disk differs from the manifest",
             range.start,
@@ -131,7 +152,7 @@ async fn with_manifest(
         );
         put_fresh(ctx, &scratch, range, fresh, &reason).await?;
     }
-    let first = damaged[0];
+    let first = damaged[0].0;
     let (sha256, digest) = ctx.prefix.rehash_from(first).await?.finish();
     if digest == expected {
         return Ok(sha256);
@@ -205,7 +226,8 @@ async fn without_manifest(
             // could otherwise replace good bytes with bad ones.
             let mut copies: Vec<[u8; 32]> = Vec::new();
             let mut verdict = None;
-            for _ in 0..MAX_COPIES {
+            // Copies that all differ are the network's doing: up to the retry budget of them.
+            for _ in 0..MAX_COPIES.max(ctx.cfg.max_attempts as usize) {
                 let fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
                 refetched_chunks += 1;
                 if fresh == on_disk {
@@ -295,7 +317,7 @@ async fn fetch_copy(
     match fill(ctx, &mut sink, None, false).await {
         Ok(_) => {}
         Err(Stop::Fatal(e)) => return Err(e),
-        Err(Stop::Sequential | Stop::Refused(_) | Stop::Yielded) => {
+        Err(Stop::Sequential | Stop::Refused(..) | Stop::Yielded) => {
             unreachable!("repairs never switch modes nor give their chunk back")
         }
     }
