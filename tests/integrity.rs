@@ -324,16 +324,50 @@ fn the_ci_cache_story_end_to_end() {
         "{e}"
     );
 
-    // Warm now: offline and online alike, nothing transferred.
+    // Warm now: the lock file is the root, so no request at any level, offline or not.
+    hub.reset_stats();
+    for level in [
+        &["--offline"][..],
+        &[],
+        &["--verify", "fast"],
+        &["--verify", "full"],
+    ] {
+        let mut c = ci.cmd(&hub);
+        c.arg("--locked").arg(&lock).args(level);
+        let o = run(c);
+        assert_eq!(code(&o), 0, "{level:?}: {}", stderr(&o));
+        assert_eq!(
+            hub.stats().total_requests,
+            0,
+            "{level:?}: {:?}",
+            hub.stats().requests
+        );
+    }
+    // With the Hub unreachable too (a port nothing listens on), at once.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", down.local_addr().unwrap());
+    drop(down);
+    let mut c = ci.cmd(&hub);
+    c.env("HF_ENDPOINT", &dead)
+        .arg("--locked")
+        .arg(&lock)
+        .args(["--verify", "full"]);
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A damaged file: only it is asked of the Hub (the other has no request at all).
+    let mut damaged = f16.clone();
+    damaged[7 * CHUNK as usize] ^= 0x01;
+    fs::write(blob(&ci), &damaged).unwrap();
     hub.reset_stats();
     let mut c = ci.cmd(&hub);
-    c.arg("--locked").arg(&lock).arg("--offline");
-    assert_eq!(code(&run(c)), 0);
-    let mut c = ci.cmd(&hub);
-    c.arg("--locked").arg(&lock);
-    assert_eq!(code(&run(c)), 0);
-    assert!(
-        hub.stats().total_requests <= 1,
+    c.arg("--locked").arg(&lock).args(["--verify", "full"]);
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(sent(&hub, FILE), CHUNK, "exactly the damaged chunk");
+    let q8_stats = hub.stats().file(REPO, q8);
+    assert_eq!(
+        (q8_stats.head_requests, q8_stats.get_requests),
+        (0, 0),
         "{:?}",
         hub.stats().requests
     );

@@ -32,6 +32,59 @@ impl Wanted {
 }
 
 impl Fetcher {
+    /// Resolves what a lock file pins for one repository (`repo` at the pinned commit). The
+    /// lock file is the root: a file whose snapshot entry is in the cache is planned from there
+    /// with its pinned size, without a request at any verify level (the checks that follow
+    /// compare it with the pins, and a damaged one is then repaired from the Hub); a file whose
+    /// entry names a blob of other bytes than the pinned SHA-256 counts as missing. Only the
+    /// missing files are asked of the Hub. Offline, this is [`resolve`](Self::resolve).
+    pub(super) async fn resolve_locked(
+        &self,
+        repo: &RepoRef,
+        pins: &super::lock::LockedRepo,
+    ) -> Result<Plan, FetchError> {
+        let selection = Selection::files(pins.files.iter().map(|f| f.path.clone()));
+        if self.offline {
+            return self.resolve(repo, &selection).await;
+        }
+        repo.validate()?;
+        let store = self.store_for(repo);
+        let Ok(mut warm) = self.resolve_offline(repo, &selection, &store) else {
+            return self.resolve(repo, &selection).await;
+        };
+        let pinned = |path: &str| pins.files.iter().find(|p| p.path == path);
+        let mut missing = std::mem::take(&mut warm.missing);
+        warm.files.retain_mut(|f| {
+            let Some(pin) = pinned(&f.path) else {
+                return false;
+            };
+            if let Some(crate::key::Digest::Sha256(d)) = crate::key::Digest::from_etag(&f.etag) {
+                if d != pin.sha256.0 {
+                    missing.push(f.path.clone());
+                    return false;
+                }
+            }
+            f.size = pin.size;
+            true
+        });
+        // Offline resolution of files named one by one answers the whole selection when none
+        // is there: nothing warm then.
+        if warm.files.is_empty() {
+            return self.resolve(repo, &selection).await;
+        }
+        warm.offline = false;
+        warm.revision = repo.revision.clone();
+        if missing.is_empty() {
+            return Ok(warm);
+        }
+        let mut cold = self.resolve(repo, &Selection::files(missing)).await?;
+        warm.files.append(&mut cold.files);
+        let order = |p: &str| pins.files.iter().position(|f| f.path == p);
+        warm.files.sort_by_key(|f| order(&f.path));
+        warm.refused.append(&mut cold.refused);
+        Ok(warm)
+    }
+
     /// Resolves a selection to files, sizes and hashes, and says which are already on disk.
     /// Reads metadata only (online: the revision, then the tree listing or one `HEAD` per
     /// explicit file); downloads nothing. This is `wi-fetch --dry-run`.

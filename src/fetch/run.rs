@@ -223,7 +223,12 @@ impl Fetcher {
                     incomplete: 0,
                 })
             }
-            plan = self.resolve(repo, selection) => plan?,
+            plan = async {
+                match pins {
+                    Some(p) => self.resolve_locked(repo, p).await,
+                    None => self.resolve(repo, selection).await,
+                }
+            } => plan?,
         };
         rep.on_event(&Event::Plan {
             files: plan.files.len(),
