@@ -314,6 +314,48 @@ fn dry_run_downloads_nothing() {
     assert_eq!(file_gets(&hub, REPO), 0);
 }
 
+/// Offline, a selection of several files that the cache holds only part of (an interrupted
+/// download) names what is missing and exits 4, from the listing saved for the commit; what is
+/// there is still checked. It used to exit 0 with part of the repository.
+#[test]
+fn offline_names_what_a_partial_repository_lacks() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    // The repository's GGUF files, but a download of them that stopped after two (the first
+    // part of the split one among them).
+    let mut c = sb.cmd(&hub);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f32-00001-of-00002.gguf",
+        "-q",
+    ]);
+    expect_code(&run(c), 0);
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "--include", "*.gguf", "--dry-run"]);
+    expect_code(&run(c), 0);
+    hub.reset_stats();
+    for args in [
+        vec![REPO, "--include", "*.gguf", "--offline"],
+        vec!["--offline", REPO, "--include", "tinyllama-f32*"],
+    ] {
+        let mut c = sb.cmd(&hub);
+        c.args(&args);
+        let o = run(c);
+        expect_code(&o, 4);
+        let e = stderr(&o);
+        assert!(
+            e.contains("tinyllama-f32-00002-of-00002.gguf' of 'demo/TinyLlama-GGUF' is not in"),
+            "{args:?}: {e}"
+        );
+        if args.contains(&"*.gguf") {
+            assert!(e.contains("tinyllama-q4_k_m.gguf"), "{e}");
+            assert!(e.contains("tinyllama-q8_0.gguf: in the cache"), "{e}");
+        }
+    }
+    assert_eq!(hub.stats().total_requests, 0);
+}
+
 /// A warm cache with `--offline` (or `HF_HUB_OFFLINE=1`) answers without a single request.
 #[test]
 fn warm_cache_offline_makes_no_request() {

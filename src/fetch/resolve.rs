@@ -408,7 +408,7 @@ impl Fetcher {
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         // Files asked for by name that are not there fail one by one, so that the others are
         // still served (and verified); when none is there, the selection fails as a whole.
-        let (selection, missing) = if selection.is_explicit_only() {
+        let (selection, mut missing) = if selection.is_explicit_only() {
             let (present, missing): (Vec<String>, Vec<String>) = selection
                 .files
                 .iter()
@@ -457,6 +457,31 @@ impl Fetcher {
             )),
             SelectError::BadPattern(p) => FetchError::Invalid(p),
         })?;
+        // A selection of several files (a folder, patterns, a tag's split parts, a whole
+        // repository) is also made from the listing saved for the commit, when there is one:
+        // what it selects that the cache lacks (an interrupted download) is named, not passed
+        // over. For a bare repository whose cached model is another than the listing's choice,
+        // the cached one stands (see the notice below).
+        if !selection.is_explicit_only() {
+            if let Some(listed) = self.saved_paths(store, &commit) {
+                let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+                let want = if self.check_only && selection.is_bare() {
+                    Some(listed.iter().map(|p| p.to_string()).collect())
+                } else {
+                    choose(&listed, selection, &repo.to_string())
+                        .ok()
+                        .map(|c| c.paths)
+                };
+                if let Some(want) = want {
+                    let same = !selection.is_bare()
+                        || self.check_only
+                        || want.iter().any(|p| chosen.paths.contains(p));
+                    if same {
+                        missing.extend(want.into_iter().filter(|p| !paths.contains(&p.as_str())));
+                    }
+                }
+            }
+        }
         let by_path: BTreeMap<&str, &cache::CachedFile> =
             files.iter().map(|f| (f.path.as_str(), f)).collect();
         let picked: Vec<&cache::CachedFile> = chosen
@@ -513,6 +538,26 @@ impl Fetcher {
         let mut p = plan(repo, commit, files, notice, Vec::new(), true);
         p.missing = missing;
         Ok(p)
+    }
+}
+
+impl Fetcher {
+    /// The paths of the listing saved for `commit` (ours, else huggingface_hub's): a hint of
+    /// which files the repository has, read offline to name what a selection lacks.
+    fn saved_paths(&self, store: &Store, commit: &str) -> Option<Vec<String>> {
+        let limit = self.hub.config().max_listing_bytes;
+        let read = |p: &std::path::Path| {
+            store
+                .open_own(p)
+                .ok()
+                .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
+        };
+        let (files, _) = read(&store.tree_path(commit))
+            .and_then(|b| hub::load_tree(&b).ok())
+            .or_else(|| {
+                read(&store.hf_tree_path(commit)).and_then(|b| hub::load_hf_tree(&b).ok())
+            })?;
+        Some(files.into_iter().map(|f| f.path).collect())
     }
 }
 
