@@ -126,7 +126,11 @@ fn percent_decode_once(s: &str) -> String {
 /// become a local file name: relative and `/`-separated; no `.`, `..` or empty segment, also
 /// once percent-decoded (`%2e%2e`); no backslash or encoded slash; no NUL, control character or
 /// direction control; no drive prefix; at most [`MAX_PATH_LEN`] bytes, segments at most
-/// [`MAX_SEGMENT_LEN`]. Returns the reason when it is refused.
+/// [`MAX_SEGMENT_LEN`]; no `.git` segment, in any of the spellings git itself guards against
+/// (any case, trailing dots or spaces, the short name `git~1`, invisible characters: written
+/// into a local folder that is a git work tree, `.git/config` would hand the next `git` command
+/// to the server); nothing in `.cache/huggingface/` (a local folder's own metadata: saved
+/// listings and what each file is). Returns the reason when it is refused.
 pub fn check_repo_path(path: &str) -> Result<(), &'static str> {
     if path.is_empty() {
         return Err("empty path");
@@ -152,11 +156,21 @@ pub fn check_repo_path(path: &str) -> Result<(), &'static str> {
     if path.len() >= 2 && path.as_bytes()[1] == b':' {
         return Err("drive prefix in path");
     }
+    let mut segments = path.split('/');
+    if let (Some(first), Some(second)) = (segments.next(), segments.next()) {
+        if folded(first) == ".cache" && folded(second) == "huggingface" {
+            return Err("path in '.cache/huggingface/', a local folder's own metadata");
+        }
+    }
     for seg in path.split('/') {
         match seg {
             "" => return Err("empty path segment"),
             "." | ".." => return Err("'.' or '..' segment"),
             _ => {}
+        }
+        let f = folded(seg);
+        if f == ".git" || f == "git~1" {
+            return Err("'.git' segment in path, a git repository's own folder");
         }
         if seg.len() > MAX_SEGMENT_LEN {
             return Err("path segment longer than 255 bytes");
@@ -177,6 +191,26 @@ pub fn check_repo_path(path: &str) -> Result<(), &'static str> {
         }
     }
     Ok(())
+}
+
+/// A path segment as a case-insensitive file system, Windows or macOS may take it: lowercase,
+/// without the characters HFS+ ignores (zero-width ones), without trailing dots and spaces
+/// (dropped by Windows).
+fn folded(seg: &str) -> String {
+    let mut f: String = seg
+        .chars()
+        .filter(|c| {
+            !matches!(
+                c,
+                '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{ad}'
+            )
+        })
+        .flat_map(char::to_lowercase)
+        .collect();
+    while f.ends_with(['.', ' ']) && f.len() > 1 && f != ".." {
+        f.pop();
+    }
+    f
 }
 
 /// Why a repository id is refused, or `Ok`: `name` or `org/name`, each part made of ASCII
@@ -298,6 +332,17 @@ mod tests {
             "a%5cb",
             &"x".repeat(256),
             &format!("a/{}", "b".repeat(5000)),
+            ".git/config",
+            "sub/.git/hooks/post-checkout",
+            ".GIT/config",
+            ".Git./config",
+            ".git /config",
+            "GIT~1/config",
+            ".g\u{200c}it/config",
+            ".git",
+            ".cache/huggingface/download/model.gguf.metadata",
+            ".cache/huggingface",
+            ".Cache/HuggingFace/wi-trees/x.json",
         ] {
             assert!(check_repo_path(p).is_err(), "{p:?} should be refused");
         }
@@ -311,6 +356,11 @@ mod tests {
             "%41.txt",
             "модель.gguf",
             &"x".repeat(255),
+            ".github/workflows/ci.yml",
+            ".gitignore",
+            "x.git/config",
+            ".cache/other/file",
+            "sub/.cache/huggingface/x",
         ] {
             assert!(check_repo_path(p).is_ok(), "{p:?} should be accepted");
         }

@@ -599,6 +599,77 @@ fn hostile_names_and_sizes_are_left_out_and_never_printed_raw() {
     );
 }
 
+/// A listing that names a git repository's own files (`.git/config`, in any spelling git guards
+/// against) or a local folder's own metadata (`.cache/huggingface/…`) is refused entry by entry,
+/// named, and nothing is written there: fetched into a local folder that is a git work tree,
+/// `.git/config` would have handed the next `git status` to the server (`core.fsmonitor`).
+#[test]
+fn names_that_land_in_special_places_are_left_out() {
+    let planted: [&str; 4] = [
+        ".git/config",
+        ".GIT/hooks/post-checkout",
+        "sub/.git/config",
+        ".cache/huggingface/download/ok.txt.metadata",
+    ];
+    let mut b = MockHub::builder()
+        .hash_cache(false)
+        .file("names/repo", "ok.txt", &b"fine"[..]);
+    for p in planted {
+        b = b.file("names/repo", p, &b"[core]\n\tfsmonitor = touch pwned\n"[..]);
+    }
+    let hub = start(b);
+    let sb = Sandbox::new();
+    let local = sb.dir.path().join("work-tree");
+    std::fs::create_dir_all(local.join(".git")).unwrap();
+    std::fs::write(local.join(".git/config"), "[core]\n").unwrap();
+    for extra in [&["--local-dir", local.to_str().unwrap()][..], &[]] {
+        let mut c = sb.cmd(&hub);
+        c.args(["names/repo", "--include", "*"]).args(extra);
+        let o = run_within(c, LIMIT);
+        expect_code(&o, 0);
+        let e = stderr(&o);
+        for p in planted {
+            assert!(e.contains(&format!("left out '{p}'")), "{p}: {e}");
+        }
+        assert!(e.contains("a git repository's own folder"), "{e}");
+        assert_eq!(lines(&o).len(), 1, "only ok.txt: {:?}", lines(&o));
+    }
+    assert_eq!(
+        std::fs::read_to_string(local.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(
+        !local
+            .join(".cache/huggingface/download/ok.txt.metadata")
+            .exists()
+            || std::fs::read(local.join(".cache/huggingface/download/ok.txt.metadata")).unwrap()
+                != b"[core]\n\tfsmonitor = touch pwned\n"
+    );
+    assert!(!local.join("sub").exists());
+    let snapshot = sb.repo_dir("names/repo").join("snapshots");
+    let walk = std::process::Command::new("find")
+        .arg(&snapshot)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&walk.stdout)
+            .to_lowercase()
+            .contains(".git/"),
+        "{}",
+        String::from_utf8_lossy(&walk.stdout)
+    );
+    // Asked for by name, it is refused as the usage error it is (exit 1), naming why.
+    let mut c = sb.cmd(&hub);
+    c.args(["names/repo", ".git/config"]);
+    let o = run_within(c, LIMIT);
+    expect_code(&o, 1);
+    assert!(
+        stderr(&o).contains("a git repository's own folder"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A 10 TB file is refused before anything is allocated: the free-space check fails (exit 1),
 /// and no partial file exists.
 #[test]
