@@ -548,6 +548,17 @@ def snapshot_download(
         if dry_run and getattr(e, "reason", None) == "nothing_selected":
             return []
         commit = _commit_of(cache_root, kind, repo_id, revision or "main")
+        if offline and getattr(e, "reason", None) == "not_cached" and commit:
+            # The fetcher found files of the saved listing missing from the snapshot: as
+            # huggingface_hub, that is an incomplete snapshot (with its path).
+            base = local if local is not None else cache_root / folder / "snapshots" / commit
+            if base.is_dir():
+                held = _native.hf_listed_paths(
+                    os.fspath(cache_root), kind, repo_id, None if local is None else os.fspath(local), commit
+                )
+                allow = None if allow_patterns is None else listed(allow_patterns)
+                ignore = None if ignore_patterns is None else listed(ignore_patterns)
+                _check_complete(held, commit, base, allow, ignore, repo_id, revision or "main")
         if getattr(e, "reason", None) != "nothing_selected" or local is not None or not commit:
             raise
         logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
