@@ -194,6 +194,75 @@ fn huggingface_hubs_listing_is_kept_and_only_a_hint() {
     assert!(ours.is_file(), "ours is written again");
 }
 
+/// huggingface_hub's saved listing decides which paths exist, never which bytes a path has: on
+/// a fast online run with only its copy (`trees/{commit}.json`) beside the cache, an entry that
+/// names other bytes (a self-consistent blob of them planted, the snapshot link pointed at it)
+/// or another size than our own record of a verified download is not believed: the Hub is
+/// asked, and its bytes are what the snapshot ends with. Before, the fake was accepted (exit 0,
+/// wrong bytes), and a wrong size failed every run with a message blaming the Hub.
+#[test]
+fn huggingface_hubs_listing_never_decides_a_files_bytes() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let fetch = || {
+        let mut c = sb.cmd(&hub);
+        c.arg(format!("{REPO}:Q4_K_M"));
+        run(c)
+    };
+    expect_code(&fetch(), 0);
+    let repo_dir = sb.repo_dir(REPO);
+    let (ours, commit) = saved_listing(&repo_dir);
+    let theirs = repo_dir.join("trees").join(format!("{commit}.json"));
+    let real = sha256_hex(&demo_file(Q4));
+    let listed_size = demo_file(Q4).len().to_string();
+    // Only huggingface_hub's copy left, naming a fake that sits in the cache as a blob of its
+    // own name, with the snapshot link pointing at it.
+    fs::remove_file(&ours).unwrap();
+    let fake = fake_of(Q4);
+    let forged = sha256_hex(&fake);
+    let text = fs::read_to_string(&theirs).unwrap();
+    fs::write(&theirs, text.replace(&real, &forged)).unwrap();
+    fs::write(repo_dir.join("blobs").join(&forged), &fake).unwrap();
+    let link = repo_dir.join("snapshots").join(&commit).join(Q4);
+    fs::remove_file(&link).unwrap();
+    symlink(format!("../../blobs/{forged}"), &link).unwrap();
+    hub.reset_stats();
+    let o = fetch();
+    expect_code(&o, 0);
+    assert!(
+        snapshot_bytes(&o) == demo_file(Q4),
+        "the Hub's bytes, not the fake"
+    );
+    assert!(
+        hub.stats()
+            .requests
+            .iter()
+            .any(|r| r.path.contains("/tree/")),
+        "the Hub was asked for the listing"
+    );
+    assert!(fs::read_to_string(&theirs).unwrap().contains(&real));
+    // A wrong size in it: the Hub is asked, and the run succeeds.
+    fs::remove_file(&ours).unwrap();
+    let text = fs::read_to_string(&theirs).unwrap();
+    fs::write(&theirs, text.replace(&listed_size, "12345")).unwrap();
+    let o = fetch();
+    expect_code(&o, 0);
+    assert!(snapshot_bytes(&o) == demo_file(Q4));
+    // Untouched (and agreeing with our record of the verified download), it still spares the
+    // Hub a listing request.
+    fs::remove_file(&ours).unwrap();
+    hub.reset_stats();
+    expect_code(&fetch(), 0);
+    assert!(
+        !hub.stats()
+            .requests
+            .iter()
+            .any(|r| r.path.contains("/tree/")),
+        "{:?}",
+        hub.stats().requests
+    );
+}
+
 /// The same attack on files asked for by name (no listing: the recorded manifest alone made the
 /// warm run ask nothing): `--verify full` asks the Hub for the file's identity.
 #[test]
@@ -251,6 +320,33 @@ fn cache_verify_checks_against_the_hub_and_its_advice_repairs() {
         .join("blobs")
         .join(sha256_hex(&demo_file(Q4)));
     assert!(fs::read(blob).unwrap() == demo_file(Q4));
+}
+
+/// A file planted in a snapshot (a blob, a link to it, and an entry in huggingface_hub's saved
+/// listing) is not in the revision: `cache verify` names it instead of passing over it.
+#[test]
+fn cache_verify_names_a_file_planted_in_a_snapshot() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q4_K_M"));
+    expect_code(&run(c), 0);
+    let repo_dir = sb.repo_dir(REPO);
+    let commit = main_commit(&hub);
+    let planted = b"planted bytes";
+    let name = sha256_hex(planted);
+    fs::write(repo_dir.join("blobs").join(&name), planted).unwrap();
+    symlink(
+        format!("../../blobs/{name}"),
+        repo_dir.join("snapshots").join(&commit).join("extra.bin"),
+    )
+    .unwrap();
+    let o = run(cache_cmd(&sb, &hub, &["verify", REPO]));
+    let e = stderr(&o);
+    assert!(
+        e.contains("not in the revision") && e.contains("'extra.bin'"),
+        "{e}"
+    );
 }
 
 /// Every file below `dir`, relative to it.

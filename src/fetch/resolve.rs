@@ -177,49 +177,64 @@ impl Fetcher {
             }
             (commit, wanted, None)
         } else {
-            let (listing, discarded) = self.list_files(repo, &store, fresh).await?;
-            if let Some(r) = listing
-                .refused
-                .iter()
-                .find(|r| selection.files.contains(&r.path))
-            {
-                return Err(FetchError::Refused {
-                    repo: repo.to_string(),
-                    file: r.path.clone(),
-                    reason: r.reason.clone(),
-                });
+            let (mut listing, mut discarded, mut hint) =
+                self.list_files(repo, &store, fresh).await?;
+            loop {
+                if let Some(r) = listing
+                    .refused
+                    .iter()
+                    .find(|r| selection.files.contains(&r.path))
+                {
+                    return Err(FetchError::Refused {
+                        repo: repo.to_string(),
+                        file: r.path.clone(),
+                        reason: r.reason.clone(),
+                    });
+                }
+                refused = listing.refused.clone();
+                let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
+                let mut chosen = if self.check_only && selection.is_bare() {
+                    cached_of(&paths, &store, &listing.commit)
+                } else {
+                    choose(&paths, selection, &repo.to_string()).map_err(|e| {
+                        select_error(e, repo, &listing.commit, &store, self.writes())
+                    })?
+                };
+                if let Some(d) = discarded {
+                    chosen.notice = Some(match chosen.notice.take() {
+                        Some(n) => format!("{d}; {n}"),
+                        None => d,
+                    });
+                }
+                let by_path: BTreeMap<&str, &hub::RemoteFile> =
+                    listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
+                let wanted = chosen
+                    .paths
+                    .iter()
+                    .filter_map(|p| by_path.get(p.as_str()))
+                    .map(|f| {
+                        let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
+                        Wanted {
+                            path: f.path.clone(),
+                            size: f.size,
+                            etag: f.etag().to_string(),
+                            sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
+                        }
+                    })
+                    .collect::<Vec<Wanted>>();
+                // huggingface_hub's saved listing is another program's file in a shared folder: a
+                // hint of which paths exist, never of which bytes a path has, unless our own record
+                // of a verified download agrees. Else the Hub is asked.
+                if hint
+                    && wanted
+                        .iter()
+                        .any(|w| integrity::recorded_size(&store, &w.path, &w.etag) != Some(w.size))
+                {
+                    (listing, discarded, hint) = self.list_files(repo, &store, true).await?;
+                    continue;
+                }
+                break (listing.commit, wanted, chosen.notice);
             }
-            refused = listing.refused.clone();
-            let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
-            let mut chosen = if self.check_only && selection.is_bare() {
-                cached_of(&paths, &store, &listing.commit)
-            } else {
-                choose(&paths, selection, &repo.to_string())
-                    .map_err(|e| select_error(e, repo, &listing.commit, &store, self.writes()))?
-            };
-            if let Some(d) = discarded {
-                chosen.notice = Some(match chosen.notice.take() {
-                    Some(n) => format!("{d}; {n}"),
-                    None => d,
-                });
-            }
-            let by_path: BTreeMap<&str, &hub::RemoteFile> =
-                listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
-            let wanted = chosen
-                .paths
-                .iter()
-                .filter_map(|p| by_path.get(p.as_str()))
-                .map(|f| {
-                    let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
-                    Wanted {
-                        path: f.path.clone(),
-                        size: f.size,
-                        etag: f.etag().to_string(),
-                        sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
-                    }
-                })
-                .collect();
-            (listing.commit, wanted, chosen.notice)
         };
         let files = wanted
             .into_iter()
@@ -236,13 +251,14 @@ impl Fetcher {
     /// would take the snapshot for complete without them).
     ///
     /// `fresh` (checking): the listing always comes from the Hub; a saved copy that disagrees
-    /// with it is replaced, and the second value says so, naming it.
+    /// with it is replaced, and the second value says so, naming it. The third is true when
+    /// the listing is huggingface_hub's saved copy (a hint: see `resolve`).
     async fn list_files(
         &self,
         repo: &RepoRef,
         store: &Store,
         fresh: bool,
-    ) -> Result<(hub::RepoListing, Option<String>), FetchError> {
+    ) -> Result<(hub::RepoListing, Option<String>, bool), FetchError> {
         let commit = self.hub.repo_commit(repo).await?;
         let ours = store.tree_path(&commit);
         let theirs = store.hf_tree_path(&commit);
@@ -274,6 +290,7 @@ impl Fetcher {
                         refused,
                     },
                     None,
+                    from_theirs,
                 ));
             }
         }
@@ -305,6 +322,7 @@ impl Fetcher {
                 refused,
             },
             discarded,
+            false,
         ))
     }
 
@@ -651,6 +669,18 @@ fn listing_difference(saved: &[hub::RemoteFile], hub: &[hub::RemoteFile]) -> Str
 /// Every file of a listing that is in the cache's snapshot of `commit` (whatever its bytes:
 /// checking them is what comes next), for `cache verify` without a selection.
 fn cached_of(paths: &[&str], store: &Store, commit: &str) -> selection::Chosen {
+    // What the snapshot holds that the revision does not (a file planted there, listed by
+    // nothing but another program's saved listing) is named, never passed over.
+    let planted: Vec<String> = match store {
+        Store::Cache(r) => r
+            .list_snapshot(commit)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| f.path)
+            .filter(|p| !paths.contains(&p.as_str()))
+            .collect(),
+        Store::Local(_) => Vec::new(),
+    };
     let present: Vec<String> = paths
         .iter()
         .filter(|p| {
@@ -663,10 +693,28 @@ fn cached_of(paths: &[&str], store: &Store, commit: &str) -> selection::Chosen {
         .map(|p| p.to_string())
         .collect();
     let absent = paths.len() - present.len();
+    let mut notes = Vec::new();
+    if absent > 0 {
+        notes.push(format!(
+            "{absent} file(s) of the revision are not in the cache (not checked)"
+        ));
+    }
+    if !planted.is_empty() {
+        let shown: Vec<String> = planted
+            .iter()
+            .take(5)
+            .map(|p| format!("'{}'", escape(p)))
+            .collect();
+        notes.push(format!(
+            "{} file(s) in the snapshot are not in the revision (put there by something else; \
+             remove them with `wi-fetch cache rm`): {}{}",
+            planted.len(),
+            shown.join(", "),
+            if planted.len() > 5 { ", …" } else { "" }
+        ));
+    }
     selection::Chosen {
-        notice: (absent > 0).then(|| {
-            format!("{absent} file(s) of the revision are not in the cache (not checked)")
-        }),
+        notice: (!notes.is_empty()).then(|| notes.join("; ")),
         paths: present,
     }
 }
