@@ -264,6 +264,23 @@ pub fn write_replace(path: &Path, data: &[u8]) -> io::Result<()> {
     tmp.persist(path).map(|_| ()).map_err(|e| e.error)
 }
 
+/// Copies the regular file `src` (opened without following a link; `Ok(false)` when there is
+/// none, or something else is there) to `dst` through a fresh temporary file beside it renamed
+/// over `dst`: `src` is only read, so whoever has it open or mapped keeps its bytes as they
+/// were. The copy is the kernel's (`copy_file_range`: a reflink where the file system shares
+/// extents), not synced: the caller syncs what it completes.
+pub fn copy_replace(src: &Path, dst: &Path) -> io::Result<bool> {
+    let mut from = match open_read(src) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_a_file(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut tmp = tempfile(dst)?;
+    io::copy(&mut from, tmp.as_file_mut())?;
+    tmp.persist(dst).map_err(|e| e.error)?;
+    Ok(true)
+}
+
 /// Removes the file (or link) at `path`; a missing one is fine. Never follows a link.
 pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {

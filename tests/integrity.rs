@@ -121,6 +121,52 @@ fn full_verification_repairs_only_the_damaged_chunk() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
+/// A repair never writes the damaged file itself: the copy being repaired is a new file,
+/// renamed over the old one once verified. A reader that has the old one mapped (a model open
+/// in another process) keeps its bytes as they were, with no page pulled from under it; the
+/// path then names the repaired file. In the cache and in a local folder alike.
+#[test]
+fn a_repair_writes_a_new_file_and_leaves_an_open_map_alone() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    use weight_inspect::format::Model;
+    let hub = start(hub_builder());
+    let content = demo_file(FILE);
+    for local in [false, true] {
+        let sb = Sandbox::new();
+        let dir = sb.dir.path().join("local");
+        let dir_arg = dir.to_str().unwrap().to_string();
+        let extra: Vec<&str> = if local {
+            vec!["--local-dir", &dir_arg]
+        } else {
+            vec![]
+        };
+        assert_eq!(code(&fetch(&sb, &hub, &extra)), 0);
+        let path = if local { dir.join(FILE) } else { blob(&sb) };
+        let model = Model::open(&path).unwrap();
+        let at = 7 * CHUNK as usize + 100;
+        // Damaged in place (a disk error, another tool): the map sees it, as any reader would.
+        let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[content[at] ^ 0xff], at as u64).unwrap();
+        drop(f);
+        let inode = fs::metadata(&path).unwrap().ino();
+        assert_eq!(model.files()[0].bytes()[at], content[at] ^ 0xff);
+        hub.reset_stats();
+        let o = fetch(&sb, &hub, &[&extra[..], &["--verify", "full"]].concat());
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(sent(&hub, FILE), CHUNK, "exactly the damaged chunk");
+        assert_ne!(fs::metadata(&path).unwrap().ino(), inode, "a new file");
+        assert!(
+            fs::read(&path).unwrap() == content,
+            "the path names the repaired bytes"
+        );
+        // The open map: the old file, untouched by the repair, every byte readable.
+        let mapped = model.files()[0].bytes();
+        assert_eq!(mapped.len(), content.len());
+        assert_eq!(mapped[at], content[at] ^ 0xff);
+        assert!(mapped[..at] == content[..at] && mapped[at + 1..] == content[at + 1..]);
+    }
+}
+
 /// A truncated blob (a half-restored cache): offline it is damage (exit 2), online only the
 /// missing chunks are fetched.
 #[test]

@@ -97,20 +97,12 @@ impl LocalDir {
         )
     }
 
-    /// Moves `{dir}/{path}` (a regular file, no link followed) to its partial download's name
-    /// for `etag`, to be repaired in place; false when there is no such file. The caller holds
-    /// the path's lock.
+    /// Copies `{dir}/{path}` (a regular file, no link followed) to its partial download's name
+    /// for `etag`, to be repaired there and renamed over it when verified; false when there is
+    /// no such file. The file itself is never written (a reader that has it mapped keeps its
+    /// bytes). The caller holds the path's lock.
     pub fn reopen_file(&self, path: &str, etag: &str) -> io::Result<bool> {
-        let file = self.file_path(path);
-        match fs::symlink_metadata(&file) {
-            Ok(m) if m.is_file() => {
-                fs::rename(&file, self.partial_path(path, etag))?;
-                Ok(true)
-            }
-            Ok(_) => Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
+        safe_fs::copy_replace(&self.file_path(path), &self.partial_path(path, etag))
     }
 
     /// `{download}/{path}.{etag}.wi-partial.state`: our resume state, beside the partial file.

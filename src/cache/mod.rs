@@ -238,20 +238,12 @@ impl RepoCache {
         self.dir.join("trees").join(format!("{commit}.json"))
     }
 
-    /// Moves the blob `etag` (a regular file, no link followed) to its partial download's name,
-    /// to be repaired in place; false when there is no such blob. The caller holds the blob's
-    /// lock.
+    /// Copies the blob `etag` (a regular file, no link followed) to its partial download's
+    /// name, to be repaired there and renamed over it when verified; false when there is no
+    /// such blob. The blob itself is never written: a reader that has it mapped keeps its bytes
+    /// (a blob is never modified in place). The caller holds the blob's lock.
     pub fn reopen_blob(&self, etag: &str) -> io::Result<bool> {
-        let blob = self.blob_path(etag);
-        match fs::symlink_metadata(&blob) {
-            Ok(m) if m.is_file() => {
-                fs::rename(&blob, self.partial_path(etag))?;
-                Ok(true)
-            }
-            Ok(_) => Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
+        safe_fs::copy_replace(&self.blob_path(etag), &self.partial_path(etag))
     }
 
     /// `{cache}/.locks/models--org--name/{etag}.lock`.
@@ -641,8 +633,8 @@ impl Store {
         safe_fs::open_read_below(self.root(), path)
     }
 
-    /// Moves the complete file `path` at `etag` to its partial download's name, to be repaired
-    /// in place (the caller holds its lock); false when there is no such file.
+    /// Copies the complete file `path` at `etag` to its partial download's name, to be repaired
+    /// there and renamed over it (the caller holds its lock); false when there is no such file.
     pub fn reopen_for_repair(&self, path: &str, etag: &str) -> io::Result<bool> {
         match self {
             Store::Cache(r) => r.reopen_blob(etag),
