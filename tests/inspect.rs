@@ -880,3 +880,76 @@ fn one_metadata_key_is_one_key() {
     let text = String::from_utf8_lossy(&run(&[], &[&p]).stdout).into_owned();
     assert!(text.contains(", metadata 4 keys\n"), "{text}");
 }
+
+/// An invalid model is refused by `Model::open` with an error naming the file and its first
+/// problem, as the reference readers refuse it; `Model::open_lax` opens the valid rest, with
+/// the problems in the diagnostics. A truncated copy (safetensors and GGUF), a size that does
+/// not match the shape, an overflowing shape, a split GGUF missing a shard.
+#[test]
+fn an_invalid_model_does_not_open_without_asking_for_lax() {
+    use weight_inspect::format::model::OpenError;
+    let dir = tempfile::tempdir().unwrap();
+    let full = StWriter::new()
+        .tensor("a", "U8", &[8], &[1; 8])
+        .tensor("b", "U8", &[8], &[2; 8])
+        .build();
+    let gguf = small_model().build();
+    let (s1, _) = split_pair();
+    let cases: Vec<(&str, Vec<u8>, &str, usize)> = vec![
+        (
+            "truncated.safetensors",
+            full[..full.len() - 3].to_vec(),
+            "'b'",
+            1,
+        ),
+        (
+            "mismatch.safetensors",
+            StWriter::new()
+                .tensor("ok", "U8", &[2], &[0; 2])
+                .tensor("w", "F32", &[2, 3], &[0; 20])
+                .build(),
+            "'w'",
+            1,
+        ),
+        (
+            "overflow.safetensors",
+            StWriter::new()
+                .tensor_at("big", "F64", &[1 << 62], 0, 0)
+                .build(),
+            "'big'",
+            0,
+        ),
+        // GGUF lists every tensor its header describes; the one cut off cannot be viewed.
+        (
+            "truncated.gguf",
+            gguf[..gguf.len() - 100].to_vec(),
+            "output_norm.weight",
+            3,
+        ),
+        ("m-00001-of-00002.gguf", s1, "split.count = 2", 2),
+    ];
+    for (name, bytes, named, valid_tensors) in cases {
+        let p = write(dir.path(), name, &bytes);
+        let e = Model::open(&p).unwrap_err();
+        let shown = e.to_string();
+        assert!(matches!(e, OpenError::Invalid { .. }), "{name}: {shown}");
+        assert_eq!(e.path(), p, "{name}");
+        assert!(
+            shown.starts_with(&format!("{}: not a valid ", p.display())) && shown.contains(named),
+            "{name}: {shown}"
+        );
+        let lax = Model::open_lax(&p).unwrap();
+        assert_eq!(lax.tensors().count(), valid_tensors, "{name}");
+        let errors = lax
+            .files()
+            .iter()
+            .flat_map(|f| f.header().diagnostics())
+            .chain(lax.cross_file_diagnostics())
+            .filter(|d| d.severity == weight_inspect::format::Severity::Error)
+            .count();
+        assert!(errors > 0, "{name}");
+    }
+    // A valid model opens.
+    let p = write(dir.path(), "whole.safetensors", &full);
+    assert_eq!(Model::open(&p).unwrap().tensors().count(), 2);
+}

@@ -356,6 +356,93 @@ fn offline_names_what_a_partial_repository_lacks() {
     assert_eq!(hub.stats().total_requests, 0);
 }
 
+/// `--cache-fallback`: with the Hub's API failing (503 every time), a cache that holds every
+/// file asked for answers, after one metadata request and no retry; a cache that lacks one of
+/// them never answers with part of the selection: the Hub is asked again with the usual
+/// retries, then exit 3 naming what the cache lacks. Without the flag the Hub's failure is the
+/// answer.
+#[test]
+fn cache_fallback_answers_only_with_everything_asked_for() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f32-00001-of-00002.gguf",
+        "-q",
+    ]);
+    expect_code(&run(c), 0);
+    // The listing of the repository is saved (a run that stopped after two files).
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "--include", "*.gguf", "--dry-run"]);
+    expect_code(&run(c), 0);
+    hub.faults().push(Fault::status(503).on_path("/api/*"));
+
+    hub.reset_stats();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "tinyllama-q8_0.gguf", "--cache-fallback"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(
+        stderr(&o).contains("answered from the cache"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(hub.stats().total_requests, 1, "asked once, no retry");
+
+    for args in [
+        vec![REPO, "--include", "tinyllama-f32*", "--cache-fallback"],
+        vec![
+            REPO,
+            "tinyllama-f32-00002-of-00002.gguf",
+            "--cache-fallback",
+        ],
+    ] {
+        hub.reset_stats();
+        let mut c = sb.cmd(&hub);
+        c.args(&args);
+        let o = run(c);
+        expect_code(&o, 3);
+        let e = stderr(&o);
+        assert!(!e.contains("answered from the cache"), "{args:?}: {e}");
+        assert!(
+            e.contains("the cache cannot stand in")
+                && e.contains("tinyllama-f32-00002-of-00002.gguf"),
+            "{args:?}: {e}"
+        );
+        assert_eq!(
+            hub.stats().total_requests,
+            1 + 6,
+            "then the usual 5 retries"
+        );
+    }
+
+    hub.reset_stats();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "tinyllama-q8_0.gguf"]);
+    let o = run(c);
+    expect_code(&o, 3);
+    assert!(!stderr(&o).contains("cache"), "{}", stderr(&o));
+
+    // The Hub answers the listing, but the missing file's body fails on every try: a failure
+    // after the metadata answered is never answered from the cache (it used to be, by the
+    // Python drop-ins, with part of the repository).
+    hub.faults().clear();
+    hub.faults()
+        .push(Fault::status(503).on_path("*tinyllama-f32-00002-of-00002.gguf"));
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "--include", "tinyllama-f32*", "--cache-fallback"]);
+    let o = run(c);
+    expect_code(&o, 3);
+    assert!(
+        !stderr(&o).contains("answered from the cache"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(lines(&o).is_empty(), "no path printed: {:?}", lines(&o));
+}
+
 /// A warm cache with `--offline` (or `HF_HUB_OFFLINE=1`) answers without a single request.
 #[test]
 fn warm_cache_offline_makes_no_request() {

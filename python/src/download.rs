@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use weight_inspect::exit::ExitClass;
 use weight_inspect::fetch::{
     parse_reference, CancellationToken, FetchError, Fetcher, HeaderValue, RepoRef, RepoType,
-    RetryPolicy, Selection,
+    Selection,
 };
 use weight_inspect::hub::HubError;
 use weight_inspect::net::extra_header;
@@ -107,6 +107,7 @@ fn reason(e: &FetchError) -> Option<&'static str> {
         FetchError::NotCached { .. } => Some("not_cached"),
         FetchError::NothingSelected { .. } => Some("nothing_selected"),
         FetchError::Several { first, .. } => reason(first),
+        FetchError::Unreachable { .. } => Some("unreachable"),
         _ => None,
     }
 }
@@ -149,8 +150,9 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The `User-Agent`, in place of the library's.
     pub user_agent: Option<String>,
-    /// Retries of a failed metadata request (default the library's, 5).
-    pub metadata_retries: Option<usize>,
+    /// When the Hub cannot be reached, the cache if it holds everything asked for
+    /// ([`weight_inspect::fetch::FetcherBuilder::cache_fallback`]).
+    pub cache_fallback: bool,
     /// Resolve only: the plan, nothing downloaded.
     pub dry_run: bool,
 }
@@ -239,11 +241,7 @@ fn prepare(
         }
         b = b.user_agent(ua);
     }
-    if let Some(n) = r.metadata_retries {
-        let mut policy = RetryPolicy::default();
-        policy.max_retries = n;
-        b = b.hub_retry(policy);
-    }
+    b = b.cache_fallback(r.cache_fallback);
     let fetcher = b.build_blocking().map_err(|e| fetch_failure(&e))?;
     Ok((fetcher, repo, selection))
 }

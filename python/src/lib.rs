@@ -36,10 +36,12 @@ use errors::Failure;
 use model::NativeModel;
 
 /// Open a model: a `.gguf` or `.safetensors` file, the first part of a split GGUF
-/// (`NAME-00001-of-0000N.gguf`) or a `model.safetensors.index.json`.
+/// (`NAME-00001-of-0000N.gguf`) or a `model.safetensors.index.json`. An invalid model is
+/// refused unless `lax` (then what is valid in it is opened).
 #[pyfunction]
-fn open(py: Python<'_>, path: PathBuf) -> PyResult<NativeModel> {
-    let model = py.detach(move || model::open_model(path))?;
+#[pyo3(signature = (path, *, lax = false))]
+fn open(py: Python<'_>, path: PathBuf, lax: bool) -> PyResult<NativeModel> {
+    let model = py.detach(move || model::open_model(path, lax))?;
     Ok(NativeModel::new(model))
 }
 
@@ -252,7 +254,7 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failu
 /// GIL while downloading, calls `progress(kind, file, n)` about every 100 ms, and stops cleanly
 /// on Ctrl-C (see [`mod@download`]).
 #[pyfunction]
-#[pyo3(signature = (repo, quant, files, include, exclude, revision, cache_dir, local_dir, token, offline, connections, progress, endpoint, repo_type, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, metadata_retries=None, dry_run=false))]
+#[pyo3(signature = (repo, *, quant=None, files=Vec::new(), include=Vec::new(), exclude=Vec::new(), revision=None, cache_dir=None, local_dir=None, token=None, offline=None, connections=None, progress=None, endpoint=None, repo_type=None, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, cache_fallback=false, dry_run=false))]
 #[allow(clippy::too_many_arguments)]
 fn fetch(
     py: Python<'_>,
@@ -275,7 +277,7 @@ fn fetch(
     max_files: Option<usize>,
     headers: Vec<(String, String)>,
     user_agent: Option<String>,
-    metadata_retries: Option<usize>,
+    cache_fallback: bool,
     dry_run: bool,
 ) -> PyResult<String> {
     let request = download::Request {
@@ -297,7 +299,7 @@ fn fetch(
         max_files,
         headers,
         user_agent,
-        metadata_retries,
+        cache_fallback,
         dry_run,
     };
     download::run(py, request, progress)

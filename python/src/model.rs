@@ -27,10 +27,19 @@ pub struct NativeModel {
     index: HashMap<String, (usize, usize)>,
 }
 
-/// Open a model as [`Model::open`] does, mapping its errors to exceptions.
-pub fn open_model(path: PathBuf) -> Result<Model, Failure> {
-    Model::open(&path).map_err(|e| match &e {
+/// Open a model as [`Model::open`] does (or [`Model::open_lax`]), mapping its errors to
+/// exceptions.
+pub fn open_model(path: PathBuf, lax: bool) -> Result<Model, Failure> {
+    let opened = if lax {
+        Model::open_lax(&path)
+    } else {
+        Model::open(&path)
+    };
+    opened.map_err(|e| match &e {
         OpenError::Io { source, .. } => Failure::io(source, &e),
+        OpenError::Invalid { .. } => Failure::local(format_args!(
+            "{e}; pass lax=True to open its valid tensors anyway"
+        )),
         _ => Failure::local(&e),
     })
 }

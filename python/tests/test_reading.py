@@ -330,7 +330,13 @@ def test_a_tensor_past_the_end_of_a_truncated_file_raises_naming_it(
     last = max(m.tensors.values(), key=lambda t: t.offset)
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole[: last.offset + 1])
-    t = wi.open(cut)  # the header is whole: the file opens, its diagnostics say what is wrong
+    # The header is whole, the model is not: refused, naming the file and the tensor cut off.
+    with pytest.raises(wi.LocalError) as refused:
+        wi.open(cut)
+    shown = str(refused.value)
+    assert str(cut) in shown and last.name in shown and "lax=True" in shown
+    # Asked for, the lax mode opens it; its diagnostics say what is wrong.
+    t = wi.open(cut, lax=True)
     assert any(sev == "error" for sev, _, _ in t.diagnostics)
     with pytest.raises(wi.LocalError) as e:
         t.tensor(last.name)

@@ -145,8 +145,10 @@ def test_closed_handles_and_frameworks(path: Path, tmp_path: Path) -> None:
         f.get_tensor("c")
     np.testing.assert_array_equal(kept, ARRAYS["c"])  # a view outlives its handle
     for fw in ("pt", "tf", "jax", "flax", "mlx", "foo"):
-        with pytest.raises(wi.SafetensorError, match="not supported"):
+        with pytest.raises(wi.SafetensorError, match="not supported") as e:
             wi.safe_open(path, framework=fw)
+        # What works, and what a PyTorch user does today.
+        assert "'numpy'" in str(e.value) and "torch.from_numpy" in str(e.value)
     assert wi.safe_open(path, framework="numpy").keys() == sorted(ARRAYS)
     with pytest.raises(FileNotFoundError):
         safetensors.safe_open(str(tmp_path / "nope.safetensors"), "np")
@@ -163,3 +165,42 @@ def test_a_view_is_read_only(path: Path) -> None:
             f.get_slice("a")[0][0, 0] = 1.0
         with pytest.raises(ValueError):
             a.setflags(write=True)
+
+
+def _truncated(path: Path, tmp_path: Path) -> Path:
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(path.read_bytes()[:-5])
+    return cut
+
+
+def _size_mismatch(tmp_path: Path) -> Path:
+    header = b'{"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}}'
+    p = tmp_path / "mismatch.safetensors"
+    p.write_bytes(len(header).to_bytes(8, "little") + header + bytes(20))
+    return p
+
+
+def _overflow(tmp_path: Path) -> Path:
+    header = b'{"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}}'
+    p = tmp_path / "overflow.safetensors"
+    p.write_bytes(len(header).to_bytes(8, "little") + header)
+    return p
+
+
+def test_an_invalid_file_is_refused_as_safetensors_refuses_it(path: Path, tmp_path: Path) -> None:
+    # Truncated (the last tensor past the end), a size that does not match the shape, a shape
+    # whose byte size overflows: safetensors raises, and so does the drop-in, naming the file
+    # (no tensor silently left out of keys()); lax=True opens what is valid.
+    for bad in (_truncated(path, tmp_path), _size_mismatch(tmp_path), _overflow(tmp_path)):
+        with pytest.raises(safetensors.SafetensorError):
+            safetensors.safe_open(str(bad), "np")
+        with pytest.raises(wi.SafetensorError) as e:
+            wi.safe_open(bad, "np")
+        assert str(bad) in str(e.value) and "lax=True" in str(e.value), bad
+        with pytest.raises(wi.LocalError):
+            wi.open(bad)
+        with wi.safe_open(bad, "np", lax=True) as f:
+            assert "w" not in f.keys()
+    with wi.safe_open(_truncated(path, tmp_path), "np", lax=True) as f:
+        kept = set(f.keys())
+        assert kept and kept < set(ARRAYS)

@@ -18,6 +18,15 @@ pub enum FetchError {
     /// A file transfer failed.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// With [`super::FetcherBuilder::cache_fallback`]: the Hub could not be reached, and the
+    /// cache could not stand in for it (it lacks a file asked for, or holds a damaged one).
+    #[error("{error}; and the cache cannot stand in: {}", fmt_cache(cache))]
+    Unreachable {
+        /// Why the Hub could not be reached (a network failure, after retries).
+        error: Box<FetchError>,
+        /// What the cache lacks (what an offline fetch said).
+        cache: Box<FetchError>,
+    },
     /// The fetch was stopped on request ([`super::FetcherBuilder::cancellation`]); every byte
     /// received is on disk and recorded, and the same fetch resumes from there.
     #[error("{}", fmt_interrupted(repo, *kept, *total, *incomplete))]
@@ -261,6 +270,7 @@ impl FetchError {
             | FetchError::Locked { .. } => ExitClass::Integrity,
             FetchError::Manifest(_) => ExitClass::Local,
             FetchError::Several { first, .. } => first.exit_class(),
+            FetchError::Unreachable { error, .. } => error.exit_class(),
         }
     }
 
@@ -326,6 +336,15 @@ impl FetchError {
             };
         }
         FetchError::Io { op, path, source }
+    }
+}
+
+/// What the cache lacks, for [`FetchError::Unreachable`]: an offline fetch's failure, without
+/// the reminder that the network was off (it was not: the Hub did not answer).
+fn fmt_cache(cache: &FetchError) -> String {
+    match cache {
+        FetchError::NotCached { what, dir, .. } => format!("{what} is not in {}", dir.display()),
+        other => other.to_string(),
     }
 }
 

@@ -102,6 +102,7 @@ use crate::transfer::Engine;
 
 /// Builds a [`Fetcher`]. Every setter documents its default.
 #[must_use]
+#[derive(Clone)]
 pub struct FetcherBuilder {
     hub: HubConfig,
     cache_dir: Option<PathBuf>,
@@ -116,6 +117,7 @@ pub struct FetcherBuilder {
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
+    cache_fallback: bool,
     engine: EngineConfig,
 }
 
@@ -152,6 +154,7 @@ impl Default for FetcherBuilder {
             ensure_manifests: false,
             force_download: false,
             check_only: false,
+            cache_fallback: false,
             engine: EngineConfig::default(),
         }
     }
@@ -235,6 +238,21 @@ impl FetcherBuilder {
     /// `HF_HUB_OFFLINE`).
     pub fn offline(mut self, offline: bool) -> Self {
         self.offline = offline;
+        self
+    }
+
+    /// When the Hub cannot be reached, answer from the cache — but only when it holds
+    /// everything asked for, checked as offline ([`FetcherBuilder::offline`]) checks it; a
+    /// cache that lacks a file is never returned as success. As huggingface_hub does: the
+    /// Hub's metadata is asked once, without retries; when that fails for a network reason
+    /// and the cache is complete, the fetch is answered from it (with an
+    /// [`Event::Notice`](crate::progress::Event::Notice) saying so); when the cache is not,
+    /// the Hub is asked again with the usual retries, and if it still cannot be reached the
+    /// failure is [`FetchError::Unreachable`], which names what the cache lacks. A failure after
+    /// the metadata answered (a file's body that keeps failing) is never answered from the
+    /// cache. Default false: a fetch fails when the Hub cannot be reached.
+    pub fn cache_fallback(mut self, yes: bool) -> Self {
+        self.cache_fallback = yes;
         self
     }
 
@@ -381,6 +399,31 @@ impl FetcherBuilder {
 
     /// Builds the fetcher.
     pub fn build(self) -> Result<Fetcher, FetchError> {
+        let fallback = if self.cache_fallback && !self.offline && !self.check_only {
+            let quiet = FetcherBuilder {
+                cache_fallback: false,
+                ..self.clone()
+            };
+            let mut once = quiet.hub.retry.clone();
+            once.max_retries = 0;
+            Some(Box::new(Fallback {
+                quick: FetcherBuilder {
+                    hub: HubConfig {
+                        retry: once,
+                        ..quiet.hub.clone()
+                    },
+                    ..quiet.clone()
+                }
+                .build()?,
+                cache: FetcherBuilder {
+                    offline: true,
+                    ..quiet
+                }
+                .build()?,
+            }))
+        } else {
+            None
+        };
         let hub = HubClient::new(self.hub)?;
         let client = self
             .engine
@@ -406,6 +449,7 @@ impl FetcherBuilder {
             ensure_manifests: self.ensure_manifests,
             force_download: self.force_download,
             check_only: self.check_only,
+            fallback,
         })
     }
 
@@ -434,6 +478,17 @@ pub struct Fetcher {
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
+    /// With [`FetcherBuilder::cache_fallback`]: the same fetcher with metadata asked once, and
+    /// offline.
+    fallback: Option<Box<Fallback>>,
+}
+
+/// The two fetchers behind [`FetcherBuilder::cache_fallback`].
+struct Fallback {
+    /// Metadata requests tried once: is the Hub there?
+    quick: Fetcher,
+    /// Offline: what the cache holds.
+    cache: Fetcher,
 }
 
 impl std::fmt::Debug for Fetcher {

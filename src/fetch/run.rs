@@ -169,9 +169,22 @@ impl Fetcher {
         let files_before = self.engine.downloads();
         let gate = Gate::new(&*self.reporter);
         let may_retry = !self.offline && !is_commit_hash(&repo.revision);
-        let first = self
-            .fetch_once(repo, selection, pins, start, &gate, !may_retry)
-            .await;
+        let plan = match &self.fallback {
+            Some(fb) if !self.force_download => {
+                match self.plan_or_cache(fb, repo, selection, pins, &gate).await? {
+                    Ok(plan) => Ok(plan),
+                    Err(from_cache) => return Ok(from_cache),
+                }
+            }
+            _ => self.plan(repo, selection, pins).await,
+        };
+        let first = match plan {
+            Ok(plan) => {
+                self.fetch_once(repo, plan, pins, start, &gate, !may_retry)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         let used = |s: FetchSummary| {
             let secs = start.elapsed().as_secs_f64();
             FetchSummary {
@@ -193,9 +206,13 @@ impl Fetcher {
                     &format!("{e}; resolving '{}' again", escape(&repo.revision)),
                 );
                 gate.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                self.fetch_once(repo, selection, pins, start, &gate, true)
-                    .await
-                    .map(used)
+                match self.plan(repo, selection, pins).await {
+                    Ok(plan) => self
+                        .fetch_once(repo, plan, pins, start, &gate, true)
+                        .await
+                        .map(used),
+                    Err(e) => Err(e),
+                }
             }
             other => {
                 gate.release();
@@ -204,32 +221,104 @@ impl Fetcher {
         }
     }
 
-    async fn fetch_once(
+    /// [`FetcherBuilder::cache_fallback`](super::FetcherBuilder::cache_fallback): the plan,
+    /// with the Hub's metadata asked once; when the Hub cannot be reached, the cache's answer
+    /// (`Err`) if it holds everything asked for, else the plan asked again with the usual
+    /// retries ([`FetchError::Unreachable`] when that fails for a network reason too).
+    async fn plan_or_cache(
+        &self,
+        fb: &super::Fallback,
+        repo: &RepoRef,
+        selection: &Selection,
+        pins: Option<&LockedRepo>,
+        gate: &Gate<'_>,
+    ) -> Result<Result<Plan, FetchSummary>, FetchError> {
+        let unreachable = |e: &FetchError| e.exit_class() == crate::exit::ExitClass::Network;
+        let error = match fb.quick.plan(repo, selection, pins).await {
+            Ok(plan) => return Ok(Ok(plan)),
+            Err(e) if unreachable(&e) => e,
+            Err(e) => return Err(e),
+        };
+        // The cache stands in only when it holds every file asked for: its plan first (which
+        // reports nothing), the fetch from it (verifying, reporting) only then.
+        let cache = match fb.cache.plan(repo, selection, pins).await {
+            Ok(plan) if plan.missing.is_empty() => {
+                // (Boxed: the offline fetcher has no fallback of its own; the compiler cannot
+                // know that.)
+                match Box::pin(fb.cache.fetch_pinned(repo, selection, pins)).await {
+                    Ok(summary) => {
+                        notice(
+                            gate,
+                            None,
+                            &format!(
+                                "the Hub could not be reached ({error}); answered from the cache"
+                            ),
+                        );
+                        return Ok(Err(summary));
+                    }
+                    Err(e) => e,
+                }
+            }
+            Ok(plan) => FetchError::NotCached {
+                what: format!(
+                    "{} of the files asked for ({})",
+                    plan.missing.len(),
+                    plan.missing
+                        .iter()
+                        .take(3)
+                        .map(|p| format!("'{}'", escape(p)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                dir: fb.cache.store_for(repo).root().to_path_buf(),
+                offline: true,
+            },
+            Err(e) => e,
+        };
+        match self.plan(repo, selection, pins).await {
+            Ok(plan) => Ok(Ok(plan)),
+            Err(error) if unreachable(&error) => Err(FetchError::Unreachable {
+                error: Box::new(error),
+                cache: Box::new(cache),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The plan of a selection, or of what a lock file pins; stopped by the cancellation
+    /// token.
+    async fn plan(
         &self,
         repo: &RepoRef,
         selection: &Selection,
         pins: Option<&LockedRepo>,
-        start: Instant,
-        rep: &Gate<'_>,
-        last_round: bool,
-    ) -> Result<FetchSummary, FetchError> {
-        let plan = tokio::select! {
+    ) -> Result<Plan, FetchError> {
+        tokio::select! {
             biased;
-            () = self.cancel.cancelled() => {
-                return Err(FetchError::Interrupted {
-                    repo: repo.to_string(),
-                    kept: 0,
-                    total: 0,
-                    incomplete: 0,
-                })
-            }
+            () = self.cancel.cancelled() => Err(FetchError::Interrupted {
+                repo: repo.to_string(),
+                kept: 0,
+                total: 0,
+                incomplete: 0,
+            }),
             plan = async {
                 match pins {
                     Some(p) => self.resolve_locked(repo, p).await,
                     None => self.resolve(repo, selection).await,
                 }
-            } => plan?,
-        };
+            } => plan,
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        repo: &RepoRef,
+        plan: Plan,
+        pins: Option<&LockedRepo>,
+        start: Instant,
+        rep: &Gate<'_>,
+        last_round: bool,
+    ) -> Result<FetchSummary, FetchError> {
         rep.on_event(&Event::Plan {
             files: plan.files.len(),
             total_bytes: plan.total_bytes(),
@@ -593,9 +682,10 @@ impl Fetcher {
                 return Ok(r);
             }
         }
-        // A damaged copy in place (wrong bytes, or truncated) becomes the partial download:
-        // with a manifest's chunks, the engine keeps every chunk that still matches and fetches
-        // only the others.
+        // A copy of a damaged file in place (wrong bytes, or truncated) becomes the partial
+        // download: with a manifest's chunks, the engine keeps every chunk that still matches
+        // and fetches only the others; verified, it is renamed over the damaged file, which is
+        // never written (a reader that has it mapped keeps its bytes).
         if !force && (repair || (has_chunks && !paths.data.exists())) {
             let reopened = store
                 .reopen_for_repair(&f.path, &f.etag)

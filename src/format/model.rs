@@ -19,7 +19,7 @@
 use super::mmap::Mmap;
 use super::{
     gguf, safetensors, DType, Diagnostic, Endianness, Format, FormatError, FormatErrorKind, Header,
-    TensorInfo,
+    Severity, TensorInfo,
 };
 use std::fs::File;
 use std::io;
@@ -45,6 +45,28 @@ pub enum OpenError {
         /// The format error, with its byte offset.
         source: FormatError,
     },
+    /// The file can be read, but it breaks a rule of its format (a tensor past the end of a
+    /// truncated file, a size that does not match the shape, an overflowing shape, …):
+    /// [`Model::open`] refuses it, [`Model::open_lax`] opens what is valid in it.
+    #[error("{}: not a valid {} model: {}{}", path.display(), format.as_str(), first.message, more_errors(*count))]
+    Invalid {
+        /// The file with the first error (the model's own path for an error across files).
+        path: PathBuf,
+        /// The model's format.
+        format: Format,
+        /// The first error.
+        first: Diagnostic,
+        /// How many errors there are in all (across the model's files).
+        count: u64,
+    },
+}
+
+fn more_errors(count: u64) -> String {
+    match count {
+        0 | 1 => String::new(),
+        2 => " (and 1 more error)".into(),
+        n => format!(" (and {} more errors)", super::diagnostics::grouped(n - 1)),
+    }
 }
 
 /// Read a file that is parsed whole (an index), refusing one of more than `limit` bytes with
@@ -72,7 +94,9 @@ impl OpenError {
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            OpenError::Io { path, .. } | OpenError::Format { path, .. } => path,
+            OpenError::Io { path, .. }
+            | OpenError::Format { path, .. }
+            | OpenError::Invalid { path, .. } => path,
         }
     }
 }
@@ -405,10 +429,54 @@ pub struct Model {
 }
 
 impl Model {
-    /// Open a model from `path`: a `.gguf` or `.safetensors` file, the first shard of a split
-    /// GGUF (`NAME-00001-of-0000N.gguf`, all shards are opened), or a
+    /// Open a valid model from `path`: a `.gguf` or `.safetensors` file, the first shard of a
+    /// split GGUF (`NAME-00001-of-0000N.gguf`, all shards are opened), or a
     /// `model.safetensors.index.json` (all shards it names are opened).
+    ///
+    /// A model that breaks a rule of its format (any diagnostic of [`Severity::Error`], in a
+    /// file or across files: a tensor past the end of a truncated copy, a size that does not
+    /// match its shape, a missing shard, …) is refused with [`OpenError::Invalid`], as the
+    /// reference readers refuse it, rather than opened with the broken tensors left out.
+    /// [`Model::open_lax`] opens it anyway, for a caller that reports or salvages.
     pub fn open(path: &Path) -> Result<Model, OpenError> {
+        let model = Model::open_lax(path)?;
+        model.check_valid()?;
+        Ok(model)
+    }
+
+    /// [`OpenError::Invalid`] when any diagnostic of the model is an error.
+    pub fn check_valid(&self) -> Result<(), OpenError> {
+        let mut first: Option<(&Path, &Diagnostic)> = None;
+        let mut count = 0u64;
+        let in_files = self
+            .files
+            .iter()
+            .flat_map(|f| f.header().diagnostics().iter().map(move |d| (f.path(), d)));
+        let across = self.diagnostics.iter().map(|d| (self.path.as_path(), d));
+        for (path, d) in in_files.chain(across) {
+            if d.severity == Severity::Error {
+                // A summary line ("… and N more") stands for N errors.
+                count += d.more.max(1);
+                first.get_or_insert((path, d));
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some((path, d)) => Err(OpenError::Invalid {
+                path: path.to_path_buf(),
+                format: self.format,
+                first: d.clone(),
+                count,
+            }),
+        }
+    }
+
+    /// Open the model at `path` as [`Model::open`] does, but keep a model that breaks rules of
+    /// its format: what cannot be described validly is left out of [`Model::tensors`] (see
+    /// each format's guarantees) and named by the diagnostics of each file's header and by
+    /// [`Model::cross_file_diagnostics`]. Only a file whose header cannot be followed at all
+    /// is refused ([`OpenError::Format`]).
+    pub fn open_lax(path: &Path) -> Result<Model, OpenError> {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

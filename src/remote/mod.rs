@@ -736,9 +736,10 @@ impl Reader<'_> {
                     let name = self.name(path);
                     let file = ModelFile::from_header_bytes(name, buf, size).map_err(|e| match e {
                         format::model::OpenError::Format { source, .. } => (source, size),
-                        // A file read from memory has no I/O to fail.
-                        format::model::OpenError::Io { source, .. } => (
-                            FormatError::new(FormatErrorKind::Other(source.to_string()), 0),
+                        // A file read from memory has no I/O to fail, and is opened laxly
+                        // (the report lists its problems).
+                        other => (
+                            FormatError::new(FormatErrorKind::Other(other.to_string()), 0),
                             size,
                         ),
                     });
@@ -836,10 +837,10 @@ fn broken(
 fn open_error(e: format::model::OpenError) -> (PathBuf, u64, FormatError) {
     match e {
         format::model::OpenError::Format { path, source } => (path, 0, source),
-        format::model::OpenError::Io { path, source } => (
-            path,
+        other => (
+            other.path().to_path_buf(),
             0,
-            FormatError::new(FormatErrorKind::Other(source.to_string()), 0),
+            FormatError::new(FormatErrorKind::Other(other.to_string()), 0),
         ),
     }
 }

@@ -231,9 +231,15 @@ impl Report {
 /// Returns `Err` only when the path cannot be read; a malformed file gives a report with
 /// `valid: false`.
 pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> {
-    match Model::open(path) {
+    // Lax: a report lists every problem of an invalid model, and checks what is valid in it.
+    match Model::open_lax(path) {
         Ok(model) => Ok(verify_model(&model, opts)),
         Err(OpenError::Io { path, source }) => Err(InspectError::Io { path, source }),
+        // (`open_lax` never refuses a model as invalid.)
+        Err(e @ OpenError::Invalid { .. }) => Err(InspectError::Io {
+            path: e.path().to_path_buf(),
+            source: io::Error::other(e.to_string()),
+        }),
         Err(OpenError::Format { path: bad, source }) => {
             let size = std::fs::metadata(&bad).map(|m| m.len()).unwrap_or(0);
             Ok(report_format_error(path, &bad, size, &source, opts))

@@ -355,15 +355,19 @@ class Model:
         return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._tensors)} tensors>"
 
 
-def open(path: PathLike) -> Model:  # noqa: A001 - the module's entry point, as in the issue
+def open(path: PathLike, *, lax: bool = False) -> Model:  # noqa: A001 - the module's entry point
     """Memory-map the model at ``path`` and parse its headers (tensor data is not read).
 
     ``path`` is a ``.gguf`` or ``.safetensors`` file, the first part of a split GGUF
     (``NAME-00001-of-0000N.gguf``: every part is opened) or a ``model.safetensors.index.json``
     (every shard it names). Raises :class:`MissingFileError` for a missing file and
-    :class:`LocalError` for one that cannot be read or parsed.
+    :class:`LocalError` for one that cannot be read or parsed, or that is invalid: a tensor
+    past the end of a truncated file, a size that does not match its shape, a missing shard
+    (the message names the file and the first error). With ``lax=True`` an invalid model is
+    opened all the same: its valid tensors are there, the others only in
+    :attr:`Model.diagnostics`.
     """
-    return Model(_native.open(os.fspath(path)))
+    return Model(_native.open(os.fspath(path), lax=lax))
 
 
 class SafeSlice:
@@ -463,20 +467,30 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     manager behave as safetensors' do; arrays are read-only views of the memory map instead of
     copies. Only ``framework="np"`` (or ``"numpy"``) and ``device="cpu"`` are supported. Any
     model :func:`open` reads is accepted (a GGUF too). Errors where safetensors raises
-    ``SafetensorError`` raise :data:`SafetensorError` (:class:`LocalError`); a missing
-    tensor :class:`MissingTensorError`, a missing file :class:`MissingFileError` (a
-    ``FileNotFoundError``, as safetensors raises).
+    ``SafetensorError`` raise :data:`SafetensorError` (:class:`LocalError`): an invalid file
+    (truncated, a size that does not match a shape, …) among them, unless ``lax=True`` (as for
+    :func:`open`); a missing tensor :class:`MissingTensorError`, a missing file
+    :class:`MissingFileError` (a ``FileNotFoundError``, as safetensors raises). For PyTorch,
+    ``torch.from_numpy(f.get_tensor(name))`` shares the array's memory.
     """
 
-    def __init__(self, filename: PathLike, framework: str = "np", device: str = "cpu") -> None:
+    def __init__(
+        self,
+        filename: PathLike,
+        framework: str = "np",
+        device: str = "cpu",
+        *,
+        lax: bool = False,
+    ) -> None:
         if framework not in ("np", "numpy"):
             raise SafetensorError(
                 f"framework {framework!r} is not supported by weight_inspect.safe_open: "
-                "only 'np' (NumPy) is"
+                "'np' and 'numpy' are (NumPy arrays, views of the file); for PyTorch, "
+                "torch.from_numpy(f.get_tensor(name)) shares the same memory without a copy"
             )
         if device != "cpu":
             raise SafetensorError(f"device {device!r} is not supported: only 'cpu' is")
-        self._opened: Optional[Model] = open(filename)
+        self._opened: Optional[Model] = open(filename, lax=lax)
 
     def _model(self) -> Model:
         if self._opened is None:
@@ -684,19 +698,19 @@ def fetch(
 
     text = _native.fetch(
         repo,
-        quant,
-        listed(files),
-        listed(include),
-        listed(exclude),
-        revision,
-        None if cache_dir is None else os.fspath(cache_dir),
-        None if local_dir is None else os.fspath(local_dir),
-        token,
-        offline,
-        connections,
-        progress,
-        endpoint,
-        repo_type,
+        quant=quant,
+        files=listed(files),
+        include=listed(include),
+        exclude=listed(exclude),
+        revision=revision,
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        local_dir=None if local_dir is None else os.fspath(local_dir),
+        token=token,
+        offline=offline,
+        connections=connections,
+        progress=progress,
+        endpoint=endpoint,
+        repo_type=repo_type,
         headers=sorted((headers or {}).items()),
         dry_run=dry_run,
     )

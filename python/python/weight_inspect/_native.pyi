@@ -48,7 +48,7 @@ class NativeModel:
     def __contains__(self, name: str) -> bool: ...
     def __len__(self) -> int: ...
 
-def open(path: _Path) -> NativeModel: ...
+def open(path: _Path, *, lax: bool = False) -> NativeModel: ...
 def inspect(
     path: _Path,
     verify: bool = False,
@@ -74,32 +74,34 @@ def manifest_check(
     """``(report JSON, all files match, the tool's summary line)``."""
 def fetch(
     repo: str,
-    quant: Optional[str],
-    files: List[str],
-    include: List[str],
-    exclude: List[str],
-    revision: Optional[str],
-    cache_dir: Optional[str],
-    local_dir: Optional[str],
-    token: Optional[str],
-    offline: Optional[bool],
-    connections: Optional[int],
-    progress: Optional[Callable[[str, str, int], Any]],
-    endpoint: Optional[str],
-    repo_type: Optional[str],
+    *,
+    quant: Optional[str] = None,
+    files: List[str] = ...,
+    include: List[str] = ...,
+    exclude: List[str] = ...,
+    revision: Optional[str] = None,
+    cache_dir: Optional[str] = None,
+    local_dir: Optional[str] = None,
+    token: Optional[str] = None,
+    offline: Optional[bool] = None,
+    connections: Optional[int] = None,
+    progress: Optional[Callable[[str, str, int], Any]] = None,
+    endpoint: Optional[str] = None,
+    repo_type: Optional[str] = None,
     force_download: bool = False,
     metadata_timeout: Optional[float] = None,
     max_files: Optional[int] = None,
     headers: List[Tuple[str, str]] = ...,
     user_agent: Optional[str] = None,
-    metadata_retries: Optional[int] = None,
+    cache_fallback: bool = False,
     dry_run: bool = False,
 ) -> str:
     """The fetch summary as JSON (``FetchSummary``); with ``dry_run`` the plan (``Plan``),
-    nothing downloaded. ``headers`` go to the Hub's origin only; ``metadata_retries`` replaces
-    the 5 retries of a failed metadata request. A failure's exception has ``reason``:
-    ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``, ``not_cached``,
-    ``nothing_selected`` or ``None``."""
+    nothing downloaded. ``headers`` go to the Hub's origin only; ``cache_fallback``: when the Hub
+    cannot be reached, the cache answers if it holds everything asked for. A failure's exception
+    has ``reason``: ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``,
+    ``not_cached``, ``nothing_selected``, ``unreachable`` (the Hub could not be reached and the
+    cache could not stand in) or ``None``."""
 
 def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> Optional[str]:
     """The commit ``revision`` names in the cache, offline (a snapshot's commit, or ``refs/``)."""

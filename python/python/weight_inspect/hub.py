@@ -191,6 +191,7 @@ _BY_REASON: Dict[str, type] = {
     "revision_not_found": RevisionNotFoundError,
     "entry_not_found": RemoteEntryNotFoundError,
     "not_cached": LocalEntryNotFoundError,
+    "unreachable": LocalEntryNotFoundError,
 }
 
 
@@ -242,28 +243,12 @@ def _native_fetch(args: Dict[str, Any], **over: Any) -> Dict[str, Any]:
 def _run(args: Dict[str, Any], offline: bool, fallback: bool = True) -> Dict[str, Any]:
     """One fetch (or with ``args["dry_run"]`` its plan), failures as the drop-in classes.
 
-    As huggingface_hub: the first metadata request is not retried; when the Hub cannot be
-    reached the cache answers (``fallback``); when the cache does not hold the files either,
-    the Hub is asked again with the usual retries."""
+    As huggingface_hub: when the Hub cannot be reached the cache answers (``fallback``), only
+    when it holds everything asked for; the library decides (``cache_fallback``)."""
     try:
         if offline or _offline_env():
             return _native_fetch(args, offline=True)
-        try:
-            return _native_fetch(args, offline=None, metadata_retries=0)
-        except NetworkError as net:
-            if not fallback:
-                raise
-            try:
-                return _native_fetch(args, offline=True)
-            except NotFoundError as miss:
-                if getattr(miss, "reason", None) != "not_cached":
-                    raise
-            try:
-                return _native_fetch(args, offline=None)
-            except NetworkError as again:
-                raise LocalEntryNotFoundError(
-                    f"{again.message}; and the cache does not hold it"
-                ) from net
+        return _native_fetch(args, offline=None, cache_fallback=fallback)
     except WeightInspectError as e:
         new = _translate(e)
         if new is e:

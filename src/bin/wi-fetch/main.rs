@@ -156,6 +156,11 @@ struct FetchArgs {
     /// Never touch the network: serve from the cache or fail (also HF_HUB_OFFLINE=1).
     #[arg(long)]
     offline: bool,
+    /// When the Hub cannot be reached (its metadata asked once, without retries), answer from
+    /// the cache if it holds every file asked for, as huggingface_hub does; otherwise ask the
+    /// Hub again with the usual retries. Never answers with part of what was asked for.
+    #[arg(long, conflicts_with = "offline")]
+    cache_fallback: bool,
     /// Resolve and show what would be fetched; download nothing.
     #[arg(long)]
     dry_run: bool,
@@ -464,6 +469,9 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     }
     if cli.offline {
         b = b.offline(true);
+    }
+    if cli.cache_fallback && !cli.dry_run {
+        b = b.cache_fallback(true);
     }
     if let Some(t) = cli.stall_timeout {
         b = b.stall_timeout(t);
