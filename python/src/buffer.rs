@@ -27,6 +27,9 @@ pub struct TensorBuffer {
     name: String,
     /// Buffers exported and not yet released.
     exports: AtomicUsize,
+    /// Dropped with this buffer: the model's record of its live buffers (see
+    /// `NativeModel::close`) holds a weak reference.
+    _alive: Arc<()>,
 }
 
 impl TensorBuffer {
@@ -38,6 +41,7 @@ impl TensorBuffer {
         start: usize,
         len: usize,
         name: String,
+        alive: Arc<()>,
     ) -> Option<TensorBuffer> {
         let end = start.checked_add(len)?;
         model.files().get(file)?.bytes().get(start..end)?;
@@ -48,6 +52,7 @@ impl TensorBuffer {
             len,
             name,
             exports: AtomicUsize::new(0),
+            _alive: alive,
         })
     }
 

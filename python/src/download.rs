@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -26,63 +26,207 @@ use crate::errors::Failure;
 /// How often the waiting thread looks for signals and progress.
 const POLL: Duration = Duration::from_millis(100);
 /// Events kept for the callback between two polls; past it, progress increments of a file are
-/// merged into its last queued event and other events beyond twice as many are dropped.
+/// merged into its last queued event and other events beyond twice as many are dropped (never
+/// a `plan`).
 const MAX_QUEUED: usize = 4096;
 
-/// One event for the Python callback: `(kind, file, amount)`.
-type Item = (&'static str, String, u64);
+/// One event for the Python callback (`weight_inspect.ProgressEvent`), as the library's
+/// reporter sees it: what happened, to which file, how many bytes.
+#[pyclass(
+    frozen,
+    get_all,
+    module = "weight_inspect._native",
+    name = "ProgressEvent"
+)]
+#[derive(Debug, Clone)]
+pub struct ProgressEvent {
+    /// `plan`, `start`, `progress`, `downloaded`, `done`, `failed` or `stopped`.
+    kind: &'static str,
+    /// The file's id in this fetch (`None` for `plan`): the same for every event of a file.
+    id: Option<u64>,
+    /// The file's path in the repository (`None` for `plan`).
+    path: Option<String>,
+    /// `plan`: the bytes of every file; `start`: the file's size; `progress`: bytes newly on
+    /// disk; `downloaded`: bytes transferred; `stopped`: bytes kept; otherwise 0.
+    bytes: u64,
+    /// `plan`: how many files.
+    files: Option<usize>,
+    /// `done`: whether the file came from the cache.
+    cached: Option<bool>,
+    /// `failed`: why.
+    error: Option<String>,
+}
+
+#[pymethods]
+impl ProgressEvent {
+    fn __repr__(&self) -> String {
+        let mut out = format!("ProgressEvent({}", self.kind);
+        if let Some(p) = &self.path {
+            out.push_str(&format!(" {p:?} #{}", self.id.unwrap_or_default()));
+        }
+        if let Some(n) = self.files {
+            out.push_str(&format!(" files={n}"));
+        }
+        out.push_str(&format!(" bytes={}", self.bytes));
+        if let Some(c) = self.cached {
+            out.push_str(&format!(" cached={}", if c { "True" } else { "False" }));
+        }
+        if let Some(e) = &self.error {
+            out.push_str(&format!(" error={e:?}"));
+        }
+        out.push(')');
+        out
+    }
+}
+
+impl ProgressEvent {
+    fn of_file(
+        kind: &'static str,
+        id: weight_inspect::progress::FileId,
+        path: &str,
+        bytes: u64,
+    ) -> Self {
+        ProgressEvent {
+            kind,
+            id: Some(id.get()),
+            path: Some(path.to_owned()),
+            bytes,
+            files: None,
+            cached: None,
+            error: None,
+        }
+    }
+}
+
+/// What the fetch thread tells the waiting Python thread.
+enum Msg {
+    /// The fetch's answer.
+    Done(Result<String, FetchError>),
+    /// A `plan` event waits to be delivered before anything is downloaded.
+    Plan,
+}
+
+#[derive(Default)]
+struct Queued {
+    items: Vec<ProgressEvent>,
+    /// `plan` events queued, and those the callback has been given (or refused to take).
+    plans: u64,
+    plans_delivered: u64,
+}
 
 /// The reporter: events queued for the Python thread (the fetch's threads never take the GIL).
-#[derive(Default)]
+/// With a callback, a `plan` event holds the fetch until the callback has had it, so that a
+/// callback that raises stops the fetch before any byte is downloaded, however short it is.
 struct Queue {
-    items: Mutex<Vec<Item>>,
+    queued: Mutex<Queued>,
+    delivered: Condvar,
+    /// Where a `plan` event wakes the Python thread (with a callback only).
+    wake: Mutex<Option<mpsc::Sender<Msg>>>,
+    token: CancellationToken,
 }
 
 impl Queue {
-    fn take(&self) -> Vec<Item> {
-        self.items
-            .lock()
-            .map(|mut q| std::mem::take(&mut *q))
-            .unwrap_or_default()
+    fn new(token: CancellationToken) -> Queue {
+        Queue {
+            queued: Mutex::new(Queued::default()),
+            delivered: Condvar::new(),
+            wake: Mutex::new(None),
+            token,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The events queued so far; every `plan` among them counts as delivered.
+    fn take(&self) -> Vec<ProgressEvent> {
+        let mut q = self.lock();
+        q.plans_delivered = q.plans;
+        let items = std::mem::take(&mut q.items);
+        drop(q);
+        self.delivered.notify_all();
+        items
+    }
+
+    /// Let a held `plan` go without delivering it (the fetch is being stopped).
+    fn release(&self) {
+        let mut q = self.lock();
+        q.plans_delivered = q.plans;
+        drop(q);
+        self.delivered.notify_all();
     }
 }
 
 impl Reporter for Queue {
     fn on_event(&self, event: &Event<'_>) {
-        let item: Item = match event {
+        use ProgressEvent as P;
+        let item = match event {
             Event::Plan {
                 total_bytes, files, ..
-            } => ("plan", files.to_string(), *total_bytes),
-            Event::FileStart { file, size, .. } => ("start", (*file).to_owned(), *size),
-            Event::Progress { file, bytes, .. } => ("progress", (*file).to_owned(), *bytes),
+            } => P {
+                kind: "plan",
+                id: None,
+                path: None,
+                bytes: *total_bytes,
+                files: Some(*files),
+                cached: None,
+                error: None,
+            },
+            Event::FileStart { id, file, size, .. } => P::of_file("start", *id, file, *size),
+            Event::Progress { id, file, bytes } => P::of_file("progress", *id, file, *bytes),
             Event::FileDownloaded {
-                file, transferred, ..
-            } => ("downloaded", (*file).to_owned(), *transferred),
-            Event::FileDone { file, cached, .. } => {
-                ("done", (*file).to_owned(), u64::from(*cached))
-            }
-            Event::FileFailed { file, .. } => ("failed", (*file).to_owned(), 0),
-            Event::FileStopped { file, kept, .. } => ("stopped", (*file).to_owned(), *kept),
+                id,
+                file,
+                transferred,
+            } => P::of_file("downloaded", *id, file, *transferred),
+            Event::FileDone { id, file, cached } => P {
+                cached: Some(*cached),
+                ..P::of_file("done", *id, file, 0)
+            },
+            Event::FileFailed { id, file, error } => P {
+                error: Some(weight_inspect::names::escape(error).into_owned()),
+                ..P::of_file("failed", *id, file, 0)
+            },
+            Event::FileStopped { id, file, kept, .. } => P::of_file("stopped", *id, file, *kept),
             _ => return,
         };
-        let Ok(mut q) = self.items.lock() else {
-            return;
-        };
-        if item.0 == "progress" {
-            let merge_into = if q.len() < MAX_QUEUED {
-                q.last_mut().filter(|l| l.0 == "progress" && l.1 == item.1)
+        let mut q = self.lock();
+        if item.kind == "progress" {
+            let same = |l: &&mut ProgressEvent| l.kind == "progress" && l.id == item.id;
+            let merge_into = if q.items.len() < MAX_QUEUED {
+                q.items.last_mut().filter(same)
             } else {
-                q.iter_mut()
-                    .rev()
-                    .find(|l| l.0 == "progress" && l.1 == item.1)
+                q.items.iter_mut().rev().find(same)
             };
             if let Some(last) = merge_into {
-                last.2 = last.2.saturating_add(item.2);
+                last.bytes = last.bytes.saturating_add(item.bytes);
                 return;
             }
         }
-        if q.len() < 2 * MAX_QUEUED {
-            q.push(item);
+        let plan = item.kind == "plan";
+        if q.items.len() < 2 * MAX_QUEUED || plan {
+            q.items.push(item);
+        }
+        if !plan {
+            return;
+        }
+        let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(wake) = wake else {
+            return;
+        };
+        q.plans += 1;
+        let mine = q.plans;
+        drop(q);
+        if wake.send(Msg::Plan).is_err() {
+            return;
+        }
+        let mut q = self.lock();
+        while q.plans_delivered < mine && !self.token.is_cancelled() {
+            q = match self.delivered.wait_timeout(q, POLL) {
+                Ok((q, _)) => q,
+                Err(e) => e.into_inner().0,
+            };
         }
     }
 }
@@ -248,14 +392,17 @@ fn prepare(
 
 /// Run a fetch; the summary as JSON (`FetchSummary`), or with `dry_run` the plan (`Plan`).
 pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyResult<String> {
-    let queue = Arc::new(Queue::default());
     let token = CancellationToken::new();
+    let queue = Arc::new(Queue::new(token.clone()));
     let dry_run = request.dry_run;
     let (fetcher, repo, selection) = {
         let (q, t) = (Arc::clone(&queue), token.clone());
         py.detach(move || prepare(request, q, t))?
     };
     let (tx, mut rx) = mpsc::channel();
+    if progress.is_some() {
+        *queue.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx.clone());
+    }
     std::thread::Builder::new()
         .name("wi-fetch".into())
         .spawn(move || {
@@ -266,13 +413,13 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
             } else {
                 fetcher.fetch(&repo, &selection).and_then(|s| json(&s))
             };
-            let _ = tx.send(answer);
+            let _ = tx.send(Msg::Done(answer));
         })
         .map_err(|e| Failure::local(format!("cannot start the fetch thread: {e}")))?;
     let deliver = |py: Python<'_>| -> PyResult<()> {
         if let Some(cb) = &progress {
-            for (kind, file, amount) in queue.take() {
-                cb.call1(py, (kind, file, amount))?;
+            for event in queue.take() {
+                cb.call1(py, (event,))?;
             }
         }
         Ok(())
@@ -282,7 +429,8 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
         let (got, back) = py.detach(move || (rx.recv_timeout(POLL), rx));
         rx = back;
         let stop = match got {
-            Ok(r) => break r,
+            Ok(Msg::Done(r)) => break r,
+            Ok(Msg::Plan) => deliver(py),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Failure::local("the fetch thread ended without an answer").into())
             }
@@ -292,8 +440,8 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
             // Ctrl-C (or the callback raised): stop the transfers cleanly, keep what arrived,
             // then raise what interrupted us.
             token.cancel();
-            let _ = py.detach(move || rx.recv());
-            let _ = deliver(py);
+            queue.release();
+            py.detach(move || while let Ok(Msg::Plan) = rx.recv() {});
             return Err(e);
         }
     };

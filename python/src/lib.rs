@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use weight_inspect::cache::{HfCache, LocalDir, Store};
 use weight_inspect::exit::ExitClass;
 use weight_inspect::hub::{HubConfig, Token};
-use weight_inspect::manifest::{self, CreateOptions, Document, FileVerdict, DEFAULT_CHUNK_SIZE};
+use weight_inspect::manifest::{self, CreateOptions, Document, DEFAULT_CHUNK_SIZE};
 use weight_inspect::names::{check_repo_id, RepoType};
 use weight_inspect::remote;
 use weight_inspect::verify::{self, InspectError, Options};
@@ -231,20 +231,7 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failu
     let doc = Document::read(path).map_err(|e| manifest_error(&e))?;
     let (base, expected) = doc.selection(path, paths).map_err(|e| manifest_error(&e))?;
     let report = manifest::check_expectations(&expected, &base).about(&doc);
-    let differ = report
-        .files
-        .iter()
-        .filter(|f| f.verdict != FileVerdict::Match)
-        .count();
-    let shown = path.display();
-    let summary = if differ == 0 {
-        format!("all {} file(s) match {shown}", report.files.len())
-    } else {
-        format!(
-            "{differ} of {} file(s) differ from {shown}",
-            report.files.len()
-        )
-    };
+    let summary = report.summary(&path.display().to_string(), &base);
     let json = serde_json::to_string(&report).map_err(Failure::local)?;
     Ok((json, report.all_match(), summary))
 }
@@ -320,6 +307,31 @@ fn store(
     Ok(Store::Cache(HfCache::new(cache_dir).repo(kind, repo_id)))
 }
 
+/// The Hugging Face cache the library uses when none is given: `HF_HUB_CACHE`, then
+/// `HUGGINGFACE_HUB_CACHE`, then `$HF_HOME/hub` (`~` expanded), then
+/// `$XDG_CACHE_HOME/huggingface/hub` or `~/.cache/huggingface/hub`, as huggingface_hub finds
+/// it ([`weight_inspect::cache::default_cache_dir`]).
+#[pyfunction]
+fn default_cache_dir() -> PathBuf {
+    weight_inspect::cache::default_cache_dir()
+}
+
+/// A repository's folder in the cache, `{type}s--{org}--{name}`; `LocalError` for an unknown
+/// type or an invalid id ([`weight_inspect::cache::repo_folder_name`]).
+#[pyfunction]
+fn repo_folder_name(repo_type: &str, repo_id: &str) -> PyResult<String> {
+    let kind: RepoType = repo_type.parse().map_err(Failure::local)?;
+    check_repo_id(repo_id).map_err(|e| Failure::local(format!("repository id: {e}")))?;
+    Ok(weight_inspect::cache::repo_folder_name(kind, repo_id))
+}
+
+/// Whether `HF_HUB_OFFLINE` asks for offline mode, read as the library (and huggingface_hub)
+/// read it.
+#[pyfunction]
+fn offline_env() -> bool {
+    weight_inspect::env::offline()
+}
+
 /// The commit `revision` names in the cache without the network (a commit with a snapshot,
 /// else `refs/{revision}`, read without following a link), or `None`.
 #[pyfunction]
@@ -381,12 +393,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(cached_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(repo_folder_name, m)?)?;
+    m.add_function(wrap_pyfunction!(offline_env, m)?)?;
     m.add_function(wrap_pyfunction!(hf_listed_paths, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
     m.add_function(wrap_pyfunction!(fetch, m)?)?;
     m.add_class::<NativeModel>()?;
     m.add_class::<buffer::TensorBuffer>()?;
+    m.add_class::<download::ProgressEvent>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! An opened model, as the Python package sees it: its tensors' descriptions, its metadata, and
 //! a [`TensorBuffer`] per tensor.
 
-use std::collections::HashMap;
+use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -17,14 +18,24 @@ use crate::errors::{Failure, Kind};
 /// How deep nested GGUF arrays are decoded into Python lists (the parser refuses deeper ones).
 const MAX_NESTING: u32 = 64;
 
+/// A buffer that may still be alive: alive while its `Arc` is, its file index and byte range.
+type LiveBuffer = (Weak<()>, usize, Range<usize>);
+
 /// A model opened with `weight_inspect._native.open`: the memory maps of its files (shared with
 /// every buffer made of it) and where each tensor is.
 #[pyclass(frozen, module = "weight_inspect._native", name = "NativeModel")]
 pub struct NativeModel {
     model: Arc<Model>,
-    /// Tensor name → (file index, tensor index in that file); the first shard holding a name
-    /// wins, as [`Model::tensor`] chooses.
-    index: HashMap<String, (usize, usize)>,
+    /// Every distinct tensor name as (file index, tensor index in that file), sorted by name:
+    /// 8 bytes a tensor, the names themselves staying in the parsed headers (a model of a
+    /// million tensors is not described twice). Of a name held twice, the first in shard and
+    /// header order is kept, as [`Model::tensor`] chooses.
+    index: Vec<(u32, u32)>,
+    /// The buffers made so far that may still be alive: (alive while the buffer is, file
+    /// index, byte range), for [`NativeModel::close`]; pruned as buffers are made.
+    live: Mutex<Vec<LiveBuffer>>,
+    /// Set by [`NativeModel::close`]: no more buffers.
+    closed: AtomicBool,
 }
 
 /// Open a model as [`Model::open`] does (or [`Model::open_lax`]), mapping its errors to
@@ -47,29 +58,59 @@ pub fn open_model(path: PathBuf, lax: bool) -> Result<Model, Failure> {
 impl NativeModel {
     /// Wrap an opened model.
     pub fn new(model: Model) -> NativeModel {
-        let mut index = HashMap::new();
-        for (f, file) in model.files().iter().enumerate() {
-            for (t, info) in file.tensors().iter().enumerate() {
-                index.entry(info.name.clone()).or_insert((f, t));
-            }
-        }
+        // The parsers bound a file's tensors and a model's files far below u32::MAX.
+        let mut index: Vec<(u32, u32)> = model
+            .files()
+            .iter()
+            .enumerate()
+            .flat_map(|(f, file)| (0..file.tensors().len()).map(move |t| (f as u32, t as u32)))
+            .collect();
+        let name = |&(f, t): &(u32, u32)| -> &str {
+            &model.files()[f as usize].tensors()[t as usize].name
+        };
+        // Stable: of equal names the first in shard and header order comes first, and is kept.
+        index.sort_by(|a, b| name(a).cmp(name(b)));
+        index.dedup_by(|later, first| name(later) == name(first));
+        index.shrink_to_fit();
         NativeModel {
             model: Arc::new(model),
             index,
+            live: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
         }
     }
 
+    fn info_at(&self, (f, t): (u32, u32)) -> (&ModelFile, &TensorInfo, usize) {
+        let file = &self.model.files()[f as usize];
+        (file, &file.tensors()[t as usize], f as usize)
+    }
+
+    fn find(&self, name: &str) -> Option<(u32, u32)> {
+        self.index
+            .binary_search_by(|&at| self.info_at(at).1.name.as_str().cmp(name))
+            .ok()
+            .map(|i| self.index[i])
+    }
+
     fn locate(&self, name: &str) -> Result<(&ModelFile, &TensorInfo, usize), Failure> {
-        let missing = || {
-            Failure::kind(
+        match self.find(name) {
+            Some(at) => Ok(self.info_at(at)),
+            None => Err(Failure::kind(
                 Kind::MissingTensor,
                 format!("{}: no tensor named '{name}'", self.model.path().display()),
-            )
-        };
-        let &(f, t) = self.index.get(name).ok_or_else(missing)?;
-        let file = self.model.files().get(f).ok_or_else(missing)?;
-        let info = file.tensors().get(t).ok_or_else(missing)?;
-        Ok((file, info, f))
+            )),
+        }
+    }
+
+    /// The tensors a name gives, in shard and header order: each held name once, where it
+    /// first appears.
+    fn in_order(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.model
+            .files()
+            .iter()
+            .enumerate()
+            .flat_map(|(f, file)| (0..file.tensors().len()).map(move |t| (f as u32, t as u32)))
+            .filter(|&at| self.find(&self.info_at(at).1.name) == Some(at))
     }
 }
 
@@ -97,39 +138,62 @@ impl NativeModel {
             .collect()
     }
 
-    /// Every tensor, in shard order and each file's header order, as a dict: `name`, `dtype`
-    /// (the format's reference name), `shape` (the file's own order: GGUF `ne[0]` first),
-    /// `file` (index into `files`), `offset` (absolute, in that file), `n_bytes`,
-    /// `big_endian`, `kind` (`ggml` or `safetensors`), `block_size` and `type_size` (ggml:
-    /// elements and bytes per block) or `bits` (safetensors: bits per element).
-    fn tensor_infos<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        for (f, file) in self.model.files().iter().enumerate() {
-            let big = file.header().endianness() == weight_inspect::format::Endianness::Big;
-            for info in file.tensors() {
-                let d = PyDict::new(py);
-                d.set_item("name", &info.name)?;
-                d.set_item("dtype", info.dtype.name())?;
-                d.set_item("shape", info.shape.clone())?;
-                d.set_item("file", f)?;
-                d.set_item("offset", info.offset)?;
-                d.set_item("n_bytes", info.n_bytes)?;
-                d.set_item("big_endian", big)?;
-                match info.dtype {
-                    DType::Ggml(t) => {
-                        d.set_item("kind", "ggml")?;
-                        d.set_item("block_size", t.block_size())?;
-                        d.set_item("type_size", t.type_size())?;
-                    }
-                    DType::Safetensors(s) => {
-                        d.set_item("kind", "safetensors")?;
-                        d.set_item("bits", s.bits())?;
-                    }
-                }
-                out.append(d)?;
+    /// The tensor names, in shard order and each file's header order (a name held twice
+    /// where it first appears).
+    fn tensor_names(&self) -> Vec<&str> {
+        self.in_order()
+            .map(|at| self.info_at(at).1.name.as_str())
+            .collect()
+    }
+
+    /// The tensor names in the order of their data: by file, then offset.
+    fn offset_names(&self) -> Vec<&str> {
+        let mut at: Vec<(u32, u32)> = self.in_order().collect();
+        at.sort_by_key(|&a| {
+            let (_, info, f) = self.info_at(a);
+            (f, info.offset)
+        });
+        at.into_iter()
+            .map(|a| self.info_at(a).1.name.as_str())
+            .collect()
+    }
+
+    /// The tensor `name` as a dict (`None` without one): `name`, `dtype` (the format's
+    /// reference name), `shape` (the file's own order: GGUF `ne[0]` first), `file` (index
+    /// into `files`), `offset` (absolute, in that file), `n_bytes`, `big_endian`, `kind`
+    /// (`ggml` or `safetensors`), `block_size` and `type_size` (ggml: elements and bytes per
+    /// block) or `bits` (safetensors: bits per element). Made when asked for: a model's
+    /// descriptions are never all turned into Python objects at once.
+    fn tensor_info<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(at) = self.find(name) else {
+            return Ok(None);
+        };
+        let (file, info, f) = self.info_at(at);
+        let big = file.header().endianness() == weight_inspect::format::Endianness::Big;
+        let d = PyDict::new(py);
+        d.set_item("name", &info.name)?;
+        d.set_item("dtype", info.dtype.name())?;
+        d.set_item("shape", info.shape.clone())?;
+        d.set_item("file", f)?;
+        d.set_item("offset", info.offset)?;
+        d.set_item("n_bytes", info.n_bytes)?;
+        d.set_item("big_endian", big)?;
+        match info.dtype {
+            DType::Ggml(t) => {
+                d.set_item("kind", "ggml")?;
+                d.set_item("block_size", t.block_size())?;
+                d.set_item("type_size", t.type_size())?;
+            }
+            DType::Safetensors(s) => {
+                d.set_item("kind", "safetensors")?;
+                d.set_item("bits", s.bits())?;
             }
         }
-        Ok(out)
+        Ok(Some(d))
     }
 
     /// The model's metadata as a dict. GGUF: every key of the first file (of a split model,
@@ -196,6 +260,12 @@ impl NativeModel {
     /// for a tensor whose bytes are not inside its file.
     #[pyo3(signature = (name, will_read = true))]
     fn buffer(&self, name: &str, will_read: bool) -> Result<TensorBuffer, Failure> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Failure::local(format!(
+                "{}: the model is closed",
+                self.model.path().display()
+            )));
+        }
         let (file, info, f) = self.locate(name)?;
         let outside = |why: String| Failure::local(format!("{}: {why}", file.path().display()));
         // The view checks the range against the file, with the core's message.
@@ -206,19 +276,57 @@ impl NativeModel {
         }
         let start = usize::try_from(info.offset).map_err(|_| outside("offset too large".into()))?;
         let len = usize::try_from(info.n_bytes).map_err(|_| outside("too large".into()))?;
-        TensorBuffer::new(Arc::clone(&self.model), f, start, len, info.name.clone()).ok_or_else(
-            || {
-                outside(format!(
-                    "tensor '{}' lies outside the file",
-                    weight_inspect::names::escape(&info.name)
-                ))
-            },
+        let alive = Arc::new(());
+        let buffer = TensorBuffer::new(
+            Arc::clone(&self.model),
+            f,
+            start,
+            len,
+            info.name.clone(),
+            Arc::clone(&alive),
         )
+        .ok_or_else(|| {
+            outside(format!(
+                "tensor '{}' lies outside the file",
+                weight_inspect::names::escape(&info.name)
+            ))
+        })?;
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if live.len() >= 64 && live.len().is_power_of_two() {
+            live.retain(|(w, _, _)| w.strong_count() > 0);
+        }
+        live.push((Arc::downgrade(&alive), f, start..start + len));
+        Ok(buffer)
+    }
+
+    /// Close the model: no more buffers, and the bytes of every buffer still alive (the views
+    /// that outlive the model) become private copies, at the same addresses, so that those
+    /// views keep their values even if the file is then truncated or rewritten (a program
+    /// ignoring the map's lock would otherwise make reading them crash the interpreter with
+    /// SIGBUS). The copies cost memory: the size of the tensors still viewed. The map itself
+    /// is released when the last view is gone.
+    fn close(&self) -> Result<(), Failure> {
+        self.closed.store(true, Ordering::Release);
+        let live = std::mem::take(&mut *self.live.lock().unwrap_or_else(|e| e.into_inner()));
+        for (alive, f, range) in live {
+            if alive.strong_count() == 0 {
+                continue;
+            }
+            if let Some(file) = self.model.files().get(f) {
+                file.detach(range).map_err(|e| {
+                    Failure::local(format!(
+                        "{}: cannot copy a view: {e}",
+                        file.path().display()
+                    ))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the model has a tensor called `name`.
     fn __contains__(&self, name: &str) -> bool {
-        self.index.contains_key(name)
+        self.find(name).is_some()
     }
 
     /// The number of distinct tensor names.

@@ -42,8 +42,13 @@ def shared_ggufs() -> list[Path]:
 
 @pytest.fixture(scope="session")
 def minilm() -> Path:
+    """The all-MiniLM-L6-v2 checkpoint ``WI_MINILM`` names: its ``model.safetensors``, or the
+    folder holding it."""
     env = os.environ.get("WI_MINILM")
-    return need(Path(env) if env else None, "WI_MINILM does not name the all-MiniLM-L6-v2 checkpoint")
+    path = Path(env) if env else None
+    if path is not None and path.is_dir():
+        path = path / "model.safetensors"
+    return need(path, "WI_MINILM does not name the all-MiniLM-L6-v2 checkpoint (its model.safetensors or its folder)")
 
 
 def rss_anon_kib() -> int:

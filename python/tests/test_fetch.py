@@ -13,7 +13,7 @@ import textwrap
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -102,7 +102,7 @@ def test_fetch_downloads_into_the_cache_then_finds_it_there(
         endpoint=hub.url,
         cache_dir=tmp_path / "cache",
         token=None,
-        progress=lambda kind, file, n: events.append((kind, file, n)),
+        progress=events.append,
     )
     assert s["repo"] == "demo/tiny" and len(s["commit"]) == 40
     by_path = {f["path"]: f for f in s["files"]}
@@ -113,10 +113,18 @@ def test_fetch_downloads_into_the_cache_then_finds_it_there(
         assert f["sha256"] == hashlib.sha256(data).hexdigest()
         assert f["cached"] is False
     assert by_path["model.safetensors"]["verification"]["valid"] is True
-    kinds = [e[0] for e in events]
+    assert all(isinstance(e, wi.ProgressEvent) for e in events)
+    kinds = [e.kind for e in events]
     assert kinds[0] == "plan" and "done" in kinds
-    got = sum(n for k, f, n in events if k == "progress" and f == "model.safetensors")
+    plan = events[0]
+    assert plan.files == 2 and isinstance(plan.files, int) and plan.path is None and plan.id is None
+    assert plan.bytes == sum(f["size"] for f in s["files"])
+    st = [e for e in events if e.path == "model.safetensors"]
+    assert len({e.id for e in st}) == 1 and isinstance(st[0].id, int)
+    got = sum(e.bytes for e in st if e.kind == "progress")
     assert got == by_path["model.safetensors"]["size"]
+    done = [e for e in st if e.kind == "done"]
+    assert len(done) == 1 and done[0].cached is False and "done" in repr(done[0])
 
     again = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, cache_dir=tmp_path / "cache")
     assert [f["cached"] for f in again["files"]] == [True]
@@ -144,24 +152,49 @@ def test_fetch_failures_raise_by_class(hub: Hub, tmp_path: Path) -> None:
 
 
 def test_an_exception_in_the_progress_callback_stops_the_fetch(hub: Hub, tmp_path: Path) -> None:
-    def boom(kind: str, file: str, n: int) -> None:
-        raise RuntimeError("stop here")
+    def boom(event: wi.ProgressEvent) -> None:
+        raise RuntimeError(f"stop at {event.kind}")
 
-    with pytest.raises(RuntimeError, match="stop here"):
-        wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=hub.url, cache_dir=tmp_path, progress=boom)
+    # Raised on the plan, delivered before any download: nothing is fetched, however short.
+    hub.reset_stats()
+    with pytest.raises(RuntimeError, match="stop at plan"):
+        wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, cache_dir=tmp_path, progress=boom)
+    assert not list(tmp_path.glob("models--demo--tiny/blobs/*"))
+    gets = [r["path"] for r in hub.stats()["requests"] if r["method"] == "GET" and "config.json" in r["path"]]
+    assert gets == [], gets
 
 
 SCRIPT = textwrap.dedent(
     """
     import sys, weight_inspect as wi
-    def progress(kind, file, n):
-        if kind == "progress":
+    def progress(event):
+        if event.kind == "progress":
             print("progress", flush=True)
     wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=sys.argv[1],
              cache_dir=sys.argv[2], connections=2, progress=progress)
     print("finished", flush=True)
     """
 )
+
+
+def wait_for(ready: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Wait until ``ready()``; a wait that times out fails, naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def _checkpointed(blobs: Path) -> bool:
+    """Whether a resume state in ``blobs`` records at least one chunk."""
+    for state in blobs.glob("*.wi-partial.state"):
+        try:
+            if json.loads(state.read_text()).get("chunks"):
+                return True
+        except (OSError, ValueError):
+            pass  # being replaced: read it again
+    return False
 
 
 def test_ctrl_c_stops_the_fetch_cleanly_and_the_next_call_resumes(repos: Path, tmp_path: Path) -> None:
@@ -176,7 +209,9 @@ def test_ctrl_c_stops_the_fetch_cleanly_and_the_next_call_resumes(repos: Path, t
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "progress"
-        time.sleep(0.5)
+        # Stopped once a checkpoint records a chunk on disk (the resume state beside the
+        # partial download), so that the next call has something to resume.
+        wait_for(lambda: _checkpointed(cache / "models--demo--tiny" / "blobs"), "a checkpoint")
         sent = time.monotonic()
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)

@@ -361,3 +361,19 @@ def test_a_planted_link_in_the_cache_is_never_written_through(hub: Hub, tmp_path
     path = wi.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url, token=False)
     assert (Path(path) / "config.json").is_file()
     assert list(outside.iterdir()) == [], "a listing was written through the link"
+
+
+def test_the_default_cache_is_the_librarys(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the legacy variable, with `~`: huggingface_hub and the library honour both, so the
+    # drop-ins (whose returned paths are made from the cache) must land where the fetcher wrote.
+    for var in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", "~/legacy-cache")
+    cache = tmp_path / "legacy-cache"
+    got = wi.snapshot_download(REPO, endpoint=hub.url, allow_patterns="*.json")
+    assert Path(got).parent.parent == cache / FOLDER and (Path(got) / "config.json").is_file()
+    one = wi.hf_hub_download(REPO, "README.md", endpoint=hub.url)
+    assert Path(one).is_relative_to(cache) and Path(one).read_text() == "# tiny\n"
+    # The same cache offline.
+    assert wi.snapshot_download(REPO, allow_patterns="*.json", local_files_only=True) == got

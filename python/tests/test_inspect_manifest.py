@@ -132,6 +132,21 @@ def test_a_manifest_is_created_and_checked(model_dir: Path, tmp_path: Path) -> N
     assert only["all_match"] and [f["path"] for f in only["files"]] == ["m.gguf"]
 
 
+def test_the_readme_example_and_missing_files_named(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README's lines, run from the folder above the model's: the manifest beside it.
+    monkeypatch.chdir(model_dir.parent)
+    folder = model_dir.name + "/"
+    wi.manifest_create(folder, output=tmp_path / "m.json")
+    assert wi.manifest_check(tmp_path / "m.json", folder, raise_on_mismatch=True)["all_match"]
+    # Without the folder the files are looked for beside the manifest: each is named missing,
+    # and the message says where they were looked for and what to pass.
+    with pytest.raises(wi.IntegrityError) as e:
+        wi.manifest_check(tmp_path / "m.json", raise_on_mismatch=True)
+    shown = str(e.value)
+    assert shown.startswith(f"2 of 2 file(s) differ from {tmp_path / 'm.json'}; 2 missing from {tmp_path}: "), shown
+    assert "m.gguf" in shown and "model.safetensors" in shown and "model's folder" in shown, shown
+
+
 def test_manifest_check_equals_the_cli_json(model_dir: Path, tmp_path: Path) -> None:
     cli = _cli()
     out = tmp_path / "m.json"

@@ -363,3 +363,63 @@ def test_a_closed_model_refuses_new_views(st_file: Path) -> None:
         m.tensor("f32")
     np.testing.assert_array_equal(a, ST_ARRAYS["f32"])
     assert os.fspath(st_file) == m.path
+
+
+# A child that reads a view after the file it maps was truncated: SIGBUS kills it unless the
+# view's bytes are its own. Prints "same" when the view kept its values.
+_OUTLIVE = """
+import os, sys
+import numpy as np
+import weight_inspect as wi
+path, close = sys.argv[1], sys.argv[2] == "close"
+m = wi.open(path)
+view = m.tensor("f32")
+want = np.array(view)  # a copy, to compare with
+if close:
+    m.close()
+with open(path, "r+b") as f:  # another program rewrites the file in place, ignoring locks
+    f.truncate(0)
+    f.write(b"x" * 100)
+print("same" if np.array_equal(view, want) else "changed", flush=True)
+"""
+
+
+def test_a_view_that_outlives_close_survives_its_file_rewritten(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.safetensors"
+    stnp.save_file({"f32": np.arange(1 << 16, dtype=np.float32)}, str(path))
+    r = subprocess.run([sys.executable, "-c", _OUTLIVE, str(path), "close"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "same", (r.returncode, r.stderr)
+    # Without close() the view still reads the file's pages: what the docs warn about (the
+    # risk of every memory map), shown here so that the test above means something.
+    stnp.save_file({"f32": np.arange(1 << 16, dtype=np.float32)}, str(path))
+    r = subprocess.run([sys.executable, "-c", _OUTLIVE, str(path), "open"], capture_output=True, text=True)
+    assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout, r.stderr)
+
+
+def test_an_open_model_holds_a_shared_lock_that_writers_can_respect(st_file: Path, tmp_path: Path) -> None:
+    import fcntl
+    import gc
+
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(st_file.read_bytes())
+    m = wi.open(path)
+    view = m.tensor("f32")
+    with open(path, "rb") as writer:
+        # A writer asking for an exclusive lock is told a reader holds the file...
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        m.close()
+        del m, view
+        gc.collect()
+        # ... until the map is gone (the last view with it).
+        fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # While a writer holds it, a reader does not map the file.
+        with pytest.raises(wi.LocalError) as e:
+            wi.open(path)
+        assert "exclusive lock" in str(e.value) and str(path) in str(e.value)
+        fcntl.flock(writer, fcntl.LOCK_UN)
+    wi.open(path).close()

@@ -9,38 +9,157 @@ use std::path::Path;
 /// Tensor views borrow from it (`&'map [u8]`), so the borrow checker keeps every view from
 /// outliving the map. An empty file is represented without a mapping (`mmap` of length 0
 /// is an error on Linux).
+///
+/// # What is promised, and by whom
+///
+/// A memory map is only sound while nobody truncates or rewrites the file: a truncation turns
+/// reads of the lost pages into `SIGBUS`, a rewrite changes bytes under a `&[u8]`. Rust cannot
+/// check that, so the promise is made in three parts:
+///
+/// - **This crate never writes a file it maps in place.** `wi-fetch` maps a blob (or a
+///   `--local-dir` file) only once it has been completed, synced and renamed into place under
+///   its lock; a repair writes a new file beside it and renames that over the old name, so
+///   whoever has the old file mapped keeps its bytes, unchanged, until they unmap it (the
+///   inode lives until then). Removing a file (`cache rm`, `cache prune`) unlinks it, which a
+///   map survives the same way.
+/// - **[`Mmap::open`] holds a shared advisory lock** (`flock(LOCK_SH)`) on the file for as
+///   long as the map lives. Another program that must rewrite a file in place can take an
+///   exclusive lock first: it then waits for the readers, and a reader does not map a file
+///   whose writer holds that lock (an error saying so, never a wait).
+/// - **A program that truncates or rewrites the file without that lock** makes reading its
+///   lost pages fault, as it does for every memory-mapping reader (`numpy.memmap`,
+///   llama.cpp, safetensors' mmap). [`Mmap::detach`] takes a range out of that risk by
+///   copying it (what the Python package does for the views that outlive a closed model).
+///   [`Mmap::open_unlocked`] maps without the lock, for a caller that guarantees it itself.
 #[derive(Debug)]
 pub struct Mmap {
     map: Option<memmap2::Mmap>,
+    /// The file, kept open for its shared lock (released when the map is dropped); `None` for
+    /// [`Mmap::open_unlocked`].
+    _locked: Option<File>,
 }
 
 impl Mmap {
-    /// Map `file` read-only.
-    ///
-    /// # Safety contract (upheld by the caller's environment, not by Rust)
-    ///
-    /// A memory map is only sound while nobody truncates or rewrites the file: a truncation
-    /// turns reads of the lost pages into `SIGBUS`, a rewrite changes bytes under a `&[u8]`.
-    /// weight-inspect maps files that it only reads, and wi-fetch maps a blob only after it
-    /// has been completed, synced and renamed into place under its lock; blobs are never
-    /// modified in place afterwards (a new version is a new blob). A caller that maps files
-    /// that other programs may rewrite concurrently accepts that risk, as every
-    /// memory-mapping reader (llama.cpp, safetensors, ripgrep) does.
+    /// Map `file` read-only, holding a shared advisory lock on it while the map lives (see
+    /// the type's docs for what that promises). A file another process holds an exclusive
+    /// lock on (a writer at work) is refused with [`io::ErrorKind::WouldBlock`].
     pub fn open(file: &File) -> io::Result<Mmap> {
-        let len = file.metadata()?.len();
-        if len == 0 {
-            return Ok(Mmap { map: None });
+        let locked = file.try_clone()?;
+        if !fs4::fs_std::FileExt::try_lock_shared(&locked)? {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "another process holds an exclusive lock on the file (it is being written)",
+            ));
         }
-        // SAFETY: the map is read-only and private to this process; the file is not
-        // modified by this crate while mapped (see the contract above). All access goes
-        // through `&[u8]` with bounds checked by slice indexing, so no read can go beyond
-        // the mapped length.
+        // SAFETY: the shared lock is held for the life of the map, and this crate never
+        // writes a mapped file in place (see the type's docs): the contract of
+        // `open_unlocked` is met as far as any cooperating writer goes.
         #[allow(unsafe_code)]
-        let map = unsafe { memmap2::MmapOptions::new().map(file)? };
-        Ok(Mmap { map: Some(map) })
+        let mut map = unsafe { Mmap::open_unlocked(file)? };
+        map._locked = Some(locked);
+        Ok(map)
     }
 
-    /// Map the file at `path`.
+    /// Map `file` read-only, without the shared lock of [`Mmap::open`].
+    ///
+    /// # Safety
+    ///
+    /// Nobody may truncate or write the file while the map (or any view borrowed from it)
+    /// lives: a truncation makes reads of the lost pages raise `SIGBUS`, a write changes bytes
+    /// that Rust assumes immutable behind a `&[u8]`.
+    #[allow(unsafe_code)]
+    pub unsafe fn open_unlocked(file: &File) -> io::Result<Mmap> {
+        let len = file.metadata()?.len();
+        if len == 0 {
+            return Ok(Mmap {
+                map: None,
+                _locked: None,
+            });
+        }
+        // SAFETY: the map is read-only and private to this process; the caller guarantees the
+        // file is not modified while mapped (this function's contract). All access goes
+        // through `&[u8]` with bounds checked by slice indexing, so no read can go beyond the
+        // mapped length.
+        let map = unsafe { memmap2::MmapOptions::new().map(file)? };
+        Ok(Mmap {
+            map: Some(map),
+            _locked: None,
+        })
+    }
+
+    /// Replace the pages that hold `range` (bytes of the map) with private copies of their
+    /// bytes, at the same addresses: every view into them reads the same bytes ever after,
+    /// whatever then happens to the file (truncated or rewritten by a program that ignores
+    /// the lock). Costs anonymous memory for the pages copied (the range, rounded out to
+    /// whole pages). A range outside the map is clipped; an empty one does nothing.
+    ///
+    /// The copy reads the file's bytes as they are now: call it before they may change (the
+    /// Python package calls it when a model is closed, for the views that outlive it).
+    pub fn detach(&self, range: std::ops::Range<usize>) -> io::Result<()> {
+        let Some(map) = &self.map else {
+            return Ok(());
+        };
+        // SAFETY: `sysconf` has no preconditions.
+        #[allow(unsafe_code)]
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => 4096,
+        };
+        let end = range.end.min(map.len());
+        if range.start >= end {
+            return Ok(());
+        }
+        let first = range.start / page * page;
+        let last = end.div_ceil(page) * page; // within the mapping: it covers whole pages
+        let len = last - first;
+        let copied = map.len().min(last) - first;
+        let base = map.as_ptr();
+        #[allow(unsafe_code)]
+        // SAFETY: `first..last` lies within the mapping (page-aligned, and the mapping covers
+        // the whole pages of the file's length). The anonymous pages are new and private;
+        // `copied` bytes are read from the map (inside its length) into them. `mremap` with
+        // MREMAP_FIXED atomically replaces the mapping at `base + first` with them: the
+        // addresses stay valid and hold the same bytes, so every `&[u8]` borrowed from the map
+        // still reads exactly what it read. The pages are made read-only before the swap, as
+        // the map was. memmap2 unmaps the whole original range when the map is dropped, which
+        // unmaps the moved pages too.
+        unsafe {
+            let anon = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if anon == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            std::ptr::copy_nonoverlapping(base.add(first), anon.cast::<u8>(), copied);
+            let fail = |anon| {
+                let e = io::Error::last_os_error();
+                libc::munmap(anon, len);
+                Err(e)
+            };
+            if libc::mprotect(anon, len, libc::PROT_READ) != 0 {
+                return fail(anon);
+            }
+            let target = base.add(first).cast_mut().cast::<libc::c_void>();
+            let moved = libc::mremap(
+                anon,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                target,
+            );
+            if moved == libc::MAP_FAILED {
+                return fail(anon);
+            }
+        }
+        Ok(())
+    }
+
+    /// Map the file at `path` (with the shared lock of [`Mmap::open`]).
     pub fn open_path(path: &Path) -> io::Result<Mmap> {
         Mmap::open(&File::open(path)?)
     }
@@ -68,5 +187,53 @@ impl Mmap {
         if let Some(map) = &self.map {
             let _ = map.advise(memmap2::Advice::Sequential);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mmap;
+    use std::io::Write;
+
+    /// Detached bytes are the process's own: the file truncated and rewritten afterwards, a
+    /// slice borrowed before reads what it read (without the copy, this read would be SIGBUS).
+    #[test]
+    fn detached_bytes_survive_the_file_truncated() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let page = 4096;
+        let data: Vec<u8> = (0..5 * page + 100).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        f.flush().unwrap();
+        let map = Mmap::open_path(f.path()).unwrap();
+        let view = &map.as_bytes()[page + 10..4 * page + 50];
+        map.detach(page + 10..4 * page + 50).unwrap();
+        // The end of the file too: the last, partial page.
+        map.detach(5 * page..data.len()).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .unwrap();
+        file.set_len(0).unwrap();
+        file.set_len(data.len() as u64).unwrap(); // zeros where the bytes were
+        assert!(view == &data[page + 10..4 * page + 50]);
+        assert!(map.as_bytes()[5 * page..] == data[5 * page..]);
+        // Outside the detached pages, the map reads the file as it is now.
+        assert_eq!(map.as_bytes()[10], 0);
+    }
+
+    /// A reader holds a shared lock while the map lives; a writer's exclusive lock refuses
+    /// new readers.
+    #[test]
+    fn the_map_holds_a_shared_lock() {
+        use fs4::fs_std::FileExt;
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), b"0123456789").unwrap();
+        let writer = std::fs::File::open(f.path()).unwrap();
+        let map = Mmap::open_path(f.path()).unwrap();
+        assert!(!FileExt::try_lock_exclusive(&writer).unwrap());
+        drop(map);
+        assert!(FileExt::try_lock_exclusive(&writer).unwrap());
+        let e = Mmap::open_path(f.path()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
     }
 }

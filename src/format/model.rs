@@ -310,6 +310,17 @@ impl ModelFile {
         })
     }
 
+    /// Make the bytes `range` of this file a private copy at the same addresses, so that
+    /// views of them survive the file being truncated or rewritten by a program that ignores
+    /// the map's shared lock (see [`super::mmap::Mmap::detach`]); nothing to do for a file
+    /// known by its header only.
+    pub fn detach(&self, range: std::ops::Range<usize>) -> io::Result<()> {
+        match &self.bytes {
+            Bytes::Map(m) => m.detach(range),
+            Bytes::Prefix { .. } => Ok(()),
+        }
+    }
+
     /// Advise the kernel that the file will be read front to back (before hashing it all).
     pub fn advise_sequential(&self) {
         if let Bytes::Map(m) = &self.bytes {

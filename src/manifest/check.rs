@@ -39,6 +39,50 @@ impl CheckReport {
         self.files.iter().all(|f| f.verdict == FileVerdict::Match)
     }
 
+    /// The one-line verdict the tools print: "all N file(s) match MANIFEST", or "D of N
+    /// file(s) differ from MANIFEST", naming the files that are missing from `base` (the
+    /// folder they were looked for in) and, when none of them is there, saying that the
+    /// model's folder is given after the manifest. `manifest` is the manifest as shown.
+    pub fn summary(&self, manifest: &str, base: &Path) -> String {
+        let n = self.files.len();
+        let differ = self
+            .files
+            .iter()
+            .filter(|f| f.verdict != FileVerdict::Match)
+            .count();
+        if differ == 0 {
+            return format!("all {n} file(s) match {manifest}");
+        }
+        let missing: Vec<&str> = self
+            .files
+            .iter()
+            .filter(|f| f.verdict == FileVerdict::Missing)
+            .map(|f| f.path.as_str())
+            .collect();
+        let mut line = format!("{differ} of {n} file(s) differ from {manifest}");
+        if !missing.is_empty() {
+            let named: Vec<String> = missing
+                .iter()
+                .take(3)
+                .map(|p| crate::names::escape(p).into_owned())
+                .collect();
+            let more = match missing.len() {
+                0..=3 => String::new(),
+                k => format!(" and {} more", k - 3),
+            };
+            let folder = crate::names::escape(&base.display().to_string()).into_owned();
+            line.push_str(&format!(
+                "; {} missing from {folder}: {}{more}",
+                missing.len(),
+                named.join(", ")
+            ));
+            if missing.len() == n {
+                line.push_str(" (the files are looked for beside the manifest unless the model's folder is given after it)");
+            }
+        }
+        line
+    }
+
     /// The same report, saying which document it checked: its format, notes and signature
     /// status.
     #[must_use]

@@ -38,7 +38,19 @@ import logging
 import os
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy as np
 
@@ -88,6 +100,7 @@ __all__ = [
     "manifest_create",
     "manifest_check",
     "fetch",
+    "ProgressEvent",
     "hf_hub_download",
     "snapshot_download",
     "WeightInspectError",
@@ -263,6 +276,33 @@ def _describe(d: Dict[str, Any], files: List[str]) -> TensorInfo:
     return flat()
 
 
+class _Tensors(Mapping[str, TensorInfo]):
+    """:attr:`Model.tensors`: name → :class:`TensorInfo`, read from the parsed headers when
+    asked for. A model of a million tensors is not described a million times up front: only
+    the names asked for (or iterated over) become Python objects."""
+
+    def __init__(self, model: "Model") -> None:
+        self._model = model
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        d = self._model._open().tensor_info(name) if isinstance(name, str) else None
+        if d is None:
+            raise KeyError(name)
+        return _describe(d, self._model.files)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._model._open()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._model._open().tensor_names())
+
+    def __len__(self) -> int:
+        return len(self._model._open())
+
+    def __repr__(self) -> str:
+        return f"<tensors of {self._model!r}>"
+
+
 class Model:
     """A model opened with :func:`open`: its tensors, metadata, and zero-copy views.
 
@@ -277,10 +317,7 @@ class Model:
         self.format: str = native.format
         #: The files of the model, in shard order.
         self.files: List[str] = [os.fspath(f) for f in native.files]
-        infos: Dict[str, TensorInfo] = {}
-        for d in native.tensor_infos():
-            infos.setdefault(d["name"], _describe(d, self.files))
-        self._tensors = infos
+        self._tensors = _Tensors(self)
         self._metadata: Optional[Dict[str, Any]] = None
 
     def _open(self) -> "_native.NativeModel":
@@ -289,9 +326,11 @@ class Model:
         return self._native
 
     @property
-    def tensors(self) -> Dict[str, TensorInfo]:
-        """Tensor name → :class:`TensorInfo`, in the files' header order (shard by shard)."""
-        return dict(self._tensors)
+    def tensors(self) -> Mapping[str, TensorInfo]:
+        """Tensor name → :class:`TensorInfo`, in the files' header order (shard by shard): a
+        read-only mapping over the parsed headers, each description made when asked for
+        (``dict(m.tensors)`` makes them all)."""
+        return self._tensors
 
     @property
     def metadata(self) -> Dict[str, Any]:
@@ -316,10 +355,11 @@ class Model:
     def _view(self, name: str, will_read: bool) -> np.ndarray:
         """The view of :meth:`tensor`; ``will_read``: the kernel is asked to read the tensor in
         (from a cold page cache, ahead of the faults), not for a slice."""
+        native = self._open()
         info = self._tensors.get(name)
         if info is None:
             raise MissingTensorError(f"{self.path}: no tensor named '{name}'")
-        buf = self._open().buffer(name, will_read)
+        buf = native.buffer(name, will_read)
         # The array's `.base` is the buffer object, which holds the map: no copy, and the map
         # lives as long as the array (or any view of it).
         flat: np.ndarray = np.frombuffer(cast(Any, buf), dtype=info.numpy_dtype)
@@ -327,7 +367,7 @@ class Model:
 
     def keys(self) -> List[str]:
         """The tensor names, in header order."""
-        return list(self._tensors)
+        return self._open().tensor_names()
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.tensor(name)
@@ -336,14 +376,21 @@ class Model:
         return name in self._tensors
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._tensors))
+        return iter(self._open().tensor_names())
 
     def __len__(self) -> int:
         return len(self._tensors)
 
     def close(self) -> None:
-        """Drop this object's reference to the map (views made before stay valid)."""
-        self._native = None
+        """Close the model: its tensors, metadata and names are no longer available, and
+        views made before that are still alive become private copies of their bytes (at the
+        same addresses, so arrays keep working): they keep their values whatever then happens
+        to the file, even truncated or rewritten by another program. Those copies cost the
+        memory of the tensors still viewed (``del`` a view before ``close()`` to spare it);
+        the map is released when the last view is gone."""
+        native, self._native = self._native, None
+        if native is not None:
+            native.close()
 
     def __enter__(self) -> "Model":
         return self
@@ -352,7 +399,9 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._tensors)} tensors>"
+        if self._native is None:
+            return f"<weight_inspect.Model {self.format} {self.path!r}: closed>"
+        return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._native)} tensors>"
 
 
 def open(path: PathLike, *, lax: bool = False) -> Model:  # noqa: A001 - the module's entry point
@@ -503,9 +552,7 @@ class safe_open:  # noqa: N801 - named as safetensors names it
 
     def offset_keys(self) -> List[str]:
         """The tensor names in the order of their data in the file(s)."""
-        infos = self._model()._tensors.values()
-        files = {f: i for i, f in enumerate(self._model().files)}
-        return [t.name for t in sorted(infos, key=lambda t: (files.get(t.file, 0), t.offset))]
+        return self._model()._open().offset_names()
 
     def metadata(self) -> Optional[Dict[str, str]]:
         """The ``__metadata__`` entries; ``None`` when the header has none (as safetensors).
@@ -636,7 +683,10 @@ def manifest_check(
     return report
 
 
-ProgressCallback = Callable[[str, str, int], Any]
+#: One progress event of :func:`fetch` (see its ``progress``).
+ProgressEvent = _native.ProgressEvent
+
+ProgressCallback = Callable[[ProgressEvent], Any]
 
 
 def fetch(
@@ -676,11 +726,14 @@ def fetch(
     ``path``, ``size``, ``etag``, ``local_path``, ``cached``, ``partial_bytes``), ``notice``,
     ``refused``, ``offline``.
 
-    ``progress(kind, file, n)`` is called from this thread, about every 100 ms, for each event:
-    ``plan`` (``file`` is the number of files, ``n`` their bytes), ``start`` (``n`` the size),
-    ``progress`` (``n`` new bytes on disk), ``downloaded`` (``n`` bytes transferred), ``done``
-    (``n`` 1 when it came from the cache), ``failed``, ``stopped`` (``n`` bytes kept). An
-    exception it raises stops the fetch and is raised.
+    ``progress(event)`` is called from this thread, about every 100 ms, with each
+    :class:`ProgressEvent`: its ``kind``, the file's ``id`` (the same for every event of a
+    file) and ``path`` (both ``None`` for ``plan``), and ``bytes``: ``plan`` (``files`` the
+    number of files, ``bytes`` theirs), ``start`` (the size), ``progress`` (bytes newly on
+    disk), ``downloaded`` (bytes transferred), ``done`` (``cached``: whether it came from the
+    cache), ``failed`` (``error``), ``stopped`` (bytes kept). The ``plan`` event is delivered
+    before anything is downloaded; an exception the callback raises stops the fetch (before
+    any byte, when raised on ``plan``) and is raised.
 
     The download runs with the GIL released. Ctrl-C stops it cleanly (what arrived is kept, the
     same call resumes it) and raises ``KeyboardInterrupt``. Returns the summary ``wi-fetch

@@ -25,6 +25,32 @@ class TensorBuffer:
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+class ProgressEvent:
+    """One progress event of a fetch."""
+
+    @property
+    def kind(self) -> str:
+        """``plan``, ``start``, ``progress``, ``downloaded``, ``done``, ``failed`` or ``stopped``."""
+    @property
+    def id(self) -> Optional[int]:
+        """The file's id in this fetch (``None`` for ``plan``)."""
+    @property
+    def path(self) -> Optional[str]:
+        """The file's path in the repository (``None`` for ``plan``)."""
+    @property
+    def bytes(self) -> int:
+        """``plan``: the bytes of every file; ``start``: the size; ``progress``: bytes newly on
+        disk; ``downloaded``: bytes transferred; ``stopped``: bytes kept; otherwise 0."""
+    @property
+    def files(self) -> Optional[int]:
+        """``plan``: how many files."""
+    @property
+    def cached(self) -> Optional[bool]:
+        """``done``: whether the file came from the cache."""
+    @property
+    def error(self) -> Optional[str]:
+        """``failed``: why."""
+
 class NativeModel:
     """A memory-mapped model: tensor descriptions, metadata, and buffers."""
 
@@ -35,16 +61,23 @@ class NativeModel:
     def path(self) -> str: ...
     @property
     def files(self) -> List[str]: ...
-    def tensor_infos(self) -> List[Dict[str, Any]]:
-        """Each tensor: ``name``, ``dtype``, ``shape`` (file order), ``file``, ``offset``,
-        ``n_bytes``, ``big_endian``, ``kind`` (``ggml``/``safetensors``), and ``block_size``,
-        ``type_size`` (ggml) or ``bits`` (safetensors)."""
+    def tensor_names(self) -> List[str]:
+        """The names, in shard and header order (a name held twice where it first appears)."""
+    def offset_names(self) -> List[str]:
+        """The names in the order of their data: by file, then offset."""
+    def tensor_info(self, name: str) -> Optional[Dict[str, Any]]:
+        """The tensor ``name`` (``None`` without one): ``name``, ``dtype``, ``shape`` (file
+        order), ``file``, ``offset``, ``n_bytes``, ``big_endian``, ``kind``
+        (``ggml``/``safetensors``), and ``block_size``, ``type_size`` (ggml) or ``bits``
+        (safetensors)."""
     def metadata(self) -> Dict[str, Any]: ...
     def has_safetensors_metadata(self) -> bool: ...
     def diagnostics(self) -> List[Tuple[str, str, str]]: ...
     def buffer(self, name: str, will_read: bool = True) -> TensorBuffer:
         """``will_read``: ask the kernel to read the tensor in. Raises ``MissingTensorError``
         or ``LocalError``."""
+    def close(self) -> None:
+        """No more buffers; the bytes of the buffers still alive become private copies."""
     def __contains__(self, name: str) -> bool: ...
     def __len__(self) -> int: ...
 
@@ -85,7 +118,7 @@ def fetch(
     token: Optional[str] = None,
     offline: Optional[bool] = None,
     connections: Optional[int] = None,
-    progress: Optional[Callable[[str, str, int], Any]] = None,
+    progress: Optional[Callable[[ProgressEvent], Any]] = None,
     endpoint: Optional[str] = None,
     repo_type: Optional[str] = None,
     force_download: bool = False,
@@ -102,6 +135,17 @@ def fetch(
     has ``reason``: ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``,
     ``not_cached``, ``nothing_selected``, ``unreachable`` (the Hub could not be reached and the
     cache could not stand in) or ``None``."""
+
+def default_cache_dir() -> str:
+    """The cache used when none is given: ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``,
+    ``$HF_HOME/hub``, ``$XDG_CACHE_HOME/huggingface/hub`` or ``~/.cache/huggingface/hub``
+    (``~`` expanded), as huggingface_hub finds it."""
+
+def repo_folder_name(repo_type: str, repo_id: str) -> str:
+    """``{type}s--{org}--{name}``; ``LocalError`` for an unknown type or an invalid id."""
+
+def offline_env() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for offline mode."""
 
 def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> Optional[str]:
     """The commit ``revision`` names in the cache, offline (a snapshot's commit, or ``refs/``)."""

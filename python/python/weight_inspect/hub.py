@@ -228,11 +228,11 @@ def _repo_type(repo_type: Optional[str]) -> str:
 
 def repo_folder_name(repo_id: str, repo_type: str) -> str:
     """The repository's folder in the cache: ``models--org--name`` (as huggingface_hub)."""
-    return "--".join([f"{repo_type}s", *repo_id.split("/")])
+    return _native.repo_folder_name(repo_type, repo_id)
 
 
 def _offline_env() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    return _native.offline_env()
 
 
 def _native_fetch(args: Dict[str, Any], **over: Any) -> Dict[str, Any]:
@@ -434,13 +434,7 @@ def _check_complete(
 
 
 def _default_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "huggingface",
-    )
-    return Path(home) / "hub"
+    return Path(_native.default_cache_dir())
 
 
 def _commit_of(cache_root: Path, kind: str, repo_id: str, revision: str) -> Optional[str]:

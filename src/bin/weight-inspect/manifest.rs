@@ -206,11 +206,6 @@ fn check(path: &Path, paths: &[PathBuf], json: bool) -> ExitCode {
         text = serde_json::to_string_pretty(&report).unwrap_or_default();
         text.push('\n');
     } else {
-        let differ = report
-            .files
-            .iter()
-            .filter(|f| f.verdict != FileVerdict::Match)
-            .count();
         for f in &report.files {
             let name = esc(&f.path);
             match &f.verdict {
@@ -266,17 +261,8 @@ fn check(path: &Path, paths: &[PathBuf], json: bool) -> ExitCode {
             }
         }
         let shown = esc(&path.display().to_string()).into_owned();
-        if differ == 0 {
-            text.push_str(&format!(
-                "all {} file(s) match {shown}\n",
-                report.files.len(),
-            ));
-        } else {
-            text.push_str(&format!(
-                "{differ} of {} file(s) differ from {shown}\n",
-                report.files.len(),
-            ));
-        }
+        text.push_str(&report.summary(&shown, &base));
+        text.push('\n');
         for n in &report.notes {
             text.push_str(&format!("note: {}\n", esc(n)));
         }
