@@ -675,3 +675,64 @@ fn a_huggingface_hub_cache_is_listed_removed_and_pruned() {
     );
     assert_eq!(fs::read(p.trim()).unwrap().len(), 230 << 10);
 }
+
+/// The first download of a repository, killed before any file completed: the revision exists
+/// only in the partial download's resume state. `ls --revisions` lists it with the file as
+/// partial and its resumable bytes (it used to list nothing).
+#[test]
+fn ls_revisions_shows_a_first_download_that_was_interrupted() {
+    const REPO: &str = "st/fresh";
+    let w = testkit::data(2 << 20, 3);
+    let hub = start(
+        MockHub::builder()
+            .hash_cache(false)
+            .lfs_threshold(64 << 10)
+            .file(REPO, "w.bin", w.clone()),
+    );
+    hub.faults().push(
+        Fault::Throttle {
+            bytes_per_sec: 512 << 10,
+        }
+        .on_path("*w.bin"),
+    );
+    let sb = Sandbox::new();
+    let repo_dir = sb.repo_dir(REPO);
+    let mut c = sb.cmd(&hub);
+    c.args([
+        REPO,
+        "w.bin",
+        "--chunk-size",
+        "128K",
+        "--connections",
+        "2",
+        "-q",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    wait_for("a quarter recorded", Duration::from_secs(60), || {
+        assert!(child.try_wait().unwrap().is_none(), "the download ended");
+        recorded_bytes(&repo_dir) >= w.len() as u64 / 4
+    });
+    child.kill().unwrap();
+    let _ = child.wait();
+    let recorded = recorded_bytes(&repo_dir);
+    let commit = hub.commit(REPO);
+
+    let ls = cache_json(&sb, &["ls", "--revisions", REPO]);
+    let r = repo_json(&ls, &format!("model/{REPO}"));
+    let revs = r["revisions"].as_array().unwrap();
+    assert_eq!(revs.len(), 1, "{r}");
+    assert_eq!(revs[0]["commit"], commit.as_str());
+    let f = &revs[0]["files"][0];
+    assert_eq!(f["path"], "w.bin");
+    assert_eq!(f["state"], "partial");
+    assert_eq!(f["resumable_bytes"], recorded);
+    let o = run(cache_cmd(&sb, &["ls", "--revisions"]));
+    expect_code(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&commit) && out.contains("w.bin  partial ("),
+        "{out}"
+    );
+}

@@ -1,11 +1,12 @@
 //! Failures as Python exceptions: the classes live in `weight_inspect/errors.py` (so that they
-//! can also derive from `FileNotFoundError` or `KeyError`); here each failure is given its class
-//! and the message the command-line tools print for it.
+//! can also derive from `FileNotFoundError` or `KeyError`), resolved once when the native module
+//! is imported; here each failure is given its class and the message the command-line tools
+//! print for it.
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyModule;
+use pyo3::types::{PyModule, PyType};
 use weight_inspect::exit::ExitClass;
 use weight_inspect::names::escape;
 
@@ -76,39 +77,76 @@ impl Failure {
         self.reason = reason;
         self
     }
-
-    /// The name of the Python class in `weight_inspect.errors`.
-    pub fn class_name(&self) -> &'static str {
-        match self.kind {
-            Kind::MissingFile => "MissingFileError",
-            Kind::MissingTensor => "MissingTensorError",
-            Kind::Class(ExitClass::Integrity) => "IntegrityError",
-            Kind::Class(ExitClass::Network) => "NetworkError",
-            Kind::Class(ExitClass::NotFound) => "NotFoundError",
-            Kind::Class(ExitClass::Interrupted) => "Interrupted",
-            Kind::Class(_) => "LocalError",
-        }
-    }
 }
 
-static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+/// The exception classes of `weight_inspect.errors`, resolved once when the native module is
+/// imported ([`init`]): a missing class fails that import, loudly, instead of a failure being
+/// raised later as some other class.
+struct Classes {
+    missing_file: Py<PyType>,
+    missing_tensor: Py<PyType>,
+    integrity: Py<PyType>,
+    network: Py<PyType>,
+    not_found: Py<PyType>,
+    interrupted: Py<PyType>,
+    local: Py<PyType>,
+}
+
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+/// Resolve the exception classes (called by the module's initialisation).
+pub fn init(py: Python<'_>) -> PyResult<()> {
+    CLASSES
+        .get_or_try_init(py, || {
+            let module = PyModule::import(py, "weight_inspect.errors")?;
+            let class = |name: &str| -> PyResult<Py<PyType>> {
+                Ok(module.getattr(name)?.cast_into::<PyType>()?.unbind())
+            };
+            Ok::<_, PyErr>(Classes {
+                missing_file: class("MissingFileError")?,
+                missing_tensor: class("MissingTensorError")?,
+                integrity: class("IntegrityError")?,
+                network: class("NetworkError")?,
+                not_found: class("NotFoundError")?,
+                interrupted: class("Interrupted")?,
+                local: class("LocalError")?,
+            })
+        })
+        .map(|_| ())
+}
 
 impl From<Failure> for PyErr {
     fn from(f: Failure) -> PyErr {
         Python::attach(|py| {
-            let module = match ERRORS.get_or_try_init(py, || {
-                PyModule::import(py, "weight_inspect.errors").map(Bound::unbind)
-            }) {
-                Ok(m) => m.bind(py),
-                Err(e) => return e,
+            let classes = match CLASSES.get(py) {
+                Some(c) => c,
+                None => {
+                    if let Err(e) = init(py) {
+                        return e;
+                    }
+                    match CLASSES.get(py) {
+                        Some(c) => c,
+                        None => return PyImportError::new_err("weight_inspect.errors"),
+                    }
+                }
             };
-            let made = module
-                .getattr(f.class_name())
-                .and_then(|cls| cls.call1((f.message.clone(),)))
+            let class = match f.kind {
+                Kind::MissingFile => &classes.missing_file,
+                Kind::MissingTensor => &classes.missing_tensor,
+                Kind::Class(ExitClass::Integrity) => &classes.integrity,
+                Kind::Class(ExitClass::Network) => &classes.network,
+                Kind::Class(ExitClass::NotFound) => &classes.not_found,
+                Kind::Class(ExitClass::Interrupted) => &classes.interrupted,
+                Kind::Class(_) => &classes.local,
+            };
+            let made = class
+                .bind(py)
+                .call1((f.message.clone(),))
                 .and_then(|exc| exc.setattr("reason", f.reason).map(|()| exc));
             match made {
                 Ok(exc) => PyErr::from_value(exc),
-                Err(_) => PyRuntimeError::new_err(f.message),
+                // Making the exception failed (out of memory): that failure is raised.
+                Err(e) => e,
             }
         })
     }

@@ -43,7 +43,7 @@ def model_dir(tmp_path: Path) -> Path:
 
 def test_inspect_is_the_cli_report(model_dir: Path) -> None:
     p = model_dir / "model.safetensors"
-    r = wi.inspect(p, verify=True)
+    [r] = wi.inspect(p, verify=True)  # one model: a list of one report
     assert isinstance(r, dict)
     assert r["format"] == "safetensors" and r["valid"] and r["hashed"]
     assert r["tensor_count"] == 2 and r["total_params"] == 40007
@@ -51,8 +51,8 @@ def test_inspect_is_the_cli_report(model_dir: Path) -> None:
     for t in r["tensors"]:
         want = hashlib.sha256(data[t["offset"] : t["offset"] + t["n_bytes"]]).hexdigest()
         assert t["sha256"] == want, t["name"]
-    assert "sha256" not in wi.inspect(p)["tensors"][0]
-    g = wi.inspect(model_dir / "m.gguf")
+    assert "sha256" not in wi.inspect(p)[0]["tensors"][0]
+    [g] = wi.inspect(model_dir / "m.gguf")
     assert g["format"] == "gguf" and g["llama_cpp_loadable"] is True
     assert g["tensors"][0]["shape"] == [64, 64]
 
@@ -74,7 +74,7 @@ def test_inspect_equals_the_cli_json(model_dir: Path) -> None:
         out = subprocess.run(
             [str(cli), "--json", "--verify", str(p)], capture_output=True, text=True, check=True
         ).stdout
-        assert wi.inspect(p, verify=True) == json.loads(out)
+        assert wi.inspect(p, verify=True) == [json.loads(out)]
 
 
 def test_inspect_failures_raise_with_the_exit_class(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_inspect_failures_raise_with_the_exit_class(tmp_path: Path) -> None:
     # A file that cannot be parsed is a report, as the tool prints it (exit 2), not an error.
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"garbage!" * 4)
-    r = wi.inspect(bad)
+    [r] = wi.inspect(bad)
     assert r["valid"] is False and r["errors"]
 
 
@@ -227,7 +227,7 @@ def test_a_model_on_the_hub_is_inspected_from_its_header_as_the_cli_does(remote_
     url = remote_hub.url
     for spec in ("hf://demo/mixed/model.safetensors", "demo/mixed:q4_k_m"):
         remote_hub.reset_stats()
-        ours = wi.inspect(spec, verify=True, endpoint=url)
+        [ours] = wi.inspect(spec, verify=True, endpoint=url)
         assert isinstance(ours, dict), spec
         assert ours["remote"] is True and ours["hashed"] is False and ours["valid"], ours
         got = ours["header_only"]

@@ -124,7 +124,7 @@ def test_hashing_releases_the_gil(tmp_path: Path) -> None:
 
     def work() -> None:
         t0 = time.monotonic()
-        result["report"] = wi.inspect(path, verify=True)
+        [result["report"]] = wi.inspect(path, verify=True)
         result["call"] = time.monotonic() - t0
 
     t = threading.Thread(target=work)

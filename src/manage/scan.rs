@@ -748,6 +748,37 @@ pub(super) fn scan_repo(
             files: reports,
         });
     }
+    // A download interrupted before its snapshot had any file: the revision exists only in its
+    // partial downloads' resume states, and is listed with them.
+    let mut pending: BTreeMap<&str, Vec<FileReport>> = BTreeMap::new();
+    for p in &s.partials {
+        if let (Some(commit), Some(path)) = (&p.commit, &p.path) {
+            if !s.snapshots.contains_key(commit) {
+                pending.entry(commit).or_default().push(FileReport {
+                    path: path.clone(),
+                    etag: Some(p.etag.clone()),
+                    size: Some(p.bytes_on_disk),
+                    state: FileState::Partial,
+                    resumable_bytes: Some(p.resumable_bytes),
+                    problem: None,
+                });
+            }
+        }
+    }
+    for (commit, mut reports) in pending {
+        reports.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut refs = by_commit.get(commit).cloned().unwrap_or_default();
+        refs.sort();
+        revisions.push(RevisionReport {
+            commit: commit.to_string(),
+            refs,
+            snapshot_path: dir.join("snapshots").join(commit),
+            size_on_disk: 0,
+            nb_files: 0,
+            last_modified: None,
+            files: reports,
+        });
+    }
     let unreferenced_blobs = s
         .blobs
         .iter()

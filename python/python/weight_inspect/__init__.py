@@ -36,21 +36,10 @@ from __future__ import annotations
 import json as _json
 import logging
 import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-    cast,
-)
+from typing import Any, Self, Union, cast
 
 import numpy as np
 
@@ -80,7 +69,7 @@ from .hub import (
     snapshot_download,
 )
 
-_ml_dtypes: Optional[ModuleType]
+_ml_dtypes: ModuleType | None
 try:  # optional: BF16 and 8-bit float element types
     import ml_dtypes as _ml_dtypes
 except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
@@ -91,36 +80,36 @@ __version__: str = _native.__version__
 _logger = logging.getLogger(__name__)
 
 __all__ = [
-    "open",
-    "Model",
-    "TensorInfo",
-    "safe_open",
-    "SafeSlice",
-    "inspect",
-    "manifest_create",
-    "manifest_check",
-    "fetch",
-    "ProgressEvent",
-    "hf_hub_download",
-    "snapshot_download",
-    "WeightInspectError",
-    "LocalError",
-    "IntegrityError",
-    "NetworkError",
-    "NotFoundError",
-    "Interrupted",
-    "MissingFileError",
-    "MissingTensorError",
-    "SafetensorError",
-    "RepositoryNotFoundError",
-    "GatedRepoError",
-    "RevisionNotFoundError",
-    "EntryNotFoundError",
-    "RemoteEntryNotFoundError",
-    "LocalEntryNotFoundError",
-    "IncompleteSnapshotError",
     "DryRunError",
     "DryRunFileInfo",
+    "EntryNotFoundError",
+    "GatedRepoError",
+    "IncompleteSnapshotError",
+    "IntegrityError",
+    "Interrupted",
+    "LocalEntryNotFoundError",
+    "LocalError",
+    "MissingFileError",
+    "MissingTensorError",
+    "Model",
+    "NetworkError",
+    "NotFoundError",
+    "ProgressEvent",
+    "RemoteEntryNotFoundError",
+    "RepositoryNotFoundError",
+    "RevisionNotFoundError",
+    "SafeSlice",
+    "SafetensorError",
+    "TensorInfo",
+    "WeightInspectError",
+    "fetch",
+    "hf_hub_download",
+    "inspect",
+    "manifest_check",
+    "manifest_create",
+    "open",
+    "safe_open",
+    "snapshot_download",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -169,9 +158,9 @@ class TensorInfo:
     #: The format's reference name of its type: ``F32``, ``BF16``, ``Q4_K``, ``F8_E4M3``, …
     dtype: str
     #: The shape in NumPy's order (GGUF's dimensions reversed).
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     #: The shape in the file's own order (GGUF: ``ne[0]`` first; safetensors: row-major).
-    file_shape: Tuple[int, ...]
+    file_shape: tuple[int, ...]
     #: The file holding it.
     file: str
     #: Absolute offset of its first byte in that file.
@@ -181,20 +170,20 @@ class TensorInfo:
     #: The NumPy dtype of :meth:`Model.tensor`'s array (``uint8`` when :attr:`raw`).
     numpy_dtype: np.dtype
     #: The shape of that array (``shape``, or the raw layout: see the module docs).
-    array_shape: Tuple[int, ...]
+    array_shape: tuple[int, ...]
     #: Whether the array holds raw bytes rather than elements (quantised, sub-byte, or
     #: ``BF16``/8-bit floats without ``ml_dtypes``).
     raw: bool
     #: ggml types: elements per block (1 for plain types); ``None`` for safetensors.
-    block_size: Optional[int]
+    block_size: int | None
     #: ggml types: bytes per block; ``None`` for safetensors.
-    type_size: Optional[int]
+    type_size: int | None
     #: How many leading axes of :attr:`shape` index the array one to one (the rest are
     #: inside raw rows or elements): what :meth:`SafeSlice.__getitem__` may index.
     indexable_dims: int
 
     @property
-    def byte_range(self) -> Tuple[int, int]:
+    def byte_range(self) -> tuple[int, int]:
         """``(start, end)``: the tensor's bytes in :attr:`file`, end exclusive."""
         return (self.offset, self.offset + self.n_bytes)
 
@@ -206,7 +195,7 @@ def _prod(dims: Sequence[int]) -> int:
     return n
 
 
-def _describe(d: Dict[str, Any], files: List[str]) -> TensorInfo:
+def _describe(d: dict[str, Any], files: list[str]) -> TensorInfo:
     """The :class:`TensorInfo` of one native tensor description."""
     name: str = d["name"]
     dtype: str = d["dtype"]
@@ -216,7 +205,7 @@ def _describe(d: Dict[str, Any], files: List[str]) -> TensorInfo:
     shape = tuple(reversed(file_shape)) if ggml else file_shape
     u8 = np.dtype(np.uint8)
 
-    def make(np_dtype: np.dtype, array_shape: Tuple[int, ...], raw: bool, dims: int) -> TensorInfo:
+    def make(np_dtype: np.dtype, array_shape: tuple[int, ...], raw: bool, dims: int) -> TensorInfo:
         return TensorInfo(
             name=name,
             dtype=dtype,
@@ -246,7 +235,7 @@ def _describe(d: Dict[str, Any], files: List[str]) -> TensorInfo:
             return flat()
         return make(u8, shape + (itemsize,), True, len(shape))
 
-    def rows(row_bytes: Optional[int]) -> TensorInfo:
+    def rows(row_bytes: int | None) -> TensorInfo:
         if not shape or row_bytes is None or _prod(shape[:-1]) * row_bytes != n_bytes:
             return flat()
         return make(u8, shape[:-1] + (row_bytes,), True, len(shape) - 1)
@@ -281,7 +270,7 @@ class _Tensors(Mapping[str, TensorInfo]):
     asked for. A model of a million tensors is not described a million times up front: only
     the names asked for (or iterated over) become Python objects."""
 
-    def __init__(self, model: "Model") -> None:
+    def __init__(self, model: Model) -> None:
         self._model = model
 
     def __getitem__(self, name: str) -> TensorInfo:
@@ -310,17 +299,17 @@ class Model:
     map alive (through its ``.base``), also after this object is closed or deleted.
     """
 
-    def __init__(self, native: "_native.NativeModel") -> None:
-        self._native: Optional[_native.NativeModel] = native
+    def __init__(self, native: _native.NativeModel) -> None:
+        self._native: _native.NativeModel | None = native
         self.path: str = os.fspath(native.path)
         #: ``gguf``, ``gguf-split``, ``safetensors`` or ``safetensors-sharded``.
         self.format: str = native.format
         #: The files of the model, in shard order.
-        self.files: List[str] = [os.fspath(f) for f in native.files]
+        self.files: list[str] = [os.fspath(f) for f in native.files]
         self._tensors = _Tensors(self)
-        self._metadata: Optional[Dict[str, Any]] = None
+        self._metadata: dict[str, Any] | None = None
 
-    def _open(self) -> "_native.NativeModel":
+    def _open(self) -> _native.NativeModel:
         if self._native is None:
             raise LocalError(f"{self.path}: the model is closed")
         return self._native
@@ -333,7 +322,7 @@ class Model:
         return self._tensors
 
     @property
-    def metadata(self) -> Dict[str, Any]:
+    def metadata(self) -> dict[str, Any]:
         """GGUF: every key/value of the (first) file, arrays as lists. Safetensors: the
         ``__metadata__`` strings (of every shard)."""
         if self._metadata is None:
@@ -341,7 +330,7 @@ class Model:
         return dict(self._metadata)
 
     @property
-    def diagnostics(self) -> List[Tuple[str, str, str]]:
+    def diagnostics(self) -> list[tuple[str, str, str]]:
         """Rule violations found while reading the headers: ``(severity, code, message)``."""
         return list(self._open().diagnostics())
 
@@ -365,7 +354,7 @@ class Model:
         flat: np.ndarray = np.frombuffer(cast(Any, buf), dtype=info.numpy_dtype)
         return flat.reshape(info.array_shape)
 
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         """The tensor names, in header order."""
         return self._open().tensor_names()
 
@@ -392,7 +381,7 @@ class Model:
         if native is not None:
             native.close()
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -404,7 +393,7 @@ class Model:
         return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._native)} tensors>"
 
 
-def open(path: PathLike, *, lax: bool = False) -> Model:  # noqa: A001 - the module's entry point
+def open(path: PathLike, *, lax: bool = False) -> Model:
     """Memory-map the model at ``path`` and parse its headers (tensor data is not read).
 
     ``path`` is a ``.gguf`` or ``.safetensors`` file, the first part of a split GGUF
@@ -427,12 +416,12 @@ class SafeSlice:
     are clipped; safetensors refuses some of these). The result is a read-only view of the map.
     """
 
-    def __init__(self, handle: "safe_open", name: str) -> None:
+    def __init__(self, handle: safe_open, name: str) -> None:
         self._handle = handle
         self._name = name
         self._info = handle._model()._tensors[name]
 
-    def get_shape(self) -> List[int]:
+    def get_shape(self) -> list[int]:
         """The shape, as a list."""
         return list(self._info.shape)
 
@@ -449,11 +438,11 @@ class SafeSlice:
         return f"SafeSlice({self._name!r}, {self._info.dtype}, {list(self._info.shape)})"
 
 
-def _check_index(index: Any, info: TensorInfo) -> Tuple[Any, ...]:
+def _check_index(index: Any, info: TensorInfo) -> tuple[Any, ...]:
     """The index as a tuple NumPy applies to the view, after safetensors' checks."""
     items = index if isinstance(index, tuple) else (index,)
     shape = info.shape
-    out: List[Any] = []
+    out: list[Any] = []
     ellipses = 0
     for i, it in enumerate(items):
         if it is Ellipsis:
@@ -508,7 +497,7 @@ def _check_index(index: Any, info: TensorInfo) -> Tuple[Any, ...]:
     return tuple(out)
 
 
-class safe_open:  # noqa: N801 - named as safetensors names it
+class safe_open:
     """A drop-in for ``safetensors.safe_open(filename, framework="np")``.
 
     ``keys()`` (sorted), ``offset_keys()`` (in data order), ``metadata()`` (``None`` without a
@@ -539,22 +528,22 @@ class safe_open:  # noqa: N801 - named as safetensors names it
             )
         if device != "cpu":
             raise SafetensorError(f"device {device!r} is not supported: only 'cpu' is")
-        self._opened: Optional[Model] = open(filename, lax=lax)
+        self._opened: Model | None = open(filename, lax=lax)
 
     def _model(self) -> Model:
         if self._opened is None:
             raise SafetensorError("File is closed")
         return self._opened
 
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         """The tensor names, sorted."""
         return sorted(self._model()._tensors)
 
-    def offset_keys(self) -> List[str]:
+    def offset_keys(self) -> list[str]:
         """The tensor names in the order of their data in the file(s)."""
         return self._model()._open().offset_names()
 
-    def metadata(self) -> Optional[Dict[str, str]]:
+    def metadata(self) -> dict[str, str] | None:
         """The ``__metadata__`` entries; ``None`` when the header has none (as safetensors).
         For a GGUF file: its metadata, each value as text."""
         m = self._model()
@@ -578,7 +567,7 @@ class safe_open:  # noqa: N801 - named as safetensors names it
             raise MissingTensorError(f"File does not contain tensor {name}")
         return SafeSlice(self, name)
 
-    def __enter__(self) -> "safe_open":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -592,16 +581,17 @@ def inspect(
     verify: bool = False,
     strict: bool = False,
     *,
-    endpoint: Optional[str] = None,
-    revision: Optional[str] = None,
-    token: Optional[str] = None,
-) -> Union[Dict[str, Any], List[Dict[str, Any]]]:
-    """What ``weight-inspect --json [--verify] [--strict] PATH`` prints, as dicts.
+    endpoint: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+) -> list[dict[str, Any]]:
+    """What ``weight-inspect --json [--verify] [--strict] PATH`` prints: one report per
+    model, as a list of dicts (one line of the tool's output each).
 
-    For a file (or an index, or a split GGUF's first part): its report, a dict with the keys
-    the README lists (``valid``, ``errors``, ``tensors`` with ``sha256`` when ``verify``, …).
-    An invalid model is a report with ``valid: False``, not an exception. For a folder: a list
-    with one report per model found (a model that cannot be read is
+    For a file (or an index, or a split GGUF's first part): a list of its one report, a dict
+    with the keys the README lists (``valid``, ``errors``, ``tensors`` with ``sha256`` when
+    ``verify``, …). An invalid model is a report with ``valid: False``, not an exception. For a
+    folder: one report per model found (a model that cannot be read is
     ``{"path", "error", "exit_code"}``, as the tool prints it). Hashing runs in parallel with
     the GIL released. Raises :class:`MissingFileError` / :class:`LocalError` when ``path``
     cannot be read.
@@ -610,10 +600,10 @@ def inspect(
     without downloading it, as ``weight-inspect`` does: only the headers are read, with HTTP
     range requests (``"remote": True``, ``"header_only": {url, revision, commit, bytes_read,
     requests}``; nothing is hashed, whatever ``verify`` says). ``hf://org/name/file.gguf`` or a
-    ``https://…/resolve/REV/path`` URL gives a dict, as does ``org/name:Q4_K_M`` (the GGUF
-    ``fetch`` would pick for the tag); a repository, ``org/name``, gives a list (the model
-    ``fetch`` would fetch: one GGUF, or each safetensors model), and the note saying which was
-    chosen is logged (logger ``weight_inspect``, level INFO). ``endpoint`` (default
+    ``https://…/resolve/REV/path`` URL gives one report, as does ``org/name:Q4_K_M`` (the GGUF
+    ``fetch`` would pick for the tag); a repository, ``org/name``, gives the model ``fetch``
+    would fetch (one GGUF, or each safetensors model), and the note saying which was chosen is
+    logged (logger ``weight_inspect``, level INFO). ``endpoint`` (default
     ``HF_ENDPOINT``), ``revision`` (for the forms without one) and ``token`` (default
     ``HF_TOKEN`` or the token file; sent to the endpoint's origin only) are
     ``weight-inspect``'s options. Failures raise :class:`NotFoundError` (4),
@@ -621,22 +611,19 @@ def inspect(
     remote path is a :class:`NotFoundError`.
     """
     p = os.fspath(path)
-    lines, many, notice = _native.inspect(p, verify, strict, endpoint, revision, token)
+    lines, _many, notice = _native.inspect(p, verify, strict, endpoint, revision, token)
     if notice:
         _logger.info("%s", notice)
-    docs: List[Dict[str, Any]] = [_json.loads(line) for line in lines]
-    if many:
-        return docs
-    first: Dict[str, Any] = docs[0]
-    return first
+    docs: list[dict[str, Any]] = [_json.loads(line) for line in lines]
+    return docs
 
 
 def manifest_create(
-    paths: Union[PathLike, Sequence[PathLike]],
-    output: Optional[PathLike] = None,
+    paths: PathLike | Sequence[PathLike],
+    output: PathLike | None = None,
     format: str = "native",
-    chunk_size: Optional[int] = None,
-    shard_size: Optional[int] = None,
+    chunk_size: int | None = None,
+    shard_size: int | None = None,
 ) -> str:
     """``weight-inspect manifest create``: the manifest of a model, as text.
 
@@ -657,9 +644,9 @@ def manifest_create(
 
 def manifest_check(
     manifest: PathLike,
-    paths: Optional[Union[PathLike, Sequence[PathLike]]] = None,
+    paths: PathLike | Sequence[PathLike] | None = None,
     raise_on_mismatch: bool = False,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """``weight-inspect manifest check --json MANIFEST [PATH...]``: the verdicts, as a dict.
 
     ``manifest`` is a weight-inspect manifest, llama-gguf-hash lines, or an OpenSSF
@@ -674,7 +661,7 @@ def manifest_check(
         paths = [paths]
     listed = None if paths is None else [os.fspath(p) for p in paths]
     text, all_match, summary = _native.manifest_check(os.fspath(manifest), listed)
-    report: Dict[str, Any] = _json.loads(text)
+    report: dict[str, Any] = _json.loads(text)
     report["all_match"] = all_match
     if raise_on_mismatch and not all_match:
         err = IntegrityError(summary)
@@ -691,23 +678,23 @@ ProgressCallback = Callable[[ProgressEvent], Any]
 
 def fetch(
     repo: str,
-    quant: Optional[str] = None,
-    files: Optional[Union[str, Sequence[str]]] = None,
-    include: Optional[Union[str, Sequence[str]]] = None,
-    exclude: Optional[Union[str, Sequence[str]]] = None,
-    revision: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
-    local_dir: Optional[PathLike] = None,
-    token: Optional[str] = None,
-    offline: Optional[bool] = None,
-    connections: Optional[int] = None,
-    progress: Optional[ProgressCallback] = None,
+    quant: str | None = None,
+    files: str | Sequence[str] | None = None,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    revision: str | None = None,
+    cache_dir: PathLike | None = None,
+    local_dir: PathLike | None = None,
+    token: str | None = None,
+    offline: bool | None = None,
+    connections: int | None = None,
+    progress: ProgressCallback | None = None,
     *,
-    endpoint: Optional[str] = None,
-    repo_type: Optional[str] = None,
-    headers: Optional[Dict[str, str]] = None,
+    endpoint: str | None = None,
+    repo_type: str | None = None,
+    headers: dict[str, str] | None = None,
     dry_run: bool = False,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository, as a dict.
 
     ``repo`` is ``org/name``, ``org/name:QUANT``, ``hf.co/org/name:QUANT`` or
@@ -744,7 +731,7 @@ def fetch(
     :class:`Interrupted` (130).
     """
 
-    def listed(v: Optional[Union[str, Sequence[str]]]) -> List[str]:
+    def listed(v: str | Sequence[str] | None) -> list[str]:
         if v is None:
             return []
         return [v] if isinstance(v, str) else list(v)
@@ -767,5 +754,5 @@ def fetch(
         headers=sorted((headers or {}).items()),
         dry_run=dry_run,
     )
-    summary: Dict[str, Any] = _json.loads(text)
+    summary: dict[str, Any] = _json.loads(text)
     return summary

@@ -4,13 +4,32 @@ Use the package (`weight_inspect`) rather than this module: it builds NumPy view
 `safe_open` drop-in on these pieces.
 """
 
+from collections.abc import Callable, Sequence
 from os import PathLike
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, TypeAlias, final
 
-_Path = Union[str, PathLike[str]]
+_Path: TypeAlias = str | PathLike[str]
+
+__all__ = [
+    "NativeModel",
+    "ProgressEvent",
+    "TensorBuffer",
+    "__version__",
+    "cached_commit",
+    "default_cache_dir",
+    "fetch",
+    "hf_listed_paths",
+    "inspect",
+    "manifest_check",
+    "manifest_create",
+    "offline_env",
+    "open",
+    "repo_folder_name",
+]
 
 __version__: str
 
+@final
 class TensorBuffer:
     """One tensor's bytes in a memory map, exported read-only through the buffer protocol
     (one dimension, format ``B``); a writable request raises ``BufferError``. It holds the map
@@ -25,6 +44,7 @@ class TensorBuffer:
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+@final
 class ProgressEvent:
     """One progress event of a fetch."""
 
@@ -32,25 +52,26 @@ class ProgressEvent:
     def kind(self) -> str:
         """``plan``, ``start``, ``progress``, ``downloaded``, ``done``, ``failed`` or ``stopped``."""
     @property
-    def id(self) -> Optional[int]:
+    def id(self) -> int | None:
         """The file's id in this fetch (``None`` for ``plan``)."""
     @property
-    def path(self) -> Optional[str]:
+    def path(self) -> str | None:
         """The file's path in the repository (``None`` for ``plan``)."""
     @property
     def bytes(self) -> int:
         """``plan``: the bytes of every file; ``start``: the size; ``progress``: bytes newly on
         disk; ``downloaded``: bytes transferred; ``stopped``: bytes kept; otherwise 0."""
     @property
-    def files(self) -> Optional[int]:
+    def files(self) -> int | None:
         """``plan``: how many files."""
     @property
-    def cached(self) -> Optional[bool]:
+    def cached(self) -> bool | None:
         """``done``: whether the file came from the cache."""
     @property
-    def error(self) -> Optional[str]:
+    def error(self) -> str | None:
         """``failed``: why."""
 
+@final
 class NativeModel:
     """A memory-mapped model: tensor descriptions, metadata, and buffers."""
 
@@ -60,25 +81,25 @@ class NativeModel:
     @property
     def path(self) -> str: ...
     @property
-    def files(self) -> List[str]: ...
-    def tensor_names(self) -> List[str]:
+    def files(self) -> list[str]: ...
+    def tensor_names(self) -> list[str]:
         """The names, in shard and header order (a name held twice where it first appears)."""
-    def offset_names(self) -> List[str]:
+    def offset_names(self) -> list[str]:
         """The names in the order of their data: by file, then offset."""
-    def tensor_info(self, name: str) -> Optional[Dict[str, Any]]:
+    def tensor_info(self, name: str) -> dict[str, Any] | None:
         """The tensor ``name`` (``None`` without one): ``name``, ``dtype``, ``shape`` (file
         order), ``file``, ``offset``, ``n_bytes``, ``big_endian``, ``kind``
         (``ggml``/``safetensors``), and ``block_size``, ``type_size`` (ggml) or ``bits``
         (safetensors)."""
-    def metadata(self) -> Dict[str, Any]: ...
+    def metadata(self) -> dict[str, Any]: ...
     def has_safetensors_metadata(self) -> bool: ...
-    def diagnostics(self) -> List[Tuple[str, str, str]]: ...
+    def diagnostics(self) -> list[tuple[str, str, str]]: ...
     def buffer(self, name: str, will_read: bool = True) -> TensorBuffer:
         """``will_read``: ask the kernel to read the tensor in. Raises ``MissingTensorError``
         or ``LocalError``."""
     def close(self) -> None:
         """No more buffers; the bytes of the buffers still alive become private copies."""
-    def __contains__(self, name: str) -> bool: ...
+    def __contains__(self, name: str, /) -> bool: ...
     def __len__(self) -> int: ...
 
 def open(path: _Path, *, lax: bool = False) -> NativeModel: ...
@@ -86,46 +107,46 @@ def inspect(
     path: _Path,
     verify: bool = False,
     strict: bool = False,
-    endpoint: Optional[str] = None,
-    revision: Optional[str] = None,
-    token: Optional[str] = None,
-) -> Tuple[List[str], bool, Optional[str]]:
+    endpoint: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+) -> tuple[list[str], bool, str | None]:
     """JSON documents, one per model (the lines of ``weight-inspect --json``); whether the
     answer is a list (a folder, a repository on the Hub); the note naming the model chosen in a
     repository. A path that does not exist and names a model on the Hub is read there, headers
     only."""
 def manifest_create(
     paths: Sequence[_Path],
-    output: Optional[_Path] = None,
+    output: _Path | None = None,
     format: str = "native",
-    chunk_size: Optional[int] = None,
-    shard_size: Optional[int] = None,
+    chunk_size: int | None = None,
+    shard_size: int | None = None,
 ) -> str: ...
 def manifest_check(
-    manifest: _Path, paths: Optional[Sequence[_Path]] = None
-) -> Tuple[str, bool, str]:
+    manifest: _Path, paths: Sequence[_Path] | None = None
+) -> tuple[str, bool, str]:
     """``(report JSON, all files match, the tool's summary line)``."""
 def fetch(
     repo: str,
     *,
-    quant: Optional[str] = None,
-    files: List[str] = ...,
-    include: List[str] = ...,
-    exclude: List[str] = ...,
-    revision: Optional[str] = None,
-    cache_dir: Optional[str] = None,
-    local_dir: Optional[str] = None,
-    token: Optional[str] = None,
-    offline: Optional[bool] = None,
-    connections: Optional[int] = None,
-    progress: Optional[Callable[[ProgressEvent], Any]] = None,
-    endpoint: Optional[str] = None,
-    repo_type: Optional[str] = None,
+    quant: str | None = None,
+    files: list[str] = ...,
+    include: list[str] = ...,
+    exclude: list[str] = ...,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    local_dir: str | None = None,
+    token: str | None = None,
+    offline: bool | None = None,
+    connections: int | None = None,
+    progress: Callable[[ProgressEvent], Any] | None = None,
+    endpoint: str | None = None,
+    repo_type: str | None = None,
     force_download: bool = False,
-    metadata_timeout: Optional[float] = None,
-    max_files: Optional[int] = None,
-    headers: List[Tuple[str, str]] = ...,
-    user_agent: Optional[str] = None,
+    metadata_timeout: float | None = None,
+    max_files: int | None = None,
+    headers: list[tuple[str, str]] = ...,
+    user_agent: str | None = None,
     cache_fallback: bool = False,
     dry_run: bool = False,
 ) -> str:
@@ -147,11 +168,11 @@ def repo_folder_name(repo_type: str, repo_id: str) -> str:
 def offline_env() -> bool:
     """Whether ``HF_HUB_OFFLINE`` asks for offline mode."""
 
-def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> Optional[str]:
+def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> str | None:
     """The commit ``revision`` names in the cache, offline (a snapshot's commit, or ``refs/``)."""
 
 def hf_listed_paths(
-    cache_dir: _Path, repo_type: str, repo_id: str, local_dir: Optional[_Path], commit: str
-) -> Optional[List[str]]:
+    cache_dir: _Path, repo_type: str, repo_id: str, local_dir: _Path | None, commit: str
+) -> list[str] | None:
     """The paths huggingface_hub's saved listing of ``commit`` names (``trees/{commit}.json``),
     read without following a link; ``None`` without one."""

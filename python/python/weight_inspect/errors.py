@@ -11,15 +11,15 @@ This module imports nothing from the native extension, so that the extension can
 from __future__ import annotations
 
 __all__ = [
-    "WeightInspectError",
-    "LocalError",
     "IntegrityError",
-    "NetworkError",
-    "NotFoundError",
     "Interrupted",
+    "LocalError",
     "MissingFileError",
     "MissingTensorError",
+    "NetworkError",
+    "NotFoundError",
     "SafetensorError",
+    "WeightInspectError",
 ]
 
 

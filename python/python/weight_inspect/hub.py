@@ -27,23 +27,23 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from . import _native
 from .errors import NetworkError, NotFoundError, WeightInspectError
 
 __all__ = [
-    "hf_hub_download",
-    "snapshot_download",
-    "RepositoryNotFoundError",
-    "GatedRepoError",
-    "RevisionNotFoundError",
-    "EntryNotFoundError",
-    "RemoteEntryNotFoundError",
-    "LocalEntryNotFoundError",
-    "IncompleteSnapshotError",
     "DryRunError",
     "DryRunFileInfo",
+    "EntryNotFoundError",
+    "GatedRepoError",
+    "IncompleteSnapshotError",
+    "LocalEntryNotFoundError",
+    "RemoteEntryNotFoundError",
+    "RepositoryNotFoundError",
+    "RevisionNotFoundError",
+    "hf_hub_download",
+    "snapshot_download",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def _response(status: int, url: str) -> Any:
     try:
         module = __import__(cls.__module__.split(".")[0])
         return cls(status, request=module.Request("GET", url or "http://localhost/"))
-    except Exception:  # pragma: no cover - another HTTP library than huggingface_hub 2.x's
+    except Exception:  # noqa: BLE001  # pragma: no cover - another HTTP library than huggingface_hub 2.x's
         return None
 
 
@@ -81,7 +81,7 @@ def _init_http(self: Any, message: str, status: int, url: str) -> None:
     self.message = message
 
 
-def _bases(ours: Type[BaseException], theirs: str) -> tuple:
+def _bases(ours: type[BaseException], theirs: str) -> tuple[type[BaseException], ...]:
     hf = getattr(_hf_errors, theirs, None) if _hf_errors is not None else None
     return (ours,) if hf is None else (ours, hf)
 
@@ -161,31 +161,30 @@ class DryRunError(*_bases(NotFoundError, "DryRunError"), OSError):  # type: igno
     listed. huggingface_hub's ``DryRunError`` (an ``OSError``)."""
 
 
-_HfDryRunFileInfo: Any = None
-try:  # the class huggingface_hub returns, so that isinstance() checks hold
-    from huggingface_hub import DryRunFileInfo as _HfDryRunFileInfo
-except ImportError:  # pragma: no cover - huggingface_hub before 1.1, or not installed
-    pass
+@dataclass
+class _DryRunFileInfo:
+    """What ``hf_hub_download(dry_run=True)`` would do for one file (huggingface_hub's
+    fields): its commit, size, path in the repository, local path, whether it is cached and
+    whether it would be downloaded."""
 
-if _HfDryRunFileInfo is not None:
-    DryRunFileInfo = _HfDryRunFileInfo
-else:  # pragma: no cover - huggingface_hub is installed in the tests
-
-    @dataclass
-    class DryRunFileInfo:  # type: ignore[no-redef]
-        """What ``hf_hub_download(dry_run=True)`` would do for one file (huggingface_hub's
-        fields): its commit, size, path in the repository, local path, whether it is cached
-        and whether it would be downloaded."""
-
-        commit_hash: str
-        file_size: Optional[int]
-        filename: str
-        local_path: str
-        is_cached: bool
-        will_download: bool
+    commit_hash: str
+    file_size: int | None
+    filename: str
+    local_path: str
+    is_cached: bool
+    will_download: bool
 
 
-_BY_REASON: Dict[str, type] = {
+if TYPE_CHECKING:
+    DryRunFileInfo = _DryRunFileInfo
+else:
+    try:  # the class huggingface_hub returns, so that isinstance() checks hold (same fields)
+        from huggingface_hub import DryRunFileInfo
+    except ImportError:  # pragma: no cover - huggingface_hub before 1.1, or not installed
+        DryRunFileInfo = _DryRunFileInfo
+
+
+_BY_REASON: dict[str, type] = {
     "repo_not_found": RepositoryNotFoundError,
     "gated": GatedRepoError,
     "revision_not_found": RevisionNotFoundError,
@@ -205,7 +204,7 @@ def _translate(e: WeightInspectError) -> WeightInspectError:
     return new
 
 
-def _token(token: Union[bool, str, None]) -> Optional[str]:
+def _token(token: bool | str | None) -> str | None:
     """huggingface_hub's ``token``: ``None``/``True`` the saved one, ``False`` none, or a token."""
     if token is False:
         return ""  # an empty token counts as none
@@ -214,12 +213,12 @@ def _token(token: Union[bool, str, None]) -> Optional[str]:
     return token
 
 
-def _etag_timeout(etag_timeout: float) -> Optional[float]:
+def _etag_timeout(etag_timeout: float) -> float | None:
     # As huggingface_hub: HF_HUB_ETAG_TIMEOUT, when set, wins (the fetcher reads it itself).
     return None if os.environ.get("HF_HUB_ETAG_TIMEOUT") else float(etag_timeout)
 
 
-def _repo_type(repo_type: Optional[str]) -> str:
+def _repo_type(repo_type: str | None) -> str:
     kind = "model" if repo_type is None else repo_type
     if kind not in _REPO_TYPES:
         raise ValueError(f"Invalid repo type: {kind}. Accepted repo types are: {list(_REPO_TYPES)}")
@@ -235,12 +234,12 @@ def _offline_env() -> bool:
     return _native.offline_env()
 
 
-def _native_fetch(args: Dict[str, Any], **over: Any) -> Dict[str, Any]:
-    doc: Dict[str, Any] = _json.loads(_native.fetch(**{**args, **over}))
+def _native_fetch(args: dict[str, Any], **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = _json.loads(_native.fetch(**{**args, **over}))
     return doc
 
 
-def _run(args: Dict[str, Any], offline: bool, fallback: bool = True) -> Dict[str, Any]:
+def _run(args: dict[str, Any], offline: bool, fallback: bool = True) -> dict[str, Any]:
     """One fetch (or with ``args["dry_run"]`` its plan), failures as the drop-in classes.
 
     As huggingface_hub: when the Hub cannot be reached the cache answers (``fallback``), only
@@ -257,8 +256,8 @@ def _run(args: Dict[str, Any], offline: bool, fallback: bool = True) -> Dict[str
 
 
 def _user_agent(
-    library_name: Optional[str], library_version: Optional[str], user_agent: Union[Dict[str, Any], str, None]
-) -> Optional[str]:
+    library_name: str | None, library_version: str | None, user_agent: dict[str, Any] | str | None
+) -> str | None:
     """huggingface_hub's user agent additions after our own: ``{library_name}/{library_version}``
     and ``user_agent`` (a string, or a dict as ``key/value`` pairs), joined by ``; ``."""
     parts = [f"weight-inspect/{_native.__version__}"]
@@ -277,67 +276,67 @@ def _user_agent(
 def _fetch_args(
     repo_id: str,
     repo_type: str,
-    revision: Optional[str],
-    cache_dir: Optional[PathLike],
-    local_dir: Optional[PathLike],
-    token: Union[bool, str, None],
-    endpoint: Optional[str],
+    revision: str | None,
+    cache_dir: PathLike | None,
+    local_dir: PathLike | None,
+    token: bool | str | None,
+    endpoint: str | None,
     force_download: bool,
     etag_timeout: float,
-    files: List[str],
-    include: List[str],
-    exclude: List[str],
-    max_files: Optional[int],
-    headers: Optional[Dict[str, str]],
-    user_agent: Optional[str],
+    files: list[str],
+    include: list[str],
+    exclude: list[str],
+    max_files: int | None,
+    headers: dict[str, str] | None,
+    user_agent: str | None,
     dry_run: bool,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     if headers is not None and not isinstance(headers, dict):
         raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
-    return dict(
-        repo=repo_id,
-        quant=None,
-        files=files,
-        include=include,
-        exclude=exclude,
-        revision=revision,
-        cache_dir=None if cache_dir is None else os.fspath(Path(cache_dir).expanduser()),
-        local_dir=None if local_dir is None else os.fspath(Path(local_dir).expanduser()),
-        token=_token(token),
-        connections=None,
-        progress=None,
-        endpoint=endpoint,
-        repo_type=repo_type,
-        force_download=force_download,
-        metadata_timeout=_etag_timeout(etag_timeout),
-        max_files=max_files,
-        headers=sorted((str(k), str(v)) for k, v in (headers or {}).items()),
-        user_agent=user_agent,
-        dry_run=dry_run,
-    )
+    return {
+        "repo": repo_id,
+        "quant": None,
+        "files": files,
+        "include": include,
+        "exclude": exclude,
+        "revision": revision,
+        "cache_dir": None if cache_dir is None else os.fspath(Path(cache_dir).expanduser()),
+        "local_dir": None if local_dir is None else os.fspath(Path(local_dir).expanduser()),
+        "token": _token(token),
+        "connections": None,
+        "progress": None,
+        "endpoint": endpoint,
+        "repo_type": repo_type,
+        "force_download": force_download,
+        "metadata_timeout": _etag_timeout(etag_timeout),
+        "max_files": max_files,
+        "headers": sorted((str(k), str(v)) for k, v in (headers or {}).items()),
+        "user_agent": user_agent,
+        "dry_run": dry_run,
+    }
 
 
 def hf_hub_download(
     repo_id: str,
     filename: str,
     *,
-    subfolder: Optional[str] = None,
-    repo_type: Optional[str] = None,
-    revision: Optional[str] = None,
-    library_name: Optional[str] = None,
-    library_version: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
-    local_dir: Optional[PathLike] = None,
-    user_agent: Union[Dict[str, Any], str, None] = None,
+    subfolder: str | None = None,
+    repo_type: str | None = None,
+    revision: str | None = None,
+    library_name: str | None = None,
+    library_version: str | None = None,
+    cache_dir: PathLike | None = None,
+    local_dir: PathLike | None = None,
+    user_agent: dict[str, Any] | str | None = None,
     force_download: bool = False,
     etag_timeout: float = 10,
-    token: Union[bool, str, None] = None,
+    token: bool | str | None = None,
     local_files_only: bool = False,
-    headers: Optional[Dict[str, str]] = None,
-    endpoint: Optional[str] = None,
-    tqdm_class: Optional[type] = None,
+    headers: dict[str, str] | None = None,
+    endpoint: str | None = None,
+    tqdm_class: type | None = None,
     dry_run: bool = False,
-) -> Union[str, DryRunFileInfo]:
+) -> str | DryRunFileInfo:
     """Download one file of a repository, as ``huggingface_hub.hf_hub_download``: its path.
 
     Returns ``{cache_dir}/{repo_type}s--{org}--{name}/snapshots/{commit}/{filename}`` (the
@@ -390,7 +389,7 @@ def hf_hub_download(
     return _returned_path(summary["files"][0]["local_path"], local_dir, filename)
 
 
-def _returned_path(local_path: str, local_dir: Optional[PathLike], filename: str) -> str:
+def _returned_path(local_path: str, local_dir: PathLike | None, filename: str) -> str:
     """The path huggingface_hub returns for a file: below ``local_dir`` resolved, or in the
     snapshot with the folders resolved (as it resolves the cache folder) but not the link."""
     if local_dir is not None:
@@ -399,10 +398,10 @@ def _returned_path(local_path: str, local_dir: Optional[PathLike], filename: str
     return os.path.join(str(local.parent.resolve()), local.name)
 
 
-def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[List[str]]) -> List[str]:
+def _filtered(paths: list[str], allow: list[str] | None, ignore: list[str] | None) -> list[str]:
     """huggingface_hub's ``filter_repo_objects``: ``fnmatch`` globs, a trailing ``/`` a folder."""
 
-    def fix(ps: Optional[List[str]]) -> Optional[List[str]]:
+    def fix(ps: list[str] | None) -> list[str] | None:
         return None if ps is None else [p + "*" if p.endswith("/") else p for p in ps]
 
     a, i = fix(allow), fix(ignore)
@@ -415,7 +414,7 @@ def _filtered(paths: List[str], allow: Optional[List[str]], ignore: Optional[Lis
 
 
 def _check_complete(
-    listed: Optional[List[str]], commit: str, base: Path, allow: Optional[List[str]], ignore: Optional[List[str]],
+    listed: list[str] | None, commit: str, base: Path, allow: list[str] | None, ignore: list[str] | None,
     repo_id: str, revision: str,
 ) -> None:
     """Offline, as huggingface_hub: when its saved listing (``listed``) names files ``base``
@@ -437,7 +436,7 @@ def _default_cache() -> Path:
     return Path(_native.default_cache_dir())
 
 
-def _commit_of(cache_root: Path, kind: str, repo_id: str, revision: str) -> Optional[str]:
+def _commit_of(cache_root: Path, kind: str, repo_id: str, revision: str) -> str | None:
     """The commit of ``revision`` as the cache records it (``refs/``), or the commit itself."""
     try:
         return _native.cached_commit(os.fspath(cache_root), kind, repo_id, revision)
@@ -448,25 +447,25 @@ def _commit_of(cache_root: Path, kind: str, repo_id: str, revision: str) -> Opti
 def snapshot_download(
     repo_id: str,
     *,
-    repo_type: Optional[str] = None,
-    revision: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
-    local_dir: Optional[PathLike] = None,
-    library_name: Optional[str] = None,
-    library_version: Optional[str] = None,
-    user_agent: Union[Dict[str, Any], str, None] = None,
+    repo_type: str | None = None,
+    revision: str | None = None,
+    cache_dir: PathLike | None = None,
+    local_dir: PathLike | None = None,
+    library_name: str | None = None,
+    library_version: str | None = None,
+    user_agent: dict[str, Any] | str | None = None,
     etag_timeout: float = 10,
     force_download: bool = False,
-    token: Union[bool, str, None] = None,
+    token: bool | str | None = None,
     local_files_only: bool = False,
-    allow_patterns: Union[List[str], str, None] = None,
-    ignore_patterns: Union[List[str], str, None] = None,
+    allow_patterns: list[str] | str | None = None,
+    ignore_patterns: list[str] | str | None = None,
     max_workers: int = 8,
-    tqdm_class: Optional[type] = None,
-    headers: Optional[Dict[str, str]] = None,
-    endpoint: Optional[str] = None,
+    tqdm_class: type | None = None,
+    headers: dict[str, str] | None = None,
+    endpoint: str | None = None,
     dry_run: bool = False,
-) -> Union[str, List[DryRunFileInfo]]:
+) -> str | list[DryRunFileInfo]:
     """Download every file of a repository (or those the patterns pick), as
     ``huggingface_hub.snapshot_download``: the snapshot folder.
 
@@ -495,7 +494,7 @@ def snapshot_download(
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, not {max_workers}")
 
-    def listed(v: Union[List[str], str, None]) -> List[str]:
+    def listed(v: list[str] | str | None) -> list[str]:
         if v is None:
             return []
         return [v] if isinstance(v, str) else list(v)
