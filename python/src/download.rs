@@ -101,7 +101,7 @@ impl ProgressEvent {
 /// What the fetch thread tells the waiting Python thread.
 enum Msg {
     /// The fetch's answer.
-    Done(Result<String, FetchError>),
+    Done(Box<Result<Answer, FetchError>>),
     /// A `plan` event waits to be delivered before anything is downloaded.
     Plan,
 }
@@ -231,8 +231,10 @@ impl Reporter for Queue {
     }
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Result<String, FetchError> {
-    serde_json::to_string(v).map_err(|e| FetchError::Invalid(format!("cannot write JSON: {e}")))
+/// What a fetch answers: its summary, or with `dry_run` its plan.
+enum Answer {
+    Summary(weight_inspect::fetch::FetchSummary),
+    Plan(weight_inspect::fetch::Plan),
 }
 
 fn fetch_failure(e: &FetchError) -> Failure {
@@ -390,8 +392,13 @@ fn prepare(
     Ok((fetcher, repo, selection))
 }
 
-/// Run a fetch; the summary as JSON (`FetchSummary`), or with `dry_run` the plan (`Plan`).
-pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyResult<String> {
+/// Run a fetch; the summary (`FetchSummary`), or with `dry_run` the plan (`Plan`), as Python
+/// dicts and lists.
+pub fn run<'py>(
+    py: Python<'py>,
+    request: Request,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let token = CancellationToken::new();
     let queue = Arc::new(Queue::new(token.clone()));
     let dry_run = request.dry_run;
@@ -407,13 +414,11 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
         .name("wi-fetch".into())
         .spawn(move || {
             let answer = if dry_run {
-                fetcher
-                    .resolve(&repo, &selection)
-                    .and_then(|plan| json(&plan))
+                fetcher.resolve(&repo, &selection).map(Answer::Plan)
             } else {
-                fetcher.fetch(&repo, &selection).and_then(|s| json(&s))
+                fetcher.fetch(&repo, &selection).map(Answer::Summary)
             };
-            let _ = tx.send(Msg::Done(answer));
+            let _ = tx.send(Msg::Done(Box::new(answer)));
         })
         .map_err(|e| Failure::local(format!("cannot start the fetch thread: {e}")))?;
     let deliver = |py: Python<'_>| -> PyResult<()> {
@@ -429,7 +434,7 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
         let (got, back) = py.detach(move || (rx.recv_timeout(POLL), rx));
         rx = back;
         let stop = match got {
-            Ok(Msg::Done(r)) => break r,
+            Ok(Msg::Done(r)) => break *r,
             Ok(Msg::Plan) => deliver(py),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Failure::local("the fetch thread ended without an answer").into())
@@ -447,7 +452,8 @@ pub fn run(py: Python<'_>, request: Request, progress: Option<Py<PyAny>>) -> PyR
     };
     deliver(py)?;
     match outcome {
-        Ok(text) => Ok(text),
+        Ok(Answer::Summary(s)) => Ok(pythonize::pythonize(py, &s)?),
+        Ok(Answer::Plan(p)) => Ok(pythonize::pythonize(py, &p)?),
         Err(e) if e.exit_class() == ExitClass::Interrupted => {
             Err(Failure::of(ExitClass::Interrupted, &e).into())
         }

@@ -45,8 +45,9 @@ fn open(py: Python<'_>, path: PathBuf, lax: bool) -> PyResult<NativeModel> {
     Ok(NativeModel::new(model))
 }
 
-/// `weight-inspect --json [--verify] [--strict] PATH`: one JSON document per model, as the
-/// tool prints its lines. For a folder, every model in it (a model that cannot be read is a
+/// `weight-inspect --json [--verify] [--strict] PATH`: one report per model (dicts and lists,
+/// as the tool prints its JSON lines), and the note saying which model of a repository was
+/// chosen. For a folder, every model in it (a model that cannot be read is a
 /// `{"path", "error", "exit_code"}` document, as the tool prints it); for a file, its report,
 /// or the error raised. A path that does not exist and names a model on the Hub (`hf://…`,
 /// `org/name[:TAG]`, a `…/resolve/…` URL) is inspected there, headers only (`endpoint`,
@@ -61,7 +62,7 @@ fn inspect(
     endpoint: Option<String>,
     revision: Option<String>,
     token: Option<String>,
-) -> PyResult<Inspected> {
+) -> PyResult<(Vec<Bound<'_, PyAny>>, Option<String>)> {
     let opts = Options {
         hash_tensors: verify,
         strict,
@@ -71,19 +72,27 @@ fn inspect(
         .filter(|s| !path.exists() && remote::looks_remote(s))
     {
         let spec = spec.to_owned();
-        return Ok(
-            py.detach(move || inspect_remote(&spec, endpoint, revision.as_deref(), token, &opts))?
-        );
+        let (docs, notice) =
+            py.detach(move || inspect_remote(&spec, endpoint, revision.as_deref(), token, &opts))?;
+        return Ok((to_python(py, &docs)?, notice));
     }
-    let many = path.is_dir();
-    let lines = py.detach(move || inspect_lines(&path, &opts))?;
-    Ok((lines, many, None))
+    let docs = py.detach(move || inspect_lines(&path, &opts))?;
+    Ok((to_python(py, &docs)?, None))
 }
 
-/// What [`inspect`] returns: the JSON documents, whether the answer is a list (a folder, a
-/// repository without a file named) rather than one report, and the note saying which model of
+/// Each document as Python objects (dicts, lists, numbers, strings, `None`).
+fn to_python<'py, T: serde::Serialize>(
+    py: Python<'py>,
+    docs: &[T],
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    docs.iter()
+        .map(|d| pythonize::pythonize(py, d).map_err(PyErr::from))
+        .collect()
+}
+
+/// What [`inspect`] finds: the reports (in their serde form), and the note saying which model of
 /// a repository was chosen.
-type Inspected = (Vec<String>, bool, Option<String>);
+type Inspected = (Vec<serde_json::Value>, Option<String>);
 
 /// A model on the Hub, header only: the endpoint and token as `fetch` finds them (the
 /// environment), the arguments over them.
@@ -101,18 +110,14 @@ fn inspect_remote(
     if let Some(t) = token {
         cfg.token = Token::new(t);
     }
-    let (target, inspection) = remote::inspect_reference_blocking(spec, revision, cfg, opts)
+    let (_target, inspection) = remote::inspect_reference_blocking(spec, revision, cfg, opts)
         .map_err(|e| Failure::of(e.exit_class(), &e))?;
-    let lines = inspection
+    let docs = inspection
         .reports
         .iter()
-        .map(|r| serde_json::to_string(r).map_err(Failure::local))
+        .map(|r| serde_json::to_value(r).map_err(Failure::local))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((
-        lines,
-        target.file.is_none() && target.quant.is_none(),
-        inspection.notice,
-    ))
+    Ok((docs, inspection.notice))
 }
 
 fn inspect_error(e: &InspectError) -> Failure {
@@ -122,8 +127,8 @@ fn inspect_error(e: &InspectError) -> Failure {
     }
 }
 
-fn inspect_lines(path: &Path, opts: &Options) -> Result<Vec<String>, Failure> {
-    let json = |r: &verify::Report| serde_json::to_string(r).map_err(Failure::local);
+fn inspect_lines(path: &Path, opts: &Options) -> Result<Vec<serde_json::Value>, Failure> {
+    let json = |r: &verify::Report| serde_json::to_value(r).map_err(Failure::local);
     if !path.is_dir() {
         let report = verify::verify_path(path, opts).map_err(|e| inspect_error(&e))?;
         return Ok(vec![json(&report)?]);
@@ -139,7 +144,7 @@ fn inspect_lines(path: &Path, opts: &Options) -> Result<Vec<String>, Failure> {
                     "error": e.to_string(),
                     "exit_code": ExitClass::Local.code(),
                 });
-                lines.push(v.to_string());
+                lines.push(v);
             }
         }
     }
@@ -221,25 +226,24 @@ fn manifest_check(
     py: Python<'_>,
     manifest: PathBuf,
     paths: Option<Vec<PathBuf>>,
-) -> PyResult<(String, bool, String)> {
+) -> PyResult<(Bound<'_, PyAny>, bool, String)> {
     let paths = paths.unwrap_or_default();
-    let out = py.detach(move || check(&manifest, &paths))?;
-    Ok(out)
+    let (report, summary) = py.detach(move || check(&manifest, &paths))?;
+    let all_match = report.all_match();
+    Ok((pythonize::pythonize(py, &report)?, all_match, summary))
 }
 
-fn check(path: &Path, paths: &[PathBuf]) -> Result<(String, bool, String), Failure> {
+fn check(path: &Path, paths: &[PathBuf]) -> Result<(manifest::CheckReport, String), Failure> {
     let doc = Document::read(path).map_err(|e| manifest_error(&e))?;
     let (base, expected) = doc.selection(path, paths).map_err(|e| manifest_error(&e))?;
     let report = manifest::check_expectations(&expected, &base).about(&doc);
     let summary = report.summary(&path.display().to_string(), &base);
-    let json = serde_json::to_string(&report).map_err(Failure::local)?;
-    Ok((json, report.all_match(), summary))
+    Ok((report, summary))
 }
 
-/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as JSON (with
-/// `dry_run`, the `Plan`: nothing downloaded). Releases the
-/// GIL while downloading, calls `progress(kind, file, n)` about every 100 ms, and stops cleanly
-/// on Ctrl-C (see [`mod@download`]).
+/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as a dict (with
+/// `dry_run`, the `Plan`: nothing downloaded). Releases the GIL while downloading, calls
+/// `progress(event)` about every 100 ms, and stops cleanly on Ctrl-C (see [`mod@download`]).
 #[pyfunction]
 #[pyo3(signature = (repo, *, quant=None, files=Vec::new(), include=Vec::new(), exclude=Vec::new(), revision=None, cache_dir=None, local_dir=None, token=None, offline=None, connections=None, progress=None, endpoint=None, repo_type=None, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, cache_fallback=false, dry_run=false))]
 #[allow(clippy::too_many_arguments)]
@@ -266,7 +270,7 @@ fn fetch(
     user_agent: Option<String>,
     cache_fallback: bool,
     dry_run: bool,
-) -> PyResult<String> {
+) -> PyResult<Bound<'_, PyAny>> {
     let request = download::Request {
         repo,
         quant,

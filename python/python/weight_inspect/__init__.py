@@ -33,13 +33,12 @@ does; :attr:`TensorInfo.file_shape` keeps the file's own order.
 
 from __future__ import annotations
 
-import json as _json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Self, Union, cast
+from typing import Any, Literal, Self, Union, cast, overload
 
 import numpy as np
 
@@ -68,6 +67,7 @@ from .hub import (
     hf_hub_download,
     snapshot_download,
 )
+from .types import FetchedFile, FetchSummary, Plan, PlannedFile
 
 _ml_dtypes: ModuleType | None
 try:  # optional: BF16 and 8-bit float element types
@@ -83,6 +83,8 @@ __all__ = [
     "DryRunError",
     "DryRunFileInfo",
     "EntryNotFoundError",
+    "FetchSummary",
+    "FetchedFile",
     "GatedRepoError",
     "IncompleteSnapshotError",
     "IntegrityError",
@@ -94,6 +96,8 @@ __all__ = [
     "Model",
     "NetworkError",
     "NotFoundError",
+    "Plan",
+    "PlannedFile",
     "ProgressEvent",
     "RemoteEntryNotFoundError",
     "RepositoryNotFoundError",
@@ -611,10 +615,9 @@ def inspect(
     remote path is a :class:`NotFoundError`.
     """
     p = os.fspath(path)
-    lines, _many, notice = _native.inspect(p, verify, strict, endpoint, revision, token)
+    docs, notice = _native.inspect(p, verify, strict, endpoint, revision, token)
     if notice:
         _logger.info("%s", notice)
-    docs: list[dict[str, Any]] = [_json.loads(line) for line in lines]
     return docs
 
 
@@ -660,8 +663,7 @@ def manifest_check(
     if paths is not None and isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     listed = None if paths is None else [os.fspath(p) for p in paths]
-    text, all_match, summary = _native.manifest_check(os.fspath(manifest), listed)
-    report: dict[str, Any] = _json.loads(text)
+    report, all_match, summary = _native.manifest_check(os.fspath(manifest), listed)
     report["all_match"] = all_match
     if raise_on_mismatch and not all_match:
         err = IntegrityError(summary)
@@ -676,8 +678,10 @@ ProgressEvent = _native.ProgressEvent
 ProgressCallback = Callable[[ProgressEvent], Any]
 
 
+@overload
 def fetch(
     repo: str,
+    *,
     quant: str | None = None,
     files: str | Sequence[str] | None = None,
     include: str | Sequence[str] | None = None,
@@ -689,13 +693,57 @@ def fetch(
     offline: bool | None = None,
     connections: int | None = None,
     progress: ProgressCallback | None = None,
+    endpoint: str | None = None,
+    repo_type: str | None = None,
+    headers: dict[str, str] | None = None,
+    dry_run: Literal[False] = False,
+) -> FetchSummary: ...
+
+
+@overload
+def fetch(
+    repo: str,
     *,
+    quant: str | None = None,
+    files: str | Sequence[str] | None = None,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    revision: str | None = None,
+    cache_dir: PathLike | None = None,
+    local_dir: PathLike | None = None,
+    token: str | None = None,
+    offline: bool | None = None,
+    connections: int | None = None,
+    progress: ProgressCallback | None = None,
+    endpoint: str | None = None,
+    repo_type: str | None = None,
+    headers: dict[str, str] | None = None,
+    dry_run: Literal[True],
+) -> Plan: ...
+
+
+def fetch(
+    repo: str,
+    *,
+    quant: str | None = None,
+    files: str | Sequence[str] | None = None,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
+    revision: str | None = None,
+    cache_dir: PathLike | None = None,
+    local_dir: PathLike | None = None,
+    token: str | None = None,
+    offline: bool | None = None,
+    connections: int | None = None,
+    progress: ProgressCallback | None = None,
     endpoint: str | None = None,
     repo_type: str | None = None,
     headers: dict[str, str] | None = None,
     dry_run: bool = False,
-) -> dict[str, Any]:
-    """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository, as a dict.
+) -> FetchSummary | Plan:
+    """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository; the summary, a
+    :class:`~weight_inspect.types.FetchSummary` (a :class:`~weight_inspect.types.Plan` with
+    ``dry_run=True``). Every option is a keyword.
 
     ``repo`` is ``org/name``, ``org/name:QUANT``, ``hf.co/org/name:QUANT`` or
     ``hf://org/name/path``; ``quant`` a tag (``Q4_K_M``, any case) over the reference's;
@@ -736,7 +784,7 @@ def fetch(
             return []
         return [v] if isinstance(v, str) else list(v)
 
-    text = _native.fetch(
+    result: FetchSummary | Plan = _native.fetch(
         repo,
         quant=quant,
         files=listed(files),
@@ -754,5 +802,4 @@ def fetch(
         headers=sorted((headers or {}).items()),
         dry_run=dry_run,
     )
-    summary: dict[str, Any] = _json.loads(text)
-    return summary
+    return result

@@ -110,11 +110,10 @@ def inspect(
     endpoint: str | None = None,
     revision: str | None = None,
     token: str | None = None,
-) -> tuple[list[str], bool, str | None]:
-    """JSON documents, one per model (the lines of ``weight-inspect --json``); whether the
-    answer is a list (a folder, a repository on the Hub); the note naming the model chosen in a
-    repository. A path that does not exist and names a model on the Hub is read there, headers
-    only."""
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The reports, one per model (the lines of ``weight-inspect --json``), and the note
+    naming the model chosen in a repository. A path that does not exist and names a model on
+    the Hub is read there, headers only."""
 def manifest_create(
     paths: Sequence[_Path],
     output: _Path | None = None,
@@ -124,8 +123,8 @@ def manifest_create(
 ) -> str: ...
 def manifest_check(
     manifest: _Path, paths: Sequence[_Path] | None = None
-) -> tuple[str, bool, str]:
-    """``(report JSON, all files match, the tool's summary line)``."""
+) -> tuple[dict[str, Any], bool, str]:
+    """``(the report, all files match, the tool's summary line)``."""
 def fetch(
     repo: str,
     *,
@@ -149,8 +148,9 @@ def fetch(
     user_agent: str | None = None,
     cache_fallback: bool = False,
     dry_run: bool = False,
-) -> str:
-    """The fetch summary as JSON (``FetchSummary``); with ``dry_run`` the plan (``Plan``),
+) -> Any:
+    """The fetch summary (``weight_inspect.types.FetchSummary``); with ``dry_run`` the plan
+    (``Plan``),
     nothing downloaded. ``headers`` go to the Hub's origin only; ``cache_fallback``: when the Hub
     cannot be reached, the cache answers if it holds everything asked for. A failure's exception
     has ``reason``: ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``,

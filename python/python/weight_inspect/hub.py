@@ -22,7 +22,6 @@ Accepted and ignored: ``tqdm_class`` (no progress bar is drawn; use
 from __future__ import annotations
 
 import fnmatch
-import json as _json
 import logging
 import os
 from dataclasses import dataclass
@@ -235,7 +234,7 @@ def _offline_env() -> bool:
 
 
 def _native_fetch(args: dict[str, Any], **over: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = _json.loads(_native.fetch(**{**args, **over}))
+    doc: dict[str, Any] = _native.fetch(**{**args, **over})
     return doc
 
 

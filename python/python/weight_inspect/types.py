@@ -1,0 +1,94 @@
+"""The shapes of what :mod:`weight_inspect` returns as dicts, for type checkers.
+
+:func:`weight_inspect.fetch` returns a :class:`FetchSummary` (with ``dry_run=True`` a
+:class:`Plan`); they are what ``wi-fetch --json`` and ``wi-fetch --dry-run --json`` print,
+made by the library from the same structures. The reports of :func:`weight_inspect.inspect`
+and :func:`weight_inspect.manifest_check` are ``weight-inspect --json``'s and ``weight-inspect
+manifest check --json``'s (described in the README) and typed as plain dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+__all__ = ["FetchSummary", "FetchedFile", "Plan", "PlannedFile"]
+
+
+class FetchedFile(TypedDict):
+    """One file of a :class:`FetchSummary`."""
+
+    #: Its path in the repository.
+    path: str
+    #: Where it is on disk (a snapshot link in the cache, or a file in ``local_dir``).
+    local_path: str
+    size: int
+    #: The SHA-256 of its bytes (checked).
+    sha256: str
+    #: The Hub's ETag: the SHA-256 for a file stored in LFS, the git blob id otherwise.
+    etag: str
+    #: Whether it was already on disk.
+    cached: bool
+    #: Bytes received for it in this call, and of those, bytes received again (a chunk that
+    #: failed its check, a connection cut).
+    transferred: int
+    refetched: int
+    #: Copies of a chunk thrown away because their bytes were wrong (the network's).
+    corrupt_copies: int
+    #: Bytes kept from an interrupted download.
+    resumed: int
+    retries: int
+    #: Retries by cause (``timeout``, ``reset``, ``status_5xx``, …).
+    retry_causes: dict[str, int]
+    splits: int
+    elapsed_secs: float
+    #: The tensor-level check of a GGUF or safetensors file (``valid``, ``errors``, …), or
+    #: ``None``.
+    verification: dict[str, Any] | None
+    chunk_size: NotRequired[int]
+    #: The manifest the file was checked against, when there was one.
+    manifest: NotRequired[str]
+
+
+class FetchSummary(TypedDict):
+    """What :func:`weight_inspect.fetch` returns (``wi-fetch --json``)."""
+
+    repo: str
+    revision: str
+    #: The commit the revision named.
+    commit: str
+    files: list[FetchedFile]
+    #: A note for the user (which model a bare GGUF repository got, a fallback to the cache).
+    notice: str | None
+    elapsed_secs: float
+    #: How many connections were used, and files at once (``peak``, ``mean``, …).
+    connections: dict[str, Any]
+    files_at_once: dict[str, Any]
+    connection_path: Any
+
+
+class PlannedFile(TypedDict):
+    """One file of a :class:`Plan`."""
+
+    path: str
+    size: int
+    etag: str
+    local_path: str
+    cached: bool
+    #: Bytes an interrupted download of it keeps (what a resume starts from).
+    partial_bytes: int
+    sidecar: NotRequired[str]
+
+
+class Plan(TypedDict):
+    """What ``fetch(..., dry_run=True)`` returns (``wi-fetch --dry-run --json``)."""
+
+    repo: str
+    revision: str
+    commit: str
+    files: list[PlannedFile]
+    notice: str | None
+    #: Entries of the listing left out, each with the reason (an unsafe name, …).
+    refused: list[dict[str, Any]]
+    offline: bool
+    #: Offline: files asked for by name that are not on disk.
+    missing: NotRequired[list[str]]
