@@ -117,6 +117,58 @@ impl Selection {
     }
 }
 
+/// Why a reference, a repository spec or a pattern could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SelectionError {
+    /// A model reference in none of the forms [`parse_reference`] reads.
+    #[error(
+        "invalid '{}': expected org/name, org/name:QUANT, hf.co/org/name:QUANT or hf://org/name/path",
+        crate::names::escape(spec)
+    )]
+    Reference {
+        /// The reference as given.
+        spec: String,
+    },
+    /// `REPO:QUANT` with an empty or malformed tag.
+    #[error(
+        "invalid '{}': expected REPO or REPO:QUANT (e.g. org/name:Q4_K_M)",
+        crate::names::escape(spec)
+    )]
+    RepoSpec {
+        /// The spec as given.
+        spec: String,
+    },
+    /// A glob that does not parse.
+    #[error("invalid pattern '{}': {reason}", crate::names::escape(pattern))]
+    Pattern {
+        /// The pattern as given.
+        pattern: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// No GGUF file of a repository carries the quantization tag asked for: what
+/// [`FetchError::NoSuchQuant`](crate::fetch::FetchError::NoSuchQuant) and
+/// [`RemoteError::NoSuchQuant`](crate::remote::RemoteError::NoSuchQuant) hold, with the tags
+/// there are. Names from the listing are escaped when shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no GGUF file in '{}' carries the quantization '{}'{}",
+    crate::names::escape(repo),
+    crate::names::escape(tag),
+    fmt_available(available)
+)]
+pub struct NoSuchQuant {
+    /// The repository.
+    pub repo: String,
+    /// The tag asked for.
+    pub tag: String,
+    /// The files of the listing that the tag was looked for among.
+    pub available: Vec<String>,
+}
+
 /// A model reference as people write it (see [`parse_reference`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {
@@ -135,13 +187,9 @@ pub struct Reference {
 /// (with or without `https://`; `…/datasets/org/name` and `…/spaces/org/name` too), and
 /// `hf://org/name/path/to/file` (`hf://datasets/org/name/…` for a dataset, `hf://spaces/…` for
 /// a Space), as huggingface_hub's file system names files.
-pub fn parse_reference(spec: &str) -> Result<Reference, String> {
-    let bad = || {
-        format!(
-            "invalid '{}': expected org/name, org/name:QUANT, hf.co/org/name:QUANT or \
-             hf://org/name/path",
-            crate::names::escape(spec)
-        )
+pub fn parse_reference(spec: &str) -> Result<Reference, SelectionError> {
+    let bad = || SelectionError::Reference {
+        spec: spec.to_string(),
     };
     if let Some(rest) = spec.strip_prefix("hf://") {
         let (repo_type, rest) = match rest.split_once('/') {
@@ -203,14 +251,14 @@ pub fn parse_reference(spec: &str) -> Result<Reference, String> {
 }
 
 /// Splits `REPO[:QUANT]`. An empty tag is an error.
-pub fn parse_repo_spec(spec: &str) -> Result<(String, Option<String>), String> {
+pub fn parse_repo_spec(spec: &str) -> Result<(String, Option<String>), SelectionError> {
     match spec.split_once(':') {
         None => Ok((spec.to_string(), None)),
         Some((repo, tag)) => {
             if tag.is_empty() || tag.contains(':') || tag.contains('/') {
-                Err(format!(
-                    "invalid '{spec}': expected REPO or REPO:QUANT (e.g. org/name:Q4_K_M)"
-                ))
+                Err(SelectionError::RepoSpec {
+                    spec: spec.to_string(),
+                })
             } else {
                 Ok((repo.to_string(), Some(tag.to_string())))
             }
@@ -408,7 +456,7 @@ pub fn default_gguf<'a>(paths: &[&'a str]) -> Option<(&'a str, Option<&'static s
 }
 
 /// Builds a glob set; `*` crosses `/`, a trailing `/` means "everything below".
-pub fn build_globs(patterns: &[String]) -> Result<GlobSet, String> {
+pub fn build_globs(patterns: &[String]) -> Result<GlobSet, SelectionError> {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
         let pat = if p.ends_with('/') {
@@ -419,10 +467,16 @@ pub fn build_globs(patterns: &[String]) -> Result<GlobSet, String> {
         let g = GlobBuilder::new(&pat)
             .literal_separator(false)
             .build()
-            .map_err(|e| format!("invalid pattern '{p}': {e}"))?;
+            .map_err(|e| SelectionError::Pattern {
+                pattern: p.clone(),
+                reason: e.to_string(),
+            })?;
         b.add(g);
     }
-    b.build().map_err(|e| format!("invalid patterns: {e}"))
+    b.build().map_err(|e| SelectionError::Pattern {
+        pattern: patterns.join(" "),
+        reason: e.to_string(),
+    })
 }
 
 /// The outcome of applying a selection to a listing.
@@ -434,14 +488,22 @@ pub struct Chosen {
     pub notice: Option<String>,
 }
 
-/// Why a selection chose nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a selection chose nothing (the callers add the repository and turn it into their own
+/// error: [`FetchError`](crate::fetch::FetchError), [`RemoteError`](crate::remote::RemoteError)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectError {
     /// A pattern does not parse.
-    BadPattern(String),
+    #[error(transparent)]
+    BadPattern(#[from] SelectionError),
     /// An explicit file is not in the listing.
+    #[error("file '{}' is not in the repository", crate::names::escape(.0))]
     MissingFile(String),
     /// No GGUF carries the tag.
+    #[error(
+        "no GGUF file carries the quantization '{}'{}",
+        crate::names::escape(tag),
+        fmt_available(available)
+    )]
     NoQuant {
         /// The tag.
         tag: String,
@@ -449,13 +511,14 @@ pub enum SelectError {
         available: Vec<String>,
     },
     /// Nothing matched.
+    #[error("no file matches the selection")]
     Empty,
 }
 
 /// Applies `sel` to the paths of a listing (in listing order).
 pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, SelectError> {
-    let include = build_globs(&sel.include).map_err(SelectError::BadPattern)?;
-    let exclude = build_globs(&sel.exclude).map_err(SelectError::BadPattern)?;
+    let include = build_globs(&sel.include)?;
+    let exclude = build_globs(&sel.exclude)?;
     let mut picked = vec![false; paths.len()];
     let mut notice = None;
     let index_of = |p: &str| paths.iter().position(|q| *q == p);
@@ -605,7 +668,7 @@ pub fn fmt_available(a: &[String]) -> String {
         items
             .iter()
             .take(12)
-            .cloned()
+            .map(|i| crate::names::escape(i).into_owned())
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -14,11 +14,9 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use weight_inspect::exit::ExitClass;
 use weight_inspect::fetch::{
-    parse_reference, CancellationToken, FetchError, Fetcher, HeaderValue, RepoRef, RepoType,
-    Selection,
+    parse_reference, CancellationToken, FetchError, Fetcher, RepoRef, RepoType, Selection,
 };
 use weight_inspect::hub::HubError;
-use weight_inspect::net::extra_header;
 use weight_inspect::progress::{Event, Reporter};
 
 use crate::errors::Failure;
@@ -378,11 +376,10 @@ fn prepare(
         b = b.max_files(n);
     }
     for (name, value) in &r.headers {
-        let (name, value) = extra_header(name, value).map_err(Failure::local)?;
-        b = b.header(name, value);
+        b = b.header(name, value).map_err(Failure::local)?;
     }
     if let Some(ua) = r.user_agent {
-        if HeaderValue::from_str(&ua).is_err() || ua.contains(['\r', '\n']) {
+        if !ua.chars().all(|c| c == '\t' || (' '..='~').contains(&c)) {
             return Err(Failure::local("the user agent is not a valid header value"));
         }
         b = b.user_agent(ua);

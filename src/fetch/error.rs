@@ -52,18 +52,8 @@ pub enum FetchError {
         file: String,
     },
     /// No GGUF of the repository carries the quantization tag.
-    #[error(
-        "no GGUF file in '{repo}' carries the quantization '{tag}'{}",
-        crate::selection::fmt_available(available)
-    )]
-    NoSuchQuant {
-        /// The repository.
-        repo: String,
-        /// The tag asked for.
-        tag: String,
-        /// The GGUF files there are.
-        available: Vec<String>,
-    },
+    #[error(transparent)]
+    NoSuchQuant(crate::selection::NoSuchQuant),
     /// The patterns matched no file.
     #[error("no file of '{repo}' matches the selection")]
     NothingSelected {
@@ -84,6 +74,9 @@ pub enum FetchError {
     /// A selection or setting that cannot work (bad glob, bad repository spec).
     #[error("{0}")]
     Invalid(String),
+    /// A reference, repository spec or pattern that cannot be read.
+    #[error(transparent)]
+    Selection(#[from] crate::selection::SelectionError),
     /// Offline mode (or only checking), and the cache does not hold what is asked for.
     #[error("{what} is not in {} ({})", dir.display(), if *offline {
         "offline mode: HF_HUB_OFFLINE or --offline forbids the network"
@@ -256,10 +249,11 @@ impl FetchError {
                 _ => ExitClass::Local,
             },
             FetchError::FileNotFound { .. }
-            | FetchError::NoSuchQuant { .. }
+            | FetchError::NoSuchQuant(_)
             | FetchError::NothingSelected { .. }
             | FetchError::NotCached { .. } => ExitClass::NotFound,
             FetchError::Invalid(_)
+            | FetchError::Selection(_)
             | FetchError::DiskSpace { .. }
             | FetchError::DiskFull { .. }
             | FetchError::Io { .. } => ExitClass::Local,

@@ -105,6 +105,33 @@ impl Default for LockFile {
     }
 }
 
+/// Why a lock file's contents cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Not the JSON of a lock file.
+    #[error("malformed ({0})")]
+    Malformed(String),
+    /// Another `format`.
+    #[error("format '{}' is not {LOCK_FORMAT}", escape(.0))]
+    Format(String),
+    /// A version this program does not read.
+    #[error("version {0} is not one this program reads (it reads {LOCK_VERSION})")]
+    Version(u32),
+    /// A repository's entry: twice, an invalid id, type or commit, a file pinned twice, an
+    /// unsafe path, a chunk size too small.
+    #[error("{}: {what}", escape(repo))]
+    Pin {
+        /// The repository.
+        repo: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// More files than [`MAX_LOCKED_FILES`].
+    #[error("more than {MAX_LOCKED_FILES} files")]
+    TooManyFiles,
+}
+
 impl LockFile {
     /// Reads and checks a lock file (bounded; nothing in it sizes an allocation).
     pub fn read(path: &Path) -> Result<LockFile, FetchError> {
@@ -119,66 +146,63 @@ impl LockFile {
             }
             crate::safe_fs::Limited::Io(e) => FetchError::io("read", path, e),
         })?;
-        LockFile::parse(&bytes).map_err(bad)
+        LockFile::parse(&bytes).map_err(|e| bad(e.to_string()))
     }
 
     /// Parses and checks a lock file's bytes (the caller bounds them).
-    pub fn parse(bytes: &[u8]) -> Result<LockFile, String> {
+    pub fn parse(bytes: &[u8]) -> Result<LockFile, LockError> {
         let lock: LockFile =
-            serde_json::from_slice(bytes).map_err(|e| format!("malformed ({e})"))?;
+            serde_json::from_slice(bytes).map_err(|e| LockError::Malformed(e.to_string()))?;
         lock.validate()?;
         Ok(lock)
     }
 
     /// Checks what the types cannot: format and version, safe names, commits, bounds.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LockError> {
         if self.format != LOCK_FORMAT {
-            return Err(format!(
-                "format '{}' is not {LOCK_FORMAT}",
-                escape(&self.format)
-            ));
+            return Err(LockError::Format(self.format.clone()));
         }
         if self.version != LOCK_VERSION {
-            return Err(format!(
-                "version {} is not one this program reads (it reads {LOCK_VERSION})",
-                self.version
-            ));
+            return Err(LockError::Version(self.version));
         }
         let mut files = 0usize;
         let mut repos = std::collections::HashSet::new();
         for r in &self.repos {
+            let pin = |what: String| LockError::Pin {
+                repo: r.repo.clone(),
+                what,
+            };
             // One entry per repository, one pin per path: two pins could not both hold.
             if !repos.insert((r.repo_type.as_str(), r.repo.as_str())) {
-                return Err(format!("{} is pinned twice", escape(&r.repo)));
+                return Err(pin("the repository is pinned twice".into()));
             }
             let mut paths = std::collections::HashSet::new();
             if let Some(f) = r.files.iter().find(|f| !paths.insert(f.path.as_str())) {
-                return Err(format!(
-                    "{}: '{}' is pinned twice",
-                    escape(&r.repo),
-                    escape(&f.path)
-                ));
+                return Err(pin(format!("'{}' is pinned twice", escape(&f.path))));
             }
-            crate::hub::validate_repo_id(&r.repo).map_err(|e| e.to_string())?;
+            crate::hub::validate_repo_id(&r.repo).map_err(|e| pin(e.to_string()))?;
             r.repo_type
                 .parse::<crate::names::RepoType>()
-                .map_err(|e| format!("{}: {e}", escape(&r.repo)))?;
+                .map_err(|e| pin(e.to_string()))?;
             if !is_commit_hash(&r.commit) {
-                return Err(format!(
-                    "{}: commit '{}' is not a commit id",
-                    r.repo,
+                return Err(pin(format!(
+                    "commit '{}' is not a commit id",
                     escape(&r.commit)
-                ));
+                )));
             }
             files = files.saturating_add(r.files.len());
             if files > MAX_LOCKED_FILES {
-                return Err(format!("more than {MAX_LOCKED_FILES} files"));
+                return Err(LockError::TooManyFiles);
             }
             for f in &r.files {
                 check_repo_path(&f.path)
-                    .map_err(|e| format!("{}: path '{}': {e}", r.repo, escape(&f.path)))?;
+                    .map_err(|e| pin(format!("path '{}': {e}", escape(&f.path))))?;
                 if f.chunk_size < crate::manifest::MIN_CHUNK_SIZE {
-                    return Err(format!("{}: chunk size {} too small", f.path, f.chunk_size));
+                    return Err(pin(format!(
+                        "'{}': chunk size {} too small",
+                        escape(&f.path),
+                        f.chunk_size
+                    )));
                 }
             }
         }
@@ -307,12 +331,16 @@ mod tests {
     fn hostile_lock_files_are_refused() {
         let mut l = LockFile::default();
         l.pin(repo('a', &["../x"]));
-        assert!(l.validate().unwrap_err().contains("'..'"));
+        assert!(l.validate().unwrap_err().to_string().contains("'..'"));
         let mut l = LockFile::default();
         let mut r = repo('a', &["x"]);
         r.commit = "main".into();
         l.pin(r);
-        assert!(l.validate().unwrap_err().contains("not a commit id"));
+        assert!(l
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("not a commit id"));
         let l = LockFile {
             version: 2,
             ..LockFile::default()
@@ -328,6 +356,7 @@ mod tests {
         assert!(
             l.validate()
                 .unwrap_err()
+                .to_string()
                 .contains("'x.gguf' is pinned twice"),
             "{:?}",
             l.validate()
@@ -336,6 +365,10 @@ mod tests {
             repos: vec![repo('a', &["x.gguf"]), repo('b', &["y.gguf"])],
             ..LockFile::default()
         };
-        assert!(l.validate().unwrap_err().contains("pinned twice"));
+        assert!(l
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("pinned twice"));
     }
 }

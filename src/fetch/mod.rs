@@ -81,12 +81,12 @@ pub use blocking::{get, BlockingFetcher};
 
 #[doc(no_inline)]
 pub use crate::hub::{RepoRef, RepoType, Token};
+/// Why [`FetcherBuilder::header`] refuses a header.
+pub use crate::net::HeaderError;
 #[doc(no_inline)]
 pub use crate::net::RetryPolicy;
 #[doc(no_inline)]
 pub use crate::transfer::EngineConfig;
-/// The types of [`FetcherBuilder::header`].
-pub use reqwest::header::{HeaderName, HeaderValue};
 /// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
 pub use tokio_util::sync::CancellationToken;
 
@@ -336,10 +336,13 @@ impl FetcherBuilder {
 
     /// Adds a header to every request to the endpoint's origin, metadata and downloads (a
     /// proxy's credential, a tracing id): sent where the token is sent and nowhere else, and
-    /// replacing a header of the same name, `Authorization` included. Default none.
-    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+    /// replacing a header of the same name, `Authorization` included. Default none. Refused
+    /// ([`HeaderError`]): an invalid name or value (visible ASCII only), or a header the client
+    /// sets itself (`Range`, `Host`, …).
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self, HeaderError> {
+        let (name, value) = crate::net::extra_header(name, value)?;
         self.hub.headers.append(name, value);
-        self
+        Ok(self)
     }
 
     /// The `User-Agent` of every request. Default `weight-inspect/{version}`.

@@ -473,7 +473,7 @@ impl Fetcher {
                 "a file matching the selection in '{repo}' at revision '{}'",
                 repo.revision
             )),
-            SelectError::BadPattern(p) => FetchError::Invalid(p),
+            SelectError::BadPattern(p) => FetchError::Selection(p),
         })?;
         // A selection of several files (a folder, patterns, a tag's split parts, a whole
         // repository) is also made from the listing saved for the commit, when there is one:
@@ -737,14 +737,16 @@ fn select_error(
                 file: f,
             }
         }
-        SelectError::NoQuant { tag, available } => FetchError::NoSuchQuant {
-            repo: repo.to_string(),
-            tag,
-            available,
-        },
+        SelectError::NoQuant { tag, available } => {
+            FetchError::NoSuchQuant(crate::selection::NoSuchQuant {
+                repo: repo.to_string(),
+                tag,
+                available,
+            })
+        }
         SelectError::Empty => FetchError::NothingSelected {
             repo: repo.to_string(),
         },
-        SelectError::BadPattern(p) => FetchError::Invalid(p),
+        SelectError::BadPattern(p) => FetchError::Selection(p),
     }
 }

@@ -128,37 +128,46 @@ const MANAGED: &[&str] = &[
     "proxy-connection",
 ];
 
+/// Why a header given to add to requests is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// Not a header name.
+    #[error("'{}' is not a valid header name", crate::names::escape(.0))]
+    Name(String),
+    /// A header the client sets itself (`Range`, `Host`, `Authorization`, …).
+    #[error("the header '{0}' is set by the client and cannot be given")]
+    Managed(String),
+    /// A value with other than visible ASCII and spaces.
+    #[error("the value of header '{0}' is not valid (visible ASCII only)")]
+    Value(String),
+    /// Not a `Name: value` line.
+    #[error("expected 'Name: value', got '{}'", crate::names::escape(.0))]
+    Line(String),
+}
+
 /// A header to add to requests (see `FetcherBuilder::header`), checked: a valid name and value
 /// (visible ASCII and spaces; no line breaks), and not one the client manages itself.
-pub fn extra_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
-    let n = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-        format!(
-            "'{}' is not a valid header name",
-            crate::names::escape(name)
-        )
-    })?;
+pub fn extra_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), HeaderError> {
+    let n = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| HeaderError::Name(name.to_string()))?;
     if MANAGED.contains(&n.as_str()) {
-        return Err(format!(
-            "the header '{n}' is set by the client and cannot be given"
-        ));
+        return Err(HeaderError::Managed(n.to_string()));
     }
     let value = value.trim();
     let visible = value.chars().all(|c| c == '\t' || (' '..='~').contains(&c));
     let v = HeaderValue::from_str(value)
         .ok()
         .filter(|_| visible)
-        .ok_or_else(|| format!("the value of header '{n}' is not valid (visible ASCII only)"))?;
+        .ok_or_else(|| HeaderError::Value(n.to_string()))?;
     Ok((n, v))
 }
 
 /// [`extra_header`] of a `Name: value` line (curl's `-H`).
-pub fn parse_header_line(line: &str) -> Result<(HeaderName, HeaderValue), String> {
-    let (name, value) = line.split_once(':').ok_or_else(|| {
-        format!(
-            "expected 'Name: value', got '{}'",
-            crate::names::escape(line)
-        )
-    })?;
+pub fn parse_header_line(line: &str) -> Result<(HeaderName, HeaderValue), HeaderError> {
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| HeaderError::Line(line.to_string()))?;
     extra_header(name, value)
 }
 

@@ -26,7 +26,7 @@ pub use clock::{RecordingClock, RetryClock, SharedClock, SystemClock, Wait};
 
 pub use headers::{
     announced_etag, content_encoding, content_length, content_range, extra_header, header_str,
-    parse_header_line, same_etag, ContentRange,
+    parse_header_line, same_etag, ContentRange, HeaderError,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
 pub use retry::{

@@ -71,6 +71,9 @@ pub enum RemoteError {
     /// Not a reference to a model on the Hub.
     #[error("{0}")]
     Reference(String),
+    /// A reference in none of the forms read ([`parse_reference`]).
+    #[error(transparent)]
+    Selection(#[from] crate::selection::SelectionError),
     /// Offline mode (`HF_HUB_OFFLINE=1`) forbids reading from the Hub.
     #[error(
         "'{0}' is on the Hub, and offline mode is on (HF_HUB_OFFLINE): inspect a local copy \
@@ -81,18 +84,8 @@ pub enum RemoteError {
     #[error(transparent)]
     Hub(#[from] HubError),
     /// No GGUF of the repository carries the quantization tag.
-    #[error(
-        "no GGUF file in '{repo}' carries the quantization '{tag}'{}",
-        crate::selection::fmt_available(available)
-    )]
-    NoSuchQuant {
-        /// The repository.
-        repo: String,
-        /// The tag.
-        tag: String,
-        /// The GGUF files there are (escaped).
-        available: Vec<String>,
-    },
+    #[error(transparent)]
+    NoSuchQuant(crate::selection::NoSuchQuant),
     /// The repository holds no GGUF or safetensors model.
     #[error("'{repo}' at revision '{revision}' holds no GGUF or safetensors model")]
     NoModel {
@@ -162,9 +155,9 @@ impl RemoteError {
             RemoteError::Hub(h) if h.is_integrity() => ExitClass::Integrity,
             RemoteError::Hub(h) if h.is_not_found_or_denied() => ExitClass::NotFound,
             RemoteError::Hub(h) if h.is_network_or_server() => ExitClass::Network,
-            RemoteError::NoSuchQuant { .. }
-            | RemoteError::NoModel { .. }
-            | RemoteError::Offline(_) => ExitClass::NotFound,
+            RemoteError::NoSuchQuant(_) | RemoteError::NoModel { .. } | RemoteError::Offline(_) => {
+                ExitClass::NotFound
+            }
             RemoteError::NoSize { .. } | RemoteError::SizeChanged { .. } => ExitClass::Network,
             _ => ExitClass::Local,
         }
@@ -218,7 +211,7 @@ pub fn parse_target(spec: &str, revision: Option<&str>) -> Result<Target, Remote
         }
         return Ok(t);
     }
-    let r = parse_reference(spec).map_err(RemoteError::Reference)?;
+    let r = parse_reference(spec)?;
     let mut repo = RepoRef::model(r.repo).with_revision(revision.unwrap_or("main"));
     if let Some(t) = r.repo_type {
         repo = repo.with_type(t);
@@ -414,11 +407,13 @@ pub async fn inspect(
                 None => Selection::all(),
             };
             let chosen = choose(&paths, &sel, &target.repo.to_string()).map_err(|e| match e {
-                SelectError::NoQuant { tag, available } => RemoteError::NoSuchQuant {
-                    repo: target.repo.to_string(),
-                    tag: escape(&tag).into_owned(),
-                    available: available.iter().map(|a| escape(a).into_owned()).collect(),
-                },
+                SelectError::NoQuant { tag, available } => {
+                    RemoteError::NoSuchQuant(crate::selection::NoSuchQuant {
+                        repo: target.repo.to_string(),
+                        tag,
+                        available,
+                    })
+                }
                 _ => RemoteError::NoModel {
                     repo: target.repo.to_string(),
                     revision: escape(&target.repo.revision).into_owned(),

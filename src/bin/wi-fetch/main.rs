@@ -22,12 +22,17 @@ use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weight_inspect::fetch::lock::{LockFile, LockedRepo};
 use weight_inspect::fetch::{
-    human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, HeaderName, HeaderValue, Plan,
-    Reference, RepoRef, RepoType, Selection,
+    human_bytes, parse_reference, FetchError, FetchSummary, Fetcher, Plan, Reference, RepoRef,
+    RepoType, Selection,
 };
 use weight_inspect::manage;
 use weight_inspect::names::escape;
-use weight_inspect::net::parse_header_line as parse_header;
+/// `Name: value`, checked as the library checks it.
+fn parse_header(line: &str) -> Result<(String, String), weight_inspect::net::HeaderError> {
+    weight_inspect::net::parse_header_line(line)?;
+    let (name, value) = line.split_once(':').unwrap_or((line, ""));
+    Ok((name.trim().to_string(), value.trim().to_string()))
+}
 use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::units::{parse_duration, parse_size};
 
@@ -122,7 +127,7 @@ struct FetchArgs {
     /// credential, a tracing id): 'Name: value', repeatable. Never sent to the CDN a file
     /// redirects to; replaces a header of that name, Authorization included.
     #[arg(long, short = 'H', value_name = "NAME: VALUE", value_parser = parse_header)]
-    header: Vec<(HeaderName, HeaderValue)>,
+    header: Vec<(String, String)>,
     /// Cache folder (default: HF_HUB_CACHE, else $HF_HOME/hub).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -391,7 +396,7 @@ fn fail(e: FetchError) -> Failure {
 
 fn run(cli: FetchArgs) -> Result<(), Failure> {
     let reference = match &cli.repo {
-        Some(r) => parse_reference(r).map_err(|m| (m, 1))?,
+        Some(r) => parse_reference(r).map_err(|e| (e.to_string(), 1))?,
         None => Reference {
             repo: String::new(),
             repo_type: None,
@@ -456,7 +461,7 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
         b = b.token(t);
     }
     for (name, value) in &cli.header {
-        b = b.header(name.clone(), value.clone());
+        b = b.header(name, value).map_err(|e| (e.to_string(), 1))?;
     }
     if let Some(d) = &cli.cache_dir {
         b = b.cache_dir(d);
