@@ -1138,32 +1138,7 @@ async fn damaged_on_disk_after_it_arrived(with_manifest: bool) {
     };
     let eng = engine(cfg);
     let control = async {
-        let all_but_one = SIZE as u64 - CHUNK;
-        let mut waited = 0;
-        while rec.progress.load(Ordering::SeqCst) < all_but_one {
-            assert!(
-                waited < 30_000,
-                "timed out waiting for all but the held chunk"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            waited += 1;
-        }
-        let st = fx.hub.stats().file(REPO, LFS);
-        let held = st.ranges.iter().flatten().next().expect("the held request");
-        let first: u64 = held["bytes=".len()..]
-            .split('-')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let damaged = first / CHUNK + 1;
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&spec.partial_path)
-            .unwrap();
-        f.write_all_at(b"damaged on disk", damaged * CHUNK + 10)
-            .unwrap();
+        damage_past_the_held_chunk(&fx, &rec, &spec).await;
         fx.hub.release_holds();
     };
     let (out, ()) = tokio::join!(eng.download(&spec, &rec), control);
@@ -1388,6 +1363,37 @@ async fn interrupted(engine: &Eng, spec: &Spec, after: u64) -> u64 {
         }
     }
     rec.progress.load(Ordering::SeqCst)
+}
+
+/// Once every chunk but the one whose answer the hub holds is on disk (the recorder's
+/// progress, waited for with a deadline), damages the chunk after the held one in the partial
+/// file: bytes the engine has already written and will only find wrong when it checks them.
+async fn damage_past_the_held_chunk(fx: &Fixture, rec: &Recorder, spec: &Spec) {
+    let all_but_one = SIZE as u64 - CHUNK;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while rec.progress.load(Ordering::SeqCst) < all_but_one {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for all but the held chunk"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let st = fx.hub.stats().file(REPO, LFS);
+    let held = st.ranges.iter().flatten().next().expect("the held request");
+    let first: u64 = held["bytes=".len()..]
+        .split('-')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let damaged = first / CHUNK + 1;
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&spec.partial_path)
+        .unwrap();
+    f.write_all_at(b"damaged on disk", damaged * CHUNK + 10)
+        .unwrap();
 }
 
 /// Whether the resume state at `path` records chunk 0.
@@ -1785,31 +1791,7 @@ async fn a_corrupted_fresh_copy_never_replaces_good_bytes() {
     };
     let eng = engine(cfg);
     let control = async {
-        let mut waited = 0;
-        while rec.progress.load(Ordering::SeqCst) < SIZE as u64 - CHUNK {
-            assert!(
-                waited < 30_000,
-                "timed out waiting for all but the held chunk"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            waited += 1;
-        }
-        let st = fx.hub.stats().file(REPO, LFS);
-        let held = st.ranges.iter().flatten().next().expect("the held request");
-        let first: u64 = held["bytes=".len()..]
-            .split('-')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let damaged = first / CHUNK + 1;
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&spec.partial_path)
-            .unwrap();
-        f.write_all_at(b"damaged on disk", damaged * CHUNK + 10)
-            .unwrap();
+        damage_past_the_held_chunk(&fx, &rec, &spec).await;
         // The next answers (the held chunk's own excepted: it is already under way) are
         // corrupted: the first fresh copies made by the repair.
         fx.hub
