@@ -360,33 +360,8 @@ fn prune_removes_a_stale_partial_of_an_older_version() {
     );
     let sb = Sandbox::new();
     expect_code(&fetch(&sb, &hub, &[REPO, "x.bin"]), 0);
-    // A slow download of w.bin, killed once its state records a quarter of it.
-    hub.faults().push(
-        Fault::Throttle {
-            bytes_per_sec: 512 << 10,
-        }
-        .on_path("*w.bin"),
-    );
     let repo_dir = sb.repo_dir(REPO);
-    let mut c = sb.cmd(&hub);
-    c.args([
-        REPO,
-        "w.bin",
-        "--chunk-size",
-        "128K",
-        "--connections",
-        "2",
-        "-q",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    wait_for("a quarter recorded", Duration::from_secs(60), || {
-        assert!(child.try_wait().unwrap().is_none(), "the download ended");
-        recorded_bytes(&repo_dir) >= w1.len() as u64 / 4
-    });
-    child.kill().unwrap();
-    let _ = child.wait();
+    killed_at_a_quarter(&sb, &hub, REPO, w1.len());
     let e1 = sha256_hex(&w1);
     let partial = repo_dir.join("blobs").join(format!("{e1}.wi-partial"));
     let state = repo_dir
@@ -689,33 +664,9 @@ fn ls_revisions_shows_a_first_download_that_was_interrupted() {
             .lfs_threshold(64 << 10)
             .file(REPO, "w.bin", w.clone()),
     );
-    hub.faults().push(
-        Fault::Throttle {
-            bytes_per_sec: 512 << 10,
-        }
-        .on_path("*w.bin"),
-    );
     let sb = Sandbox::new();
     let repo_dir = sb.repo_dir(REPO);
-    let mut c = sb.cmd(&hub);
-    c.args([
-        REPO,
-        "w.bin",
-        "--chunk-size",
-        "128K",
-        "--connections",
-        "2",
-        "-q",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    wait_for("a quarter recorded", Duration::from_secs(60), || {
-        assert!(child.try_wait().unwrap().is_none(), "the download ended");
-        recorded_bytes(&repo_dir) >= w.len() as u64 / 4
-    });
-    child.kill().unwrap();
-    let _ = child.wait();
+    killed_at_a_quarter(&sb, &hub, REPO, w.len());
     let recorded = recorded_bytes(&repo_dir);
     let commit = hub.commit(REPO);
 
@@ -735,4 +686,35 @@ fn ls_revisions_shows_a_first_download_that_was_interrupted() {
         out.contains(&commit) && out.contains("w.bin  partial ("),
         "{out}"
     );
+}
+
+/// A slow download of `w.bin` (throttled to 512 KiB/s), killed once its resume state records a
+/// quarter of its `size` bytes.
+fn killed_at_a_quarter(sb: &Sandbox, hub: &MockHub, repo: &str, size: usize) {
+    hub.faults().push(
+        Fault::Throttle {
+            bytes_per_sec: 512 << 10,
+        }
+        .on_path("*w.bin"),
+    );
+    let repo_dir = sb.repo_dir(repo);
+    let mut c = sb.cmd(hub);
+    c.args([
+        repo,
+        "w.bin",
+        "--chunk-size",
+        "128K",
+        "--connections",
+        "2",
+        "-q",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    wait_for("a quarter recorded", Duration::from_secs(60), || {
+        assert!(child.try_wait().unwrap().is_none(), "the download ended");
+        recorded_bytes(&repo_dir) >= size as u64 / 4
+    });
+    child.kill().unwrap();
+    let _ = child.wait();
 }

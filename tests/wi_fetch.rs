@@ -314,16 +314,10 @@ fn dry_run_downloads_nothing() {
     assert_eq!(file_gets(&hub, REPO), 0);
 }
 
-/// Offline, a selection of several files that the cache holds only part of (an interrupted
-/// download) names what is missing and exits 4, from the listing saved for the commit; what is
-/// there is still checked. It used to exit 0 with part of the repository.
-#[test]
-fn offline_names_what_a_partial_repository_lacks() {
-    let hub = start(hub_builder());
-    let sb = Sandbox::new();
-    // The repository's GGUF files, but a download of them that stopped after two (the first
-    // part of the split one among them).
-    let mut c = sb.cmd(&hub);
+/// The cache of a download of the repository's GGUF files that stopped after two (the first
+/// part of the split one among them), with the repository's listing saved.
+fn two_of_the_ggufs_and_the_listing(sb: &Sandbox, hub: &MockHub) {
+    let mut c = sb.cmd(hub);
     c.args([
         REPO,
         "tinyllama-q8_0.gguf",
@@ -331,9 +325,19 @@ fn offline_names_what_a_partial_repository_lacks() {
         "-q",
     ]);
     expect_code(&run(c), 0);
-    let mut c = sb.cmd(&hub);
+    let mut c = sb.cmd(hub);
     c.args([REPO, "--include", "*.gguf", "--dry-run"]);
     expect_code(&run(c), 0);
+}
+
+/// Offline, a selection of several files that the cache holds only part of (an interrupted
+/// download) names what is missing and exits 4, from the listing saved for the commit; what is
+/// there is still checked. It used to exit 0 with part of the repository.
+#[test]
+fn offline_names_what_a_partial_repository_lacks() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    two_of_the_ggufs_and_the_listing(&sb, &hub);
     hub.reset_stats();
     for args in [
         vec![REPO, "--include", "*.gguf", "--offline"],
@@ -365,18 +369,7 @@ fn offline_names_what_a_partial_repository_lacks() {
 fn cache_fallback_answers_only_with_everything_asked_for() {
     let hub = start(hub_builder());
     let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.args([
-        REPO,
-        "tinyllama-q8_0.gguf",
-        "tinyllama-f32-00001-of-00002.gguf",
-        "-q",
-    ]);
-    expect_code(&run(c), 0);
-    // The listing of the repository is saved (a run that stopped after two files).
-    let mut c = sb.cmd(&hub);
-    c.args([REPO, "--include", "*.gguf", "--dry-run"]);
-    expect_code(&run(c), 0);
+    two_of_the_ggufs_and_the_listing(&sb, &hub);
     hub.faults().push(Fault::status(503).on_path("/api/*"));
 
     hub.reset_stats();

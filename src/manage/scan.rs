@@ -621,6 +621,18 @@ pub(super) fn mark_stale(s: &mut RepoScan) {
     }
 }
 
+/// A partial download of `path`, as a file of its revision.
+fn partial_file(p: &PartialReport, path: &str) -> FileReport {
+    FileReport {
+        path: path.to_string(),
+        etag: Some(p.etag.clone()),
+        size: Some(p.bytes_on_disk),
+        state: FileState::Partial,
+        resumable_bytes: Some(p.resumable_bytes),
+        problem: None,
+    }
+}
+
 pub(super) fn scan_repo(
     root: &Path,
     dir: &Path,
@@ -724,14 +736,7 @@ pub(super) fn scan_repo(
         {
             if let Some(path) = &p.path {
                 if !files.contains_key(path) {
-                    reports.push(FileReport {
-                        path: path.clone(),
-                        etag: Some(p.etag.clone()),
-                        size: Some(p.bytes_on_disk),
-                        state: FileState::Partial,
-                        resumable_bytes: Some(p.resumable_bytes),
-                        problem: None,
-                    });
+                    reports.push(partial_file(p, path));
                 }
             }
         }
@@ -754,14 +759,10 @@ pub(super) fn scan_repo(
     for p in &s.partials {
         if let (Some(commit), Some(path)) = (&p.commit, &p.path) {
             if !s.snapshots.contains_key(commit) {
-                pending.entry(commit).or_default().push(FileReport {
-                    path: path.clone(),
-                    etag: Some(p.etag.clone()),
-                    size: Some(p.bytes_on_disk),
-                    state: FileState::Partial,
-                    resumable_bytes: Some(p.resumable_bytes),
-                    problem: None,
-                });
+                pending
+                    .entry(commit)
+                    .or_default()
+                    .push(partial_file(p, path));
             }
         }
     }
