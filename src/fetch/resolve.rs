@@ -306,7 +306,7 @@ impl Fetcher {
             Some(Err(e)) => Some(format!(
                 "the saved listing {} cannot be read ({}): discarded",
                 saved_path.display(),
-                escape(e)
+                escape(&e.to_string())
             )),
         };
         let agreed = saved.is_some() && discarded.is_none();

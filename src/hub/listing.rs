@@ -198,10 +198,22 @@ fn take_page(
     }
 }
 
+/// Why a saved listing cannot be read (it is then asked of the Hub again).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListingError {
+    /// Not the JSON of a saved listing.
+    #[error("malformed ({0})")]
+    Malformed(String),
+    /// huggingface_hub's `trees/{commit}.json` in a format version this program does not read.
+    #[error("format_version {0} (this version reads {HF_TREE_FORMAT_VERSION})")]
+    Version(u64),
+}
+
 /// A listing saved to disk (see [`save_tree`]): its files and refused entries, every entry
 /// checked again as a listing page is (the file lives in a shared folder: it is input like any
 /// other).
-pub fn load_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), String> {
+pub fn load_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), ListingError> {
     #[derive(Deserialize)]
     struct Saved {
         entries: Vec<PageEntry>,
@@ -213,7 +225,8 @@ pub fn load_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), S
         path: String,
         reason: String,
     }
-    let saved: Saved = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let saved: Saved =
+        serde_json::from_slice(bytes).map_err(|e| ListingError::Malformed(e.to_string()))?;
     let (mut files, mut refused) = (Vec::new(), Vec::new());
     take_page(saved.entries, &mut files, &mut refused);
     let files = refuse_collisions(files, &mut refused);
@@ -278,7 +291,7 @@ pub fn save_hf_tree(files: &[RemoteFile]) -> String {
 /// refused, every entry checked as a listing page is (the file lives in a shared folder, and
 /// another program wrote it). Another `format_version`, or text that is not such a listing, is
 /// an error: the listing is then asked of the Hub.
-pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), String> {
+pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), ListingError> {
     #[derive(Deserialize)]
     struct HfTree {
         format_version: u64,
@@ -295,12 +308,10 @@ pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>)
         #[serde(default, deserialize_with = "size")]
         lfs_size: Option<Size>,
     }
-    let tree: HfTree = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let tree: HfTree =
+        serde_json::from_slice(bytes).map_err(|e| ListingError::Malformed(e.to_string()))?;
     if tree.format_version != HF_TREE_FORMAT_VERSION {
-        return Err(format!(
-            "format_version {} (this version reads {HF_TREE_FORMAT_VERSION})",
-            tree.format_version
-        ));
+        return Err(ListingError::Version(tree.format_version));
     }
     let (mut files, mut refused) = (Vec::new(), Vec::new());
     let entries =

@@ -41,8 +41,8 @@ pub use crate::net::RetryPolicy;
 pub use crate::net::{is_transient_status as is_retryable_status, retry_after};
 pub use error::HubError;
 pub use listing::{
-    load_hf_tree, load_tree, save_hf_tree, save_tree, RefusedEntry, RemoteFile, RepoListing,
-    HF_TREE_FORMAT_VERSION,
+    load_hf_tree, load_tree, save_hf_tree, save_tree, ListingError, RefusedEntry, RemoteFile,
+    RepoListing, HF_TREE_FORMAT_VERSION,
 };
 pub use metadata::FileMetadata;
 pub use range::RangeRead;
