@@ -125,7 +125,7 @@ impl Fetcher {
         repo: &RepoRef,
         selection: &Selection,
     ) -> Result<FetchSummary, FetchError> {
-        self.fetch_pinned(repo, selection, None).await
+        self.fetch_pinned(repo, selection, None, None).await
     }
 
     /// Fetches exactly what a lock file pins (see [`super::lock`]): each repository at its
@@ -143,7 +143,7 @@ impl Fetcher {
                 .with_type(r.repo_type.parse().map_err(FetchError::Invalid)?)
                 .with_revision(r.commit.clone());
             let selection = Selection::files(r.files.iter().map(|f| f.path.clone()));
-            match self.fetch_pinned(&repo, &selection, Some(r)).await {
+            match self.fetch_pinned(&repo, &selection, Some(r), None).await {
                 Ok(mut s) => {
                     s.revision = r.revision.clone();
                     out.push(s);
@@ -157,11 +157,14 @@ impl Fetcher {
         }
     }
 
+    /// A fetch of `selection` (or of what `pins` pin), from `planned` when the caller has
+    /// already made its plan.
     async fn fetch_pinned(
         &self,
         repo: &RepoRef,
         selection: &Selection,
         pins: Option<&LockedRepo>,
+        planned: Option<Plan>,
     ) -> Result<FetchSummary, FetchError> {
         let start = Instant::now();
         self.engine.reset_peak();
@@ -169,14 +172,15 @@ impl Fetcher {
         let files_before = self.engine.downloads();
         let gate = Gate::new(&*self.reporter);
         let may_retry = !self.offline && !is_commit_hash(&repo.revision);
-        let plan = match &self.fallback {
-            Some(fb) if !self.force_download => {
+        let plan = match (planned, &self.fallback) {
+            (Some(plan), _) => Ok(plan),
+            (None, Some(fb)) if !self.force_download => {
                 match self.plan_or_cache(fb, repo, selection, pins, &gate).await? {
                     Ok(plan) => Ok(plan),
                     Err(from_cache) => return Ok(from_cache),
                 }
             }
-            _ => self.plan(repo, selection, pins).await,
+            (None, _) => self.plan(repo, selection, pins).await,
         };
         let first = match plan {
             Ok(plan) => {
@@ -245,7 +249,8 @@ impl Fetcher {
             Ok(plan) if plan.missing.is_empty() => {
                 // (Boxed: the offline fetcher has no fallback of its own; the compiler cannot
                 // know that.)
-                match Box::pin(fb.cache.fetch_pinned(repo, selection, pins)).await {
+                // The plan made, the cache's fetch verifies and reports from it.
+                match Box::pin(fb.cache.fetch_pinned(repo, selection, pins, Some(plan))).await {
                     Ok(summary) => {
                         notice(
                             gate,

@@ -42,21 +42,28 @@ pub struct Mmap {
 impl Mmap {
     /// Map `file` read-only, holding a shared advisory lock on it while the map lives (see
     /// the type's docs for what that promises). A file another process holds an exclusive
-    /// lock on (a writer at work) is refused with [`io::ErrorKind::WouldBlock`].
+    /// lock on (a writer at work) is refused with [`io::ErrorKind::WouldBlock`]. On a file
+    /// system that has no such locks (some network and FUSE file systems answer `ENOLCK` or
+    /// `EOPNOTSUPP`) the file is mapped without one: no writer there could take the lock
+    /// either.
     pub fn open(file: &File) -> io::Result<Mmap> {
         let locked = file.try_clone()?;
-        if !fs4::fs_std::FileExt::try_lock_shared(&locked)? {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "another process holds an exclusive lock on the file (it is being written)",
-            ));
-        }
-        // SAFETY: the shared lock is held for the life of the map, and this crate never
-        // writes a mapped file in place (see the type's docs): the contract of
-        // `open_unlocked` is met as far as any cooperating writer goes.
+        let held = match fs4::fs_std::FileExt::try_lock_shared(&locked) {
+            Ok(true) => true,
+            Ok(false) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "another process holds an exclusive lock on the file (it is being written)",
+                ))
+            }
+            Err(_) => false,
+        };
+        // SAFETY: the shared lock is held for the life of the map (where the file system
+        // has locks), and this crate never writes a mapped file in place (see the type's
+        // docs): the contract of `open_unlocked` is met as far as any cooperating writer goes.
         #[allow(unsafe_code)]
         let mut map = unsafe { Mmap::open_unlocked(file)? };
-        map._locked = Some(locked);
+        map._locked = held.then_some(locked);
         Ok(map)
     }
 

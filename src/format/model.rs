@@ -48,7 +48,13 @@ pub enum OpenError {
     /// The file can be read, but it breaks a rule of its format (a tensor past the end of a
     /// truncated file, a size that does not match the shape, an overflowing shape, …):
     /// [`Model::open`] refuses it, [`Model::open_lax`] opens what is valid in it.
-    #[error("{}: not a valid {} model: {}{}", path.display(), format.as_str(), first.message, more_errors(*count))]
+    #[error(
+        "{}: not a valid {} model: {}{}",
+        path.display(),
+        format.as_str(),
+        crate::names::escape(&first.message),
+        more_errors(*count)
+    )]
     Invalid {
         /// The file with the first error (the model's own path for an error across files).
         path: PathBuf,
