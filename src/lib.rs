@@ -95,17 +95,22 @@ pub mod transfer;
 pub mod fuzzing {
     /// A resume state from its bytes: parsed and checked as the engine checks one on resume;
     /// the number of chunk records it would trust.
-    pub fn resume_state(bytes: &[u8]) -> Result<usize, String> {
-        let s = crate::transfer::fuzzing::parse_state(bytes)?;
-        Ok(s)
+    pub fn resume_state(bytes: &[u8]) -> Result<usize, Refused> {
+        crate::transfer::fuzzing::parse_state(bytes).map_err(Refused)
     }
 
     /// One page of a tree listing: the files kept and the entries refused.
     pub fn listing_page(
         bytes: &[u8],
-    ) -> Result<(Vec<crate::hub::RemoteFile>, Vec<crate::hub::RefusedEntry>), String> {
+    ) -> Result<(Vec<crate::hub::RemoteFile>, Vec<crate::hub::RefusedEntry>), serde_json::Error>
+    {
         crate::hub::fuzzing::parse_page(bytes)
     }
+
+    /// Why a resume state was refused (the reason the engine would give).
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    pub struct Refused(pub String);
 }
 
 /// The README's Rust examples, compiled as doctests so that they stay true.

@@ -67,7 +67,7 @@ mod report;
 mod resolve;
 mod run;
 #[doc(no_inline)]
-pub use crate::selection;
+use crate::selection;
 mod space;
 mod verification;
 
@@ -80,7 +80,9 @@ pub use verification::Verification;
 pub use blocking::{get, BlockingFetcher};
 
 #[doc(no_inline)]
-pub use crate::hub::{RepoRef, RepoType, Token};
+pub use crate::env::Token;
+pub use crate::hub::RepoRef;
+pub use crate::names::RepoType;
 /// Why [`FetcherBuilder::header`] refuses a header.
 pub use crate::net::HeaderError;
 #[doc(no_inline)]
@@ -95,7 +97,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::{self, HfCache, LocalDir, Store};
-use crate::hub::{self, HubClient, HubConfig, HubError};
+use crate::hub::{HubClient, HubConfig, HubError};
 use crate::net::SharedClock;
 use crate::progress::{NoProgress, Reporter};
 use crate::transfer::Engine;
@@ -163,7 +165,7 @@ impl Default for FetcherBuilder {
 impl FetcherBuilder {
     /// The Hub's base URL. Default `https://huggingface.co` ([`Fetcher::from_env`]: `HF_ENDPOINT`).
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.hub.endpoint = hub::normalize_endpoint(&endpoint.into());
+        self.hub.endpoint = crate::env::normalize_endpoint(&endpoint.into());
         self
     }
 
@@ -367,7 +369,7 @@ impl FetcherBuilder {
     }
 
     /// The clock every retry of downloads and metadata requests waits on. Default the real one
-    /// ([`crate::net::SystemClock`]); a test hands in a [`crate::net::RecordingClock`] to see
+    /// ([`crate::net::SystemClock`]); a test hands in a recording one (`RecordingClock`, feature `test-util`) to see
     /// the delays without waiting them. Set it after [`engine_config`](Self::engine_config),
     /// which replaces the engine's.
     pub fn retry_clock(mut self, clock: SharedClock) -> Self {
@@ -519,7 +521,7 @@ impl Fetcher {
     pub fn from_env() -> FetcherBuilder {
         let mut b = FetcherBuilder {
             hub: HubConfig::from_env(),
-            offline: hub::offline(),
+            offline: crate::env::offline(),
             ..FetcherBuilder::default()
         };
         if let Some(t) = crate::env::seconds("HF_HUB_DOWNLOAD_TIMEOUT") {

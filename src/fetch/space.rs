@@ -70,7 +70,7 @@ mod tests {
     use super::*;
     use crate::cache::{HfCache, LocalDir};
     use crate::fetch::PlannedFile;
-    use crate::hub::RepoType;
+    use crate::names::RepoType;
     use std::path::PathBuf;
 
     fn plan(files: &[(&str, u64, &str)]) -> Plan {

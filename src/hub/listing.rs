@@ -339,8 +339,10 @@ pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>)
 /// One page of a tree listing from its bytes, as [`HubClient::list_tree`] reads it (for the
 /// fuzz target): the files kept and the entries refused, collisions included.
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn parse_page(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), String> {
-    let entries: Vec<PageEntry> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub(crate) fn parse_page(
+    bytes: &[u8],
+) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>), serde_json::Error> {
+    let entries: Vec<PageEntry> = serde_json::from_slice(bytes)?;
     let (mut files, mut refused) = (Vec::new(), Vec::new());
     take_page(entries, &mut files, &mut refused);
     let files = refuse_collisions(files, &mut refused);

@@ -29,16 +29,9 @@ mod metadata;
 mod range;
 mod request;
 
-pub use crate::env::{
-    endpoint, endpoint_from, hf_home, hf_home_from, normalize_endpoint, offline, offline_from,
-    token, token_from, EnvLookup, Token, DEFAULT_ENDPOINT,
-};
-pub use crate::names::{
-    check_repo_path, etag_kind, is_commit_hash, is_lower_hex, EtagKind, RepoType,
-};
-#[doc(no_inline)]
-pub use crate::net::RetryPolicy;
-pub use crate::net::{is_transient_status as is_retryable_status, retry_after};
+use crate::env::{endpoint, normalize_endpoint, token, Token, DEFAULT_ENDPOINT};
+use crate::names::{check_repo_path, RepoType};
+use crate::net::RetryPolicy;
 pub use error::HubError;
 pub use listing::{
     load_hf_tree, load_tree, save_hf_tree, save_tree, ListingError, RefusedEntry, RemoteFile,
@@ -162,7 +155,7 @@ pub struct HubConfig {
     /// Retry policy for metadata requests. Default [`RetryPolicy::default`].
     pub retry: RetryPolicy,
     /// The clock retries wait on. Default the real one ([`crate::net::SystemClock`]); a test's
-    /// ([`crate::net::RecordingClock`]) records the delays instead of waiting.
+    /// (`RecordingClock`, feature `test-util`) records the delays instead of waiting.
     pub retry_clock: SharedClock,
     /// Timeout of one metadata request. Default 10 s (listing pages get three times this).
     pub timeout: Duration,

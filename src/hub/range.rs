@@ -139,7 +139,7 @@ impl HubClient {
             let (skip, keep) = if read.ranged {
                 let cr = match content_range(resp.headers()) {
                     Some(Ok(cr)) => cr,
-                    Some(Err(raw)) => return Err(bad(format!("bad Content-Range '{raw}'"))),
+                    Some(Err(e)) => return Err(bad(format!("bad {e}"))),
                     None => return Err(bad("206 without a Content-Range".into())),
                 };
                 let total_end = cr.total.unwrap_or(u64::MAX);

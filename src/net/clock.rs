@@ -3,7 +3,7 @@
 //! Every wait between two attempts — of a metadata request ([`crate::hub`]) or of a range of a
 //! download ([`crate::transfer`]) — goes through a [`RetryClock`], and so does the time a
 //! [`Retry`](super::Retry) measures against its budget. The real one is [`SystemClock`]
-//! (`Instant::now` and tokio's timer); tests hand in a [`RecordingClock`], which waits for
+//! (`Instant::now` and tokio's timer); tests hand in a `RecordingClock` (feature `test-util`), which waits for
 //! nothing and notes every delay asked of it, so that a test of the retry policy asserts the
 //! delays instead of sitting through them.
 
@@ -54,7 +54,9 @@ impl RetryClock for SystemClock {
 /// [`sleep`](RetryClock::sleep) is recorded ([`waits`](Self::waits)) and completes at once,
 /// moving the clock forward by its delay — except, with [`holding_from`](Self::holding_from),
 /// the long ones, which never complete (only dropping them ends them): a test can check that
-/// nobody needed such a wait to be over.
+/// nobody needed such a wait to be over. Only with the feature `test-util` (for tests of code
+/// that uses the library).
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug)]
 pub struct RecordingClock {
     origin: Instant,
@@ -62,6 +64,7 @@ pub struct RecordingClock {
     state: Mutex<Recorded>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 struct Recorded {
     /// Virtual time passed since `origin`.
@@ -69,12 +72,14 @@ struct Recorded {
     waits: Vec<Duration>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl Default for RecordingClock {
     fn default() -> Self {
         RecordingClock::new()
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl RecordingClock {
     /// A clock whose every wait completes at once.
     pub fn new() -> Self {
@@ -109,6 +114,7 @@ impl RecordingClock {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl RetryClock for RecordingClock {
     fn now(&self) -> Instant {
         self.origin + self.state().passed

@@ -88,12 +88,22 @@ impl std::fmt::Display for ContentRange {
     }
 }
 
-/// The `Content-Range` header: `None` when absent, `Some(Err(raw))` when unparsable (the raw
-/// value escaped for messages).
-pub fn content_range(h: &HeaderMap) -> Option<Result<ContentRange, String>> {
+/// A `Content-Range` header that is not `bytes FIRST-LAST/TOTAL` (or `/*`) with
+/// `FIRST <= LAST < TOTAL`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Content-Range: {raw}")]
+pub struct UnparsableContentRange {
+    /// The header's value as received, escaped for messages (it comes from the network).
+    pub raw: String,
+}
+
+/// The `Content-Range` header: `None` when absent, `Some(Err(_))` when unparsable.
+pub fn content_range(h: &HeaderMap) -> Option<Result<ContentRange, UnparsableContentRange>> {
     let v = h.get(CONTENT_RANGE)?;
     let s = String::from_utf8_lossy(v.as_bytes());
-    Some(ContentRange::parse(&s).ok_or_else(|| crate::names::escape(&s).into_owned()))
+    Some(ContentRange::parse(&s).ok_or_else(|| UnparsableContentRange {
+        raw: crate::names::escape(&s).into_owned(),
+    }))
 }
 
 /// The `Content-Length` header, if present and numeric.
@@ -219,7 +229,12 @@ mod tests {
         assert_eq!(announced_etag(&h, false).as_deref(), Some("def"));
         assert!(content_range(&h).is_none());
         h.insert(CONTENT_RANGE, HeaderValue::from_static("bogus"));
-        assert_eq!(content_range(&h), Some(Err("bogus".to_string())));
+        assert_eq!(
+            content_range(&h),
+            Some(Err(UnparsableContentRange {
+                raw: "bogus".to_string()
+            }))
+        );
         assert!(same_etag(
             &format!("W/\"{}\"", "AB12".repeat(16)),
             &"ab12".repeat(16)

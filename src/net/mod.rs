@@ -11,7 +11,7 @@
 //! - **One retry policy** ([`retry`], [`clock`]): a [`RetryPolicy`] (a budget of retries and
 //!   time, exponential [`backoff`] with jitter, the server's [`requested_wait`] honoured up to a
 //!   cap) applied by a [`Retry`] to each metadata request and each range of a download, waiting
-//!   on an injected [`RetryClock`] ([`SystemClock`], or a test's [`RecordingClock`]).
+//!   on an injected [`RetryClock`] ([`SystemClock`], or a test's `RecordingClock`, feature `test-util`).
 //! - **Headers read one way** ([`headers`]): ETag normalisation, `Content-Range` with checked
 //!   arithmetic, `Content-Length`, a `Content-Encoding` that is not the identity.
 //! - **Bounded bodies** ([`read_bounded`]): an answer read whole is read up to a limit, never
@@ -22,11 +22,13 @@ pub mod headers;
 pub mod redirect;
 pub mod retry;
 
-pub use clock::{RecordingClock, RetryClock, SharedClock, SystemClock, Wait};
+#[cfg(any(test, feature = "test-util"))]
+pub use clock::RecordingClock;
+pub use clock::{RetryClock, SharedClock, SystemClock, Wait};
 
 pub use headers::{
     announced_etag, content_encoding, content_length, content_range, extra_header, header_str,
-    parse_header_line, same_etag, ContentRange, HeaderError,
+    parse_header_line, same_etag, ContentRange, HeaderError, UnparsableContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
 pub use retry::{

@@ -38,7 +38,8 @@ use futures::stream::{self, StreamExt};
 
 use crate::exit::ExitClass;
 use crate::format::{self, gguf, safetensors, FormatError, FormatErrorKind, Model, ModelFile};
-use crate::hub::{HubClient, HubConfig, HubError, RepoRef, RepoType};
+use crate::hub::{HubClient, HubConfig, HubError, RepoRef};
+use crate::names::RepoType;
 use crate::names::{check_repo_id, escape, is_commit_hash};
 use crate::selection::{choose, parse_reference, split_info, split_parts, SelectError, Selection};
 use crate::verify::{self, HeaderOnly, Options, Report};
@@ -904,7 +905,7 @@ mod tests {
     fn the_token_stays_with_its_endpoint() {
         let cfg = HubConfig {
             endpoint: "https://huggingface.co".into(),
-            token: crate::hub::Token::new("hf_secret"),
+            token: crate::env::Token::new("hf_secret"),
             ..HubConfig::default()
         };
         let same = parse_target("https://huggingface.co/o/n/resolve/main/f.gguf", None).unwrap();

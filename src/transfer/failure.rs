@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::error::{BoxError, TransferError};
-use crate::net::ContentRange;
+use crate::net::{ContentRange, UnparsableContentRange};
 
 /// Why an attempt failed.
 pub(crate) enum FailKind {
@@ -60,10 +60,13 @@ impl Failure {
     }
 
     /// A `Content-Range` that does not match the request (`None`: absent where required).
-    pub fn bad_content_range(requested: &str, got: Option<Result<ContentRange, String>>) -> Self {
+    pub fn bad_content_range(
+        requested: &str,
+        got: Option<Result<ContentRange, UnparsableContentRange>>,
+    ) -> Self {
         let got = match got {
             Some(Ok(cr)) => cr.to_string(),
-            Some(Err(raw)) => format!("Content-Range: {raw}"),
+            Some(Err(bad)) => bad.to_string(),
             None => "no Content-Range".to_string(),
         };
         Failure::range(requested, got)

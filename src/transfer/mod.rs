@@ -283,7 +283,7 @@ pub struct EngineConfig {
     /// Longest retry delay, also the cap on `Retry-After`. Default 30 s.
     pub max_delay: Duration,
     /// The clock retries wait on (the wait of a refused connection included). Default the real
-    /// one ([`crate::net::SystemClock`]); a test's ([`crate::net::RecordingClock`]) records the
+    /// one ([`crate::net::SystemClock`]); a test's (`RecordingClock`, feature `test-util`) records the
     /// delays instead of waiting.
     pub retry_clock: crate::net::SharedClock,
     /// A connection that delivers no byte for this long is abandoned and its chunk retried.

@@ -223,7 +223,7 @@ async fn inspect_remote(
         cfg.endpoint = e.clone();
     }
     if let Some(t) = &cli.token {
-        cfg.token = weight_inspect::hub::Token::new(t);
+        cfg.token = weight_inspect::env::Token::new(t);
     }
     let (_, inspection) =
         remote::inspect_reference(spec, cli.revision.as_deref(), cfg, opts).await?;
