@@ -66,7 +66,7 @@ impl std::error::Error for NotAFile {}
 
 /// The error for a path where a regular file should be but something else is (a planted link, a
 /// FIFO…): [`io::ErrorKind::InvalidInput`], naming the path and what is there.
-pub fn not_a_file(path: &Path) -> io::Error {
+pub(crate) fn not_a_file(path: &Path) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         NotAFile(format!(
@@ -80,7 +80,7 @@ pub fn not_a_file(path: &Path) -> io::Error {
 
 /// True for the error [`open_rw`] and friends return when a link (or a FIFO, a folder…) is where
 /// a file should be, and [`create_dirs_below`]'s when something else is where a folder should be.
-pub fn is_not_a_file(e: &io::Error) -> bool {
+pub(crate) fn is_not_a_file(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|r| r.is::<NotAFile>())
 }
 
@@ -108,14 +108,14 @@ pub fn open_read(path: &Path) -> io::Result<File> {
 /// Opens an existing regular file at `path` below `root` for reading, refusing a link at
 /// `path` or at any folder between `root` and it (a planted link to a folder elsewhere must not
 /// be read through). `path` must be below `root`, without `..`.
-pub fn open_read_below(root: &Path, path: &Path) -> io::Result<File> {
+pub(crate) fn open_read_below(root: &Path, path: &Path) -> io::Result<File> {
     check_dirs_below(root, path.parent().unwrap_or(root))?;
     open_read(path)
 }
 
 /// Checks that every folder from below `root` down to `dir` is a folder, not a link (nothing is
 /// created; a missing one is `NotFound`).
-pub fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
+pub(crate) fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
     for cur in folders_below(root, dir)? {
         if !fs::symlink_metadata(&cur)?.is_dir() {
             return Err(not_a_folder(&cur));
@@ -127,7 +127,7 @@ pub fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
 /// Opens an existing regular file for reading, following links (for paths that are links by
 /// design, such as a cache's snapshot entries) but never blocking on a FIFO and refusing
 /// anything but a regular file at the end.
-pub fn open_read_following(path: &Path) -> io::Result<File> {
+pub(crate) fn open_read_following(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -140,7 +140,7 @@ pub fn open_read_following(path: &Path) -> io::Result<File> {
 
 /// Opens (creating it if missing) a regular file for reading and writing, without following a
 /// link at `path` and without truncating it.
-pub fn open_rw(path: &Path) -> io::Result<File> {
+pub(crate) fn open_rw(path: &Path) -> io::Result<File> {
     open_checked(
         path,
         OpenOptions::new()
@@ -153,7 +153,7 @@ pub fn open_rw(path: &Path) -> io::Result<File> {
 
 /// Why [`read_limited`] gave up.
 #[derive(Debug)]
-pub enum Limited {
+pub(crate) enum Limited {
     /// The file holds more than the limit (its size, or what was read before stopping).
     TooLarge(u64),
     /// Reading failed.
@@ -162,7 +162,7 @@ pub enum Limited {
 
 /// Reads an open file whole, refusing more than `limit` bytes: its size is checked before
 /// anything is allocated, and the read stops after `limit + 1` bytes (the file may grow).
-pub fn read_limited(mut file: File, limit: u64) -> Result<Vec<u8>, Limited> {
+pub(crate) fn read_limited(mut file: File, limit: u64) -> Result<Vec<u8>, Limited> {
     let len = file.metadata().map_err(Limited::Io)?.len();
     if len > limit {
         return Err(Limited::TooLarge(len));
@@ -180,7 +180,7 @@ pub fn read_limited(mut file: File, limit: u64) -> Result<Vec<u8>, Limited> {
 
 /// Reads a regular file whole without following a link at `path` ([`open_read`]), refusing one
 /// larger than `limit` bytes ([`read_limited`]). `Ok(None)` when it does not exist.
-pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_bounded(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     let f = match open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -217,13 +217,13 @@ pub fn tempfile(path: &Path) -> io::Result<tempfile::NamedTempFile> {
 /// An anonymous scratch file in `dir`, for bytes that are never published under a name: it has
 /// no name anyone could link to (`O_TMPFILE` where the file system supports it), and disappears
 /// when closed.
-pub fn scratch_file(dir: &Path) -> io::Result<File> {
+pub(crate) fn scratch_file(dir: &Path) -> io::Result<File> {
     tempfile::tempfile_in(dir)
 }
 
 /// Removes the temporary files [`tempfile()`] made for `path` that a crash left behind (names
 /// `.{file name}.*.tmp` beside it). Missing ones are fine.
-pub fn remove_leftover_tempfiles(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_leftover_tempfiles(path: &Path) -> io::Result<()> {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return Ok(());
     };
@@ -258,7 +258,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
 /// ([`tempfile()`]) renamed over `path`, without a sync. For hints that a crash may lose (a
 /// saved listing, a recorded manifest: the next run asks again), never for what a reader
 /// trusts as complete.
-pub fn write_replace(path: &Path, data: &[u8]) -> io::Result<()> {
+pub(crate) fn write_replace(path: &Path, data: &[u8]) -> io::Result<()> {
     let mut tmp = tempfile(path)?;
     tmp.write_all(data)?;
     tmp.persist(path).map(|_| ()).map_err(|e| e.error)
@@ -269,7 +269,7 @@ pub fn write_replace(path: &Path, data: &[u8]) -> io::Result<()> {
 /// over `dst`: `src` is only read, so whoever has it open or mapped keeps its bytes as they
 /// were. The copy is the kernel's (`copy_file_range`: a reflink where the file system shares
 /// extents), not synced: the caller syncs what it completes.
-pub fn copy_replace(src: &Path, dst: &Path) -> io::Result<bool> {
+pub(crate) fn copy_replace(src: &Path, dst: &Path) -> io::Result<bool> {
     let mut from = match open_read(src) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_a_file(&e) => return Ok(false),
@@ -282,7 +282,7 @@ pub fn copy_replace(src: &Path, dst: &Path) -> io::Result<bool> {
 }
 
 /// Removes the file (or link) at `path`; a missing one is fine. Never follows a link.
-pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_file_if_exists(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
@@ -290,7 +290,7 @@ pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
 }
 
 /// `fsync` of a folder, so that a rename or a removal in it survives a power loss.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -304,7 +304,7 @@ fn parent(path: &Path) -> &Path {
 /// Creates the folders of `dir` below `root` (which must exist or is created as is: the user
 /// chose it), refusing any folder below `root` that is a symbolic link, so that nothing written
 /// there lands outside `root`. `dir` must be `root` or below it, without `..`.
-pub fn create_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
+pub(crate) fn create_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
     let folders = folders_below(root, dir)?;
     fs::create_dir_all(root)?;
     for cur in folders {

@@ -268,7 +268,7 @@ pub fn parse_repo_spec(spec: &str) -> Result<(String, Option<String>), Selection
 
 /// A split GGUF file name: `{prefix}-{index:05}-of-{count:05}.gguf`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SplitInfo {
+pub(crate) struct SplitInfo {
     /// The path without the split suffix and `.gguf`.
     pub prefix: String,
     /// 1-based part number.
@@ -278,7 +278,7 @@ pub struct SplitInfo {
 }
 
 /// Reads the split suffix of a `.gguf` path, if any.
-pub fn split_info(path: &str) -> Option<SplitInfo> {
+pub(crate) fn split_info(path: &str) -> Option<SplitInfo> {
     let stem = strip_suffix_ci(path, ".gguf")?;
     // "-00001-of-00003" is 15 bytes.
     if stem.len() < 16 || !stem.is_char_boundary(stem.len() - 15) {
@@ -316,13 +316,13 @@ fn strip_suffix_ci<'a>(s: &'a str, suffix: &str) -> Option<&'a str> {
 }
 
 /// True for a `.gguf` path.
-pub fn is_gguf(path: &str) -> bool {
+pub(crate) fn is_gguf(path: &str) -> bool {
     strip_suffix_ci(path, ".gguf").is_some()
 }
 
 /// True for a GGUF that holds a model, not a projector or an importance matrix (its file name
 /// contains neither `mmproj` nor `imatrix`).
-pub fn is_gguf_model(path: &str) -> bool {
+pub(crate) fn is_gguf_model(path: &str) -> bool {
     if !is_gguf(path) {
         return false;
     }
@@ -331,7 +331,7 @@ pub fn is_gguf_model(path: &str) -> bool {
 }
 
 /// True for a multimodal projector: a `.gguf` whose file name contains `mmproj`.
-pub fn is_mmproj(path: &str) -> bool {
+pub(crate) fn is_mmproj(path: &str) -> bool {
     is_gguf(path)
         && path
             .rsplit('/')
@@ -375,7 +375,7 @@ pub fn precision(path: &str) -> Option<(u32, String)> {
 /// 16-bit, as they usually are), then the one of exactly the same type (`BF16` for a `BF16`
 /// model), then the more precise one, then one in the model's folder, then the first listed.
 /// `None` when the repository has no projector.
-pub fn matching_mmproj<'a>(paths: &[&'a str], model: &str) -> Option<&'a str> {
+pub(crate) fn matching_mmproj<'a>(paths: &[&'a str], model: &str) -> Option<&'a str> {
     let folder = |p: &str| p.rsplit_once('/').map_or("", |(d, _)| d).to_string();
     let (bits, kind) = precision(model).unwrap_or((16, String::new()));
     let here = folder(model);
@@ -398,7 +398,7 @@ pub fn matching_mmproj<'a>(paths: &[&'a str], model: &str) -> Option<&'a str> {
 }
 
 /// True when `path` carries `tag` followed by `.` or `-`, ignoring case.
-pub fn has_quant_tag(path: &str, tag: &str) -> bool {
+pub(crate) fn has_quant_tag(path: &str, tag: &str) -> bool {
     if tag.is_empty() {
         return false;
     }
@@ -419,7 +419,7 @@ pub fn has_quant_tag(path: &str, tag: &str) -> bool {
 }
 
 /// The first model GGUF (first part of a split) carrying `tag`, in `paths` order.
-pub fn find_quant<'a>(paths: &[&'a str], tag: &str) -> Option<&'a str> {
+pub(crate) fn find_quant<'a>(paths: &[&'a str], tag: &str) -> Option<&'a str> {
     paths.iter().copied().find(|p| {
         is_gguf_model(p)
             && has_quant_tag(p, tag)
@@ -429,7 +429,7 @@ pub fn find_quant<'a>(paths: &[&'a str], tag: &str) -> Option<&'a str> {
 
 /// Every part of the split GGUF `path` belongs to (just `path` when it is not split), in
 /// `paths` order.
-pub fn split_parts<'a>(paths: &[&'a str], path: &'a str) -> Vec<&'a str> {
+pub(crate) fn split_parts<'a>(paths: &[&'a str], path: &'a str) -> Vec<&'a str> {
     match split_info(path) {
         Some(s) if s.count > 1 => paths
             .iter()
@@ -442,7 +442,7 @@ pub fn split_parts<'a>(paths: &[&'a str], path: &'a str) -> Vec<&'a str> {
 
 /// The model a bare GGUF repository gets: Q4_K_M, else Q8_0, else the first model GGUF.
 /// Returns the chosen first part and the tag that chose it (`None` for "the first").
-pub fn default_gguf<'a>(paths: &[&'a str]) -> Option<(&'a str, Option<&'static str>)> {
+pub(crate) fn default_gguf<'a>(paths: &[&'a str]) -> Option<(&'a str, Option<&'static str>)> {
     for tag in DEFAULT_QUANTS {
         if let Some(p) = find_quant(paths, tag) {
             return Some((p, Some(tag)));
@@ -456,7 +456,7 @@ pub fn default_gguf<'a>(paths: &[&'a str]) -> Option<(&'a str, Option<&'static s
 }
 
 /// Builds a glob set; `*` crosses `/`, a trailing `/` means "everything below".
-pub fn build_globs(patterns: &[String]) -> Result<GlobSet, SelectionError> {
+pub(crate) fn build_globs(patterns: &[String]) -> Result<GlobSet, SelectionError> {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
         let pat = if p.ends_with('/') {
@@ -481,7 +481,7 @@ pub fn build_globs(patterns: &[String]) -> Result<GlobSet, SelectionError> {
 
 /// The outcome of applying a selection to a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     /// Chosen paths, in listing order.
     pub paths: Vec<String>,
     /// A note for the user (which model a bare GGUF repository got, and how to get others).
@@ -491,7 +491,7 @@ pub struct Chosen {
 /// Why a selection chose nothing (the callers add the repository and turn it into their own
 /// error: [`FetchError`](crate::fetch::FetchError), [`RemoteError`](crate::remote::RemoteError)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SelectError {
+pub(crate) enum SelectError {
     /// A pattern does not parse.
     #[error(transparent)]
     BadPattern(#[from] SelectionError),
@@ -516,7 +516,7 @@ pub enum SelectError {
 }
 
 /// Applies `sel` to the paths of a listing (in listing order).
-pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, SelectError> {
+pub(crate) fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, SelectError> {
     let include = build_globs(&sel.include)?;
     let exclude = build_globs(&sel.exclude)?;
     let mut picked = vec![false; paths.len()];
@@ -644,7 +644,7 @@ pub fn choose(paths: &[&str], sel: &Selection, repo: &str) -> Result<Chosen, Sel
 
 /// ` (available tags: Q4_K_M, Q8_0)`: what a tag that no file carries could have been, for
 /// a message (the files themselves when none carries a tag).
-pub fn fmt_available(a: &[String]) -> String {
+pub(crate) fn fmt_available(a: &[String]) -> String {
     // The tags the model files carry (what the user can ask for), in listing order; the files
     // themselves only when none carries a tag.
     let mut tags: Vec<String> = Vec::new();

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use weight_inspect::cache::{HfCache, LocalDir, Store};
-use weight_inspect::exit::ExitClass;
 use weight_inspect::env::Token;
+use weight_inspect::exit::ExitClass;
 use weight_inspect::hub::HubConfig;
 use weight_inspect::manifest::{self, CreateOptions, Document, DEFAULT_CHUNK_SIZE};
 use weight_inspect::names::{check_repo_id, RepoType};

@@ -31,7 +31,7 @@
 
 mod local_dir;
 
-pub use crate::safe_fs::{replace_with_symlink, write_atomic, FileLock};
+use crate::safe_fs::{replace_with_symlink, write_atomic};
 pub use local_dir::{LocalDir, LocalMetadata};
 
 use std::fs;

@@ -101,12 +101,12 @@ pub(super) struct Expect {
 
 impl Expect {
     /// From a document, for the file at `path` (relative to the document's folder).
-    pub fn from_document(doc: &Document, path: &str, origin: Origin) -> Option<Expect> {
+    pub(super) fn from_document(doc: &Document, path: &str, origin: Origin) -> Option<Expect> {
         doc.expectation(path).map(|file| Expect { file, origin })
     }
 
     /// The chunks, as the transfer engine takes them.
-    pub fn engine_chunks(&self) -> Option<Arc<ExpectedChunks>> {
+    pub(super) fn engine_chunks(&self) -> Option<Arc<ExpectedChunks>> {
         let c = self.file.chunks.as_ref()?;
         Some(Arc::new(ExpectedChunks {
             chunk_size: c.chunk_size,
@@ -116,7 +116,7 @@ impl Expect {
 
     /// Refuses an expectation that contradicts what the Hub says of the file (its size, its
     /// SHA-256): nothing is downloaded against a manifest of another file.
-    pub fn agrees_with(&self, f: &PlannedFile) -> Result<(), FetchError> {
+    pub(super) fn agrees_with(&self, f: &PlannedFile) -> Result<(), FetchError> {
         let mismatch = |what: String| FetchError::ManifestMismatch {
             file: f.path.clone(),
             what,
@@ -226,7 +226,7 @@ pub(super) fn record(
 impl Expect {
     /// Whether it says more than its chunks and whole-file digest (which the engine checks):
     /// tensors, byte ranges of other sizes, the digest of all tensor data.
-    pub fn has_more(&self) -> bool {
+    pub(super) fn has_more(&self) -> bool {
         // Tensor digests are checked even when the chunks and the SHA-256 matched: a manifest
         // whose tensors contradict its own chunks is wrong about the file (and it was given,
         // or published, to be checked).

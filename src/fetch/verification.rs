@@ -24,18 +24,18 @@ pub struct Verification {
 }
 
 /// True for the files the verifier understands: `.gguf` and `.safetensors`.
-pub fn is_model_file(path: &str) -> bool {
+pub(super) fn is_model_file(path: &str) -> bool {
     is_gguf(path) || path.to_ascii_lowercase().ends_with(".safetensors")
 }
 
 /// True for a part of a split GGUF (verified as a set, through its first part).
-pub fn is_split_part(path: &str) -> bool {
+pub(super) fn is_split_part(path: &str) -> bool {
     split_info(path).is_some_and(|s| s.count > 1)
 }
 
 /// Verifies one file (or, given the first part of a split GGUF, the whole set). Blocking: the
 /// verifier memory-maps and parses the headers.
-pub fn verify_file(local: &Path) -> Verification {
+pub(super) fn verify_file(local: &Path) -> Verification {
     let opts = crate::verify::Options::default();
     match crate::verify::verify_path(local, &opts) {
         Ok(r) => Verification {

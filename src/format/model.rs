@@ -79,7 +79,11 @@ fn more_errors(count: u64) -> String {
 /// an error naming it ([`FormatErrorKind::FileTooLarge`]). The size on disk is checked before
 /// reading, and the read itself stops after `limit + 1` bytes (the file may grow meanwhile);
 /// no allocation is sized from the file.
-pub fn read_bounded(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u8>, OpenError> {
+pub(crate) fn read_bounded(
+    path: &Path,
+    limit: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, OpenError> {
     let io_err = |source| OpenError::Io {
         path: path.to_path_buf(),
         source,

@@ -25,7 +25,7 @@ use crate::net::{header_str, redact};
 
 /// Largest file size accepted from a listing or a `HEAD`: 2^63 − 1 bytes. Anything larger is not
 /// a file anyone can store, and would overflow the sums made of sizes.
-pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+pub(super) const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 /// One file of a repository listing.
 #[derive(Debug, Clone, PartialEq, Eq)]

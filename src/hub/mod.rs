@@ -213,12 +213,12 @@ impl HubConfig {
 }
 
 /// Percent-encodes a revision for a URL: every character but the unreserved ones (`/` → `%2F`).
-pub fn encode_revision(rev: &str) -> String {
+pub(crate) fn encode_revision(rev: &str) -> String {
     utf8_percent_encode(rev, SEGMENT).to_string()
 }
 
 /// Percent-encodes a repository path for a URL, keeping its `/`.
-pub fn encode_path(path: &str) -> String {
+pub(crate) fn encode_path(path: &str) -> String {
     path.split('/')
         .map(|s| utf8_percent_encode(s, SEGMENT).to_string())
         .collect::<Vec<_>>()

@@ -5,7 +5,7 @@ use super::*;
 /// Checks that `path` is strictly below `root`, made only of plain names, and that every folder
 /// between them is a real folder (not a link), so that removing `path` (never following it)
 /// touches nothing outside the cache.
-pub fn check_inside(root: &Path, path: &Path) -> Result<(), ManageError> {
+pub(crate) fn check_inside(root: &Path, path: &Path) -> Result<(), ManageError> {
     let refuse = |reason: &str| ManageError::Outside {
         path: path.to_path_buf(),
         reason: reason.to_string(),
@@ -42,7 +42,7 @@ pub fn check_inside(root: &Path, path: &Path) -> Result<(), ManageError> {
 /// Removes `path` below `root`: a file or link itself (a link is never followed), or a folder
 /// with everything in it (links inside removed as links). Returns the bytes of regular files
 /// removed. A missing path is fine.
-pub fn remove_below(root: &Path, path: &Path) -> Result<u64, ManageError> {
+pub(crate) fn remove_below(root: &Path, path: &Path) -> Result<u64, ManageError> {
     check_inside(root, path)?;
     remove_tree(path)
 }

@@ -191,7 +191,7 @@ pub fn llama_cpp_legacy_dir_from(env: EnvLookup<'_>) -> Option<PathBuf> {
 
 /// What a repository folder name says: (`model`, `org/name`) for `models--org--name` (see
 /// [`parse_repo_folder_name`]).
-pub fn parse_folder_name(name: &str) -> Option<(&'static str, String)> {
+pub(crate) fn parse_folder_name(name: &str) -> Option<(&'static str, String)> {
     parse_repo_folder_name(name).map(|(ty, id)| (ty.as_str(), id))
 }
 

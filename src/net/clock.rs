@@ -10,7 +10,9 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+#[cfg(any(test, feature = "test-util"))]
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A wait handed out by a [`RetryClock`]: it completes when the delay is over (dropping it

@@ -8,19 +8,19 @@ use reqwest::header::{
 };
 
 /// Whether two ETags name the same content (compared as [`normalize_etag`] leaves them).
-pub fn same_etag(a: &str, b: &str) -> bool {
+pub(crate) fn same_etag(a: &str, b: &str) -> bool {
     normalize_etag(a) == normalize_etag(b)
 }
 
 /// A header as text, if present and visible ASCII.
-pub fn header_str<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn header_str<'h>(h: &'h HeaderMap, name: &str) -> Option<&'h str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// The ETag a download answer announces for the file, normalised: `X-Linked-Etag`; else `ETag`
 /// when the answer came from the Hub itself, or when it looks like a SHA-256 (64 hex digits, as
 /// LFS CDNs send). Other CDN ETags (an S3 MD5, say) mean something else and are ignored.
-pub fn announced_etag(h: &HeaderMap, from_hub: bool) -> Option<String> {
+pub(crate) fn announced_etag(h: &HeaderMap, from_hub: bool) -> Option<String> {
     if let Some(v) = h.get("x-linked-etag") {
         let s = normalize_etag(v.to_str().ok()?);
         return (!s.is_empty()).then_some(s);
@@ -101,9 +101,11 @@ pub struct UnparsableContentRange {
 pub fn content_range(h: &HeaderMap) -> Option<Result<ContentRange, UnparsableContentRange>> {
     let v = h.get(CONTENT_RANGE)?;
     let s = String::from_utf8_lossy(v.as_bytes());
-    Some(ContentRange::parse(&s).ok_or_else(|| UnparsableContentRange {
-        raw: crate::names::escape(&s).into_owned(),
-    }))
+    Some(
+        ContentRange::parse(&s).ok_or_else(|| UnparsableContentRange {
+            raw: crate::names::escape(&s).into_owned(),
+        }),
+    )
 }
 
 /// The `Content-Length` header, if present and numeric.
@@ -158,7 +160,10 @@ pub enum HeaderError {
 
 /// A header to add to requests (see `FetcherBuilder::header`), checked: a valid name and value
 /// (visible ASCII and spaces; no line breaks), and not one the client manages itself.
-pub fn extra_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), HeaderError> {
+pub(crate) fn extra_header(
+    name: &str,
+    value: &str,
+) -> Result<(HeaderName, HeaderValue), HeaderError> {
     let n = HeaderName::from_bytes(name.trim().as_bytes())
         .map_err(|_| HeaderError::Name(name.to_string()))?;
     if MANAGED.contains(&n.as_str()) {

@@ -17,23 +17,25 @@
 //! - **Bounded bodies** ([`read_bounded`]): an answer read whole is read up to a limit, never
 //!   sized by a header.
 
-pub mod clock;
-pub mod headers;
-pub mod redirect;
-pub mod retry;
+mod clock;
+mod headers;
+mod redirect;
+mod retry;
 
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::RecordingClock;
 pub use clock::{RetryClock, SharedClock, SystemClock, Wait};
 
+pub(crate) use headers::{announced_etag, extra_header, header_str, same_etag};
 pub use headers::{
-    announced_etag, content_encoding, content_length, content_range, extra_header, header_str,
-    parse_header_line, same_etag, ContentRange, HeaderError, UnparsableContentRange,
+    content_encoding, content_length, content_range, parse_header_line, ContentRange, HeaderError,
+    UnparsableContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
+pub(crate) use retry::one_line;
 pub use retry::{
-    backoff, is_transient_status, one_line, requested_wait, retry_after, transience, Retry,
-    RetryPolicy, Transience,
+    backoff, is_transient_status, requested_wait, retry_after, transience, Retry, RetryPolicy,
+    Transience,
 };
 
 use std::time::Duration;
@@ -79,7 +81,10 @@ pub enum BodyError {
 /// Reads a whole body, refusing more than `limit` bytes: a `Content-Length` above it is refused
 /// before reading, and the count is checked as pieces arrive (a body without a length, or
 /// longer than its length, cannot make it grow past the limit).
-pub async fn read_bounded(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, BodyError> {
+pub(crate) async fn read_bounded(
+    mut resp: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
     if resp.content_length().is_some_and(|n| n > limit as u64) {
         return Err(BodyError::TooLarge { limit });
     }

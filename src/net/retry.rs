@@ -361,7 +361,7 @@ impl Retry {
 }
 
 /// An error and its causes on one line (`a: b: c`), for events and messages.
-pub fn one_line(e: &(dyn StdError + 'static)) -> String {
+pub(crate) fn one_line(e: &(dyn StdError + 'static)) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {

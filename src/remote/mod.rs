@@ -200,7 +200,7 @@ pub fn looks_remote(arg: &str) -> bool {
 /// `wi-fetch`), or a full URL `https://host/[datasets/]org/name/resolve/REV/path`. `revision`
 /// (`--revision`) applies to the forms without one; the URL's own wins otherwise, and both given
 /// and different is an error.
-pub fn parse_target(spec: &str, revision: Option<&str>) -> Result<Target, RemoteError> {
+pub(crate) fn parse_target(spec: &str, revision: Option<&str>) -> Result<Target, RemoteError> {
     if let Some(t) = parse_resolve_url(spec)? {
         if let Some(r) = revision.filter(|r| *r != t.repo.revision) {
             return Err(RemoteError::Reference(format!(
@@ -290,7 +290,7 @@ fn parse_resolve_url(spec: &str) -> Result<Option<Target>, RemoteError> {
 
 /// The client to read `target` with: `cfg` as it is, or, for a URL on another server, `cfg`
 /// pointed at that server **without the token** (the token belongs to `cfg`'s endpoint only).
-pub fn client_for(target: &Target, mut cfg: HubConfig) -> Result<HubClient, HubError> {
+pub(crate) fn client_for(target: &Target, mut cfg: HubConfig) -> Result<HubClient, HubError> {
     if let Some(ep) = &target.endpoint {
         let origin = |e: &str| url::Url::parse(e).ok().map(|u| u.origin());
         let ours = origin(&crate::env::normalize_endpoint(&cfg.endpoint));

@@ -68,7 +68,7 @@ impl Checkpoint {
     /// Checkpoints of `file` (at `data_path`) into `state_path`, every `every` bytes at least;
     /// none at all unless `enabled` ([`keeps_state`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(super) fn new(
         file: Arc<File>,
         data_path: PathBuf,
         state_path: PathBuf,
@@ -96,12 +96,12 @@ impl Checkpoint {
     }
 
     /// Whether this download keeps a resume state (what an interruption keeps is resumable).
-    pub fn enabled(&self) -> bool {
+    pub(super) fn enabled(&self) -> bool {
         self.enabled
     }
 
     /// Bytes reached the file; wakes the checkpointer when enough accumulated.
-    pub fn note_written(&self, bytes: u64) {
+    pub(super) fn note_written(&self, bytes: u64) {
         let before = self.unsaved.fetch_add(bytes, Ordering::Relaxed);
         if before < self.every && before + bytes >= self.every {
             self.notify.notify_one();
@@ -109,20 +109,20 @@ impl Checkpoint {
     }
 
     /// Something other than new bytes changed (a chunk completed or was replaced).
-    pub fn changed(&self) {
+    pub(super) fn changed(&self) {
         self.dirty.store(true, Ordering::Release);
         self.notify.notify_one();
     }
 
     /// Ends [`run`](Self::run) after one last save.
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         self.finished.store(true, Ordering::Release);
         self.notify.notify_one();
     }
 
     /// Syncs the data, then writes the state claiming it. A full disk or another failure names
     /// the file that failed (the data file, or the state).
-    pub async fn save(&self, table: &SharedTable) -> Result<(), TransferError> {
+    pub(super) async fn save(&self, table: &SharedTable) -> Result<(), TransferError> {
         if !self.enabled {
             return Ok(());
         }
@@ -167,7 +167,7 @@ impl Checkpoint {
 
     /// Saves every second, or sooner when enough bytes arrived or a chunk changed; one last
     /// time after [`finish`](Self::finish).
-    pub async fn run(&self, table: &SharedTable) -> Result<(), TransferError> {
+    pub(super) async fn run(&self, table: &SharedTable) -> Result<(), TransferError> {
         if !self.enabled {
             return Ok(());
         }
@@ -192,7 +192,7 @@ impl Checkpoint {
 
     /// Success: syncs the file's data (its size was set when it was preallocated, and
     /// `fdatasync` writes what reading it back needs); no save may touch the state any more.
-    pub async fn close(&self) -> Result<(), TransferError> {
+    pub(super) async fn close(&self) -> Result<(), TransferError> {
         let (file, closed, guard) = (self.file.clone(), self.closed.clone(), self.guard.clone());
         blocking(move || {
             let _keep_locked = guard;
@@ -205,7 +205,7 @@ impl Checkpoint {
     }
 
     /// The state file.
-    pub fn state_path(&self) -> &std::path::Path {
+    pub(super) fn state_path(&self) -> &std::path::Path {
         &self.state_path
     }
 }

@@ -69,7 +69,7 @@ pub(crate) struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     /// One connection of the budget, or `None` once the download must stop.
-    pub async fn permit(&self) -> Option<Conn<'a>> {
+    pub(super) async fn permit(&self) -> Option<Conn<'a>> {
         let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
         if first.is_some() {
             return first;
@@ -91,13 +91,13 @@ impl<'a> Ctx<'a> {
 
     /// This download's workers have asked for their connections: the next download may be
     /// admitted (on a connection they do not wait for).
-    pub fn let_others_in(&self) {
+    pub(super) fn let_others_in(&self) {
         drop(self.turn.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
     /// Waits `delay` before a retry, on the engine's retry clock; `false` when the download
     /// must stop instead.
-    pub async fn sleep(&self, delay: Duration) -> bool {
+    pub(super) async fn sleep(&self, delay: Duration) -> bool {
         tokio::select! {
             biased;
             () = self.stop.cancelled() => false,
@@ -107,7 +107,7 @@ impl<'a> Ctx<'a> {
 
     /// The error of a part that stopped because the download must stop: kept bytes are
     /// filled in by the engine once everything is saved.
-    pub fn interrupted(&self) -> TransferError {
+    pub(super) fn interrupted(&self) -> TransferError {
         TransferError::Interrupted {
             file: self.events.file().to_string(),
             kept: 0,
@@ -115,7 +115,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    pub fn is_sequential(&self) -> bool {
+    pub(super) fn is_sequential(&self) -> bool {
         self.sequential.load(Ordering::Acquire)
     }
 }
@@ -132,7 +132,7 @@ pub(crate) struct Conn<'a> {
 
 impl<'a> Conn<'a> {
     /// A connection on `permit`, already counted open in `gauge`.
-    pub fn new(
+    pub(super) fn new(
         permit: SemaphorePermit<'a>,
         gauge: &'a Gauge,
         pace: &'a Pace,

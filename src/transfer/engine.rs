@@ -53,7 +53,7 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub fn new(client: reqwest::Client, config: EngineConfig) -> Self {
+    pub(super) fn new(client: reqwest::Client, config: EngineConfig) -> Self {
         let (pace, start) = Pace::new(&config);
         Inner {
             client,
@@ -76,7 +76,7 @@ impl Inner {
     /// admitted in the order they asked, and the next one only once the one admitted has
     /// asked for its connections (`Ctx::let_others_in`: until then every connection looks
     /// free). `None` once `cancel` is cancelled.
-    pub async fn admit(&self, cancel: &CancellationToken) -> Option<Admitted<'_>> {
+    pub(super) async fn admit(&self, cancel: &CancellationToken) -> Option<Admitted<'_>> {
         let turn = tokio::select! {
             biased;
             () = cancel.cancelled() => return None,

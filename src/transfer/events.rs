@@ -13,16 +13,16 @@ pub(crate) struct Events<'a> {
 }
 
 impl<'a> Events<'a> {
-    pub fn new(reporter: &'a dyn Reporter, id: FileId, file: &'a str) -> Self {
+    pub(crate) fn new(reporter: &'a dyn Reporter, id: FileId, file: &'a str) -> Self {
         Events { reporter, id, file }
     }
 
     /// The file's path in its repository.
-    pub fn file(&self) -> &'a str {
+    pub(crate) fn file(&self) -> &'a str {
         self.file
     }
 
-    pub fn notice(&self, message: &str) {
+    pub(crate) fn notice(&self, message: &str) {
         self.reporter.on_event(&Event::Notice {
             id: Some(self.id),
             file: Some(self.file),
@@ -30,7 +30,7 @@ impl<'a> Events<'a> {
         });
     }
 
-    pub fn start(&self, size: u64, resumed_bytes: u64) {
+    pub(crate) fn start(&self, size: u64, resumed_bytes: u64) {
         self.reporter.on_event(&Event::FileStart {
             id: self.id,
             file: self.file,
@@ -39,7 +39,7 @@ impl<'a> Events<'a> {
         });
     }
 
-    pub fn progress(&self, bytes: u64) {
+    pub(crate) fn progress(&self, bytes: u64) {
         self.reporter.on_event(&Event::Progress {
             id: self.id,
             file: self.file,
@@ -48,7 +48,7 @@ impl<'a> Events<'a> {
     }
 
     /// Bytes thrown away (nothing is said for none).
-    pub fn discarded(&self, bytes: u64, reason: &str) {
+    pub(crate) fn discarded(&self, bytes: u64, reason: &str) {
         if bytes > 0 {
             self.reporter.on_event(&Event::Discarded {
                 id: self.id,
@@ -59,7 +59,7 @@ impl<'a> Events<'a> {
         }
     }
 
-    pub fn retry(&self, attempt: u32, delay: Duration, error: &str) {
+    pub(crate) fn retry(&self, attempt: u32, delay: Duration, error: &str) {
         self.reporter.on_event(&Event::Retry {
             id: self.id,
             file: self.file,
@@ -69,7 +69,7 @@ impl<'a> Events<'a> {
         });
     }
 
-    pub fn downloaded(&self, transferred: u64) {
+    pub(crate) fn downloaded(&self, transferred: u64) {
         self.reporter.on_event(&Event::FileDownloaded {
             id: self.id,
             file: self.file,

@@ -35,7 +35,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    pub fn network(e: impl Into<BoxError>, transient: bool) -> Self {
+    pub(super) fn network(e: impl Into<BoxError>, transient: bool) -> Self {
         let source: BoxError = e.into();
         Failure {
             message: crate::net::one_line(&*source),
@@ -44,11 +44,11 @@ impl Failure {
         }
     }
 
-    pub fn io(kind: io::ErrorKind, message: String) -> Self {
+    pub(super) fn io(kind: io::ErrorKind, message: String) -> Self {
         Failure::network(io::Error::new(kind, message), true)
     }
 
-    pub fn range(requested: &str, got: String) -> Self {
+    pub(super) fn range(requested: &str, got: String) -> Self {
         Failure {
             message: format!("asked for {requested}, got {got}"),
             kind: FailKind::Range {
@@ -60,7 +60,7 @@ impl Failure {
     }
 
     /// A `Content-Range` that does not match the request (`None`: absent where required).
-    pub fn bad_content_range(
+    pub(super) fn bad_content_range(
         requested: &str,
         got: Option<Result<ContentRange, UnparsableContentRange>>,
     ) -> Self {
@@ -72,7 +72,7 @@ impl Failure {
         Failure::range(requested, got)
     }
 
-    pub fn fatal(e: TransferError) -> Self {
+    pub(super) fn fatal(e: TransferError) -> Self {
         Failure {
             message: e.to_string(),
             kind: FailKind::Fatal(Box::new(e)),
@@ -163,7 +163,7 @@ pub(crate) enum Cause {
 
 impl Failure {
     /// Why this failed attempt is retried; `progressed`: it stored new bytes first.
-    pub fn cause(&self, progressed: bool) -> Cause {
+    pub(super) fn cause(&self, progressed: bool) -> Cause {
         match &self.kind {
             FailKind::Network { source, .. } => {
                 let kind = source.downcast_ref::<io::Error>().map(io::Error::kind);
@@ -202,14 +202,14 @@ pub(crate) struct Counters {
 
 impl Counters {
     /// One more retry, for `cause`.
-    pub fn retried(&self, cause: Cause) {
+    pub(super) fn retried(&self, cause: Cause) {
         self.retries.fetch_add(1, Ordering::Relaxed);
         self.causes[cause as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// One more connection cut after it delivered bytes, for a file of `size` bytes: the
     /// error once the cuts pass the file's bound ([`super::max_cuts`]).
-    pub fn cut(&self, file: &str, size: u64) -> Result<(), TransferError> {
+    pub(super) fn cut(&self, file: &str, size: u64) -> Result<(), TransferError> {
         let cuts = self.cuts.fetch_add(1, Ordering::Relaxed) + 1;
         let bound = super::max_cuts(size);
         if cuts > bound {
@@ -224,7 +224,7 @@ impl Counters {
     }
 
     /// The retries by cause so far.
-    pub fn causes(&self) -> RetryCauses {
+    pub(super) fn causes(&self) -> RetryCauses {
         let n = |c: Cause| self.causes[c as usize].load(Ordering::Relaxed);
         RetryCauses {
             cut: n(Cause::Cut),
@@ -237,16 +237,16 @@ impl Counters {
         }
     }
 
-    pub fn received(&self, n: u64) {
+    pub(super) fn received(&self, n: u64) {
         self.transferred.fetch_add(n, Ordering::Relaxed);
     }
 
     /// One more copy of a chunk that did not match the manifest was thrown away.
-    pub fn corrupt_copy(&self) {
+    pub(super) fn corrupt_copy(&self) {
         self.corrupt_copies.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn refetch(&self, n: u64) {
+    pub(super) fn refetch(&self, n: u64) {
         self.refetched.fetch_add(n, Ordering::Relaxed);
     }
 }

@@ -54,7 +54,7 @@ pub(crate) struct Gauge {
 }
 
 impl Gauge {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Gauge {
             state: Mutex::new(State {
                 in_use: 0,
@@ -79,17 +79,17 @@ impl Gauge {
     }
 
     /// A connection is taken into use.
-    pub fn open(&self) {
+    pub(super) fn open(&self) {
         self.change(true);
     }
 
     /// A connection is given back.
-    pub fn close(&self) {
+    pub(super) fn close(&self) {
         self.change(false);
     }
 
     /// Now.
-    pub fn read(&self) -> ConnectionReading {
+    pub(super) fn read(&self) -> ConnectionReading {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let busy = f64::from(s.in_use) * s.since.elapsed().as_secs_f64();
         ConnectionReading {
@@ -100,7 +100,7 @@ impl Gauge {
     }
 
     /// The peak starts again from the connections in use now.
-    pub fn reset_peak(&self) {
+    pub(super) fn reset_peak(&self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.peak = s.in_use;
     }

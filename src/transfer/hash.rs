@@ -24,7 +24,7 @@ pub(crate) struct FileHasher {
 impl FileHasher {
     /// A hasher for a file of `size` bytes; computes the git blob SHA-1 too when `expected` is
     /// one.
-    pub fn new(size: u64, expected: &Digest) -> Self {
+    pub(crate) fn new(size: u64, expected: &Digest) -> Self {
         let git_sha1 = matches!(expected, Digest::GitSha1(_)).then(|| {
             let mut h = Sha1::new();
             h.update(format!("blob {size}\0").as_bytes());
@@ -36,7 +36,7 @@ impl FileHasher {
         }
     }
 
-    pub fn update(&mut self, data: &[u8]) {
+    pub(crate) fn update(&mut self, data: &[u8]) {
         self.sha256.update(data);
         if let Some(h) = &mut self.git_sha1 {
             h.update(data);
@@ -44,7 +44,7 @@ impl FileHasher {
     }
 
     /// The SHA-256, and the digest comparable with `expected` (same kind).
-    pub fn finish(self) -> ([u8; 32], Digest) {
+    pub(crate) fn finish(self) -> ([u8; 32], Digest) {
         let sha256: [u8; 32] = self.sha256.finalize().into();
         let actual = match self.git_sha1 {
             Some(h) => Digest::GitSha1(h.finalize().into()),

@@ -290,7 +290,7 @@ pub(crate) struct Pace {
 
 impl Pace {
     /// The pace of `config`, and the connections to start the semaphore with.
-    pub fn new(config: &EngineConfig) -> (Self, usize) {
+    pub(super) fn new(config: &EngineConfig) -> (Self, usize) {
         let ceiling = config.connections.max(1);
         let start = if config.adaptive {
             config.start_connections.clamp(1, ceiling)
@@ -333,23 +333,23 @@ impl Pace {
     }
 
     /// Body bytes arrived.
-    pub fn received(&self, n: u64) {
+    pub(super) fn received(&self, n: u64) {
         self.received.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The connections the engine aims at now.
-    pub fn target(&self) -> usize {
+    pub(super) fn target(&self) -> usize {
         self.lock().target
     }
 
     /// The path the count took so far.
-    pub fn path(&self) -> ConnectionPath {
+    pub(super) fn path(&self) -> ConnectionPath {
         self.lock().path.clone()
     }
 
     /// Judges the window when it is over (`busy`: connections in use now), adding permits to
     /// `permits` when the count grows.
-    pub fn tick(&self, permits: &Semaphore, busy: impl FnOnce() -> usize) {
+    pub(super) fn tick(&self, permits: &Semaphore, busy: impl FnOnce() -> usize) {
         if self.adapting.load(Ordering::Relaxed) {
             self.tick_at(permits, busy(), Instant::now());
         }
@@ -359,7 +359,7 @@ impl Pace {
     /// (this times the windows, see the module docs). After refusals, every
     /// [`ANSWERS_PER_RECOVERY`] of them in a row give one connection back, up to the count the
     /// climb chose.
-    pub fn answered(&self, permits: &Semaphore, latency: Duration) {
+    pub(super) fn answered(&self, permits: &Semaphore, latency: Duration) {
         let us = u64::try_from(latency.as_micros())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -511,7 +511,7 @@ impl Pace {
     /// cost at each count (a server refusing a share of requests at random makes more
     /// connections pay, as they hide the waits; one refusing whatever exceeds a limit makes
     /// them not pay, and the climb settles below it).
-    pub fn push_back(&self, permits: &Semaphore) {
+    pub(super) fn push_back(&self, permits: &Semaphore) {
         let now = Instant::now();
         let mut s = self.lock();
         s.answers = 0;
@@ -527,7 +527,7 @@ impl Pace {
     /// Whether a connection in flight should stop at this piece and give the rest of its part
     /// back, because the count was lowered below the connections in flight. Each `true`
     /// answers one connection too many.
-    pub fn should_yield(&self) -> bool {
+    pub(super) fn should_yield(&self) -> bool {
         self.yields.load(Ordering::Relaxed) > 0
             && self
                 .yields
@@ -537,7 +537,7 @@ impl Pace {
 
     /// A connection is being given back: true when its permit must be forgotten, not returned
     /// (the count was lowered).
-    pub fn take_debt(&self) -> bool {
+    pub(super) fn take_debt(&self) -> bool {
         let mut s = self.lock();
         if s.debt > 0 {
             s.debt -= 1;

@@ -54,14 +54,14 @@ pub(crate) struct ChunkRange {
 
 impl ChunkRange {
     /// One past the last byte.
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.start + self.len
     }
 }
 
 impl Plan {
     /// `chunk_size` must be > 0.
-    pub fn new(size: u64, chunk_size: u64) -> Self {
+    pub(crate) fn new(size: u64, chunk_size: u64) -> Self {
         debug_assert!(chunk_size > 0);
         Plan {
             size,
@@ -70,12 +70,12 @@ impl Plan {
     }
 
     /// Number of chunks (0 for an empty file).
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         usize::try_from(self.size.div_ceil(self.chunk_size)).unwrap_or(usize::MAX)
     }
 
     /// Chunk `index`, if it exists.
-    pub fn chunk(&self, index: usize) -> Option<ChunkRange> {
+    pub(crate) fn chunk(&self, index: usize) -> Option<ChunkRange> {
         let start = (index as u64).checked_mul(self.chunk_size)?;
         if start >= self.size {
             return None;
@@ -88,12 +88,12 @@ impl Plan {
     }
 
     /// Where chunk `index` starts (past the end for an index beyond the plan).
-    pub fn chunk_start(&self, index: usize) -> u64 {
+    pub(crate) fn chunk_start(&self, index: usize) -> u64 {
         (index as u64).saturating_mul(self.chunk_size)
     }
 
     /// The chunk holding byte `offset`.
-    pub fn chunk_at(&self, offset: u64) -> Option<ChunkRange> {
+    pub(crate) fn chunk_at(&self, offset: u64) -> Option<ChunkRange> {
         if offset >= self.size {
             return None;
         }

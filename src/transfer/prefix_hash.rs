@@ -23,7 +23,7 @@ pub(crate) struct PrefixHash {
 }
 
 impl PrefixHash {
-    pub fn new(
+    pub(super) fn new(
         file: Arc<File>,
         plan: Plan,
         data_path: std::path::PathBuf,
@@ -44,7 +44,7 @@ impl PrefixHash {
 
     /// Starts from the states at the start of the chunks already hashed (those resumed from
     /// disk, fed before the download starts).
-    pub fn resume_from(&self, boundaries: Vec<FileHasher>) {
+    pub(super) fn resume_from(&self, boundaries: Vec<FileHasher>) {
         *self.snapshots() = boundaries;
     }
 
@@ -53,7 +53,7 @@ impl PrefixHash {
     }
 
     /// How many chunks are hashed.
-    pub fn hashed(&self) -> usize {
+    pub(super) fn hashed(&self) -> usize {
         self.snapshots().len()
     }
 
@@ -74,7 +74,7 @@ impl PrefixHash {
 
     /// Follows the done chunks from `hasher` (at the start of chunk [`hashed`](Self::hashed))
     /// to the end of the file.
-    pub async fn follow(
+    pub(super) async fn follow(
         &self,
         table: &SharedTable,
         mut hasher: FileHasher,
@@ -89,7 +89,7 @@ impl PrefixHash {
 
     /// Re-hashes the file from chunk `from` on (from the state saved at its start), refreshing
     /// the later boundary states.
-    pub async fn rehash_from(&self, from: usize) -> Result<FileHasher, TransferError> {
+    pub(super) async fn rehash_from(&self, from: usize) -> Result<FileHasher, TransferError> {
         let mut hasher = self.snapshots()[from].clone();
         for index in from..self.plan.count() {
             self.snapshots()[index] = hasher.clone();

@@ -228,7 +228,7 @@ fn check_status(ctx: &Ctx<'_>, resp: &reqwest::Response, from_hub: bool) -> Resu
 
 impl Answer {
     /// The next piece of the body, waiting at most the stall timeout; counts what arrives.
-    pub async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Bytes>, Failure> {
+    pub(super) async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Bytes>, Failure> {
         let stall = ctx.cfg.stall_timeout;
         let read = tokio::select! {
             biased;

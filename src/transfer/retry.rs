@@ -33,7 +33,7 @@ pub(crate) struct Retrier {
 }
 
 impl Retrier {
-    pub fn new(cfg: &EngineConfig) -> Self {
+    pub(super) fn new(cfg: &EngineConfig) -> Self {
         Retrier {
             retry: Retry::new(&cfg.retry_policy(), cfg.retry_clock.clone()),
             reresolved: false,
@@ -43,7 +43,7 @@ impl Retrier {
     /// Counts `n` failures without progress already made on this range (by other
     /// connections, before it was given back), the first of them at `since` (on the retry
     /// clock): the attempts, the count, the backoff and the time go on from there.
-    pub fn after_failures(mut self, n: u32, since: Option<std::time::Instant>) -> Self {
+    pub(super) fn after_failures(mut self, n: u32, since: Option<std::time::Instant>) -> Self {
         self.retry = self.retry.after_failures(n as usize);
         if let Some(t) = since {
             self.retry = self.retry.started_at(t);
@@ -52,24 +52,24 @@ impl Retrier {
     }
 
     /// When the attempts in a row on this range began (on the retry clock).
-    pub fn started(&self) -> std::time::Instant {
+    pub(super) fn started(&self) -> std::time::Instant {
         self.retry.started()
     }
 
     /// An attempt starts.
-    pub fn attempt(&mut self) {
+    pub(super) fn attempt(&mut self) {
         self.retry.attempt();
     }
 
     /// Attempts made.
-    pub fn attempts(&self) -> u32 {
+    pub(super) fn attempts(&self) -> u32 {
         self.retry.attempts()
     }
 
     /// Judges a failed attempt that did (`progressed`) or did not store new bytes. A range
     /// ignored (a 200 with the whole file) is reported as such when `may_switch` (the caller may
     /// switch to one sequential stream), else retried like any other failure.
-    pub fn decide(&mut self, f: &Failure, progressed: bool, may_switch: bool) -> Next {
+    pub(super) fn decide(&mut self, f: &Failure, progressed: bool, may_switch: bool) -> Next {
         if progressed {
             self.retry.progressed();
             // Cut (or stalled) after delivering bytes: the link, not the server, failed. Not a
@@ -115,7 +115,14 @@ impl Retrier {
     }
 
     /// The error to report when giving up on bytes `offset..=end` of `file` from `url`.
-    pub fn error(&self, f: Failure, file: &str, url: &str, offset: u64, end: u64) -> TransferError {
+    pub(super) fn error(
+        &self,
+        f: Failure,
+        file: &str,
+        url: &str,
+        offset: u64,
+        end: u64,
+    ) -> TransferError {
         let (file, url) = (file.to_string(), url.to_string());
         let attempts = self.retry.attempts();
         let elapsed = self.retry.elapsed();

@@ -182,7 +182,7 @@ pub(crate) struct PartialSink<'c, 'a> {
 
 impl<'c, 'a> PartialSink<'c, 'a> {
     /// A sink for a chunk the table handed out.
-    pub fn new(ctx: &'c Ctx<'a>, claim: Claim) -> Self {
+    pub(super) fn new(ctx: &'c Ctx<'a>, claim: Claim) -> Self {
         PartialSink {
             ctx,
             w: Writer {
@@ -207,7 +207,7 @@ impl<'c, 'a> PartialSink<'c, 'a> {
     /// does not match the manifest is forgotten and queued again, unless the table says the
     /// source is wrong or the budget is spent ([`Rejection`]): then the download fails with
     /// [`TransferError::ChunkMismatch`].
-    pub async fn complete(mut self) -> Result<(), TransferError> {
+    pub(super) async fn complete(mut self) -> Result<(), TransferError> {
         let flushed = Sink::flush(&mut self).await;
         let PartialSink {
             ctx, w, suspicion, ..
@@ -284,13 +284,13 @@ impl<'c, 'a> PartialSink<'c, 'a> {
 
     /// Gives the chunk back to the table with what is on disk of it (a chunk with every byte is
     /// done: see `table`), flushing first.
-    pub async fn release(self) -> Result<(), TransferError> {
+    pub(super) async fn release(self) -> Result<(), TransferError> {
         self.complete().await
     }
 
     /// Gives the chunk back after the server refused it (429/503), for another connection to
     /// take while this one waits: one more refusal in a row is counted on it.
-    pub async fn give_back_refused(self, since: Instant) -> Result<(), TransferError> {
+    pub(super) async fn give_back_refused(self, since: Instant) -> Result<(), TransferError> {
         let (ctx, index) = (self.ctx, self.w.range.index);
         let r = self.complete().await;
         ctx.chunks.lock().refused(index, since);
@@ -421,7 +421,7 @@ pub(crate) struct ScratchSink {
 
 impl ScratchSink {
     /// A sink for a fresh copy of `range` in `file` (an anonymous file in `dir`, named in errors).
-    pub fn new(range: ChunkRange, file: Arc<File>, dir: PathBuf, file_name: &str) -> Self {
+    pub(super) fn new(range: ChunkRange, file: Arc<File>, dir: PathBuf, file_name: &str) -> Self {
         ScratchSink {
             w: Writer {
                 range,
@@ -438,7 +438,7 @@ impl ScratchSink {
     }
 
     /// The digest of the bytes written (all flushed).
-    pub fn digest(&self) -> [u8; 32] {
+    pub(super) fn digest(&self) -> [u8; 32] {
         self.w.digest()
     }
 }

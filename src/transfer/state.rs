@@ -124,7 +124,7 @@ pub(crate) enum Loaded {
 
 impl StateFile {
     /// A state for a fresh download.
-    pub fn new(identity: FileKey, expected: String, chunk_size: u64) -> Self {
+    pub(super) fn new(identity: FileKey, expected: String, chunk_size: u64) -> Self {
         StateFile {
             format: FORMAT.to_string(),
             version: VERSION,

@@ -37,11 +37,11 @@ use super::ExpectedChunks;
 /// suspect first).
 pub(crate) mod suspicion {
     /// It came from an earlier run.
-    pub const RESUMED: u8 = 1;
+    pub(crate) const RESUMED: u8 = 1;
     /// It took more than one attempt.
-    pub const RETRIED: u8 = 2;
+    pub(crate) const RETRIED: u8 = 2;
     /// It came without a `Content-Range` to check.
-    pub const UNCHECKED: u8 = 4;
+    pub(crate) const UNCHECKED: u8 = 4;
 }
 
 /// When a part in flight is split for an idle connection (see the module docs).
@@ -273,7 +273,7 @@ impl ChunkTable {
     /// queued in order. With `expected` (cut by the same plan), a chunk is done only when its
     /// bytes match it; a resumed complete chunk that does not is fetched again. Parts in flight
     /// are split by `split`.
-    pub fn new(
+    pub(super) fn new(
         plan: Plan,
         resumed: Vec<Resumed>,
         expected: Option<Arc<ExpectedChunks>>,
@@ -341,22 +341,22 @@ impl ChunkTable {
     }
 
     /// What chunk `index` must hash to, when a manifest says.
-    pub fn expected(&self, index: usize) -> Option<[u8; 32]> {
+    pub(super) fn expected(&self, index: usize) -> Option<[u8; 32]> {
         self.expected.as_ref()?.sha256.get(index).copied()
     }
 
     /// Whether the chunks are checked against a manifest.
-    pub fn has_manifest(&self) -> bool {
+    pub(super) fn has_manifest(&self) -> bool {
         self.expected.is_some()
     }
 
     /// The geometry.
-    pub fn plan(&self) -> Plan {
+    pub(super) fn plan(&self) -> Plan {
         self.plan
     }
 
     /// How many times a part in flight was split.
-    pub fn splits(&self) -> u64 {
+    pub(super) fn splits(&self) -> u64 {
         self.splits
     }
 
@@ -395,7 +395,7 @@ impl ChunkTable {
     }
 
     /// Hands out the first waiting part of chunk `index`, if there is one.
-    pub fn claim(&mut self, index: usize) -> Option<Claim> {
+    pub(super) fn claim(&mut self, index: usize) -> Option<Claim> {
         let from = self
             .chunks
             .get(index)?
@@ -407,7 +407,7 @@ impl ChunkTable {
     }
 
     /// Hands out the next queued part that is neither done nor held.
-    pub fn claim_next(&mut self) -> Option<Claim> {
+    pub(super) fn claim_next(&mut self) -> Option<Claim> {
         while let Some((i, from)) = self.queue.pop_front() {
             if let Some(c) = self.claim_part(i, from) {
                 return Some(c);
@@ -420,7 +420,7 @@ impl ChunkTable {
     /// than [`SplitRule::after`] to finish at its pace so far (judged once it has held it for a
     /// moment), and hands its second half out; `None` when no part is worth it. The holder
     /// sees its new end through its [`Claim::limit`].
-    pub fn steal(&mut self, now: Instant) -> Option<Claim> {
+    pub(super) fn steal(&mut self, now: Instant) -> Option<Claim> {
         let rule = self.split;
         if rule.min == 0 {
             return None;
@@ -483,7 +483,7 @@ impl ChunkTable {
     /// The holder of part `from` of chunk `index` is about to write up to `end`: returns how far
     /// it may (its part may have been cut shorter), and keeps a split from cutting below that.
     /// `None` when the part is not held (nothing may be written).
-    pub fn reserve(&mut self, index: usize, from: u64, end: u64) -> Option<u64> {
+    pub(super) fn reserve(&mut self, index: usize, from: u64, end: u64) -> Option<u64> {
         let c = self.chunks.get_mut(index)?;
         if c.status != Status::Open {
             return None;
@@ -495,7 +495,7 @@ impl ChunkTable {
     }
 
     /// Bytes `from..at` of held part `from` of chunk `index` are on disk, with digest `sha256`.
-    pub fn progress(&mut self, index: usize, from: u64, at: u64, sha256: [u8; 32]) {
+    pub(super) fn progress(&mut self, index: usize, from: u64, at: u64, sha256: [u8; 32]) {
         let c = &mut self.chunks[index];
         if let Some(p) = c.part(from) {
             let gained = at > p.at;
@@ -510,7 +510,7 @@ impl ChunkTable {
 
     /// Chunk `index`, just given back, was refused by the server: one more refusal in a row,
     /// the attempts in a row having begun at `since` (on the retry clock).
-    pub fn refused(&mut self, index: usize, since: Instant) {
+    pub(super) fn refused(&mut self, index: usize, since: Instant) {
         let c = &mut self.chunks[index];
         c.refusals += 1;
         c.refused_since = Some(c.refused_since.map_or(since, |t| t.min(since)));
@@ -520,7 +520,7 @@ impl ChunkTable {
     /// state is `hasher`. A part with all its bytes on disk is done, and a chunk whose parts are
     /// all done is complete (see the module docs) — unless its bytes do not match the manifest:
     /// then they are forgotten and the chunk is queued again, first.
-    pub fn release(
+    pub(super) fn release(
         &mut self,
         index: usize,
         from: u64,
@@ -572,7 +572,7 @@ impl ChunkTable {
     }
 
     /// The digest of split chunk `index`, finished as [`Released::Assemble`] asked.
-    pub fn assembled(&mut self, index: usize, digest: [u8; 32]) -> Released {
+    pub(super) fn assembled(&mut self, index: usize, digest: [u8; 32]) -> Released {
         if self.chunks[index].status != Status::Assembling {
             return Released::PartDone;
         }
@@ -618,14 +618,14 @@ impl ChunkTable {
     }
 
     /// Done chunk `index` was replaced on disk by bytes with digest `sha256`.
-    pub fn replaced(&mut self, index: usize, sha256: [u8; 32]) {
+    pub(super) fn replaced(&mut self, index: usize, sha256: [u8; 32]) {
         let c = &mut self.chunks[index];
         c.sha256 = sha256;
         c.suspicion = 0;
     }
 
     /// Whether chunk `index` is done.
-    pub fn is_done(&self, index: usize) -> bool {
+    pub(super) fn is_done(&self, index: usize) -> bool {
         self.chunks
             .get(index)
             .is_some_and(|c| c.status == Status::Done)
@@ -638,7 +638,7 @@ impl ChunkTable {
     /// connections (a 50 MB file is three 16 MiB chunks) then starts on every connection
     /// instead of waiting for slow parts to be split, at the cost of reading the later parts
     /// of each cut chunk back once to finish its digest. Returns the parts added.
-    pub fn presplit(&mut self, n: usize) -> usize {
+    pub(super) fn presplit(&mut self, n: usize) -> usize {
         let min = self.split.min;
         if min == 0 {
             return 0;
@@ -689,7 +689,7 @@ impl ChunkTable {
     /// file as it has chunks plus `per_chunk`: a source that corrupts a share of its answers
     /// at random costs some chunks a few copies each, one that corrupts everything is given up
     /// on (see [`Rejection`]).
-    pub fn set_rejection_budget(&mut self, per_chunk: u32) {
+    pub(super) fn set_rejection_budget(&mut self, per_chunk: u32) {
         self.per_chunk_rejections = per_chunk.max(1);
     }
 
@@ -700,7 +700,7 @@ impl ChunkTable {
     }
 
     /// How many chunks are not done.
-    pub fn not_done(&self) -> usize {
+    pub(super) fn not_done(&self) -> usize {
         self.chunks
             .iter()
             .filter(|c| c.status != Status::Done)
@@ -708,12 +708,12 @@ impl ChunkTable {
     }
 
     /// Whether every chunk is done.
-    pub fn all_done(&self) -> bool {
+    pub(super) fn all_done(&self) -> bool {
         self.chunks.iter().all(|c| c.status == Status::Done)
     }
 
     /// The first chunk with a part not on disk, and where in the chunk its first missing byte is.
-    pub fn first_missing(&self) -> Option<(usize, u64)> {
+    pub(super) fn first_missing(&self) -> Option<(usize, u64)> {
         self.chunks.iter().enumerate().find_map(|(i, c)| {
             if c.status != Status::Open {
                 return None;
@@ -723,7 +723,7 @@ impl ChunkTable {
     }
 
     /// Bytes on disk over all chunks.
-    pub fn bytes_on_disk(&self) -> u64 {
+    pub(super) fn bytes_on_disk(&self) -> u64 {
         self.chunks
             .iter()
             .enumerate()
@@ -732,7 +732,7 @@ impl ChunkTable {
     }
 
     /// Bytes of the file not on disk yet.
-    pub fn bytes_missing(&self) -> u64 {
+    pub(super) fn bytes_missing(&self) -> u64 {
         debug_assert_eq!(self.missing, self.bytes_missing_counted());
         self.missing
     }
@@ -746,19 +746,19 @@ impl ChunkTable {
     /// when the engine's count (`target`) lets them all run, whichever is more. Requests
     /// sized by it shorten as the end nears, so that the connections finish together (see
     /// `range::fetch_into`).
-    pub fn share(&self, target: usize) -> u64 {
+    pub(super) fn share(&self, target: usize) -> u64 {
         let n = self.held.max(self.workers.min(target)).max(1);
         self.bytes_missing() / n as u64
     }
 
     /// The download runs `n` workers.
-    pub fn set_workers(&mut self, n: usize) {
+    pub(super) fn set_workers(&mut self, n: usize) {
         self.workers = n;
     }
 
     /// What the resume state records: every chunk with bytes on disk (its prefix, and the spans
     /// of its later parts).
-    pub fn records(&self) -> Vec<ChunkRecord> {
+    pub(super) fn records(&self) -> Vec<ChunkRecord> {
         let mut out = Vec::new();
         for (index, c) in self.chunks.iter().enumerate() {
             if c.status == Status::Done {
@@ -798,12 +798,12 @@ impl ChunkTable {
     }
 
     /// The digest of every chunk, in order (all done: the download is complete).
-    pub fn digests(&self) -> Vec<[u8; 32]> {
+    pub(super) fn digests(&self) -> Vec<[u8; 32]> {
         self.chunks.iter().map(|c| c.sha256).collect()
     }
 
     /// Every chunk, most suspect first (then in order): the order repairs try them in.
-    pub fn by_suspicion(&self) -> Vec<usize> {
+    pub(super) fn by_suspicion(&self) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.chunks.len()).collect();
         order.sort_by_key(|&i| (std::cmp::Reverse(self.chunks[i].suspicion), i));
         order
@@ -857,7 +857,7 @@ pub(crate) struct SharedTable {
 }
 
 impl SharedTable {
-    pub fn new(table: ChunkTable) -> Self {
+    pub(super) fn new(table: ChunkTable) -> Self {
         SharedTable {
             table: Mutex::new(table),
             done: Notify::new(),
@@ -866,29 +866,29 @@ impl SharedTable {
     }
 
     /// The table (never held across an `.await`).
-    pub fn lock(&self) -> MutexGuard<'_, ChunkTable> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, ChunkTable> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A chunk became done: wakes whoever waits for one.
-    pub fn notify_done(&self) {
+    pub(super) fn notify_done(&self) {
         self.done.notify_waiters();
         self.waiting.notify_waiters();
     }
 
     /// A part was given back unfinished: wakes idle connections.
-    pub fn notify_waiting(&self) {
+    pub(super) fn notify_waiting(&self) {
         self.waiting.notify_waiters();
     }
 
     /// Waits until a part is given back or a chunk is done, or at most `most` (the pace of the
     /// parts in flight changes with time alone).
-    pub async fn until_changed(&self, most: Duration) {
+    pub(super) async fn until_changed(&self, most: Duration) {
         let _ = tokio::time::timeout(most, self.waiting.notified()).await;
     }
 
     /// Waits until every chunk is done.
-    pub async fn until_all_done(&self) {
+    pub(super) async fn until_all_done(&self) {
         loop {
             let notified = self.done.notified();
             if self.lock().all_done() {
@@ -899,7 +899,7 @@ impl SharedTable {
     }
 
     /// Waits until chunk `index` is done.
-    pub async fn until_done(&self, index: usize) {
+    pub(super) async fn until_done(&self, index: usize) {
         loop {
             let notified = self.done.notified();
             if self.lock().is_done(index) {

@@ -249,7 +249,7 @@ pub fn verify_path(path: &Path, opts: &Options) -> Result<Report, InspectError> 
 
 /// The report on a model (named `path`) one of whose files (`bad`, of `file_size` bytes)
 /// cannot be parsed at all: `valid: false` with the error, as [`verify_path`] gives it.
-pub fn report_format_error(
+pub(crate) fn report_format_error(
     path: &Path,
     bad: &Path,
     file_size: u64,
