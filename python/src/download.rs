@@ -14,12 +14,12 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use weight_inspect::exit::ExitClass;
 use weight_inspect::fetch::{
-    parse_reference, CancellationToken, FetchError, Fetcher, RepoRef, RepoType, Selection,
+    parse_reference, CancellationToken, FetchError, Fetcher, Plan, RepoRef, RepoType, Selection,
 };
 use weight_inspect::hub::HubError;
 use weight_inspect::progress::{Event, Reporter};
 
-use crate::errors::Failure;
+use crate::errors::{Attr, Failure};
 
 /// How often the waiting thread looks for signals and progress.
 const POLL: Duration = Duration::from_millis(100);
@@ -99,7 +99,7 @@ impl ProgressEvent {
 /// What the fetch thread tells the waiting Python thread.
 enum Msg {
     /// The fetch's answer.
-    Done(Box<Result<Answer, FetchError>>),
+    Done(Box<Result<Answer, Failed>>),
     /// A `plan` event waits to be delivered before anything is downloaded.
     Plan,
 }
@@ -235,8 +235,73 @@ enum Answer {
     Plan(weight_inspect::fetch::Plan),
 }
 
+/// A fetch that failed, and, offline, the plan that shows the snapshot on disk incomplete.
+struct Failed {
+    error: FetchError,
+    incomplete: Option<Plan>,
+}
+
 fn fetch_failure(e: &FetchError) -> Failure {
     Failure::of(e.exit_class(), e).with_reason(reason(e))
+}
+
+/// Offline, a selection of several files (patterns, a whole repository) that the listing saved
+/// for the commit says the folder on disk lacks part of: huggingface_hub's
+/// `IncompleteSnapshotError` (reason `incomplete_snapshot`, with `snapshot_path` and
+/// `missing`), when that folder exists. Files asked for by name stay `not_cached`.
+fn incomplete(
+    fetcher: &weight_inspect::fetch::BlockingFetcher,
+    repo: &RepoRef,
+    selection: &Selection,
+    error: &FetchError,
+) -> Option<Plan> {
+    let explicit = !selection.files.is_empty();
+    if explicit || !fetcher.inner().is_offline() || reason(error) != Some("not_cached") {
+        return None;
+    }
+    let plan = fetcher.resolve(repo, selection).ok()?;
+    (!plan.missing.is_empty() && plan.folder.is_dir()).then_some(plan)
+}
+
+fn failed_failure(f: &Failed) -> Failure {
+    let Some(plan) = &f.incomplete else {
+        return fetch_failure(&f.error);
+    };
+    let n = plan.missing.len();
+    let named: Vec<String> = plan
+        .missing
+        .iter()
+        .take(3)
+        .map(|p| format!("'{p}'"))
+        .collect();
+    let more = if n > 3 {
+        format!(" and {} more", n - 3)
+    } else {
+        String::new()
+    };
+    let message = format!(
+        "the snapshot of '{}' at commit {} in {} is incomplete: {n} file(s) missing ({}{more}); \
+         offline mode forbids the network, run again online to complete it",
+        plan.repo,
+        plan.commit,
+        plan.folder.display(),
+        named.join(", "),
+    );
+    Failure::of(ExitClass::NotFound, message)
+        .with_reason(Some("incomplete_snapshot"))
+        .with_attr(
+            "snapshot_path",
+            Attr::Str(plan.folder.display().to_string()),
+        )
+        .with_attr(
+            "missing",
+            Attr::List(
+                plan.missing
+                    .iter()
+                    .map(|p| weight_inspect::names::escape(p).into_owned())
+                    .collect(),
+            ),
+        )
 }
 
 /// What precisely was not found or refused (see [`Failure::reason`]).
@@ -270,8 +335,8 @@ pub struct Request {
     pub exclude: Vec<String>,
     /// Branch, tag or commit.
     pub revision: Option<String>,
-    /// `model`, `dataset` or `space`.
-    pub repo_type: Option<String>,
+    /// The repository type (over the reference's).
+    pub repo_type: Option<RepoType>,
     /// The Hugging Face cache.
     pub cache_dir: Option<PathBuf>,
     /// A plain folder instead of the cache.
@@ -301,17 +366,6 @@ pub struct Request {
     pub dry_run: bool,
 }
 
-fn repo_type(name: &str) -> Result<RepoType, Failure> {
-    match name {
-        "model" => Ok(RepoType::Model),
-        "dataset" => Ok(RepoType::Dataset),
-        "space" => Ok(RepoType::Space),
-        other => Err(Failure::local(format!(
-            "unknown repo_type '{other}' (model, dataset or space)"
-        ))),
-    }
-}
-
 /// The fetcher, repository and selection of a request.
 fn prepare(
     r: Request,
@@ -319,11 +373,10 @@ fn prepare(
     token: CancellationToken,
 ) -> Result<(weight_inspect::fetch::BlockingFetcher, RepoRef, Selection), Failure> {
     let reference = parse_reference(&r.repo).map_err(Failure::local)?;
-    let kind = match (&r.repo_type, reference.repo_type) {
-        (Some(t), _) => repo_type(t)?,
-        (None, Some(t)) => t,
-        (None, None) => RepoType::Model,
-    };
+    let kind = r
+        .repo_type
+        .or(reference.repo_type)
+        .unwrap_or(RepoType::Model);
     let mut repo = RepoRef::model(reference.repo.clone()).with_type(kind);
     if let Some(rev) = r.revision {
         repo = repo.with_revision(rev);
@@ -415,6 +468,10 @@ pub fn run<'py>(
             } else {
                 fetcher.fetch(&repo, &selection).map(Answer::Summary)
             };
+            let answer = answer.map_err(|error| Failed {
+                incomplete: incomplete(&fetcher, &repo, &selection, &error),
+                error,
+            });
             let _ = tx.send(Msg::Done(Box::new(answer)));
         })
         .map_err(|e| Failure::local(format!("cannot start the fetch thread: {e}")))?;
@@ -451,9 +508,9 @@ pub fn run<'py>(
     match outcome {
         Ok(Answer::Summary(s)) => Ok(pythonize::pythonize(py, &s)?),
         Ok(Answer::Plan(p)) => Ok(pythonize::pythonize(py, &p)?),
-        Err(e) if e.exit_class() == ExitClass::Interrupted => {
-            Err(Failure::of(ExitClass::Interrupted, &e).into())
+        Err(f) if f.error.exit_class() == ExitClass::Interrupted => {
+            Err(Failure::of(ExitClass::Interrupted, &f.error).into())
         }
-        Err(e) => Err(fetch_failure(&e).into()),
+        Err(f) => Err(failed_failure(&f).into()),
     }
 }

@@ -33,9 +33,21 @@ pub struct Failure {
     pub message: String,
     /// What precisely was not found or refused, for the drop-ins of huggingface_hub
     /// (`repo_not_found`, `revision_not_found`, `entry_not_found`, `gated`, `not_cached`,
-    /// `nothing_selected`): the
-    /// exception's `reason` attribute (`None` otherwise).
+    /// `nothing_selected`, `incomplete_snapshot`): the exception's `reason` attribute
+    /// (`None` otherwise).
     pub reason: Option<&'static str>,
+    /// More attributes of the exception (`snapshot_path` and `missing` of an incomplete
+    /// snapshot).
+    pub attrs: Vec<(&'static str, Attr)>,
+}
+
+/// The value of an exception attribute.
+#[derive(Debug, Clone)]
+pub enum Attr {
+    /// A `str`.
+    Str(String),
+    /// A `list[str]`.
+    List(Vec<String>),
 }
 
 impl Failure {
@@ -50,6 +62,7 @@ impl Failure {
             kind: Kind::Class(class),
             message: escape(&message.to_string()).into_owned(),
             reason: None,
+            attrs: Vec::new(),
         }
     }
 
@@ -59,6 +72,7 @@ impl Failure {
             kind,
             message: escape(&message.to_string()).into_owned(),
             reason: None,
+            attrs: Vec::new(),
         }
     }
 
@@ -75,6 +89,12 @@ impl Failure {
     /// This failure, with its [`reason`](Failure::reason).
     pub fn with_reason(mut self, reason: Option<&'static str>) -> Failure {
         self.reason = reason;
+        self
+    }
+
+    /// This failure, with one more attribute (see [`Failure::attrs`]).
+    pub fn with_attr(mut self, name: &'static str, value: Attr) -> Failure {
+        self.attrs.push((name, value));
         self
     }
 }
@@ -142,7 +162,16 @@ impl From<Failure> for PyErr {
             let made = class
                 .bind(py)
                 .call1((f.message.clone(),))
-                .and_then(|exc| exc.setattr("reason", f.reason).map(|()| exc));
+                .and_then(|exc| exc.setattr("reason", f.reason).map(|()| exc))
+                .and_then(|exc| {
+                    for (name, value) in &f.attrs {
+                        match value {
+                            Attr::Str(s) => exc.setattr(*name, s)?,
+                            Attr::List(l) => exc.setattr(*name, l)?,
+                        }
+                    }
+                    Ok(exc)
+                });
             match made {
                 Ok(exc) => PyErr::from_value(exc),
                 // Making the exception failed (out of memory): that failure is raised.

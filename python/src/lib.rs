@@ -272,6 +272,7 @@ fn fetch(
     cache_fallback: bool,
     dry_run: bool,
 ) -> PyResult<Bound<'_, PyAny>> {
+    let repo_type = repo_type.as_deref().map(exact_repo_type).transpose()?;
     let request = download::Request {
         repo,
         quant,
@@ -295,6 +296,20 @@ fn fetch(
         dry_run,
     };
     download::run(py, request, progress)
+}
+
+/// A repository type as huggingface_hub takes it: exactly `model`, `dataset` or `space`
+/// (`ValueError` otherwise, with huggingface_hub's message).
+fn exact_repo_type(name: &str) -> PyResult<RepoType> {
+    match name {
+        "model" => Ok(RepoType::Model),
+        "dataset" => Ok(RepoType::Dataset),
+        "space" => Ok(RepoType::Space),
+        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "Invalid repo type: {}. Accepted repo types are: ['model', 'dataset', 'space']",
+            weight_inspect::names::escape(other)
+        ))),
+    }
 }
 
 /// The store of a repository: its folder in the cache at `cache_dir`, or `local_dir`.
@@ -352,21 +367,6 @@ fn cached_commit(
     }
 }
 
-/// The paths huggingface_hub's saved listing of `commit` names (`trees/{commit}.json`, or
-/// below `local_dir`), read safely and bounded; `None` without one (see
-/// `Store::hf_listed_paths`).
-#[pyfunction]
-#[pyo3(signature = (cache_dir, repo_type, repo_id, local_dir, commit))]
-fn hf_listed_paths(
-    cache_dir: PathBuf,
-    repo_type: &str,
-    repo_id: &str,
-    local_dir: Option<PathBuf>,
-    commit: &str,
-) -> PyResult<Option<Vec<String>>> {
-    Ok(store(cache_dir, repo_type, repo_id, local_dir)?.hf_listed_paths(commit))
-}
-
 /// Whether a safetensors file's header (the JSON after its 8-byte length, in `bytes`, the whole
 /// file) has a `__metadata__` entry that is not `null`. A header the core could not parse gives
 /// `false`; nothing is allocated for the other entries.
@@ -402,7 +402,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(repo_folder_name, m)?)?;
     m.add_function(wrap_pyfunction!(offline_env, m)?)?;
-    m.add_function(wrap_pyfunction!(hf_listed_paths, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
     m.add_function(wrap_pyfunction!(fetch, m)?)?;

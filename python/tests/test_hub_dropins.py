@@ -304,8 +304,40 @@ def test_headers_and_user_agent_go_to_the_hub_only(hub: Hub, tmp_path: Path) -> 
 
 
 def test_unsupported_arguments(tmp_path: Path) -> None:
-    with pytest.raises(ValueError):
-        wi.hf_hub_download(REPO, "config.json", repo_type="bucket", cache_dir=tmp_path)
+    # huggingface_hub's message, from the native layer (the one owner of the repository types).
+    for call in (
+        lambda: wi.hf_hub_download(REPO, "config.json", repo_type="bucket", cache_dir=tmp_path),
+        lambda: wi.snapshot_download(REPO, repo_type="models", cache_dir=tmp_path),
+        lambda: wi.fetch(REPO, repo_type="bucket", cache_dir=tmp_path, offline=True),
+    ):
+        with pytest.raises(ValueError, match=r"Invalid repo type: \w+\. Accepted repo types are"):
+            call()
+    assert not any(tmp_path.iterdir()), "nothing written"
+
+
+def test_an_incomplete_snapshot_is_named_by_the_library(hub: Hub, tmp_path: Path) -> None:
+    """Offline, a whole-repository fetch of a snapshot that lacks a file its saved listing
+    names fails natively with the folder and what is missing: the drop-in only renames it."""
+    cache = (tmp_path / "c").resolve()
+    summary = wi.fetch(REPO, include=["*"], cache_dir=cache, endpoint=hub.url)
+    folder = summary["folder"]
+    assert folder == str(cache / FOLDER / "snapshots" / summary["commit"])
+    assert wi.snapshot_download(REPO, cache_dir=cache, local_files_only=True) == folder
+    os.unlink(Path(folder) / "config.json")
+    with pytest.raises(wi.NotFoundError) as e:
+        wi.fetch(REPO, include=["*"], cache_dir=cache, offline=True)
+    assert e.value.reason == "incomplete_snapshot", e.value
+    assert e.value.snapshot_path == folder and e.value.missing == ["config.json"]
+    assert "config.json" in str(e.value) and e.value.exit_code == 4
+    with pytest.raises(wi.IncompleteSnapshotError) as d:
+        wi.snapshot_download(REPO, cache_dir=cache, local_files_only=True)
+    assert d.value.snapshot_path == folder and d.value.missing == ["config.json"]
+    # A file asked for by name is not a snapshot: huggingface_hub's LocalEntryNotFoundError.
+    with pytest.raises(wi.LocalEntryNotFoundError) as f:
+        wi.hf_hub_download(REPO, "config.json", cache_dir=cache, local_files_only=True)
+    assert not isinstance(f.value, wi.IncompleteSnapshotError)
+    # What the patterns leave out is not missing.
+    assert wi.snapshot_download(REPO, cache_dir=cache, local_files_only=True, ignore_patterns="*.json") == folder
 
 
 def test_huggingface_hubs_cache_read_back_by_ours_offline(hub: Hub, tmp_path: Path) -> None:

@@ -617,6 +617,15 @@ impl Store {
         })
     }
 
+    /// The folder that holds a commit's files as a whole: its snapshot folder in the cache
+    /// (`snapshots/{commit}`), or the local folder.
+    pub fn folder(&self, commit: &str) -> PathBuf {
+        match self {
+            Store::Cache(r) => r.snapshot_dir(commit),
+            Store::Local(l) => l.root().to_path_buf(),
+        }
+    }
+
     /// The folder below which this store writes (links are refused below it): the cache root
     /// (so that the repository's own folder is checked like every folder in it), or the local
     /// folder.

@@ -40,6 +40,10 @@ pub struct Plan {
     pub revision: String,
     /// The commit it resolved to.
     pub commit: String,
+    /// The folder that holds the commit's files: its snapshot folder in the cache
+    /// (`snapshots/{commit}`, what `huggingface_hub.snapshot_download` returns), or the local
+    /// folder.
+    pub folder: PathBuf,
     /// The selected files, in repository order.
     pub files: Vec<PlannedFile>,
     /// A note for the user (e.g. which model of a GGUF repository was chosen).
@@ -141,6 +145,8 @@ pub struct FetchSummary {
     pub revision: String,
     /// The commit it resolved to.
     pub commit: String,
+    /// The folder that holds the commit's files (see [`Plan::folder`]).
+    pub folder: PathBuf,
     /// Every selected file, in repository order.
     pub files: Vec<FileReport>,
     /// A note for the user (e.g. which model of a GGUF repository was chosen and how to get

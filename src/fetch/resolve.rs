@@ -240,7 +240,7 @@ impl Fetcher {
             .into_iter()
             .map(|w| planned(&store, repo, &commit, w))
             .collect();
-        Ok(plan(repo, commit, files, notice, refused, false))
+        Ok(plan(repo, &store, commit, files, notice, refused, false))
     }
 
     /// The repository's files at the commit its revision points at: one request for the commit,
@@ -553,7 +553,7 @@ impl Fetcher {
                 sidecar: None,
             })
             .collect();
-        let mut p = plan(repo, commit, files, notice, Vec::new(), true);
+        let mut p = plan(repo, store, commit, files, notice, Vec::new(), true);
         p.missing = missing;
         Ok(p)
     }
@@ -570,12 +570,10 @@ impl Fetcher {
                 .ok()
                 .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
         };
-        let (files, _) = read(&store.tree_path(commit))
-            .and_then(|b| hub::load_tree(&b).ok())
-            .or_else(|| {
-                read(&store.hf_tree_path(commit)).and_then(|b| hub::load_hf_tree(&b).ok())
-            })?;
-        Some(files.into_iter().map(|f| f.path).collect())
+        match read(&store.tree_path(commit)).and_then(|b| hub::load_tree(&b).ok()) {
+            Some((files, _)) => Some(files.into_iter().map(|f| f.path).collect()),
+            None => store.hf_listed_paths(commit),
+        }
     }
 }
 
@@ -597,6 +595,7 @@ fn local_commit(l: &LocalDir, files: &[&cache::CachedFile]) -> Option<(String, u
 
 fn plan(
     repo: &RepoRef,
+    store: &Store,
     commit: String,
     files: Vec<PlannedFile>,
     notice: Option<String>,
@@ -606,6 +605,7 @@ fn plan(
     Plan {
         repo: repo.to_string(),
         revision: repo.revision.clone(),
+        folder: store.folder(&commit),
         commit,
         files,
         notice,

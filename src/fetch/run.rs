@@ -457,6 +457,7 @@ impl Fetcher {
             repo: plan.repo,
             revision: plan.revision,
             commit: plan.commit,
+            folder: plan.folder,
             files: reports,
             notice: plan.notice,
             elapsed: start.elapsed(),

@@ -78,6 +78,7 @@ mod tests {
             repo: "org/name".into(),
             revision: "main".into(),
             commit: "c".repeat(40),
+            folder: PathBuf::from("snapshots").join("c".repeat(40)),
             files: files
                 .iter()
                 .map(|&(path, size, etag)| PlannedFile {

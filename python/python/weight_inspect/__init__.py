@@ -753,11 +753,13 @@ def fetch(
     huggingface_hub finds it), or ``local_dir`` a plain folder; ``token`` (default ``HF_TOKEN``
     or the token file); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
     ``connections`` the ranged requests in flight (default: adaptive); ``endpoint`` the Hub's
-    URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``;
+    URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``
+    (``ValueError`` otherwise);
     ``headers`` added to every request to the Hub's origin, where the token goes (never to the
     CDN a file redirects to; a header the client sets itself, such as ``Range``, raises
     :class:`LocalError`). ``dry_run=True`` downloads nothing and returns the plan, as
-    ``wi-fetch --dry-run --json``: ``repo``, ``revision``, ``commit``, ``files`` (each
+    ``wi-fetch --dry-run --json``: ``repo``, ``revision``, ``commit``, ``folder`` (the
+    snapshot folder or ``local_dir``), ``files`` (each
     ``path``, ``size``, ``etag``, ``local_path``, ``cached``, ``partial_bytes``), ``notice``,
     ``refused``, ``offline``.
 

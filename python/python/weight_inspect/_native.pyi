@@ -18,7 +18,6 @@ __all__ = [
     "cached_commit",
     "default_cache_dir",
     "fetch",
-    "hf_listed_paths",
     "inspect",
     "manifest_check",
     "manifest_create",
@@ -170,9 +169,3 @@ def offline_env() -> bool:
 
 def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> str | None:
     """The commit ``revision`` names in the cache, offline (a snapshot's commit, or ``refs/``)."""
-
-def hf_listed_paths(
-    cache_dir: _Path, repo_type: str, repo_id: str, local_dir: _Path | None, commit: str
-) -> list[str] | None:
-    """The paths huggingface_hub's saved listing of ``commit`` names (``trees/{commit}.json``),
-    read without following a link; ``None`` without one."""

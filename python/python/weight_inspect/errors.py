@@ -28,6 +28,14 @@ class WeightInspectError(Exception):
 
     #: The exit code the command-line tools use for this class of failure.
     exit_code: int = 1
+    #: What precisely failed, where a caller may act on it (``repo_not_found``,
+    #: ``revision_not_found``, ``entry_not_found``, ``gated``, ``not_cached``,
+    #: ``incomplete_snapshot``, ``nothing_selected``, ``unreachable``); ``None`` otherwise.
+    reason: str | None = None
+    #: ``incomplete_snapshot``: the folder that holds part of the snapshot.
+    snapshot_path: str | None = None
+    #: ``incomplete_snapshot``: the repository paths it lacks.
+    missing: list[str] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -21,7 +21,6 @@ Accepted and ignored: ``tqdm_class`` (no progress bar is drawn; use
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 from dataclasses import dataclass
@@ -54,9 +53,6 @@ try:  # optional: our exceptions are huggingface_hub's too when it is installed
     from huggingface_hub import errors as _hf_errors
 except ImportError:  # pragma: no cover - huggingface_hub is installed in the tests
     _hf_errors = None
-
-_REPO_TYPES = ("model", "dataset", "space")
-
 
 def _response(status: int, url: str) -> Any:
     """A response object for huggingface_hub's HTTP errors (which require one), or ``None``."""
@@ -184,6 +180,7 @@ else:
 
 
 _BY_REASON: dict[str, type] = {
+    "incomplete_snapshot": IncompleteSnapshotError,
     "repo_not_found": RepositoryNotFoundError,
     "gated": GatedRepoError,
     "revision_not_found": RevisionNotFoundError,
@@ -195,11 +192,16 @@ _BY_REASON: dict[str, type] = {
 
 def _translate(e: WeightInspectError) -> WeightInspectError:
     """The drop-in class of a failure the fetcher raised (itself when there is none)."""
-    cls = _BY_REASON.get(getattr(e, "reason", None) or "")
+    cls = _BY_REASON.get(e.reason or "")
     if cls is None:
         return e
-    new: WeightInspectError = cls(e.message)
-    new.reason = e.reason  # type: ignore[attr-defined]
+    new: WeightInspectError
+    if cls is IncompleteSnapshotError:
+        new = IncompleteSnapshotError(e.message, snapshot_path=e.snapshot_path or "")
+        new.missing = e.missing
+    else:
+        new = cls(e.message)
+    new.reason = e.reason
     return new
 
 
@@ -215,13 +217,6 @@ def _token(token: bool | str | None) -> str | None:
 def _etag_timeout(etag_timeout: float) -> float | None:
     # As huggingface_hub: HF_HUB_ETAG_TIMEOUT, when set, wins (the fetcher reads it itself).
     return None if os.environ.get("HF_HUB_ETAG_TIMEOUT") else float(etag_timeout)
-
-
-def _repo_type(repo_type: str | None) -> str:
-    kind = "model" if repo_type is None else repo_type
-    if kind not in _REPO_TYPES:
-        raise ValueError(f"Invalid repo type: {kind}. Accepted repo types are: {list(_REPO_TYPES)}")
-    return kind
 
 
 def repo_folder_name(repo_id: str, repo_type: str) -> str:
@@ -244,7 +239,8 @@ def _run(args: dict[str, Any], offline: bool, fallback: bool = True) -> dict[str
     As huggingface_hub: when the Hub cannot be reached the cache answers (``fallback``), only
     when it holds everything asked for; the library decides (``cache_fallback``)."""
     try:
-        if offline or _offline_env():
+        # Without local_files_only, the library reads HF_HUB_OFFLINE itself.
+        if offline:
             return _native_fetch(args, offline=True)
         return _native_fetch(args, offline=None, cache_fallback=fallback)
     except WeightInspectError as e:
@@ -274,7 +270,7 @@ def _user_agent(
 
 def _fetch_args(
     repo_id: str,
-    repo_type: str,
+    repo_type: str | None,
     revision: str | None,
     cache_dir: PathLike | None,
     local_dir: PathLike | None,
@@ -366,11 +362,10 @@ def hf_hub_download(
     failures as :func:`weight_inspect.fetch` (``NetworkError``, ``IntegrityError``, …).
     """
     del tqdm_class  # see the docstring
-    kind = _repo_type(repo_type)
     if subfolder:
         filename = f"{subfolder}/{filename}"
     args = _fetch_args(
-        repo_id, kind, revision, cache_dir, local_dir, token, endpoint, force_download,
+        repo_id, repo_type, revision, cache_dir, local_dir, token, endpoint, force_download,
         etag_timeout, [filename], [], [], None, headers,
         _user_agent(library_name, library_version, user_agent), dry_run,
     )
@@ -395,40 +390,6 @@ def _returned_path(local_path: str, local_dir: PathLike | None, filename: str) -
         return os.path.join(str(Path(local_dir).expanduser().resolve()), *filename.split("/"))
     local = Path(local_path)
     return os.path.join(str(local.parent.resolve()), local.name)
-
-
-def _filtered(paths: list[str], allow: list[str] | None, ignore: list[str] | None) -> list[str]:
-    """huggingface_hub's ``filter_repo_objects``: ``fnmatch`` globs, a trailing ``/`` a folder."""
-
-    def fix(ps: list[str] | None) -> list[str] | None:
-        return None if ps is None else [p + "*" if p.endswith("/") else p for p in ps]
-
-    a, i = fix(allow), fix(ignore)
-    return [
-        p
-        for p in paths
-        if (a is None or any(fnmatch.fnmatch(p, x) for x in a))
-        and not (i is not None and any(fnmatch.fnmatch(p, x) for x in i))
-    ]
-
-
-def _check_complete(
-    listed: list[str] | None, commit: str, base: Path, allow: list[str] | None, ignore: list[str] | None,
-    repo_id: str, revision: str,
-) -> None:
-    """Offline, as huggingface_hub: when its saved listing (``listed``) names files ``base``
-    lacks, raise :class:`IncompleteSnapshotError` (without a listing, nothing can be told)."""
-    if listed is None:
-        return
-    missing = [p for p in _filtered(listed, allow, ignore) if not (base / p).exists()]
-    if missing:
-        sample = ", ".join(missing[:3]) + (f", ... ({len(missing) - 3} more)" if len(missing) > 3 else "")
-        raise IncompleteSnapshotError(
-            f"The cached snapshot for '{repo_id}' (revision '{revision}', commit {commit}) is "
-            f"incomplete: {len(missing)} file(s) are missing ({sample}). Outgoing traffic is "
-            "disabled. Re-run the download with network access to complete the snapshot.",
-            snapshot_path=str(base),
-        )
 
 
 def _default_cache() -> Path:
@@ -489,7 +450,6 @@ def snapshot_download(
     the cache knows the commit; otherwise they raise :class:`weight_inspect.NotFoundError`.
     """
     del tqdm_class  # see the docstring
-    kind = _repo_type(repo_type)
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, not {max_workers}")
 
@@ -500,7 +460,6 @@ def snapshot_download(
 
     include = listed(allow_patterns) if allow_patterns is not None else ["*"]
     cache_root = (Path(cache_dir) if cache_dir is not None else _default_cache()).expanduser().resolve()
-    folder = repo_folder_name(repo_id, kind)
     local = None if local_dir is None else Path(local_dir).expanduser().resolve()
     offline = local_files_only or _offline_env()
     if dry_run and offline:
@@ -509,7 +468,7 @@ def snapshot_download(
             "(local_files_only or HF_HUB_OFFLINE)."
         )
     args = _fetch_args(
-        repo_id, kind, revision, cache_root, local, token, endpoint, force_download,
+        repo_id, repo_type, revision, cache_root, local, token, endpoint, force_download,
         etag_timeout, [], include, listed(ignore_patterns), max_workers, headers,
         _user_agent(library_name, library_version, user_agent), dry_run,
     )
@@ -522,26 +481,16 @@ def snapshot_download(
             f"Dry run cannot be performed as the repository cannot be accessed: {e.message}"
         ) from e
     except NotFoundError as e:
-        if dry_run and getattr(e, "reason", None) == "nothing_selected":
-            return []
-        commit = _commit_of(cache_root, kind, repo_id, revision or "main")
-        if offline and getattr(e, "reason", None) == "not_cached" and commit:
-            # The fetcher found files of the saved listing missing from the snapshot: as
-            # huggingface_hub, that is an incomplete snapshot (with its path).
-            base = local if local is not None else cache_root / folder / "snapshots" / commit
-            if base.is_dir():
-                held = _native.hf_listed_paths(
-                    os.fspath(cache_root), kind, repo_id, None if local is None else os.fspath(local), commit
-                )
-                allow = None if allow_patterns is None else listed(allow_patterns)
-                ignore = None if ignore_patterns is None else listed(ignore_patterns)
-                _check_complete(held, commit, base, allow, ignore, repo_id, revision or "main")
-        if getattr(e, "reason", None) != "nothing_selected" or local is not None or not commit:
+        if e.reason != "nothing_selected":
             raise
-        logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
         if dry_run:
             return []
-        return os.path.join(str(cache_root), folder, "snapshots", commit)
+        kind = repo_type or "model"
+        commit = _commit_of(cache_root, kind, repo_id, revision or "main")
+        if local is not None or not commit:
+            raise
+        logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
+        return os.path.join(str(cache_root), repo_folder_name(repo_id, kind), "snapshots", commit)
     commit = summary["commit"]
     if dry_run:
         return [
@@ -555,14 +504,8 @@ def snapshot_download(
             )
             for f in summary["files"]
         ]
-    result = str(local) if local is not None else os.path.join(str(cache_root), folder, "snapshots", commit)
-    if offline:
-        # huggingface_hub's saved listing (which the fetcher writes beside its own when it
-        # lists) says what a complete snapshot holds.
-        allow = None if allow_patterns is None else listed(allow_patterns)
-        ignore = None if ignore_patterns is None else listed(ignore_patterns)
-        held = _native.hf_listed_paths(
-            os.fspath(cache_root), kind, repo_id, None if local is None else os.fspath(local), commit
-        )
-        _check_complete(held, commit, Path(result), allow, ignore, repo_id, revision or "main")
-    return result
+    # The snapshot folder in the cache, or the local folder. Offline, the fetcher has checked
+    # it against the listing saved for the commit (ours, else huggingface_hub's): a file it
+    # lacks is an IncompleteSnapshotError.
+    folder: str = summary["folder"]
+    return folder

@@ -56,6 +56,9 @@ class FetchSummary(TypedDict):
     revision: str
     #: The commit the revision named.
     commit: str
+    #: The folder that holds the commit's files: the snapshot folder in the cache
+    #: (``snapshots/{commit}``, what ``snapshot_download`` returns), or the local folder.
+    folder: str
     files: list[FetchedFile]
     #: A note for the user (which model a bare GGUF repository got, a fallback to the cache).
     notice: str | None
@@ -85,6 +88,8 @@ class Plan(TypedDict):
     repo: str
     revision: str
     commit: str
+    #: The folder that holds (or will hold) the commit's files (see :class:`FetchSummary`).
+    folder: str
     files: list[PlannedFile]
     notice: str | None
     #: Entries of the listing left out, each with the reason (an unsafe name, …).
