@@ -9,16 +9,16 @@
 //! - **No link is followed at the last step.** Files are opened with `O_NOFOLLOW` (and
 //!   `O_NONBLOCK`, so that a FIFO planted at a path never blocks an `open`), then checked to be
 //!   regular files. A link, FIFO, socket or device where a file should be is an
-//!   [`io::ErrorKind::InvalidInput`] error naming the path and what is there ([`not_a_file`]).
+//!   [`io::ErrorKind::InvalidInput`] error naming the path and what is there (`not_a_file`).
 //! - **Temporary files have names nobody can guess or occupy.** They are created with
 //!   `O_CREAT | O_EXCL` under a random name ([`tempfile()`]), or without any name at all
-//!   ([`scratch_file`]), and renamed into place; a rename replaces a planted link itself, never
+//!   (`scratch_file`), and renamed into place; a rename replaces a planted link itself, never
 //!   the file it points to.
-//! - **Folders below a trusted root are real folders.** [`create_dirs_below`] creates the folders
+//! - **Folders below a trusted root are real folders.** `create_dirs_below` creates the folders
 //!   between a root (which may itself be a link: a user's choice) and a file, refusing any of them
 //!   that is a link.
 //!
-//! A file whose length or content comes from disk is read with a bound ([`read_bounded`]).
+//! A file whose length or content comes from disk is read with a bound (`read_bounded`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -393,7 +393,7 @@ pub fn replace_with_symlink(link: &Path, target: &Path, resolved: &Path) -> io::
 
 /// An exclusive advisory lock (`flock(2)`, as Python's `filelock` takes it, so huggingface_hub and
 /// this library exclude each other on the same blob), held until dropped. The lock file is opened
-/// without following a link ([`open_rw`]).
+/// without following a link (`open_rw`).
 #[derive(Debug)]
 pub struct FileLock {
     file: File,

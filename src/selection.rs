@@ -14,7 +14,7 @@
 //!
 //! - A multimodal GGUF repository (one with `mmproj*.gguf` projectors): with the model chosen
 //!   by a tag or by default, the projector closest in precision to it comes too, as with
-//!   llama.cpp's `-hf` ([`matching_mmproj`]); [`Selection::no_mmproj`] leaves it out.
+//!   llama.cpp's `-hf` (`matching_mmproj`); [`Selection::no_mmproj`] leaves it out.
 //!
 //! Explicit files, the quantization's files and the files matching `--include` add up;
 //! `--exclude` removes files matched by the globs or the quantization (never explicit files).

@@ -19,7 +19,7 @@
 //! [`crate::net`]: the joined `Location` is judged, API requests never leave the Hub's origin,
 //! and the token only ever goes to that origin. Every Hub error becomes a typed [`HubError`].
 //! Transient failures (connection errors, timeouts, 408, 429, 5xx) are retried under
-//! [`HubConfig::retry`], the one policy of [`crate::net::retry`] (exponential backoff with
+//! [`HubConfig::retry`], the one policy of [`crate::net`] (exponential backoff with
 //! jitter, `Retry-After` on 429/503 honoured up to its cap), waiting on
 //! [`HubConfig::retry_clock`] (`request.rs`). This module never writes files.
 

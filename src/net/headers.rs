@@ -178,7 +178,7 @@ pub(crate) fn extra_header(
     Ok((n, v))
 }
 
-/// [`extra_header`] of a `Name: value` line (curl's `-H`).
+/// `extra_header` of a `Name: value` line (curl's `-H`).
 pub fn parse_header_line(line: &str) -> Result<(HeaderName, HeaderValue), HeaderError> {
     let (name, value) = line
         .split_once(':')

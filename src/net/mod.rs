@@ -1,20 +1,20 @@
 //! What the Hub client ([`crate::hub`]) and the download engine ([`crate::transfer`]) share
 //! about HTTP, so that each rule exists once:
 //!
-//! - **Credentials go to their origin only** ([`redirect`]): every redirect is followed by hand
+//! - **Credentials go to their origin only** (`redirect`): every redirect is followed by hand
 //!   (clients are built without an automatic redirect policy), the `Location` is joined to the
 //!   URL that answered and the joined URL's origin decides whether the `Authorization` header
 //!   goes along. Redirect loops, more than [`MAX_REDIRECTS`] hops, schemes other than http(s)
 //!   and https→http downgrades are refused.
-//! - **Transient or not, by type** ([`retry`]): [`transience`] walks an error's causes for TLS
+//! - **Transient or not, by type** (`retry`): [`transience`] walks an error's causes for TLS
 //!   errors and dropped connections; [`is_transient_status`]; [`retry_after`].
-//! - **One retry policy** ([`retry`], [`clock`]): a [`RetryPolicy`] (a budget of retries and
+//! - **One retry policy** (`retry`, `clock`): a [`RetryPolicy`] (a budget of retries and
 //!   time, exponential [`backoff`] with jitter, the server's [`requested_wait`] honoured up to a
 //!   cap) applied by a [`Retry`] to each metadata request and each range of a download, waiting
 //!   on an injected [`RetryClock`] ([`SystemClock`], or a test's `RecordingClock`, feature `test-util`).
-//! - **Headers read one way** ([`headers`]): ETag normalisation, `Content-Range` with checked
+//! - **Headers read one way** (`headers`): ETag normalisation, `Content-Range` with checked
 //!   arithmetic, `Content-Length`, a `Content-Encoding` that is not the identity.
-//! - **Bounded bodies** ([`read_bounded`]): an answer read whole is read up to a limit, never
+//! - **Bounded bodies** (`read_bounded`): an answer read whole is read up to a limit, never
 //!   sized by a header.
 
 mod clock;
@@ -41,7 +41,7 @@ pub use retry::{
 use std::time::Duration;
 
 /// A `reqwest` client builder with the settings both the Hub client and the engine need: no
-/// automatic redirects (they are followed by hand, see [`redirect`]), the connect timeout, no
+/// automatic redirects (they are followed by hand, see `redirect`), the connect timeout, no
 /// response compression (the crate builds `reqwest` without it; downloads send
 /// `Accept-Encoding: identity`), `TCP_NODELAY`, and the user agent.
 pub fn client_builder(connect_timeout: Duration, user_agent: &str) -> reqwest::ClientBuilder {

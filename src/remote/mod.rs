@@ -18,15 +18,15 @@
 //! Multi-file models are read whole: every part of a split GGUF
 //! (`NAME-00001-of-0000N.gguf`), every shard a `model.safetensors.index.json` names (the
 //! index itself is read too, within [`safetensors::MAX_INDEX_BYTES`]). A repository without a
-//! file named gets the model `wi-fetch` would fetch ([`crate::selection::choose`]), a
+//! file named gets the model `wi-fetch` would fetch (`crate::selection::choose`), a
 //! quantization tag the GGUF `wi-fetch` would pick.
 //!
 //! # Where requests go
 //!
 //! To the endpoint of the [`HubClient`] (`HF_ENDPOINT`, `--endpoint`), or to the server a full
 //! `https://…/resolve/…` URL names. The token goes to the client's own origin only: never to a
-//! CDN a redirect leads to ([`crate::net::redirect`]), never to the server of a URL on another
-//! origin ([`client_for`]).
+//! CDN a redirect leads to ([`crate::net`]), never to the server of a URL on another
+//! origin (`client_for`).
 //!
 //! The resulting [`Report`] is the one [`verify::verify_model`] gives for local files, with
 //! [`Report::remote`] set and [`Report::header_only`] saying what was read; tensor data is
@@ -165,7 +165,7 @@ impl RemoteError {
     }
 }
 
-/// A model on the Hub as a user names it (see [`parse_target`]).
+/// A model on the Hub as a user names it (see `parse_target`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The repository, its type and the revision to read.
@@ -341,8 +341,8 @@ impl Tally {
 type Read = (Result<ModelFile, (FormatError, u64)>, Tally);
 
 /// Inspects a model named as the tools take it (`hf://…`, `org/name[:TAG]`, `hf.co/…`, a
-/// `…/resolve/…` URL; see [`parse_target`]), `revision` applying to the forms without one,
-/// with the Hub `cfg` describes (a URL on another server gets no token: [`client_for`]).
+/// `…/resolve/…` URL; see `parse_target`), `revision` applying to the forms without one,
+/// with the Hub `cfg` describes (a URL on another server gets no token: `client_for`).
 /// Offline mode (`HF_HUB_OFFLINE`) refuses it.
 pub async fn inspect_reference(
     spec: &str,

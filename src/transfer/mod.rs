@@ -65,7 +65,7 @@
 //! # Faults
 //!
 //! Connection errors, timeouts, stalls (no byte for [`EngineConfig::stall_timeout`]), 408, 429
-//! and 5xx answers are retried per chunk under the one policy of [`crate::net::retry`]
+//! and 5xx answers are retried per chunk under the one policy of [`crate::net`]
 //! ([`EngineConfig::retry_policy`]: exponential backoff and jitter, honouring
 //! `Retry-After` on 429/503, capped at [`EngineConfig::max_delay`], waiting on
 //! [`EngineConfig::retry_clock`]; a connection refused so
@@ -79,7 +79,7 @@
 //! resolve URL is asked again once. The signed location a redirect led to is reused by the
 //! download's next requests until the CDN refuses it (401/403/404/410: an expired signature),
 //! then a fresh one is asked for. Redirects are followed by hand under the rule of
-//! [`crate::net::redirect`]: the headers of the [`TransferSpec`] (the token) go to the resolve
+//! [`crate::net`]: the headers of the [`TransferSpec`] (the token) go to the resolve
 //! URL's origin only, judged on the joined `Location`.
 //!
 //! Answers are checked before a byte is written (see `range`): a 206 whose `Content-Range`

@@ -1,6 +1,6 @@
 //! One ranged request: ask for bytes `first..=last` (or `first..`), follow the redirects (the
 //! resolve URL answers with a freshly signed CDN URL; credentials go to their own origin only,
-//! see [`crate::net::redirect`]), check the answer before a single byte is written, and stream
+//! see [`crate::net`]), check the answer before a single byte is written, and stream
 //! its body into a [`Sink`].
 //!
 //! An answer is accepted when it is a 206 whose `Content-Range` matches the request exactly (or
