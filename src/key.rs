@@ -112,11 +112,19 @@ impl fmt::Debug for Digest {
 }
 
 impl FromStr for Digest {
-    type Err = String;
+    type Err = crate::names::ParseError;
 
     /// Parses the [`Display`](fmt::Display) form.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("not a digest: {s:?} (want sha256:<64 hex> or git-sha1:<40 hex>)");
+        let bad = || {
+            crate::names::ParseError::new(
+                "digest",
+                format!(
+                    "not a digest: '{}' (want sha256:<64 hex> or git-sha1:<40 hex>)",
+                    crate::names::escape(s)
+                ),
+            )
+        };
         let (kind, hex) = s.split_once(':').ok_or_else(bad)?;
         match (kind, Digest::from_etag(hex)) {
             ("sha256", Some(d @ Digest::Sha256(_)))

@@ -65,18 +65,210 @@ impl fmt::Display for RepoType {
 }
 
 impl FromStr for RepoType {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "model" | "models" => Ok(RepoType::Model),
             "dataset" | "datasets" => Ok(RepoType::Dataset),
             "space" | "spaces" => Ok(RepoType::Space),
-            _ => Err(format!(
-                "unknown repository type '{}' (expected 'model', 'dataset' or 'space')",
-                escape(s)
+            _ => Err(ParseError::new(
+                "repository type",
+                format!(
+                    "unknown repository type '{}' (expected 'model', 'dataset' or 'space')",
+                    escape(s)
+                ),
             )),
         }
     }
+}
+
+/// A value that cannot be read as what it should be (a repository type, a commit id, an ETag,
+/// a digest…): what was being read, and why, with the value escaped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ParseError {
+    what: &'static str,
+    message: String,
+}
+
+impl ParseError {
+    /// A failure to read a `what` (the message says why and quotes the value, escaped).
+    pub fn new(what: &'static str, message: impl Into<String>) -> Self {
+        ParseError {
+            what,
+            message: message.into(),
+        }
+    }
+
+    /// What was being read: `"repository type"`, `"commit id"`, `"ETag"`, ….
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+}
+
+/// A string checked once, when it is made, and then carried as its type says.
+macro_rules! hex_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $valid:path, $expected:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Reads one (surrounding white space and case are not forgiven: the Hub's
+            /// answers are normalised before they get here).
+            pub fn parse(s: &str) -> Result<Self, ParseError> {
+                if $valid(s) {
+                    Ok($name(s.to_string()))
+                } else {
+                    Err(ParseError::new(
+                        $what,
+                        format!(
+                            concat!("'{}' is not a ", $what, " (", $expected, ")"),
+                            escape(s)
+                        ),
+                    ))
+                }
+            }
+
+            /// The lowercase hex digits.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The lowercase hex digits, owned.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<std::path::Path> for $name {
+            fn as_ref(&self) -> &std::path::Path {
+                self.0.as_ref()
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseError;
+            fn from_str(s: &str) -> Result<Self, ParseError> {
+                $name::parse(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = ParseError;
+            fn try_from(s: String) -> Result<Self, ParseError> {
+                if $valid(&s) {
+                    Ok($name(s))
+                } else {
+                    $name::parse(&s)
+                }
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::try_from(s).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+    };
+}
+
+hex_id!(
+    /// A full commit id: 40 lowercase hex digits, checked when made (see [`is_commit_hash`]).
+    CommitId,
+    "commit id",
+    is_commit_hash,
+    "40 lowercase hex digits"
+);
+
+hex_id!(
+    /// An ETag as the Hub gives it for a file and the cache names its blob by: the SHA-256 of
+    /// the content (LFS and Xet files, 64 lowercase hex digits) or the git blob SHA-1 (40),
+    /// checked when made (see [`etag_kind`]).
+    Etag,
+    "ETag",
+    is_blob_etag,
+    "a SHA-256 or git SHA-1 in lowercase hex"
+);
+
+impl Etag {
+    /// Which hash it is.
+    pub fn kind(&self) -> EtagKind {
+        etag_kind(&self.0).unwrap_or(EtagKind::GitSha1)
+    }
+}
+
+fn is_blob_etag(s: &str) -> bool {
+    etag_kind(s).is_some()
 }
 
 /// Characters that change the direction of the text around them (overrides and isolates):
@@ -302,6 +494,49 @@ pub fn normalize_etag(etag: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commit_ids_and_etags_are_checked_once_when_made() {
+        let c = "a".repeat(40);
+        let id = CommitId::parse(&c).unwrap();
+        assert_eq!(id, c.as_str());
+        assert_eq!(id.to_string(), c);
+        for bad in [
+            "",
+            "A".repeat(40).as_str(),
+            &"a".repeat(39),
+            &"a".repeat(64),
+            "main",
+        ] {
+            let e = CommitId::parse(bad).unwrap_err();
+            assert_eq!(e.what(), "commit id");
+            assert!(e.to_string().contains("is not a commit id"), "{e}");
+        }
+        // Names from the network are escaped in the message.
+        let e = Etag::parse("x\u{1b}[31m").unwrap_err();
+        assert!(!e.to_string().contains('\u{1b}'), "{e}");
+        assert_eq!(
+            Etag::parse(&"b".repeat(64)).unwrap().kind(),
+            EtagKind::Sha256
+        );
+        assert_eq!(
+            Etag::parse(&"b".repeat(40)).unwrap().kind(),
+            EtagKind::GitSha1
+        );
+        assert!(Etag::parse(&"b".repeat(41)).is_err());
+        // Deserialised values are checked too.
+        let ok: Etag = serde_json::from_str(&format!("\"{}\"", "c".repeat(40))).unwrap();
+        assert_eq!(
+            serde_json::to_string(&ok).unwrap(),
+            format!("\"{}\"", "c".repeat(40))
+        );
+        assert!(serde_json::from_str::<CommitId>("\"../../etc\"").is_err());
+        assert_eq!("model".parse::<RepoType>(), Ok(RepoType::Model));
+        assert_eq!(
+            "bucket".parse::<RepoType>().unwrap_err().what(),
+            "repository type"
+        );
+    }
 
     #[test]
     fn unsafe_paths_are_refused() {

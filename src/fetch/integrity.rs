@@ -49,14 +49,17 @@ pub enum VerifyLevel {
 }
 
 impl FromStr for VerifyLevel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::names::ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "fast" => Ok(VerifyLevel::Fast),
             "full" => Ok(VerifyLevel::Full),
-            other => Err(format!(
-                "unknown verification level '{}' (fast or full)",
-                crate::names::escape(other)
+            other => Err(crate::names::ParseError::new(
+                "verification level",
+                format!(
+                    "unknown verification level '{}' (fast or full)",
+                    crate::names::escape(other)
+                ),
             )),
         }
     }

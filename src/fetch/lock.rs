@@ -269,7 +269,10 @@ impl LockedRepo {
             files.push(LockedFile {
                 path: f.path.clone(),
                 size: f.size,
-                sha256: f.sha256.parse().map_err(FetchError::Invalid)?,
+                sha256: f
+                    .sha256
+                    .parse()
+                    .map_err(|e: crate::names::ParseError| FetchError::Invalid(e.to_string()))?,
                 chunk_size,
                 manifest,
             });

@@ -139,9 +139,12 @@ impl Fetcher {
         let mut out = Vec::new();
         let mut errors = Vec::new();
         for r in &lock.repos {
-            let repo = RepoRef::model(r.repo.clone())
-                .with_type(r.repo_type.parse().map_err(FetchError::Invalid)?)
-                .with_revision(r.commit.clone());
+            let repo =
+                RepoRef::model(r.repo.clone())
+                    .with_type(r.repo_type.parse().map_err(|e: crate::names::ParseError| {
+                        FetchError::Invalid(e.to_string())
+                    })?)
+                    .with_revision(r.commit.clone());
             let selection = Selection::files(r.files.iter().map(|f| f.path.clone()));
             match self.fetch_pinned(&repo, &selection, Some(r), None).await {
                 Ok(mut s) => {

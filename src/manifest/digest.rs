@@ -21,13 +21,14 @@ impl fmt::Debug for Sha256Hex {
 }
 
 impl std::str::FromStr for Sha256Hex {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::names::ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |m: String| crate::names::ParseError::new("SHA-256", m);
         let mut d = [0u8; 32];
         if s.len() != 64 {
-            return Err(format!("a SHA-256 has 64 hex digits, not {}", s.len()));
+            return Err(bad(format!("a SHA-256 has 64 hex digits, not {}", s.len())));
         }
-        hex::decode_to_slice(s, &mut d).map_err(|e| format!("not a SHA-256: {e}"))?;
+        hex::decode_to_slice(s, &mut d).map_err(|e| bad(format!("not a SHA-256: {e}")))?;
         Ok(Sha256Hex(d))
     }
 }

@@ -499,7 +499,11 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
         if cli.dry_run {
             for r in &lock.repos {
                 let repo = RepoRef::model(r.repo.clone())
-                    .with_type(r.repo_type.parse().map_err(|m: String| (m, 1))?)
+                    .with_type(
+                        r.repo_type
+                            .parse()
+                            .map_err(|e: weight_inspect::names::ParseError| (e.to_string(), 1))?,
+                    )
                     .with_revision(r.commit.clone());
                 let sel = Selection::files(r.files.iter().map(|f| f.path.clone()));
                 let plan = fetcher.resolve(&repo, &sel).map_err(fail)?;

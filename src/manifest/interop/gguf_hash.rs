@@ -172,7 +172,9 @@ impl GgufHashDocument {
                 continue;
             }
             other_only.remove(file);
-            let sha: Sha256Hex = digest.parse().map_err(bad)?;
+            let sha: Sha256Hex = digest
+                .parse()
+                .map_err(|e: crate::names::ParseError| bad(e.to_string()))?;
             let entry = files.entry(file.to_string()).or_default();
             match tensor {
                 None => {
