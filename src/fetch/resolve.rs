@@ -144,7 +144,7 @@ impl Fetcher {
                             Ok(m) => Ok(Wanted {
                                 path: f.clone(),
                                 size: m.size,
-                                etag: m.etag,
+                                etag: m.etag.into_string(),
                                 sidecar: None,
                             }),
                             Err(HubError::EntryNotFound { .. })
@@ -240,7 +240,15 @@ impl Fetcher {
             .into_iter()
             .map(|w| planned(&store, repo, &commit, w))
             .collect();
-        Ok(plan(repo, &store, commit, files, notice, refused, false))
+        Ok(plan(
+            repo,
+            &store,
+            commit.into_string(),
+            files,
+            notice,
+            refused,
+            false,
+        ))
     }
 
     /// The repository's files at the commit its revision points at: one request for the commit,

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::request::Ctx;
 use super::{encode_revision, HubClient, HubError, RepoRef};
-use crate::names::{case_fold, check_repo_path, escape, etag_kind, is_commit_hash, EtagKind};
+use crate::names::{case_fold, check_repo_path, escape, is_commit_hash, CommitId, Etag, EtagKind};
 use crate::net::{header_str, redact};
 
 /// Largest file size accepted from a listing or a `HEAD`: 2^63 − 1 bytes. Anything larger is not
@@ -35,16 +35,16 @@ pub struct RemoteFile {
     /// Size in bytes (at most `MAX_FILE_SIZE`, 2^63 - 1).
     pub size: u64,
     /// Git blob SHA-1 (of the LFS pointer for LFS files), lowercase hex.
-    pub git_oid: String,
+    pub git_oid: Etag,
     /// SHA-256 of the content for LFS files, lowercase hex.
-    pub lfs_sha256: Option<String>,
+    pub lfs_sha256: Option<Etag>,
 }
 
 impl RemoteFile {
     /// The file's ETag on the Hub, which names its blob in the cache: the LFS SHA-256, else the
     /// git blob SHA-1.
-    pub fn etag(&self) -> &str {
-        self.lfs_sha256.as_deref().unwrap_or(&self.git_oid)
+    pub fn etag(&self) -> &Etag {
+        self.lfs_sha256.as_ref().unwrap_or(&self.git_oid)
     }
 }
 
@@ -62,7 +62,7 @@ pub struct RefusedEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoListing {
     /// The commit the revision resolved to (40 hex digits).
-    pub commit: String,
+    pub commit: CommitId,
     /// Every file kept, in the server's order.
     pub files: Vec<RemoteFile>,
     /// Entries that were refused, in the server's order.
@@ -133,10 +133,10 @@ impl TreeEntry {
             return Err(refuse(reason.to_string()));
         }
         let oid = match &self.oid {
-            Some(o) if etag_kind(&o.to_ascii_lowercase()) == Some(EtagKind::GitSha1) => {
-                o.to_ascii_lowercase()
-            }
-            Some(o) => return Err(refuse(format!("bad git oid '{}'", escape(o)))),
+            Some(o) => match Etag::parse(&o.to_ascii_lowercase()) {
+                Ok(e) if e.kind() == EtagKind::GitSha1 => e,
+                _ => return Err(refuse(format!("bad git oid '{}'", escape(o)))),
+            },
             None => return Err(refuse("no git oid".into())),
         };
         let (lfs_sha256, size) = match &self.lfs {
@@ -146,12 +146,14 @@ impl TreeEntry {
                     .as_deref()
                     .or(l.sha256.as_deref())
                     .map(|s| s.trim_start_matches("sha256:").to_ascii_lowercase());
-                match sha {
-                    Some(ref s) if etag_kind(s) == Some(EtagKind::Sha256) => {}
-                    Some(s) => return Err(refuse(format!("bad LFS oid '{}'", escape(&s)))),
+                let sha = match sha {
+                    Some(s) => match Etag::parse(&s) {
+                        Ok(e) if e.kind() == EtagKind::Sha256 => e,
+                        _ => return Err(refuse(format!("bad LFS oid '{}'", escape(&s)))),
+                    },
                     None => return Err(refuse("no LFS oid".into())),
-                }
-                (sha, l.size.or(self.size))
+                };
+                (Some(sha), l.size.or(self.size))
             }
             None => (None, self.size),
         };
@@ -271,9 +273,9 @@ pub fn save_hf_tree(files: &[RemoteFile]) -> String {
     for f in sorted {
         let mut info = serde_json::Map::new();
         info.insert("size".into(), f.size.into());
-        info.insert("blob_id".into(), f.git_oid.clone().into());
+        info.insert("blob_id".into(), f.git_oid.as_str().into());
         if let Some(sha) = &f.lfs_sha256 {
-            info.insert("lfs_sha256".into(), sha.clone().into());
+            info.insert("lfs_sha256".into(), sha.as_str().into());
             info.insert("lfs_size".into(), f.size.into());
         }
         map.insert(f.path.clone(), info.into());
@@ -388,7 +390,7 @@ fn refuse_collisions(files: Vec<RemoteFile>, refused: &mut Vec<RefusedEntry>) ->
 impl HubClient {
     /// The commit a revision points at: `GET /api/{type}s/{repo}/revision/{rev}` → `sha`.
     /// A full commit id is still asked about, so that a missing one is reported.
-    pub async fn repo_commit(&self, repo: &RepoRef) -> Result<String, HubError> {
+    pub async fn repo_commit(&self, repo: &RepoRef) -> Result<CommitId, HubError> {
         repo.validate()?;
         let url = self.api_url(
             repo,
@@ -415,7 +417,7 @@ impl HubClient {
             return Err(HubError::CommitMismatch {
                 url: redact(&url),
                 asked: repo.revision.to_ascii_lowercase(),
-                answered: commit,
+                answered: commit.into_string(),
             });
         }
         Ok(commit)
@@ -521,16 +523,11 @@ impl HubClient {
     }
 }
 
-pub(super) fn check_commit(sha: &str, url: &str) -> Result<String, HubError> {
-    let sha = sha.trim().to_ascii_lowercase();
-    if is_commit_hash(&sha) {
-        Ok(sha)
-    } else {
-        Err(HubError::InvalidResponse {
-            url: url.to_string(),
-            reason: format!("'{}' is not a commit id", escape(&sha)),
-        })
-    }
+pub(super) fn check_commit(sha: &str, url: &str) -> Result<CommitId, HubError> {
+    CommitId::parse(&sha.trim().to_ascii_lowercase()).map_err(|e| HubError::InvalidResponse {
+        url: url.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// The `rel="next"` target of a `Link` header.
@@ -612,7 +609,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(f.size, MAX_FILE_SIZE);
-        assert_eq!(f.etag(), "a".repeat(64));
+        assert_eq!(*f.etag(), "a".repeat(64));
         let r = entry(serde_json::json!({
             "type": "file", "path": "m.gguf", "oid": oid, "size": 130,
             "lfs": {"oid": "../../x", "size": 1},
@@ -639,7 +636,7 @@ mod tests {
         let f = |p: &str| RemoteFile {
             path: p.into(),
             size: 1,
-            git_oid: "0".repeat(40),
+            git_oid: Etag::parse(&"0".repeat(40)).unwrap(),
             lfs_sha256: None,
         };
         let mut refused = Vec::new();
@@ -665,8 +662,8 @@ mod tests {
         let files = vec![RemoteFile {
             path: "a.gguf".into(),
             size: 5,
-            git_oid: "1".repeat(40),
-            lfs_sha256: Some("2".repeat(64)),
+            git_oid: Etag::parse(&"1".repeat(40)).unwrap(),
+            lfs_sha256: Some(Etag::parse(&"2".repeat(64)).unwrap()),
         }];
         let refused = vec![RefusedEntry {
             path: "bad\\n".into(),
@@ -690,14 +687,14 @@ mod tests {
             RemoteFile {
                 path: "z.json".into(),
                 size: 24,
-                git_oid: "3".repeat(40),
+                git_oid: Etag::parse(&"3".repeat(40)).unwrap(),
                 lfs_sha256: None,
             },
             RemoteFile {
                 path: "a.gguf".into(),
                 size: 5,
-                git_oid: "1".repeat(40),
-                lfs_sha256: Some("2".repeat(64)),
+                git_oid: Etag::parse(&"1".repeat(40)).unwrap(),
+                lfs_sha256: Some(Etag::parse(&"2".repeat(64)).unwrap()),
             },
         ];
         let text = save_hf_tree(&files);

@@ -6,17 +6,17 @@ use url::Url;
 use super::listing::{check_commit, MAX_FILE_SIZE};
 use super::request::Ctx;
 use super::{validate_repo_path, HubClient, HubError, RepoRef};
-use crate::names::normalize_etag;
-use crate::names::{escape, etag_kind};
+use crate::names::escape;
+use crate::names::{normalize_etag, CommitId, Etag};
 use crate::net::{self, header_str, redact, Chain};
 
 /// What a `HEAD` on a file's resolve URL says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMetadata {
     /// The commit the revision resolved to.
-    pub commit: String,
+    pub commit: CommitId,
     /// The ETag without `W/` and quotes, lowercase: SHA-256 for LFS files, git SHA-1 otherwise.
-    pub etag: String,
+    pub etag: Etag,
     /// The file size (at most 2^63 − 1).
     pub size: u64,
     /// Where the bytes are: the CDN URL of a redirect, else the resolve URL itself.
@@ -99,12 +99,12 @@ fn metadata_from(
         .or_else(|| header_str(h, "etag"))
         .ok_or_else(|| invalid("no ETag header".into()))?;
     let etag = normalize_etag(etag);
-    if etag_kind(&etag).is_none() {
-        return Err(invalid(format!(
+    let etag = Etag::parse(&etag).map_err(|_| {
+        invalid(format!(
             "ETag '{}' is neither a SHA-256 nor a git SHA-1",
             escape(&etag)
-        )));
-    }
+        ))
+    })?;
     let size = header_str(h, "x-linked-size")
         .or_else(|| {
             if redirect {
