@@ -60,6 +60,7 @@
 //! ```
 
 pub mod blocking;
+mod decide;
 pub(crate) mod error;
 mod integrity;
 pub mod lock;
@@ -404,6 +405,7 @@ impl FetcherBuilder {
 
     /// Builds the fetcher.
     pub fn build(self) -> Result<Fetcher, FetchError> {
+        let mode = decide::Mode::of(self.offline, self.check_only, self.force_download)?;
         let fallback = if self.cache_fallback && !self.offline && !self.check_only {
             let quiet = FetcherBuilder {
                 cache_fallback: false,
@@ -420,8 +422,10 @@ impl FetcherBuilder {
                     ..quiet.clone()
                 }
                 .build()?,
+                // Never forced: the fallback is not taken by a forced download.
                 cache: FetcherBuilder {
                     offline: true,
+                    force_download: false,
                     ..quiet
                 }
                 .build()?,
@@ -454,6 +458,7 @@ impl FetcherBuilder {
             ensure_manifests: self.ensure_manifests,
             force_download: self.force_download,
             check_only: self.check_only,
+            mode,
             fallback,
         })
     }
@@ -483,6 +488,8 @@ pub struct Fetcher {
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
+    /// What the fetcher may do with files (from `offline`, `check_only`, `force_download`).
+    mode: decide::Mode,
     /// With [`FetcherBuilder::cache_fallback`]: the same fetcher with metadata asked once, and
     /// offline.
     fallback: Option<Box<Fallback>>,

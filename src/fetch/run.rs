@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use futures::stream::{self, StreamExt};
 
+use super::decide::{decide, Action, Mode, OnDisk, Refusal};
 use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
 use super::lock::{LockedFile, LockedRepo};
 use super::selection;
@@ -76,13 +77,51 @@ impl<'a> Gate<'a> {
     fn release(&self) {
         let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
         for (file, error) in held {
-            self.on_event(&Event::FileFailed {
-                id: self.id(&file),
-                file: &file,
-                error: &error,
-            });
+            self.end(&file, Ending::Failed(&error));
         }
     }
+
+    /// The one place a file's terminal event is made (see the module docs).
+    fn end(&self, file: &str, how: Ending<'_>) {
+        let id = self.id(file);
+        self.on_event(&match how {
+            Ending::Done { cached } => Event::FileDone { id, file, cached },
+            Ending::Failed(error) => Event::FileFailed { id, file, error },
+            Ending::Stopped { kept, size } => Event::FileStopped {
+                id,
+                file,
+                kept,
+                size,
+            },
+        });
+    }
+
+    /// The end of a file that is on disk: done, unless its verification failed.
+    fn end_verified(&self, r: &FileReport) {
+        match &r.verification {
+            Some(v) if !v.valid => {
+                let msg = match &v.covered_by {
+                    Some(first) => format!("the split model fails verification (see {first})"),
+                    None => format!("failed verification: {}", v.errors.join("; ")),
+                };
+                self.end(&r.path, Ending::Failed(&msg));
+            }
+            _ => self.end(&r.path, Ending::Done { cached: r.cached }),
+        }
+    }
+}
+
+/// How a file's part in a fetch ended (its terminal event).
+enum Ending<'e> {
+    /// On disk and, when verified, valid.
+    Done {
+        /// Taken from the cache, nothing transferred.
+        cached: bool,
+    },
+    /// Failed, with why.
+    Failed(&'e str),
+    /// Stopped on request, with the bytes kept of its size.
+    Stopped { kept: u64, size: u64 },
 }
 
 impl Reporter for Gate<'_> {
@@ -109,6 +148,19 @@ fn notice(rep: &Gate<'_>, file: Option<&str>, message: &str) {
         file,
         message,
     });
+}
+
+/// One file of a fetch, as the executor carries out its action.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    repo: &'a RepoRef,
+    commit: &'a str,
+    store: &'a Store,
+    stale: &'a StalePartials,
+    f: &'a PlannedFile,
+    key: &'a FileKey,
+    rep: &'a Gate<'a>,
+    t0: Instant,
 }
 
 impl Fetcher {
@@ -403,11 +455,7 @@ impl Fetcher {
                 dir: self.store_dir(repo),
                 offline: self.offline,
             };
-            rep.on_event(&Event::FileFailed {
-                id: rep.id(m),
-                file: m,
-                error: &e.to_string(),
-            });
+            rep.end(m, Ending::Failed(&e.to_string()));
             errors.push(e);
         }
         for r in results {
@@ -422,26 +470,7 @@ impl Fetcher {
         for r in &reports {
             let verdict = r.verification.as_ref();
             if is_split_part(&r.path) && self.verify {
-                match verdict {
-                    Some(v) if !v.valid => {
-                        let msg = match &v.covered_by {
-                            Some(first) => {
-                                format!("the split model fails verification (see {first})")
-                            }
-                            None => format!("failed verification: {}", v.errors.join("; ")),
-                        };
-                        rep.on_event(&Event::FileFailed {
-                            id: rep.id(&r.path),
-                            file: &r.path,
-                            error: &msg,
-                        });
-                    }
-                    _ => rep.on_event(&Event::FileDone {
-                        id: rep.id(&r.path),
-                        file: &r.path,
-                        cached: r.cached,
-                    }),
-                }
+                rep.end_verified(r);
             }
             if let Some(v) = verdict {
                 if !v.valid && v.covered_by.is_none() {
@@ -514,21 +543,7 @@ impl Fetcher {
                 }
                 // Split parts end once their set is verified (see `fetch_once`).
                 if !(self.verify && is_split_part(&report.path)) {
-                    match &report.verification {
-                        Some(v) if !v.valid => {
-                            let msg = format!("failed verification: {}", v.errors.join("; "));
-                            rep.on_event(&Event::FileFailed {
-                                id: rep.id(&report.path),
-                                file: &report.path,
-                                error: &msg,
-                            });
-                        }
-                        _ => rep.on_event(&Event::FileDone {
-                            id: rep.id(&report.path),
-                            file: &report.path,
-                            cached: report.cached,
-                        }),
-                    }
+                    rep.end_verified(&report);
                 }
                 Ok(report)
             }
@@ -539,12 +554,7 @@ impl Fetcher {
                 Err(e)
             }
             Err(FetchError::Transfer(TransferError::Interrupted { kept, size, .. })) => {
-                rep.on_event(&Event::FileStopped {
-                    id: rep.id(&f.path),
-                    file: &f.path,
-                    kept,
-                    size,
-                });
+                rep.end(&f.path, Ending::Stopped { kept, size });
                 Err(FetchError::Transfer(TransferError::Interrupted {
                     file: f.path.clone(),
                     kept,
@@ -552,11 +562,7 @@ impl Fetcher {
                 }))
             }
             Err(e) => {
-                rep.on_event(&Event::FileFailed {
-                    id: rep.id(&f.path),
-                    file: &f.path,
-                    error: &e.to_string(),
-                });
+                rep.end(&f.path, Ending::Failed(&e.to_string()));
                 Err(e)
             }
         }
@@ -579,75 +585,93 @@ impl Fetcher {
             integrity::check_pin(p, f)?;
         }
         let expect = self.expectation(repo, commit, store, f, pin, rep).await?;
-        let mut repair = false;
-        let force = self.force_download;
-        if force && self.offline {
-            return Err(FetchError::Invalid(
-                "--force-download needs the network (offline mode is on)".into(),
-            ));
-        }
-        if !self.writes() {
-            // Offline or only checking: the file where it is, as it is.
-            let Some(r) = self.cached_report(store, &key, f, t0).await? else {
-                if let Ok(m) = std::fs::metadata(&f.local_path) {
-                    return Err(FetchError::Damaged {
-                        file: f.path.clone(),
-                        local: f.local_path.clone(),
-                        damage: format!("{} bytes instead of {}", m.len(), f.size),
-                    });
-                }
-                return Err(FetchError::NotCached {
-                    what: format!("file '{}' of '{repo}'", escape(&f.path)),
-                    dir: self.store_dir(repo),
-                    offline: self.offline,
-                });
-            };
-            return match self.damage(&r.local_path, f, expect.as_ref()).await? {
-                None => Ok(r),
-                Some(damage) => Err(FetchError::Damaged {
-                    file: f.path.clone(),
-                    local: r.local_path,
-                    damage,
-                }),
-            };
-        }
-        if f.cached && !force {
-            if let Some(r) = self.cached_report(store, &key, f, t0).await? {
-                match self.damage(&r.local_path, f, expect.as_ref()).await? {
-                    None => return Ok(r),
-                    Some(damage) => {
-                        // The manifest given disagrees with the copy on disk: when that copy is
-                        // the Hub's own bytes, fetching them again cannot help, and the copy
-                        // others use stays where it is.
-                        let given = expect.as_ref().is_some_and(|e| e.origin == Origin::Given);
-                        if given && self.matches_hub(&r.local_path, f).await? {
-                            return Err(FetchError::ManifestMismatch {
-                                file: f.path.clone(),
-                                what: format!(
-                                    "the copy at {} is the Hub's (its digest matches), but {damage}",
-                                    r.local_path.display()
-                                ),
-                            });
-                        }
-                        notice(
-                            rep,
-                            Some(&f.path),
-                            &format!(
-                                "damaged at {}: {damage}; repairing it",
-                                r.local_path.display()
-                            ),
-                        );
-                        repair = true;
-                    }
-                }
+        let (on_disk, copy) = self.observe(store, &key, f, expect.as_ref(), t0).await?;
+        let (repair, discard) = match decide(&on_disk, self.mode) {
+            Action::Cached => {
+                // Sound means observed complete: the report of that copy.
+                let Some(r) = copy else {
+                    return Err(FetchError::Invalid(format!(
+                        "'{}': no copy on disk to use",
+                        escape(&f.path)
+                    )));
+                };
+                return Ok(r);
             }
-        }
+            Action::Refuse(why) => {
+                let local = copy.map_or_else(|| f.local_path.clone(), |r| r.local_path);
+                return Err(match why {
+                    Refusal::NotCached => FetchError::NotCached {
+                        what: format!("file '{}' of '{repo}'", escape(&f.path)),
+                        dir: self.store_dir(repo),
+                        offline: self.offline,
+                    },
+                    Refusal::Damaged(damage) => FetchError::Damaged {
+                        file: f.path.clone(),
+                        local,
+                        damage,
+                    },
+                    Refusal::HubDisagreesWithManifest(damage) => FetchError::ManifestMismatch {
+                        file: f.path.clone(),
+                        what: format!(
+                            "the copy at {} is the Hub's (its digest matches), but {damage}",
+                            local.display()
+                        ),
+                    },
+                });
+            }
+            Action::Download { repair, discard } => {
+                if let (Some(damage), Some(r)) = (&repair, &copy) {
+                    notice(
+                        rep,
+                        Some(&f.path),
+                        &format!(
+                            "damaged at {}: {damage}; repairing it",
+                            r.local_path.display()
+                        ),
+                    );
+                }
+                (repair.is_some(), discard)
+            }
+        };
+        let job = Job {
+            repo,
+            commit,
+            store,
+            stale,
+            f,
+            key: &key,
+            rep,
+            t0,
+        };
+        self.download(&job, expect.as_ref(), repair, discard).await
+    }
+
+    /// Carries out [`Action::Download`]: the file's turn on the connections and its lock, a
+    /// partial download prepared (discarded, or a copy of the damaged file to repair), the
+    /// transfer, the user's manifest checked, the file put in place and its manifest recorded.
+    async fn download(
+        &self,
+        job: &Job<'_>,
+        expect: Option<&Expect>,
+        repair: bool,
+        discard: bool,
+    ) -> Result<FileReport, FetchError> {
+        let Job {
+            repo,
+            commit,
+            store,
+            stale,
+            f,
+            key,
+            rep,
+            t0,
+        } = *job;
         // The file's turn on the engine's connections comes before its lock: a file locked
         // while it waits for its turn would look stuck to another process waiting for that
         // lock. But a turn is never held while waiting for a lock another holds (with one
         // connection, that holder could be this process, waiting for the connection the turn
         // holds): then the turn is given back, and taken again once the lock is ours.
-        let paths = store.partial(&key);
+        let paths = store.partial(key);
         let stopped = || {
             FetchError::Transfer(TransferError::Interrupted {
                 file: f.path.clone(),
@@ -658,7 +682,7 @@ impl Fetcher {
         let Some(first_turn) = self.engine.turn().await else {
             return Err(stopped());
         };
-        store.prepare_for(&key).map_err(|e| {
+        store.prepare_for(key).map_err(|e| {
             FetchError::io_for(Some(&f.path), "create the folder of", &paths.data, e)
         })?;
         let at_once = {
@@ -680,13 +704,13 @@ impl Fetcher {
             }
         };
         let has_chunks = expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
-        if force {
+        if discard {
             // Nothing on disk is reused: not the file, not a partial download of it.
             locked
                 .discard()
                 .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.data, e))?;
         } else if !repair {
-            if let Some(r) = self.cached_report(store, &key, f, t0).await? {
+            if let Some(r) = self.cached_report(store, key, f, t0).await? {
                 // Another process (or task) finished it while we waited.
                 return Ok(r);
             }
@@ -695,7 +719,7 @@ impl Fetcher {
         // download: with a manifest's chunks, the engine keeps every chunk that still matches
         // and fetches only the others; verified, it is renamed over the damaged file, which is
         // never written (a reader that has it mapped keeps its bytes).
-        if !force && (repair || (has_chunks && !paths.data.exists())) {
+        if !discard && (repair || (has_chunks && !paths.data.exists())) {
             let reopened = store
                 .reopen_for_repair(&f.path, &f.etag)
                 .map_err(|e| FetchError::io_for(Some(&f.path), "reopen", &paths.data, e))?;
@@ -705,7 +729,7 @@ impl Fetcher {
                     .map_err(|e| FetchError::io_for(Some(&f.path), "remove", &paths.state, e))?;
             }
         }
-        self.discard_stale_partials(store, stale, &key, &locked, rep);
+        self.discard_stale_partials(store, stale, key, &locked, rep);
         if key.digest().is_none() {
             return Err(FetchError::Hub(HubError::InvalidResponse {
                 url: self.hub.resolve_url(repo, commit, &f.path),
@@ -718,7 +742,7 @@ impl Fetcher {
             headers: self.hub.origin_headers(),
             key: key.clone(),
             id: rep.id(&f.path),
-            chunks: expect.as_ref().and_then(Expect::engine_chunks),
+            chunks: expect.and_then(Expect::engine_chunks),
         };
         let turn = match turn {
             Some(t) => t,
@@ -745,8 +769,8 @@ impl Fetcher {
         // the file is put in place: bytes that fail a check asked for never reach the snapshot.
         // The download stays complete at its partial name, so a rerun checks it again without a
         // transfer (and fails again, unless the manifest changed).
-        if let Some(e) = expect.as_ref().filter(|e| e.has_more()) {
-            let (l, e2) = (finished.data_path().to_path_buf(), e.clone());
+        if let Some(e) = expect.filter(|e| e.has_more()) {
+            let (l, e2) = (finished.data_path().to_path_buf(), (*e).clone());
             let extra = tokio::task::spawn_blocking(move || integrity::extra_damage(&l, &e2))
                 .await
                 .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?;
@@ -767,9 +791,9 @@ impl Fetcher {
         let small = !crate::transfer::keeps_state(f.size, finished.outcome.chunks.len());
         let (local, leftover) = finished.commit(|p| {
             let placed = if small {
-                store.commit_unsynced(p, &key, &repo.revision)
+                store.commit_unsynced(p, key, &repo.revision)
             } else {
-                store.commit(p, &key, &repo.revision)
+                store.commit(p, key, &repo.revision)
             };
             placed.map_err(|e| FetchError::io_for(Some(&f.path), "move into place", p, e))
         })?;
@@ -1038,6 +1062,56 @@ impl Fetcher {
     }
 
     /// The report of a file already complete on disk, or `None`.
+    /// What the store holds for `f` ([`OnDisk`]), checked at the fetcher's level, with the
+    /// report of the complete copy when there is one. [`Mode::Force`] looks at nothing.
+    async fn observe(
+        &self,
+        store: &Store,
+        key: &FileKey,
+        f: &PlannedFile,
+        expect: Option<&Expect>,
+        t0: Instant,
+    ) -> Result<(OnDisk, Option<FileReport>), FetchError> {
+        // A planned file not marked complete is downloaded (resumed) whatever is at its path.
+        let look = match self.mode {
+            Mode::Force => false,
+            Mode::ReadOnly => true,
+            Mode::Fetch => f.cached,
+        };
+        if !look {
+            return Ok((OnDisk::Absent, None));
+        }
+        let Some(r) = self.cached_report(store, key, f, t0).await? else {
+            let at_path = match self.mode {
+                // Read-only, the file at its path is the one meant: a short copy is named.
+                Mode::ReadOnly => std::fs::metadata(&f.local_path).ok(),
+                _ => None,
+            };
+            return Ok((
+                at_path.map_or(OnDisk::Absent, |m| OnDisk::WrongSize {
+                    len: m.len(),
+                    size: f.size,
+                }),
+                None,
+            ));
+        };
+        let on_disk = match self.damage(&r.local_path, f, expect).await? {
+            None => OnDisk::Sound,
+            Some(damage) => {
+                // When the manifest the user gave is what fails, and the copy is the Hub's own
+                // bytes, fetching them again cannot help (and the copy others use stays).
+                let given = expect.is_some_and(|e| e.origin == Origin::Given);
+                let hubs_own_bytes =
+                    given && self.mode == Mode::Fetch && self.matches_hub(&r.local_path, f).await?;
+                OnDisk::Damaged {
+                    damage,
+                    hubs_own_bytes,
+                }
+            }
+        };
+        Ok((on_disk, Some(r)))
+    }
+
     async fn cached_report(
         &self,
         store: &Store,
