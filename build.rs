@@ -5,18 +5,32 @@
 //!   checkout;
 //! - `wi_python`: `WI_PYTHON` names a Python with huggingface_hub, gguf and safetensors;
 //! - `wi_minilm`: `WI_MINILM` names the real all-MiniLM-L6-v2 checkpoint;
-//! - `wi_tmpfs`: `WI_TMPFS_TESTS=1` (and root): the disk-full tests may mount a tmpfs.
+//! - `wi_tmpfs`: `WI_TMPFS_TESTS=1` (and root): the disk-full tests may mount a tmpfs;
+//! - `wi_garage`: `WI_GARAGE` names a Garage binary (an S3-compatible server the remote-cache
+//!   tests start on loopback; `.ci/run` builds one into its cache folder).
 //!
-//! With `CI` set (`.ci/run`), the first three are on whatever the machine has: CI provides them,
+//! With `CI` set (`.ci/run`), all but `wi_tmpfs` are on whatever the machine has: CI provides them,
 //! and a missing one fails its tests there. Nothing here affects the library or the binaries.
 
 use std::path::Path;
 
 fn main() {
-    for var in ["CI", "WI_PYTHON", "WI_MINILM", "WI_TMPFS_TESTS"] {
+    for var in [
+        "CI",
+        "WI_PYTHON",
+        "WI_MINILM",
+        "WI_TMPFS_TESTS",
+        "WI_GARAGE",
+    ] {
         println!("cargo::rerun-if-env-changed={var}");
     }
-    for cfg in ["wi_shared_data", "wi_python", "wi_minilm", "wi_tmpfs"] {
+    for cfg in [
+        "wi_shared_data",
+        "wi_python",
+        "wi_minilm",
+        "wi_tmpfs",
+        "wi_garage",
+    ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
     let set = |v: &str| std::env::var_os(v).is_some_and(|s| !s.is_empty());
@@ -30,6 +44,9 @@ fn main() {
     }
     if ci || set("WI_MINILM") {
         println!("cargo::rustc-cfg=wi_minilm");
+    }
+    if ci || set("WI_GARAGE") {
+        println!("cargo::rustc-cfg=wi_garage");
     }
     if std::env::var_os("WI_TMPFS_TESTS").is_some_and(|v| v == "1") {
         println!("cargo::rustc-cfg=wi_tmpfs");

@@ -85,6 +85,8 @@ pub mod manage;
 pub mod net;
 #[cfg(feature = "net")]
 pub mod remote;
+#[cfg(feature = "remote-cache")]
+pub mod remote_cache;
 #[cfg(feature = "net")]
 pub mod transfer;
 

@@ -169,6 +169,46 @@ pub enum Event<'a> {
         /// Full size.
         size: u64,
     },
+    /// A verified file's upload to the remote cache starts (after its download ended).
+    UploadStart {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// Its size.
+        size: u64,
+        /// The store, by its URL.
+        to: &'a str,
+    },
+    /// `bytes` more bytes of the file were handed to the store.
+    UploadProgress {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// Newly handed bytes (an increment).
+        bytes: u64,
+    },
+    /// The upload ended: the blob was sent, or the store had it already.
+    UploadDone {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// Bytes of the blob sent (0 when it was there).
+        sent: u64,
+        /// True when the store had the blob already.
+        already_there: bool,
+    },
+    /// The upload failed (the file on disk is sound; the fetch does not fail for it).
+    UploadFailed {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// The error, one line.
+        error: &'a str,
+    },
     /// Something a user should know that is not an error (e.g. "remote file changed,
     /// starting afresh").
     Notice {
@@ -193,7 +233,11 @@ impl Event<'_> {
             | Event::Verifying { file, .. }
             | Event::FileDone { file, .. }
             | Event::FileFailed { file, .. }
-            | Event::FileStopped { file, .. } => Some(file),
+            | Event::FileStopped { file, .. }
+            | Event::UploadStart { file, .. }
+            | Event::UploadProgress { file, .. }
+            | Event::UploadDone { file, .. }
+            | Event::UploadFailed { file, .. } => Some(file),
             Event::Notice { file, .. } => *file,
             Event::Plan { .. } => None,
         }
@@ -210,7 +254,11 @@ impl Event<'_> {
             | Event::Verifying { id, .. }
             | Event::FileDone { id, .. }
             | Event::FileFailed { id, .. }
-            | Event::FileStopped { id, .. } => Some(*id),
+            | Event::FileStopped { id, .. }
+            | Event::UploadStart { id, .. }
+            | Event::UploadProgress { id, .. }
+            | Event::UploadDone { id, .. }
+            | Event::UploadFailed { id, .. } => Some(*id),
             Event::Notice { id, .. } => *id,
             Event::Plan { .. } => None,
         }

@@ -20,6 +20,9 @@
 //!
 //! A file whose length or content comes from disk is read with a bound (`read_bounded`).
 
+// Some helpers serve only the network half of the crate (fetching).
+#![cfg_attr(not(feature = "net"), allow(dead_code))]
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};

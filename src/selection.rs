@@ -19,6 +19,9 @@
 //! Explicit files, the quantization's files and the files matching `--include` add up;
 //! `--exclude` removes files matched by the globs or the quantization (never explicit files).
 
+// Some helpers serve only the network half of the crate (fetching).
+#![cfg_attr(not(feature = "net"), allow(dead_code))]
+
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// The default quantizations tried, in order, for a bare GGUF repository.

@@ -504,6 +504,15 @@ impl Store {
         }
     }
 
+    /// The file that holds `key`'s bytes when it is complete: its blob in the cache (not the
+    /// snapshot's link to it), the file itself in a local folder. Nothing is linked.
+    pub fn data_path(&self, key: &FileKey) -> Option<PathBuf> {
+        match self {
+            Store::Cache(r) => r.complete_blob(&key.etag, key.size),
+            Store::Local(l) => l.find_complete(key),
+        }
+    }
+
     /// Whether `key` is complete on disk, without linking anything (the cache: its blob is
     /// there at its size; a local folder: its file and metadata agree).
     pub fn has_complete(&self, key: &FileKey) -> bool {

@@ -74,7 +74,7 @@ mod verification;
 
 pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
-pub use report::{FetchSummary, FileReport, Plan, PlannedFile};
+pub use report::{FetchSummary, FileReport, Plan, PlannedFile, UploadReport};
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
 
@@ -122,6 +122,10 @@ pub struct FetcherBuilder {
     check_only: bool,
     cache_fallback: bool,
     engine: EngineConfig,
+    #[cfg(feature = "remote-cache")]
+    remote_cache: Option<crate::remote_cache::RemoteCache>,
+    #[cfg(feature = "remote-cache")]
+    upload: bool,
 }
 
 impl std::fmt::Debug for FetcherBuilder {
@@ -155,6 +159,10 @@ impl Default for FetcherBuilder {
             manifest: None,
             sidecars: true,
             ensure_manifests: false,
+            #[cfg(feature = "remote-cache")]
+            remote_cache: None,
+            #[cfg(feature = "remote-cache")]
+            upload: true,
             force_download: false,
             check_only: false,
             cache_fallback: false,
@@ -301,6 +309,25 @@ impl FetcherBuilder {
     /// [`manifest`](FileReport::manifest) digest (`wi-fetch --write-lock`). Default false.
     pub fn ensure_manifests(mut self, yes: bool) -> Self {
         self.ensure_manifests = yes;
+        self
+    }
+
+    /// A team's object store as a shared cache ([`crate::remote_cache`]): every file this
+    /// fetcher downloads and verifies is uploaded to it afterwards (blob, manifest, index
+    /// entry), unless [`upload`](Self::upload) is off. An upload that fails is a notice, never
+    /// a failed fetch: the files on disk are sound. Default none (`wi-fetch --remote-cache`,
+    /// `WI_REMOTE_CACHE`).
+    #[cfg(feature = "remote-cache")]
+    pub fn remote_cache(mut self, cache: Option<crate::remote_cache::RemoteCache>) -> Self {
+        self.remote_cache = cache;
+        self
+    }
+
+    /// Whether verified downloads are uploaded to the [`remote_cache`](Self::remote_cache).
+    /// Default true (`wi-fetch --no-upload` for read-only nodes).
+    #[cfg(feature = "remote-cache")]
+    pub fn upload(mut self, yes: bool) -> Self {
+        self.upload = yes;
         self
     }
 
@@ -459,6 +486,8 @@ impl FetcherBuilder {
             force_download: self.force_download,
             check_only: self.check_only,
             mode,
+            #[cfg(feature = "remote-cache")]
+            upload_to: self.remote_cache.filter(|_| self.upload),
             fallback,
         })
     }
@@ -490,6 +519,9 @@ pub struct Fetcher {
     check_only: bool,
     /// What the fetcher may do with files (from `offline`, `check_only`, `force_download`).
     mode: decide::Mode,
+    /// Where verified downloads are uploaded.
+    #[cfg(feature = "remote-cache")]
+    upload_to: Option<crate::remote_cache::RemoteCache>,
     /// With [`FetcherBuilder::cache_fallback`]: the same fetcher with metadata asked once, and
     /// offline.
     fallback: Option<Box<Fallback>>,

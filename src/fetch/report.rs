@@ -134,6 +134,25 @@ pub struct FileReport {
     /// is recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
+    /// Its upload to the remote cache, when it was downloaded in this run and one is set (see
+    /// [`FetcherBuilder::remote_cache`](super::FetcherBuilder)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload: Option<UploadReport>,
+}
+
+/// What happened to a file's upload to the remote cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UploadReport {
+    /// The store, by its URL (never with credentials).
+    pub to: String,
+    /// `sent` (the blob was uploaded), `already_there` (only its index entry was written) or
+    /// `failed`.
+    pub outcome: String,
+    /// Bytes of the blob sent.
+    pub bytes: u64,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The result of [`Fetcher::fetch`](super::Fetcher::fetch).

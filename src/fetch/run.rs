@@ -481,6 +481,11 @@ impl Fetcher {
                 }
             }
         }
+        #[cfg(feature = "remote-cache")]
+        if let Some(remote) = &self.upload_to {
+            self.upload_verified(remote, repo, &plan.commit, &store, &mut reports, rep)
+                .await;
+        }
         // The most serious failure decides the exit code, whatever order files failed in.
         if let Some(e) = FetchError::several(errors) {
             return Err(e);
@@ -835,6 +840,7 @@ impl Fetcher {
             verification: None,
             chunk_size: None,
             manifest: None,
+            upload: None,
         })
     }
 
@@ -1062,6 +1068,114 @@ impl Fetcher {
     }
 
     /// The report of a file already complete on disk, or `None`.
+    /// Uploads every file downloaded in this run and found valid to the remote cache, one after
+    /// the other once every download has ended (so they never slow one). An upload that fails
+    /// is reported and noted in the file's report; the fetch does not fail for it. The events
+    /// go to the caller's reporter directly: the files' own events have ended.
+    #[cfg(feature = "remote-cache")]
+    async fn upload_verified(
+        &self,
+        remote: &crate::remote_cache::RemoteCache,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        reports: &mut [FileReport],
+        rep: &Gate<'_>,
+    ) {
+        use super::UploadReport;
+        use crate::remote_cache::{Upload, Uploaded};
+        let sink = rep.inner;
+        for r in reports
+            .iter_mut()
+            .filter(|r| !r.cached && r.verification.as_ref().is_none_or(|v| v.valid))
+        {
+            let id = rep.id(&r.path);
+            let key = FileKey::new(repo, commit, &r.path, &r.etag, r.size);
+            let recorded = crate::manifest::Manifest::read(&store.manifest_path(&r.path, &r.etag))
+                .ok()
+                .and_then(|m| m.files.into_iter().find(|f| f.path == r.path));
+            let (Some(manifest), Some(local)) = (recorded, store.data_path(&key)) else {
+                let error = "no manifest recorded for it: nothing uploaded";
+                sink.on_event(&Event::UploadFailed {
+                    id,
+                    file: &r.path,
+                    error,
+                });
+                r.upload = Some(UploadReport {
+                    to: remote.url().to_string(),
+                    outcome: "failed".into(),
+                    bytes: 0,
+                    error: Some(error.into()),
+                });
+                continue;
+            };
+            sink.on_event(&Event::UploadStart {
+                id,
+                file: &r.path,
+                size: r.size,
+                to: remote.url(),
+            });
+            let path = r.path.clone();
+            let progress = move |bytes: u64| {
+                sink.on_event(&Event::UploadProgress {
+                    id,
+                    file: &path,
+                    bytes,
+                })
+            };
+            let up = Upload {
+                repo_type: repo.repo_type,
+                repo_id: &repo.id,
+                commit,
+                revision: &repo.revision,
+                path: &r.path,
+                etag: &r.etag,
+                local: &local,
+                manifest: &manifest,
+            };
+            let report = match remote.upload(&up, &progress).await {
+                Ok(done) => {
+                    let (sent, already_there) = match done {
+                        Uploaded::Sent { bytes } => (bytes, false),
+                        Uploaded::AlreadyThere => (0, true),
+                    };
+                    sink.on_event(&Event::UploadDone {
+                        id,
+                        file: &r.path,
+                        sent,
+                        already_there,
+                    });
+                    UploadReport {
+                        to: remote.url().to_string(),
+                        outcome: if already_there {
+                            "already_there"
+                        } else {
+                            "sent"
+                        }
+                        .into(),
+                        bytes: sent,
+                        error: None,
+                    }
+                }
+                Err(e) => {
+                    let error = e.to_string();
+                    sink.on_event(&Event::UploadFailed {
+                        id,
+                        file: &r.path,
+                        error: &error,
+                    });
+                    UploadReport {
+                        to: remote.url().to_string(),
+                        outcome: "failed".into(),
+                        bytes: 0,
+                        error: Some(error),
+                    }
+                }
+            };
+            r.upload = Some(report);
+        }
+    }
+
     /// What the store holds for `f` ([`OnDisk`]), checked at the fetcher's level, with the
     /// report of the complete copy when there is one. [`Mode::Force`] looks at nothing.
     async fn observe(
@@ -1161,6 +1275,7 @@ impl Fetcher {
             verification: None,
             chunk_size: None,
             manifest: None,
+            upload: None,
         }))
     }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod garage;
 
 use std::path::PathBuf;
 

@@ -47,6 +47,9 @@ class FetchedFile(TypedDict):
     chunk_size: NotRequired[int]
     #: The manifest the file was checked against, when there was one.
     manifest: NotRequired[str]
+    #: Its upload to a remote cache (``to``, ``outcome``: ``sent``, ``already_there`` or
+    #: ``failed``, ``bytes``, ``error``), when it was downloaded with one set.
+    upload: NotRequired[dict[str, Any]]
 
 
 class FetchSummary(TypedDict):

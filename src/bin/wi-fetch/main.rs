@@ -166,6 +166,15 @@ struct FetchArgs {
     /// Hub again with the usual retries. Never answers with part of what was asked for.
     #[arg(long, conflicts_with = "offline")]
     cache_fallback: bool,
+    /// A team's object store as a shared cache: every file downloaded and verified is uploaded
+    /// to it (blob by SHA-256, its manifest, an index entry). s3://BUCKET[/PREFIX] (AWS_* as
+    /// the AWS tools read them: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    /// AWS_ENDPOINT_URL) or file:///PATH.
+    #[arg(long, value_name = "URL", env = "WI_REMOTE_CACHE")]
+    remote_cache: Option<String>,
+    /// With --remote-cache: upload nothing (a read-only node).
+    #[arg(long)]
+    no_upload: bool,
     /// Resolve and show what would be fetched; download nothing.
     #[arg(long)]
     dry_run: bool,
@@ -486,6 +495,11 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     }
     if cli.write_lock.is_some() {
         b = b.ensure_manifests(true);
+    }
+    if let Some(url) = cli.remote_cache.as_deref().filter(|u| !u.is_empty()) {
+        let remote =
+            weight_inspect::remote_cache::RemoteCache::open(url).map_err(|e| (e.to_string(), 1))?;
+        b = b.remote_cache(Some(remote)).upload(!cli.no_upload);
     }
     b = b.cancellation(stop_on_signals(progress.clone())?);
     let mut fetcher = b.build_blocking().map_err(fail)?;

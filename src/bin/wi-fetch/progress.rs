@@ -333,6 +333,45 @@ impl Reporter for Progress {
                     human_bytes(*size)
                 ));
             }
+            Event::UploadStart { id, file, size, to } => {
+                self.line(&format!("wi-fetch: {file}: uploading to {to}"));
+                if self.mode == Mode::Bars {
+                    let b = self.mp.add(ProgressBar::new(*size));
+                    b.set_style(Self::file_style(0));
+                    b.set_message(format!("{} (upload)", escape(file)));
+                    st.bars.insert(*id, b);
+                }
+            }
+            Event::UploadProgress { id, bytes, .. } => {
+                if let Some(b) = st.bars.get(id) {
+                    b.inc(*bytes);
+                }
+            }
+            Event::UploadDone {
+                id,
+                file,
+                sent,
+                already_there,
+            } => {
+                if let Some(b) = st.bars.remove(id) {
+                    b.finish_and_clear();
+                    self.mp.remove(&b);
+                }
+                if *already_there {
+                    self.line(&format!("wi-fetch: {file}: already in the remote cache"));
+                } else {
+                    self.line(&format!(
+                        "wi-fetch: {file}: uploaded ({})",
+                        human_bytes(*sent)
+                    ));
+                }
+            }
+            Event::UploadFailed { id, file, error } => {
+                if let Some(b) = st.bars.remove(id) {
+                    b.abandon();
+                }
+                self.line(&format!("wi-fetch: {file}: upload FAILED: {error}"));
+            }
             Event::Notice { file, message, .. } => match file {
                 Some(f) => self.line(&format!("wi-fetch: note: {f}: {message}")),
                 None => self.line(&format!("wi-fetch: note: {message}")),

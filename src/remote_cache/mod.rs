@@ -1,0 +1,551 @@
+//! A team's object store as a shared cache of verified files (feature `remote-cache`).
+//!
+//! One machine fetches a model from the Hub, verifies it, and uploads it; the others find it in
+//! the bucket. The store is reached through [`object_store`]: `s3://bucket/prefix` (AWS and
+//! every S3-compatible server: Garage, MinIO, Ceph, R2; credentials, region and endpoint read
+//! as the AWS tools read them, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`), and `file:///path` for a folder every machine mounts.
+//!
+//! # Layout
+//!
+//! Below the URL's prefix (see `schema/remote-index.schema.json` for the index entries):
+//!
+//! ```text
+//! blobs/sha256/{sha256}                     the file's bytes, named by their SHA-256
+//! manifests/sha256/{sha256}.json            its manifest: the SHA-256 of every chunk
+//! index/{type}s/{org}/{name}/{commit}/{path}.json
+//!                                           one entry per file of a commit: path, size,
+//!                                           ETag and SHA-256
+//! refs/{type}s/{org}/{name}/{revision}      the commit a revision named when it was uploaded
+//! ```
+//!
+//! Content addressing makes races harmless: two machines uploading the same file write the
+//! same bytes under the same names. Nothing relies on conditional writes (Garage does not
+//! honour `If-None-Match`): objects are written whole (a multipart upload is visible only once
+//! completed, and aborted when it fails), in an order that leaves nothing a reader takes as
+//! complete — blob, then manifest, then the index entry last. A reader checks every chunk
+//! against the manifest and the whole file against its identity; what the bucket says of
+//! itself is a hint, as the local cache's records are.
+//!
+//! Credentials never appear in messages: a store is named by its URL (scheme, bucket,
+//! prefix), and errors by what was done to which object.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+
+use crate::manifest::{ManifestFile, Sha256Hex};
+use crate::names::{check_repo_path, escape, RepoType};
+
+/// Bytes per part of a multipart upload (S3's smallest part is 5 MiB).
+pub const PART_SIZE: usize = 8 << 20;
+/// Parts of one upload in flight at once: its memory is about this many parts.
+pub const PARTS_IN_FLIGHT: usize = 4;
+/// The `format` of an index entry.
+pub const INDEX_FORMAT: &str = "weight-inspect-remote-index";
+/// The version of the index entries this program writes and reads.
+pub const INDEX_VERSION: u32 = 1;
+
+/// What can go wrong with a remote cache. Messages name the store by its URL and the object
+/// by its key; never a credential.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteCacheError {
+    /// The URL is not one of the supported kinds, or the store cannot be set up from it.
+    #[error("remote cache '{url}': {reason}")]
+    Config {
+        /// The URL, as given (escaped).
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// An operation on the store failed.
+    #[error("remote cache {store}: cannot {action} {key}: {source}")]
+    Store {
+        /// The store's URL.
+        store: String,
+        /// What was being done (`upload`, `read`, …).
+        action: &'static str,
+        /// The object's key below the store's prefix.
+        key: String,
+        /// The store's error.
+        #[source]
+        source: Box<object_store::Error>,
+    },
+    /// Reading the local file to upload failed.
+    #[error("remote cache {store}: cannot read {}: {source}", path.display())]
+    Local {
+        /// The store's URL.
+        store: String,
+        /// The local file.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// What is to be uploaded is not a verified file of a repository (a bad path, a manifest
+    /// of another size).
+    #[error("remote cache {store}: {reason}")]
+    Invalid {
+        /// The store's URL.
+        store: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A remote cache: an object store and the prefix below which the layout lives.
+#[derive(Clone)]
+pub struct RemoteCache {
+    store: Arc<dyn ObjectStore>,
+    url: String,
+}
+
+impl fmt::Debug for RemoteCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteCache")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl fmt::Display for RemoteCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// One file to upload: a complete, verified copy on disk, and what it is.
+#[derive(Debug, Clone)]
+pub struct Upload<'a> {
+    /// The repository's type.
+    pub repo_type: RepoType,
+    /// The repository, `org/name`.
+    pub repo_id: &'a str,
+    /// The commit the file was fetched at.
+    pub commit: &'a str,
+    /// The revision asked for (a branch, tag or commit), recorded under `refs/`.
+    pub revision: &'a str,
+    /// The file's path in the repository.
+    pub path: &'a str,
+    /// Its ETag on the Hub.
+    pub etag: &'a str,
+    /// The verified copy on disk.
+    pub local: &'a Path,
+    /// Its manifest (size, SHA-256, every chunk's SHA-256).
+    pub manifest: &'a ManifestFile,
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Uploaded {
+    /// The blob was uploaded (this many bytes).
+    Sent {
+        /// Bytes sent.
+        bytes: u64,
+    },
+    /// The blob was there already: only its index entry was written.
+    AlreadyThere,
+}
+
+/// An index entry: which bytes a path of a repository has at a commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexEntry {
+    /// [`INDEX_FORMAT`].
+    pub format: String,
+    /// [`INDEX_VERSION`].
+    pub version: u32,
+    /// `model`, `dataset` or `space`.
+    pub repo_type: String,
+    /// The repository, `org/name`.
+    pub repo: String,
+    /// The commit.
+    pub commit: String,
+    /// The path in the repository.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its ETag on the Hub (the SHA-256 of LFS files, else the git blob SHA-1).
+    pub etag: String,
+    /// The SHA-256 of its content: the name of its blob.
+    pub sha256: Sha256Hex,
+}
+
+impl RemoteCache {
+    /// Opens the store a URL names: `s3://bucket[/prefix]` (configured from the `AWS_*`
+    /// variables; plain HTTP only when `AWS_ALLOW_HTTP` is true or `AWS_ENDPOINT_URL` is an
+    /// `http://` URL), or `file:///absolute/path`. Nothing is asked of the store yet.
+    pub fn open(url: &str) -> Result<RemoteCache, RemoteCacheError> {
+        let bad = |reason: String| RemoteCacheError::Config {
+            url: escape(&without_userinfo(url)).into_owned(),
+            reason,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a URL ({e})")))?;
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            // Credentials belong in the environment, never in a URL that gets printed.
+            return Err(bad(
+                "credentials in the URL are refused: use AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY"
+                    .into(),
+            ));
+        }
+        let (store, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
+            "s3" | "s3a" => {
+                let bucket = parsed.host_str().unwrap_or_default();
+                if bucket.is_empty() {
+                    return Err(bad("no bucket (s3://BUCKET/PREFIX)".into()));
+                }
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(format!("s3://{bucket}"));
+                let endpoint = std::env::var("AWS_ENDPOINT_URL")
+                    .or_else(|_| std::env::var("AWS_ENDPOINT"))
+                    .unwrap_or_default();
+                if endpoint.starts_with("http://") {
+                    // The endpoint was given explicitly, as plain HTTP: that is the ask.
+                    b = b.with_allow_http(true);
+                }
+                let s3 = b.build().map_err(|e| bad(e.to_string()))?;
+                (Arc::new(s3), parsed.path())
+            }
+            "file" => {
+                if parsed.host_str().is_some_and(|h| !h.is_empty()) {
+                    return Err(bad("file URLs name a local path: file:///PATH".into()));
+                }
+                let dir = parsed
+                    .to_file_path()
+                    .map_err(|()| bad("not a local path".into()))?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
+                let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|e| bad(e.to_string()))?;
+                (Arc::new(fs), "")
+            }
+            other => {
+                return Err(bad(format!(
+                    "unsupported scheme '{}' (s3:// or file://)",
+                    escape(other)
+                )))
+            }
+        };
+        let prefix = prefix.trim_matches('/');
+        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+            store
+        } else {
+            let p = ObjectPath::parse(prefix).map_err(|e| bad(format!("bad prefix: {e}")))?;
+            Arc::new(object_store::prefix::PrefixStore::new(store, p))
+        };
+        let mut shown = parsed.clone();
+        shown.set_query(None);
+        shown.set_fragment(None);
+        Ok(RemoteCache {
+            store,
+            url: escape(shown.as_str().trim_end_matches('/')).into_owned(),
+        })
+    }
+
+    /// The store's URL (no credentials: they are never part of it).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The key of the blob with this SHA-256.
+    pub fn blob_key(sha256: &Sha256Hex) -> String {
+        format!("blobs/sha256/{sha256}")
+    }
+
+    /// The key of the manifest of the blob with this SHA-256.
+    pub fn manifest_key(sha256: &Sha256Hex) -> String {
+        format!("manifests/sha256/{sha256}.json")
+    }
+
+    /// The key of the index entry of `path` in a repository at `commit` (the path is a checked
+    /// repository path: no `..`, no empty segment).
+    pub fn index_key(repo_type: RepoType, repo_id: &str, commit: &str, path: &str) -> String {
+        format!("index/{repo_type}s/{repo_id}/{commit}/{path}.json")
+    }
+
+    /// The key recording the commit `revision` named.
+    pub fn ref_key(repo_type: RepoType, repo_id: &str, revision: &str) -> String {
+        format!("refs/{repo_type}s/{repo_id}/{revision}")
+    }
+
+    fn fail(
+        &self,
+        action: &'static str,
+        key: &str,
+        source: object_store::Error,
+    ) -> RemoteCacheError {
+        RemoteCacheError::Store {
+            store: self.url.clone(),
+            action,
+            key: escape(key).into_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    fn object(&self, key: &str) -> Result<ObjectPath, RemoteCacheError> {
+        ObjectPath::parse(key).map_err(|e| RemoteCacheError::Invalid {
+            store: self.url.clone(),
+            reason: format!("'{}' cannot name an object: {e}", escape(key)),
+        })
+    }
+
+    /// Whether the blob with this SHA-256 and size is in the store, with its manifest.
+    pub async fn has_blob(&self, sha256: &Sha256Hex, size: u64) -> Result<bool, RemoteCacheError> {
+        let key = Self::blob_key(sha256);
+        match self.store.head(&self.object(&key)?).await {
+            Ok(meta) if meta.size == size => {}
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.fail("look up", &key, e)),
+        }
+        let key = Self::manifest_key(sha256);
+        match self.store.head(&self.object(&key)?).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.fail("look up", &key, e)),
+        }
+    }
+
+    /// The index entry of `path` at `commit`, if the store has one (and it reads as one).
+    pub async fn index_entry(
+        &self,
+        repo_type: RepoType,
+        repo_id: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<Option<IndexEntry>, RemoteCacheError> {
+        let key = Self::index_key(repo_type, repo_id, commit, path);
+        let got = match self.store.get(&self.object(&key)?).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.fail("read", &key, e)),
+        };
+        if got.meta.size > 64 << 10 {
+            return Ok(None);
+        }
+        let bytes = got.bytes().await.map_err(|e| self.fail("read", &key, e))?;
+        Ok(serde_json::from_slice::<IndexEntry>(&bytes)
+            .ok()
+            .filter(|e| e.format == INDEX_FORMAT && e.version == INDEX_VERSION))
+    }
+
+    /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
+    /// entry (last) and the commit its revision named. `progress` is called with each part's
+    /// bytes as it is handed to the store. A failed multipart upload is aborted: nothing of it
+    /// becomes visible.
+    pub async fn upload(
+        &self,
+        up: &Upload<'_>,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<Uploaded, RemoteCacheError> {
+        let invalid = |reason: String| RemoteCacheError::Invalid {
+            store: self.url.clone(),
+            reason,
+        };
+        check_repo_path(up.path).map_err(|e| invalid(format!("'{}': {e}", escape(up.path))))?;
+        crate::names::check_repo_id(up.repo_id)
+            .map_err(|e| invalid(format!("'{}': {e}", escape(up.repo_id))))?;
+        if !crate::names::is_commit_hash(up.commit) {
+            return Err(invalid(format!("'{}' is not a commit", escape(up.commit))));
+        }
+        let m = up.manifest;
+        let on_disk = tokio::fs::metadata(up.local)
+            .await
+            .map_err(|source| self.local_error(up.local, source))?
+            .len();
+        if on_disk != m.size {
+            return Err(invalid(format!(
+                "{} has {on_disk} bytes, its manifest {}",
+                up.local.display(),
+                m.size
+            )));
+        }
+        let sent = if self.has_blob(&m.sha256, m.size).await? {
+            Uploaded::AlreadyThere
+        } else {
+            let key = Self::blob_key(&m.sha256);
+            self.put_file(&key, up.local, progress).await?;
+            // Named by the blob, not by any one repository's path: many may share it.
+            let manifest = crate::manifest::Manifest {
+                format: crate::manifest::FORMAT.to_string(),
+                version: crate::manifest::VERSION,
+                created: crate::manifest::now_rfc3339(),
+                generator: format!("weight-inspect {}", env!("CARGO_PKG_VERSION")),
+                source: None,
+                files: vec![ManifestFile {
+                    path: m.sha256.to_string(),
+                    model: None,
+                    tensors: Vec::new(),
+                    ..m.clone()
+                }],
+            };
+            self.put_small(
+                &Self::manifest_key(&m.sha256),
+                manifest.to_json().into_bytes(),
+            )
+            .await?;
+            Uploaded::Sent { bytes: m.size }
+        };
+        let entry = IndexEntry {
+            format: INDEX_FORMAT.into(),
+            version: INDEX_VERSION,
+            repo_type: up.repo_type.to_string(),
+            repo: up.repo_id.to_string(),
+            commit: up.commit.to_string(),
+            path: up.path.to_string(),
+            size: m.size,
+            etag: up.etag.to_string(),
+            sha256: m.sha256,
+        };
+        let body = serde_json::to_vec_pretty(&entry).unwrap_or_default();
+        self.put_small(
+            &Self::index_key(up.repo_type, up.repo_id, up.commit, up.path),
+            body,
+        )
+        .await?;
+        if crate::names::check_revision(up.revision).is_ok() {
+            self.put_small(
+                &Self::ref_key(up.repo_type, up.repo_id, up.revision),
+                up.commit.as_bytes().to_vec(),
+            )
+            .await?;
+        }
+        Ok(sent)
+    }
+
+    fn local_error(&self, path: &Path, source: std::io::Error) -> RemoteCacheError {
+        RemoteCacheError::Local {
+            store: self.url.clone(),
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Writes a small object whole, overwriting (the same bytes, or a newer hint).
+    async fn put_small(&self, key: &str, bytes: Vec<u8>) -> Result<(), RemoteCacheError> {
+        let opts = PutOptions {
+            mode: PutMode::Overwrite,
+            ..Default::default()
+        };
+        self.store
+            .put_opts(&self.object(key)?, PutPayload::from(bytes), opts)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.fail("upload", key, e))
+    }
+
+    /// Streams a local file into a multipart upload: parts of [`PART_SIZE`], at most
+    /// [`PARTS_IN_FLIGHT`] in flight, aborted on any failure.
+    async fn put_file(
+        &self,
+        key: &str,
+        local: &Path,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<(), RemoteCacheError> {
+        let location = self.object(key)?;
+        let mut file = crate::safe_fs::open_read(local)
+            .map(tokio::fs::File::from_std)
+            .map_err(|source| self.local_error(local, source))?;
+        let upload = self
+            .store
+            .put_multipart(&location)
+            .await
+            .map_err(|e| self.fail("start uploading", key, e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut buf = vec![0u8; PART_SIZE];
+        let result: Result<(), RemoteCacheError> = async {
+            loop {
+                let n = read_full(&mut file, &mut buf)
+                    .await
+                    .map_err(|source| self.local_error(local, source))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.fail("upload", key, e))?;
+                writer.write(&buf[..n]);
+                progress(n as u64);
+            }
+        }
+        .await;
+        match result {
+            Ok(()) => writer
+                .finish()
+                .await
+                .map(|_| ())
+                .map_err(|e| self.fail("finish uploading", key, e)),
+            Err(e) => {
+                // Never completed, so never visible; aborted so that no parts are left.
+                let _ = writer.abort().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// `url` with whatever sits between `://` and an `@` before the path replaced by `***`: a
+/// URL that carries credentials is never shown with them.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// Reads until `buf` is full or the file ends; the bytes read.
+async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]).await? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_reach_a_message() {
+        assert_eq!(without_userinfo("s3://k:secret@b/p"), "s3://***@b/p");
+        assert_eq!(without_userinfo("s3://b/p@x"), "s3://b/p@x");
+        assert_eq!(without_userinfo("not a url"), "not a url");
+        let e = RemoteCache::open("s3://AKID:s3cr3t@bucket/x").unwrap_err();
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    }
+
+    #[test]
+    fn keys_follow_the_documented_layout() {
+        let sha: Sha256Hex = "ab".repeat(32).parse().unwrap();
+        let commit = "c".repeat(40);
+        assert_eq!(RemoteCache::blob_key(&sha), format!("blobs/sha256/{sha}"));
+        assert_eq!(
+            RemoteCache::manifest_key(&sha),
+            format!("manifests/sha256/{sha}.json")
+        );
+        assert_eq!(
+            RemoteCache::index_key(RepoType::Dataset, "org/name", &commit, "a/b.gguf"),
+            format!("index/datasets/org/name/{commit}/a/b.gguf.json")
+        );
+        assert_eq!(
+            RemoteCache::ref_key(RepoType::Model, "org/name", "refs/pr/1"),
+            "refs/models/org/name/refs/pr/1"
+        );
+    }
+}

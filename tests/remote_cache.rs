@@ -1,0 +1,234 @@
+//! The remote cache's write path (`--remote-cache`): what a node uploads after a verified
+//! download, in the documented layout, and what it leaves alone. Here with a `file://` store (a
+//! folder every machine mounts); the same code runs against S3-compatible servers.
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+use weight_inspect::manifest::Manifest;
+
+use crate::support::cli::*;
+use crate::support::sha256_hex;
+
+fn file_url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+fn json(o: &std::process::Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+/// Every object below `root`, as keys.
+fn objects(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if root.exists() {
+        walk(root, root, &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// A verified download is uploaded whole: blob by SHA-256, its manifest (every chunk's
+/// SHA-256, checked against the bytes here), an index entry and the ref; a second node that
+/// downloads the same file finds the blob there and writes only the index.
+#[test]
+fn a_verified_download_fills_the_bucket_once() {
+    let hub = start(hub_builder());
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+    let file = "tinyllama-q8_0.gguf";
+    let want = demo_file(file);
+    let sha = sha256_hex(&want);
+    let commit = hub.commit(REPO);
+
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let up = &json(&o)["files"][0]["upload"];
+    assert_eq!(up["outcome"], "sent", "{up}");
+    assert_eq!(up["bytes"], want.len() as u64);
+    assert_eq!(up["to"], url.as_str());
+    assert!(
+        stderr(&o).contains(&format!("{file}: uploaded")),
+        "{}",
+        stderr(&o)
+    );
+
+    let blob = bucket.path().join(format!("blobs/sha256/{sha}"));
+    assert_eq!(fs::read(&blob).unwrap(), want);
+    let m = Manifest::read(&bucket.path().join(format!("manifests/sha256/{sha}.json"))).unwrap();
+    let mf = &m.files[0];
+    assert_eq!(
+        (mf.path.as_str(), mf.size),
+        (sha.as_str(), want.len() as u64)
+    );
+    for (i, chunk) in mf.chunks.iter().enumerate() {
+        let r = mf.chunk_range(i);
+        assert_eq!(
+            chunk.to_string(),
+            sha256_hex(&want[r.start as usize..r.end as usize]),
+            "chunk {i}"
+        );
+    }
+    let entry: Value = serde_json::from_slice(
+        &fs::read(
+            bucket
+                .path()
+                .join(format!("index/models/{REPO}/{commit}/{file}.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(entry["sha256"], sha.as_str());
+    assert_eq!(entry["format"], "weight-inspect-remote-index");
+    assert_eq!(entry["size"], want.len() as u64);
+    assert_eq!(
+        fs::read_to_string(bucket.path().join(format!("refs/models/{REPO}/main"))).unwrap(),
+        commit
+    );
+    // Nothing else: no half-written object, no leftover part.
+    let all = objects(bucket.path());
+    assert_eq!(all.len(), 4, "{all:?}");
+
+    // Another node: the blob is there, only the index is written (the same bytes).
+    let sb2 = Sandbox::new();
+    let mut c = sb2.cmd(&hub);
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(json(&o)["files"][0]["upload"]["outcome"], "already_there");
+    assert_eq!(objects(bucket.path()), all);
+
+    // A file served from the local cache is not uploaded again.
+    let mut c = sb2.cmd(&hub);
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(
+        json(&o)["files"][0].get("upload").is_none(),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// `--no-upload` (a read-only node) and an unusable store: the download is served either way;
+/// a store that cannot be written is named in a notice and the file's report, never a failure.
+#[test]
+fn uploads_never_fail_a_download() {
+    let hub = start(hub_builder());
+    let file = "tinyllama-q8_0.gguf";
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "--json", "--remote-cache", &url, "--no-upload"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(json(&o)["files"][0].get("upload").is_none());
+    assert!(objects(bucket.path()).is_empty());
+
+    // The blobs folder is a file: nothing can be written below it.
+    fs::write(bucket.path().join("blobs"), b"not a folder").unwrap();
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let up = &json(&o)["files"][0]["upload"];
+    assert_eq!(up["outcome"], "failed", "{up}");
+    assert!(
+        up["error"].as_str().unwrap().contains("blobs/sha256/"),
+        "{up}"
+    );
+    assert!(stderr(&o).contains("upload FAILED"), "{}", stderr(&o));
+}
+
+/// The URL is checked before anything is fetched: an unknown scheme, or credentials written
+/// into it (which would end up in logs), are refused with exit 1.
+#[test]
+fn bad_remote_cache_urls_are_refused_up_front() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    for (url, says) in [
+        ("ftp://host/x", "unsupported scheme 'ftp'"),
+        (
+            "s3://AKIDEXAMPLE:s3cr3t@bucket/x",
+            "credentials in the URL are refused",
+        ),
+        ("not a url", "not a URL"),
+    ] {
+        let mut c = sb.cmd(&hub);
+        c.args([REPO, "tinyllama-q8_0.gguf", "--remote-cache", url]);
+        let o = run(c);
+        expect_code(&o, 1);
+        let e = stderr(&o);
+        assert!(e.contains(says), "{url}: {e}");
+        assert!(!e.contains("s3cr3t"), "{e}");
+    }
+    assert!(!sb.cache().exists(), "nothing fetched");
+}
+
+/// Against a real S3-compatible server (Garage, on loopback): the first node fills the bucket,
+/// the second finds the blob there and sends no byte of it; a node with a wrong secret still
+/// gets its download, and the failure names the bucket, never the secret.
+#[test]
+#[cfg_attr(
+    not(wi_garage),
+    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
+)]
+fn garage_is_filled_once_and_credentials_stay_secret() {
+    use crate::support::garage::{Garage, BUCKET};
+    let garage = Garage::start();
+    let hub = start(hub_builder());
+    let file = "tinyllama-q8_0.gguf";
+    let size = demo_file(file).len() as u64;
+    let url = format!("s3://{BUCKET}/team/models");
+
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    garage.env(&mut c);
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let up = &json(&o)["files"][0]["upload"];
+    assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
+    assert_eq!(up["bytes"], size);
+
+    let sb2 = Sandbox::new();
+    let mut c = sb2.cmd(&hub);
+    garage.env(&mut c);
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let up = &json(&o)["files"][0]["upload"];
+    assert_eq!(
+        (up["outcome"].as_str(), up["bytes"].as_u64()),
+        (Some("already_there"), Some(0))
+    );
+
+    let sb3 = Sandbox::new();
+    let mut c = sb3.cmd(&hub);
+    garage.env_with(&mut c, "not-the-secret-0123456789");
+    c.args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let up = &json(&o)["files"][0]["upload"];
+    assert_eq!(up["outcome"], "failed", "{up}");
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(all.contains(&format!("s3://{BUCKET}/team/models")), "{all}");
+    assert!(!all.contains("not-the-secret"), "{all}");
+}
