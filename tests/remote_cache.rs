@@ -19,6 +19,29 @@ fn json(o: &std::process::Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
 }
 
+/// `wi-fetch REPO tinyllama-q8_0.gguf --json --remote-cache URL [extra…]` in `sb`, with `env`
+/// completing its environment; it must exit 0. Its output, and the file's `upload` report
+/// (`Null` without one).
+fn fetch_uploading(
+    sb: &Sandbox,
+    hub: &mock_server::MockHub,
+    url: &str,
+    extra: &[&str],
+    env: impl FnOnce(&mut std::process::Command),
+) -> (std::process::Output, Value) {
+    let mut c = sb.cmd(hub);
+    env(&mut c);
+    c.args([REPO, "tinyllama-q8_0.gguf", "--json", "--remote-cache", url])
+        .args(extra);
+    let o = run(c);
+    expect_code(&o, 0);
+    let up = json(&o)["files"][0]
+        .get("upload")
+        .cloned()
+        .unwrap_or(Value::Null);
+    (o, up)
+}
+
 /// Every object below `root`, as keys.
 fn objects(root: &Path) -> Vec<String> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
@@ -53,11 +76,7 @@ fn a_verified_download_fills_the_bucket_once() {
     let commit = hub.commit(REPO);
 
     let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    let up = &json(&o)["files"][0]["upload"];
+    let (o, up) = fetch_uploading(&sb, &hub, &url, &[], |_| {});
     assert_eq!(up["outcome"], "sent", "{up}");
     assert_eq!(up["bytes"], want.len() as u64);
     assert_eq!(up["to"], url.as_str());
@@ -105,23 +124,13 @@ fn a_verified_download_fills_the_bucket_once() {
 
     // Another node: the blob is there, only the index is written (the same bytes).
     let sb2 = Sandbox::new();
-    let mut c = sb2.cmd(&hub);
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    assert_eq!(json(&o)["files"][0]["upload"]["outcome"], "already_there");
+    let (_, up) = fetch_uploading(&sb2, &hub, &url, &[], |_| {});
+    assert_eq!(up["outcome"], "already_there");
     assert_eq!(objects(bucket.path()), all);
 
     // A file served from the local cache is not uploaded again.
-    let mut c = sb2.cmd(&hub);
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    assert!(
-        json(&o)["files"][0].get("upload").is_none(),
-        "{}",
-        stdout(&o)
-    );
+    let (o, up) = fetch_uploading(&sb2, &hub, &url, &[], |_| {});
+    assert!(up.is_null(), "{}", stdout(&o));
 }
 
 /// `--no-upload` (a read-only node) and an unusable store: the download is served either way;
@@ -129,26 +138,18 @@ fn a_verified_download_fills_the_bucket_once() {
 #[test]
 fn uploads_never_fail_a_download() {
     let hub = start(hub_builder());
-    let file = "tinyllama-q8_0.gguf";
     let bucket = tempfile::tempdir().unwrap();
     let url = file_url(bucket.path());
 
     let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.args([REPO, file, "--json", "--remote-cache", &url, "--no-upload"]);
-    let o = run(c);
-    expect_code(&o, 0);
-    assert!(json(&o)["files"][0].get("upload").is_none());
+    let (o, up) = fetch_uploading(&sb, &hub, &url, &["--no-upload"], |_| {});
+    assert!(up.is_null(), "{}", stdout(&o));
     assert!(objects(bucket.path()).is_empty());
 
     // The blobs folder is a file: nothing can be written below it.
     fs::write(bucket.path().join("blobs"), b"not a folder").unwrap();
     let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    let up = &json(&o)["files"][0]["upload"];
+    let (o, up) = fetch_uploading(&sb, &hub, &url, &[], |_| {});
     assert_eq!(up["outcome"], "failed", "{up}");
     assert!(
         up["error"].as_str().unwrap().contains("blobs/sha256/"),
@@ -199,34 +200,21 @@ fn garage_is_filled_once_and_credentials_stay_secret() {
     let url = format!("s3://{BUCKET}/team/models");
 
     let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    garage.env(&mut c);
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    let up = &json(&o)["files"][0]["upload"];
+    let (o, up) = fetch_uploading(&sb, &hub, &url, &[], |c| garage.env(c));
     assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
     assert_eq!(up["bytes"], size);
 
     let sb2 = Sandbox::new();
-    let mut c = sb2.cmd(&hub);
-    garage.env(&mut c);
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    let up = &json(&o)["files"][0]["upload"];
+    let (_, up) = fetch_uploading(&sb2, &hub, &url, &[], |c| garage.env(c));
     assert_eq!(
         (up["outcome"].as_str(), up["bytes"].as_u64()),
         (Some("already_there"), Some(0))
     );
 
     let sb3 = Sandbox::new();
-    let mut c = sb3.cmd(&hub);
-    garage.env_with(&mut c, "not-the-secret-0123456789");
-    c.args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    let up = &json(&o)["files"][0]["upload"];
+    let (o, up) = fetch_uploading(&sb3, &hub, &url, &[], |c| {
+        garage.env_with(c, "not-the-secret-0123456789")
+    });
     assert_eq!(up["outcome"], "failed", "{up}");
     let all = format!("{}{}", stdout(&o), stderr(&o));
     assert!(all.contains(&format!("s3://{BUCKET}/team/models")), "{all}");
