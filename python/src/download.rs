@@ -362,6 +362,11 @@ pub struct Request {
     /// When the Hub cannot be reached, the cache if it holds everything asked for
     /// ([`weight_inspect::fetch::FetcherBuilder::cache_fallback`]).
     pub cache_fallback: bool,
+    /// A remote cache's URL (`s3://…`, `file://…`; default `WI_REMOTE_CACHE`), and whether
+    /// verified downloads are uploaded to it.
+    pub remote_cache: Option<String>,
+    /// See [`Request::remote_cache`].
+    pub upload: bool,
     /// Resolve only: the plan, nothing downloaded.
     pub dry_run: bool,
 }
@@ -438,6 +443,14 @@ fn prepare(
         b = b.user_agent(ua);
     }
     b = b.cache_fallback(r.cache_fallback);
+    let remote = match r.remote_cache.filter(|u| !u.is_empty()) {
+        Some(url) => Some(weight_inspect::remote_cache::RemoteCache::open(&url)),
+        None => weight_inspect::remote_cache::RemoteCache::from_env(),
+    };
+    if let Some(remote) = remote {
+        let remote = remote.map_err(Failure::local)?;
+        b = b.remote_cache(Some(remote)).upload(r.upload);
+    }
     let fetcher = b.build_blocking().map_err(|e| fetch_failure(&e))?;
     Ok((fetcher, repo, selection))
 }

@@ -246,7 +246,7 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(manifest::CheckReport, Strin
 /// `dry_run`, the `Plan`: nothing downloaded). Releases the GIL while downloading, calls
 /// `progress(event)` about every 100 ms, and stops cleanly on Ctrl-C (see [`mod@download`]).
 #[pyfunction]
-#[pyo3(signature = (repo, *, quant=None, files=Vec::new(), include=Vec::new(), exclude=Vec::new(), revision=None, cache_dir=None, local_dir=None, token=None, offline=None, connections=None, progress=None, endpoint=None, repo_type=None, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, cache_fallback=false, dry_run=false))]
+#[pyo3(signature = (repo, *, quant=None, files=Vec::new(), include=Vec::new(), exclude=Vec::new(), revision=None, cache_dir=None, local_dir=None, token=None, offline=None, connections=None, progress=None, endpoint=None, repo_type=None, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, cache_fallback=false, remote_cache=None, upload=true, dry_run=false))]
 #[allow(clippy::too_many_arguments)]
 fn fetch(
     py: Python<'_>,
@@ -270,6 +270,8 @@ fn fetch(
     headers: Vec<(String, String)>,
     user_agent: Option<String>,
     cache_fallback: bool,
+    remote_cache: Option<String>,
+    upload: bool,
     dry_run: bool,
 ) -> PyResult<Bound<'_, PyAny>> {
     let repo_type = repo_type.as_deref().map(exact_repo_type).transpose()?;
@@ -293,6 +295,8 @@ fn fetch(
         headers,
         user_agent,
         cache_fallback,
+        remote_cache,
+        upload,
         dry_run,
     };
     download::run(py, request, progress)

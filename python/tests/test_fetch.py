@@ -132,6 +132,40 @@ def test_fetch_downloads_into_the_cache_then_finds_it_there(
     assert offline["files"][0]["local_path"] == by_path["config.json"]["local_path"]
 
 
+def test_verified_downloads_fill_a_remote_cache(
+    hub: Hub, repos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``remote_cache=`` (a ``file://`` store here): each downloaded file is uploaded by its
+    SHA-256 with an index entry; a second machine finds it there; ``upload=False`` writes
+    nothing; the drop-ins take it too, and ``WI_REMOTE_CACHE`` is the default."""
+    bucket = tmp_path / "bucket"
+    url = f"file://{bucket}"
+    s = wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=hub.url,
+                 cache_dir=tmp_path / "a", remote_cache=url)
+    f = s["files"][0]
+    assert f["upload"] == {"to": url, "outcome": "sent", "bytes": f["size"]}, f
+    data = (repos / "demo" / "tiny" / "model.safetensors").read_bytes()
+    assert (bucket / "blobs" / "sha256" / f["sha256"]).read_bytes() == data
+    entry = json.loads((bucket / "index" / "models" / "demo" / "tiny" / s["commit"]
+                        / "model.safetensors.json").read_text())
+    assert entry["sha256"] == f["sha256"] and entry["size"] == len(data)
+
+    s = wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=hub.url,
+                 cache_dir=tmp_path / "b", remote_cache=url)
+    assert s["files"][0]["upload"]["outcome"] == "already_there"
+    s = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url,
+                 cache_dir=tmp_path / "c", remote_cache=url, upload=False)
+    assert "upload" not in s["files"][0]
+    assert not (bucket / "index" / "models" / "demo" / "tiny" / s["commit"] / "config.json.json").exists()
+
+    monkeypatch.setenv("WI_REMOTE_CACHE", url)
+    wi.hf_hub_download("demo/tiny", "config.json", endpoint=hub.url, cache_dir=tmp_path / "d")
+    assert (bucket / "index" / "models" / "demo" / "tiny" / s["commit"] / "config.json.json").exists()
+    with pytest.raises(wi.LocalError, match="unsupported scheme 'ftp'"):
+        wi.snapshot_download("demo/tiny", endpoint=hub.url, cache_dir=tmp_path / "e",
+                             remote_cache="ftp://x/y")
+
+
 def test_fetch_into_a_local_dir(hub: Hub, tmp_path: Path) -> None:
     s = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, local_dir=tmp_path / "here")
     assert Path(s["files"][0]["local_path"]) == tmp_path / "here" / "config.json"

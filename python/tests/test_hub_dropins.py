@@ -93,10 +93,13 @@ def test_signatures_match_huggingface_hub() -> None:
     for name in ("hf_hub_download", "snapshot_download"):
         theirs = inspect.signature(getattr(hf, name)).parameters
         ours = inspect.signature(getattr(wi, name)).parameters
-        assert list(ours) == list(theirs), name
+        # huggingface_hub's, in its order, then ours (keyword-only, off by default).
+        assert list(ours) == list(theirs) + ["remote_cache"], name
         for p in theirs.values():
             assert ours[p.name].kind == p.kind, (name, p.name)
             assert ours[p.name].default == p.default, (name, p.name)
+        extra = ours["remote_cache"]
+        assert extra.kind == inspect.Parameter.KEYWORD_ONLY and extra.default is None, name
 
 
 def test_hf_hub_download_same_paths_and_cache_tree(hub: Hub, tmp_path: Path) -> None:

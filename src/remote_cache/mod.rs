@@ -250,6 +250,15 @@ impl RemoteCache {
         })
     }
 
+    /// The remote cache `WI_REMOTE_CACHE` names, if it names one (what `wi-fetch` and the
+    /// Python package use when none is given).
+    pub fn from_env() -> Option<Result<RemoteCache, RemoteCacheError>> {
+        std::env::var("WI_REMOTE_CACHE")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| RemoteCache::open(u.trim()))
+    }
+
     /// The store's URL (no credentials: they are never part of it).
     pub fn url(&self) -> &str {
         &self.url

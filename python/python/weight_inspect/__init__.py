@@ -696,6 +696,8 @@ def fetch(
     endpoint: str | None = None,
     repo_type: str | None = None,
     headers: dict[str, str] | None = None,
+    remote_cache: str | None = None,
+    upload: bool = True,
     dry_run: Literal[False] = False,
 ) -> FetchSummary: ...
 
@@ -718,6 +720,8 @@ def fetch(
     endpoint: str | None = None,
     repo_type: str | None = None,
     headers: dict[str, str] | None = None,
+    remote_cache: str | None = None,
+    upload: bool = True,
     dry_run: Literal[True],
 ) -> Plan: ...
 
@@ -739,6 +743,8 @@ def fetch(
     endpoint: str | None = None,
     repo_type: str | None = None,
     headers: dict[str, str] | None = None,
+    remote_cache: str | None = None,
+    upload: bool = True,
     dry_run: bool = False,
 ) -> FetchSummary | Plan:
     """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository; the summary, a
@@ -757,7 +763,11 @@ def fetch(
     (``ValueError`` otherwise);
     ``headers`` added to every request to the Hub's origin, where the token goes (never to the
     CDN a file redirects to; a header the client sets itself, such as ``Range``, raises
-    :class:`LocalError`). ``dry_run=True`` downloads nothing and returns the plan, as
+    :class:`LocalError`). ``remote_cache`` a team's object store (``s3://BUCKET/PREFIX`` with
+    the ``AWS_*`` variables, or ``file:///PATH``; default ``WI_REMOTE_CACHE``): every file
+    downloaded and verified is uploaded to it afterwards (each file's ``upload`` in the
+    summary says how it went; a failed upload never fails the fetch), unless ``upload=False``.
+    ``dry_run=True`` downloads nothing and returns the plan, as
     ``wi-fetch --dry-run --json``: ``repo``, ``revision``, ``commit``, ``folder`` (the
     snapshot folder or ``local_dir``), ``files`` (each
     ``path``, ``size``, ``etag``, ``local_path``, ``cached``, ``partial_bytes``), ``notice``,
@@ -802,6 +812,8 @@ def fetch(
         endpoint=endpoint,
         repo_type=repo_type,
         headers=sorted((headers or {}).items()),
+        remote_cache=remote_cache,
+        upload=upload,
         dry_run=dry_run,
     )
     return result

@@ -146,12 +146,15 @@ def fetch(
     headers: list[tuple[str, str]] = ...,
     user_agent: str | None = None,
     cache_fallback: bool = False,
+    remote_cache: str | None = None,
+    upload: bool = True,
     dry_run: bool = False,
 ) -> Any:
     """The fetch summary (``weight_inspect.types.FetchSummary``); with ``dry_run`` the plan
     (``Plan``),
     nothing downloaded. ``headers`` go to the Hub's origin only; ``cache_fallback``: when the Hub
-    cannot be reached, the cache answers if it holds everything asked for. A failure's exception
+    cannot be reached, the cache answers if it holds everything asked for; ``remote_cache`` (default
+    ``WI_REMOTE_CACHE``) receives every verified download unless ``upload`` is false. A failure's exception
     has ``reason``: ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``,
     ``not_cached``, ``nothing_selected``, ``unreachable`` (the Hub could not be reached and the
     cache could not stand in) or ``None``."""

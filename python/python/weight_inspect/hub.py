@@ -285,6 +285,7 @@ def _fetch_args(
     headers: dict[str, str] | None,
     user_agent: str | None,
     dry_run: bool,
+    remote_cache: str | None,
 ) -> dict[str, Any]:
     if headers is not None and not isinstance(headers, dict):
         raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
@@ -308,6 +309,7 @@ def _fetch_args(
         "headers": sorted((str(k), str(v)) for k, v in (headers or {}).items()),
         "user_agent": user_agent,
         "dry_run": dry_run,
+        "remote_cache": remote_cache,
     }
 
 
@@ -331,6 +333,7 @@ def hf_hub_download(
     endpoint: str | None = None,
     tqdm_class: type | None = None,
     dry_run: bool = False,
+    remote_cache: str | None = None,
 ) -> str | DryRunFileInfo:
     """Download one file of a repository, as ``huggingface_hub.hf_hub_download``: its path.
 
@@ -353,7 +356,9 @@ def hf_hub_download(
     ``user_agent`` (a string or a dict) are appended to our user agent. ``dry_run=True``
     downloads nothing and returns a ``DryRunFileInfo`` (``commit_hash``, ``file_size``,
     ``filename``, ``local_path``, ``is_cached``, ``will_download``; huggingface_hub's class
-    when it is installed). Accepted and ignored: ``tqdm_class`` (no progress bar).
+    when it is installed). Accepted and ignored: ``tqdm_class`` (no progress bar). Ours beyond
+    huggingface_hub's: ``remote_cache``, a team's object store that receives every file
+    downloaded and verified (see :func:`weight_inspect.fetch`; default ``WI_REMOTE_CACHE``).
 
     Raises :class:`RepositoryNotFoundError`, :class:`GatedRepoError`,
     :class:`RevisionNotFoundError`, :class:`RemoteEntryNotFoundError` (the file is not in the
@@ -367,7 +372,7 @@ def hf_hub_download(
     args = _fetch_args(
         repo_id, repo_type, revision, cache_dir, local_dir, token, endpoint, force_download,
         etag_timeout, [filename], [], [], None, headers,
-        _user_agent(library_name, library_version, user_agent), dry_run,
+        _user_agent(library_name, library_version, user_agent), dry_run, remote_cache,
     )
     summary = _run(args, local_files_only)
     if dry_run:
@@ -425,6 +430,7 @@ def snapshot_download(
     headers: dict[str, str] | None = None,
     endpoint: str | None = None,
     dry_run: bool = False,
+    remote_cache: str | None = None,
 ) -> str | list[DryRunFileInfo]:
     """Download every file of a repository (or those the patterns pick), as
     ``huggingface_hub.snapshot_download``: the snapshot folder.
@@ -443,7 +449,8 @@ def snapshot_download(
     read the same way by this function offline.
 
     ``headers``, ``library_name``, ``library_version`` and ``user_agent`` as in
-    :func:`hf_hub_download`; accepted and ignored: ``tqdm_class``. ``dry_run=True`` downloads
+    :func:`hf_hub_download`; accepted and ignored: ``tqdm_class``; ``remote_cache`` as in
+    :func:`hf_hub_download`. ``dry_run=True`` downloads
     nothing (the listing it asks for is kept, as a download keeps it) and returns one ``DryRunFileInfo`` per selected file; offline or with
     the Hub unreachable it raises :class:`DryRunError`, as huggingface_hub does. Patterns that
     match no file return the snapshot folder (with a warning), as huggingface_hub does, when
@@ -470,7 +477,7 @@ def snapshot_download(
     args = _fetch_args(
         repo_id, repo_type, revision, cache_root, local, token, endpoint, force_download,
         etag_timeout, [], include, listed(ignore_patterns), max_workers, headers,
-        _user_agent(library_name, library_version, user_agent), dry_run,
+        _user_agent(library_name, library_version, user_agent), dry_run, remote_cache,
     )
     try:
         summary = _run(args, local_files_only, fallback=not dry_run)
