@@ -220,3 +220,80 @@ fn garage_is_filled_once_and_credentials_stay_secret() {
     assert!(all.contains(&format!("s3://{BUCKET}/team/models")), "{all}");
     assert!(!all.contains("not-the-secret"), "{all}");
 }
+
+/// `wi-fetch cache push` fills the bucket from a warm cache without the Hub: every file
+/// verified first, then uploaded; one without a recorded manifest (another tool's) gets one
+/// made from its bytes. It needs a remote cache, and fails (exit 3) when an upload does.
+#[test]
+fn cache_push_uploads_a_warm_cache_offline() {
+    let hub = start(hub_builder());
+    let file = "tinyllama-q8_0.gguf";
+    let want = demo_file(file);
+    let sha = sha256_hex(&want);
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file]);
+    expect_code(&run(c), 0);
+    // As if another tool had put it there: no manifest of ours.
+    fs::remove_dir_all(sb.repo_dir(REPO).join(".wi-manifests")).unwrap();
+
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+    let o = run(cache_cmd(&sb, &hub, &["push", REPO, file, "--offline"]));
+    expect_code(&o, 1);
+    assert!(
+        stderr(&o).contains("give --remote-cache URL"),
+        "{}",
+        stderr(&o)
+    );
+
+    hub.reset_stats();
+    let push = || {
+        run(cache_cmd(
+            &sb,
+            &hub,
+            &[
+                "push",
+                REPO,
+                file,
+                "--offline",
+                "--json",
+                "--remote-cache",
+                &url,
+            ],
+        ))
+    };
+    let o = push();
+    expect_code(&o, 0);
+    let up = &json(&o)["files"][0]["upload"];
+    assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
+    assert!(
+        hub.stats().requests.is_empty(),
+        "offline: no request to the Hub"
+    );
+    assert_eq!(
+        fs::read(bucket.path().join(format!("blobs/sha256/{sha}"))).unwrap(),
+        want
+    );
+    let m = Manifest::read(&bucket.path().join(format!("manifests/sha256/{sha}.json"))).unwrap();
+    assert_eq!(m.files[0].sha256.to_string(), sha);
+    assert_eq!(
+        m.files[0].chunks.len() as u64,
+        want.len().div_ceil(m.files[0].chunk_size as usize) as u64
+    );
+    let o = push();
+    expect_code(&o, 0);
+    assert_eq!(json(&o)["files"][0]["upload"]["outcome"], "already_there");
+
+    // A store that cannot be written: the push fails, naming how many files.
+    fs::remove_dir_all(bucket.path().join("blobs")).unwrap();
+    fs::write(bucket.path().join("blobs"), b"not a folder").unwrap();
+    fs::remove_dir_all(bucket.path().join("manifests")).unwrap();
+    let o = push();
+    expect_code(&o, 3);
+    assert!(
+        stderr(&o).contains("1 file(s) not uploaded"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -477,6 +477,49 @@ pub(super) fn record_from_disk(
     local: &Path,
     chunk_size: u64,
 ) -> Result<FileExpectation, String> {
+    let out = hash_from_disk(f.size, &f.etag, local, chunk_size)?;
+    record(store, source, f, &out)?;
+    let chunks: Vec<Sha256Hex> = out.chunks.iter().map(|c| Sha256Hex(*c)).collect();
+    Ok(FileExpectation {
+        path: f.path.clone(),
+        size: Some(out.size),
+        sha256: Some(Sha256Hex(out.sha256)),
+        chunks: Some(ChunkDigests {
+            chunk_size: out.chunk_size,
+            digests: chunks,
+        }),
+        ..FileExpectation::default()
+    })
+}
+
+/// The manifest of a complete file on disk, made in one pass (see [`hash_from_disk`]).
+pub(super) fn manifest_from_disk(
+    path: &str,
+    size: u64,
+    etag: &str,
+    local: &Path,
+    chunk_size: u64,
+) -> Result<crate::manifest::ManifestFile, String> {
+    let out = hash_from_disk(size, etag, local, chunk_size)?;
+    Ok(crate::manifest::ManifestFile {
+        path: path.to_string(),
+        size: out.size,
+        sha256: Sha256Hex(out.sha256),
+        chunk_size: out.chunk_size,
+        chunks: out.chunks.iter().map(|c| Sha256Hex(*c)).collect(),
+        model: None,
+        tensors: Vec::new(),
+    })
+}
+
+/// One pass over a complete file: its SHA-256 and its chunks' in `chunk_size`, checked against
+/// its expected size and, when the ETag is one, its SHA-256.
+fn hash_from_disk(
+    expected_size: u64,
+    etag: &str,
+    local: &Path,
+    chunk_size: u64,
+) -> Result<TransferOutcome, String> {
     let chunk_size = chunk_size.max(crate::manifest::MIN_CHUNK_SIZE);
     let mut file = safe_fs::open_read_following(local).map_err(|e| e.to_string())?;
     let piece = usize::try_from(chunk_size.min(16 << 20)).unwrap_or(16 << 20);
@@ -502,10 +545,10 @@ pub(super) fn record_from_disk(
         chunks.push(Sha256Hex(chunk.finalize().into()));
     }
     let sha256: [u8; 32] = whole.finalize().into();
-    if size != f.size {
-        return Err(format!("{size} bytes instead of {}", f.size));
+    if size != expected_size {
+        return Err(format!("{size} bytes instead of {expected_size}"));
     }
-    if let Some(Digest::Sha256(d)) = Digest::from_etag(&f.etag) {
+    if let Some(Digest::Sha256(d)) = Digest::from_etag(etag) {
         if d != sha256 {
             return Err("its content is not the one its name says".into());
         }
@@ -524,17 +567,7 @@ pub(super) fn record_from_disk(
         chunk_size,
         chunks: chunks.iter().map(|c| c.0).collect(),
     };
-    record(store, source, f, &out)?;
-    Ok(FileExpectation {
-        path: f.path.clone(),
-        size: Some(size),
-        sha256: Some(Sha256Hex(sha256)),
-        chunks: Some(ChunkDigests {
-            chunk_size,
-            digests: chunks,
-        }),
-        ..FileExpectation::default()
-    })
+    Ok(out)
 }
 
 #[cfg(test)]

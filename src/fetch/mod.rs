@@ -126,6 +126,8 @@ pub struct FetcherBuilder {
     remote_cache: Option<crate::remote_cache::RemoteCache>,
     #[cfg(feature = "remote-cache")]
     upload: bool,
+    #[cfg(feature = "remote-cache")]
+    upload_cached: bool,
 }
 
 impl std::fmt::Debug for FetcherBuilder {
@@ -163,6 +165,8 @@ impl Default for FetcherBuilder {
             remote_cache: None,
             #[cfg(feature = "remote-cache")]
             upload: true,
+            #[cfg(feature = "remote-cache")]
+            upload_cached: false,
             force_download: false,
             check_only: false,
             cache_fallback: false,
@@ -331,6 +335,16 @@ impl FetcherBuilder {
         self
     }
 
+    /// Also upload the files taken from the cache, not only those downloaded (`wi-fetch cache
+    /// push`: with [`check_only`](Self::check_only), every selected file is checked, then
+    /// uploaded). A file without a recorded manifest gets one made from its bytes. Default
+    /// false.
+    #[cfg(feature = "remote-cache")]
+    pub fn upload_cached(mut self, yes: bool) -> Self {
+        self.upload_cached = yes;
+        self
+    }
+
     /// Download every selected file again, even when it is complete on disk (`hf download
     /// --force-download`): the copy on disk is replaced once the new one is verified. Default
     /// false.
@@ -488,6 +502,8 @@ impl FetcherBuilder {
             mode,
             #[cfg(feature = "remote-cache")]
             upload_to: self.remote_cache.filter(|_| self.upload),
+            #[cfg(feature = "remote-cache")]
+            upload_cached: self.upload_cached,
             fallback,
         })
     }
@@ -522,6 +538,9 @@ pub struct Fetcher {
     /// Where verified downloads are uploaded.
     #[cfg(feature = "remote-cache")]
     upload_to: Option<crate::remote_cache::RemoteCache>,
+    /// Whether files taken from the cache are uploaded too.
+    #[cfg(feature = "remote-cache")]
+    upload_cached: bool,
     /// With [`FetcherBuilder::cache_fallback`]: the same fetcher with metadata asked once, and
     /// offline.
     fallback: Option<Box<Fallback>>,

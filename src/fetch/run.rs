@@ -1085,17 +1085,32 @@ impl Fetcher {
         use super::UploadReport;
         use crate::remote_cache::{Upload, Uploaded};
         let sink = rep.inner;
-        for r in reports
-            .iter_mut()
-            .filter(|r| !r.cached && r.verification.as_ref().is_none_or(|v| v.valid))
-        {
+        for r in reports.iter_mut().filter(|r| {
+            (!r.cached || self.upload_cached) && r.verification.as_ref().is_none_or(|v| v.valid)
+        }) {
             let id = rep.id(&r.path);
             let key = FileKey::new(repo, commit, &r.path, &r.etag, r.size);
             let recorded = crate::manifest::Manifest::read(&store.manifest_path(&r.path, &r.etag))
                 .ok()
                 .and_then(|m| m.files.into_iter().find(|f| f.path == r.path));
-            let (Some(manifest), Some(local)) = (recorded, store.data_path(&key)) else {
-                let error = "no manifest recorded for it: nothing uploaded";
+            let local = store.data_path(&key);
+            let manifest = match (recorded, &local) {
+                (Some(m), _) => Ok(m),
+                // A file another tool put in the cache: its manifest made from its bytes (one
+                // pass, checked against its ETag when that is a SHA-256).
+                (None, Some(l)) => {
+                    let (p, size, etag, l) = (r.path.clone(), r.size, r.etag.clone(), l.clone());
+                    let chunk_size = self.engine.config().chunk_size;
+                    tokio::task::spawn_blocking(move || {
+                        integrity::manifest_from_disk(&p, size, &etag, &l, chunk_size)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                }
+                (None, None) => Err("not complete on disk".to_string()),
+            };
+            let (Ok(manifest), Some(local)) = (manifest, local) else {
+                let error = "no manifest could be made for it: nothing uploaded";
                 sink.on_event(&Event::UploadFailed {
                     id,
                     file: &r.path,

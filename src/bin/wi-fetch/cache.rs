@@ -27,6 +27,11 @@ enum CacheCommand {
     /// (a lock file's pins with --locked, the cache's own records with --offline); download
     /// nothing: see `wi-fetch --help`.
     Verify(Box<FetchArgs>),
+    /// Upload what is cached to the remote cache (--remote-cache URL or WI_REMOTE_CACHE): each
+    /// selected file is verified as `cache verify` does, then uploaded (blob, manifest, index),
+    /// nothing sent for a blob the bucket has. For an air-gapped cluster: fill the bucket on one
+    /// machine, fetch with `--offline --remote-cache` on the others.
+    Push(Box<FetchArgs>),
     /// List cached repositories (or revisions), their size, files and state (like `hf cache ls`).
     Ls(LsArgs),
     /// Remove repositories, revisions or files (like `hf cache rm`).
@@ -124,6 +129,11 @@ struct PruneArgs {
 pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, ExitCode> {
     let result = match cli.command {
         CacheCommand::Verify(args) => return Ok(*args),
+        CacheCommand::Push(args) => {
+            let mut args = *args;
+            args.push = true;
+            return Ok(args);
+        }
         CacheCommand::Ls(a) => cache_ls(a),
         CacheCommand::Rm(a) => cache_rm(a),
         CacheCommand::Prune(a) => cache_prune(a),

@@ -231,6 +231,9 @@ struct FetchArgs {
     /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
     #[arg(skip)]
     check_only: bool,
+    /// `wi-fetch cache push`: check, then upload every file to the remote cache.
+    #[arg(skip)]
+    push: bool,
 }
 
 impl FetchArgs {
@@ -496,10 +499,22 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     if cli.write_lock.is_some() {
         b = b.ensure_manifests(true);
     }
-    if let Some(url) = cli.remote_cache.as_deref().filter(|u| !u.is_empty()) {
+    let remote_url = cli.remote_cache.as_deref().filter(|u| !u.is_empty());
+    if cli.push && (remote_url.is_none() || cli.no_upload) {
+        return Err((
+            "cache push uploads to a remote cache: give --remote-cache URL (or WI_REMOTE_CACHE), \
+             without --no-upload"
+                .into(),
+            1,
+        ));
+    }
+    if let Some(url) = remote_url {
         let remote =
             weight_inspect::remote_cache::RemoteCache::open(url).map_err(|e| (e.to_string(), 1))?;
-        b = b.remote_cache(Some(remote)).upload(!cli.no_upload);
+        b = b
+            .remote_cache(Some(remote))
+            .upload(!cli.no_upload)
+            .upload_cached(cli.push);
     }
     b = b.cancellation(stop_on_signals(progress.clone())?);
     let mut fetcher = b.build_blocking().map_err(fail)?;
@@ -546,7 +561,20 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     if let Some(path) = &cli.write_lock {
         write_lock(path, &repo, &summary)?;
     }
-    print_summaries(std::slice::from_ref(&summary), cli.json, show)
+    print_summaries(std::slice::from_ref(&summary), cli.json, show)?;
+    let not_uploaded = summary
+        .files
+        .iter()
+        .filter(|f| f.upload.as_ref().is_none_or(|u| u.outcome == "failed"))
+        .count();
+    if cli.push && not_uploaded > 0 {
+        // The uploads are what `cache push` is for: one that failed fails it.
+        return Err((
+            format!("{not_uploaded} file(s) not uploaded to the remote cache (see above)"),
+            3,
+        ));
+    }
+    Ok(())
 }
 
 /// After `cache verify` found damaged or missing files: the command that repairs them.
