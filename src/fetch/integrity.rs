@@ -493,6 +493,7 @@ pub(super) fn record_from_disk(
 }
 
 /// The manifest of a complete file on disk, made in one pass (see [`hash_from_disk`]).
+#[cfg(feature = "remote-cache")]
 pub(super) fn manifest_from_disk(
     path: &str,
     size: u64,
