@@ -296,4 +296,29 @@ fn cache_push_uploads_a_warm_cache_offline() {
         "{}",
         stderr(&o)
     );
+
+    // The same under a lock file (its pins checked without the Hub).
+    let lock = sb.dir.path().join("wi.lock");
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, file, "--write-lock"]).arg(&lock);
+    expect_code(&run(c), 0);
+    let lock_arg = lock.display().to_string();
+    let locked = |url: &str| {
+        run(cache_cmd(
+            &sb,
+            &hub,
+            &["push", "--remote-cache", url, "--locked", &lock_arg],
+        ))
+    };
+    let o = locked(&url);
+    expect_code(&o, 3);
+    assert!(
+        stderr(&o).contains("1 file(s) not uploaded"),
+        "{}",
+        stderr(&o)
+    );
+    let fresh = tempfile::tempdir().unwrap();
+    let o = locked(&file_url(fresh.path()));
+    expect_code(&o, 0);
+    assert!(fresh.path().join(format!("blobs/sha256/{sha}")).is_file());
 }

@@ -546,7 +546,8 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
             repair_hint(&cli, &repo, e, &progress);
         }
         let summaries = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
-        return print_summaries(&summaries, cli.json, show);
+        print_summaries(&summaries, cli.json, show)?;
+        return pushed(&cli, &summaries);
     }
     if cli.dry_run {
         let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;
@@ -562,13 +563,20 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
         write_lock(path, &repo, &summary)?;
     }
     print_summaries(std::slice::from_ref(&summary), cli.json, show)?;
-    let not_uploaded = summary
-        .files
+    pushed(&cli, std::slice::from_ref(&summary))
+}
+
+/// `cache push`: the uploads are what it is for, so one that failed fails it (exit 3).
+fn pushed(
+    cli: &FetchArgs,
+    summaries: &[weight_inspect::fetch::FetchSummary],
+) -> Result<(), Failure> {
+    let not_uploaded = summaries
         .iter()
+        .flat_map(|s| &s.files)
         .filter(|f| f.upload.as_ref().is_none_or(|u| u.outcome == "failed"))
         .count();
     if cli.push && not_uploaded > 0 {
-        // The uploads are what `cache push` is for: one that failed fails it.
         return Err((
             format!("{not_uploaded} file(s) not uploaded to the remote cache (see above)"),
             3,
