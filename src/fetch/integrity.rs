@@ -184,6 +184,23 @@ pub(super) fn recorded_size(store: &Store, path: &str, etag: &str) -> Option<u64
 
 /// The manifest recorded for `path` at `etag`: read bounded and without following a link (the
 /// cache is a folder others may write to), parsed and checked like any manifest.
+/// The manifest recorded for `path` at `etag`, when it describes a file of `size` bytes with
+/// this SHA-256 (what was verified): read as every recorded manifest is, without following a
+/// link and bounded.
+#[cfg(feature = "remote-cache")]
+pub(super) fn recorded_file(
+    store: &Store,
+    path: &str,
+    etag: &str,
+    size: u64,
+    sha256: &str,
+) -> Option<crate::manifest::ManifestFile> {
+    let m = read_recorded(store, path, etag)?;
+    m.files
+        .into_iter()
+        .find(|f| f.path == path && f.size == size && f.sha256.to_string() == sha256)
+}
+
 fn read_recorded(store: &Store, path: &str, etag: &str) -> Option<Manifest> {
     let file = store.open_own(&store.manifest_path(path, etag)).ok()?;
     let bytes = safe_fs::read_limited(file, crate::manifest::MAX_MANIFEST_BYTES).ok()?;

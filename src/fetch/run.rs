@@ -1085,14 +1085,22 @@ impl Fetcher {
         use super::UploadReport;
         use crate::remote_cache::{Upload, Uploaded};
         let sink = rep.inner;
+        // An upload that did not happen: said, and noted in the file's report.
+        let failed = |id: FileId, file: &str, error: &str| {
+            sink.on_event(&Event::UploadFailed { id, file, error });
+            UploadReport {
+                to: remote.url().to_string(),
+                outcome: "failed".into(),
+                bytes: 0,
+                error: Some(error.into()),
+            }
+        };
         for r in reports.iter_mut().filter(|r| {
             (!r.cached || self.upload_cached) && r.verification.as_ref().is_none_or(|v| v.valid)
         }) {
             let id = rep.id(&r.path);
             let key = FileKey::new(repo, commit, &r.path, &r.etag, r.size);
-            let recorded = crate::manifest::Manifest::read(&store.manifest_path(&r.path, &r.etag))
-                .ok()
-                .and_then(|m| m.files.into_iter().find(|f| f.path == r.path));
+            let recorded = integrity::recorded_file(store, &r.path, &r.etag, r.size, &r.sha256);
             let local = store.data_path(&key);
             let manifest = match (recorded, &local) {
                 (Some(m), _) => Ok(m),
@@ -1111,17 +1119,7 @@ impl Fetcher {
             };
             let (Ok(manifest), Some(local)) = (manifest, local) else {
                 let error = "no manifest could be made for it: nothing uploaded";
-                sink.on_event(&Event::UploadFailed {
-                    id,
-                    file: &r.path,
-                    error,
-                });
-                r.upload = Some(UploadReport {
-                    to: remote.url().to_string(),
-                    outcome: "failed".into(),
-                    bytes: 0,
-                    error: Some(error.into()),
-                });
+                r.upload = Some(failed(id, &r.path, error));
                 continue;
             };
             sink.on_event(&Event::UploadStart {
@@ -1148,7 +1146,18 @@ impl Fetcher {
                 local: &local,
                 manifest: &manifest,
             };
-            let report = match remote.upload(&up, &progress).await {
+            // Ctrl-C stops an upload too: a multipart upload never completed is never visible.
+            let uploaded = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => None,
+                r = remote.upload(&up, &progress) => Some(r),
+            };
+            let Some(uploaded) = uploaded else {
+                let error = "stopped on request: nothing of it is visible in the bucket";
+                r.upload = Some(failed(id, &r.path, error));
+                break;
+            };
+            let report = match uploaded {
                 Ok(done) => {
                     let (sent, already_there) = match done {
                         Uploaded::Sent { bytes } => (bytes, false),
@@ -1172,20 +1181,7 @@ impl Fetcher {
                         error: None,
                     }
                 }
-                Err(e) => {
-                    let error = e.to_string();
-                    sink.on_event(&Event::UploadFailed {
-                        id,
-                        file: &r.path,
-                        error: &error,
-                    });
-                    UploadReport {
-                        to: remote.url().to_string(),
-                        outcome: "failed".into(),
-                        bytes: 0,
-                        error: Some(error),
-                    }
-                }
+                Err(e) => failed(id, &r.path, &e.to_string()),
             };
             r.upload = Some(report);
         }

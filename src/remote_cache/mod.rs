@@ -322,29 +322,6 @@ impl RemoteCache {
         }
     }
 
-    /// The index entry of `path` at `commit`, if the store has one (and it reads as one).
-    pub async fn index_entry(
-        &self,
-        repo_type: RepoType,
-        repo_id: &str,
-        commit: &str,
-        path: &str,
-    ) -> Result<Option<IndexEntry>, RemoteCacheError> {
-        let key = Self::index_key(repo_type, repo_id, commit, path);
-        let got = match self.store.get(&self.object(&key)?).await {
-            Ok(g) => g,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.fail("read", &key, e)),
-        };
-        if got.meta.size > 64 << 10 {
-            return Ok(None);
-        }
-        let bytes = got.bytes().await.map_err(|e| self.fail("read", &key, e))?;
-        Ok(serde_json::from_slice::<IndexEntry>(&bytes)
-            .ok()
-            .filter(|e| e.format == INDEX_FORMAT && e.version == INDEX_VERSION))
-    }
-
     /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
     /// entry (last) and the commit its revision named. `progress` is called with each part's
     /// bytes as it is handed to the store. A failed multipart upload is aborted: nothing of it
