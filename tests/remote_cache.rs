@@ -184,8 +184,9 @@ fn bad_remote_cache_urls_are_refused_up_front() {
 }
 
 /// Against a real S3-compatible server (Garage, on loopback): the first node fills the bucket,
-/// the second finds the blob there and sends no byte of it; a node with a wrong secret still
-/// gets its download, and the failure names the bucket, never the secret.
+/// the second reads every byte from it (none from the Hub) and sends nothing; a node with a
+/// wrong secret still gets its download from the Hub, and the failure names the bucket, never
+/// the secret; with the bucket stopped, the Hub serves the file and the fetch succeeds.
 #[test]
 #[cfg_attr(
     not(wi_garage),
@@ -194,6 +195,7 @@ fn bad_remote_cache_urls_are_refused_up_front() {
 fn garage_is_filled_once_and_credentials_stay_secret() {
     use crate::support::garage::{Garage, BUCKET};
     let garage = Garage::start();
+    let endpoint = garage.endpoint.clone();
     let hub = start(hub_builder());
     let file = "tinyllama-q8_0.gguf";
     let size = demo_file(file).len() as u64;
@@ -204,14 +206,20 @@ fn garage_is_filled_once_and_credentials_stay_secret() {
     assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
     assert_eq!(up["bytes"], size);
 
+    // Cold fleet: the next node gets every byte from the bucket, none from the Hub.
     let sb2 = Sandbox::new();
-    let (_, up) = fetch_uploading(&sb2, &hub, &url, &[], |c| garage.env(c));
+    hub.reset_stats();
+    let (o, up) = fetch_uploading(&sb2, &hub, &url, &[], |c| garage.env(c));
     assert_eq!(
         (up["outcome"].as_str(), up["bytes"].as_u64()),
         (Some("already_there"), Some(0))
     );
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, 0);
+    assert_eq!(json(&o)["files"][0]["remote_read"]["bytes"], size);
 
+    // A wrong secret: the bucket is named, never the secret, and the Hub serves the file.
     let sb3 = Sandbox::new();
+    hub.reset_stats();
     let (o, up) = fetch_uploading(&sb3, &hub, &url, &[], |c| {
         garage.env_with(c, "not-the-secret-0123456789")
     });
@@ -219,6 +227,27 @@ fn garage_is_filled_once_and_credentials_stay_secret() {
     let all = format!("{}{}", stdout(&o), stderr(&o));
     assert!(all.contains(&format!("s3://{BUCKET}/team/models")), "{all}");
     assert!(!all.contains("not-the-secret"), "{all}");
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
+    assert!(json(&o)["files"][0].get("remote_read").is_none(), "{all}");
+
+    // The bucket stopped: the download is the Hub's, exit 0, the bucket named in a notice.
+    drop(garage);
+    let sb4 = Sandbox::new();
+    hub.reset_stats();
+    let mut c = sb4.cmd(&hub);
+    c.env("AWS_ACCESS_KEY_ID", crate::support::garage::KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", crate::support::garage::SECRET)
+        .env("AWS_REGION", "garage")
+        .env("AWS_ENDPOINT_URL", &endpoint)
+        .args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
+    assert!(
+        stderr(&o).contains(&format!("s3://{BUCKET}/team/models")),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `wi-fetch cache push` fills the bucket from a warm cache without the Hub: every file
@@ -321,4 +350,155 @@ fn cache_push_uploads_a_warm_cache_offline() {
     let o = locked(&file_url(fresh.path()));
     expect_code(&o, 0);
     assert!(fresh.path().join(format!("blobs/sha256/{sha}")).is_file());
+}
+
+/// The read path, judged by mock-hub's byte counters: one node fills the bucket, and the next
+/// node with an empty cache gets every byte of the file from the bucket, none from the Hub.
+/// Returns the bucket, the file's bytes and SHA-256.
+fn filled_bucket(hub: &mock_server::MockHub) -> (tempfile::TempDir, Vec<u8>, String) {
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+    let want = demo_file("tinyllama-q8_0.gguf");
+    let sb = Sandbox::new();
+    let (_, up) = fetch_uploading(
+        &sb,
+        hub,
+        &url,
+        &["--chunk-size", "64K", "--no-sidecar"],
+        |_| {},
+    );
+    assert_eq!(up["outcome"], "sent", "{up}");
+    let sha = sha256_hex(&want);
+    (bucket, want, sha)
+}
+
+/// `wi-fetch --remote-cache` on a node with an empty cache, `--json`, without the sidecar
+/// manifest the demo repository publishes (so that the bucket's manifest is the one that checks
+/// the chunks): its file report.
+fn fetch_reading(
+    hub: &mock_server::MockHub,
+    bucket: &Path,
+) -> (Sandbox, std::process::Output, Value) {
+    let sb = Sandbox::new();
+    hub.reset_stats();
+    let (o, _) = fetch_uploading(&sb, hub, &file_url(bucket), &["--no-sidecar"], |_| {});
+    let report = json(&o)["files"][0].clone();
+    let got = fs::read(
+        sb.repo_dir(REPO)
+            .join("blobs")
+            .join(report["etag"].as_str().unwrap()),
+    );
+    assert_eq!(
+        sha256_hex(&got.unwrap()),
+        report["sha256"].as_str().unwrap(),
+        "the file in the cache is the one reported"
+    );
+    (sb, o, report)
+}
+
+#[test]
+fn a_second_node_gets_every_byte_from_the_bucket() {
+    let hub = start(hub_builder());
+    let (bucket, want, sha) = filled_bucket(&hub);
+    let (_, o, r) = fetch_reading(&hub, bucket.path());
+    assert_eq!(r["sha256"], sha.as_str());
+    assert_eq!(
+        hub.stats().file(REPO, "tinyllama-q8_0.gguf").bytes_sent,
+        0,
+        "no byte of the file from the Hub"
+    );
+    let read = &r["remote_read"];
+    assert_eq!(read["bytes"], want.len() as u64, "{read}");
+    assert!(
+        read["from"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("blobs/sha256/{sha}")),
+        "{read}"
+    );
+    assert!(
+        read.get("damaged").is_none() && read.get("left").is_none(),
+        "{read}"
+    );
+    // The blob was there: nothing uploaded but the index entry.
+    assert_eq!(r["upload"]["outcome"], "already_there", "{}", stdout(&o));
+}
+
+/// A bucket object with damaged bytes: the chunks that fail the bucket's manifest come from the
+/// Hub (only they), the object is named, and the upload after the verified download replaces it.
+#[test]
+fn a_damaged_object_costs_only_its_bad_chunks_and_is_replaced() {
+    let hub = start(hub_builder());
+    let (bucket, want, sha) = filled_bucket(&hub);
+    let blob = bucket.path().join(format!("blobs/sha256/{sha}"));
+    let mut bad = want.clone();
+    bad[(3 << 16) + 17] ^= 0x40;
+    fs::write(&blob, &bad).unwrap();
+
+    let (_, o, r) = fetch_reading(&hub, bucket.path());
+    let st = hub.stats().file(REPO, "tinyllama-q8_0.gguf");
+    assert_eq!(st.bytes_sent, 1 << 16, "only chunk 3: {:?}", st.served);
+    assert_eq!(st.served, vec![(3 << 16, (4 << 16) - 1)]);
+    let read = &r["remote_read"];
+    assert!(
+        read["damaged"].as_str().unwrap().contains("chunk(s) 3"),
+        "{read}"
+    );
+    assert!(
+        stderr(&o).contains(&format!("blobs/sha256/{sha} does not match the manifest")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(r["upload"]["outcome"], "sent", "{r}");
+    assert!(
+        fs::read(&blob).unwrap() == want,
+        "the damaged object was replaced"
+    );
+}
+
+/// A blob under the file's SHA-256 that is another file: without a manifest in the bucket, the
+/// whole file's digest finds it; with a forged manifest describing the wrong bytes, the Hub's
+/// digest still does. Either way the file comes from the Hub, right, and the object is replaced.
+#[test]
+fn a_blob_under_the_wrong_key_is_refused_and_replaced() {
+    let hub = start(hub_builder());
+    let (bucket, want, sha) = filled_bucket(&hub);
+    let blob = bucket.path().join(format!("blobs/sha256/{sha}"));
+    let manifest = bucket.path().join(format!("manifests/sha256/{sha}.json"));
+    let other: Vec<u8> = want.iter().map(|b| b.wrapping_add(1)).collect();
+
+    // No manifest: read, found wrong as a whole, fetched from the Hub.
+    fs::write(&blob, &other).unwrap();
+    fs::remove_file(&manifest).unwrap();
+    let (_, o, r) = fetch_reading(&hub, bucket.path());
+    assert_eq!(r["sha256"], sha.as_str());
+    let damaged = r["remote_read"]["damaged"].as_str().unwrap().to_string();
+    assert!(damaged.contains("does not match"), "{damaged}");
+    assert!(
+        stderr(&o).contains("the copy in the bucket is damaged"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(r["upload"]["outcome"], "sent");
+    assert!(fs::read(&blob).unwrap() == want);
+    assert!(manifest.exists(), "its manifest written again");
+
+    // A forged manifest that describes the wrong bytes, under the right name.
+    let mut m = Manifest::read(&manifest).unwrap();
+    let f = &mut m.files[0];
+    f.chunks = other
+        .chunks(f.chunk_size as usize)
+        .map(|c| sha256_hex(c).parse().unwrap())
+        .collect();
+    fs::write(&manifest, m.to_json()).unwrap();
+    fs::write(&blob, &other).unwrap();
+    let (_, _, r) = fetch_reading(&hub, bucket.path());
+    assert_eq!(r["sha256"], sha.as_str());
+    assert!(r["remote_read"]["damaged"].is_string(), "{r}");
+    assert_eq!(
+        hub.stats().file(REPO, "tinyllama-q8_0.gguf").bytes_sent,
+        want.len() as u64,
+        "the whole file from the Hub, once"
+    );
+    assert!(fs::read(&blob).unwrap() == want);
 }

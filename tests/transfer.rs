@@ -16,8 +16,8 @@ use weight_inspect::key::{FileKey, PartialPaths};
 use weight_inspect::net::RecordingClock;
 use weight_inspect::progress::{Event, FileId, Reporter};
 use weight_inspect::transfer::{
-    Engine, EngineConfig, ExpectedChunks, RequestSize, Settled, TransferError, TransferOutcome,
-    TransferSpec,
+    BoxError, Engine, EngineConfig, ExpectedChunks, Mirror, MirrorBody, MirrorUse, RequestSize,
+    Settled, TransferError, TransferOutcome, TransferSpec,
 };
 
 const REPO: &str = "org/name";
@@ -296,6 +296,7 @@ impl Fixture {
                 key: FileKey::new(REPO, commit, path, etag, content.len() as u64),
                 id: FileId::next(),
                 chunks: None,
+                mirror: None,
             },
             paths: PartialPaths {
                 data: partial_path.clone(),
@@ -2001,4 +2002,214 @@ async fn a_small_file_keeps_no_resume_state_and_a_stop_discards_it() {
         .unwrap();
     assert_complete(&spec, &fx.small);
     assert_eq!((out.resumed, out.transferred), (0, fx.small.len() as u64));
+}
+
+/// A mirror of the file for the engine's tests (the seam a bucket plugs into; the bucket itself
+/// is tested against real stores in `remote_cache`): serves `bytes`, and once `vanish_after`
+/// bytes were handed out, every read fails — mid-body too — as a bucket that was stopped.
+#[derive(Debug)]
+struct TestMirror {
+    bytes: Arc<Vec<u8>>,
+    vanish_after: u64,
+    served: Arc<AtomicU64>,
+}
+
+impl TestMirror {
+    fn new(bytes: Vec<u8>, vanish_after: u64) -> Self {
+        TestMirror {
+            bytes: Arc::new(bytes),
+            vanish_after,
+            served: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn used(self, fallback: bool) -> (MirrorUse, Arc<AtomicU64>) {
+        let served = self.served.clone();
+        (
+            MirrorUse {
+                mirror: Arc::new(self),
+                fallback,
+            },
+            served,
+        )
+    }
+}
+
+impl Mirror for TestMirror {
+    fn name(&self) -> &str {
+        "test://bucket/blob"
+    }
+
+    fn get_range(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> futures::future::BoxFuture<'_, Result<MirrorBody, BoxError>> {
+        let (bytes, served, limit) = (self.bytes.clone(), self.served.clone(), self.vanish_after);
+        Box::pin(async move {
+            if served.load(Ordering::SeqCst) >= limit {
+                return Err("connection refused (the bucket is stopped)".into());
+            }
+            let pieces: Vec<Result<bytes::Bytes, BoxError>> = bytes
+                [range.start as usize..range.end as usize]
+                .chunks(16 << 10)
+                .map(|p| {
+                    let before = served.fetch_add(p.len() as u64, Ordering::SeqCst);
+                    if before >= limit {
+                        Err("connection reset (the bucket is stopped)".into())
+                    } else {
+                        Ok(bytes::Bytes::copy_from_slice(p))
+                    }
+                })
+                .collect();
+            let body: MirrorBody = Box::pin(futures::stream::iter(pieces));
+            Ok(body)
+        })
+    }
+}
+
+/// A mirror holding the file serves every byte: none from the Hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_serves_the_whole_file_and_the_hub_nothing() {
+    let fx = fixture().await;
+    let mut spec = fx.spec_with_manifest();
+    let (m, served) = TestMirror::new(fx.lfs.clone(), u64::MAX).used(true);
+    spec.mirror = Some(m);
+    let out = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!(fx.sent(LFS), 0, "nothing from the Hub");
+    assert_eq!(served.load(Ordering::SeqCst), SIZE as u64);
+    let m = out.mirror.expect("a mirror report");
+    assert_eq!(
+        (m.bytes, m.damaged_chunks.len(), m.left),
+        (SIZE as u64, 0, None)
+    );
+}
+
+/// A chunk of the mirror's copy that fails the manifest comes from the Hub, alone, and is
+/// named; the rest still comes from the mirror.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_chunk_of_the_mirror_comes_from_the_hub() {
+    let fx = fixture().await;
+    let mut spec = fx.spec_with_manifest();
+    let mut damaged = fx.lfs.clone();
+    damaged[5 * CHUNK as usize + 7] ^= 0xff;
+    damaged[20 * CHUNK as usize] ^= 0x01;
+    let (m, _) = TestMirror::new(damaged, u64::MAX).used(true);
+    spec.mirror = Some(m);
+    let rec = Recorder::default();
+    let out = engine(config()).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let st = fx.hub.stats().file(REPO, LFS);
+    assert_eq!(
+        st.bytes_sent,
+        2 * CHUNK,
+        "only the two damaged chunks: {:?}",
+        st.served
+    );
+    let mut spans = st.served.clone();
+    spans.sort_unstable();
+    assert_eq!(
+        spans,
+        vec![(5 * CHUNK, 6 * CHUNK - 1), (20 * CHUNK, 21 * CHUNK - 1)]
+    );
+    let m = out.mirror.unwrap();
+    assert_eq!(m.damaged_chunks, vec![5, 20]);
+    assert_eq!(out.corrupt_copies, 2);
+    let said: Vec<String> = rec
+        .seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Discarded { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        said.iter()
+            .any(|r| r.contains("chunk 5") && r.contains("test://bucket/blob")),
+        "{said:?}"
+    );
+}
+
+/// A mirror that stops mid-download hands the rest to the Hub at once (no backoff): the file
+/// is complete, what the mirror sent is kept, and the Hub sends only the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_that_stops_mid_download_hands_the_rest_to_the_hub() {
+    let fx = fixture().await;
+    let mut spec = fx.spec_with_manifest();
+    let clock = Arc::new(RecordingClock::new());
+    let cfg = EngineConfig {
+        retry_clock: clock.clone(),
+        ..config()
+    };
+    let (m, served) = TestMirror::new(fx.lfs.clone(), SIZE as u64 / 2).used(true);
+    spec.mirror = Some(m);
+    let rec = Recorder::default();
+    let out = engine(cfg).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let m = out.mirror.unwrap();
+    assert!(m.left.is_some(), "{m:?}");
+    let from_mirror = served.load(Ordering::SeqCst).min(SIZE as u64);
+    assert!(from_mirror >= SIZE as u64 / 2, "{from_mirror}");
+    // Nothing the mirror delivered is asked of the Hub again, beyond the pieces in flight when
+    // it stopped (at most a piece per connection).
+    let hub = fx.sent(LFS);
+    assert!(hub <= SIZE as u64 / 2 + 4 * (16 << 10), "{hub}");
+    assert!(hub > 0);
+    assert!(out.retry_causes.mirror >= 1, "{:?}", out.retry_causes);
+    assert!(
+        clock.waits().iter().all(|d| d.is_zero()),
+        "{:?}",
+        clock.waits()
+    );
+    assert!(
+        rec.seen()
+            .iter()
+            .any(|s| matches!(s, Seen::Notice(n) if n.contains("the rest comes from the Hub"))),
+        "{:?}",
+        rec.seen()
+    );
+}
+
+/// Without a manifest, a mirror's copy that is another file is found by the whole file's
+/// digest: the download fails naming the mirror (the caller then fetches from the Hub), rather
+/// than repairing a whole file chunk by chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_copy_without_a_manifest_names_the_mirror() {
+    let fx = fixture().await;
+    let mut spec = fx.spec(LFS);
+    let (m, _) = TestMirror::new(data(SIZE, 9), u64::MAX).used(true);
+    spec.mirror = Some(m);
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, TransferError::MirrorMismatch { .. }), "{e}");
+    assert!(e.to_string().contains("test://bucket/blob"), "{e}");
+    assert_eq!(e.exit_code(), 2);
+    assert_eq!(fx.sent(LFS), 0);
+}
+
+/// Without a fallback (offline), the mirror is the only source: a damaged chunk is never taken
+/// from it (the same wrong bytes twice end the download naming the chunk), and the Hub is never
+/// asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_only_mirror_never_reaches_the_hub() {
+    let fx = fixture().await;
+    let mut spec = fx.spec_with_manifest();
+    let mut damaged = fx.lfs.clone();
+    damaged[3 * CHUNK as usize] ^= 0xff;
+    let (m, _) = TestMirror::new(damaged, u64::MAX).used(false);
+    spec.mirror = Some(m);
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransferError::ChunkMismatch { index: 3, .. }),
+        "{e}"
+    );
+    assert_eq!(fx.hub.stats().file(REPO, LFS).requests, 0);
 }

@@ -584,6 +584,7 @@ fn hash_from_disk(
         elapsed: std::time::Duration::ZERO,
         chunk_size,
         chunks: chunks.iter().map(|c| c.0).collect(),
+        mirror: None,
     };
     Ok(out)
 }

@@ -60,6 +60,7 @@
 //! ```
 
 pub mod blocking;
+mod bucket;
 mod decide;
 pub(crate) mod error;
 mod integrity;
@@ -74,7 +75,7 @@ mod verification;
 
 pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
-pub use report::{FetchSummary, FileReport, Plan, PlannedFile, UploadReport};
+pub use report::{FetchSummary, FileReport, Plan, PlannedFile, RemoteRead, UploadReport};
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
 
@@ -501,6 +502,8 @@ impl FetcherBuilder {
             check_only: self.check_only,
             mode,
             #[cfg(feature = "remote-cache")]
+            read_from: self.remote_cache.clone(),
+            #[cfg(feature = "remote-cache")]
             upload_to: self.remote_cache.filter(|_| self.upload),
             #[cfg(feature = "remote-cache")]
             upload_cached: self.upload_cached,
@@ -535,6 +538,9 @@ pub struct Fetcher {
     check_only: bool,
     /// What the fetcher may do with files (from `offline`, `check_only`, `force_download`).
     mode: decide::Mode,
+    /// Where files are read first, when it holds them.
+    #[cfg(feature = "remote-cache")]
+    read_from: Option<crate::remote_cache::RemoteCache>,
     /// Where verified downloads are uploaded.
     #[cfg(feature = "remote-cache")]
     upload_to: Option<crate::remote_cache::RemoteCache>,

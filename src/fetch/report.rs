@@ -138,6 +138,26 @@ pub struct FileReport {
     /// [`FetcherBuilder::remote_cache`](super::FetcherBuilder)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upload: Option<UploadReport>,
+    /// What its download read from the remote cache, when it found the file there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_read: Option<RemoteRead>,
+}
+
+/// What a file's download read from the remote cache (a team's bucket).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteRead {
+    /// The object read, by its URL (never with credentials).
+    pub from: String,
+    /// Bytes received from it.
+    pub bytes: u64,
+    /// What was wrong with the bucket's copy (chunks that failed the manifest, a blob that is
+    /// not the file, an unusable manifest): those bytes came from the Hub, and the copy is
+    /// replaced by the upload after the verified download.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<String>,
+    /// Why it stopped being read before the end (the rest came from the Hub).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
 }
 
 /// What happened to a file's upload to the remote cache.

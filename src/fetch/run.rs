@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use futures::stream::{self, StreamExt};
 
+use super::bucket::FromBucket;
 use super::decide::{decide, Action, Mode, OnDisk, Refusal};
 use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
 use super::lock::{LockedFile, LockedRepo};
@@ -158,6 +159,8 @@ struct Job<'a> {
     store: &'a Store,
     stale: &'a StalePartials,
     f: &'a PlannedFile,
+    #[cfg_attr(not(feature = "remote-cache"), allow(dead_code))]
+    pin: Option<&'a LockedFile>,
     key: &'a FileKey,
     rep: &'a Gate<'a>,
     t0: Instant,
@@ -644,6 +647,7 @@ impl Fetcher {
             store,
             stale,
             f,
+            pin,
             key: &key,
             rep,
             t0,
@@ -651,15 +655,81 @@ impl Fetcher {
         self.download(&job, expect.as_ref(), repair, discard).await
     }
 
-    /// Carries out [`Action::Download`]: the file's turn on the connections and its lock, a
-    /// partial download prepared (discarded, or a copy of the damaged file to repair), the
-    /// transfer, the user's manifest checked, the file put in place and its manifest recorded.
+    /// Carries out [`Action::Download`]: from the remote cache first when it holds the file
+    /// (see `bucket`), the Hub for the rest. Bytes from the bucket that fail the whole file's
+    /// check are thrown away and the file is downloaded from the Hub; the bucket's copy is
+    /// named as damaged in the report, and replaced by the upload that follows.
     async fn download(
         &self,
         job: &Job<'_>,
         expect: Option<&Expect>,
         repair: bool,
         discard: bool,
+    ) -> Result<FileReport, FetchError> {
+        #[cfg(feature = "remote-cache")]
+        if let Some(remote) = &self.read_from {
+            let (f, rep) = (job.f, job.rep);
+            let trusted = expect.is_some_and(|e| e.file.chunks.is_some());
+            let say = |m: &str| notice(rep, Some(&f.path), m);
+            match super::bucket::lookup(remote, f, job.pin, trusted, !self.offline, say).await {
+                Ok(Some(b)) => {
+                    match self
+                        .download_via(job, expect, repair, discard, Some(&b))
+                        .await
+                    {
+                        Err(FetchError::Transfer(e)) if e.is_integrity() && b.mirror.fallback => {
+                            let damaged = e.to_string();
+                            notice(
+                                rep,
+                                Some(&f.path),
+                                &format!(
+                                    "{damaged}: the copy in the bucket is damaged; downloading \
+                                     the file from the Hub"
+                                ),
+                            );
+                            let mut r = self.download_via(job, expect, false, true, None).await?;
+                            r.remote_read = Some(super::RemoteRead {
+                                from: b.mirror.mirror.name().to_string(),
+                                bytes: 0,
+                                damaged: Some(damaged),
+                                left: Some("its bytes did not make the file".into()),
+                            });
+                            return Ok(r);
+                        }
+                        r => return r,
+                    }
+                }
+                Ok(None) => {}
+                Err(damaged) => {
+                    let mut r = self
+                        .download_via(job, expect, repair, discard, None)
+                        .await?;
+                    if let Some(d) = damaged {
+                        r.remote_read = Some(super::RemoteRead {
+                            from: remote.url().to_string(),
+                            bytes: 0,
+                            damaged: Some(d),
+                            left: None,
+                        });
+                    }
+                    return Ok(r);
+                }
+            }
+        }
+        self.download_via(job, expect, repair, discard, None).await
+    }
+
+    /// [`download`](Self::download) from one source: the file's turn on the connections and
+    /// its lock, a partial download prepared (discarded, or a copy of the damaged file to
+    /// repair), the transfer (reading `bucket` first, when given), the user's manifest checked,
+    /// the file put in place and its manifest recorded.
+    async fn download_via(
+        &self,
+        job: &Job<'_>,
+        expect: Option<&Expect>,
+        repair: bool,
+        discard: bool,
+        bucket: Option<&FromBucket>,
     ) -> Result<FileReport, FetchError> {
         let Job {
             repo,
@@ -670,6 +740,7 @@ impl Fetcher {
             key,
             rep,
             t0,
+            ..
         } = *job;
         // The file's turn on the engine's connections comes before its lock: a file locked
         // while it waits for its turn would look stuck to another process waiting for that
@@ -747,7 +818,10 @@ impl Fetcher {
             headers: self.hub.origin_headers(),
             key: key.clone(),
             id: rep.id(&f.path),
-            chunks: expect.and_then(Expect::engine_chunks),
+            chunks: expect
+                .and_then(Expect::engine_chunks)
+                .or_else(|| bucket.and_then(|b| b.chunks.clone())),
+            mirror: bucket.map(|b| b.mirror.clone()),
         };
         let turn = match turn {
             Some(t) => t,
@@ -841,6 +915,7 @@ impl Fetcher {
             chunk_size: None,
             manifest: None,
             upload: None,
+            remote_read: bucket.map(|b| b.read(out.mirror.as_ref())),
         })
     }
 
@@ -1145,6 +1220,7 @@ impl Fetcher {
                 etag: &r.etag,
                 local: &local,
                 manifest: &manifest,
+                replace: r.remote_read.as_ref().is_some_and(|b| b.damaged.is_some()),
             };
             // Ctrl-C stops an upload too: a multipart upload never completed is never visible.
             let uploaded = tokio::select! {
@@ -1287,6 +1363,7 @@ impl Fetcher {
             chunk_size: None,
             manifest: None,
             upload: None,
+            remote_read: None,
         }))
     }
 

@@ -34,13 +34,25 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{
+    GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    WriteMultipart,
+};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use crate::manifest::{ManifestFile, Sha256Hex};
 use crate::names::{check_repo_path, escape, RepoType};
+use crate::transfer::{BoxError, Mirror, MirrorBody};
+
+/// Retries of one request to an S3-compatible store (object_store's own, below the fetch's).
+pub const STORE_RETRIES: usize = 2;
+
+/// Largest manifest read from the store (a manifest of 2^18 chunks is about 18 MB).
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// Bytes per part of a multipart upload (S3's smallest part is 5 MiB).
 pub const PART_SIZE: usize = 8 << 20;
@@ -139,6 +151,9 @@ pub struct Upload<'a> {
     pub local: &'a Path,
     /// Its manifest (size, SHA-256, every chunk's SHA-256).
     pub manifest: &'a ManifestFile,
+    /// Upload the blob and its manifest even when the store has them: its copy was found
+    /// damaged.
+    pub replace: bool,
 }
 
 /// What an upload did.
@@ -152,6 +167,59 @@ pub enum Uploaded {
     },
     /// The blob was there already: only its index entry was written.
     AlreadyThere,
+}
+
+/// What the store holds of a blob (see [`RemoteCache::lookup`]).
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    /// No blob of this SHA-256 (or one of another size: a damaged copy, named in `damaged`).
+    Missing {
+        /// What is wrong with what is there, if anything is.
+        damaged: Option<String>,
+    },
+    /// The blob, to read ranges of, and its manifest when one is there and describes it.
+    Found {
+        /// The blob as a source of ranges for the transfer engine.
+        blob: Arc<BlobMirror>,
+        /// Its manifest (every chunk's SHA-256), when one is there, readable, and for this
+        /// SHA-256 and size.
+        manifest: Option<ManifestFile>,
+        /// What is wrong with the manifest that is there, if one is and cannot be used.
+        damaged: Option<String>,
+    },
+}
+
+/// A blob of the store, read by ranges (a [`Mirror`] of the transfer engine).
+pub struct BlobMirror {
+    store: Arc<dyn ObjectStore>,
+    location: ObjectPath,
+    name: String,
+}
+
+impl fmt::Debug for BlobMirror {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl Mirror for BlobMirror {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get_range(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, Result<MirrorBody, BoxError>> {
+        Box::pin(async move {
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(range)),
+                ..Default::default()
+            };
+            let got = self.store.get_opts(&self.location, opts).await?;
+            Ok(got.into_stream().map_err(BoxError::from).boxed())
+        })
+    }
 }
 
 /// An index entry: which bytes a path of a repository has at a commit.
@@ -203,7 +271,25 @@ impl RemoteCache {
                     return Err(bad("no bucket (s3://BUCKET/PREFIX)".into()));
                 }
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
-                    .with_url(format!("s3://{bucket}"));
+                    .with_url(format!("s3://{bucket}"))
+                    // A bucket is one source among others: a store that is down is given up
+                    // on in moments (the Hub takes over), not after object_store's default of
+                    // ten retries over three minutes.
+                    .with_retry(object_store::RetryConfig {
+                        backoff: object_store::BackoffConfig {
+                            init_backoff: std::time::Duration::from_millis(100),
+                            max_backoff: std::time::Duration::from_secs(2),
+                            base: 2.0,
+                        },
+                        max_retries: STORE_RETRIES,
+                        retry_timeout: std::time::Duration::from_secs(20),
+                    })
+                    .with_config(
+                        object_store::aws::AmazonS3ConfigKey::Client(
+                            object_store::ClientConfigKey::ConnectTimeout,
+                        ),
+                        "5s",
+                    );
                 let endpoint = std::env::var("AWS_ENDPOINT_URL")
                     .or_else(|_| std::env::var("AWS_ENDPOINT"))
                     .unwrap_or_default();
@@ -322,6 +408,89 @@ impl RemoteCache {
         }
     }
 
+    /// What the store holds of the blob with this SHA-256 and size: nothing, or the blob with
+    /// its manifest when that is there and describes it (its SHA-256 and size; every chunk's
+    /// digest is then checked as the bytes arrive, and the whole file against its SHA-256, by
+    /// the reader). A blob or manifest that is there but cannot be used is named in `damaged`.
+    pub async fn lookup(&self, sha256: &Sha256Hex, size: u64) -> Result<Lookup, RemoteCacheError> {
+        let key = Self::blob_key(sha256);
+        let location = self.object(&key)?;
+        match self.store.head(&location).await {
+            Ok(meta) if meta.size == size => {}
+            Ok(meta) => {
+                return Ok(Lookup::Missing {
+                    damaged: Some(format!(
+                        "{}/{key} has {} bytes, not {size}",
+                        self.url, meta.size
+                    )),
+                })
+            }
+            Err(object_store::Error::NotFound { .. }) => {
+                return Ok(Lookup::Missing { damaged: None })
+            }
+            Err(e) => return Err(self.fail("look up", &key, e)),
+        }
+        let blob = Arc::new(BlobMirror {
+            store: self.store.clone(),
+            location,
+            name: format!("{}/{key}", self.url),
+        });
+        let (manifest, damaged) = match self.manifest(sha256, size).await? {
+            Ok(m) => (m, None),
+            Err(why) => (None, Some(why)),
+        };
+        Ok(Lookup::Found {
+            blob,
+            manifest,
+            damaged,
+        })
+    }
+
+    /// The manifest of a blob: `Ok(None)` when there is none, `Err(why)` when the one there
+    /// cannot be used (too large, unreadable, or of another file).
+    async fn manifest(
+        &self,
+        sha256: &Sha256Hex,
+        size: u64,
+    ) -> Result<Result<Option<ManifestFile>, String>, RemoteCacheError> {
+        let key = Self::manifest_key(sha256);
+        let location = self.object(&key)?;
+        let got = match self.store.get(&location).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Ok(None)),
+            Err(e) => return Err(self.fail("read", &key, e)),
+        };
+        let named = format!("{}/{key}", self.url);
+        if got.meta.size > MAX_MANIFEST_BYTES {
+            return Ok(Err(format!(
+                "{named} has {} bytes (at most {MAX_MANIFEST_BYTES} are read)",
+                got.meta.size
+            )));
+        }
+        // Read within the bound whatever the store said of the size.
+        let mut body = got.into_stream();
+        let mut bytes = Vec::new();
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(|e| self.fail("read", &key, e))?;
+            if (bytes.len() + piece.len()) as u64 > MAX_MANIFEST_BYTES {
+                return Ok(Err(format!(
+                    "{named} is larger than {MAX_MANIFEST_BYTES} bytes"
+                )));
+            }
+            bytes.extend_from_slice(&piece);
+        }
+        let m = match crate::manifest::Manifest::parse(&bytes) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(format!("{named}: {e}"))),
+        };
+        match m.files.as_slice() {
+            [f] if f.sha256 == *sha256 && f.size == size => Ok(Ok(Some(f.clone()))),
+            _ => Ok(Err(format!(
+                "{named} does not describe one file of {size} bytes with SHA-256 {sha256}"
+            ))),
+        }
+    }
+
     /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
     /// entry (last) and the commit its revision named. `progress` is called with each part's
     /// bytes as it is handed to the store. A failed multipart upload is aborted: nothing of it
@@ -353,7 +522,7 @@ impl RemoteCache {
                 m.size
             )));
         }
-        let sent = if self.has_blob(&m.sha256, m.size).await? {
+        let sent = if !up.replace && self.has_blob(&m.sha256, m.size).await? {
             Uploaded::AlreadyThere
         } else {
             let key = Self::blob_key(&m.sha256);

@@ -17,6 +17,7 @@ use super::error::TransferError;
 use super::events::Events;
 use super::failure::Counters;
 use super::gauge::Gauge;
+use super::mirror::MirrorState;
 use super::pace::Pace;
 use super::plan::Plan;
 use super::prefix_hash::PrefixHash;
@@ -28,6 +29,8 @@ use super::EngineConfig;
 pub(crate) struct Ctx<'a> {
     pub cfg: &'a EngineConfig,
     pub source: Source<'a>,
+    /// The mirror read first, if any.
+    pub mirror: Option<MirrorState>,
     pub events: Events<'a>,
     /// The partial file.
     pub file: Arc<File>,

@@ -205,6 +205,10 @@ pub(crate) async fn download(
             etag: &spec.key.etag,
             size,
         },
+        mirror: spec
+            .mirror
+            .clone()
+            .map(|m| super::mirror::MirrorState::new(m, plan.count())),
         events,
         file: opened.file.clone(),
         data_path: &data_path,
@@ -264,8 +268,18 @@ pub(crate) async fn download(
                 let (_, hasher) =
                     futures::try_join!(fetch_all(&ctx), ctx.prefix.follow(&ctx.chunks, hasher))?;
                 let (sha256, actual) = hasher.finish();
+                let from_mirror = ctx.mirror.as_ref().filter(|m| m.contributed());
                 if actual == expected {
                     Ok(sha256)
+                } else if let Some(m) = from_mirror.filter(|_| !ctx.chunks.lock().has_manifest()) {
+                    // Without a manifest nothing says which of the mirror's chunks is wrong:
+                    // its copy is damaged, and the caller fetches the file from the Hub.
+                    Err(TransferError::MirrorMismatch {
+                        file: file.to_string(),
+                        mirror: m.name().to_string(),
+                        expected: expected.to_string(),
+                        actual: actual.to_string(),
+                    })
                 } else {
                     modes::repair::run(&ctx, expected, actual).await
                 }
@@ -334,6 +348,7 @@ pub(crate) async fn download(
         elapsed: started.elapsed(),
         chunk_size: plan.chunk_size,
         chunks,
+        mirror: ctx.mirror.as_ref().map(super::mirror::MirrorState::report),
     };
     drop(ctx);
     Ok(Finished { outcome, partial })

@@ -287,6 +287,19 @@ pub enum TransferError {
         #[source]
         source: crate::net::RedirectError,
     },
+    /// The bytes read from a mirror (a bucket), with no manifest to check them chunk by chunk,
+    /// do not make the file the digest names: the mirror's copy is damaged (or another file).
+    #[error("{file}: the copy at {mirror} does not match its {expected} (got {actual})")]
+    MirrorMismatch {
+        /// Path in the repository.
+        file: String,
+        /// The mirror's name (an object's URL, no credentials).
+        mirror: String,
+        /// The expected digest, as `sha256:<hex>` or `git-sha1:<hex>`.
+        expected: String,
+        /// The digest of the bytes read.
+        actual: String,
+    },
     /// The request itself is unusable (an unparsable URL…).
     #[error("{file}: invalid transfer: {reason}")]
     InvalidSpec {
@@ -305,6 +318,7 @@ impl TransferError {
             TransferError::HashMismatch { .. }
                 | TransferError::ChunkMismatch { .. }
                 | TransferError::ManifestDisagrees { .. }
+                | TransferError::MirrorMismatch { .. }
         )
     }
 
@@ -382,6 +396,7 @@ impl TransferError {
             | TransferError::Interrupted { file, .. }
             | TransferError::ChunkMismatch { file, .. }
             | TransferError::ManifestDisagrees { file, .. }
+            | TransferError::MirrorMismatch { file, .. }
             | TransferError::Network { file, .. }
             | TransferError::TooManyCuts { file, .. }
             | TransferError::Server { file, .. }

@@ -21,6 +21,8 @@ pub(crate) enum FailKind {
     RangeIgnored { requested: String },
     /// 401/403/404/410 from the CDN: perhaps an expired signature; asked again once.
     Cdn { status: u16, url: String },
+    /// The mirror failed and was left: the range is asked of the resolve URL at once.
+    Mirror,
     /// Nothing to retry.
     Fatal(Box<TransferError>),
 }
@@ -105,6 +107,8 @@ pub struct RetryCauses {
     pub bad_answer: u32,
     /// The CDN refused the signed location (401/403/404/410): a fresh one was asked for.
     pub cdn_refused: u32,
+    /// The mirror (a team's bucket) failed, and the range was asked of the Hub instead.
+    pub mirror: u32,
 }
 
 impl RetryCauses {
@@ -117,6 +121,7 @@ impl RetryCauses {
             + self.throttled
             + self.bad_answer
             + self.cdn_refused
+            + self.mirror
     }
 
     /// Adds `other`'s counts.
@@ -128,6 +133,7 @@ impl RetryCauses {
         self.throttled += other.throttled;
         self.bad_answer += other.bad_answer;
         self.cdn_refused += other.cdn_refused;
+        self.mirror += other.mirror;
     }
 
     /// `2 cut, 1 server error`, or an empty string without retries.
@@ -140,6 +146,7 @@ impl RetryCauses {
             (self.throttled, "throttled (429)"),
             (self.bad_answer, "bad answer"),
             (self.cdn_refused, "CDN location refused"),
+            (self.mirror, "remote cache left for the Hub"),
         ]
         .iter()
         .filter(|(n, _)| *n > 0)
@@ -159,6 +166,7 @@ pub(crate) enum Cause {
     Throttled,
     BadAnswer,
     CdnRefused,
+    Mirror,
 }
 
 impl Failure {
@@ -179,6 +187,7 @@ impl Failure {
             FailKind::Status { .. } | FailKind::Fatal(_) => Cause::Server,
             FailKind::Range { .. } | FailKind::RangeIgnored { .. } => Cause::BadAnswer,
             FailKind::Cdn { .. } => Cause::CdnRefused,
+            FailKind::Mirror => Cause::Mirror,
         }
     }
 }
@@ -197,7 +206,7 @@ pub(crate) struct Counters {
     /// Connections cut after they delivered bytes.
     cuts: AtomicU64,
     /// The same, by cause (indexed by [`Cause`]).
-    causes: [AtomicU32; 7],
+    causes: [AtomicU32; 8],
 }
 
 impl Counters {
@@ -234,6 +243,7 @@ impl Counters {
             throttled: n(Cause::Throttled),
             bad_answer: n(Cause::BadAnswer),
             cdn_refused: n(Cause::CdnRefused),
+            mirror: n(Cause::Mirror),
         }
     }
 

@@ -116,6 +116,7 @@ mod events;
 mod failure;
 mod gauge;
 mod hash;
+mod mirror;
 mod modes;
 mod pace;
 mod partial;
@@ -157,8 +158,10 @@ pub fn max_cuts(size: u64) -> u64 {
 }
 pub use failure::RetryCauses;
 pub use gauge::{ConnectionReading, ConnectionUse};
+pub use mirror::MirrorReport;
 pub use pace::{ConnectionPath, Settled};
 pub use partial::{LockedPartial, PartialInfo};
+pub use source::{Mirror, MirrorBody, MirrorUse};
 
 /// One file to download.
 #[derive(Debug, Clone)]
@@ -182,6 +185,10 @@ pub struct TransferSpec {
     /// fetched again, alone), and bytes already on disk without a resume state are checked
     /// chunk by chunk rather than thrown away. `None`: only the whole-file digest is known.
     pub chunks: Option<Arc<ExpectedChunks>>,
+    /// Another place holding the same bytes, read first (see [`MirrorUse`]): a team's bucket.
+    /// Its answers are checked as the resolve URL's are, every chunk against `chunks` and the
+    /// whole file against the key's digest.
+    pub mirror: Option<MirrorUse>,
 }
 
 /// The SHA-256 of every chunk of a file cut into chunks of `chunk_size` bytes (the last one
@@ -395,6 +402,8 @@ pub struct TransferOutcome {
     /// The SHA-256 of every chunk, in order: with [`chunk_size`](Self::chunk_size) and
     /// [`sha256`](Self::sha256), the makings of a manifest without reading the file again.
     pub chunks: Vec<[u8; 32]>,
+    /// What came from the [`TransferSpec::mirror`], if there was one.
+    pub mirror: Option<MirrorReport>,
 }
 
 /// A finished download: every byte on disk, synced, the digest matched. It still holds the

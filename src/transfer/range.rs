@@ -27,7 +27,8 @@ use super::table::suspicion;
 use super::RequestSize;
 use crate::net::{self, redact, Chain, ContentRange, Transience};
 
-type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// A body's pieces, a failed read already judged.
+type Body = Pin<Box<dyn Stream<Item = Result<Bytes, Failure>> + Send>>;
 
 /// What was asked for.
 #[derive(Debug, Clone, Copy)]
@@ -58,12 +59,29 @@ pub(crate) struct Answer {
     pub unchecked: bool,
     /// The `Range` asked for, for messages.
     pub requested: String,
+    /// The chunk it fills, when it comes from the mirror.
+    pub mirror_chunk: Option<usize>,
 }
 
 /// Sends one GET for `want`, following redirects, and checks the answer.
 pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure> {
     let src = &ctx.source;
     let requested = want.header();
+    if let (Some(m), Want::Span { first, last }) = (&ctx.mirror, want) {
+        let index = ctx.plan.chunk_at(first).map_or(usize::MAX, |c| c.index);
+        if m.serves(index) {
+            match from_mirror(ctx, m, index, first, last, &requested).await {
+                Ok(answer) => return Ok(answer),
+                Err(f) => {
+                    if matches!(f.kind, FailKind::Fatal(_)) || !m.leave(&f.message, &ctx.events) {
+                        return Err(f);
+                    }
+                    // Left: the same range, from the resolve URL, at once.
+                    ctx.counters.retried(super::failure::Cause::Mirror);
+                }
+            }
+        }
+    }
     let reused = ctx.signed.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let start = reused.clone().unwrap_or_else(|| src.url.clone());
     let mut chain = Chain::new(start, &src.url);
@@ -172,12 +190,68 @@ pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure
         }
     }
     Ok(Answer {
-        body: Box::pin(resp.bytes_stream()),
+        body: Box::pin(resp.bytes_stream().map(|r| {
+            r.map_err(|e| {
+                let transient = net::transience(&e) == Transience::Transient;
+                Failure::network(e, transient)
+            })
+        })),
         start,
         promised,
         unchecked,
         requested,
+        mirror_chunk: None,
     })
+}
+
+/// Asks the mirror for bytes `first..=last` of chunk `index`: its answer is the range asked
+/// for, or an error (its body's length is checked as it streams).
+async fn from_mirror(
+    ctx: &Ctx<'_>,
+    m: &super::mirror::MirrorState,
+    index: usize,
+    first: u64,
+    last: u64,
+    requested: &str,
+) -> Result<Answer, Failure> {
+    let wait = ctx.cfg.connect_timeout + ctx.cfg.stall_timeout;
+    let got = tokio::select! {
+        biased;
+        () = ctx.stop.cancelled() => return Err(Failure::fatal(ctx.interrupted())),
+        r = tokio::time::timeout(wait, m.use_.mirror.get_range(first..last + 1)) => r,
+    };
+    let body = match got {
+        Err(_) => {
+            return Err(Failure::io(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {wait:?}"),
+            ))
+        }
+        Ok(Err(e)) => return Err(Failure::network(e, true)),
+        Ok(Ok(body)) => body,
+    };
+    Ok(Answer {
+        body: Box::pin(body.map(|r| r.map_err(|e| Failure::network(e, true)))),
+        start: first,
+        promised: last + 1 - first,
+        unchecked: false,
+        requested: requested.to_string(),
+        mirror_chunk: Some(index),
+    })
+}
+
+/// A failed attempt on an answer from the mirror: with a fallback the mirror is left, and the
+/// range is asked of the resolve URL at once ([`FailKind::Mirror`]).
+fn mirror_failed(ctx: &Ctx<'_>, f: Failure) -> Failure {
+    let Some(m) = &ctx.mirror else { return f };
+    if matches!(f.kind, FailKind::Fatal(_)) || !m.leave(&f.message, &ctx.events) {
+        return f;
+    }
+    Failure {
+        message: format!("{}: {}", m.name(), f.message),
+        kind: FailKind::Mirror,
+        retry_after: None,
+    }
 }
 
 /// Sorts out error statuses, and checks that the file is still the one being downloaded.
@@ -227,6 +301,16 @@ fn check_status(ctx: &Ctx<'_>, resp: &reqwest::Response, from_hub: bool) -> Resu
 }
 
 impl Answer {
+    /// Counts a piece of the body that arrived.
+    fn count(&self, ctx: &Ctx<'_>, piece: &Bytes) {
+        let n = piece.len() as u64;
+        ctx.counters.received(n);
+        ctx.pace.received(n);
+        if let (Some(m), Some(index)) = (&ctx.mirror, self.mirror_chunk) {
+            m.received(index, n);
+        }
+    }
+
     /// The next piece of the body, waiting at most the stall timeout; counts what arrives.
     pub(super) async fn next(&mut self, ctx: &Ctx<'_>) -> Result<Option<Bytes>, Failure> {
         let stall = ctx.cfg.stall_timeout;
@@ -241,13 +325,9 @@ impl Answer {
                 format!("stalled: no data for {stall:?}"),
             )),
             Ok(None) => Ok(None),
-            Ok(Some(Err(e))) => {
-                let transient = net::transience(&e) == Transience::Transient;
-                Err(Failure::network(e, transient))
-            }
+            Ok(Some(Err(f))) => Err(f),
             Ok(Some(Ok(b))) => {
-                ctx.counters.received(b.len() as u64);
-                ctx.pace.received(b.len() as u64);
+                self.count(ctx, &b);
                 // Judged as bytes flow, not only when a connection comes back: at a CDN's cap
                 // a 16 MiB chunk keeps its connection for most of a second.
                 ctx.pace
@@ -353,8 +433,24 @@ async fn one_request(
     let range = sink.range();
     let (first, last) = (range.start + at, range.start + upto - 1);
     let asked = Instant::now();
-    let mut answer = request(ctx, Want::Span { first, last }).await?;
+    let answer = request(ctx, Want::Span { first, last }).await?;
     ctx.pace.answered(ctx.permits, asked.elapsed());
+    if answer.mirror_chunk.is_some() {
+        return stream_answer(ctx, sink, answer, upto, may_yield)
+            .await
+            .map_err(|f| mirror_failed(ctx, f));
+    }
+    stream_answer(ctx, sink, answer, upto, may_yield).await
+}
+
+/// Streams `answer` into the part `sink` fills, up to `upto` (see [`one_request`]).
+async fn stream_answer(
+    ctx: &Ctx<'_>,
+    sink: &mut impl Sink,
+    mut answer: Answer,
+    upto: u64,
+    may_yield: bool,
+) -> Result<Fetched, Failure> {
     let want = answer.promised;
     let base = sink.mark();
     let mut received = 0u64;
@@ -366,8 +462,7 @@ async fn one_request(
         let piece = if yielding {
             match answer.body.next().now_or_never() {
                 Some(Some(Ok(p))) => {
-                    ctx.counters.received(p.len() as u64);
-                    ctx.pace.received(p.len() as u64);
+                    answer.count(ctx, &p);
                     p
                 }
                 _ => break,

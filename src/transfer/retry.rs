@@ -70,6 +70,10 @@ impl Retrier {
     /// ignored (a 200 with the whole file) is reported as such when `may_switch` (the caller may
     /// switch to one sequential stream), else retried like any other failure.
     pub(super) fn decide(&mut self, f: &Failure, progressed: bool, may_switch: bool) -> Next {
+        if matches!(f.kind, FailKind::Mirror) {
+            // Another source takes over: not a failure of this one.
+            return Next::Wait(Duration::ZERO);
+        }
         if progressed {
             self.retry.progressed();
             // Cut (or stalled) after delivering bytes: the link, not the server, failed. Not a
@@ -100,7 +104,7 @@ impl Retrier {
                     at_once = true;
                 }
             }
-            FailKind::Range { .. } | FailKind::RangeIgnored { .. } => {}
+            FailKind::Range { .. } | FailKind::RangeIgnored { .. } | FailKind::Mirror => {}
         }
         if give_up {
             return Next::GiveUp;
@@ -164,6 +168,15 @@ impl Retrier {
             }
             FailKind::Cdn { status, url } => TransferError::NotFound { file, url, status },
             FailKind::Fatal(e) => *e,
+            FailKind::Mirror => TransferError::Network {
+                file,
+                url,
+                offset,
+                end,
+                attempts,
+                elapsed,
+                source: "the mirror failed".into(),
+            },
         }
     }
 }

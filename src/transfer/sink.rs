@@ -248,7 +248,26 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                     ctx.counters.corrupt_copy();
                     ctx.checkpoint.changed();
                     ctx.chunks.notify_waiting();
+                    let mirror = ctx
+                        .mirror
+                        .as_ref()
+                        .filter(|m| m.rejected(index))
+                        .map(|m| m.name());
                     let cause = match verdict {
+                        Rejection::Again if mirror.is_some() => {
+                            ctx.events.discarded(
+                                r.len,
+                                &format!(
+                                    "chunk {index} (bytes {}-{}) read from {} does not match \
+                                     the manifest: that copy is damaged; fetching the chunk \
+                                     from the Hub",
+                                    r.start,
+                                    r.end() - 1,
+                                    mirror.unwrap_or_default()
+                                ),
+                            );
+                            return flushed;
+                        }
                         Rejection::Again => {
                             ctx.events.discarded(
                                 r.len,

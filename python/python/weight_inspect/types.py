@@ -50,6 +50,10 @@ class FetchedFile(TypedDict):
     #: Its upload to a remote cache (``to``, ``outcome``: ``sent``, ``already_there`` or
     #: ``failed``, ``bytes``, ``error``), when it was downloaded with one set.
     upload: NotRequired[dict[str, Any]]
+    #: What its download read from the remote cache (``from``: the object, ``bytes``, and
+    #: ``damaged`` / ``left`` when the bucket's copy was damaged or stopped answering), when
+    #: the bucket held it.
+    remote_read: NotRequired[dict[str, Any]]
 
 
 class FetchSummary(TypedDict):

@@ -105,7 +105,10 @@ pub(crate) async fn fill<'a>(
             Next::GiveUp => {
                 let r = sink.range();
                 let offset = r.start + sink.pending();
-                let url = ctx.source.url.to_string();
+                let url = match &ctx.mirror {
+                    Some(m) if !m.use_.fallback => m.name().to_string(),
+                    _ => ctx.source.url.to_string(),
+                };
                 return Err(Stop::Fatal(retry.error(
                     f,
                     ctx.events.file(),

@@ -1,0 +1,132 @@
+//! One download's use of a [`Mirror`]: whether it is still read, which chunks must come from the
+//! resolve URL instead, which chunks it served, and what it cost.
+//!
+//! Ranges are asked of the mirror first. With a fallback (see [`MirrorUse::fallback`]) the mirror
+//! is left for good at its first failure — an error, a stall, a body of the wrong length — and
+//! every later request goes to the resolve URL; a chunk whose bytes came (even in part) from the
+//! mirror and fail the manifest's check is fetched again from the resolve URL, alone, and named
+//! as damaged. Without a fallback the mirror is the only source.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::events::Events;
+use super::source::MirrorUse;
+
+/// What a download read from a mirror (see [`super::TransferOutcome::mirror`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorReport {
+    /// The mirror's name (see [`super::Mirror::name`]).
+    pub name: String,
+    /// Body bytes received from it (including copies thrown away).
+    pub bytes: u64,
+    /// Chunks it served that did not match the manifest (each then came from the resolve URL):
+    /// its copy is damaged.
+    pub damaged_chunks: Vec<usize>,
+    /// Why it was left before the end (the rest came from the resolve URL).
+    pub left: Option<String>,
+}
+
+/// See the module docs.
+pub(crate) struct MirrorState {
+    pub(crate) use_: MirrorUse,
+    left: AtomicBool,
+    why_left: Mutex<Option<String>>,
+    /// Per chunk: its bytes come from the resolve URL only.
+    hub_only: Mutex<Vec<bool>>,
+    /// Per chunk: some of its bytes on disk came from the mirror.
+    served: Mutex<Vec<bool>>,
+    damaged: Mutex<Vec<usize>>,
+    bytes: AtomicU64,
+}
+
+impl MirrorState {
+    pub(crate) fn new(use_: MirrorUse, chunks: usize) -> Self {
+        MirrorState {
+            use_,
+            left: AtomicBool::new(false),
+            why_left: Mutex::new(None),
+            hub_only: Mutex::new(vec![false; chunks]),
+            served: Mutex::new(vec![false; chunks]),
+            damaged: Mutex::new(Vec::new()),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// The mirror's name.
+    pub(crate) fn name(&self) -> &str {
+        self.use_.mirror.name()
+    }
+
+    /// Whether chunk `index` is asked of the mirror.
+    pub(crate) fn serves(&self, index: usize) -> bool {
+        if !self.use_.fallback {
+            return true;
+        }
+        !self.left.load(Ordering::Acquire)
+            && !lock(&self.hub_only).get(index).copied().unwrap_or(true)
+    }
+
+    /// Leaves the mirror (with a fallback), saying why once. `false` without a fallback: the
+    /// mirror is the only source, and the failure is retried as any other.
+    pub(crate) fn leave(&self, why: &str, events: &Events<'_>) -> bool {
+        if !self.use_.fallback {
+            return false;
+        }
+        if !self.left.swap(true, Ordering::AcqRel) {
+            *lock(&self.why_left) = Some(why.to_string());
+            events.notice(&format!(
+                "{}: {why}; the rest comes from the Hub",
+                self.name()
+            ));
+        }
+        true
+    }
+
+    /// Bytes of chunk `index` arrived from the mirror.
+    pub(crate) fn received(&self, index: usize, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+        if let Some(s) = lock(&self.served).get_mut(index) {
+            *s = true;
+        }
+    }
+
+    /// Chunk `index` did not match the manifest: when the mirror served it and there is a
+    /// fallback, it is the mirror's copy that is damaged — the chunk comes from the resolve URL
+    /// from now on (`true`).
+    pub(crate) fn rejected(&self, index: usize) -> bool {
+        let served = lock(&self.served)
+            .get_mut(index)
+            .map(std::mem::take)
+            .unwrap_or(false);
+        if !served || !self.use_.fallback {
+            return false;
+        }
+        if let Some(h) = lock(&self.hub_only).get_mut(index) {
+            *h = true;
+        }
+        lock(&self.damaged).push(index);
+        true
+    }
+
+    /// Whether any byte on disk came from the mirror.
+    pub(crate) fn contributed(&self) -> bool {
+        lock(&self.served).iter().any(|&s| s)
+    }
+
+    pub(crate) fn report(&self) -> MirrorReport {
+        let mut damaged_chunks = lock(&self.damaged).clone();
+        damaged_chunks.sort_unstable();
+        damaged_chunks.dedup();
+        MirrorReport {
+            name: self.name().to_string(),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            damaged_chunks,
+            left: lock(&self.why_left).clone(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
