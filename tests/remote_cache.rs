@@ -502,3 +502,67 @@ fn a_blob_under_the_wrong_key_is_refused_and_replaced() {
     );
     assert!(fs::read(&blob).unwrap() == want);
 }
+
+/// An air-gapped node: with `--offline --remote-cache` and a lock file, every file comes from
+/// the bucket and the Hub is not asked anything (its request counter stays at zero); without a
+/// lock file the bucket's ref and index stand in for the Hub's answer. A small file (its ETag a
+/// git blob id) is found through the index. A file the bucket lacks is "not cached", naming
+/// the bucket.
+#[test]
+fn offline_nodes_fetch_from_the_bucket_without_a_hub_request() {
+    let hub = start(hub_builder());
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+    let files = ["tinyllama-q8_0.gguf", "config.json"];
+    let lock = bucket.path().join("../wi-fetch.lock.json");
+    let lock = lock.to_str().unwrap();
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO])
+        .args(files)
+        .args(["--remote-cache", &url, "--write-lock", lock]);
+    expect_code(&run(c), 0);
+
+    for with_lock in [true, false] {
+        let sb = Sandbox::new();
+        hub.reset_stats();
+        let mut c = sb.cmd(&hub);
+        if with_lock {
+            c.args(["--locked", lock]);
+        } else {
+            c.args([REPO]).args(files);
+        }
+        c.args(["--offline", "--remote-cache", &url, "--json", "--no-upload"]);
+        let o = run(c);
+        expect_code(&o, 0);
+        assert_eq!(hub.stats().total_requests, 0, "lock: {with_lock}");
+        let out = json(&o);
+        let summary = if out.is_array() { &out[0] } else { &out };
+        let got = summary["files"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(got.len(), 2, "{out}");
+        for f in got {
+            let want = demo_file(f["path"].as_str().unwrap());
+            assert_eq!(f["sha256"], sha256_hex(&want).as_str());
+            assert_eq!(f["remote_read"]["bytes"], want.len() as u64, "{f}");
+            assert!(fs::read(f["local_path"].as_str().unwrap()).unwrap() == want);
+        }
+    }
+
+    // Not in the bucket: not cached, and the bucket is named.
+    let sb = Sandbox::new();
+    hub.reset_stats();
+    let mut c = sb.cmd(&hub);
+    c.args([
+        REPO,
+        "tinyllama-f16.gguf",
+        "--offline",
+        "--remote-cache",
+        &url,
+    ]);
+    let o = run(c);
+    expect_code(&o, 4);
+    assert_eq!(hub.stats().total_requests, 0);
+    assert!(stderr(&o).contains("is not in"), "{}", stderr(&o));
+}

@@ -53,45 +53,64 @@ impl FromBucket {
     }
 }
 
-/// Looks the file up in the bucket: its blob to read first, or `None` (with what is wrong with
-/// what is there, if anything) when the bucket does not hold it, cannot be asked, or the file's
-/// SHA-256 is not known (a small file's ETag is its git blob id; a lock file's pin gives it).
+/// What the bucket holds of a file (see [`lookup`]).
 #[cfg(feature = "remote-cache")]
+pub(super) enum Found {
+    /// Its blob, to read first.
+    Blob(FromBucket),
+    /// Nothing usable: no blob (or one of another size, what is wrong with it said).
+    Missing(Option<String>),
+    /// The file's SHA-256 is not known (a small file's ETag is its git blob id; a lock file's
+    /// pin or the bucket's index gives it), so no blob can be named.
+    Unnamed,
+}
+
+/// Looks the file up in the bucket: its blob to read first when the bucket holds it.
+/// `trusted_chunks`: the fetch has a manifest of its own to check the chunks with. `fallback`:
+/// the Hub takes over what the bucket cannot give (online).
+#[cfg(feature = "remote-cache")]
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn lookup(
     remote: &crate::remote_cache::RemoteCache,
+    repo: &super::RepoRef,
+    commit: &str,
     f: &super::PlannedFile,
     pin: Option<&super::lock::LockedFile>,
     trusted_chunks: bool,
     fallback: bool,
     notice: impl Fn(&str),
-) -> Result<Option<FromBucket>, Option<String>> {
+) -> Result<Found, crate::remote_cache::RemoteCacheError> {
     use crate::manifest::Sha256Hex;
     use crate::remote_cache::Lookup;
-    let Some(sha) = pin
+    let known = pin
         .map(|p| p.sha256)
-        .or_else(|| f.etag.parse::<Sha256Hex>().ok())
-    else {
-        return Err(None);
+        .or_else(|| f.etag.parse::<Sha256Hex>().ok());
+    let sha = match known {
+        Some(sha) => sha,
+        // A small file: the bucket's index names its blob (for this very ETag), and the whole
+        // file is then checked against the ETag.
+        None => match remote
+            .index_entry(repo.repo_type, &repo.id, commit, &f.path)
+            .await?
+        {
+            Some(e) if e.etag == f.etag && e.size == f.size => e.sha256,
+            _ => return Ok(Found::Unnamed),
+        },
     };
-    let (blob, manifest, damaged) = match remote.lookup(&sha, f.size).await {
-        Ok(Lookup::Found {
+    let (blob, manifest, damaged) = match remote.lookup(&sha, f.size).await? {
+        Lookup::Found {
             blob,
             manifest,
             damaged,
-        }) => (blob, manifest, damaged),
-        Ok(Lookup::Missing { damaged }) => return Err(damaged),
-        Err(e) => {
-            notice(&format!("{e}; fetching from the Hub"));
-            return Err(None);
-        }
+        } => (blob, manifest, damaged),
+        Lookup::Missing { damaged } => return Ok(Found::Missing(damaged)),
     };
     let chunks = match manifest {
         _ if trusted_chunks => None,
         Some(m) if pin.is_some_and(|p| p.manifest != m.chunks_digest()) => {
             notice(&format!(
-                "the manifest of {} in {remote} is not the one the lock file pins: checking the \
-                 whole file only",
-                crate::names::escape(&f.path)
+                "the manifest of its blob in {remote} is not the one the lock file pins: \
+                 checking the whole file only"
             ));
             None
         }
@@ -101,7 +120,7 @@ pub(super) async fn lookup(
         })),
         None => None,
     };
-    Ok(Some(FromBucket {
+    Ok(Found::Blob(FromBucket {
         mirror: MirrorUse {
             mirror: blob,
             fallback,

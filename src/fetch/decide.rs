@@ -20,12 +20,19 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
-    /// The mode of a fetcher's settings; forcing a download offline is refused.
-    pub(crate) fn of(offline: bool, check_only: bool, force: bool) -> Result<Mode, FetchError> {
+    /// The mode of a fetcher's settings; forcing a download offline is refused. Offline with
+    /// a remote cache (`bucket`), files are still fetched — from the bucket alone.
+    pub(crate) fn of(
+        offline: bool,
+        check_only: bool,
+        force: bool,
+        bucket: bool,
+    ) -> Result<Mode, FetchError> {
         match (offline, check_only, force) {
             (true, _, true) => Err(FetchError::Invalid(
                 "--force-download needs the network (offline mode is on)".into(),
             )),
+            (true, false, false) if bucket => Ok(Mode::Fetch),
             (true, _, false) | (false, true, _) => Ok(Mode::ReadOnly),
             (false, false, true) => Ok(Mode::Force),
             (false, false, false) => Ok(Mode::Fetch),
@@ -132,13 +139,16 @@ mod tests {
 
     #[test]
     fn the_mode_is_read_once_from_the_settings() {
-        assert_eq!(Mode::of(false, false, false).unwrap(), Mode::Fetch);
-        assert_eq!(Mode::of(false, false, true).unwrap(), Mode::Force);
-        assert_eq!(Mode::of(true, false, false).unwrap(), Mode::ReadOnly);
-        assert_eq!(Mode::of(false, true, false).unwrap(), Mode::ReadOnly);
+        assert_eq!(Mode::of(false, false, false, false).unwrap(), Mode::Fetch);
+        assert_eq!(Mode::of(false, false, true, false).unwrap(), Mode::Force);
+        assert_eq!(Mode::of(true, false, false, false).unwrap(), Mode::ReadOnly);
+        // Offline with a remote cache: fetched from the bucket; only checking, still read-only.
+        assert_eq!(Mode::of(true, false, false, true).unwrap(), Mode::Fetch);
+        assert_eq!(Mode::of(true, true, false, true).unwrap(), Mode::ReadOnly);
+        assert_eq!(Mode::of(false, true, false, false).unwrap(), Mode::ReadOnly);
         // Only checking never writes, forced or not.
-        assert_eq!(Mode::of(false, true, true).unwrap(), Mode::ReadOnly);
-        let e = Mode::of(true, false, true).unwrap_err();
+        assert_eq!(Mode::of(false, true, true, false).unwrap(), Mode::ReadOnly);
+        let e = Mode::of(true, false, true, true).unwrap_err();
         assert!(e.to_string().contains("needs the network"), "{e}");
     }
 

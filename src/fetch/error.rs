@@ -18,6 +18,10 @@ pub enum FetchError {
     /// A file transfer failed.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// The remote cache could not be read where nothing else could stand in (offline).
+    #[cfg(feature = "remote-cache")]
+    #[error(transparent)]
+    RemoteCache(#[from] crate::remote_cache::RemoteCacheError),
     /// With [`super::FetcherBuilder::cache_fallback`]: the Hub could not be reached, and the
     /// cache could not stand in for it (it lacks a file asked for, or holds a damaged one).
     #[error("{error}; and the cache cannot stand in: {}", fmt_cache(cache))]
@@ -241,6 +245,8 @@ impl FetchError {
                 }
             }
             FetchError::Interrupted { .. } => ExitClass::Interrupted,
+            #[cfg(feature = "remote-cache")]
+            FetchError::RemoteCache(_) => ExitClass::Network,
             FetchError::Transfer(t) => match t.exit_code() {
                 130 => ExitClass::Interrupted,
                 2 => ExitClass::Integrity,

@@ -447,7 +447,11 @@ impl FetcherBuilder {
 
     /// Builds the fetcher.
     pub fn build(self) -> Result<Fetcher, FetchError> {
-        let mode = decide::Mode::of(self.offline, self.check_only, self.force_download)?;
+        #[cfg(feature = "remote-cache")]
+        let bucket = self.remote_cache.is_some();
+        #[cfg(not(feature = "remote-cache"))]
+        let bucket = false;
+        let mode = decide::Mode::of(self.offline, self.check_only, self.force_download, bucket)?;
         let fallback = if self.cache_fallback && !self.offline && !self.check_only {
             let quiet = FetcherBuilder {
                 cache_fallback: false,
@@ -647,9 +651,18 @@ impl Fetcher {
             && (self.verify_level == VerifyLevel::Full || self.force_download || self.check_only)
     }
 
-    /// Whether this fetcher may write to the store (not offline, not only checking).
+    /// Whether this fetcher may write to the store (not only checking; offline, only with a
+    /// remote cache to read files from).
     fn writes(&self) -> bool {
-        !self.offline && !self.check_only
+        (!self.offline || self.reads_bucket()) && !self.check_only
+    }
+
+    /// Whether files missing from the store are read from a remote cache.
+    fn reads_bucket(&self) -> bool {
+        #[cfg(feature = "remote-cache")]
+        return self.read_from.is_some();
+        #[cfg(not(feature = "remote-cache"))]
+        false
     }
 
     fn store_for(&self, repo: &RepoRef) -> Store {

@@ -98,7 +98,20 @@ impl Fetcher {
         }
         let store = self.store_for(repo);
         if self.offline {
-            return self.resolve_offline(repo, selection, &store);
+            let local = self.resolve_offline(repo, selection, &store);
+            #[cfg(feature = "remote-cache")]
+            if let Some(remote) = self.read_from.as_ref().filter(|_| !self.check_only) {
+                if local.as_ref().is_ok_and(|p| p.missing.is_empty()) {
+                    return local;
+                }
+                if let Some(plan) = self
+                    .resolve_from_bucket(remote, repo, selection, &store)
+                    .await?
+                {
+                    return Ok(plan);
+                }
+            }
+            return local;
         }
         // Checking asks the Hub what each file is: nothing the cache says of itself (a saved
         // listing, a recorded manifest, a snapshot) stands in for its answer.
@@ -249,6 +262,87 @@ impl Fetcher {
             refused,
             false,
         ))
+    }
+
+    /// Offline with a remote cache: the selection resolved from the bucket's index (its ref
+    /// for the revision, unless that is a commit; its entries for that commit), with no Hub
+    /// request. `None` when the bucket knows neither. What the bucket says of itself is a hint,
+    /// as the local cache's records are: each file is still checked against its SHA-256 as it
+    /// arrives, and against the lock file's pins when there is one.
+    #[cfg(feature = "remote-cache")]
+    async fn resolve_from_bucket(
+        &self,
+        remote: &crate::remote_cache::RemoteCache,
+        repo: &RepoRef,
+        selection: &Selection,
+        store: &Store,
+    ) -> Result<Option<Plan>, FetchError> {
+        let commit = if is_commit_hash(&repo.revision) {
+            repo.revision.clone()
+        } else {
+            match remote
+                .revision(repo.repo_type, &repo.id, &repo.revision)
+                .await?
+            {
+                Some(c) => c,
+                None => return Ok(None),
+            }
+        };
+        let entries = if selection.is_explicit_only() {
+            let found = stream::iter(selection.files.iter())
+                .map(|f| remote.index_entry(repo.repo_type, &repo.id, &commit, f))
+                .buffered(8)
+                .collect::<Vec<_>>()
+                .await;
+            let mut entries = Vec::new();
+            for e in found {
+                entries.extend(e?);
+            }
+            entries
+        } else {
+            remote.index(repo.repo_type, &repo.id, &commit).await?
+        };
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        let chosen = choose(&paths, selection, &repo.to_string()).map_err(|e| match e {
+            SelectError::BadPattern(p) => FetchError::Selection(p),
+            _ => FetchError::NotCached {
+                what: format!(
+                    "the selection of '{repo}' at revision '{}' (nor in {remote})",
+                    escape(&repo.revision)
+                ),
+                dir: self.store_dir(repo),
+                offline: true,
+            },
+        })?;
+        let files = entries
+            .into_iter()
+            .filter(|e| chosen.paths.contains(&e.path))
+            .map(|e| {
+                planned(
+                    store,
+                    repo,
+                    &commit,
+                    Wanted {
+                        path: e.path,
+                        size: e.size,
+                        etag: e.etag,
+                        sidecar: None,
+                    },
+                )
+            })
+            .collect();
+        Ok(Some(plan(
+            repo,
+            store,
+            commit,
+            files,
+            chosen.notice,
+            Vec::new(),
+            true,
+        )))
     }
 
     /// The repository's files at the commit its revision points at: one request for the commit,

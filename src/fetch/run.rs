@@ -668,11 +668,31 @@ impl Fetcher {
     ) -> Result<FileReport, FetchError> {
         #[cfg(feature = "remote-cache")]
         if let Some(remote) = &self.read_from {
+            use super::bucket::{lookup, Found};
             let (f, rep) = (job.f, job.rep);
             let trusted = expect.is_some_and(|e| e.file.chunks.is_some());
             let say = |m: &str| notice(rep, Some(&f.path), m);
-            match super::bucket::lookup(remote, f, job.pin, trusted, !self.offline, say).await {
-                Ok(Some(b)) => {
+            let found = lookup(
+                remote,
+                job.repo,
+                job.commit,
+                f,
+                job.pin,
+                trusted,
+                !self.offline,
+                say,
+            );
+            let found = match found.await {
+                Ok(found) => found,
+                // Offline the bucket is the only source: its failure is the file's.
+                Err(e) if self.offline => return Err(e.into()),
+                Err(e) => {
+                    notice(rep, Some(&f.path), &format!("{e}; fetching from the Hub"));
+                    Found::Missing(None)
+                }
+            };
+            match found {
+                Found::Blob(b) => {
                     match self
                         .download_via(job, expect, repair, discard, Some(&b))
                         .await
@@ -699,21 +719,30 @@ impl Fetcher {
                         r => return r,
                     }
                 }
-                Ok(None) => {}
-                Err(damaged) => {
+                _ if self.offline => {
+                    return Err(FetchError::NotCached {
+                        what: format!(
+                            "file '{}' of '{}' (nor its blob in {remote})",
+                            escape(&f.path),
+                            job.repo
+                        ),
+                        dir: self.store_dir(job.repo),
+                        offline: true,
+                    })
+                }
+                Found::Missing(Some(d)) => {
                     let mut r = self
                         .download_via(job, expect, repair, discard, None)
                         .await?;
-                    if let Some(d) = damaged {
-                        r.remote_read = Some(super::RemoteRead {
-                            from: remote.url().to_string(),
-                            bytes: 0,
-                            damaged: Some(d),
-                            left: None,
-                        });
-                    }
+                    r.remote_read = Some(super::RemoteRead {
+                        from: remote.url().to_string(),
+                        bytes: 0,
+                        damaged: Some(d),
+                        left: None,
+                    });
                     return Ok(r);
                 }
+                Found::Missing(None) | Found::Unnamed => {}
             }
         }
         self.download_via(job, expect, repair, discard, None).await

@@ -51,6 +51,11 @@ use crate::transfer::{BoxError, Mirror, MirrorBody};
 /// Retries of one request to an S3-compatible store (object_store's own, below the fetch's).
 pub const STORE_RETRIES: usize = 2;
 
+/// Largest index entry or ref read from the store.
+pub const MAX_ENTRY_BYTES: u64 = 64 << 10;
+/// Most index entries read for one commit of a repository.
+pub const MAX_INDEX_ENTRIES: usize = 100_000;
+
 /// Largest manifest read from the store (a manifest of 2^18 chunks is about 18 MB).
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
@@ -489,6 +494,162 @@ impl RemoteCache {
                 "{named} does not describe one file of {size} bytes with SHA-256 {sha256}"
             ))),
         }
+    }
+
+    /// The commit `revision` named when a file of the repository was last uploaded (a hint:
+    /// the bucket says it of itself), or `None` when the store has no such ref.
+    pub async fn revision(
+        &self,
+        repo_type: RepoType,
+        repo_id: &str,
+        revision: &str,
+    ) -> Result<Option<String>, RemoteCacheError> {
+        if crate::names::check_repo_id(repo_id).is_err()
+            || crate::names::check_revision(revision).is_err()
+        {
+            return Ok(None);
+        }
+        let key = Self::ref_key(repo_type, repo_id, revision);
+        let Some(bytes) = self.read_small(&key).await? else {
+            return Ok(None);
+        };
+        let commit = String::from_utf8_lossy(&bytes).trim().to_string();
+        if crate::names::is_commit_hash(&commit) {
+            Ok(Some(commit))
+        } else {
+            Err(self.invalid(format!("{key} does not hold a commit")))
+        }
+    }
+
+    /// The index entry of `path` in a repository at `commit`, when the store has one that is
+    /// well formed and names that very file (anything else is refused, named).
+    pub async fn index_entry(
+        &self,
+        repo_type: RepoType,
+        repo_id: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<Option<IndexEntry>, RemoteCacheError> {
+        if check_repo_path(path).is_err()
+            || crate::names::check_repo_id(repo_id).is_err()
+            || !crate::names::is_commit_hash(commit)
+        {
+            return Ok(None);
+        }
+        let key = Self::index_key(repo_type, repo_id, commit, path);
+        match self.read_small(&key).await? {
+            None => Ok(None),
+            Some(bytes) => self
+                .parse_entry(&key, &bytes, repo_type, repo_id, commit, Some(path))
+                .map(Some),
+        }
+    }
+
+    /// Every index entry of a repository at `commit` (at most [`MAX_INDEX_ENTRIES`]), in path
+    /// order; each checked as [`index_entry`](Self::index_entry) checks one.
+    pub async fn index(
+        &self,
+        repo_type: RepoType,
+        repo_id: &str,
+        commit: &str,
+    ) -> Result<Vec<IndexEntry>, RemoteCacheError> {
+        if crate::names::check_repo_id(repo_id).is_err() || !crate::names::is_commit_hash(commit) {
+            return Ok(Vec::new());
+        }
+        let folder = format!("index/{repo_type}s/{repo_id}/{commit}");
+        let prefix = self.object(&folder)?;
+        let mut keys = Vec::new();
+        let mut listed = self.store.list(Some(&prefix));
+        while let Some(meta) = listed.next().await {
+            let meta = meta.map_err(|e| self.fail("list", &folder, e))?;
+            if keys.len() >= MAX_INDEX_ENTRIES {
+                return Err(self.invalid(format!(
+                    "{folder} has more than {MAX_INDEX_ENTRIES} entries"
+                )));
+            }
+            keys.push(meta.location.to_string());
+        }
+        let read = futures::stream::iter(keys)
+            .map(|key| async move {
+                let bytes = self.read_small(&key).await?;
+                Ok::<_, RemoteCacheError>((key, bytes))
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+            .await;
+        let mut entries = Vec::new();
+        for r in read {
+            let (key, bytes) = r?;
+            if let Some(bytes) = bytes {
+                entries.push(self.parse_entry(&key, &bytes, repo_type, repo_id, commit, None)?);
+            }
+        }
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(entries)
+    }
+
+    /// Checks an index entry read at `key`: the format, and that it names the file its key
+    /// names (the repository, the commit, and `path` when given, else the path the key gives).
+    fn parse_entry(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        repo_type: RepoType,
+        repo_id: &str,
+        commit: &str,
+        path: Option<&str>,
+    ) -> Result<IndexEntry, RemoteCacheError> {
+        let bad = |why: String| self.invalid(format!("{}: {why}", escape(key)));
+        let e: IndexEntry =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("not an index entry ({e})")))?;
+        if e.format != INDEX_FORMAT || e.version != INDEX_VERSION {
+            return Err(bad(format!(
+                "format '{}' version {} (this program reads '{INDEX_FORMAT}' version \
+                 {INDEX_VERSION})",
+                escape(&e.format),
+                e.version
+            )));
+        }
+        let expected_key = Self::index_key(repo_type, repo_id, commit, &e.path);
+        let names_it = e.repo_type == repo_type.to_string()
+            && e.repo == repo_id
+            && e.commit == commit
+            && path.is_none_or(|p| p == e.path)
+            && check_repo_path(&e.path).is_ok()
+            && expected_key == key;
+        if !names_it {
+            return Err(bad("it describes another file".into()));
+        }
+        Ok(e)
+    }
+
+    fn invalid(&self, reason: String) -> RemoteCacheError {
+        RemoteCacheError::Invalid {
+            store: self.url.clone(),
+            reason,
+        }
+    }
+
+    /// A small object (at most [`MAX_ENTRY_BYTES`]), or `None` when there is none.
+    async fn read_small(&self, key: &str) -> Result<Option<Vec<u8>>, RemoteCacheError> {
+        let got = match self.store.get(&self.object(key)?).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.fail("read", key, e)),
+        };
+        let mut body = got.into_stream();
+        let mut bytes = Vec::new();
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(|e| self.fail("read", key, e))?;
+            if (bytes.len() + piece.len()) as u64 > MAX_ENTRY_BYTES {
+                return Err(self.invalid(format!(
+                    "{} is larger than {MAX_ENTRY_BYTES} bytes",
+                    escape(key)
+                )));
+            }
+            bytes.extend_from_slice(&piece);
+        }
+        Ok(Some(bytes))
     }
 
     /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
