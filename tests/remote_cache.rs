@@ -566,3 +566,74 @@ fn offline_nodes_fetch_from_the_bucket_without_a_hub_request() {
     assert_eq!(hub.stats().total_requests, 0);
     assert!(stderr(&o).contains("is not in"), "{}", stderr(&o));
 }
+
+/// `cache pull` fills an empty cache from the bucket with no Hub request (and needs a remote
+/// cache); `cache verify --remote-cache` then reads the bucket's copy once and checks it: sound,
+/// then — after one byte of it is flipped — damaged, the chunk named, exit 2.
+#[test]
+fn cache_pull_and_verify_move_and_check_the_buckets_copies() {
+    let hub = start(hub_builder());
+    let (bucket, want, sha) = filled_bucket(&hub);
+    let url = file_url(bucket.path());
+    let file = "tinyllama-q8_0.gguf";
+    let sb = Sandbox::new();
+    let o = run(cache_cmd(&sb, &hub, &["pull", REPO, file]));
+    expect_code(&o, 1);
+    assert!(
+        stderr(&o).contains("give --remote-cache URL"),
+        "{}",
+        stderr(&o)
+    );
+
+    hub.reset_stats();
+    let o = run(cache_cmd(
+        &sb,
+        &hub,
+        &["pull", REPO, file, "--remote-cache", &url, "--json"],
+    ));
+    expect_code(&o, 0);
+    assert_eq!(hub.stats().total_requests, 0, "no Hub request");
+    let f = &json(&o)["files"][0];
+    assert_eq!(f["remote_read"]["bytes"], want.len() as u64, "{f}");
+    assert!(f.get("upload").is_none(), "a pull uploads nothing: {f}");
+
+    let verify = || {
+        run(cache_cmd(
+            &sb,
+            &hub,
+            &[
+                "verify",
+                REPO,
+                file,
+                "--offline",
+                "--remote-cache",
+                &url,
+                "--json",
+            ],
+        ))
+    };
+    let o = verify();
+    expect_code(&o, 0);
+    let check = &json(&o)["files"][0]["remote_check"];
+    assert_eq!(check["outcome"], "sound", "{check}");
+    assert_eq!(check["chunks"], want.len().div_ceil(64 << 10) as u64);
+
+    let blob = bucket.path().join(format!("blobs/sha256/{sha}"));
+    let mut bad = want.clone();
+    bad[(5 << 16) + 3] ^= 1;
+    fs::write(&blob, &bad).unwrap();
+    let o = verify();
+    expect_code(&o, 2);
+    let what = json(&o)["error"].as_str().unwrap().to_string();
+    assert!(
+        what.contains("its copy in the remote cache is damaged"),
+        "{what}"
+    );
+    assert!(what.contains("chunk(s) 5 do not match"), "{what}");
+    assert!(what.contains(&format!("blobs/sha256/{sha}")), "{what}");
+    assert!(
+        stderr(&o).contains("DAMAGED in the bucket"),
+        "{}",
+        stderr(&o)
+    );
+}

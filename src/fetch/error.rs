@@ -18,6 +18,14 @@ pub enum FetchError {
     /// A file transfer failed.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// The remote cache's copy of a file is damaged (`cache verify --remote-cache`).
+    #[error("{file}: its copy in the remote cache is damaged: {what}")]
+    RemoteDamaged {
+        /// Path in the repository.
+        file: String,
+        /// What is wrong, naming the object.
+        what: String,
+    },
     /// The remote cache could not be read where nothing else could stand in (offline).
     #[cfg(feature = "remote-cache")]
     #[error(transparent)]
@@ -267,7 +275,8 @@ impl FetchError {
             | FetchError::Refused { .. }
             | FetchError::ManifestMismatch { .. }
             | FetchError::Damaged { .. }
-            | FetchError::Locked { .. } => ExitClass::Integrity,
+            | FetchError::Locked { .. }
+            | FetchError::RemoteDamaged { .. } => ExitClass::Integrity,
             FetchError::Manifest(_) => ExitClass::Local,
             FetchError::Several { first, .. } => first.exit_class(),
             FetchError::Unreachable { error, .. } => error.exit_class(),

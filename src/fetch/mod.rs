@@ -75,7 +75,9 @@ mod verification;
 
 pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
-pub use report::{FetchSummary, FileReport, Plan, PlannedFile, RemoteRead, UploadReport};
+pub use report::{
+    FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, UploadReport,
+};
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
 
@@ -655,6 +657,13 @@ impl Fetcher {
     /// remote cache to read files from).
     fn writes(&self) -> bool {
         (!self.offline || self.reads_bucket()) && !self.check_only
+    }
+
+    /// Whether the remote cache's copies are checked (`cache verify --remote-cache`: only
+    /// checking, not pushing).
+    #[cfg(feature = "remote-cache")]
+    fn checks_bucket(&self) -> bool {
+        self.check_only && !self.upload_cached
     }
 
     /// Whether files missing from the store are read from a remote cache.

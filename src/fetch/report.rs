@@ -141,6 +141,24 @@ pub struct FileReport {
     /// What its download read from the remote cache, when it found the file there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_read: Option<RemoteRead>,
+    /// The check of the remote cache's copy (`cache verify --remote-cache`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_check: Option<RemoteCheck>,
+}
+
+/// What `cache verify --remote-cache` found of a file's copy in the remote cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteCheck {
+    /// The store, by its URL (never with credentials).
+    pub store: String,
+    /// `sound`, `damaged`, `missing` (no blob of the file's SHA-256) or `failed` (the store
+    /// could not be read).
+    pub outcome: String,
+    /// Chunks checked against the blob's manifest (0 without one: the whole file only).
+    pub chunks: usize,
+    /// What is wrong, or why it could not be checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What a file's download read from the remote cache (a team's bucket).

@@ -485,6 +485,11 @@ impl Fetcher {
             }
         }
         #[cfg(feature = "remote-cache")]
+        if let Some(remote) = self.read_from.as_ref().filter(|_| self.checks_bucket()) {
+            self.check_remote(remote, &mut reports, rep, &mut errors)
+                .await;
+        }
+        #[cfg(feature = "remote-cache")]
         if let Some(remote) = &self.upload_to {
             self.upload_verified(remote, repo, &plan.commit, &store, &mut reports, rep)
                 .await;
@@ -945,6 +950,7 @@ impl Fetcher {
             manifest: None,
             upload: None,
             remote_read: bucket.map(|b| b.read(out.mirror.as_ref())),
+            remote_check: None,
         })
     }
 
@@ -1292,6 +1298,73 @@ impl Fetcher {
         }
     }
 
+    /// `cache verify --remote-cache`: the bucket's copy of every file checked (read once: its
+    /// SHA-256 and every chunk against its manifest), the outcome in the file's report and a
+    /// notice; a damaged copy fails the check ([`FetchError::RemoteDamaged`]).
+    #[cfg(feature = "remote-cache")]
+    async fn check_remote(
+        &self,
+        remote: &crate::remote_cache::RemoteCache,
+        reports: &mut [FileReport],
+        rep: &Gate<'_>,
+        errors: &mut Vec<FetchError>,
+    ) {
+        use crate::remote_cache::BlobCheck;
+        // Said after the file's own end (as uploads are): past the gate.
+        let say = |file: &str, message: &str| {
+            rep.inner.on_event(&Event::Notice {
+                id: Some(rep.id(file)),
+                file: Some(file),
+                message,
+            })
+        };
+        for r in reports.iter_mut() {
+            let Ok(sha) = r.sha256.parse::<Sha256Hex>() else {
+                continue;
+            };
+            let checked = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => break,
+                c = remote.check(&sha, r.size, &|_| {}) => c,
+            };
+            let (outcome, chunks, error) = match checked {
+                Ok(BlobCheck::Sound { chunks }) => {
+                    let what = if chunks > 0 {
+                        format!("{chunks} chunks and the whole file checked")
+                    } else {
+                        "the whole file checked (no manifest)".to_string()
+                    };
+                    say(&r.path, &format!("sound in {remote}: {what}"));
+                    ("sound", chunks, None)
+                }
+                Ok(BlobCheck::Missing) => {
+                    say(&r.path, &format!("not in {remote}"));
+                    ("missing", 0, None)
+                }
+                Ok(BlobCheck::Damaged(what)) => {
+                    say(&r.path, &format!("DAMAGED in the bucket: {what}"));
+                    errors.push(FetchError::RemoteDamaged {
+                        file: r.path.clone(),
+                        what: what.clone(),
+                    });
+                    ("damaged", 0, Some(what))
+                }
+                Err(e) => {
+                    let what = e.to_string();
+                    say(&r.path, &format!("could not be checked: {what}"));
+                    errors.push(e.into());
+                    ("failed", 0, Some(what))
+                }
+            };
+            r.remote_check = Some(super::RemoteCheck {
+                store: remote.url().to_string(),
+                outcome: outcome.into(),
+                chunks,
+                error,
+            });
+        }
+    }
+
     /// What the store holds for `f` ([`OnDisk`]), checked at the fetcher's level, with the
     /// report of the complete copy when there is one. [`Mode::Force`] looks at nothing.
     async fn observe(
@@ -1393,6 +1466,7 @@ impl Fetcher {
             manifest: None,
             upload: None,
             remote_read: None,
+            remote_check: None,
         }))
     }
 

@@ -194,6 +194,22 @@ pub enum Lookup {
     },
 }
 
+/// What [`RemoteCache::check`] found of a blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobCheck {
+    /// Its bytes make the SHA-256 that names it, and every chunk matches its manifest (when
+    /// there is one: `chunks` is how many were checked, 0 without one).
+    Sound {
+        /// Chunks checked against the manifest.
+        chunks: usize,
+    },
+    /// The store has no blob of that SHA-256.
+    Missing,
+    /// What is wrong: the blob's size, its bytes, chunks that fail the manifest, a manifest
+    /// that is unusable.
+    Damaged(String),
+}
+
 /// A blob of the store, read by ranges (a [`Mirror`] of the transfer engine).
 pub struct BlobMirror {
     store: Arc<dyn ObjectStore>,
@@ -449,6 +465,131 @@ impl RemoteCache {
             manifest,
             damaged,
         })
+    }
+
+    /// Checks the store's blob of this SHA-256 and size, reading it once: its bytes against
+    /// the SHA-256 that names it and, when its manifest is there, every chunk against the
+    /// manifest (the damaged chunks named). `progress` is told the bytes as they are read.
+    pub async fn check(
+        &self,
+        sha256: &Sha256Hex,
+        size: u64,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<BlobCheck, RemoteCacheError> {
+        let (manifest, damaged) = match self.lookup(sha256, size).await? {
+            Lookup::Missing { damaged: None } => return Ok(BlobCheck::Missing),
+            Lookup::Missing { damaged: Some(d) } => return Ok(BlobCheck::Damaged(d)),
+            Lookup::Found {
+                manifest, damaged, ..
+            } => (manifest, damaged),
+        };
+        let key = Self::blob_key(sha256);
+        let got = self
+            .store
+            .get(&self.object(&key)?)
+            .await
+            .map_err(|e| self.fail("read", &key, e))?;
+        // Hashed on the blocking pool as the pieces arrive (a few pieces queued at most).
+        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(16);
+        let chunk_size = manifest.as_ref().map(|m| m.chunk_size);
+        let hasher = tokio::task::spawn_blocking(move || {
+            use sha2::{Digest as _, Sha256};
+            let (mut whole, mut chunk) = (Sha256::new(), Sha256::new());
+            let (mut chunks, mut in_chunk, mut total) = (Vec::new(), 0u64, 0u64);
+            for piece in rx {
+                whole.update(&piece);
+                total += piece.len() as u64;
+                let Some(cs) = chunk_size else { continue };
+                let mut rest: &[u8] = &piece;
+                while !rest.is_empty() {
+                    let take = ((cs - in_chunk) as usize).min(rest.len());
+                    chunk.update(&rest[..take]);
+                    in_chunk += take as u64;
+                    rest = &rest[take..];
+                    if in_chunk == cs {
+                        chunks.push(<[u8; 32]>::from(chunk.finalize_reset()));
+                        in_chunk = 0;
+                    }
+                }
+            }
+            if in_chunk > 0 {
+                chunks.push(<[u8; 32]>::from(chunk.finalize()));
+            }
+            (<[u8; 32]>::from(whole.finalize()), chunks, total)
+        });
+        let mut body = got.into_stream();
+        let mut read = 0u64;
+        let mut failed = None;
+        while let Some(piece) = body.next().await {
+            match piece {
+                Ok(p) => {
+                    read += p.len() as u64;
+                    if read > size {
+                        failed = Some(Damaged::Longer);
+                        break;
+                    }
+                    progress(p.len() as u64);
+                    if tx.send(p).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(Damaged::Read(self.fail("read", &key, e)));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let (whole, chunks, total) = hasher
+            .await
+            .map_err(|e| self.invalid(format!("checking {} failed: {e}", escape(&key))))?;
+        match failed {
+            Some(Damaged::Read(e)) => return Err(e),
+            Some(Damaged::Longer) => {
+                return Ok(BlobCheck::Damaged(format!(
+                    "{}/{key} holds more than {size} bytes",
+                    self.url
+                )))
+            }
+            None => {}
+        }
+        let mut wrong = Vec::new();
+        if total != size {
+            wrong.push(format!("{total} bytes instead of {size}"));
+        }
+        if whole != sha256.0 {
+            wrong.push(format!("its bytes have SHA-256 {}", hex::encode(whole)));
+        }
+        if let Some(m) = &manifest {
+            let bad: Vec<String> = m
+                .chunks
+                .iter()
+                .zip(chunks.iter().chain(std::iter::repeat(&[0u8; 32])))
+                .enumerate()
+                .filter(|(_, (want, got))| want.0 != **got)
+                .map(|(i, _)| i.to_string())
+                .collect();
+            if !bad.is_empty() {
+                wrong.push(format!(
+                    "chunk(s) {} do not match its manifest",
+                    bad.join(", ")
+                ));
+            }
+        }
+        if let Some(d) = damaged {
+            wrong.push(d);
+        }
+        if wrong.is_empty() {
+            Ok(BlobCheck::Sound {
+                chunks: manifest.map_or(0, |m| m.chunks.len()),
+            })
+        } else {
+            Ok(BlobCheck::Damaged(format!(
+                "{}/{key}: {}",
+                self.url,
+                wrong.join("; ")
+            )))
+        }
     }
 
     /// The manifest of a blob: `Ok(None)` when there is none, `Err(why)` when the one there
@@ -806,6 +947,12 @@ impl RemoteCache {
             }
         }
     }
+}
+
+/// Why a check stopped reading.
+enum Damaged {
+    Read(RemoteCacheError),
+    Longer,
 }
 
 /// `url` with whatever sits between `://` and an `@` before the path replaced by `***`: a

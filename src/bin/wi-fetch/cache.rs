@@ -1,5 +1,5 @@
-//! `wi-fetch cache verify | ls | rm | prune` (verify runs the main command line, only checking:
-//! see `FetchArgs::checking`).
+//! `wi-fetch cache verify | push | pull | ls | rm | prune` (verify, push and pull run the main
+//! command line: see `FetchArgs::checking`).
 
 use super::*;
 
@@ -32,6 +32,12 @@ enum CacheCommand {
     /// nothing sent for a blob the bucket has. For an air-gapped cluster: fill the bucket on one
     /// machine, fetch with `--offline --remote-cache` on the others.
     Push(Box<FetchArgs>),
+    /// Fill the cache from the remote cache (--remote-cache URL or WI_REMOTE_CACHE) without the
+    /// Hub: a fetch with --offline and --no-upload. Each file is read from the bucket, every
+    /// chunk checked against its manifest and the whole file against its SHA-256 (a lock
+    /// file's pins with --locked, else the bucket's index, a hint as the cache's own records
+    /// are).
+    Pull(Box<FetchArgs>),
     /// List cached repositories (or revisions), their size, files and state (like `hf cache ls`).
     Ls(LsArgs),
     /// Remove repositories, revisions or files (like `hf cache rm`).
@@ -132,6 +138,13 @@ pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, ExitCode> {
         CacheCommand::Push(args) => {
             let mut args = *args;
             args.push = true;
+            return Ok(args);
+        }
+        CacheCommand::Pull(args) => {
+            let mut args = *args;
+            args.pull = true;
+            args.offline = true;
+            args.no_upload = true;
             return Ok(args);
         }
         CacheCommand::Ls(a) => cache_ls(a),

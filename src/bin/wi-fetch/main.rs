@@ -234,6 +234,9 @@ struct FetchArgs {
     /// `wi-fetch cache push`: check, then upload every file to the remote cache.
     #[arg(skip)]
     push: bool,
+    /// `wi-fetch cache pull`: fetch offline from the remote cache, upload nothing.
+    #[arg(skip)]
+    pull: bool,
 }
 
 impl FetchArgs {
@@ -242,6 +245,10 @@ impl FetchArgs {
     /// the lock file says); a lock file is a root of its own, its pins checked without the
     /// network.
     fn checking(mut self) -> Self {
+        if self.pull {
+            // A fetch (offline, from the bucket), not a check.
+            return self;
+        }
         self.check_only = true;
         self.no_sidecar = true;
         self.verify.get_or_insert(VerifyArg::Full);
@@ -504,6 +511,13 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
         return Err((
             "cache push uploads to a remote cache: give --remote-cache URL (or WI_REMOTE_CACHE), \
              without --no-upload"
+                .into(),
+            1,
+        ));
+    }
+    if cli.pull && remote_url.is_none() {
+        return Err((
+            "cache pull reads from a remote cache: give --remote-cache URL (or WI_REMOTE_CACHE)"
                 .into(),
             1,
         ));
