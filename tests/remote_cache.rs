@@ -637,3 +637,90 @@ fn cache_pull_and_verify_move_and_check_the_buckets_copies() {
         stderr(&o)
     );
 }
+
+/// A node killed mid-upload: the upload is cut (its future dropped, as a kill leaves it: no
+/// abort, no completion) once its first part was handed to the store. No reader ever takes the
+/// half object — the blob, its manifest and its index entry are not there — and the next
+/// node's upload completes it, sound.
+async fn killed_mid_upload(cache: &weight_inspect::remote_cache::RemoteCache) {
+    use weight_inspect::manifest::{ManifestFile, Sha256Hex};
+    use weight_inspect::names::RepoType;
+    use weight_inspect::remote_cache::{BlobCheck, Lookup, Upload, Uploaded};
+    let bytes = crate::support::data(40 << 20, 7);
+    let size = bytes.len() as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("model.bin");
+    fs::write(&local, &bytes).unwrap();
+    let sha: Sha256Hex = sha256_hex(&bytes).parse().unwrap();
+    let chunk = 16usize << 20;
+    let manifest = ManifestFile {
+        path: "model.bin".into(),
+        size,
+        sha256: sha,
+        chunk_size: chunk as u64,
+        chunks: bytes
+            .chunks(chunk)
+            .map(|c| Sha256Hex(crate::support::sha256(c)))
+            .collect(),
+        model: None,
+        tensors: Vec::new(),
+    };
+    let (commit, etag) = ("a".repeat(40), sha.to_string());
+    let up = Upload {
+        repo_type: RepoType::Model,
+        repo_id: "org/name",
+        commit: &commit,
+        revision: "main",
+        path: "model.bin",
+        etag: &etag,
+        local: &local,
+        manifest: &manifest,
+        replace: false,
+    };
+    let first_part = tokio::sync::Notify::new();
+    let progress = |_: u64| first_part.notify_one();
+    tokio::select! {
+        biased;
+        () = first_part.notified() => {}
+        r = cache.upload(&up, &progress) => panic!("the upload ended before it was cut: {r:?}"),
+    }
+    assert!(
+        matches!(
+            cache.lookup(&sha, size).await.unwrap(),
+            Lookup::Missing { damaged: None }
+        ),
+        "no blob visible after the kill"
+    );
+    let entry = cache.index_entry(RepoType::Model, "org/name", &commit, "model.bin");
+    assert!(entry.await.unwrap().is_none(), "no index entry");
+    let done = cache.upload(&up, &|_| {}).await.unwrap();
+    assert_eq!(done, Uploaded::Sent { bytes: size });
+    assert_eq!(
+        cache.check(&sha, size, &|_| {}).await.unwrap(),
+        BlobCheck::Sound { chunks: 3 }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_upload_leaves_nothing_a_reader_takes() {
+    let bucket = tempfile::tempdir().unwrap();
+    let cache = weight_inspect::remote_cache::RemoteCache::open(&file_url(bucket.path())).unwrap();
+    killed_mid_upload(&cache).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(wi_garage),
+    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
+)]
+async fn a_node_killed_mid_upload_leaves_nothing_in_garage() {
+    use crate::support::garage::{Garage, BUCKET};
+    let garage = tokio::task::spawn_blocking(Garage::start).await.unwrap();
+    let cache = weight_inspect::remote_cache::RemoteCache::open_with_options(
+        &format!("s3://{BUCKET}/killed"),
+        garage.options(),
+    )
+    .unwrap();
+    killed_mid_upload(&cache).await;
+    drop(garage);
+}

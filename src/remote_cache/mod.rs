@@ -272,6 +272,22 @@ impl RemoteCache {
     /// variables; plain HTTP only when `AWS_ALLOW_HTTP` is true or `AWS_ENDPOINT_URL` is an
     /// `http://` URL), or `file:///absolute/path`. Nothing is asked of the store yet.
     pub fn open(url: &str) -> Result<RemoteCache, RemoteCacheError> {
+        RemoteCache::open_with_options(url, std::iter::empty::<(&str, &str)>())
+    }
+
+    /// [`open`](Self::open), with the store's settings given rather than read from the
+    /// environment alone: object_store's configuration keys for S3 (`aws_access_key_id`,
+    /// `aws_secret_access_key`, `aws_region`, `aws_endpoint`, `aws_allow_http`, …; what the
+    /// `AWS_*` variables set, which they override). A key the store does not know is refused,
+    /// named; values are never shown (they may be secrets). `file://` takes none.
+    pub fn open_with_options<K: AsRef<str>, V: Into<String>>(
+        url: &str,
+        options: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<RemoteCache, RemoteCacheError> {
+        let options: Vec<(String, String)> = options
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
+            .collect();
         let bad = |reason: String| RemoteCacheError::Config {
             url: escape(&without_userinfo(url)).into_owned(),
             reason,
@@ -314,6 +330,18 @@ impl RemoteCache {
                 let endpoint = std::env::var("AWS_ENDPOINT_URL")
                     .or_else(|_| std::env::var("AWS_ENDPOINT"))
                     .unwrap_or_default();
+                for (k, v) in &options {
+                    let key: object_store::aws::AmazonS3ConfigKey = k
+                        .parse()
+                        .map_err(|_| bad(format!("unknown S3 option '{}'", escape(k))))?;
+                    b = b.with_config(key, v.clone());
+                }
+                let endpoint = options
+                    .iter()
+                    .find(|(k, _)| {
+                        k == "aws_endpoint" || k == "aws_endpoint_url" || k == "endpoint"
+                    })
+                    .map_or(endpoint, |(_, v)| v.clone());
                 if endpoint.starts_with("http://") {
                     // The endpoint was given explicitly, as plain HTTP: that is the ask.
                     b = b.with_allow_http(true);
@@ -322,6 +350,12 @@ impl RemoteCache {
                 (Arc::new(s3), parsed.path())
             }
             "file" => {
+                if let Some((k, _)) = options.first() {
+                    return Err(bad(format!(
+                        "a file:// store takes no options (got '{}')",
+                        escape(k)
+                    )));
+                }
                 if parsed.host_str().is_some_and(|h| !h.is_empty()) {
                     return Err(bad("file URLs name a local path: file:///PATH".into()));
                 }
@@ -991,6 +1025,32 @@ mod tests {
         assert_eq!(without_userinfo("not a url"), "not a url");
         let e = RemoteCache::open("s3://AKID:s3cr3t@bucket/x").unwrap_err();
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    }
+
+    #[test]
+    fn options_are_checked_and_their_values_never_shown() {
+        let e = RemoteCache::open_with_options("s3://b/p", [("aws_secret_acess_key", "s3cr3t")])
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unknown S3 option 'aws_secret_acess_key'"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        let e = RemoteCache::open_with_options("file:///tmp/x", [("aws_region", "r")]).unwrap_err();
+        assert!(e.to_string().contains("takes no options"), "{e}");
+        let ok = RemoteCache::open_with_options(
+            "s3://b/p",
+            [
+                ("AWS_ENDPOINT", "http://127.0.0.1:9"),
+                ("aws_access_key_id", "k"),
+                ("aws_secret_access_key", "s3cr3t"),
+                ("aws_region", "garage"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(ok.url(), "s3://b/p");
+        assert!(!format!("{ok:?}").contains("s3cr3t"));
     }
 
     #[test]

@@ -125,6 +125,16 @@ impl Garage {
             .env("AWS_ENDPOINT_URL", &self.endpoint);
     }
 
+    /// The same settings as options of `RemoteCache::open_with_options`.
+    pub fn options(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("aws_access_key_id", KEY_ID.to_string()),
+            ("aws_secret_access_key", SECRET.to_string()),
+            ("aws_region", "garage".to_string()),
+            ("aws_endpoint", self.endpoint.clone()),
+        ]
+    }
+
     /// The environment a client needs, with the right secret.
     pub fn env(&self, cmd: &mut Command) {
         self.env_with(cmd, SECRET);
