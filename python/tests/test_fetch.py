@@ -153,6 +153,14 @@ def test_verified_downloads_fill_a_remote_cache(
     s = wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=hub.url,
                  cache_dir=tmp_path / "b", remote_cache=url)
     assert s["files"][0]["upload"]["outcome"] == "already_there"
+    # ... read from the bucket: every byte, checked.
+    read = s["files"][0]["remote_read"]
+    assert read["bytes"] == len(data) and "damaged" not in read, read
+    assert read["from"] == f"{url}/blobs/sha256/{f['sha256']}"
+    # Offline, the bucket stands in for the Hub.
+    s = wi.fetch("demo/tiny", files=["model.safetensors"], cache_dir=tmp_path / "b2",
+                 remote_cache=url, offline=True)
+    assert Path(s["files"][0]["local_path"]).read_bytes() == data
     s = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url,
                  cache_dir=tmp_path / "c", remote_cache=url, upload=False)
     assert "upload" not in s["files"][0]

@@ -4,7 +4,10 @@
 //! the bucket. The store is reached through [`object_store`]: `s3://bucket/prefix` (AWS and
 //! every S3-compatible server: Garage, MinIO, Ceph, R2; credentials, region and endpoint read
 //! as the AWS tools read them, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
-//! `AWS_ENDPOINT_URL`), and `file:///path` for a folder every machine mounts.
+//! `AWS_ENDPOINT_URL`), `gs://bucket/prefix` (Google Cloud Storage: `GOOGLE_SERVICE_ACCOUNT`,
+//! `GOOGLE_APPLICATION_CREDENTIALS`, …), `az://container/prefix` (Azure Blob Storage:
+//! `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`, …), each read by object_store's
+//! `from_env`, and `file:///path` for a folder every machine mounts.
 //!
 //! # Layout
 //!
@@ -270,15 +273,17 @@ pub struct IndexEntry {
 impl RemoteCache {
     /// Opens the store a URL names: `s3://bucket[/prefix]` (configured from the `AWS_*`
     /// variables; plain HTTP only when `AWS_ALLOW_HTTP` is true or `AWS_ENDPOINT_URL` is an
-    /// `http://` URL), or `file:///absolute/path`. Nothing is asked of the store yet.
+    /// `http://` URL), `gs://bucket[/prefix]` (the `GOOGLE_*` variables),
+    /// `az://container[/prefix]` (the `AZURE_*` variables), or `file:///absolute/path`.
+    /// Nothing is asked of the store yet.
     pub fn open(url: &str) -> Result<RemoteCache, RemoteCacheError> {
         RemoteCache::open_with_options(url, std::iter::empty::<(&str, &str)>())
     }
 
     /// [`open`](Self::open), with the store's settings given rather than read from the
-    /// environment alone: object_store's configuration keys for S3 (`aws_access_key_id`,
-    /// `aws_secret_access_key`, `aws_region`, `aws_endpoint`, `aws_allow_http`, …; what the
-    /// `AWS_*` variables set, which they override). A key the store does not know is refused,
+    /// environment alone: object_store's configuration keys (for S3 `aws_access_key_id`,
+    /// `aws_secret_access_key`, `aws_region`, `aws_endpoint`, `aws_allow_http`, …, what the
+    /// `AWS_*` variables set, which they override; for GCS `google_…`, for Azure `azure_…`). A key the store does not know is refused,
     /// named; values are never shown (they may be secrets). `file://` takes none.
     pub fn open_with_options<K: AsRef<str>, V: Into<String>>(
         url: &str,
@@ -309,18 +314,7 @@ impl RemoteCache {
                 }
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_url(format!("s3://{bucket}"))
-                    // A bucket is one source among others: a store that is down is given up
-                    // on in moments (the Hub takes over), not after object_store's default of
-                    // ten retries over three minutes.
-                    .with_retry(object_store::RetryConfig {
-                        backoff: object_store::BackoffConfig {
-                            init_backoff: std::time::Duration::from_millis(100),
-                            max_backoff: std::time::Duration::from_secs(2),
-                            base: 2.0,
-                        },
-                        max_retries: STORE_RETRIES,
-                        retry_timeout: std::time::Duration::from_secs(20),
-                    })
+                    .with_retry(retry())
                     .with_config(
                         object_store::aws::AmazonS3ConfigKey::Client(
                             object_store::ClientConfigKey::ConnectTimeout,
@@ -349,6 +343,40 @@ impl RemoteCache {
                 let s3 = b.build().map_err(|e| bad(e.to_string()))?;
                 (Arc::new(s3), parsed.path())
             }
+            "gs" => {
+                let bucket = parsed.host_str().unwrap_or_default();
+                if bucket.is_empty() {
+                    return Err(bad("no bucket (gs://BUCKET/PREFIX)".into()));
+                }
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(format!("gs://{bucket}"))
+                    .with_retry(retry());
+                for (k, v) in &options {
+                    let key: object_store::gcp::GoogleConfigKey = k
+                        .parse()
+                        .map_err(|_| bad(format!("unknown GCS option '{}'", escape(k))))?;
+                    b = b.with_config(key, v.clone());
+                }
+                let gcs = b.build().map_err(|e| bad(e.to_string()))?;
+                (Arc::new(gcs), parsed.path())
+            }
+            "az" | "azure" => {
+                let container = parsed.host_str().unwrap_or_default();
+                if container.is_empty() {
+                    return Err(bad("no container (az://CONTAINER/PREFIX)".into()));
+                }
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_container_name(container)
+                    .with_retry(retry());
+                for (k, v) in &options {
+                    let key: object_store::azure::AzureConfigKey = k
+                        .parse()
+                        .map_err(|_| bad(format!("unknown Azure option '{}'", escape(k))))?;
+                    b = b.with_config(key, v.clone());
+                }
+                let az = b.build().map_err(|e| bad(e.to_string()))?;
+                (Arc::new(az), parsed.path())
+            }
             "file" => {
                 if let Some((k, _)) = options.first() {
                     return Err(bad(format!(
@@ -370,7 +398,7 @@ impl RemoteCache {
             }
             other => {
                 return Err(bad(format!(
-                    "unsupported scheme '{}' (s3:// or file://)",
+                    "unsupported scheme '{}' (s3://, gs://, az:// or file://)",
                     escape(other)
                 )))
             }
@@ -989,6 +1017,21 @@ enum Damaged {
     Longer,
 }
 
+/// Retries of one request: a bucket is one source among others, so a store that is down is
+/// given up on in moments (the Hub takes over), not after object_store's default of ten retries
+/// over three minutes.
+fn retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: STORE_RETRIES,
+        retry_timeout: std::time::Duration::from_secs(20),
+    }
+}
+
 /// `url` with whatever sits between `://` and an `@` before the path replaced by `***`: a
 /// URL that carries credentials is never shown with them.
 fn without_userinfo(url: &str) -> String {
@@ -1051,6 +1094,42 @@ mod tests {
         .unwrap();
         assert_eq!(ok.url(), "s3://b/p");
         assert!(!format!("{ok:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn google_and_azure_stores_open_from_their_settings() {
+        let gs = RemoteCache::open_with_options(
+            "gs://team-models/hf",
+            [
+                ("google_bucket", "team-models"),
+                ("google_service_account_key", "{}"),
+            ],
+        );
+        // The key given is not a service account: refused when the store is built, named.
+        let e = gs.unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("remote cache 'gs://team-models/hf'"),
+            "{e}"
+        );
+        let gs = RemoteCache::open_with_options("gs://team-models/hf", [("google_bucket", "x")]);
+        assert_eq!(gs.unwrap().url(), "gs://team-models/hf");
+        let az = RemoteCache::open_with_options(
+            "az://models/hf",
+            [
+                ("azure_storage_account_name", "devstoreaccount1"),
+                ("azure_storage_account_key", "a2V5"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(az.url(), "az://models/hf");
+        let e = RemoteCache::open_with_options("az://models", [("aws_region", "x")]).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown Azure option 'aws_region'"),
+            "{e}"
+        );
+        let e = RemoteCache::open("gs:///x").unwrap_err();
+        assert!(e.to_string().contains("no bucket"), "{e}");
     }
 
     #[test]

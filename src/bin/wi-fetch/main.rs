@@ -166,10 +166,12 @@ struct FetchArgs {
     /// Hub again with the usual retries. Never answers with part of what was asked for.
     #[arg(long, conflicts_with = "offline")]
     cache_fallback: bool,
-    /// A team's object store as a shared cache: every file downloaded and verified is uploaded
-    /// to it (blob by SHA-256, its manifest, an index entry). s3://BUCKET[/PREFIX] (AWS_* as
-    /// the AWS tools read them: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
-    /// AWS_ENDPOINT_URL) or file:///PATH.
+    /// A team's object store as a shared cache: a file it holds is read from it first (every
+    /// chunk checked, the Hub for what fails), every file downloaded from the Hub and verified
+    /// is uploaded to it (blob by SHA-256, its manifest, an index entry); with --offline, it
+    /// stands in for the Hub. s3://BUCKET[/PREFIX] (AWS_* as the AWS tools read them:
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL), gs://BUCKET
+    /// (GOOGLE_*), az://CONTAINER (AZURE_*) or file:///PATH.
     #[arg(long, value_name = "URL", env = "WI_REMOTE_CACHE")]
     remote_cache: Option<String>,
     /// With --remote-cache: upload nothing (a read-only node).
