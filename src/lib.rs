@@ -87,6 +87,8 @@ pub mod net;
 pub mod remote;
 #[cfg(feature = "remote-cache")]
 pub mod remote_cache;
+#[cfg(feature = "serve")]
+pub mod serve;
 #[cfg(feature = "net")]
 pub mod transfer;
 

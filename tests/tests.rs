@@ -15,6 +15,7 @@ mod output;
 mod remote_cache;
 mod remote_inspect;
 mod safetensors;
+mod serve;
 mod transfer;
 mod trust;
 mod wi_fetch;

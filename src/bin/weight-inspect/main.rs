@@ -73,6 +73,13 @@ enum Command {
     /// A file named `manifest` is inspected as `weight-inspect ./manifest`.
     #[command(after_help = manifest::AFTER_HELP)]
     Manifest(manifest::ManifestArgs),
+    /// Serve verified models' tensors over HTTP, each with its SHA-256 (`X-Weight-SHA256`).
+    #[command(after_help = serve::SERVE_HELP)]
+    Serve(serve::ServeArgs),
+    /// Fetch a tensor (or a slice of it) from `weight-inspect serve`, checked before it is
+    /// written.
+    #[command(after_help = serve::GET_HELP)]
+    Get(serve::GetArgs),
 }
 
 const EXIT_INVALID: u8 = 2;
@@ -87,8 +94,11 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if let Some(Command::Manifest(args)) = cli.command {
-        return manifest::run(args);
+    match cli.command {
+        Some(Command::Manifest(args)) => return manifest::run(args),
+        Some(Command::Serve(args)) => return serve::serve(args),
+        Some(Command::Get(args)) => return serve::get(args),
+        None => {}
     }
     let opts = Options {
         hash_tensors: cli.verify,
@@ -189,6 +199,7 @@ fn main() -> ExitCode {
 }
 
 mod manifest;
+mod serve;
 
 /// Prints one report (a table, or a JSON line); `Err` is the exit code to stop with (a broken
 /// pipe ends quietly).

@@ -1,0 +1,188 @@
+//! `weight-inspect serve` and `weight-inspect get`: the command lines over
+//! `weight_inspect::serve`.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use weight_inspect::names::escape;
+use weight_inspect::serve::{client, Catalog, ServeError};
+
+pub(super) const SERVE_HELP: &str = "\
+Routes: GET /models (the models served); GET /models/MODEL (its report, as --json prints it, \
+each tensor's sha256 once known); GET and HEAD /models/MODEL/tensors/NAME (the tensor's bytes, \
+streamed from the memory map, with Content-Length, ETag and X-Weight-SHA256: the SHA-256 of \
+the whole tensor, computed from the bytes served the first time it is asked for). One Range per \
+request (bytes=A-B, A-, -N): 206 with Content-Range and Content-Digest (sha-256 of the bytes \
+sent); 416 past the end; several ranges, or a malformed one, 400.\n\n\
+A MODEL is named by its file name (a folder's models by their path below it). Models that fail \
+verification are refused. Listens on loopback unless --addr says otherwise; prints \
+`listening on http://ADDR` once it is ready. Ctrl-C stops it.\n\n\
+Exit codes: 0 stopped; 1 usage, I/O, or the address cannot be bound; 2 a model is invalid.";
+
+pub(super) const GET_HELP: &str = "\
+URL is a served model's, http://HOST:PORT/models/MODEL. The bytes go to a new file beside \
+FILE (or a temporary one, for stdout) as they arrive and are handed over only once they match: \
+the whole tensor its X-Weight-SHA256, a slice (--range) its Content-Digest.\n\n\
+Exit codes: 0 written; 1 usage or I/O; 2 the bytes do not match their digest (nothing written); \
+3 network or server failure; 4 no such model or tensor.";
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ServeArgs {
+    /// Model files or folders to serve.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Address to listen on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:8090", value_name = "ADDR")]
+    addr: SocketAddr,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct GetArgs {
+    /// The model's URL: http://HOST:PORT/models/MODEL.
+    #[arg(value_name = "URL")]
+    url: String,
+    /// The tensor's name.
+    #[arg(value_name = "TENSOR")]
+    tensor: String,
+    /// Write to FILE (default: stdout, when it is not a terminal).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Only bytes A to B of the tensor (inclusive, as HTTP ranges count).
+    #[arg(long, value_name = "A-B", value_parser = parse_range)]
+    range: Option<std::ops::Range<u64>>,
+    /// Print what was written as JSON on stderr.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = s.split_once('-').ok_or("A-B, e.g. 0-1023")?;
+    let a: u64 = a.trim().parse().map_err(|_| "A-B, e.g. 0-1023")?;
+    let b: u64 = b.trim().parse().map_err(|_| "A-B, e.g. 0-1023")?;
+    if b < a {
+        return Err("the range ends before it starts".into());
+    }
+    Ok(a..b + 1)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("weight-inspect: error: cannot start the runtime: {e}");
+            ExitCode::from(1)
+        })
+}
+
+pub(super) fn serve(args: ServeArgs) -> ExitCode {
+    let catalog = match Catalog::open(&args.paths) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            eprintln!("weight-inspect: error: {}", escape(&e.to_string()));
+            let invalid = matches!(&e, ServeError::Open { source, .. }
+                if !matches!(source.downcast_ref::<weight_inspect::format::model::OpenError>(),
+                    Some(weight_inspect::format::model::OpenError::Io { .. })));
+            return ExitCode::from(if invalid { 2 } else { 1 });
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async {
+        let listener = match tokio::net::TcpListener::bind(args.addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("weight-inspect: error: cannot listen on {}: {e}", args.addr);
+                return ExitCode::from(1);
+            }
+        };
+        let addr = listener.local_addr().map_or(args.addr, |a| a);
+        for name in catalog.names() {
+            eprintln!("weight-inspect: serving {}", escape(name));
+        }
+        eprintln!("weight-inspect: listening on http://{addr}");
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        match weight_inspect::serve::serve(listener, catalog, stop).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("weight-inspect: error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+pub(super) fn get(args: GetArgs) -> ExitCode {
+    let to_stdout = args.output.is_none();
+    if to_stdout && std::io::stdout().is_terminal() {
+        eprintln!("weight-inspect: error: the tensor's bytes are binary: give -o FILE, or redirect stdout");
+        return ExitCode::from(1);
+    }
+    let scratch = match (&args.output, tempfile::tempdir()) {
+        (Some(_), _) => None,
+        (None, Ok(d)) => Some(d),
+        (None, Err(e)) => {
+            eprintln!("weight-inspect: error: cannot make a temporary folder: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let dest = match (&args.output, &scratch) {
+        (Some(p), _) => p.clone(),
+        (None, Some(d)) => d.path().join("tensor"),
+        (None, None) => unreachable!("a scratch folder for stdout"),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let client = match reqwest::Client::builder().no_proxy().build() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weight-inspect: error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let got = rt.block_on(client::get_tensor(
+        &client,
+        &args.url,
+        &args.tensor,
+        args.range.clone(),
+        &dest,
+    ));
+    let got = match got {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("weight-inspect: error: {}", escape(&e.to_string()));
+            return ExitCode::from(e.exit_class().code() as u8);
+        }
+    };
+    if to_stdout {
+        let copied = std::fs::File::open(&dest).and_then(|mut f| {
+            let mut out = std::io::stdout().lock();
+            std::io::copy(&mut f, &mut out)?;
+            out.flush()
+        });
+        if let Err(e) = copied {
+            eprintln!("weight-inspect: error: writing to stdout: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    if args.json {
+        eprintln!("{}", serde_json::to_string(&got).unwrap_or_default());
+    } else {
+        eprintln!(
+            "weight-inspect: {} bytes of '{}' checked (tensor sha256 {})",
+            got.bytes,
+            escape(&args.tensor),
+            got.tensor_sha256
+        );
+    }
+    ExitCode::SUCCESS
+}

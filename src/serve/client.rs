@@ -1,0 +1,235 @@
+//! Fetching a tensor from a `weight-inspect serve` server, checked before it is handed over:
+//! the whole tensor against `X-Weight-SHA256`, a slice against its `Content-Digest`.
+
+use std::io::Write;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use futures::StreamExt;
+use sha2::{Digest as _, Sha256};
+
+use super::SHA256_HEADER;
+use crate::names::escape;
+
+/// Why a tensor could not be fetched.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GetError {
+    /// The URL is not one of a served model (`http[s]://host:port/models/{model}`).
+    #[error("'{0}' is not the URL of a served model (http://HOST:PORT/models/MODEL)")]
+    BadUrl(String),
+    /// The request failed.
+    #[error("{url}: {source}")]
+    Http {
+        /// The URL asked.
+        url: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server answered with an error.
+    #[error("{url}: HTTP {status}: {message}")]
+    Status {
+        /// The URL asked.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The server's message (escaped).
+        message: String,
+    },
+    /// The answer is not what was asked for, or its bytes do not match its digest: nothing
+    /// was handed over.
+    #[error("{url}: {what}")]
+    Mismatch {
+        /// The URL asked.
+        url: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// Writing the bytes failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GetError {
+    /// The class of failure, for exit codes.
+    pub fn exit_class(&self) -> crate::exit::ExitClass {
+        use crate::exit::ExitClass;
+        match self {
+            GetError::BadUrl(_) | GetError::Io { .. } => ExitClass::Local,
+            GetError::Http { .. } => ExitClass::Network,
+            GetError::Status { status: 404, .. } => ExitClass::NotFound,
+            GetError::Status { .. } => ExitClass::Network,
+            GetError::Mismatch { .. } => ExitClass::Integrity,
+        }
+    }
+}
+
+/// What [`get_tensor`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Got {
+    /// Bytes written.
+    pub bytes: u64,
+    /// The bytes of the tensor they are (`None`: the whole tensor).
+    pub range: Option<Range<u64>>,
+    /// The SHA-256 of the whole tensor, as the server said it (checked when the whole tensor
+    /// was fetched).
+    pub tensor_sha256: String,
+}
+
+/// Fetches tensor `name` (or bytes `range` of it) of the model at `model_url` into `dest`: the
+/// body goes to a new file beside it as it arrives, hashed, and is renamed to `dest` only once
+/// it matches — the whole tensor its `X-Weight-SHA256`, a slice its `Content-Digest`. Memory
+/// stays flat whatever the tensor's size.
+pub async fn get_tensor(
+    client: &reqwest::Client,
+    model_url: &str,
+    name: &str,
+    range: Option<Range<u64>>,
+    dest: &Path,
+) -> Result<Got, GetError> {
+    let mut url = url::Url::parse(model_url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| GetError::BadUrl(escape(model_url).into_owned()))?;
+    {
+        let mut segs = url
+            .path_segments_mut()
+            .map_err(|()| GetError::BadUrl(escape(model_url).into_owned()))?;
+        segs.pop_if_empty().push("tensors");
+        for part in name.split('/') {
+            segs.push(part);
+        }
+    }
+    let shown = url.to_string();
+    let mut req = client.get(url.clone());
+    if let Some(r) = &range {
+        if r.start >= r.end {
+            return Err(GetError::BadUrl(format!(
+                "empty range {}..{}",
+                r.start, r.end
+            )));
+        }
+        req = req.header(
+            reqwest::header::RANGE,
+            format!("bytes={}-{}", r.start, r.end - 1),
+        );
+    }
+    let http = |source| GetError::Http {
+        url: shown.clone(),
+        source,
+    };
+    let mismatch = |what: String| GetError::Mismatch {
+        url: shown.clone(),
+        what,
+    };
+    let resp = req.send().await.map_err(http)?;
+    let status = resp.status().as_u16();
+    if !resp.status().is_success() {
+        let body = resp.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .unwrap_or(body);
+        return Err(GetError::Status {
+            url: shown.clone(),
+            status,
+            message: escape(&message.chars().take(500).collect::<String>()).into_owned(),
+        });
+    }
+    let h = resp.headers();
+    let tensor_sha = h
+        .get(SHA256_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() == 64 && v.bytes().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| mismatch(format!("no {SHA256_HEADER} header")))?;
+    let expected: [u8; 32] = match (&range, status) {
+        (None, 200) => hex_digest(&tensor_sha),
+        (Some(r), 206) => {
+            let cr = h
+                .get(reqwest::header::CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            if !cr.starts_with(&format!("bytes {}-{}/", r.start, r.end - 1)) {
+                return Err(mismatch(format!(
+                    "asked for bytes {}-{}, got Content-Range '{}'",
+                    r.start,
+                    r.end - 1,
+                    escape(cr)
+                )));
+            }
+            h.get("content-digest")
+                .and_then(|v| v.to_str().ok())
+                .and_then(sha256_of_digest_header)
+                .ok_or_else(|| mismatch("no sha-256 Content-Digest for the slice".into()))?
+        }
+        (_, s) => return Err(mismatch(format!("unexpected status {s}"))),
+    };
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let io = |source| GetError::Io {
+        path: dest.to_path_buf(),
+        source,
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".wi-get-")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    let mut hasher = Sha256::new();
+    let mut n = 0u64;
+    let want = resp.content_length();
+    let mut body = resp.bytes_stream();
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(http)?;
+        n += piece.len() as u64;
+        if want.is_some_and(|w| n > w) {
+            return Err(mismatch(format!(
+                "a body longer than its {} bytes",
+                want.unwrap_or(0)
+            )));
+        }
+        hasher.update(&piece);
+        tmp.write_all(&piece).map_err(io)?;
+    }
+    if <[u8; 32]>::from(hasher.finalize()) != expected {
+        return Err(mismatch(format!(
+            "the {n} bytes received do not match their digest: nothing written"
+        )));
+    }
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(dest).map_err(|e| io(e.error))?;
+    Ok(Got {
+        bytes: n,
+        range,
+        tensor_sha256: tensor_sha,
+    })
+}
+
+fn hex_digest(h: &str) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let _ = hex::decode_to_slice(h, &mut out);
+    out
+}
+
+/// The SHA-256 of a `Content-Digest: sha-256=:BASE64:` header.
+fn sha256_of_digest_header(v: &str) -> Option<[u8; 32]> {
+    v.split(',').find_map(|item| {
+        let (alg, val) = item.trim().split_once('=')?;
+        if !alg.trim().eq_ignore_ascii_case("sha-256") {
+            return None;
+        }
+        let b64 = val.trim().strip_prefix(':')?.strip_suffix(':')?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+        bytes.try_into().ok()
+    })
+}

@@ -1,0 +1,394 @@
+//! Verified tensors over HTTP (feature `serve`): `weight-inspect serve PATH…`.
+//!
+//! A [`Catalog`] opens each model once ([`Model::open`]: a model that fails verification is
+//! refused, not served) and [`router`] answers:
+//!
+//! - `GET /models`: every model served (`name`, `path`, `format`, `tensors`, `size`);
+//! - `GET /models/{model}`: its report, as `weight-inspect --json` prints it, each tensor's
+//!   `sha256` filled in once it is known;
+//! - `GET` and `HEAD` `/models/{model}/tensors/{name}`: the tensor's bytes, streamed from the
+//!   memory map in pieces (memory flat whatever its size), with `Content-Length`,
+//!   `Accept-Ranges: bytes`, `ETag` and `X-Weight-SHA256`: the SHA-256 of the whole tensor,
+//!   computed from the mapped bytes the first time the tensor is asked for (concurrent first
+//!   requests wait for one computation) and remembered. One `Range` per request (`bytes=A-B`,
+//!   `A-`, `-N`): 206 with `Content-Range` and `Content-Digest: sha-256=:…:` (RFC 9530) of the
+//!   bytes sent; 416 past the end; several ranges are refused (400), as is a malformed one.
+//!
+//! Names from a request are escaped in every answer. The client side is [`client`].
+
+pub mod client;
+mod range;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use base64::Engine as _;
+use serde::Serialize;
+
+use crate::format::model::{Model, OpenError};
+use crate::names::escape;
+use crate::verify::{self, Options, Report};
+
+/// The header carrying the SHA-256 of the whole tensor, in lowercase hex.
+pub const SHA256_HEADER: &str = "x-weight-sha256";
+
+/// Bytes per piece of a streamed body.
+const PIECE: usize = 256 << 10;
+
+/// Why models cannot be served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// A path could not be opened as a model (unreadable, not a model, invalid).
+    #[error("{}: {source}", path.display())]
+    Open {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Two models would be served under one name.
+    #[error("two models named '{name}': {} and {}", first.display(), second.display())]
+    SameName {
+        /// The name.
+        name: String,
+        /// The first model's path.
+        first: PathBuf,
+        /// The second's.
+        second: PathBuf,
+    },
+    /// Nothing to serve.
+    #[error("no model to serve")]
+    Empty,
+}
+
+/// One model served.
+struct Served {
+    name: String,
+    model: Arc<Model>,
+    report: Report,
+    /// Each tensor's place: (file, index in the file), by name.
+    index: BTreeMap<String, (usize, usize)>,
+    /// Each tensor's SHA-256 once computed, in `index`'s order of first appearance
+    /// (`Model::tensors` order).
+    sha: Vec<OnceLock<[u8; 32]>>,
+    /// The position in `sha` of each (file, index).
+    slot: BTreeMap<(usize, usize), usize>,
+}
+
+/// The models a server serves, opened once.
+pub struct Catalog {
+    models: BTreeMap<String, Arc<Served>>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("models", &self.models.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Catalog {
+    /// Opens the models at `paths`: files (a `.gguf`, a split GGUF's first shard, a
+    /// `.safetensors`, a `model.safetensors.index.json`) or folders (every model in them). Each
+    /// is named by its file name (a folder's models by their path below it); two models of one
+    /// name are refused.
+    pub fn open(paths: &[PathBuf]) -> Result<Catalog, ServeError> {
+        let mut models = BTreeMap::new();
+        for p in paths {
+            let found: Vec<(String, PathBuf)> = if p.is_dir() {
+                verify::discover(p)
+                    .map_err(|e| ServeError::Open {
+                        path: p.clone(),
+                        source: Box::new(e),
+                    })?
+                    .into_iter()
+                    .map(|m| {
+                        let name = m
+                            .strip_prefix(p)
+                            .unwrap_or(&m)
+                            .to_string_lossy()
+                            .into_owned();
+                        (name, m)
+                    })
+                    .collect()
+            } else {
+                let name = p
+                    .file_name()
+                    .map_or_else(|| p.to_string_lossy(), |n| n.to_string_lossy())
+                    .into_owned();
+                vec![(name, p.clone())]
+            };
+            for (name, path) in found {
+                let served = Served::open(name.clone(), &path)?;
+                if let Some(old) = models.get(&name) {
+                    let old: &Arc<Served> = old;
+                    return Err(ServeError::SameName {
+                        name: escape(&name).into_owned(),
+                        first: old.model.path().to_path_buf(),
+                        second: path,
+                    });
+                }
+                models.insert(name, Arc::new(served));
+            }
+        }
+        if models.is_empty() {
+            return Err(ServeError::Empty);
+        }
+        Ok(Catalog { models })
+    }
+
+    /// The names of the models served.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+}
+
+impl Served {
+    fn open(name: String, path: &Path) -> Result<Served, ServeError> {
+        let model = Model::open(path).map_err(|e: OpenError| ServeError::Open {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })?;
+        let report = verify::verify_model(&model, &Options::default());
+        let mut index = BTreeMap::new();
+        let mut slot = BTreeMap::new();
+        for (fi, file) in model.files().iter().enumerate() {
+            for (ti, t) in file.tensors().iter().enumerate() {
+                slot.insert((fi, ti), slot.len());
+                index.entry(t.name.clone()).or_insert((fi, ti));
+            }
+        }
+        let sha = (0..slot.len()).map(|_| OnceLock::new()).collect();
+        Ok(Served {
+            name,
+            model: Arc::new(model),
+            report,
+            index,
+            sha,
+            slot,
+        })
+    }
+}
+
+/// The router of a server over `catalog` (see the module docs).
+pub fn router(catalog: Arc<Catalog>) -> Router {
+    Router::new()
+        .route("/models", get(list))
+        .route("/models/{model}", get(describe))
+        .route("/models/{model}/tensors/{*name}", get(tensor))
+        .with_state(catalog)
+}
+
+/// Serves `catalog` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    catalog: Arc<Catalog>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(catalog))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[derive(Serialize)]
+struct Listed<'a> {
+    name: &'a str,
+    path: String,
+    format: Option<crate::format::Format>,
+    tensors: usize,
+    size: u64,
+}
+
+async fn list(State(c): State<Arc<Catalog>>) -> Response<Body> {
+    let models: Vec<Listed<'_>> = c
+        .models
+        .values()
+        .map(|s| Listed {
+            name: &s.name,
+            path: s.model.path().display().to_string(),
+            format: Some(s.model.format()),
+            tensors: s.slot.len(),
+            size: s.model.files().iter().map(|f| f.size()).sum(),
+        })
+        .collect();
+    json(StatusCode::OK, &serde_json::json!({ "models": models }))
+}
+
+async fn describe(
+    State(c): State<Arc<Catalog>>,
+    UrlPath(model): UrlPath<String>,
+) -> Response<Body> {
+    let Some(s) = c.models.get(&model) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no model '{}'", escape(&model)),
+        );
+    };
+    let mut report = s.report.clone();
+    for t in &mut report.tensors {
+        if let Some(&(fi, ti)) = s.index.get(&t.name) {
+            if let Some(d) = s.slot.get(&(fi, ti)).and_then(|&i| s.sha[i].get()) {
+                t.sha256 = Some(hex::encode(d));
+            }
+        }
+    }
+    json(StatusCode::OK, &report)
+}
+
+async fn tensor(
+    State(c): State<Arc<Catalog>>,
+    UrlPath((model, name)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let Some(s) = c.models.get(&model).cloned() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no model '{}'", escape(&model)),
+        );
+    };
+    let Some(&(fi, ti)) = s.index.get(&name) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no tensor '{}' in '{}'", escape(&name), escape(&model)),
+        );
+    };
+    let info = &s.model.files()[fi].tensors()[ti];
+    let len = info.n_bytes;
+    let start = usize::try_from(info.offset).unwrap_or(usize::MAX);
+    let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let ask = if headers.contains_key(header::RANGE) && range_header.is_none() {
+        range::Ask::Malformed("not text")
+    } else {
+        range::ask(range_header, len)
+    };
+    let part = match ask {
+        range::Ask::Whole => None,
+        range::Ask::Part(r) => Some(r),
+        range::Ask::Unsatisfiable => {
+            let mut r = error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                &format!("the tensor has {len} bytes"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return r;
+        }
+        range::Ask::Several => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "several ranges in one request are refused: ask for one range per request",
+            )
+        }
+        range::Ask::Malformed(why) => {
+            return error(StatusCode::BAD_REQUEST, &format!("bad Range header: {why}"))
+        }
+    };
+    // The whole tensor's digest, computed once from the bytes served.
+    let slot = s.slot[&(fi, ti)];
+    let s2 = s.clone();
+    let digest = tokio::task::spawn_blocking(move || {
+        *s2.sha[slot].get_or_init(|| {
+            let f = &s2.model.files()[fi];
+            let t = &f.tensors()[ti];
+            f.view(t)
+                .map(|v| verify::sha256(v.bytes()))
+                .unwrap_or([0; 32])
+        })
+    })
+    .await;
+    let Ok(digest) = digest else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "hashing the tensor failed",
+        );
+    };
+    let (from, to) = match &part {
+        Some(r) => (r.start, r.end),
+        None => (0, len),
+    };
+    let (a, b) = (
+        start.saturating_add(from as usize),
+        start.saturating_add(to as usize),
+    );
+    if b > s.model.files()[fi].bytes().len() {
+        // A verified model's tensors lie within their files; never slice past one.
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the tensor lies past its file",
+        );
+    }
+    let mut resp = Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_LENGTH, to - from)
+        .header(header::ETAG, format!("\"{}\"", hex::encode(digest)))
+        .header(SHA256_HEADER, hex::encode(digest));
+    if let Some(r) = &part {
+        let s3 = s.clone();
+        let piece = tokio::task::spawn_blocking(move || {
+            verify::sha256(&s3.model.files()[fi].bytes()[a..b])
+        })
+        .await
+        .unwrap_or([0; 32]);
+        resp = resp
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(
+                header::CONTENT_RANGE,
+                format!("bytes {}-{}/{len}", r.start, r.end - 1),
+            )
+            .header(
+                "content-digest",
+                format!(
+                    "sha-256=:{}:",
+                    base64::engine::general_purpose::STANDARD.encode(piece)
+                ),
+            );
+    }
+    let model = s.model.clone();
+    let pieces = (a..b).step_by(PIECE).map(move |p| {
+        Ok::<_, std::io::Error>(bytes::Bytes::from_owner(Mapped {
+            model: model.clone(),
+            file: fi,
+            range: p..(p + PIECE).min(b),
+        }))
+    });
+    resp.body(Body::from_stream(futures::stream::iter(pieces)))
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "bad response"))
+}
+
+/// A piece of a mapped file, kept alive by the model it belongs to.
+struct Mapped {
+    model: Arc<Model>,
+    file: usize,
+    range: std::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        &self.model.files()[self.file].bytes()[self.range.clone()]
+    }
+}
+
+fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Body> {
+    let text = serde_json::to_vec(body).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, text.len())
+        .body(Body::from(text))
+        .unwrap_or_default()
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    json(status, &serde_json::json!({ "error": message }))
+}

@@ -1,0 +1,289 @@
+//! `weight-inspect serve` and `weight-inspect get`: verified tensors over HTTP, against the
+//! bytes of the file served; and a client that refuses bytes that do not match their digest.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::support::cli::demo_root;
+use crate::support::sha256_hex;
+
+const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
+const MODEL: &str = "tinyllama-q8_0.gguf";
+
+/// A running `weight-inspect serve`, stopped when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    /// Serves `paths` on a free loopback port; ready once it says where it listens.
+    fn start(paths: &[&Path]) -> Server {
+        let mut child = Command::new(EXE)
+            .arg("serve")
+            .args(paths)
+            .args(["--addr", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let base = loop {
+            let line = lines
+                .next()
+                .expect("the server said where it listens before it ended")
+                .unwrap();
+            if let Some(addr) = line.strip_prefix("weight-inspect: listening on ") {
+                break addr.to_string();
+            }
+        };
+        // Keep reading its stderr so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn model_path() -> PathBuf {
+    demo_root().join(crate::support::cli::REPO).join(MODEL)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// The model's report and one tensor of it (the largest), with the file's bytes.
+async fn largest_tensor(s: &Server) -> (Value, Vec<u8>) {
+    let report: Value = client()
+        .get(s.url(&format!("/models/{MODEL}")))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    let t = report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|t| t["n_bytes"].as_u64().unwrap())
+        .unwrap()
+        .clone();
+    let file = std::fs::read(model_path()).unwrap();
+    let (off, n) = (
+        t["offset"].as_u64().unwrap() as usize,
+        t["n_bytes"].as_u64().unwrap() as usize,
+    );
+    (t, file[off..off + n].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensors_are_served_with_their_sha256() {
+    let s = Server::start(&[&model_path()]);
+    let listed: Value = client()
+        .get(s.url("/models"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    assert_eq!(listed["models"][0]["name"], MODEL, "{listed}");
+    let (t, want) = largest_tensor(&s).await;
+    let name = t["name"].as_str().unwrap();
+    assert!(
+        t.get("sha256").is_none(),
+        "not known before it is asked for: {t}"
+    );
+
+    let url = s.url(&format!("/models/{MODEL}/tensors/{name}"));
+    let r = client().get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    assert_eq!(h["content-length"], want.len().to_string().as_str());
+    assert_eq!(h["x-weight-sha256"], sha256_hex(&want).as_str());
+    assert_eq!(h["etag"], format!("\"{}\"", sha256_hex(&want)).as_str());
+    assert_eq!(h["accept-ranges"], "bytes");
+    assert!(r.bytes().await.unwrap() == want);
+
+    // Known now, in the model's report.
+    let (t, _) = largest_tensor(&s).await;
+    assert_eq!(t["sha256"], sha256_hex(&want).as_str());
+
+    // HEAD: the same headers, no body.
+    let r = client().head(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-length"],
+        want.len().to_string().as_str()
+    );
+    assert!(r.bytes().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_range_per_request_with_the_digest_of_the_bytes_sent() {
+    use base64::Engine as _;
+    let s = Server::start(&[&model_path()]);
+    let (t, want) = largest_tensor(&s).await;
+    let url = s.url(&format!(
+        "/models/{MODEL}/tensors/{}",
+        t["name"].as_str().unwrap()
+    ));
+    let len = want.len();
+    let get = |range: String| {
+        let url = url.clone();
+        async move {
+            client()
+                .get(&url)
+                .header("range", range)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for (range, part) in [
+        ("bytes=0-9".to_string(), 0..10),
+        ("bytes=-5".to_string(), len - 5..len),
+        (format!("bytes={}-", len - 3), len - 3..len),
+        (format!("bytes=7-{}", len + 100), 7..len),
+    ] {
+        let r = get(range.clone()).await;
+        assert_eq!(r.status(), 206, "{range}");
+        let h = r.headers().clone();
+        assert_eq!(
+            h["content-range"],
+            format!("bytes {}-{}/{len}", part.start, part.end - 1).as_str(),
+            "{range}"
+        );
+        let digest = base64::engine::general_purpose::STANDARD
+            .encode(crate::support::sha256(&want[part.clone()]));
+        assert_eq!(h["content-digest"], format!("sha-256=:{digest}:").as_str());
+        assert_eq!(h["x-weight-sha256"], sha256_hex(&want).as_str());
+        assert!(r.bytes().await.unwrap() == want[part]);
+    }
+    let r = get(format!("bytes={len}-")).await;
+    assert_eq!(r.status(), 416);
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes */{len}").as_str()
+    );
+    for bad in ["bytes=0-1,4-5", "bytes=x-", "bytes=5-1"] {
+        let r = get(bad.to_string()).await;
+        assert_eq!(r.status(), 400, "{bad}");
+        let e: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+        assert!(e["error"].is_string(), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_names_are_404_and_escaped() {
+    let s = Server::start(&[&model_path()]);
+    for path in [
+        "/models/nope%1b%5b31m".to_string(),
+        format!("/models/{MODEL}/tensors/evil%1b%5b2J"),
+        format!("/models/{MODEL}/tensors/..%2f..%2fetc%2fpasswd"),
+    ] {
+        let r = client().get(s.url(&path)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        let text = r.text().await.unwrap();
+        assert!(!text.contains('\u{1b}'), "{text}");
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert!(e["error"].as_str().unwrap().starts_with("no "), "{e}");
+    }
+}
+
+/// `weight-inspect get` writes the tensor (or a slice) once it matches its digest; from a
+/// server whose bytes do not match the SHA-256 it announces, it writes nothing and exits 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_hands_over_only_checked_bytes() {
+    let s = Server::start(&[&model_path()]);
+    let (t, want) = largest_tensor(&s).await;
+    let name = t["name"].as_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.bin");
+    let model_url = s.url(&format!("/models/{MODEL}"));
+    let o = Command::new(EXE)
+        .args(["get", &model_url, name, "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&out).unwrap() == want);
+    let o = Command::new(EXE)
+        .args(["get", &model_url, name, "--range", "3-66", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&out).unwrap() == want[3..67]);
+    // To stdout (not a terminal here).
+    let o = Command::new(EXE)
+        .args(["get", &model_url, name, "--range", "0-15"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(o.stdout == want[..16]);
+    // No such tensor: exit 4.
+    let o = Command::new(EXE)
+        .args(["get", &model_url, "no.such.tensor", "-o"])
+        .arg(dir.path().join("x"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // A server that lies about the bytes.
+    let app = axum::Router::new().route(
+        "/models/m/tensors/{*name}",
+        axum::routing::get(|| async { ([("x-weight-sha256", "00".repeat(32))], vec![1u8; 1000]) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let lied = dir.path().join("lied.bin");
+    let o = tokio::task::spawn_blocking({
+        let lied = lied.clone();
+        move || {
+            Command::new(EXE)
+                .args(["get", &format!("http://{addr}/models/m"), "w", "-o"])
+                .arg(&lied)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("do not match their digest"));
+    assert!(!lied.exists(), "nothing handed over");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file left"
+    );
+}
