@@ -287,3 +287,100 @@ async fn get_hands_over_only_checked_bytes() {
         "no temporary file left"
     );
 }
+
+/// A Hugging Face cache served as a Hub mirror: `wi-fetch` with `HF_ENDPOINT` at the mirror
+/// fetches (and verifies) what the cache holds, with no request to the Hub that filled it; the
+/// resolve route carries the headers clients read and no Xet; the listing has no `xetHash`;
+/// what the cache lacks is a 404 with the Hub's error codes.
+#[test]
+fn a_cache_is_a_hub_mirror_for_wi_fetch() {
+    use crate::support::cli::{hub_builder, run, start, Sandbox, REPO};
+    let hub = start(hub_builder());
+    let files = [MODEL, "config.json"];
+    let filled = Sandbox::new();
+    let mut c = filled.cmd(&hub);
+    c.arg(REPO).args(files);
+    let o = run(c);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let commit = hub.commit(REPO);
+
+    let mirror = Server::start(&[&filled.cache()]);
+    hub.reset_stats();
+    let node = Sandbox::new();
+    let mut c = node.cmd(&hub);
+    c.env("HF_ENDPOINT", &mirror.base)
+        .arg(REPO)
+        .args(files)
+        .arg("--json");
+    let o = run(c);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(hub.stats().total_requests, 0, "nothing asked of the Hub");
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["commit"], commit.as_str());
+    for f in summary["files"].as_array().unwrap() {
+        let want = crate::support::cli::demo_file(f["path"].as_str().unwrap());
+        assert!(std::fs::read(f["local_path"].as_str().unwrap()).unwrap() == want);
+    }
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let r = client()
+            .head(mirror.url(&format!("/{REPO}/resolve/main/{MODEL}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let h = r.headers();
+        let size = std::fs::metadata(model_path()).unwrap().len().to_string();
+        assert_eq!(h["x-repo-commit"], commit.as_str());
+        assert_eq!(h["x-linked-size"], size.as_str());
+        assert_eq!(h["content-length"], size.as_str());
+        assert!(h["x-linked-etag"].to_str().unwrap().len() == 66);
+        assert!(h.keys().all(|k| !k.as_str().starts_with("x-xet")), "{h:?}");
+        let tree = client()
+            .get(mirror.url(&format!("/api/models/{REPO}/tree/main?recursive=true")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!tree.contains("xetHash") && tree.contains(MODEL), "{tree}");
+        let refs: Value = serde_json::from_str(
+            &client()
+                .get(mirror.url(&format!("/api/models/{REPO}/refs")))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            refs["branches"][0]["targetCommit"],
+            commit.as_str(),
+            "{refs}"
+        );
+
+        for (path, code) in [
+            (
+                format!("/{REPO}/resolve/main/tinyllama-f16.gguf"),
+                "EntryNotFound",
+            ),
+            (format!("/{REPO}/resolve/v9/{MODEL}"), "RevisionNotFound"),
+            (
+                format!("/nobody/nothing/resolve/main/{MODEL}"),
+                "RepoNotFound",
+            ),
+            (
+                "/api/models/nobody/nothing/revision/main".to_string(),
+                "RepoNotFound",
+            ),
+        ] {
+            let r = client().get(mirror.url(&path)).send().await.unwrap();
+            assert_eq!(r.status(), 404, "{path}");
+            assert_eq!(r.headers()["x-error-code"], code, "{path}");
+        }
+    });
+}

@@ -297,6 +297,22 @@ impl RepoCache {
         is_commit_hash(&s).then_some(s)
     }
 
+    /// Every ref of the repository (`refs/main`, `refs/refs/pr/1`…) that holds a commit id, as
+    /// (revision, commit), in name order.
+    pub fn list_refs(&self) -> Vec<(String, String)> {
+        let dir = self.dir.join("refs");
+        let Ok(found) = safe_fs::walk_relative(&dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, String)> = found
+            .into_iter()
+            .filter(|(_, _, ft)| ft.is_file())
+            .filter_map(|(rel, _, _)| self.read_ref(&rel).map(|c| (rel, c)))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Writes `refs/{revision}` = `commit` (no newline) unless the revision is the commit
     /// itself or the ref already says so.
     pub fn write_ref(&self, revision: &str, commit: &str) -> io::Result<()> {

@@ -17,6 +17,7 @@
 //! Names from a request are escaped in every answer. The client side is [`client`].
 
 pub mod client;
+mod hub;
 mod range;
 
 use std::collections::BTreeMap;
@@ -86,6 +87,19 @@ struct Served {
 /// The models a server serves, opened once.
 pub struct Catalog {
     models: BTreeMap<String, Arc<Served>>,
+    /// A Hugging Face cache served as a Hub mirror.
+    hub: Option<crate::cache::HfCache>,
+}
+
+/// Whether `dir` is a Hugging Face cache: it holds a `models--…`, `datasets--…` or
+/// `spaces--…` folder.
+fn is_hf_cache(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_type().is_ok_and(|t| t.is_dir())
+                && crate::cache::parse_repo_folder_name(&e.file_name().to_string_lossy()).is_some()
+        })
+    })
 }
 
 impl std::fmt::Debug for Catalog {
@@ -103,7 +117,18 @@ impl Catalog {
     /// name are refused.
     pub fn open(paths: &[PathBuf]) -> Result<Catalog, ServeError> {
         let mut models = BTreeMap::new();
+        let mut hub = None;
         for p in paths {
+            if p.is_dir() && is_hf_cache(p) {
+                if hub.is_some() {
+                    return Err(ServeError::Open {
+                        path: p.clone(),
+                        source: "one Hugging Face cache at a time".into(),
+                    });
+                }
+                hub = Some(crate::cache::HfCache::new(p));
+                continue;
+            }
             let found: Vec<(String, PathBuf)> = if p.is_dir() {
                 verify::discover(p)
                     .map_err(|e| ServeError::Open {
@@ -140,15 +165,20 @@ impl Catalog {
                 models.insert(name, Arc::new(served));
             }
         }
-        if models.is_empty() {
+        if models.is_empty() && hub.is_none() {
             return Err(ServeError::Empty);
         }
-        Ok(Catalog { models })
+        Ok(Catalog { models, hub })
     }
 
     /// The names of the models served.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.models.keys().map(String::as_str)
+    }
+
+    /// The Hugging Face cache served as a Hub mirror, if one was given.
+    pub fn hub_cache(&self) -> Option<&Path> {
+        self.hub.as_ref().map(|c| c.root())
     }
 }
 
@@ -181,11 +211,15 @@ impl Served {
 
 /// The router of a server over `catalog` (see the module docs).
 pub fn router(catalog: Arc<Catalog>) -> Router {
-    Router::new()
+    let tensors = Router::new()
         .route("/models", get(list))
         .route("/models/{model}", get(describe))
         .route("/models/{model}/tensors/{*name}", get(tensor))
-        .with_state(catalog)
+        .with_state(catalog.clone());
+    match &catalog.hub {
+        Some(cache) => tensors.merge(hub::router(cache.clone())),
+        None => tensors,
+    }
 }
 
 /// Serves `catalog` on `listener` until `shutdown` resolves.

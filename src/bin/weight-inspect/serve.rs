@@ -105,6 +105,12 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
         for name in catalog.names() {
             eprintln!("weight-inspect: serving {}", escape(name));
         }
+        if let Some(c) = catalog.hub_cache() {
+            eprintln!(
+                "weight-inspect: serving the Hugging Face cache {} as a Hub mirror (HF_ENDPOINT=http://{addr})",
+                c.display()
+            );
+        }
         eprintln!("weight-inspect: listening on http://{addr}");
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;

@@ -1,0 +1,420 @@
+//! A Hub mirror of a Hugging Face cache: the routes `wi-fetch`, huggingface_hub and
+//! llama.cpp read, answered from what the cache holds (no pull-through yet), with no Xet
+//! anywhere (no `X-Xet-*` header, no `xetHash` in a listing: huggingface_hub would go to Xet's
+//! servers for such an entry, past the mirror).
+//!
+//! - `GET /api/{models|datasets}/{org}/{name}[/revision/{rev}]`: `id`, `sha`, `siblings`;
+//! - `GET /api/…/refs`: `branches[].targetCommit` (what llama.cpp reads), `tags`;
+//! - `GET /api/…/tree/{rev}[/{path}]` (`recursive=true` lists every file below);
+//! - `HEAD` and `GET /[datasets/]{org}/{name}/resolve/{rev}/{path}`: the file, with
+//!   `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`, `Content-Length` and
+//!   `Accept-Ranges` (one `Range` per request, as for tensors);
+//! - errors carry `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound` with
+//!   `X-Repo-Commit`), and never a name unescaped.
+//!
+//! Only files the snapshot lists are served, by their blob; a path is a key, never joined onto
+//! a folder.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{header, HeaderMap, Method, Response, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use sha1::{Digest as _, Sha1};
+
+use super::range;
+use crate::cache::{CachedFile, HfCache, RepoCache};
+use crate::format::mmap::Mmap;
+use crate::names::{escape, RepoType};
+
+/// The mirror's state: the cache it serves.
+pub(crate) struct Mirror {
+    cache: HfCache,
+}
+
+/// The mirror's routes over the cache at `cache`.
+pub(crate) fn router(cache: HfCache) -> Router {
+    let m = Arc::new(Mirror { cache });
+    Router::new()
+        .route("/api/{kind}/{org}/{name}", get(info_main))
+        .route("/api/{kind}/{org}/{name}/revision/{*rev}", get(info))
+        .route("/api/{kind}/{org}/{name}/refs", get(refs))
+        .route("/api/{kind}/{org}/{name}/tree/{*rest}", get(tree))
+        .route(
+            "/datasets/{org}/{name}/resolve/{rev}/{*path}",
+            get(resolve_dataset),
+        )
+        .route("/{org}/{name}/resolve/{rev}/{*path}", get(resolve_model))
+        .with_state(m)
+}
+
+/// A repository of the cache that exists there, at a revision.
+struct At {
+    repo: RepoCache,
+    id: String,
+    commit: String,
+    files: Vec<CachedFile>,
+}
+
+impl Mirror {
+    fn repo(&self, kind: &str, org: &str, name: &str) -> Result<(RepoCache, String), Miss> {
+        let t = match kind {
+            "models" => RepoType::Model,
+            "datasets" => RepoType::Dataset,
+            "spaces" => RepoType::Space,
+            _ => {
+                return Err(Miss::new(
+                    "RepoNotFound",
+                    &format!("no such kind '{}'", escape(kind)),
+                    None,
+                ))
+            }
+        };
+        let id = format!("{org}/{name}");
+        if crate::names::check_repo_id(&id).is_err() {
+            return Err(Miss::new(
+                "RepoNotFound",
+                &format!("'{}' is not a repository id", escape(&id)),
+                None,
+            ));
+        }
+        let repo = self.cache.repo(t, &id);
+        if !repo.dir().is_dir() {
+            return Err(Miss::new(
+                "RepoNotFound",
+                &format!("repository '{}' is not here", escape(&id)),
+                None,
+            ));
+        }
+        Ok((repo, id))
+    }
+
+    fn at(&self, kind: &str, org: &str, name: &str, rev: &str) -> Result<At, Miss> {
+        let (repo, id) = self.repo(kind, org, name)?;
+        let Some(commit) = repo.resolve_offline(rev) else {
+            return Err(Miss::new(
+                "RevisionNotFound",
+                &format!(
+                    "revision '{}' of '{}' is not here",
+                    escape(rev),
+                    escape(&id)
+                ),
+                None,
+            ));
+        };
+        let files = repo.list_snapshot(&commit).unwrap_or_default();
+        Ok(At {
+            repo,
+            id,
+            commit,
+            files,
+        })
+    }
+}
+
+fn is_lfs(etag: &str) -> bool {
+    etag.len() == 64
+}
+
+/// The git blob id of the LFS pointer file of a blob (what the Hub lists as its `oid`).
+fn pointer_oid(sha256: &str, size: u64) -> String {
+    let text =
+        format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n");
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", text.len()));
+    h.update(text.as_bytes());
+    hex::encode(h.finalize())
+}
+
+fn info_json(at: &At) -> serde_json::Value {
+    serde_json::json!({
+        "id": at.id,
+        "modelId": at.id,
+        "sha": at.commit,
+        "siblings": at.files.iter().map(|f| serde_json::json!({"rfilename": f.path})).collect::<Vec<_>>(),
+    })
+}
+
+async fn info_main(
+    State(m): State<Arc<Mirror>>,
+    UrlPath((kind, org, name)): UrlPath<(String, String, String)>,
+) -> Response<Body> {
+    match m.at(&kind, &org, &name, "main") {
+        Ok(at) => super::json(StatusCode::OK, &info_json(&at)),
+        Err(miss) => miss.respond(),
+    }
+}
+
+async fn info(
+    State(m): State<Arc<Mirror>>,
+    UrlPath((kind, org, name, rev)): UrlPath<(String, String, String, String)>,
+) -> Response<Body> {
+    match m.at(&kind, &org, &name, &rev) {
+        Ok(at) => super::json(StatusCode::OK, &info_json(&at)),
+        Err(miss) => miss.respond(),
+    }
+}
+
+async fn refs(
+    State(m): State<Arc<Mirror>>,
+    UrlPath((kind, org, name)): UrlPath<(String, String, String)>,
+) -> Response<Body> {
+    let (repo, _) = match m.repo(&kind, &org, &name) {
+        Ok(r) => r,
+        Err(miss) => return miss.respond(),
+    };
+    let mut branches = Vec::new();
+    let mut tags = Vec::new();
+    for (name, commit) in repo.list_refs() {
+        if name == "main" || !name.starts_with("refs/") {
+            branches.push(serde_json::json!({"name": name, "ref": format!("refs/heads/{name}"), "targetCommit": commit}));
+        } else if let Some(t) = name.strip_prefix("refs/tags/") {
+            tags.push(serde_json::json!({"name": t, "ref": name, "targetCommit": commit}));
+        }
+    }
+    super::json(
+        StatusCode::OK,
+        &serde_json::json!({"branches": branches, "tags": tags, "converts": [], "pullRequests": []}),
+    )
+}
+
+#[derive(serde::Deserialize)]
+struct TreeQuery {
+    #[serde(default)]
+    recursive: Option<String>,
+}
+
+async fn tree(
+    State(m): State<Arc<Mirror>>,
+    UrlPath((kind, org, name, rest)): UrlPath<(String, String, String, String)>,
+    Query(q): Query<TreeQuery>,
+) -> Response<Body> {
+    let (rev, below) = match rest.split_once('/') {
+        Some((r, p)) => (r.to_string(), p.trim_end_matches('/').to_string()),
+        None => (rest.clone(), String::new()),
+    };
+    let at = match m.at(&kind, &org, &name, &rev) {
+        Ok(at) => at,
+        Err(miss) => return miss.respond(),
+    };
+    let recursive = q
+        .recursive
+        .as_deref()
+        .is_some_and(|v| v == "true" || v == "1");
+    let prefix = if below.is_empty() {
+        String::new()
+    } else {
+        format!("{below}/")
+    };
+    let mut out = Vec::new();
+    let mut dirs = std::collections::BTreeSet::new();
+    for f in &at.files {
+        let Some(rel) = f.path.strip_prefix(&prefix) else {
+            continue;
+        };
+        match rel.split_once('/') {
+            Some((dir, _)) if !recursive => {
+                dirs.insert(format!("{prefix}{dir}"));
+                continue;
+            }
+            Some((_, _)) => {
+                // Recursive: every folder on the way is listed too, as the Hub does.
+                let mut acc = prefix.clone();
+                for seg in rel
+                    .split('/')
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .rev()
+                    .skip(1)
+                    .rev()
+                {
+                    acc.push_str(seg);
+                    dirs.insert(acc.clone());
+                    acc.push('/');
+                }
+            }
+            None => {}
+        }
+        let entry = if is_lfs(&f.etag) {
+            serde_json::json!({
+                "type": "file", "path": f.path, "size": f.size,
+                "oid": pointer_oid(&f.etag, f.size),
+                "lfs": {"oid": f.etag, "size": f.size, "pointerSize": 134},
+            })
+        } else {
+            serde_json::json!({"type": "file", "path": f.path, "size": f.size, "oid": f.etag})
+        };
+        out.push(entry);
+    }
+    if !below.is_empty() && out.is_empty() && dirs.is_empty() {
+        return not_found(
+            "EntryNotFound",
+            &format!("no folder '{}'", escape(&below)),
+            Some(&at.commit),
+        );
+    }
+    let mut all: Vec<serde_json::Value> = dirs
+        .into_iter()
+        .map(|d| serde_json::json!({"type": "directory", "path": d, "size": 0, "oid": "0".repeat(40)}))
+        .collect();
+    all.extend(out);
+    super::json(StatusCode::OK, &all)
+}
+
+async fn resolve_model(
+    State(m): State<Arc<Mirror>>,
+    method: Method,
+    UrlPath((org, name, rev, path)): UrlPath<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    resolve(&m, "models", &org, &name, &rev, &path, &method, &headers).await
+}
+
+async fn resolve_dataset(
+    State(m): State<Arc<Mirror>>,
+    method: Method,
+    UrlPath((org, name, rev, path)): UrlPath<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> Response<Body> {
+    resolve(&m, "datasets", &org, &name, &rev, &path, &method, &headers).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resolve(
+    m: &Mirror,
+    kind: &str,
+    org: &str,
+    name: &str,
+    rev: &str,
+    path: &str,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let at = match m.at(kind, org, name, rev) {
+        Ok(at) => at,
+        Err(miss) => return miss.respond(),
+    };
+    let Some(f) = at.files.iter().find(|f| f.path == path) else {
+        return not_found(
+            "EntryNotFound",
+            &format!(
+                "'{}' is not in '{}' at {}",
+                escape(path),
+                escape(&at.id),
+                at.commit
+            ),
+            Some(&at.commit),
+        );
+    };
+    let Some(blob) = at.repo.complete_blob(&f.etag, f.size) else {
+        return not_found("EntryNotFound", "its blob is gone", Some(&at.commit));
+    };
+    let len = f.size;
+    let ask = range::ask(
+        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
+        len,
+    );
+    let part = match ask {
+        range::Ask::Whole => None,
+        range::Ask::Part(r) => Some(r),
+        range::Ask::Unsatisfiable => {
+            let mut r = super::error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                &format!("the file has {len} bytes"),
+            );
+            if let Ok(v) = format!("bytes */{len}").parse() {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return r;
+        }
+        range::Ask::Several => {
+            return super::error(StatusCode::BAD_REQUEST, "one range per request")
+        }
+        range::Ask::Malformed(why) => {
+            return super::error(StatusCode::BAD_REQUEST, &format!("bad Range header: {why}"))
+        }
+    };
+    let (from, to) = part.as_ref().map_or((0, len), |r| (r.start, r.end));
+    let etag = format!("\"{}\"", f.etag);
+    let mut resp = Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_LENGTH, to - from)
+        .header(header::ETAG, &etag)
+        .header("x-linked-etag", &etag)
+        .header("x-linked-size", len)
+        .header("x-repo-commit", &at.commit);
+    if let Some(r) = &part {
+        resp = resp.status(StatusCode::PARTIAL_CONTENT).header(
+            header::CONTENT_RANGE,
+            format!("bytes {}-{}/{len}", r.start, r.end - 1),
+        );
+    }
+    if method == Method::HEAD || from == to {
+        return resp.body(Body::empty()).unwrap_or_default();
+    }
+    let map = match tokio::task::spawn_blocking(move || Mmap::open_path(&blob)).await {
+        Ok(Ok(map)) => Arc::new(map),
+        _ => return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob"),
+    };
+    let (a, b) = (from as usize, to as usize);
+    if b > map.as_bytes().len() {
+        return super::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the blob is shorter than listed",
+        );
+    }
+    let pieces = (a..b).step_by(super::PIECE).map(move |p| {
+        Ok::<_, std::io::Error>(bytes::Bytes::from_owner(MappedBlob {
+            map: map.clone(),
+            range: p..(p + super::PIECE).min(b),
+        }))
+    });
+    resp.body(Body::from_stream(futures::stream::iter(pieces)))
+        .unwrap_or_default()
+}
+
+struct MappedBlob {
+    map: Arc<Mmap>,
+    range: std::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for MappedBlob {
+    fn as_ref(&self) -> &[u8] {
+        &self.map.as_bytes()[self.range.clone()]
+    }
+}
+
+/// What the mirror does not hold, as the Hub says it (`X-Error-Code`).
+struct Miss {
+    code: &'static str,
+    message: String,
+    commit: Option<String>,
+}
+
+impl Miss {
+    fn new(code: &'static str, message: &str, commit: Option<&str>) -> Miss {
+        Miss {
+            code,
+            message: message.to_string(),
+            commit: commit.map(str::to_string),
+        }
+    }
+
+    fn respond(self) -> Response<Body> {
+        not_found(self.code, &self.message, self.commit.as_deref())
+    }
+}
+
+fn not_found(code: &str, message: &str, commit: Option<&str>) -> Response<Body> {
+    let mut r = super::error(StatusCode::NOT_FOUND, message);
+    if let Ok(v) = code.parse() {
+        r.headers_mut().insert("x-error-code", v);
+    }
+    if let Some(c) = commit.and_then(|c| c.parse().ok()) {
+        r.headers_mut().insert("x-repo-commit", c);
+    }
+    r
+}
