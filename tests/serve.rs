@@ -66,17 +66,22 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-/// The model's report and one tensor of it (the largest), with the file's bytes.
-async fn largest_tensor(s: &Server) -> (Value, Vec<u8>) {
-    let report: Value = client()
-        .get(s.url(&format!("/models/{MODEL}")))
+/// The JSON body of `GET url`.
+async fn get_json(url: &str) -> Value {
+    let body = client()
+        .get(url)
         .send()
         .await
         .unwrap()
         .bytes()
         .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
         .unwrap();
+    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+/// The model's report and one tensor of it (the largest), with the file's bytes.
+async fn largest_tensor(s: &Server) -> (Value, Vec<u8>) {
+    let report = get_json(&s.url(&format!("/models/{MODEL}"))).await;
     let t = report["tensors"]
         .as_array()
         .unwrap()
@@ -95,15 +100,7 @@ async fn largest_tensor(s: &Server) -> (Value, Vec<u8>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tensors_are_served_with_their_sha256() {
     let s = Server::start(&[&model_path()]);
-    let listed: Value = client()
-        .get(s.url("/models"))
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
+    let listed = get_json(&s.url("/models")).await;
     assert_eq!(listed["models"][0]["name"], MODEL, "{listed}");
     let (t, want) = largest_tensor(&s).await;
     let name = t["name"].as_str().unwrap();
@@ -346,17 +343,7 @@ fn a_cache_is_a_hub_mirror_for_wi_fetch() {
             .await
             .unwrap();
         assert!(!tree.contains("xetHash") && tree.contains(MODEL), "{tree}");
-        let refs: Value = serde_json::from_str(
-            &client()
-                .get(mirror.url(&format!("/api/models/{REPO}/refs")))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap(),
-        )
-        .unwrap();
+        let refs = get_json(&mirror.url(&format!("/api/models/{REPO}/refs"))).await;
         assert_eq!(
             refs["branches"][0]["targetCommit"],
             commit.as_str(),

@@ -130,7 +130,15 @@ impl Retrier {
         let (file, url) = (file.to_string(), url.to_string());
         let attempts = self.retry.attempts();
         let elapsed = self.retry.elapsed();
-        match f.kind {
+        let kind = match f.kind {
+            // (Never given up on: the range goes to the resolve URL. Said as what it was.)
+            FailKind::Mirror => FailKind::Network {
+                source: "the mirror failed".into(),
+                transient: true,
+            },
+            k => k,
+        };
+        match kind {
             FailKind::Network { source, .. } => TransferError::Network {
                 file,
                 url,
@@ -168,15 +176,7 @@ impl Retrier {
             }
             FailKind::Cdn { status, url } => TransferError::NotFound { file, url, status },
             FailKind::Fatal(e) => *e,
-            FailKind::Mirror => TransferError::Network {
-                file,
-                url,
-                offset,
-                end,
-                attempts,
-                elapsed,
-                source: "the mirror failed".into(),
-            },
+            FailKind::Mirror => unreachable!("mapped to a network failure above"),
         }
     }
 }
