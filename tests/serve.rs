@@ -371,3 +371,67 @@ fn a_cache_is_a_hub_mirror_for_wi_fetch() {
         }
     });
 }
+
+/// A listing longer than a page (1,000 entries, as the Hub pages) is paged with `Link:
+/// rel="next"` URLs at the mirror itself, which `wi-fetch` follows: every one of 1,203 files of
+/// a cached repository comes through.
+#[test]
+fn long_listings_are_paged_at_the_mirror() {
+    use crate::support::cli::{run, Sandbox};
+    let cache = tempfile::tempdir().unwrap();
+    let repo = cache.path().join("models--org--many");
+    let commit = "c".repeat(40);
+    let snap = repo.join("snapshots").join(&commit);
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::write(repo.join("refs/main"), &commit).unwrap();
+    let n = 1203;
+    for i in 0..n {
+        let body = format!("file {i}\n");
+        let oid = hex::encode(crate::support::git_sha1(body.as_bytes()));
+        std::fs::write(repo.join("blobs").join(&oid), &body).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../blobs/{oid}"),
+            snap.join(format!("f{i:04}.txt")),
+        )
+        .unwrap();
+    }
+    let mirror = Server::start(&[cache.path()]);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (first, next) = rt.block_on(async {
+        let r = client()
+            .get(mirror.url("/api/models/org/many/tree/main?recursive=true"))
+            .send()
+            .await
+            .unwrap();
+        let link = r.headers()["link"].to_str().unwrap().to_string();
+        let page: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+        (page.as_array().unwrap().len(), link)
+    });
+    assert_eq!(first, 1000);
+    assert!(
+        next.starts_with(&format!("<{}/api/models/org/many/tree/main?", mirror.base)),
+        "{next}"
+    );
+    assert!(next.ends_with("rel=\"next\""), "{next}");
+
+    let hub = crate::support::cli::start(crate::support::cli::hub_builder());
+    let node = Sandbox::new();
+    let mut c = node.cmd(&hub);
+    c.env("HF_ENDPOINT", &mirror.base)
+        .args(["org/many", "--json"]);
+    let o = run(c);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["files"].as_array().unwrap().len(), n);
+    let snap2 = node
+        .cache()
+        .join("models--org--many/snapshots")
+        .join(&commit);
+    assert_eq!(
+        std::fs::read_to_string(snap2.join("f1202.txt")).unwrap(),
+        "file 1202\n"
+    );
+}

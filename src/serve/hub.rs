@@ -184,12 +184,21 @@ async fn refs(
 struct TreeQuery {
     #[serde(default)]
     recursive: Option<String>,
+    /// Where a page starts: the index of its first entry (opaque to clients, who follow
+    /// `Link: rel="next"`).
+    #[serde(default)]
+    cursor: Option<usize>,
 }
+
+/// Entries per page of a listing, as the Hub pages its tree API.
+pub(crate) const PAGE: usize = 1000;
 
 async fn tree(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name, rest)): UrlPath<(String, String, String, String)>,
     Query(q): Query<TreeQuery>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
 ) -> Response<Body> {
     let (rev, below) = match rest.split_once('/') {
         Some((r, p)) => (r.to_string(), p.trim_end_matches('/').to_string()),
@@ -260,7 +269,23 @@ async fn tree(
         .map(|d| serde_json::json!({"type": "directory", "path": d, "size": 0, "oid": "0".repeat(40)}))
         .collect();
     all.extend(out);
-    super::json(StatusCode::OK, &all)
+    // Pages of PAGE entries; the next one's URL points at this server, as the client
+    // reached it (the Host it sent: it is only sent back to that client).
+    let from = q.cursor.unwrap_or(0).min(all.len());
+    let to = (from + PAGE).min(all.len());
+    let mut resp = super::json(StatusCode::OK, &all[from..to]);
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    if let (true, Some(host)) = (to < all.len(), host) {
+        let recursive = if recursive { "recursive=true&" } else { "" };
+        let next = format!(
+            "<http://{host}{}?{recursive}cursor={to}>; rel=\"next\"",
+            uri.path()
+        );
+        if let Ok(v) = next.parse() {
+            resp.headers_mut().insert(header::LINK, v);
+        }
+    }
+    resp
 }
 
 async fn resolve_model(

@@ -413,7 +413,7 @@ impl AsRef<[u8]> for Mapped {
     }
 }
 
-fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Body> {
+fn json<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response<Body> {
     let text = serde_json::to_vec(body).unwrap_or_default();
     Response::builder()
         .status(status)
