@@ -343,6 +343,25 @@ fn a_cache_is_a_hub_mirror_for_wi_fetch() {
             .await
             .unwrap();
         assert!(!tree.contains("xetHash") && tree.contains(MODEL), "{tree}");
+        let info = client()
+            .post(mirror.url(&format!("/api/models/{REPO}/paths-info/main")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "paths=config.json&paths=nope&paths={MODEL}&expand=true"
+            ))
+            .send()
+            .await
+            .unwrap();
+        let info: Value = serde_json::from_slice(&info.bytes().await.unwrap()).unwrap();
+        let listed: Vec<&str> = info
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, ["config.json", MODEL], "{info}");
+        assert_eq!(info[1]["lfs"]["size"], size.parse::<u64>().unwrap());
+        assert!(!info.to_string().contains("xetHash"));
         let refs = get_json(&mirror.url(&format!("/api/models/{REPO}/refs"))).await;
         assert_eq!(
             refs["branches"][0]["targetCommit"],

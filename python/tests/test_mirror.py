@@ -75,6 +75,8 @@ def test_huggingface_hub_downloads_through_the_mirror(
     folder = hf.snapshot_download(REPO, endpoint=mirror, cache_dir=tmp_path / "b")
     for rel in ["model.safetensors", "config.json", "sub/notes.txt"]:
         assert (Path(folder) / rel).read_bytes() == (repos / REPO / rel).read_bytes(), rel
+    infos = hf.HfApi(endpoint=mirror).get_paths_info(REPO, ["config.json", "sub", "nope"])
+    assert [i.path for i in infos] == ["config.json", "sub"]
     with pytest.raises(hf_errors.EntryNotFoundError):
         hf.hf_hub_download(REPO, "missing.bin", endpoint=mirror, cache_dir=tmp_path / "c")
     with pytest.raises(hf_errors.RepositoryNotFoundError):

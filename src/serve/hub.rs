@@ -5,7 +5,9 @@
 //!
 //! - `GET /api/{models|datasets}/{org}/{name}[/revision/{rev}]`: `id`, `sha`, `siblings`;
 //! - `GET /api/…/refs`: `branches[].targetCommit` (what llama.cpp reads), `tags`;
-//! - `GET /api/…/tree/{rev}[/{path}]` (`recursive=true` lists every file below);
+//! - `GET /api/…/tree/{rev}[/{path}]` (`recursive=true` lists every file below), in pages of
+//!   1,000 entries linked by `Link: rel="next"` URLs at this server;
+//! - `POST /api/…/paths-info/{rev}` (form `paths=…`): the entries of those paths;
 //! - `HEAD` and `GET /[datasets/]{org}/{name}/resolve/{rev}/{path}`: the file, with
 //!   `X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`, `Content-Length` and
 //!   `Accept-Ranges` (one `Range` per request, as for tensors);
@@ -42,6 +44,10 @@ pub(crate) fn router(cache: HfCache) -> Router {
         .route("/api/{kind}/{org}/{name}/revision/{*rev}", get(info))
         .route("/api/{kind}/{org}/{name}/refs", get(refs))
         .route("/api/{kind}/{org}/{name}/tree/{*rest}", get(tree))
+        .route(
+            "/api/{kind}/{org}/{name}/paths-info/{*rev}",
+            axum::routing::post(paths_info),
+        )
         .route(
             "/datasets/{org}/{name}/resolve/{rev}/{*path}",
             get(resolve_dataset),
@@ -126,6 +132,51 @@ fn pointer_oid(sha256: &str, size: u64) -> String {
     h.update(format!("blob {}\0", text.len()));
     h.update(text.as_bytes());
     hex::encode(h.finalize())
+}
+
+/// A file as the tree and paths-info APIs list it (an LFS file with its pointer's git oid).
+fn file_entry(f: &CachedFile) -> serde_json::Value {
+    if is_lfs(&f.etag) {
+        serde_json::json!({
+            "type": "file", "path": f.path, "size": f.size,
+            "oid": pointer_oid(&f.etag, f.size),
+            "lfs": {"oid": f.etag, "size": f.size, "pointerSize": 134},
+        })
+    } else {
+        serde_json::json!({"type": "file", "path": f.path, "size": f.size, "oid": f.etag})
+    }
+}
+
+/// `POST /api/…/paths-info/{rev}` (form `paths=…`, repeated): the entries of those paths that
+/// exist (files, and folders as `directory`), in the order asked; unknown paths are left out,
+/// as the Hub does. At most [`PAGE`] paths are answered.
+async fn paths_info(
+    State(m): State<Arc<Mirror>>,
+    UrlPath((kind, org, name, rev)): UrlPath<(String, String, String, String)>,
+    body: String,
+) -> Response<Body> {
+    let at = match m.at(&kind, &org, &name, &rev) {
+        Ok(at) => at,
+        Err(miss) => return miss.respond(),
+    };
+    let asked: Vec<String> = url::form_urlencoded::parse(body.as_bytes())
+        .filter(|(k, _)| k == "paths")
+        .map(|(_, v)| v.trim_end_matches('/').to_string())
+        .take(PAGE)
+        .collect();
+    let mut out = Vec::new();
+    for p in &asked {
+        if let Some(f) = at.files.iter().find(|f| &f.path == p) {
+            out.push(file_entry(f));
+        } else if at
+            .files
+            .iter()
+            .any(|f| f.path.starts_with(&format!("{p}/")))
+        {
+            out.push(serde_json::json!({"type": "directory", "path": p, "size": 0, "oid": "0".repeat(40)}));
+        }
+    }
+    super::json(StatusCode::OK, &out)
 }
 
 fn info_json(at: &At) -> serde_json::Value {
@@ -246,16 +297,7 @@ async fn tree(
             }
             None => {}
         }
-        let entry = if is_lfs(&f.etag) {
-            serde_json::json!({
-                "type": "file", "path": f.path, "size": f.size,
-                "oid": pointer_oid(&f.etag, f.size),
-                "lfs": {"oid": f.etag, "size": f.size, "pointerSize": 134},
-            })
-        } else {
-            serde_json::json!({"type": "file", "path": f.path, "size": f.size, "oid": f.etag})
-        };
-        out.push(entry);
+        out.push(file_entry(f));
     }
     if !below.is_empty() && out.is_empty() && dirs.is_empty() {
         return not_found(
