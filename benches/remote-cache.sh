@@ -22,7 +22,9 @@
 #   CAP         the Hub's cap per connection, bytes/s, for the fleet (default 20000000)
 #   SKIP_BUILD=1  use the release binaries already built
 #
-# Prints Markdown tables on stdout. Every request goes to 127.0.0.1.
+# Prints Markdown tables on stdout. Every request goes to 127.0.0.1. The copies it makes (the
+# bucket's data and every node's cache: several GiB at 1 GiB) are removed when it exits; the
+# logs and timings stay in BENCH_DIR/run.
 set -euo pipefail
 export LC_ALL=C
 
@@ -56,7 +58,7 @@ run="$BENCH_DIR/run"
 rm -rf "$run"
 mkdir -p "$run"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null; rm -rf "$run"/garage-data "$run"/cache "$run"/read-cache "$run"/s5 "$run"/node-* "$run"/hf-*' EXIT
 
 hub_port=$(free_port)
 "$BIN/mock-hub" --root "$BENCH_DIR/hub" --addr "127.0.0.1:$hub_port" >"$run/hub.log" 2>&1 &
