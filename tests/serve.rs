@@ -454,3 +454,67 @@ fn long_listings_are_paged_at_the_mirror() {
         "file 1202\n"
     );
 }
+
+/// Nothing outside what is served is readable through a link: a model file in a served folder
+/// that links out is refused at start (exit 1, named); a blob of a served cache replaced by a
+/// link to another file (of the right size) is never read through.
+#[test]
+fn links_out_of_what_is_served_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.gguf");
+    std::fs::copy(model_path(), &secret).unwrap();
+    let served = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&secret, served.path().join("evil.gguf")).unwrap();
+    let o = Command::new(EXE)
+        .arg("serve")
+        .arg(served.path())
+        .args(["--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("outside"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // A cache whose blob is a link to a file elsewhere with the same size.
+    let cache = tempfile::tempdir().unwrap();
+    let repo = cache.path().join("models--org--linked");
+    let commit = "d".repeat(40);
+    let body = b"the real bytes\n";
+    let oid = hex::encode(crate::support::git_sha1(body));
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(repo.join("snapshots").join(&commit)).unwrap();
+    std::fs::write(repo.join("refs/main"), &commit).unwrap();
+    let private = outside.path().join("private.txt");
+    std::fs::write(&private, b"PRIVATE KEY 123\n").unwrap();
+    std::os::unix::fs::symlink(&private, repo.join("blobs").join(&oid)).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../blobs/{oid}"),
+        repo.join("snapshots").join(&commit).join("a.txt"),
+    )
+    .unwrap();
+    let mirror = Server::start(&[cache.path()]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let r = client()
+            .get(mirror.url("/org/linked/resolve/main/a.txt"))
+            .send()
+            .await
+            .unwrap();
+        // Listed (the link's target has a plausible size), but never read through.
+        assert_eq!(r.status(), 500);
+        let text = r.text().await.unwrap();
+        assert!(
+            text.contains("cannot read the blob") && !text.contains("PRIVATE"),
+            "{text}"
+        );
+    });
+}

@@ -378,6 +378,17 @@ async fn resolve(
     let Some(blob) = at.repo.complete_blob(&f.etag, f.size) else {
         return not_found("EntryNotFound", "its blob is gone", Some(&at.commit));
     };
+    // The blob itself, never a link planted in its place (nor one on the way to it).
+    let root = m.cache.root().to_path_buf();
+    let opened = tokio::task::spawn_blocking(move || {
+        let file = crate::safe_fs::open_read_below(&root, &blob)?;
+        Mmap::open(&file)
+    })
+    .await;
+    let map = match opened {
+        Ok(Ok(map)) => Arc::new(map),
+        _ => return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob"),
+    };
     let len = f.size;
     let ask = range::ask(
         headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
@@ -422,10 +433,6 @@ async fn resolve(
     if method == Method::HEAD || from == to {
         return resp.body(Body::empty()).unwrap_or_default();
     }
-    let map = match tokio::task::spawn_blocking(move || Mmap::open_path(&blob)).await {
-        Ok(Ok(map)) => Arc::new(map),
-        _ => return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob"),
-    };
     let (a, b) = (from as usize, to as usize);
     if b > map.as_bytes().len() {
         return super::error(

@@ -152,8 +152,39 @@ impl Catalog {
                     .into_owned();
                 vec![(name, p.clone())]
             };
+            // Every file a model reads must lie in the folder served (or beside the file
+            // named): a link in it pointing elsewhere is refused, not followed.
+            let root = if p.is_dir() {
+                p.clone()
+            } else {
+                p.parent()
+                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+            };
+            let root = std::fs::canonicalize(&root).map_err(|e| ServeError::Open {
+                path: p.clone(),
+                source: Box::new(e),
+            })?;
             for (name, path) in found {
                 let served = Served::open(name.clone(), &path)?;
+                for f in served.model.files() {
+                    let real = std::fs::canonicalize(f.path()).map_err(|e| ServeError::Open {
+                        path: f.path().to_path_buf(),
+                        source: Box::new(e),
+                    })?;
+                    // (A file named on the command line is the user's choice, link or not.)
+                    let named = f.path() == p.as_path() && !p.is_dir();
+                    if !named && !real.starts_with(&root) {
+                        return Err(ServeError::Open {
+                            path: f.path().to_path_buf(),
+                            source: format!(
+                                "a link to {}, outside {}",
+                                real.display(),
+                                root.display()
+                            )
+                            .into(),
+                        });
+                    }
+                }
                 if let Some(old) = models.get(&name) {
                     let old: &Arc<Served> = old;
                     return Err(ServeError::SameName {

@@ -20,7 +20,10 @@ sent); 416 past the end; several ranges, or a malformed one, 400.\n\n\
 A MODEL is named by its file name (a folder's models by their path below it). Models that fail \
 verification are refused. Listens on loopback unless --addr says otherwise; prints \
 `listening on http://ADDR` once it is ready. Ctrl-C stops it.\n\n\
-Exit codes: 0 stopped; 1 usage, I/O, or the address cannot be bound; 2 a model is invalid.";
+A link inside a folder served that points outside it is refused, as is a blob of a served \
+cache that is a link.\n\n\
+Exit codes: 0 stopped; 1 usage, I/O, a link out of a folder served, or the address cannot be \
+bound; 2 a model is invalid.";
 
 pub(super) const GET_HELP: &str = "\
 URL is a served model's, http://HOST:PORT/models/MODEL. The bytes go to a new file beside \
@@ -83,9 +86,11 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
         Ok(c) => Arc::new(c),
         Err(e) => {
             eprintln!("weight-inspect: error: {}", escape(&e.to_string()));
+            // A model that fails verification is 2; a file that cannot be read, a link out of
+            // the folder served, two models of one name, 1.
             let invalid = matches!(&e, ServeError::Open { source, .. }
-                if !matches!(source.downcast_ref::<weight_inspect::format::model::OpenError>(),
-                    Some(weight_inspect::format::model::OpenError::Io { .. })));
+                if matches!(source.downcast_ref::<weight_inspect::format::model::OpenError>(),
+                    Some(o) if !matches!(o, weight_inspect::format::model::OpenError::Io { .. })));
             return ExitCode::from(if invalid { 2 } else { 1 });
         }
     };
