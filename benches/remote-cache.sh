@@ -193,8 +193,10 @@ for tool in wi-fetch hf; do
 	end=$(date +%s.%N)
 	bytes=$(hub_bytes "$capped")
 	for n in $(seq 1 "$NODES"); do
-		f=$(find "$run/node-$n" "$run/hf-$n" -path '*snapshots*' -name model.bin 2>/dev/null | head -1 || true)
-		[[ -n "$f" ]] && { cmp -s "$f" "$file" || { echo "remote-cache.sh: $f differs" >&2; exit 1; }; }
+		if [[ $tool == wi-fetch ]]; then dir="$run/node-$n"; else dir="$run/hf-$n"; fi
+		f=$(find "$dir" -path '*snapshots*' -name model.bin 2>/dev/null | head -1 || true)
+		[[ -n "$f" ]] || { echo "remote-cache.sh: no copy of the file in $dir" >&2; exit 1; }
+		cmp -s "$f" "$file" || { echo "remote-cache.sh: $f differs" >&2; exit 1; }
 	done
 	printf '| %s | %.1f | %d | %.2f |\n' "$tool" "$(echo "$end - $start" | bc -l)" "$bytes" \
 		"$(echo "$bytes / ($SIZE_MB * 1048576)" | bc -l)"

@@ -166,7 +166,8 @@ pub struct RemoteCheck {
 pub struct RemoteRead {
     /// The object read, by its URL (never with credentials).
     pub from: String,
-    /// Bytes received from it.
+    /// Bytes received from it and kept (0 when its bytes were thrown away: a copy that did
+    /// not make the file, downloaded again from the Hub).
     pub bytes: u64,
     /// What was wrong with the bucket's copy (chunks that failed the manifest, a blob that is
     /// not the file, an unusable manifest): those bytes came from the Hub, and the copy is

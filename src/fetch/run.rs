@@ -702,7 +702,14 @@ impl Fetcher {
                         .download_via(job, expect, repair, discard, Some(&b))
                         .await
                     {
-                        Err(FetchError::Transfer(e)) if e.is_integrity() && b.mirror.fallback => {
+                        // The bucket's bytes, or the bucket's manifest, are wrong (a manifest
+                        // of the fetch's own that the Hub's bytes fail is not the bucket's
+                        // fault: that error stands).
+                        Err(FetchError::Transfer(e))
+                            if b.mirror.fallback
+                                && (matches!(e, TransferError::MirrorMismatch { .. })
+                                    || (e.is_integrity() && b.chunks.is_some())) =>
+                        {
                             let damaged = e.to_string();
                             notice(
                                 rep,

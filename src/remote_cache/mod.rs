@@ -772,20 +772,21 @@ impl RemoteCache {
             }
             keys.push(meta.location.to_string());
         }
-        let read = futures::stream::iter(keys)
+        // Each entry parsed as it arrives: only the parsed entries are kept (at most 16 raw
+        // bodies of 64 KiB in memory at once).
+        let mut read = futures::stream::iter(keys)
             .map(|key| async move {
-                let bytes = self.read_small(&key).await?;
-                Ok::<_, RemoteCacheError>((key, bytes))
+                match self.read_small(&key).await? {
+                    Some(bytes) => self
+                        .parse_entry(&key, &bytes, repo_type, repo_id, commit, None)
+                        .map(Some),
+                    None => Ok(None),
+                }
             })
-            .buffer_unordered(16)
-            .collect::<Vec<_>>()
-            .await;
+            .buffer_unordered(16);
         let mut entries = Vec::new();
-        for r in read {
-            let (key, bytes) = r?;
-            if let Some(bytes) = bytes {
-                entries.push(self.parse_entry(&key, &bytes, repo_type, repo_id, commit, None)?);
-            }
+        while let Some(e) = read.next().await {
+            entries.extend(e?);
         }
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(entries)

@@ -133,7 +133,16 @@ pub async fn get_tensor(
     let resp = req.send().await.map_err(http)?;
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
-        let body = resp.text().await.unwrap_or_default();
+        // At most 64 KiB of an error's body is read: a message, not a download.
+        let mut body = Vec::new();
+        let mut stream = resp.bytes_stream();
+        while let Some(Ok(piece)) = stream.next().await {
+            body.extend_from_slice(&piece[..piece.len().min((64 << 10) - body.len())]);
+            if body.len() >= 64 << 10 {
+                break;
+            }
+        }
+        let body = String::from_utf8_lossy(&body).into_owned();
         let message = serde_json::from_str::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["error"].as_str().map(str::to_string))
@@ -187,19 +196,24 @@ pub async fn get_tensor(
         .map_err(io)?;
     let mut hasher = Sha256::new();
     let mut n = 0u64;
-    let want = resp.content_length();
+    // The length is announced (the server always does): what is written is bounded by it.
+    let want = resp
+        .content_length()
+        .ok_or_else(|| mismatch("no Content-Length".into()))?;
     let mut body = resp.bytes_stream();
     while let Some(piece) = body.next().await {
         let piece = piece.map_err(http)?;
         n += piece.len() as u64;
-        if want.is_some_and(|w| n > w) {
-            return Err(mismatch(format!(
-                "a body longer than its {} bytes",
-                want.unwrap_or(0)
-            )));
+        if n > want {
+            return Err(mismatch(format!("a body longer than its {want} bytes")));
         }
         hasher.update(&piece);
         tmp.write_all(&piece).map_err(io)?;
+    }
+    if n != want {
+        return Err(mismatch(format!(
+            "the body ended after {n} of its {want} bytes: nothing written"
+        )));
     }
     if <[u8; 32]>::from(hasher.finalize()) != expected {
         return Err(mismatch(format!(

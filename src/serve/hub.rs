@@ -124,10 +124,14 @@ fn is_lfs(etag: &str) -> bool {
     etag.len() == 64
 }
 
+/// The LFS pointer file of a blob, as git stores it in the repository.
+fn pointer(sha256: &str, size: u64) -> String {
+    format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n")
+}
+
 /// The git blob id of the LFS pointer file of a blob (what the Hub lists as its `oid`).
 fn pointer_oid(sha256: &str, size: u64) -> String {
-    let text =
-        format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n");
+    let text = pointer(sha256, size);
     let mut h = Sha1::new();
     h.update(format!("blob {}\0", text.len()));
     h.update(text.as_bytes());
@@ -140,7 +144,7 @@ fn file_entry(f: &CachedFile) -> serde_json::Value {
         serde_json::json!({
             "type": "file", "path": f.path, "size": f.size,
             "oid": pointer_oid(&f.etag, f.size),
-            "lfs": {"oid": f.etag, "size": f.size, "pointerSize": 134},
+            "lfs": {"oid": f.etag, "size": f.size, "pointerSize": pointer(&f.etag, f.size).len()},
         })
     } else {
         serde_json::json!({"type": "file", "path": f.path, "size": f.size, "oid": f.etag})
@@ -316,7 +320,15 @@ async fn tree(
     let from = q.cursor.unwrap_or(0).min(all.len());
     let to = (from + PAGE).min(all.len());
     let mut resp = super::json(StatusCode::OK, &all[from..to]);
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    // A host name and port only: nothing else of the header is echoed into the link.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || b".-:[]".contains(&c))
+        });
     if let (true, Some(host)) = (to < all.len(), host) {
         let recursive = if recursive { "recursive=true&" } else { "" };
         let next = format!(

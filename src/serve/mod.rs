@@ -362,16 +362,13 @@ async fn tensor(
     let slot = s.slot[&(fi, ti)];
     let s2 = s.clone();
     let digest = tokio::task::spawn_blocking(move || {
-        *s2.sha[slot].get_or_init(|| {
-            let f = &s2.model.files()[fi];
-            let t = &f.tensors()[ti];
-            f.view(t)
-                .map(|v| verify::sha256(v.bytes()))
-                .unwrap_or([0; 32])
-        })
+        let f = &s2.model.files()[fi];
+        // Only bytes that can be served are hashed, and only their digest is remembered.
+        let view = f.view(&f.tensors()[ti]).ok()?;
+        Some(*s2.sha[slot].get_or_init(|| verify::sha256(view.bytes())))
     })
     .await;
-    let Ok(digest) = digest else {
+    let Ok(Some(digest)) = digest else {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "hashing the tensor failed",
@@ -400,11 +397,16 @@ async fn tensor(
         .header(SHA256_HEADER, hex::encode(digest));
     if let Some(r) = &part {
         let s3 = s.clone();
-        let piece = tokio::task::spawn_blocking(move || {
+        let Ok(piece) = tokio::task::spawn_blocking(move || {
             verify::sha256(&s3.model.files()[fi].bytes()[a..b])
         })
         .await
-        .unwrap_or([0; 32]);
+        else {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "hashing the range failed",
+            );
+        };
         resp = resp
             .status(StatusCode::PARTIAL_CONTENT)
             .header(
