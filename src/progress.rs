@@ -122,6 +122,21 @@ pub enum Event<'a> {
         /// The error, one line.
         error: &'a str,
     },
+    /// The first `bytes` bytes of the file are on disk, in order, and have been read back into
+    /// the whole-file hash (with a manifest, each of their chunks matched it too). Said as the
+    /// prefix grows, chunk by chunk; the file is not checked whole until
+    /// [`Event::FileDownloaded`], and a repair after a failed whole-file check may still
+    /// rewrite some of these bytes ([`Event::Discarded`] says so first). A reader that hands
+    /// bytes on before the file is complete (a mirror serving a download as it arrives) can
+    /// follow it; what it hands on is final only once the file is downloaded.
+    Prefix {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// Bytes from the start of the file that are on disk (a total, not an increment).
+        bytes: u64,
+    },
     /// All bytes are on disk and the whole-file hash matched.
     FileDownloaded {
         /// The file's download.
@@ -229,6 +244,7 @@ impl Event<'_> {
             | Event::Progress { file, .. }
             | Event::Discarded { file, .. }
             | Event::Retry { file, .. }
+            | Event::Prefix { file, .. }
             | Event::FileDownloaded { file, .. }
             | Event::Verifying { file, .. }
             | Event::FileDone { file, .. }
@@ -250,6 +266,7 @@ impl Event<'_> {
             | Event::Progress { id, .. }
             | Event::Discarded { id, .. }
             | Event::Retry { id, .. }
+            | Event::Prefix { id, .. }
             | Event::FileDownloaded { id, .. }
             | Event::Verifying { id, .. }
             | Event::FileDone { id, .. }

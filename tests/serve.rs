@@ -14,18 +14,28 @@ const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
 const MODEL: &str = "tinyllama-q8_0.gguf";
 
 /// A running `weight-inspect serve`, stopped when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub base: String,
 }
 
 impl Server {
     /// Serves `paths` on a free loopback port; ready once it says where it listens.
     fn start(paths: &[&Path]) -> Server {
+        Server::start_with(paths, &[], &[])
+    }
+
+    /// Serves `paths` with more arguments and environment variables.
+    pub fn start_with(paths: &[&Path], args: &[&str], envs: &[(&str, &str)]) -> Server {
         let mut child = Command::new(EXE)
             .arg("serve")
             .args(paths)
             .args(["--addr", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_ENDPOINT")
+            .env("HF_HOME", "/nonexistent/weight-inspect-test-home")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -46,7 +56,7 @@ impl Server {
         Server { child, base }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 }
@@ -62,7 +72,7 @@ fn model_path() -> PathBuf {
     demo_root().join(crate::support::cli::REPO).join(MODEL)
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 

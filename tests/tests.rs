@@ -12,6 +12,7 @@ mod integrity;
 mod manifest;
 mod manifest_interop;
 mod output;
+mod pull_through;
 mod remote_cache;
 mod remote_inspect;
 mod safetensors;

@@ -41,25 +41,31 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _serve(*args: str) -> "tuple[subprocess.Popen[str], str]":
+    """`weight-inspect serve ARGS… --addr 127.0.0.1:0`, once it says where it listens."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
+    proc = subprocess.Popen(
+        [str(_cli()), "serve", *args, "--addr", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("weight-inspect: listening on "):
+            return proc, line.split("listening on ", 1)[1].strip()
+    proc.kill()
+    raise AssertionError("the server never said where it listens")
+
+
 @pytest.fixture(scope="module")
 def mirror(repos: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     hub = Hub(repos)
     cache = tmp_path_factory.mktemp("filled")
     wi.snapshot_download(REPO, endpoint=hub.url, cache_dir=cache)
     hub.stop()
-    proc = subprocess.Popen(
-        [str(_cli()), "serve", str(cache), "--addr", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    url = None
-    for line in proc.stderr:
-        if line.startswith("weight-inspect: listening on "):
-            url = line.split("listening on ", 1)[1].strip()
-            break
-    assert url, "the server said where it listens"
+    proc, url = _serve(str(cache))
     try:
         yield url
     finally:
@@ -81,3 +87,28 @@ def test_huggingface_hub_downloads_through_the_mirror(
         hf.hf_hub_download(REPO, "missing.bin", endpoint=mirror, cache_dir=tmp_path / "c")
     with pytest.raises(hf_errors.RepositoryNotFoundError):
         hf.hf_hub_download("nobody/nothing", "x", endpoint=mirror, cache_dir=tmp_path / "d")
+
+
+def test_huggingface_hub_through_a_pull_through_mirror(repos: Path, tmp_path: Path) -> None:
+    """Cold, the mirror fetches from the upstream once (for two clients), verified; with the
+    upstream gone, huggingface_hub still gets what the mirror holds."""
+    hub = Hub(repos)
+    proc, url = _serve("--upstream", hub.url, "--cache-dir", str(tmp_path / "mirror"))
+    try:
+        want = (repos / REPO / "model.safetensors").read_bytes()
+        for client in ["a", "b"]:
+            p = hf.hf_hub_download(
+                REPO, "model.safetensors", endpoint=url, cache_dir=tmp_path / client
+            )
+            assert Path(p).read_bytes() == want
+        sent = hub.stats()["files"][f"{REPO}/model.safetensors"]["bytes_sent"]
+        assert sent == len(want), "one fetch from the upstream for both clients"
+        folder = hf.snapshot_download(REPO, endpoint=url, cache_dir=tmp_path / "c")
+        assert (Path(folder) / "sub" / "notes.txt").read_text() == "below a folder\n"
+        hub.stop()
+        p = hf.hf_hub_download(REPO, "config.json", endpoint=url, cache_dir=tmp_path / "d")
+        assert Path(p).read_text() == '{"model_type": "tiny"}\n'
+    finally:
+        proc.kill()
+        proc.wait()
+        hub.stop()

@@ -180,7 +180,21 @@ impl Fetcher {
         repo: &RepoRef,
         selection: &Selection,
     ) -> Result<FetchSummary, FetchError> {
-        self.fetch_pinned(repo, selection, None, None).await
+        self.fetch_pinned(repo, selection, None, None, &*self.reporter)
+            .await
+    }
+
+    /// [`Fetcher::fetch`], telling this fetch's events to `reporter` instead of the fetcher's
+    /// own (one fetcher, and its connection budget, shared by callers that each follow their
+    /// own files: a mirror serving each download to the clients waiting for it).
+    pub async fn fetch_reporting(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        reporter: &dyn Reporter,
+    ) -> Result<FetchSummary, FetchError> {
+        self.fetch_pinned(repo, selection, None, None, reporter)
+            .await
     }
 
     /// Fetches exactly what a lock file pins (see [`super::lock`]): each repository at its
@@ -201,7 +215,10 @@ impl Fetcher {
                     })?)
                     .with_revision(r.commit.clone());
             let selection = Selection::files(r.files.iter().map(|f| f.path.clone()));
-            match self.fetch_pinned(&repo, &selection, Some(r), None).await {
+            match self
+                .fetch_pinned(&repo, &selection, Some(r), None, &*self.reporter)
+                .await
+            {
                 Ok(mut s) => {
                     s.revision = r.revision.clone();
                     out.push(s);
@@ -223,12 +240,13 @@ impl Fetcher {
         selection: &Selection,
         pins: Option<&LockedRepo>,
         planned: Option<Plan>,
+        reporter: &dyn Reporter,
     ) -> Result<FetchSummary, FetchError> {
         let start = Instant::now();
         self.engine.reset_peak();
         let before = self.engine.connections();
         let files_before = self.engine.downloads();
-        let gate = Gate::new(&*self.reporter);
+        let gate = Gate::new(reporter);
         let may_retry = !self.offline && !is_commit_hash(&repo.revision);
         let plan = match (planned, &self.fallback) {
             (Some(plan), _) => Ok(plan),
@@ -308,7 +326,12 @@ impl Fetcher {
                 // (Boxed: the offline fetcher has no fallback of its own; the compiler cannot
                 // know that.)
                 // The plan made, the cache's fetch verifies and reports from it.
-                match Box::pin(fb.cache.fetch_pinned(repo, selection, pins, Some(plan))).await {
+                match Box::pin(
+                    fb.cache
+                        .fetch_pinned(repo, selection, pins, Some(plan), gate.inner),
+                )
+                .await
+                {
                     Ok(summary) => {
                         notice(
                             gate,

@@ -27,6 +27,7 @@ mod error;
 mod listing;
 mod metadata;
 mod range;
+mod refs;
 mod request;
 
 use crate::env::{endpoint, normalize_endpoint, token, Token, DEFAULT_ENDPOINT};
@@ -39,6 +40,7 @@ pub use listing::{
 };
 pub use metadata::FileMetadata;
 pub use range::RangeRead;
+pub use refs::{GitRef, Refs};
 
 /// For the fuzz targets (feature `fuzzing`).
 #[cfg(feature = "fuzzing")]

@@ -27,18 +27,21 @@ use axum::Router;
 use sha1::{Digest as _, Sha1};
 
 use super::range;
+use super::upstream::{Entry, Failure, Listing, Upstream};
 use crate::cache::{CachedFile, HfCache, RepoCache};
 use crate::format::mmap::Mmap;
+use crate::hub::HubError;
 use crate::names::{escape, RepoType};
 
-/// The mirror's state: the cache it serves.
+/// The mirror's state: the cache it serves, and the upstream that fills it.
 pub(crate) struct Mirror {
     cache: HfCache,
+    upstream: Option<Arc<Upstream>>,
 }
 
-/// The mirror's routes over the cache at `cache`.
-pub(crate) fn router(cache: HfCache) -> Router {
-    let m = Arc::new(Mirror { cache });
+/// The mirror's routes over the cache at `cache`, filled from `upstream` when there is one.
+pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>) -> Router {
+    let m = Arc::new(Mirror { cache, upstream });
     Router::new()
         .route("/api/{kind}/{org}/{name}", get(info_main))
         .route("/api/{kind}/{org}/{name}/revision/{*rev}", get(info))
@@ -56,16 +59,28 @@ pub(crate) fn router(cache: HfCache) -> Router {
         .with_state(m)
 }
 
-/// A repository of the cache that exists there, at a revision.
-struct At {
-    repo: RepoCache,
+/// A repository at a revision, as the mirror answers for it.
+struct View {
+    kind: RepoType,
     id: String,
-    commit: String,
-    files: Vec<CachedFile>,
+    repo: RepoCache,
+    listing: Arc<Listing>,
+    /// The listing is the upstream's, which answered (what is not here may be fetched); else
+    /// it is what the cache holds, or the upstream's last answer while it is down.
+    upstream: bool,
+    /// The upstream is down: what is not here is not known not to exist (504, not 404).
+    offline: bool,
+}
+
+/// The client's `Authorization` header, for an upstream that forwards it.
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
 }
 
 impl Mirror {
-    fn repo(&self, kind: &str, org: &str, name: &str) -> Result<(RepoCache, String), Miss> {
+    fn kind_id(kind: &str, org: &str, name: &str) -> Result<(RepoType, String), Miss> {
         let t = match kind {
             "models" => RepoType::Model,
             "datasets" => RepoType::Dataset,
@@ -86,37 +101,96 @@ impl Mirror {
                 None,
             ));
         }
-        let repo = self.cache.repo(t, &id);
+        Ok((t, id))
+    }
+
+    /// The repository's folder in the cache, if the cache holds it.
+    fn held(&self, t: RepoType, id: &str) -> Result<RepoCache, Miss> {
+        let repo = self.cache.repo(t, id);
         if !repo.dir().is_dir() {
             return Err(Miss::new(
                 "RepoNotFound",
-                &format!("repository '{}' is not here", escape(&id)),
+                &format!("repository '{}' is not here", escape(id)),
                 None,
             ));
         }
-        Ok((repo, id))
+        Ok(repo)
     }
 
-    fn at(&self, kind: &str, org: &str, name: &str, rev: &str) -> Result<At, Miss> {
-        let (repo, id) = self.repo(kind, org, name)?;
+    /// What the cache holds of `id` at `rev`.
+    fn local(&self, t: RepoType, id: &str, rev: &str) -> Result<View, Miss> {
+        let repo = self.held(t, id)?;
         let Some(commit) = repo.resolve_offline(rev) else {
             return Err(Miss::new(
                 "RevisionNotFound",
-                &format!(
-                    "revision '{}' of '{}' is not here",
-                    escape(rev),
-                    escape(&id)
-                ),
+                &format!("revision '{}' of '{}' is not here", escape(rev), escape(id)),
                 None,
             ));
         };
-        let files = repo.list_snapshot(&commit).unwrap_or_default();
-        Ok(At {
+        let entries = repo
+            .list_snapshot(&commit)
+            .unwrap_or_default()
+            .iter()
+            .map(entry_of)
+            .collect();
+        Ok(View {
+            kind: t,
+            id: id.to_string(),
             repo,
-            id,
-            commit,
-            files,
+            listing: Arc::new(Listing { commit, entries }),
+            upstream: false,
+            offline: false,
         })
+    }
+
+    /// `id` at `rev`: the upstream's answer when there is an upstream and it answers; what the
+    /// cache holds when there is none, or it is down, or it refuses what the cache holds.
+    async fn view(
+        &self,
+        kind: &str,
+        org: &str,
+        name: &str,
+        rev: &str,
+        headers: &HeaderMap,
+    ) -> Result<View, Miss> {
+        let (t, id) = Self::kind_id(kind, org, name)?;
+        let Some(up) = &self.upstream else {
+            return self.local(t, &id, rev);
+        };
+        match up.listing(t, &id, rev, authorization(headers)).await {
+            Ok((listing, fresh)) => Ok(View {
+                kind: t,
+                repo: self.cache.repo(t, &id),
+                id,
+                listing,
+                upstream: fresh,
+                offline: !fresh,
+            }),
+            Err(Failure::Down(why)) => match self.local(t, &id, rev) {
+                Ok(v) => Ok(View { offline: true, ..v }),
+                Err(_) => Err(Miss::down(&id, rev, Some(&why))),
+            },
+            Err(Failure::Refused(e)) => self.local(t, &id, rev).map_err(|_| Miss::hub(&e)),
+        }
+    }
+}
+
+/// A file the cache holds, as listed.
+fn entry_of(f: &CachedFile) -> Entry {
+    if is_lfs(&f.etag) {
+        Entry {
+            path: f.path.clone(),
+            size: f.size,
+            oid: pointer_oid(&f.etag, f.size),
+            lfs: Some(f.etag.clone()),
+        }
+    } else {
+        Entry {
+            path: f.path.clone(),
+            size: f.size,
+            oid: f.etag.clone(),
+            lfs: None,
+        }
     }
 }
 
@@ -139,15 +213,13 @@ fn pointer_oid(sha256: &str, size: u64) -> String {
 }
 
 /// A file as the tree and paths-info APIs list it (an LFS file with its pointer's git oid).
-fn file_entry(f: &CachedFile) -> serde_json::Value {
-    if is_lfs(&f.etag) {
-        serde_json::json!({
-            "type": "file", "path": f.path, "size": f.size,
-            "oid": pointer_oid(&f.etag, f.size),
-            "lfs": {"oid": f.etag, "size": f.size, "pointerSize": pointer(&f.etag, f.size).len()},
-        })
-    } else {
-        serde_json::json!({"type": "file", "path": f.path, "size": f.size, "oid": f.etag})
+fn file_entry(f: &Entry) -> serde_json::Value {
+    match &f.lfs {
+        Some(sha) => serde_json::json!({
+            "type": "file", "path": f.path, "size": f.size, "oid": f.oid,
+            "lfs": {"oid": sha, "size": f.size, "pointerSize": pointer(sha, f.size).len()},
+        }),
+        None => serde_json::json!({"type": "file", "path": f.path, "size": f.size, "oid": f.oid}),
     }
 }
 
@@ -157,9 +229,10 @@ fn file_entry(f: &CachedFile) -> serde_json::Value {
 async fn paths_info(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name, rev)): UrlPath<(String, String, String, String)>,
+    headers: HeaderMap,
     body: String,
 ) -> Response<Body> {
-    let at = match m.at(&kind, &org, &name, &rev) {
+    let at = match m.view(&kind, &org, &name, &rev, &headers).await {
         Ok(at) => at,
         Err(miss) => return miss.respond(),
     };
@@ -170,10 +243,11 @@ async fn paths_info(
         .collect();
     let mut out = Vec::new();
     for p in &asked {
-        if let Some(f) = at.files.iter().find(|f| &f.path == p) {
+        if let Some(f) = at.listing.entries.iter().find(|f| &f.path == p) {
             out.push(file_entry(f));
         } else if at
-            .files
+            .listing
+            .entries
             .iter()
             .any(|f| f.path.starts_with(&format!("{p}/")))
         {
@@ -183,20 +257,21 @@ async fn paths_info(
     super::json(StatusCode::OK, &out)
 }
 
-fn info_json(at: &At) -> serde_json::Value {
+fn info_json(at: &View) -> serde_json::Value {
     serde_json::json!({
         "id": at.id,
         "modelId": at.id,
-        "sha": at.commit,
-        "siblings": at.files.iter().map(|f| serde_json::json!({"rfilename": f.path})).collect::<Vec<_>>(),
+        "sha": at.listing.commit,
+        "siblings": at.listing.entries.iter().map(|f| serde_json::json!({"rfilename": f.path})).collect::<Vec<_>>(),
     })
 }
 
 async fn info_main(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name)): UrlPath<(String, String, String)>,
+    headers: HeaderMap,
 ) -> Response<Body> {
-    match m.at(&kind, &org, &name, "main") {
+    match m.view(&kind, &org, &name, "main", &headers).await {
         Ok(at) => super::json(StatusCode::OK, &info_json(&at)),
         Err(miss) => miss.respond(),
     }
@@ -205,28 +280,56 @@ async fn info_main(
 async fn info(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name, rev)): UrlPath<(String, String, String, String)>,
+    headers: HeaderMap,
 ) -> Response<Body> {
-    match m.at(&kind, &org, &name, &rev) {
+    match m.view(&kind, &org, &name, &rev, &headers).await {
         Ok(at) => super::json(StatusCode::OK, &info_json(&at)),
         Err(miss) => miss.respond(),
     }
 }
 
+/// `GET /api/…/refs`: the upstream's branches and tags when it answers, else the cache's.
 async fn refs(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name)): UrlPath<(String, String, String)>,
+    headers: HeaderMap,
 ) -> Response<Body> {
-    let (repo, _) = match m.repo(&kind, &org, &name) {
+    let (t, id) = match Mirror::kind_id(&kind, &org, &name) {
+        Ok(x) => x,
+        Err(miss) => return miss.respond(),
+    };
+    let one = |name: &str, full: &str, commit: &str| serde_json::json!({"name": name, "ref": full, "targetCommit": commit});
+    if let Some(up) = &m.upstream {
+        let fallback = match up.refs(t, &id, authorization(&headers)).await {
+            Ok(r) => {
+                let list = |l: &[crate::hub::GitRef]| -> Vec<serde_json::Value> {
+                    l.iter()
+                        .map(|g| one(&g.name, &g.full_name, &g.target_commit))
+                        .collect()
+                };
+                return super::json(
+                    StatusCode::OK,
+                    &serde_json::json!({"branches": list(&r.branches), "tags": list(&r.tags), "converts": [], "pullRequests": []}),
+                );
+            }
+            Err(Failure::Down(why)) => Miss::down(&id, "refs", Some(&why)),
+            Err(Failure::Refused(e)) => Miss::hub(&e),
+        };
+        if m.held(t, &id).is_err() {
+            return fallback.respond();
+        }
+    }
+    let repo = match m.held(t, &id) {
         Ok(r) => r,
         Err(miss) => return miss.respond(),
     };
     let mut branches = Vec::new();
     let mut tags = Vec::new();
     for (name, commit) in repo.list_refs() {
-        if name == "main" || !name.starts_with("refs/") {
-            branches.push(serde_json::json!({"name": name, "ref": format!("refs/heads/{name}"), "targetCommit": commit}));
-        } else if let Some(t) = name.strip_prefix("refs/tags/") {
-            tags.push(serde_json::json!({"name": t, "ref": name, "targetCommit": commit}));
+        if let Some(t) = name.strip_prefix("refs/tags/") {
+            tags.push(one(t, &name, &commit));
+        } else if !name.starts_with("refs/") {
+            branches.push(one(&name, &format!("refs/heads/{name}"), &commit));
         }
     }
     super::json(
@@ -259,7 +362,7 @@ async fn tree(
         Some((r, p)) => (r.to_string(), p.trim_end_matches('/').to_string()),
         None => (rest.clone(), String::new()),
     };
-    let at = match m.at(&kind, &org, &name, &rev) {
+    let at = match m.view(&kind, &org, &name, &rev, &headers).await {
         Ok(at) => at,
         Err(miss) => return miss.respond(),
     };
@@ -274,7 +377,7 @@ async fn tree(
     };
     let mut out = Vec::new();
     let mut dirs = std::collections::BTreeSet::new();
-    for f in &at.files {
+    for f in &at.listing.entries {
         let Some(rel) = f.path.strip_prefix(&prefix) else {
             continue;
         };
@@ -307,7 +410,7 @@ async fn tree(
         return not_found(
             "EntryNotFound",
             &format!("no folder '{}'", escape(&below)),
-            Some(&at.commit),
+            Some(&at.listing.commit),
         );
     }
     let mut all: Vec<serde_json::Value> = dirs
@@ -360,6 +463,63 @@ async fn resolve_dataset(
     resolve(&m, "datasets", &org, &name, &rev, &path, &method, &headers).await
 }
 
+/// What a `Range` header asks of a file of `len` bytes: `Ok(None)` the whole file.
+#[allow(clippy::result_large_err)]
+fn ranged(headers: &HeaderMap, len: u64) -> Result<Option<std::ops::Range<u64>>, Response<Body>> {
+    match range::ask(
+        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
+        len,
+    ) {
+        range::Ask::Whole => Ok(None),
+        range::Ask::Part(r) => Ok(Some(r)),
+        range::Ask::Unsatisfiable => {
+            let mut r = super::error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                &format!("the file has {len} bytes"),
+            );
+            if let Ok(v) = format!("bytes */{len}").parse() {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            Err(r)
+        }
+        range::Ask::Several => Err(super::error(
+            StatusCode::BAD_REQUEST,
+            "one range per request",
+        )),
+        range::Ask::Malformed(why) => Err(super::error(
+            StatusCode::BAD_REQUEST,
+            &format!("bad Range header: {why}"),
+        )),
+    }
+}
+
+/// The headers of a file's answer (a part of it with `part`): never compressed, its length
+/// always said.
+fn file_headers(
+    f: &Entry,
+    commit: &str,
+    part: Option<&std::ops::Range<u64>>,
+) -> axum::http::response::Builder {
+    let len = f.size;
+    let (from, to) = part.map_or((0, len), |r| (r.start, r.end));
+    let etag = format!("\"{}\"", f.etag());
+    let mut resp = Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_LENGTH, to - from)
+        .header(header::ETAG, &etag)
+        .header("x-linked-etag", &etag)
+        .header("x-linked-size", len)
+        .header("x-repo-commit", commit);
+    if let Some(r) = part {
+        resp = resp.status(StatusCode::PARTIAL_CONTENT).header(
+            header::CONTENT_RANGE,
+            format!("bytes {}-{}/{len}", r.start, r.end - 1),
+        );
+    }
+    resp
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn resolve(
     m: &Mirror,
@@ -371,25 +531,88 @@ async fn resolve(
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<Body> {
-    let at = match m.at(kind, org, name, rev) {
+    let at = match m.view(kind, org, name, rev, headers).await {
         Ok(at) => at,
         Err(miss) => return miss.respond(),
     };
-    let Some(f) = at.files.iter().find(|f| f.path == path) else {
+    let commit = at.listing.commit.as_str();
+    let Some(f) = at.listing.entries.iter().find(|f| f.path == path) else {
+        if at.offline {
+            return Miss::down(&at.id, path, None).respond();
+        }
         return not_found(
             "EntryNotFound",
             &format!(
-                "'{}' is not in '{}' at {}",
+                "'{}' is not in '{}' at {commit}",
                 escape(path),
                 escape(&at.id),
-                at.commit
             ),
-            Some(&at.commit),
+            Some(commit),
         );
     };
-    let Some(blob) = at.repo.complete_blob(&f.etag, f.size) else {
-        return not_found("EntryNotFound", "its blob is gone", Some(&at.commit));
+    let part = match ranged(headers, f.size) {
+        Ok(p) => p,
+        Err(resp) => return resp,
     };
+    let (from, to) = part.as_ref().map_or((0, f.size), |r| (r.start, r.end));
+    let resp = file_headers(f, commit, part.as_ref());
+    let held = at.repo.complete_blob(f.etag(), f.size);
+    if let (Some(up), true) = (&m.upstream, at.upstream) {
+        // Whether this client may have the file: the upstream says, for a file to fetch, and
+        // for every file when clients' tokens are forwarded (gated repositories).
+        if held.is_none() || up.forwards_tokens() {
+            match up
+                .access(at.kind, &at.id, commit, path, authorization(headers))
+                .await
+            {
+                Ok(()) => {}
+                Err(Failure::Refused(e)) => return Miss::hub(&e).respond(),
+                Err(Failure::Down(why)) if held.is_none() => {
+                    return Miss::down(&at.id, path, Some(&why)).respond()
+                }
+                Err(Failure::Down(_)) => {}
+            }
+        }
+    }
+    let Some(blob) = held else {
+        return match (&m.upstream, at.upstream) {
+            (Some(up), true) => {
+                if method == Method::HEAD {
+                    return resp.body(Body::empty()).unwrap_or_default();
+                }
+                let pull = match up.pull(at.kind, &at.id, commit, f, authorization(headers)) {
+                    Ok(p) => p,
+                    Err(Failure::Down(why)) => {
+                        return Miss::down(&at.id, rev, Some(&why)).respond()
+                    }
+                    Err(Failure::Refused(e)) => return Miss::hub(&e).respond(),
+                };
+                if let Err(why) = pull.started(from, to).await {
+                    // 504 when the upstream could not be reached, 502 when it answered wrongly.
+                    let status = if why.network {
+                        StatusCode::GATEWAY_TIMEOUT
+                    } else {
+                        StatusCode::BAD_GATEWAY
+                    };
+                    return super::error(
+                        status,
+                        &format!(
+                            "fetching '{}' from the upstream failed: {}",
+                            escape(path),
+                            escape(&why.message)
+                        ),
+                    );
+                }
+                resp.body(Body::from_stream(pull.body(from, to, super::PIECE)))
+                    .unwrap_or_default()
+            }
+            (Some(_), false) => Miss::down(&at.id, path, None).respond(),
+            (None, _) => not_found("EntryNotFound", "its blob is gone", Some(commit)),
+        };
+    };
+    if method == Method::HEAD || from == to {
+        return resp.body(Body::empty()).unwrap_or_default();
+    }
     // The blob itself, never a link planted in its place (nor one on the way to it).
     let root = m.cache.root().to_path_buf();
     let opened = tokio::task::spawn_blocking(move || {
@@ -401,50 +624,6 @@ async fn resolve(
         Ok(Ok(map)) => Arc::new(map),
         _ => return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob"),
     };
-    let len = f.size;
-    let ask = range::ask(
-        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
-        len,
-    );
-    let part = match ask {
-        range::Ask::Whole => None,
-        range::Ask::Part(r) => Some(r),
-        range::Ask::Unsatisfiable => {
-            let mut r = super::error(
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                &format!("the file has {len} bytes"),
-            );
-            if let Ok(v) = format!("bytes */{len}").parse() {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            return r;
-        }
-        range::Ask::Several => {
-            return super::error(StatusCode::BAD_REQUEST, "one range per request")
-        }
-        range::Ask::Malformed(why) => {
-            return super::error(StatusCode::BAD_REQUEST, &format!("bad Range header: {why}"))
-        }
-    };
-    let (from, to) = part.as_ref().map_or((0, len), |r| (r.start, r.end));
-    let etag = format!("\"{}\"", f.etag);
-    let mut resp = Response::builder()
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_LENGTH, to - from)
-        .header(header::ETAG, &etag)
-        .header("x-linked-etag", &etag)
-        .header("x-linked-size", len)
-        .header("x-repo-commit", &at.commit);
-    if let Some(r) = &part {
-        resp = resp.status(StatusCode::PARTIAL_CONTENT).header(
-            header::CONTENT_RANGE,
-            format!("bytes {}-{}/{len}", r.start, r.end - 1),
-        );
-    }
-    if method == Method::HEAD || from == to {
-        return resp.body(Body::empty()).unwrap_or_default();
-    }
     let (a, b) = (from as usize, to as usize);
     if b > map.as_bytes().len() {
         return super::error(
@@ -475,7 +654,8 @@ impl AsRef<[u8]> for MappedBlob {
 
 /// What the mirror does not hold, as the Hub says it (`X-Error-Code`).
 struct Miss {
-    code: &'static str,
+    status: StatusCode,
+    code: Option<&'static str>,
     message: String,
     commit: Option<String>,
 }
@@ -483,24 +663,58 @@ struct Miss {
 impl Miss {
     fn new(code: &'static str, message: &str, commit: Option<&str>) -> Miss {
         Miss {
-            code,
+            status: StatusCode::NOT_FOUND,
+            code: Some(code),
             message: message.to_string(),
             commit: commit.map(str::to_string),
         }
     }
 
+    /// The upstream cannot be reached and the cache does not hold what was asked: 504, never
+    /// a 401 or 404 that would tell the client the repository does not exist.
+    fn down(id: &str, what: &str, why: Option<&str>) -> Miss {
+        Miss {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            code: None,
+            message: format!(
+                "'{}' ({}) is not here and the upstream cannot be reached{}",
+                escape(id),
+                escape(what),
+                why.map(|w| format!(": {}", escape(w))).unwrap_or_default()
+            ),
+            commit: None,
+        }
+    }
+
+    /// The upstream's refusal, as the Hub would say it.
+    fn hub(e: &HubError) -> Miss {
+        let (status, code) = match e {
+            HubError::RevisionNotFound { .. } => (StatusCode::NOT_FOUND, "RevisionNotFound"),
+            HubError::EntryNotFound { .. } => (StatusCode::NOT_FOUND, "EntryNotFound"),
+            HubError::GatedRepo { .. } => (StatusCode::UNAUTHORIZED, "GatedRepo"),
+            HubError::AccessDenied { .. } => (StatusCode::UNAUTHORIZED, "RepoNotFound"),
+            _ => (StatusCode::NOT_FOUND, "RepoNotFound"),
+        };
+        Miss {
+            status,
+            code: Some(code),
+            message: escape(&e.to_string()).into_owned(),
+            commit: None,
+        }
+    }
+
     fn respond(self) -> Response<Body> {
-        not_found(self.code, &self.message, self.commit.as_deref())
+        let mut r = super::error(self.status, &self.message);
+        if let Some(v) = self.code.and_then(|c| c.parse().ok()) {
+            r.headers_mut().insert("x-error-code", v);
+        }
+        if let Some(c) = self.commit.and_then(|c| c.parse().ok()) {
+            r.headers_mut().insert("x-repo-commit", c);
+        }
+        r
     }
 }
 
-fn not_found(code: &str, message: &str, commit: Option<&str>) -> Response<Body> {
-    let mut r = super::error(StatusCode::NOT_FOUND, message);
-    if let Ok(v) = code.parse() {
-        r.headers_mut().insert("x-error-code", v);
-    }
-    if let Some(c) = commit.and_then(|c| c.parse().ok()) {
-        r.headers_mut().insert("x-repo-commit", c);
-    }
-    r
+fn not_found(code: &'static str, message: &str, commit: Option<&str>) -> Response<Body> {
+    Miss::new(code, message, commit).respond()
 }

@@ -19,6 +19,9 @@
 pub mod client;
 mod hub;
 mod range;
+mod upstream;
+
+pub use upstream::Upstream;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,11 +92,13 @@ pub struct Catalog {
     models: BTreeMap<String, Arc<Served>>,
     /// A Hugging Face cache served as a Hub mirror.
     hub: Option<crate::cache::HfCache>,
+    /// Where the mirror fetches what it does not hold.
+    upstream: Option<Arc<Upstream>>,
 }
 
 /// Whether `dir` is a Hugging Face cache: it holds a `models--…`, `datasets--…` or
 /// `spaces--…` folder.
-fn is_hf_cache(dir: &Path) -> bool {
+pub fn is_hf_cache(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
         entries.flatten().any(|e| {
             e.file_type().is_ok_and(|t| t.is_dir())
@@ -116,10 +121,27 @@ impl Catalog {
     /// is named by its file name (a folder's models by their path below it); two models of one
     /// name are refused.
     pub fn open(paths: &[PathBuf]) -> Result<Catalog, ServeError> {
+        Self::open_with(paths, None)
+    }
+
+    /// [`Catalog::open`], and a Hub mirror of `upstream`'s cache that fetches what it does
+    /// not hold from the upstream (see [`Upstream`]); `paths` may then be empty. A Hugging
+    /// Face cache among `paths` must be the upstream's.
+    pub fn mirroring(paths: &[PathBuf], upstream: Upstream) -> Result<Catalog, ServeError> {
+        Self::open_with(paths, Some(upstream))
+    }
+
+    fn open_with(paths: &[PathBuf], upstream: Option<Upstream>) -> Result<Catalog, ServeError> {
         let mut models = BTreeMap::new();
-        let mut hub = None;
+        let mut hub = upstream.as_ref().map(|u| u.cache().clone());
         for p in paths {
             if p.is_dir() && is_hf_cache(p) {
+                let same = hub.as_ref().is_some_and(|h: &crate::cache::HfCache| {
+                    std::fs::canonicalize(h.root()).ok() == std::fs::canonicalize(p).ok()
+                });
+                if same && upstream.is_some() {
+                    continue;
+                }
                 if hub.is_some() {
                     return Err(ServeError::Open {
                         path: p.clone(),
@@ -199,7 +221,11 @@ impl Catalog {
         if models.is_empty() && hub.is_none() {
             return Err(ServeError::Empty);
         }
-        Ok(Catalog { models, hub })
+        Ok(Catalog {
+            models,
+            hub,
+            upstream: upstream.map(Arc::new),
+        })
     }
 
     /// The names of the models served.
@@ -248,7 +274,7 @@ pub fn router(catalog: Arc<Catalog>) -> Router {
         .route("/models/{model}/tensors/{*name}", get(tensor))
         .with_state(catalog.clone());
     match &catalog.hub {
-        Some(cache) => tensors.merge(hub::router(cache.clone())),
+        Some(cache) => tensors.merge(hub::router(cache.clone(), catalog.upstream.clone())),
         None => tensors,
     }
 }

@@ -265,8 +265,10 @@ pub(crate) async fn download(
     let result = {
         let main = async {
             let r = async {
-                let (_, hasher) =
-                    futures::try_join!(fetch_all(&ctx), ctx.prefix.follow(&ctx.chunks, hasher))?;
+                let (_, hasher) = futures::try_join!(
+                    fetch_all(&ctx),
+                    ctx.prefix.follow(&ctx.chunks, hasher, &ctx.events)
+                )?;
                 let (sha256, actual) = hasher.finish();
                 let from_mirror = ctx.mirror.as_ref().filter(|m| m.contributed());
                 if actual == expected {

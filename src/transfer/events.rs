@@ -69,6 +69,15 @@ impl<'a> Events<'a> {
         });
     }
 
+    /// The first `bytes` bytes are on disk and hashed (see [`Event::Prefix`]).
+    pub(crate) fn prefix(&self, bytes: u64) {
+        self.reporter.on_event(&Event::Prefix {
+            id: self.id,
+            file: self.file,
+            bytes,
+        });
+    }
+
     pub(crate) fn downloaded(&self, transferred: u64) {
         self.reporter.on_event(&Event::FileDownloaded {
             id: self.id,

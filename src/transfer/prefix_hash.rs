@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::blocking;
 use super::error::{local_error, TransferError};
+use super::events::Events;
 use super::hash::{hash_range, FileHasher};
 use super::plan::Plan;
 use super::table::SharedTable;
@@ -78,11 +79,22 @@ impl PrefixHash {
         &self,
         table: &SharedTable,
         mut hasher: FileHasher,
+        events: &Events<'_>,
     ) -> Result<FileHasher, TransferError> {
-        for index in self.hashed()..self.plan.count() {
+        let first = self.hashed();
+        if first > 0 {
+            // The chunks resumed from disk.
+            if let Some(r) = self.plan.chunk(first - 1) {
+                events.prefix(r.start + r.len);
+            }
+        }
+        for index in first..self.plan.count() {
             table.until_done(index).await;
             self.boundary(&hasher);
             hasher = self.hash_chunk(index, hasher).await?;
+            if let Some(r) = self.plan.chunk(index) {
+                events.prefix(r.start + r.len);
+            }
         }
         Ok(hasher)
     }

@@ -34,12 +34,67 @@ Exit codes: 0 written; 1 usage or I/O; 2 the bytes do not match their digest (no
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ServeArgs {
-    /// Model files or folders to serve.
-    #[arg(required = true, value_name = "PATH")]
+    /// Model files or folders to serve, or a Hugging Face cache to serve as a Hub mirror.
+    #[arg(required_unless_present = "upstream", value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Address to listen on (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:8090", value_name = "ADDR")]
     addr: SocketAddr,
+    /// Pull-through: fetch what the mirror does not hold from this Hub (e.g.
+    /// https://huggingface.co), verified, into the cache it serves.
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// With --upstream: the Hugging Face cache served and filled (default: a cache among the
+    /// PATHs, else HF_HUB_CACHE, else ~/.cache/huggingface/hub).
+    #[arg(long, value_name = "DIR", requires = "upstream")]
+    cache_dir: Option<PathBuf>,
+    /// With --upstream: seconds an upstream answer about a repository (its commit, files,
+    /// refs) is used before it is asked again; still used, however old, while the upstream
+    /// cannot be reached.
+    #[arg(long, default_value_t = 10, value_name = "SECS", requires = "upstream")]
+    metadata_ttl: u64,
+    /// With --upstream: send a client's own token (Authorization: Bearer) upstream instead of
+    /// the mirror's (HF_TOKEN), for gated repositories each user must have accepted.
+    #[arg(long, requires = "upstream")]
+    forward_token: bool,
+    /// With --upstream: bytes per chunk of a download (16M, 1MiB…; default 16 MiB), the unit
+    /// in which a file being fetched is handed to the clients waiting for it, and of resuming.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "upstream")]
+    chunk_size: Option<u64>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    weight_inspect::units::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// The upstream of `serve --upstream`: the mirror's own token and download settings from the
+/// environment (HF_TOKEN, HF_HUB_DOWNLOAD_TIMEOUT…), never HF_ENDPOINT (which may well point
+/// at this mirror).
+fn upstream(args: &ServeArgs, url: &str) -> Result<weight_inspect::serve::Upstream, String> {
+    let parsed = url::Url::parse(url).map_err(|e| format!("--upstream {}: {e}", escape(url)))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("--upstream {}: not an http(s) URL", escape(url)));
+    }
+    let cache = args
+        .cache_dir
+        .clone()
+        .or_else(|| {
+            args.paths
+                .iter()
+                .find(|p| weight_inspect::serve::is_hf_cache(p))
+                .cloned()
+        })
+        .unwrap_or_else(weight_inspect::cache::default_cache_dir);
+    let mut builder = weight_inspect::fetch::Fetcher::from_env()
+        .endpoint(url.trim_end_matches('/'))
+        .cache_dir(cache);
+    if let Some(c) = args.chunk_size {
+        builder = builder.chunk_size(c);
+    }
+    Ok(weight_inspect::serve::Upstream::new(builder)
+        .map_err(|e| e.to_string())?
+        .ttl(std::time::Duration::from_secs(args.metadata_ttl))
+        .forward_token(args.forward_token))
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,7 +137,21 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 pub(super) fn serve(args: ServeArgs) -> ExitCode {
-    let catalog = match Catalog::open(&args.paths) {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let opened = match &args.upstream {
+        Some(url) => match rt.block_on(async { upstream(&args, url) }) {
+            Ok(up) => Catalog::mirroring(&args.paths, up),
+            Err(e) => {
+                eprintln!("weight-inspect: error: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => Catalog::open(&args.paths),
+    };
+    let catalog = match opened {
         Ok(c) => Arc::new(c),
         Err(e) => {
             eprintln!("weight-inspect: error: {}", escape(&e.to_string()));
@@ -93,10 +162,6 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
                     Some(o) if !matches!(o, weight_inspect::format::model::OpenError::Io { .. })));
             return ExitCode::from(if invalid { 2 } else { 1 });
         }
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
     };
     rt.block_on(async {
         let listener = match tokio::net::TcpListener::bind(args.addr).await {
@@ -114,6 +179,12 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
             eprintln!(
                 "weight-inspect: serving the Hugging Face cache {} as a Hub mirror (HF_ENDPOINT=http://{addr})",
                 c.display()
+            );
+        }
+        if let Some(url) = &args.upstream {
+            eprintln!(
+                "weight-inspect: fetching what it does not hold from {}",
+                escape(url)
             );
         }
         eprintln!("weight-inspect: listening on http://{addr}");

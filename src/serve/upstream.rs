@@ -1,0 +1,680 @@
+//! Pull-through: what the mirror does not hold, asked of an upstream Hub (`serve --upstream`).
+//!
+//! - **Metadata** (a revision's commit and files, a repository's refs) is asked of the
+//!   upstream through the library's [`HubClient`] and remembered for [`Upstream::ttl`]; when the
+//!   upstream cannot be reached, the last answer is served however old (stale), and without
+//!   one the mirror answers from what its cache holds, or 504 for what it lacks.
+//! - **Files** are fetched by the library's own [`Fetcher`] into the mirror's cache (ranged,
+//!   resumable, every byte checked against the upstream's SHA-256), once: concurrent requests
+//!   for a blob follow the one fetch ([`Pull`]), and are served its prefix as it lands on disk
+//!   (the [`Event::Prefix`] of the download). The last byte of a file is held back until the
+//!   whole file matched its digest, so that no client ever receives a complete file that was
+//!   not checked; a download that fails or rewrites bytes already sent cuts the answers in
+//!   flight short (their `Content-Length` tells their clients).
+//! - **Tokens**: the upstream is asked with the mirror's own token (the fetcher's), which never
+//!   reaches a client (answers are built here, never copied from the upstream). A client's
+//!   `Authorization` is forwarded only with [`Upstream::forward_token`] (gated repositories),
+//!   and then its answers are remembered apart from everyone else's.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
+
+use crate::fetch::{FetchError, Fetcher, FetcherBuilder};
+use crate::hub::{HubError, Refs, RepoRef};
+use crate::names::{is_commit_hash, RepoType};
+use crate::progress::{Event, Reporter};
+use crate::selection::Selection;
+
+/// Answers remembered per kind (listings, refs); past this many, the oldest are forgotten.
+const REMEMBERED: usize = 1024;
+
+/// Fetchers kept for forwarded tokens; past this many, they are all dropped and made again.
+const TOKEN_FETCHERS: usize = 64;
+
+/// After the upstream failed to answer, metadata is not asked of it again for this long: the
+/// mirror answers at once from what it remembers or holds (offline, it must not make every
+/// client wait for the upstream's timeouts).
+const DOWN_PAUSE: Duration = Duration::from_secs(5);
+
+/// Metadata requests: one retry, within 3 seconds, before the mirror falls back on what it
+/// holds (downloads keep the fetcher's own retries).
+fn quick_retry() -> crate::net::RetryPolicy {
+    crate::net::RetryPolicy {
+        max_retries: 1,
+        max_elapsed: Some(Duration::from_secs(3)),
+        ..crate::net::RetryPolicy::default()
+    }
+}
+
+/// A file of a listing, as the mirror lists and serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Path in the repository.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Git blob id (of the LFS pointer, for an LFS file).
+    pub oid: String,
+    /// SHA-256 of an LFS file's content.
+    pub lfs: Option<String>,
+}
+
+impl Entry {
+    /// The blob's name in the cache (the Hub's ETag).
+    pub fn etag(&self) -> &str {
+        self.lfs.as_deref().unwrap_or(&self.oid)
+    }
+}
+
+/// A revision's commit and files, as the upstream answered.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    pub commit: String,
+    pub entries: Vec<Entry>,
+}
+
+/// Why the upstream gave no answer.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// It could not be reached, or failed (network, 5xx, a broken answer): the mirror falls
+    /// back on what it holds.
+    Down(String),
+    /// It answered that there is no such thing, or that it is not for this client.
+    Refused(HubError),
+}
+
+impl From<HubError> for Failure {
+    fn from(e: HubError) -> Failure {
+        if e.is_not_found_or_denied() {
+            Failure::Refused(e)
+        } else {
+            Failure::Down(e.to_string())
+        }
+    }
+}
+
+/// Who asks: the mirror itself, or a client whose token is forwarded (its fingerprint keys
+/// what is remembered for it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Asker(Option<[u8; 16]>);
+
+struct Remembered<T> {
+    at: Instant,
+    value: Arc<T>,
+}
+
+/// Answers kept by key, at most [`REMEMBERED`].
+struct Memory<K, T> {
+    map: Mutex<HashMap<K, Remembered<T>>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, T> Memory<K, T> {
+    fn new() -> Self {
+        Memory {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The answer for `key` and its age.
+    fn get(&self, key: &K) -> Option<(Arc<T>, Duration)> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).map(|r| (r.value.clone(), r.at.elapsed()))
+    }
+
+    fn put(&self, key: K, value: Arc<T>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= REMEMBERED && !map.contains_key(&key) {
+            if let Some(oldest) = map.iter().min_by_key(|(_, r)| r.at).map(|(k, _)| k.clone()) {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(
+            key,
+            Remembered {
+                at: Instant::now(),
+                value,
+            },
+        );
+    }
+}
+
+type ListingKey = (RepoType, String, String, Asker);
+type RefsKey = (RepoType, String, Asker);
+type PullKey = (RepoType, String, String);
+type AccessKey = (RepoType, String, String, String, Asker);
+
+/// The upstream of a mirror (see the module docs).
+pub struct Upstream {
+    builder: FetcherBuilder,
+    fetcher: Arc<Clients>,
+    forward_token: bool,
+    ttl: Duration,
+    listings: Memory<ListingKey, Listing>,
+    refs: Memory<RefsKey, Refs>,
+    /// Files the upstream let an asker have.
+    allowed: Memory<AccessKey, ()>,
+    pulls: Mutex<HashMap<PullKey, Arc<Pull>>>,
+    for_tokens: Mutex<HashMap<[u8; 16], Arc<Clients>>>,
+    /// When the upstream last failed to answer (see [`DOWN_PAUSE`]).
+    down_since: Mutex<Option<Instant>>,
+}
+
+/// The fetchers of one asker: metadata asked quickly, files fetched with the usual retries.
+struct Clients {
+    meta: Fetcher,
+    pull: Fetcher,
+}
+
+impl Clients {
+    fn new(builder: FetcherBuilder) -> Result<Clients, FetchError> {
+        Ok(Clients {
+            meta: builder.clone().hub_retry(quick_retry()).build()?,
+            pull: builder.build()?,
+        })
+    }
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("fetcher", &self.fetcher.pull)
+            .field("forward_token", &self.forward_token)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// An upstream asked through fetchers built from `builder`: its endpoint is the upstream,
+    /// its token the mirror's own, its cache folder the cache the mirror serves and fills.
+    /// Metadata is remembered for 10 seconds; client tokens are not forwarded.
+    pub fn new(builder: FetcherBuilder) -> Result<Upstream, FetchError> {
+        // The mirror checks every byte against the upstream's digest; whether a file is a
+        // valid model is for whoever loads it (the tensor routes verify what they serve).
+        let builder = builder.verify(false);
+        Ok(Upstream {
+            fetcher: Arc::new(Clients::new(builder.clone())?),
+            builder,
+            forward_token: false,
+            ttl: Duration::from_secs(10),
+            listings: Memory::new(),
+            refs: Memory::new(),
+            allowed: Memory::new(),
+            pulls: Mutex::new(HashMap::new()),
+            for_tokens: Mutex::new(HashMap::new()),
+            down_since: Mutex::new(None),
+        })
+    }
+
+    /// How long an upstream answer about metadata is used before it is asked again (it is
+    /// still served, however old, while the upstream cannot be reached). Default 10 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Forward a client's `Authorization: Bearer …` upstream instead of the mirror's token
+    /// (for gated repositories each user must have accepted). Default false: clients' tokens
+    /// are ignored.
+    pub fn forward_token(mut self, yes: bool) -> Self {
+        self.forward_token = yes;
+        self
+    }
+
+    /// The cache the mirror serves and fills.
+    pub fn cache(&self) -> &crate::cache::HfCache {
+        self.fetcher.pull.cache()
+    }
+
+    /// Whether the upstream failed to answer less than [`DOWN_PAUSE`] ago.
+    fn paused(&self) -> bool {
+        let d = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        d.is_some_and(|t| t.elapsed() < DOWN_PAUSE)
+    }
+
+    /// Records how the upstream answered (`true`: it did).
+    fn answered(&self, yes: bool) {
+        *self.down_since.lock().unwrap_or_else(|e| e.into_inner()) = (!yes).then(Instant::now);
+    }
+
+    /// Who asks, and the fetcher that asks for them.
+    fn asker(&self, authorization: Option<&str>) -> Result<(Asker, Arc<Clients>), Failure> {
+        let token = authorization
+            .filter(|_| self.forward_token)
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return Ok((Asker(None), self.fetcher.clone()));
+        };
+        let mut fp = [0u8; 16];
+        fp.copy_from_slice(&Sha256::digest(token.as_bytes())[..16]);
+        let mut map = self.for_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = map.get(&fp) {
+            return Ok((Asker(Some(fp)), f.clone()));
+        }
+        if map.len() >= TOKEN_FETCHERS {
+            map.clear();
+        }
+        let f = Arc::new(
+            Clients::new(self.builder.clone().token(token))
+                .map_err(|e| Failure::Down(e.to_string()))?,
+        );
+        map.insert(fp, f.clone());
+        Ok((Asker(Some(fp)), f))
+    }
+
+    /// The files of `id` at `rev`, and whether the upstream answered (`false`: the last
+    /// answer, however old, served because the upstream is down). An answer less than
+    /// [`Upstream::ttl`] old is used without asking.
+    pub(crate) async fn listing(
+        &self,
+        kind: RepoType,
+        id: &str,
+        rev: &str,
+        authorization: Option<&str>,
+    ) -> Result<(Arc<Listing>, bool), Failure> {
+        let (asker, clients) = self.asker(authorization)?;
+        let key = (kind, id.to_string(), rev.to_string(), asker);
+        let known = self.listings.get(&key);
+        // A commit's files never change.
+        if let Some((l, age)) = &known {
+            if age < &self.ttl || is_commit_hash(rev) {
+                return Ok((l.clone(), true));
+            }
+        }
+        let asked = if self.paused() {
+            Err(Failure::Down("it failed a moment ago".into()))
+        } else {
+            let repo = RepoRef::model(id).with_type(kind).with_revision(rev);
+            let r = clients
+                .meta
+                .hub()
+                .list_files(&repo)
+                .await
+                .map_err(Failure::from);
+            self.answered(!matches!(r, Err(Failure::Down(_))));
+            r
+        };
+        match asked {
+            Ok(l) => {
+                let listing = Arc::new(Listing {
+                    commit: l.commit.to_string(),
+                    entries: l
+                        .files
+                        .into_iter()
+                        .map(|f| Entry {
+                            path: f.path,
+                            size: f.size,
+                            oid: f.git_oid.to_string(),
+                            lfs: f.lfs_sha256.map(|s| s.to_string()),
+                        })
+                        .collect(),
+                });
+                self.listings.put(key, listing.clone());
+                Ok((listing, true))
+            }
+            Err(e) => match (e, known) {
+                (Failure::Down(_), Some((l, _))) => Ok((l, false)),
+                (f, _) => Err(f),
+            },
+        }
+    }
+
+    /// The branches and tags of `id`, remembered as [`Upstream::listing`] remembers.
+    pub(crate) async fn refs(
+        &self,
+        kind: RepoType,
+        id: &str,
+        authorization: Option<&str>,
+    ) -> Result<Arc<Refs>, Failure> {
+        let (asker, clients) = self.asker(authorization)?;
+        let key = (kind, id.to_string(), asker);
+        let known = self.refs.get(&key);
+        if let Some((r, age)) = &known {
+            if age < &self.ttl {
+                return Ok(r.clone());
+            }
+        }
+        let asked = if self.paused() {
+            Err(Failure::Down("it failed a moment ago".into()))
+        } else {
+            let repo = RepoRef::model(id).with_type(kind);
+            let r = clients.meta.hub().refs(&repo).await.map_err(Failure::from);
+            self.answered(!matches!(r, Err(Failure::Down(_))));
+            r
+        };
+        match asked {
+            Ok(r) => {
+                let r = Arc::new(r);
+                self.refs.put(key, r.clone());
+                Ok(r)
+            }
+            Err(e) => match (e, known) {
+                (Failure::Down(_), Some((r, _))) => Ok(r),
+                (f, _) => Err(f),
+            },
+        }
+    }
+
+    /// Whether clients' tokens are forwarded.
+    pub(crate) fn forwards_tokens(&self) -> bool {
+        self.forward_token
+    }
+
+    /// Whether the upstream lets this asker have `path` of `id` at `commit` (a `HEAD` on it;
+    /// a yes is remembered for [`Upstream::ttl`]).
+    pub(crate) async fn access(
+        &self,
+        kind: RepoType,
+        id: &str,
+        commit: &str,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> Result<(), Failure> {
+        let (asker, clients) = self.asker(authorization)?;
+        let key = (
+            kind,
+            id.to_string(),
+            commit.to_string(),
+            path.to_string(),
+            asker,
+        );
+        if self
+            .allowed
+            .get(&key)
+            .is_some_and(|(_, age)| age < self.ttl)
+        {
+            return Ok(());
+        }
+        if self.paused() {
+            return Err(Failure::Down("it failed a moment ago".into()));
+        }
+        let repo = RepoRef::model(id).with_type(kind);
+        let r = clients
+            .meta
+            .hub()
+            .file_metadata(&repo, commit, path)
+            .await
+            .map_err(Failure::from);
+        self.answered(!matches!(r, Err(Failure::Down(_))));
+        r?;
+        self.allowed.put(key, Arc::new(()));
+        Ok(())
+    }
+
+    /// The branches of `id` the upstream last said point at `commit`.
+    fn branches_at(&self, kind: RepoType, id: &str, commit: &str) -> Vec<String> {
+        let map = self.listings.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<String> = map
+            .iter()
+            .filter(|((k, i, rev, _), r)| {
+                *k == kind && i == id && !is_commit_hash(rev) && r.value.commit == commit
+            })
+            .map(|((_, _, rev, _), _)| rev.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The fetch of `entry` of `id` at `commit` into the cache: the one running, or a new one.
+    /// Once the file is there, the branches the upstream said point at `commit` are recorded in
+    /// the cache, so that the mirror answers for them offline.
+    pub(crate) fn pull(
+        self: &Arc<Self>,
+        kind: RepoType,
+        id: &str,
+        commit: &str,
+        entry: &Entry,
+        authorization: Option<&str>,
+    ) -> Result<Arc<Pull>, Failure> {
+        let (_, clients) = self.asker(authorization)?;
+        let key = (kind, id.to_string(), entry.etag().to_string());
+        let mut pulls = self.pulls.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pulls.get(&key) {
+            return Ok(p.clone());
+        }
+        let repo_cache = self.cache().repo(kind, id);
+        let (tx, _) = watch::channel(PullState::default());
+        let pull = Arc::new(Pull {
+            state: tx,
+            partial: repo_cache.partial_path(entry.etag()),
+            blob: repo_cache.blob_path(entry.etag()),
+            root: self.cache().root().to_path_buf(),
+            size: entry.size,
+        });
+        pulls.insert(key.clone(), pull.clone());
+        drop(pulls);
+        let (up, p) = (self.clone(), pull.clone());
+        let (id, commit, path) = (id.to_string(), commit.to_string(), entry.path.clone());
+        // The fetch runs on a thread of its own, driven by the runtime's handle: it outlives
+        // the request that started it (a client that leaves does not stop it), and the
+        // library's fetch future need not be `Send` to be spawned.
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let repo = RepoRef::model(&id).with_type(kind).with_revision(&commit);
+            let follow = Follow { state: &p.state };
+            let r = handle.block_on(clients.pull.fetch_reporting(
+                &repo,
+                &Selection::files([path]),
+                &follow,
+            ));
+            if r.is_ok() {
+                for branch in up.branches_at(kind, &id, &commit) {
+                    // (A ref that cannot be written only costs an offline answer for it.)
+                    let _ = repo_cache.write_ref(&branch, &commit);
+                }
+            }
+            // Forgotten before the end is told: a request after this starts a new fetch
+            // (which finds the file in the cache, or resumes it).
+            up.pulls
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key);
+            p.state.send_modify(|s| {
+                s.end = Some(match r {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(PullError {
+                        network: e.exit_class() == crate::exit::ExitClass::Network,
+                        message: e.to_string(),
+                    }),
+                });
+            });
+        });
+        Ok(pull)
+    }
+}
+
+/// Why a pull failed.
+#[derive(Debug, Clone)]
+pub(crate) struct PullError {
+    /// The upstream could not be reached (else it answered wrongly, or the cache failed).
+    pub network: bool,
+    pub message: String,
+}
+
+/// Where one pull stands.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PullState {
+    /// Bytes from the start on disk (see [`Event::Prefix`]).
+    pub prefix: u64,
+    /// The whole file matched its digest.
+    pub verified: bool,
+    /// Bumped when bytes already on disk are thrown away: what was sent of them may be wrong.
+    pub epoch: u64,
+    /// How the fetch ended.
+    pub end: Option<Result<(), PullError>>,
+}
+
+impl PullState {
+    /// Bytes from the start that may be sent: the prefix, but never the last byte before the
+    /// file is verified.
+    pub fn sendable(&self, size: u64) -> u64 {
+        if self.verified || matches!(self.end, Some(Ok(()))) {
+            size
+        } else {
+            self.prefix.min(size.saturating_sub(1))
+        }
+    }
+}
+
+/// One fetch of a blob into the mirror's cache, followed by the requests waiting for it.
+#[derive(Debug)]
+pub(crate) struct Pull {
+    pub state: watch::Sender<PullState>,
+    /// The partial download, then (once complete) the blob.
+    pub partial: PathBuf,
+    pub blob: PathBuf,
+    /// The cache's root: files below it are opened without following links.
+    pub root: PathBuf,
+    pub size: u64,
+}
+
+/// The reporter of one pull: its prefix, verification and rewrites.
+struct Follow<'a> {
+    state: &'a watch::Sender<PullState>,
+}
+
+impl Reporter for Follow<'_> {
+    fn on_event(&self, event: &Event<'_>) {
+        match event {
+            Event::Prefix { bytes, .. } => self.state.send_modify(|s| s.prefix = *bytes),
+            Event::Discarded { .. } => self.state.send_modify(|s| {
+                s.prefix = 0;
+                s.epoch += 1;
+            }),
+            Event::FileDownloaded { .. } => self.state.send_modify(|s| s.verified = true),
+            _ => {}
+        }
+    }
+}
+
+impl Pull {
+    /// Waits until there is something to send of `from..to` (or nothing is asked), or the
+    /// fetch failed: `Err` with why, before any answer is made.
+    pub async fn started(&self, from: u64, to: u64) -> Result<(), PullError> {
+        let mut rx = self.state.subscribe();
+        loop {
+            {
+                let s = rx.borrow_and_update();
+                if let Some(Err(e)) = &s.end {
+                    return Err(e.clone());
+                }
+                if from >= to || s.sendable(self.size) > from || s.end.is_some() {
+                    return Ok(());
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Err(PullError {
+                    network: false,
+                    message: "the fetch ended".into(),
+                });
+            }
+        }
+    }
+
+    /// The bytes `from..to` of the file, each as soon as it may be sent (see
+    /// [`PullState::sendable`]), read in pieces of `piece` bytes; an error when the fetch
+    /// fails, or rewrites bytes this body has already sent.
+    pub fn body(
+        self: Arc<Self>,
+        from: u64,
+        to: u64,
+        piece: usize,
+    ) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+        struct Reading {
+            pull: Arc<Pull>,
+            rx: watch::Receiver<PullState>,
+            pos: u64,
+            to: u64,
+            file: Option<Arc<std::fs::File>>,
+            epoch: Option<u64>,
+            piece: usize,
+        }
+        let rx = self.state.subscribe();
+        let start = Reading {
+            pull: self,
+            rx,
+            pos: from,
+            to,
+            file: None,
+            epoch: None,
+            piece,
+        };
+        futures::stream::try_unfold(start, |mut r| async move {
+            loop {
+                if r.pos >= r.to {
+                    return Ok(None);
+                }
+                let (avail, done) = {
+                    let s = r.rx.borrow_and_update();
+                    if let Some(Err(e)) = &s.end {
+                        return Err(std::io::Error::other(format!(
+                            "the upstream fetch failed: {}",
+                            e.message
+                        )));
+                    }
+                    match r.epoch {
+                        Some(e) if e != s.epoch => {
+                            return Err(std::io::Error::other(
+                                "bytes already sent were fetched again",
+                            ))
+                        }
+                        _ => r.epoch = Some(s.epoch),
+                    }
+                    (s.sendable(r.pull.size), matches!(s.end, Some(Ok(()))))
+                };
+                let until = avail.min(r.to);
+                if r.pos < until {
+                    let file = match &r.file {
+                        Some(f) => f.clone(),
+                        None => {
+                            let (root, partial, blob) = (
+                                r.pull.root.clone(),
+                                r.pull.partial.clone(),
+                                r.pull.blob.clone(),
+                            );
+                            let opened = tokio::task::spawn_blocking(move || {
+                                // The partial file becomes the blob once complete (the same
+                                // file, renamed): whichever is there.
+                                let first = if done { &blob } else { &partial };
+                                crate::safe_fs::open_read_below(&root, first).or_else(|e| {
+                                    if e.kind() == std::io::ErrorKind::NotFound {
+                                        crate::safe_fs::open_read_below(&root, &blob)
+                                    } else {
+                                        Err(e)
+                                    }
+                                })
+                            })
+                            .await
+                            .map_err(std::io::Error::other)??;
+                            let f = Arc::new(opened);
+                            r.file = Some(f.clone());
+                            f
+                        }
+                    };
+                    let (pos, n) = (r.pos, (until - r.pos).min(r.piece as u64) as usize);
+                    let bytes = tokio::task::spawn_blocking(move || {
+                        use std::os::unix::fs::FileExt as _;
+                        let mut buf = vec![0u8; n];
+                        file.read_exact_at(&mut buf, pos)?;
+                        Ok::<_, std::io::Error>(bytes::Bytes::from(buf))
+                    })
+                    .await
+                    .map_err(std::io::Error::other)??;
+                    r.pos += n as u64;
+                    return Ok(Some((bytes, r)));
+                }
+                if r.rx.changed().await.is_err() {
+                    return Err(std::io::Error::other("the upstream fetch ended"));
+                }
+            }
+        })
+    }
+}

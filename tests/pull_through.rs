@@ -1,0 +1,320 @@
+//! `weight-inspect serve --upstream`: a Hub mirror that fetches what it does not hold, once,
+//! through the library's verified downloader, and keeps serving what it holds when the
+//! upstream is gone. mock-hub's counters judge what reached the upstream.
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use futures::StreamExt as _;
+use serde_json::Value;
+
+use crate::serve::{client, Server};
+use crate::support::cli::{demo_file, hub_builder, run, start, Sandbox, REPO};
+
+const MODEL: &str = "tinyllama-q4_k_m.gguf";
+const OTHER: &str = "tinyllama-f16.gguf";
+const PULLED: (&str, &str) = ("test/pulled", "weights.bin");
+
+fn mirror(hub_url: &str, cache: &Path, more: &[&str], envs: &[(&str, &str)]) -> Server {
+    let cache = cache.to_str().unwrap();
+    let mut args = vec!["--upstream", hub_url, "--cache-dir", cache];
+    args.extend_from_slice(more);
+    Server::start_with(&[], &args, envs)
+}
+
+/// `wi-fetch REPO FILE` with `HF_ENDPOINT` at the mirror, in a fresh sandbox.
+fn fetch_through(hub: &mock_server::MockHub, mirror: &Server, file: &str) -> std::process::Output {
+    let node = Sandbox::new();
+    let mut c = node.cmd(hub);
+    c.env("HF_ENDPOINT", &mirror.base).arg(REPO).arg(file);
+    run(c)
+}
+
+fn bytes_sent(hub: &mock_server::MockHub, file: &str) -> u64 {
+    hub.stats()
+        .files
+        .get(&format!("{REPO}/{file}"))
+        .map_or(0, |f| f.bytes_sent)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Cold, the mirror fetches a file once from the upstream (every byte checked) and serves it;
+/// warm, nothing more reaches the upstream; with the upstream stopped it still serves what it
+/// holds (the last listing, then, after a restart, its cache) and answers 504, never 401 or
+/// 404, for what it lacks.
+#[test]
+fn pulls_once_then_serves_what_it_holds_when_the_upstream_is_gone() {
+    let hub = start(hub_builder());
+    let hub_url = hub.url();
+    let cache = tempfile::tempdir().unwrap();
+    let size = demo_file(MODEL).len() as u64;
+    // Metadata asked of the upstream every time (no TTL): each answer below is the
+    // upstream's, or what is left when it is gone.
+    let m = mirror(&hub_url, cache.path(), &["--metadata-ttl", "0"], &[]);
+
+    let o = fetch_through(&hub, &m, MODEL);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        bytes_sent(&hub, MODEL),
+        size,
+        "the file came once from the upstream"
+    );
+    let commit = hub.commit(REPO);
+    let blob = cache
+        .path()
+        .join("models--demo--TinyLlama-GGUF/blobs")
+        .join(crate::support::sha256_hex(&demo_file(MODEL)));
+    assert_eq!(std::fs::read(&blob).unwrap(), demo_file(MODEL));
+
+    let o = fetch_through(&hub, &m, MODEL);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(bytes_sent(&hub, MODEL), size, "warm: nothing fetched again");
+
+    hub.shutdown();
+    let hub2 = start(hub_builder()); // (only for the node's own settings; never asked)
+    hub2.reset_stats();
+    let o = fetch_through(&hub2, &m, MODEL);
+    assert!(
+        o.status.success(),
+        "upstream gone, last listing: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let check_offline = |m: &Server| {
+        rt.block_on(async {
+            let refs = client()
+                .get(m.url(&format!("/api/models/{REPO}/refs")))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            let refs: Value = serde_json::from_slice(&refs).unwrap();
+            assert_eq!(refs["branches"][0]["name"], "main", "{refs}");
+            assert_eq!(refs["branches"][0]["targetCommit"], commit.as_str());
+            let r = client()
+                .head(m.url(&format!("/{REPO}/resolve/main/{MODEL}")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["content-length"], size.to_string().as_str());
+            for lacking in [
+                format!("/{REPO}/resolve/main/{OTHER}"),
+                "/api/models/nobody/nothing/revision/main".to_string(),
+                "/nobody/nothing/resolve/main/x.gguf".to_string(),
+            ] {
+                let r = client().get(m.url(&lacking)).send().await.unwrap();
+                assert_eq!(r.status(), 504, "{lacking}: what it lacks, offline");
+            }
+        })
+    };
+    check_offline(&m);
+    drop(m);
+    // A new mirror process: nothing remembered, the upstream still gone: its cache answers.
+    let m = mirror(&hub_url, cache.path(), &[], &[]);
+    let o = fetch_through(&hub2, &m, MODEL);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    check_offline(&m);
+    assert_eq!(hub2.stats().total_requests, 0);
+}
+
+/// Concurrent first requests for one file wait for one fetch (the upstream sends the file
+/// once), are each served the whole file, and are served its prefix while the upstream is
+/// still sending the rest.
+#[test]
+fn concurrent_first_requests_follow_one_fetch_and_its_prefix() {
+    // 2 MiB of noise, no manifest sidecar (whose chunks would be the unit); 256 KiB/s in all:
+    // the file takes seconds to come from the upstream.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let want: Vec<u8> = (0..2 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let hub = start(
+        hub_builder()
+            .file(PULLED.0, PULLED.1, want.clone())
+            .total_bandwidth(256 << 10),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), cache.path(), &["--chunk-size", "64KiB"], &[]);
+    let sent = || {
+        hub.stats()
+            .files
+            .get(&format!("{}/{}", PULLED.0, PULLED.1))
+            .map_or(0, |f| f.bytes_sent)
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let url = m.url(&format!("/{}/resolve/main/{}", PULLED.0, PULLED.1));
+        let mut first = client().get(&url).send().await.unwrap();
+        assert_eq!(first.status(), 200);
+        assert_eq!(
+            first.headers()["content-length"],
+            want.len().to_string().as_str()
+        );
+        let piece = first.chunk().await.unwrap().expect("a first piece");
+        let upstream_sent = sent();
+        assert!(
+            upstream_sent < want.len() as u64,
+            "the client had bytes before the upstream sent them all ({upstream_sent})"
+        );
+        let others = (0..3).map(|_| {
+            let url = url.clone();
+            async move {
+                client()
+                    .get(&url)
+                    .send()
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap()
+            }
+        });
+        let mut got = piece.to_vec();
+        let mut rest = first.bytes_stream();
+        let (all, ()) = futures::join!(futures::future::join_all(others), async {
+            while let Some(b) = rest.next().await {
+                got.extend_from_slice(&b.unwrap());
+            }
+        });
+        assert!(got == want, "the first client's bytes are the file's");
+        for b in all {
+            assert!(b.as_ref() == want.as_slice(), "each client got the file");
+        }
+    });
+    assert_eq!(sent(), want.len() as u64, "one fetch from the upstream");
+}
+
+/// The upstream stops in the middle of a download and comes back: the client waiting at the
+/// mirror gets the whole file, the download resumed where it stopped (not from the start); a
+/// client that lost its connection resumes with a Range and gets 206, as llama.cpp does.
+#[test]
+fn the_upstream_stopping_mid_download_resumes() {
+    let (hub_port, cdn_port) = (free_port(), free_port());
+    let b = || {
+        hub_builder()
+            .addr(([127, 0, 0, 1], hub_port).into())
+            .cdn_addr(([127, 0, 0, 1], cdn_port).into())
+    };
+    let hub = start(
+        b().fault(
+            "hold,after=0,times=1,target=cdn"
+                .parse::<mock_server::FaultRule>()
+                .unwrap(),
+        ),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), cache.path(), &["--chunk-size", "64KiB"], &[]);
+    let want = demo_file(OTHER);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = m.url(&format!("/{REPO}/resolve/main/{OTHER}"));
+    let waiting = rt.spawn({
+        let url = url.clone();
+        async move { client().get(&url).send().await.unwrap().bytes().await }
+    });
+    crate::support::cli::wait_for(
+        "a body held at the upstream",
+        std::time::Duration::from_secs(60),
+        || hub.stats().held == 1,
+    );
+    // The other chunks arrive meanwhile; then the upstream goes away, and comes back.
+    crate::support::cli::wait_for(
+        "the other chunks",
+        std::time::Duration::from_secs(60),
+        || bytes_sent(&hub, OTHER) >= want.len() as u64 - (64 << 10),
+    );
+    hub.shutdown();
+    let hub = start(b());
+    let got = rt.block_on(waiting).unwrap().unwrap();
+    assert!(got.as_ref() == want.as_slice(), "the whole file, checked");
+    assert!(
+        bytes_sent(&hub, OTHER) <= 64 << 10,
+        "only the missing chunk fetched again ({})",
+        bytes_sent(&hub, OTHER)
+    );
+    // A client resuming its own download: 206 from where it stopped.
+    rt.block_on(async {
+        let r = client()
+            .get(&url)
+            .header("range", "bytes=1000-")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 206);
+        assert_eq!(
+            r.headers()["content-range"],
+            format!("bytes 1000-{}/{}", want.len() - 1, want.len()).as_str()
+        );
+        assert!(r.bytes().await.unwrap().as_ref() == &want[1000..]);
+    });
+}
+
+/// The mirror's own token goes upstream and never to a client; a client's token is ignored
+/// unless `--forward-token`, which a gated repository then needs.
+#[test]
+fn tokens_go_upstream_only_as_told() {
+    let hub = start(hub_builder().token("mirror-secret").gated(REPO));
+    let cache = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = |m: &Server| m.url(&format!("/{REPO}/resolve/main/{MODEL}"));
+
+    let m = mirror(
+        &hub.url(),
+        cache.path(),
+        &[],
+        &[("HF_TOKEN", "mirror-secret")],
+    );
+    rt.block_on(async {
+        let r = client().get(url(&m)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let headers = format!("{:?}", r.headers());
+        let body = r.bytes().await.unwrap();
+        assert!(!headers.contains("mirror-secret"));
+        assert!(!String::from_utf8_lossy(&body).contains("mirror-secret"));
+        assert!(body.as_ref() == demo_file(MODEL).as_slice());
+    });
+    drop(m);
+
+    let empty = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), empty.path(), &[], &[]);
+    rt.block_on(async {
+        let r = client()
+            .head(url(&m))
+            .bearer_auth("mirror-secret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "a client's token is not forwarded unasked");
+        assert_eq!(r.headers()["x-error-code"], "GatedRepo");
+    });
+    drop(m);
+
+    let m = mirror(&hub.url(), empty.path(), &["--forward-token"], &[]);
+    rt.block_on(async {
+        let r = client().head(url(&m)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "no token, no gated file");
+        let r = client()
+            .get(url(&m))
+            .bearer_auth("mirror-secret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "the client's token, forwarded");
+        assert!(r.bytes().await.unwrap().as_ref() == demo_file(MODEL).as_slice());
+    });
+}
