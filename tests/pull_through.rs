@@ -318,3 +318,91 @@ fn tokens_go_upstream_only_as_told() {
         assert!(r.bytes().await.unwrap().as_ref() == demo_file(MODEL).as_slice());
     });
 }
+
+/// llama.cpp's `-hf` requests, as `common/hf-cache.cpp` and `common/download.cpp` make them:
+/// `refs` (it reads `branches[].targetCommit` of `main`), the tree of that commit in one
+/// request (`recursive=true`; it reads `type`, `path`, `lfs.oid`), `HEAD` on the file's
+/// resolve URL (`ETag`, `Content-Length`, `Accept-Ranges`), a `GET` that is interrupted, and its
+/// resume with `Range: bytes=N-`, which must be answered 206. Cold through the pull-through
+/// mirror, then again with the upstream gone (the refs it answered were kept for offline).
+#[test]
+fn llama_cpp_hf_requests_work_cold_and_offline() {
+    let hub = start(hub_builder());
+    let commit = hub.commit(REPO);
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), cache.path(), &[], &[]);
+    let want = demo_file(MODEL);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let llama = |m: &Server| {
+        rt.block_on(async {
+            let c = reqwest::Client::builder()
+                .no_proxy()
+                .user_agent("llama-cpp/b7000")
+                .build()
+                .unwrap();
+            let refs = c
+                .get(m.url(&format!("/api/models/{REPO}/refs")))
+                .header("accept", "application/json")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(refs.status(), 200);
+            let refs: Value = serde_json::from_slice(&refs.bytes().await.unwrap()).unwrap();
+            let main = refs["branches"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["name"] == "main")
+                .expect("a main branch");
+            assert_eq!(main["targetCommit"], commit.as_str());
+            let tree = c
+                .get(m.url(&format!("/api/models/{REPO}/tree/{commit}?recursive=true")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(tree.status(), 200);
+            let tree: Value = serde_json::from_slice(&tree.bytes().await.unwrap()).unwrap();
+            let entry = tree
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["type"] == "file" && e["path"] == MODEL)
+                .expect("the model in the tree");
+            assert_eq!(
+                entry["lfs"]["oid"],
+                crate::support::sha256_hex(&want).as_str()
+            );
+            let url = m.url(&format!("/{REPO}/resolve/{commit}/{MODEL}"));
+            let head = c.head(&url).send().await.unwrap();
+            assert_eq!(head.status(), 200);
+            let h = head.headers();
+            assert_eq!(h["content-length"], want.len().to_string().as_str());
+            assert_eq!(h["accept-ranges"], "bytes");
+            assert!(h.contains_key("etag"));
+            // A download interrupted after its first bytes…
+            let mut first = c.get(&url).send().await.unwrap();
+            assert_eq!(first.status(), 200);
+            let mut got = Vec::new();
+            while got.len() < 1000 {
+                got.extend_from_slice(&first.chunk().await.unwrap().expect("more bytes"));
+            }
+            drop(first);
+            // …resumed where it stopped.
+            let rest = c
+                .get(&url)
+                .header("range", format!("bytes={}-", got.len()))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(rest.status(), 206, "a resume must be answered 206");
+            got.extend_from_slice(&rest.bytes().await.unwrap());
+            assert!(got == want, "the resumed file is the file");
+        })
+    };
+    llama(&m);
+    hub.shutdown();
+    llama(&m);
+    drop(m);
+    let m = mirror("http://127.0.0.1:9", cache.path(), &[], &[]);
+    llama(&m);
+}

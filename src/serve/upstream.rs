@@ -408,16 +408,32 @@ impl Upstream {
         Ok(())
     }
 
-    /// The branches of `id` the upstream last said point at `commit`.
+    /// The branches of `id` the upstream last said point at `commit` (asked for a revision,
+    /// or listed by its refs).
     fn branches_at(&self, kind: RepoType, id: &str, commit: &str) -> Vec<String> {
-        let map = self.listings.map.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<String> = map
-            .iter()
-            .filter(|((k, i, rev, _), r)| {
-                *k == kind && i == id && !is_commit_hash(rev) && r.value.commit == commit
-            })
-            .map(|((_, _, rev, _), _)| rev.clone())
-            .collect();
+        let mut out: Vec<String> = {
+            let map = self.listings.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.iter()
+                .filter(|((k, i, rev, _), r)| {
+                    *k == kind && i == id && !is_commit_hash(rev) && r.value.commit == commit
+                })
+                .map(|((_, _, rev, _), _)| rev.clone())
+                .collect()
+        };
+        {
+            let map = self.refs.map.lock().unwrap_or_else(|e| e.into_inner());
+            for ((k, i, _), r) in map.iter() {
+                if *k == kind && i == id {
+                    out.extend(
+                        r.value
+                            .branches
+                            .iter()
+                            .filter(|b| b.target_commit.as_str() == commit)
+                            .map(|b| b.name.clone()),
+                    );
+                }
+            }
+        }
         out.sort();
         out.dedup();
         out
