@@ -531,3 +531,75 @@ fn links_out_of_what_is_served_are_refused() {
         );
     });
 }
+
+/// A client that sends half a request, or asks for a large tensor and never reads it, loses its
+/// connection after `--client-timeout`: with one connection allowed at a time, the next client
+/// is served once the stalled one is dropped, and the stalled one finds its connection closed
+/// (the stalled reader short of its `Content-Length`).
+#[test]
+fn stalled_clients_lose_their_connection() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.safetensors");
+    // 32 MiB: more than the sockets' buffers hold between a server and a client not reading.
+    testkit::safetensors::StWriter::new()
+        .zeros("w", "U8", &[32 << 20])
+        .write(&path)
+        .unwrap();
+    let s = Server::start_with(
+        &[&path],
+        &["--max-connections", "1", "--client-timeout", "1"],
+        &[],
+    );
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let served_next = || {
+        rt.block_on(async {
+            let r = tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                client().get(s.url("/models")).send(),
+            )
+            .await
+            .expect("the next client is served once the stalled one is dropped")
+            .unwrap();
+            assert_eq!(r.status(), 200);
+        })
+    };
+    let closed = |c: &mut std::net::TcpStream| -> usize {
+        c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let mut all = Vec::new();
+        match c.read_to_end(&mut all) {
+            Ok(_) => {}
+            Err(e) => assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset,
+                "closed, not timed out: {e}"
+            ),
+        }
+        all.len()
+    };
+
+    // Half a request.
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET /models HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    served_next();
+    assert_eq!(closed(&mut slow), 0, "nothing answered to half a request");
+
+    // A whole request, its answer never read.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let sa: std::net::SocketAddr = addr.parse().unwrap();
+    sock.connect(&sa.into()).unwrap();
+    let mut stalled: std::net::TcpStream = sock.into();
+    stalled
+        .write_all(b"GET /models/big.safetensors/tensors/w HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    served_next();
+    let got = closed(&mut stalled);
+    assert!(
+        got < 32 << 20,
+        "the stalled reader's answer was cut short ({got} bytes)"
+    );
+}

@@ -32,6 +32,7 @@ pub mod buffer;
 pub mod download;
 pub mod errors;
 pub mod model;
+pub mod served;
 
 use errors::Failure;
 use model::NativeModel;
@@ -409,6 +410,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
     m.add_function(wrap_pyfunction!(fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(served::get_tensor, m)?)?;
     m.add_class::<NativeModel>()?;
     m.add_class::<buffer::TensorBuffer>()?;
     m.add_class::<download::ProgressEvent>()?;

@@ -84,6 +84,143 @@ pub struct Got {
     pub tensor_sha256: String,
 }
 
+/// Largest model report [`describe`] reads.
+pub const MAX_REPORT_BYTES: u64 = 64 << 20;
+
+/// A tensor of a served model, as the model's report describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    /// The tensor's name.
+    pub name: String,
+    /// Its element type, in its format's naming.
+    pub dtype: crate::format::DType,
+    /// Its dimensions in the file's own order (GGUF: `ne[0]` first).
+    pub shape: Vec<u64>,
+    /// Its size in bytes.
+    pub n_bytes: u64,
+    /// The file stores it big-endian (a big-endian GGUF).
+    pub big_endian: bool,
+}
+
+/// The URL of the model at `model_url` with `tail` appended (checked: an http(s) URL).
+fn model_url_with(model_url: &str, tail: &[&str]) -> Result<url::Url, GetError> {
+    let mut url = url::Url::parse(model_url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| GetError::BadUrl(escape(model_url).into_owned()))?;
+    {
+        let mut segs = url
+            .path_segments_mut()
+            .map_err(|()| GetError::BadUrl(escape(model_url).into_owned()))?;
+        segs.pop_if_empty();
+        for part in tail {
+            segs.push(part);
+        }
+    }
+    Ok(url)
+}
+
+/// An error answer as [`GetError::Status`]: at most 64 KiB of its body read (a message, not a
+/// download), its `error` field if it is JSON, escaped.
+async fn status_error(url: &str, resp: reqwest::Response) -> GetError {
+    let status = resp.status().as_u16();
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(Ok(piece)) = stream.next().await {
+        body.extend_from_slice(&piece[..piece.len().min((64 << 10) - body.len())]);
+        if body.len() >= 64 << 10 {
+            break;
+        }
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or(body);
+    GetError::Status {
+        url: url.to_string(),
+        status,
+        message: escape(&message.chars().take(500).collect::<String>()).into_owned(),
+    }
+}
+
+/// What the report of the model at `model_url` says of tensor `name` (the report read whole,
+/// at most [`MAX_REPORT_BYTES`]).
+pub async fn describe(
+    client: &reqwest::Client,
+    model_url: &str,
+    name: &str,
+) -> Result<Described, GetError> {
+    let url = model_url_with(model_url, &[])?;
+    let shown = url.to_string();
+    let http = |source| GetError::Http {
+        url: shown.clone(),
+        source,
+    };
+    let bad = |what: String| GetError::Mismatch {
+        url: shown.clone(),
+        what,
+    };
+    let resp = client.get(url.clone()).send().await.map_err(http)?;
+    if !resp.status().is_success() {
+        return Err(status_error(&shown, resp).await);
+    }
+    let mut text = Vec::new();
+    let mut body = resp.bytes_stream();
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(http)?;
+        if (text.len() + piece.len()) as u64 > MAX_REPORT_BYTES {
+            return Err(bad(format!(
+                "a report larger than {MAX_REPORT_BYTES} bytes"
+            )));
+        }
+        text.extend_from_slice(&piece);
+    }
+    #[derive(serde::Deserialize)]
+    struct Tensor {
+        name: String,
+        dtype: String,
+        shape: Vec<u64>,
+        n_bytes: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Report {
+        format: Option<String>,
+        endianness: Option<String>,
+        #[serde(default)]
+        tensors: Vec<Tensor>,
+    }
+    let report: Report =
+        serde_json::from_slice(&text).map_err(|e| bad(format!("not a model's report: {e}")))?;
+    let t = report
+        .tensors
+        .into_iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| GetError::Status {
+            url: shown.clone(),
+            status: 404,
+            message: format!("no tensor '{}'", escape(name)),
+        })?;
+    let gguf = report
+        .format
+        .as_deref()
+        .is_some_and(|f| f.starts_with("gguf"));
+    let dtype = if gguf {
+        crate::format::ggml::GgmlType::from_name(&t.dtype).map(crate::format::DType::Ggml)
+    } else {
+        crate::format::safetensors::Dtype::from_name(&t.dtype)
+            .map(crate::format::DType::Safetensors)
+    }
+    .ok_or_else(|| bad(format!("unknown dtype '{}'", escape(&t.dtype))))?;
+    Ok(Described {
+        name: t.name,
+        dtype,
+        shape: t.shape,
+        n_bytes: t.n_bytes,
+        big_endian: report.endianness.as_deref() == Some("big"),
+    })
+}
+
 /// Fetches tensor `name` (or bytes `range` of it) of the model at `model_url` into `dest`: the
 /// body goes to a new file beside it as it arrives, hashed, and is renamed to `dest` only once
 /// it matches — the whole tensor its `X-Weight-SHA256`, a slice its `Content-Digest`. Memory
@@ -95,19 +232,56 @@ pub async fn get_tensor(
     range: Option<Range<u64>>,
     dest: &Path,
 ) -> Result<Got, GetError> {
-    let mut url = url::Url::parse(model_url)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "http" | "https"))
-        .ok_or_else(|| GetError::BadUrl(escape(model_url).into_owned()))?;
-    {
-        let mut segs = url
-            .path_segments_mut()
-            .map_err(|()| GetError::BadUrl(escape(model_url).into_owned()))?;
-        segs.pop_if_empty().push("tensors");
-        for part in name.split('/') {
-            segs.push(part);
-        }
-    }
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let io = |source| GetError::Io {
+        path: dest.to_path_buf(),
+        source,
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".wi-get-")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    let got = fetch_checked(client, model_url, name, range, |piece| {
+        tmp.write_all(piece).map_err(io)
+    })
+    .await?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(dest).map_err(|e| io(e.error))?;
+    Ok(got)
+}
+
+/// [`get_tensor`] into memory: the bytes, once they matched their digest. The buffer grows as
+/// bytes arrive (never sized from a length the server announced), up to that length.
+pub async fn get_tensor_bytes(
+    client: &reqwest::Client,
+    model_url: &str,
+    name: &str,
+    range: Option<Range<u64>>,
+) -> Result<(Vec<u8>, Got), GetError> {
+    let mut out = Vec::new();
+    let got = fetch_checked(client, model_url, name, range, |piece| {
+        out.extend_from_slice(piece);
+        Ok(())
+    })
+    .await?;
+    Ok((out, got))
+}
+
+/// The body of a tensor (or a slice), each piece handed to `sink` as it arrives and hashed;
+/// `Ok` only once every byte arrived and matched the digest (the caller keeps nothing before).
+async fn fetch_checked(
+    client: &reqwest::Client,
+    model_url: &str,
+    name: &str,
+    range: Option<Range<u64>>,
+    mut sink: impl FnMut(&[u8]) -> Result<(), GetError>,
+) -> Result<Got, GetError> {
+    let mut tail = vec!["tensors"];
+    tail.extend(name.split('/'));
+    let url = model_url_with(model_url, &tail)?;
     let shown = url.to_string();
     let mut req = client.get(url.clone());
     if let Some(r) = &range {
@@ -133,25 +307,7 @@ pub async fn get_tensor(
     let resp = req.send().await.map_err(http)?;
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
-        // At most 64 KiB of an error's body is read: a message, not a download.
-        let mut body = Vec::new();
-        let mut stream = resp.bytes_stream();
-        while let Some(Ok(piece)) = stream.next().await {
-            body.extend_from_slice(&piece[..piece.len().min((64 << 10) - body.len())]);
-            if body.len() >= 64 << 10 {
-                break;
-            }
-        }
-        let body = String::from_utf8_lossy(&body).into_owned();
-        let message = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["error"].as_str().map(str::to_string))
-            .unwrap_or(body);
-        return Err(GetError::Status {
-            url: shown.clone(),
-            status,
-            message: escape(&message.chars().take(500).collect::<String>()).into_owned(),
-        });
+        return Err(status_error(&shown, resp).await);
     }
     let h = resp.headers();
     let tensor_sha = h
@@ -182,21 +338,9 @@ pub async fn get_tensor(
         }
         (_, s) => return Err(mismatch(format!("unexpected status {s}"))),
     };
-    let dir = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let io = |source| GetError::Io {
-        path: dest.to_path_buf(),
-        source,
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".wi-get-")
-        .tempfile_in(dir)
-        .map_err(io)?;
     let mut hasher = Sha256::new();
     let mut n = 0u64;
-    // The length is announced (the server always does): what is written is bounded by it.
+    // The length is announced (the server always does): what is taken is bounded by it.
     let want = resp
         .content_length()
         .ok_or_else(|| mismatch("no Content-Length".into()))?;
@@ -208,20 +352,18 @@ pub async fn get_tensor(
             return Err(mismatch(format!("a body longer than its {want} bytes")));
         }
         hasher.update(&piece);
-        tmp.write_all(&piece).map_err(io)?;
+        sink(&piece)?;
     }
     if n != want {
         return Err(mismatch(format!(
-            "the body ended after {n} of its {want} bytes: nothing written"
+            "the body ended after {n} of its {want} bytes: nothing kept"
         )));
     }
     if <[u8; 32]>::from(hasher.finalize()) != expected {
         return Err(mismatch(format!(
-            "the {n} bytes received do not match their digest: nothing written"
+            "the {n} bytes received do not match their digest: nothing kept"
         )));
     }
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(dest).map_err(|e| io(e.error))?;
     Ok(Got {
         bytes: n,
         range,

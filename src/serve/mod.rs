@@ -17,10 +17,12 @@
 //! Names from a request are escaped in every answer. The client side is [`client`].
 
 pub mod client;
+mod conn;
 mod hub;
 mod range;
 mod upstream;
 
+pub use conn::Limits;
 pub use upstream::Upstream;
 
 use std::collections::BTreeMap;
@@ -279,15 +281,25 @@ pub fn router(catalog: Arc<Catalog>) -> Router {
     }
 }
 
-/// Serves `catalog` on `listener` until `shutdown` resolves.
+/// Serves `catalog` on `listener` within the default [`Limits`] until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     catalog: Arc<Catalog>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(catalog))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(listener, catalog, Limits::default(), shutdown).await
+}
+
+/// Serves `catalog` on `listener` within `limits` (connections at once, how long a client may
+/// keep the server waiting) until `shutdown` resolves. Needs a multi-thread runtime when the
+/// catalog mirrors an upstream (its downloads run on threads of their own).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    catalog: Arc<Catalog>,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    conn::run(listener, router(catalog), limits, shutdown).await
 }
 
 #[derive(Serialize)]

@@ -107,6 +107,7 @@ __all__ = [
     "TensorInfo",
     "WeightInspectError",
     "fetch",
+    "get_tensor",
     "hf_hub_download",
     "inspect",
     "manifest_check",
@@ -578,6 +579,25 @@ class safe_open:
         if self._opened is not None:
             self._opened.close()
         self._opened = None
+
+
+def get_tensor(url: str, name: str) -> np.ndarray:
+    """Tensor ``name`` of a model served by ``weight-inspect serve``, as a NumPy array.
+
+    ``url`` is the model's, ``http://HOST:PORT/models/MODEL``. The bytes are checked against the
+    server's ``X-Weight-SHA256`` (the SHA-256 it computed from the bytes it serves) before an
+    array is made of them; the array is typed and shaped as :meth:`Model.tensor`'s (raw bytes
+    for quantised types), read-only, and owns its bytes. The GIL is released while fetching.
+
+    Raises :class:`MissingTensorError` (a ``KeyError``) for a name the model lacks,
+    :class:`NotFoundError` for a model the server does not serve, :class:`IntegrityError` when
+    the bytes do not match their digest, :class:`NetworkError` when the server cannot be
+    reached or fails.
+    """
+    data, d = _native.get_tensor(url, name)
+    info = _describe(d, [url])
+    flat: np.ndarray = np.frombuffer(data, dtype=info.numpy_dtype)
+    return flat.reshape(info.array_shape)
 
 
 def inspect(

@@ -18,6 +18,7 @@ __all__ = [
     "cached_commit",
     "default_cache_dir",
     "fetch",
+    "get_tensor",
     "inspect",
     "manifest_check",
     "manifest_create",
@@ -158,6 +159,11 @@ def fetch(
     has ``reason``: ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``,
     ``not_cached``, ``nothing_selected``, ``unreachable`` (the Hub could not be reached and the
     cache could not stand in) or ``None``."""
+
+def get_tensor(url: str, name: str) -> tuple[bytes, dict[str, Any]]:
+    """Tensor ``name`` of the model served at ``url`` (``http://HOST:PORT/models/MODEL``):
+    its bytes, checked against the server's ``X-Weight-SHA256``, and its description (the keys
+    of :meth:`NativeModel.tensor_info`, ``file`` and ``offset`` 0)."""
 
 def default_cache_dir() -> str:
     """The cache used when none is given: ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``,

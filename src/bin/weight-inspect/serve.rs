@@ -22,6 +22,13 @@ verification are refused. Listens on loopback unless --addr says otherwise; prin
 `listening on http://ADDR` once it is ready. Ctrl-C stops it.\n\n\
 A link inside a folder served that points outside it is refused, as is a blob of a served \
 cache that is a link.\n\n\
+A PATH that is a Hugging Face cache is served as a Hub mirror (HF_ENDPOINT=http://ADDR for \
+wi-fetch, huggingface_hub and llama.cpp). With --upstream URL it fetches what it does not hold \
+from that Hub, once, verified, into the cache (its own token, HF_TOKEN, never reaches a client), \
+serving a file's prefix to the clients waiting for it as it arrives; offline it serves what it \
+holds and answers 504 for what it lacks.\n\n\
+Connections: at most --max-connections at once; one whose client is slower than \
+--client-timeout to send its headers, or to take an answer's bytes, is closed.\n\n\
 Exit codes: 0 stopped; 1 usage, I/O, a link out of a folder served, or the address cannot be \
 bound; 2 a model is invalid.";
 
@@ -40,6 +47,14 @@ pub(super) struct ServeArgs {
     /// Address to listen on (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:8090", value_name = "ADDR")]
     addr: SocketAddr,
+    /// Connections open at once; more wait to be accepted.
+    #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// Seconds a client may take to send a request's headers (or its next request on a
+    /// kept-alive connection), or to take the bytes of an answer, before its connection is
+    /// closed.
+    #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    client_timeout: u64,
     /// Pull-through: fetch what the mirror does not hold from this Hub (e.g.
     /// https://huggingface.co), verified, into the cache it serves.
     #[arg(long, value_name = "URL")]
@@ -191,7 +206,11 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
         let stop = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        match weight_inspect::serve::serve(listener, catalog, stop).await {
+        let limits = weight_inspect::serve::Limits {
+            max_connections: args.max_connections as usize,
+            client_timeout: std::time::Duration::from_secs(args.client_timeout),
+        };
+        match weight_inspect::serve::serve_with(listener, catalog, limits, stop).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("weight-inspect: error: {e}");
