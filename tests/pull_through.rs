@@ -406,3 +406,22 @@ fn llama_cpp_hf_requests_work_cold_and_offline() {
     let m = mirror("http://127.0.0.1:9", cache.path(), &[], &[]);
     llama(&m);
 }
+
+/// A repository renamed upstream (its old name redirected to the new one, as the Hub does)
+/// is served under the name the client asked for: `wi-fetch` with the old name gets the file.
+#[test]
+fn renamed_repositories_are_followed() {
+    let hub = start(hub_builder().rename("old-org/old-name", REPO));
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), cache.path(), &[], &[]);
+    let node = Sandbox::new();
+    let mut c = node.cmd(&hub);
+    c.env("HF_ENDPOINT", &m.base)
+        .args(["old-org/old-name", MODEL, "--json"]);
+    let o = run(c);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let got = summary["files"][0]["local_path"].as_str().unwrap();
+    assert!(std::fs::read(got).unwrap() == demo_file(MODEL));
+    assert_eq!(summary["commit"], hub.commit(REPO).as_str());
+}
