@@ -3,7 +3,8 @@
 # the same run, with wrk on loopback:
 #  1. small-tensor reads: one 4 KiB tensor of a safetensors model (GET /models/M/tensors/T)
 #     against nginx serving the same 4 KiB as a file;
-#  2. HEADs on a file of the Hub mirror (/ORG/NAME/resolve/main/FILE) against HEADs on nginx;
+#  2. HEADs on a file of the Hub mirror (/ORG/NAME/resolve/main/FILE) against HEADs on nginx
+#     (with ab: wrk waits for the body a HEAD answer announces);
 #  3. whole-file reads of a SIZE_MB file through the mirror against nginx (sendfile on);
 #  and the server's memory: RSS and its anonymous part (file pages of the map excluded) before,
 #  at the peak of, and after the run, sampled every 100 ms;
@@ -21,7 +22,7 @@
 #   CONNS       wrk connections (threads: 2)        (default 16; 4 for whole files)
 #   SKIP_BUILD=1  use the release binaries already built
 #
-# Needs nginx and wrk (Debian: apt-get install nginx-light wrk). Prints Markdown tables on
+# Needs nginx, wrk and ab (Debian: apt-get install nginx-light wrk apache2-utils). Prints Markdown tables on
 # stdout; every request goes to 127.0.0.1. Scratch files are removed when it exits, the data
 # (the model and the file) kept for the next run.
 set -euo pipefail
@@ -36,6 +37,7 @@ DURATION="${DURATION:-10}"
 CONNS="${CONNS:-16}"
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 command -v wrk >/dev/null || { echo "serve.sh: no wrk (apt-get install wrk)" >&2; exit 1; }
+command -v ab >/dev/null || { echo "serve.sh: no ab (apt-get install apache2-utils)" >&2; exit 1; }
 [[ -x "$NGINX" ]] || { echo "serve.sh: no nginx (apt-get install nginx-light)" >&2; exit 1; }
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
@@ -129,12 +131,10 @@ before=$(sample)
 ( while kill -0 "$wi_pid" 2>/dev/null; do sample; sleep 0.1; done ) >"$run/mem" &
 sampler=$!
 
-head_lua="$run/head.lua"
-echo 'wrk.method = "HEAD"' >"$head_lua"
-bench() { # name, conns, url, [script]: one line "name req/s MB/s p99_ms"
-	local name=$1 conns=$2 url=$3 script=${4:-}
+bench() { # name, conns, seconds, url: one line "name req/s MB/s p99_ms"
+	local name=$1 conns=$2 secs=$3 url=$4
 	local out="$run/$name.wrk"
-	wrk -t2 -c"$conns" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url" >"$out"
+	wrk -t2 -c"$conns" -d"${secs}s" --latency "$url" >"$out"
 	awk -v n="$name" '
 		function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
 		function mb(v) { if (v ~ /GB$/) return v*1024; if (v ~ /MB$/) return v+0; if (v ~ /KB$/) return v/1024; return v/1048576 }
@@ -142,13 +142,19 @@ bench() { # name, conns, url, [script]: one line "name req/s MB/s p99_ms"
 		END {printf "%s %.0f %.1f %.2f\n", n, r, t, p}' "$out"
 }
 wi="http://127.0.0.1:$wi_port" ngx="http://127.0.0.1:$ngx_port"
+# HEADs with ab (wrk waits for the body a HEAD answer announces): the same line.
+head_bench() { # name, conns, url
+	local out="$run/$1.ab"
+	ab -q -k -i -c "$2" -t "$DURATION" -n 100000000 "$3" >"$out" 2>&1
+	awk -v n="$1" '/^Requests per second/ {r=$4} /^ *99%/ {p=$2} END {printf "%s %.0f %.1f %.2f\n", n, r, 0, p}' "$out"
+}
 {
-	bench small-tensor-wi "$CONNS" "$wi/models/small.safetensors/tensors/t0500"
-	bench small-tensor-nginx "$CONNS" "$ngx/t0500.bin"
-	bench head-wi "$CONNS" "$wi/bench/serve/resolve/main/model.bin" "$head_lua"
-	bench head-nginx "$CONNS" "$ngx/model.bin" "$head_lua"
-	bench whole-file-wi 4 "$wi/bench/serve/resolve/main/model.bin"
-	bench whole-file-nginx 4 "$ngx/model.bin"
+	bench small-tensor-wi "$CONNS" "$DURATION" "$wi/models/small.safetensors/tensors/t0500"
+	bench small-tensor-nginx "$CONNS" "$DURATION" "$ngx/t0500.bin"
+	head_bench head-wi "$CONNS" "$wi/bench/serve/resolve/main/model.bin"
+	head_bench head-nginx "$CONNS" "$ngx/model.bin"
+	bench whole-file-wi 4 $((DURATION * 3)) "$wi/bench/serve/resolve/main/model.bin"
+	bench whole-file-nginx 4 $((DURATION * 3)) "$ngx/model.bin"
 } >"$run/results"
 kill "$sampler" 2>/dev/null || true
 wait "$sampler" 2>/dev/null || true
@@ -167,7 +173,7 @@ awk -v b="$before" -v a="$after" 'BEGIN{split(b,x," "); split(a,y," ")}
 	{ if ($1>r) r=$1; if ($2>an) an=$2 }
 	END { printf "\nserver memory (MB): RSS %.1f before, %.1f peak, %.1f after; anonymous (the map'"'"'s file pages excluded) %.1f before, %.1f peak, %.1f after.\n", x[1]/1024, r/1024, y[1]/1024, x[2]/1024, an/1024, y[2]/1024 }' "$run/mem"
 echo
-echo "wrk 2 threads, $DURATION s a run, $CONNS connections ($((4)) for whole files of $SIZE_MB MiB); $(nproc) cores shared by wrk and the server; nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') with sendfile, $(nproc) workers."
+echo "wrk 2 threads (HEADs: ab -k, whose p99 is in whole ms), $DURATION s a run ($((DURATION * 3)) s for whole files), $CONNS connections (4 for whole files of $SIZE_MB MiB); $(nproc) cores shared by the load generator and the server; nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') with sendfile, $(nproc) workers; weight-inspect serve release build."
 
 # 4. hf download: direct from mock-hub, and through a pull-through mirror, cold then warm.
 hub_port=$(free_port)

@@ -37,11 +37,44 @@ use crate::names::{escape, RepoType};
 pub(crate) struct Mirror {
     cache: HfCache,
     upstream: Option<Arc<Upstream>>,
+    /// The blobs mapped now, by path: concurrent answers share one map of a blob (its pages
+    /// counted once in the server's RSS), which goes when the last of them ends.
+    maps: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, std::sync::Weak<Mmap>>>,
+}
+
+impl Mirror {
+    /// The map of the blob at `blob` (below the cache root, opened without following a link on
+    /// the way): the one already open, else a new one.
+    async fn map(&self, blob: std::path::PathBuf) -> std::io::Result<Arc<Mmap>> {
+        let lock = || self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = lock().get(&blob).and_then(std::sync::Weak::upgrade) {
+            return Ok(m);
+        }
+        let root = self.cache.root().to_path_buf();
+        let path = blob.clone();
+        let map = tokio::task::spawn_blocking(move || {
+            let file = crate::safe_fs::open_read_below(&root, &path)?;
+            Mmap::open(&file)
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        let map = Arc::new(map);
+        let mut maps = lock();
+        if maps.len() >= 1024 {
+            maps.retain(|_, m| m.strong_count() > 0);
+        }
+        maps.insert(blob, Arc::downgrade(&map));
+        Ok(map)
+    }
 }
 
 /// The mirror's routes over the cache at `cache`, filled from `upstream` when there is one.
 pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>) -> Router {
-    let m = Arc::new(Mirror { cache, upstream });
+    let m = Arc::new(Mirror {
+        cache,
+        upstream,
+        maps: Default::default(),
+    });
     Router::new()
         .route("/api/{kind}/{org}/{name}", get(info_main))
         .route("/api/{kind}/{org}/{name}/revision/{*rev}", get(info))
@@ -614,15 +647,8 @@ async fn resolve(
         return resp.body(Body::empty()).unwrap_or_default();
     }
     // The blob itself, never a link planted in its place (nor one on the way to it).
-    let root = m.cache.root().to_path_buf();
-    let opened = tokio::task::spawn_blocking(move || {
-        let file = crate::safe_fs::open_read_below(&root, &blob)?;
-        Mmap::open(&file)
-    })
-    .await;
-    let map = match opened {
-        Ok(Ok(map)) => Arc::new(map),
-        _ => return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob"),
+    let Ok(map) = m.map(blob).await else {
+        return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob");
     };
     let (a, b) = (from as usize, to as usize);
     if b > map.as_bytes().len() {

@@ -299,7 +299,11 @@ pub async fn serve_with(
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    conn::run(listener, router(catalog), limits, shutdown).await
+    let served = conn::run(listener, router(catalog.clone()), limits, shutdown).await;
+    if let Some(up) = &catalog.upstream {
+        up.stop();
+    }
+    served
 }
 
 #[derive(Serialize)]

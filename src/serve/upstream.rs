@@ -30,8 +30,14 @@ use crate::names::{is_commit_hash, RepoType};
 use crate::progress::{Event, Reporter};
 use crate::selection::Selection;
 
-/// Answers remembered per kind (listings, refs); past this many, the oldest are forgotten.
+/// Answers remembered per kind (listings, refs, access); past this many, or past
+/// [`REMEMBERED_WEIGHT`] entries in all, the oldest are forgotten.
 const REMEMBERED: usize = 1024;
+
+/// Entries (a listing's files, a repository's refs) remembered per kind in all: a bound on the
+/// memory of what is remembered (about 150 bytes an entry), whatever the repositories asked
+/// about.
+const REMEMBERED_WEIGHT: usize = 1_000_000;
 
 /// Fetchers kept for forwarded tokens; past this many, they are all dropped and made again.
 const TOKEN_FETCHERS: usize = 64;
@@ -106,14 +112,38 @@ struct Asker(Option<[u8; 16]>);
 struct Remembered<T> {
     at: Instant,
     value: Arc<T>,
+    weight: usize,
 }
 
-/// Answers kept by key, at most [`REMEMBERED`].
+/// Answers kept by key, at most [`REMEMBERED`] of them and [`REMEMBERED_WEIGHT`] in weight.
 struct Memory<K, T> {
     map: Mutex<HashMap<K, Remembered<T>>>,
 }
 
-impl<K: std::hash::Hash + Eq + Clone, T> Memory<K, T> {
+/// How many entries an answer holds (what [`REMEMBERED_WEIGHT`] bounds).
+trait Weight {
+    fn weight(&self) -> usize;
+}
+
+impl Weight for Listing {
+    fn weight(&self) -> usize {
+        self.entries.len().max(1)
+    }
+}
+
+impl Weight for Refs {
+    fn weight(&self) -> usize {
+        (self.branches.len() + self.tags.len()).max(1)
+    }
+}
+
+impl Weight for () {
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
     fn new() -> Self {
         Memory {
             map: Mutex::new(HashMap::new()),
@@ -127,10 +157,19 @@ impl<K: std::hash::Hash + Eq + Clone, T> Memory<K, T> {
     }
 
     fn put(&self, key: K, value: Arc<T>) {
+        let weight = value.weight();
+        if weight > REMEMBERED_WEIGHT {
+            return;
+        }
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= REMEMBERED && !map.contains_key(&key) {
-            if let Some(oldest) = map.iter().min_by_key(|(_, r)| r.at).map(|(k, _)| k.clone()) {
-                map.remove(&oldest);
+        map.remove(&key);
+        let mut total: usize = map.values().map(|r| r.weight).sum();
+        while !map.is_empty() && (map.len() >= REMEMBERED || total + weight > REMEMBERED_WEIGHT) {
+            let Some(oldest) = map.iter().min_by_key(|(_, r)| r.at).map(|(k, _)| k.clone()) else {
+                break;
+            };
+            if let Some(r) = map.remove(&oldest) {
+                total -= r.weight;
             }
         }
         map.insert(
@@ -138,6 +177,7 @@ impl<K: std::hash::Hash + Eq + Clone, T> Memory<K, T> {
             Remembered {
                 at: Instant::now(),
                 value,
+                weight,
             },
         );
     }
@@ -162,6 +202,8 @@ pub struct Upstream {
     for_tokens: Mutex<HashMap<[u8; 16], Arc<Clients>>>,
     /// When the upstream last failed to answer (see [`DOWN_PAUSE`]).
     down_since: Mutex<Option<Instant>>,
+    /// Stops every fetch (each saves its resume state): the server is stopping.
+    cancel: tokio_util::sync::CancellationToken,
 }
 
 /// The fetchers of one asker: metadata asked quickly, files fetched with the usual retries.
@@ -191,12 +233,14 @@ impl std::fmt::Debug for Upstream {
 
 impl Upstream {
     /// An upstream asked through fetchers built from `builder`: its endpoint is the upstream,
-    /// its token the mirror's own, its cache folder the cache the mirror serves and fills.
+    /// its token the mirror's own, its cache folder the cache the mirror serves and fills (its
+    /// cancellation token is replaced by the upstream's own, see [`Upstream::stop`]).
     /// Metadata is remembered for 10 seconds; client tokens are not forwarded.
     pub fn new(builder: FetcherBuilder) -> Result<Upstream, FetchError> {
         // The mirror checks every byte against the upstream's digest; whether a file is a
         // valid model is for whoever loads it (the tensor routes verify what they serve).
-        let builder = builder.verify(false);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let builder = builder.verify(false).cancellation(cancel.clone());
         Ok(Upstream {
             fetcher: Arc::new(Clients::new(builder.clone())?),
             builder,
@@ -208,6 +252,7 @@ impl Upstream {
             pulls: Mutex::new(HashMap::new()),
             for_tokens: Mutex::new(HashMap::new()),
             down_since: Mutex::new(None),
+            cancel,
         })
     }
 
@@ -224,6 +269,12 @@ impl Upstream {
     pub fn forward_token(mut self, yes: bool) -> Self {
         self.forward_token = yes;
         self
+    }
+
+    /// Stops the fetches running (each saves its resume state, for the next request to resume)
+    /// and any started later: the server is stopping.
+    pub fn stop(&self) {
+        self.cancel.cancel();
     }
 
     /// The cache the mirror serves and fills.
@@ -610,6 +661,7 @@ impl Pull {
             pos: u64,
             to: u64,
             file: Option<Arc<std::fs::File>>,
+            /// The pull's epoch when this body's first byte was read.
             epoch: Option<u64>,
             piece: usize,
         }
@@ -628,7 +680,7 @@ impl Pull {
                 if r.pos >= r.to {
                     return Ok(None);
                 }
-                let (avail, done) = {
+                let (avail, done, epoch) = {
                     let s = r.rx.borrow_and_update();
                     if let Some(Err(e)) = &s.end {
                         return Err(std::io::Error::other(format!(
@@ -636,15 +688,16 @@ impl Pull {
                             e.message
                         )));
                     }
-                    match r.epoch {
-                        Some(e) if e != s.epoch => {
-                            return Err(std::io::Error::other(
-                                "bytes already sent were fetched again",
-                            ))
-                        }
-                        _ => r.epoch = Some(s.epoch),
+                    if r.epoch.is_some_and(|e| e != s.epoch) {
+                        return Err(std::io::Error::other(
+                            "bytes already sent were fetched again",
+                        ));
                     }
-                    (s.sendable(r.pull.size), matches!(s.end, Some(Ok(()))))
+                    (
+                        s.sendable(r.pull.size),
+                        matches!(s.end, Some(Ok(()))),
+                        s.epoch,
+                    )
                 };
                 let until = avail.min(r.to);
                 if r.pos < until {
@@ -675,6 +728,9 @@ impl Pull {
                             f
                         }
                     };
+                    if r.epoch.is_none() {
+                        r.epoch = Some(epoch);
+                    }
                     let (pos, n) = (r.pos, (until - r.pos).min(r.piece as u64) as usize);
                     let bytes = tokio::task::spawn_blocking(move || {
                         use std::os::unix::fs::FileExt as _;

@@ -178,7 +178,7 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(if invalid { 2 } else { 1 });
         }
     };
-    rt.block_on(async {
+    let code = rt.block_on(async {
         let listener = match tokio::net::TcpListener::bind(args.addr).await {
             Ok(l) => l,
             Err(e) => {
@@ -217,7 +217,11 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-    })
+    });
+    // Downloads that were pulling through stop and save their state; their threads get a
+    // moment to do so.
+    rt.shutdown_timeout(std::time::Duration::from_secs(10));
+    code
 }
 
 pub(super) fn get(args: GetArgs) -> ExitCode {
