@@ -37,6 +37,26 @@ fn bytes_sent(hub: &mock_server::MockHub, file: &str) -> u64 {
         .map_or(0, |f| f.bytes_sent)
 }
 
+/// The status of `GET path` sent byte for byte as written to the server at `base`.
+fn raw_status(base: &str, path: &str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let mut c = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    let head = String::from_utf8_lossy(&answer);
+    head.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -424,4 +444,61 @@ fn renamed_repositories_are_followed() {
     let got = summary["files"][0]["local_path"].as_str().unwrap();
     assert!(std::fs::read(got).unwrap() == demo_file(MODEL));
     assert_eq!(summary["commit"], hub.commit(REPO).as_str());
+}
+
+/// A zero-length file and a small (non-LFS) one, through the mirror cold (pulled) and then
+/// from its cache: `Content-Length` always said, on `HEAD` too, and a non-LFS file's `ETag` its
+/// git blob id. What is not a path of the repository is never a file.
+#[test]
+fn empty_and_small_files_and_odd_paths() {
+    let notes = b"hello\n".to_vec();
+    let hub = start(
+        hub_builder()
+            .file("test/small", "empty.txt", Vec::<u8>::new())
+            .file("test/small", "notes.txt", notes.clone()),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), cache.path(), &[], &[]);
+    let oid = hex::encode(crate::support::git_sha1(&notes));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        for round in ["cold", "warm"] {
+            for (file, want) in [("empty.txt", &b""[..]), ("notes.txt", &notes[..])] {
+                let url = m.url(&format!("/test/small/resolve/main/{file}"));
+                let head = client().head(&url).send().await.unwrap();
+                assert_eq!(head.status(), 200, "{round} HEAD {file}");
+                assert_eq!(
+                    head.headers()["content-length"],
+                    want.len().to_string().as_str(),
+                    "{round} HEAD {file}"
+                );
+                let get = client().get(&url).send().await.unwrap();
+                assert_eq!(get.status(), 200, "{round} GET {file}");
+                assert!(!get.headers().contains_key("content-encoding"));
+                assert_eq!(
+                    get.headers()["content-length"],
+                    want.len().to_string().as_str()
+                );
+                if file == "notes.txt" {
+                    assert_eq!(get.headers()["etag"], format!("\"{oid}\"").as_str());
+                }
+                assert!(
+                    get.bytes().await.unwrap().as_ref() == want,
+                    "{round} {file}"
+                );
+            }
+        }
+        for odd in [
+            "/test/small/resolve/main/..%2f..%2f..%2fetc%2fpasswd",
+            "/test/small/resolve/main/%2e%2e/%2e%2e/etc/passwd",
+            "/test/small/resolve/main//notes.txt",
+            "/test/small/resolve/main/x/%2e%2e/notes.txt",
+            "/test/%2e%2e/resolve/main/notes.txt",
+            "/api/models/test/%2e%2e/revision/main",
+        ] {
+            // Sent as written (an HTTP client would resolve `%2e%2e` before sending).
+            let status = raw_status(&m.base, odd);
+            assert!(status == 404 || status == 400, "{odd}: {status}");
+        }
+    });
 }
