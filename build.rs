@@ -7,7 +7,9 @@
 //! - `wi_minilm`: `WI_MINILM` names the real all-MiniLM-L6-v2 checkpoint;
 //! - `wi_tmpfs`: `WI_TMPFS_TESTS=1` (and root): the disk-full tests may mount a tmpfs;
 //! - `wi_garage`: `WI_GARAGE` names a Garage binary (an S3-compatible server the remote-cache
-//!   tests start on loopback; `.ci/run` builds one into its cache folder).
+//!   tests start on loopback; `.ci/run` builds one into its cache folder);
+//! - `wi_prometheus`: `WI_PROMETHEUS` names a Prometheus binary (a real one scrapes `serve` in
+//!   a test; `.ci/run` installs Debian's).
 //!
 //! With `CI` set (`.ci/run`), all but `wi_tmpfs` are on whatever the machine has: CI provides them,
 //! and a missing one fails its tests there. Nothing here affects the library or the binaries.
@@ -21,6 +23,7 @@ fn main() {
         "WI_MINILM",
         "WI_TMPFS_TESTS",
         "WI_GARAGE",
+        "WI_PROMETHEUS",
     ] {
         println!("cargo::rerun-if-env-changed={var}");
     }
@@ -30,6 +33,7 @@ fn main() {
         "wi_minilm",
         "wi_tmpfs",
         "wi_garage",
+        "wi_prometheus",
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
@@ -47,6 +51,9 @@ fn main() {
     }
     if ci || set("WI_GARAGE") {
         println!("cargo::rustc-cfg=wi_garage");
+    }
+    if ci || set("WI_PROMETHEUS") {
+        println!("cargo::rustc-cfg=wi_prometheus");
     }
     if std::env::var_os("WI_TMPFS_TESTS").is_some_and(|v| v == "1") {
         println!("cargo::rustc-cfg=wi_tmpfs");

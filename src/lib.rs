@@ -67,6 +67,7 @@ pub mod exit;
 pub mod format;
 pub mod key;
 pub mod manifest;
+pub mod metrics;
 pub mod names;
 pub mod progress;
 pub mod safe_fs;

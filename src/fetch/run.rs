@@ -84,6 +84,12 @@ impl<'a> Gate<'a> {
 
     /// The one place a file's terminal event is made (see the module docs).
     fn end(&self, file: &str, how: Ending<'_>) {
+        crate::metrics::global().file(match &how {
+            Ending::Done { cached: true } => "cached",
+            Ending::Done { cached: false } => "fetched",
+            Ending::Failed(_) => "failed",
+            Ending::Stopped { .. } => "stopped",
+        });
         let id = self.id(file);
         self.on_event(&match how {
             Ending::Done { cached } => Event::FileDone { id, file, cached },
@@ -234,6 +240,7 @@ impl Fetcher {
 
     /// A fetch of `selection` (or of what `pins` pin), from `planned` when the caller has
     /// already made its plan.
+    #[tracing::instrument(name = "fetch", skip_all, fields(repo = repo.id.as_str(), revision = repo.revision.as_str(), kind = repo.repo_type.api_segment()))]
     async fn fetch_pinned(
         &self,
         repo: &RepoRef,
@@ -687,6 +694,7 @@ impl Fetcher {
     /// (see `bucket`), the Hub for the rest. Bytes from the bucket that fail the whole file's
     /// check are thrown away and the file is downloaded from the Hub; the bucket's copy is
     /// named as damaged in the report, and replaced by the upload that follows.
+    #[tracing::instrument(name = "fetch_file", skip_all, fields(path = job.f.path.as_str(), size = job.f.size, repair))]
     async fn download(
         &self,
         job: &Job<'_>,

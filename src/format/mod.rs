@@ -406,6 +406,7 @@ pub fn parse(bytes: &[u8]) -> Result<Header, FormatError> {
 /// over the network). The one entry point of both: see [`gguf::parse_header`] and
 /// [`safetensors::parse_header`] for what a prefix too short gives.
 pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Header, FormatError> {
+    let _span = tracing::debug_span!("parse_header", file_size).entered();
     let bytes = &bytes[..bytes
         .len()
         .min(usize::try_from(file_size).unwrap_or(usize::MAX))];

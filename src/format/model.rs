@@ -193,6 +193,7 @@ impl ModelFile {
     /// Open, map and parse the header of a GGUF or safetensors file. Only the header pages
     /// are read; tensor data is untouched until a view's bytes are read.
     pub fn open(path: &Path) -> Result<ModelFile, OpenError> {
+        let _span = tracing::debug_span!("open_file", path = ?path).entered();
         let io_err = |source| OpenError::Io {
             path: path.to_path_buf(),
             source,
@@ -498,6 +499,7 @@ impl Model {
     /// [`Model::cross_file_diagnostics`]. Only a file whose header cannot be followed at all
     /// is refused ([`OpenError::Format`]).
     pub fn open_lax(path: &Path) -> Result<Model, OpenError> {
+        let _span = tracing::info_span!("open", path = ?path).entered();
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

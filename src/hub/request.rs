@@ -68,6 +68,18 @@ impl HubClient {
             };
             match wait {
                 Some(d) => {
+                    let cause = match &failed {
+                        Attempt::Status(r) => format!("HTTP {}", r.status().as_u16()),
+                        Attempt::Transport(e) => net::one_line(e),
+                    };
+                    crate::metrics::global().retried("metadata");
+                    tracing::info!(
+                        url = net::redact(url).as_str(),
+                        attempt = retry.attempts(),
+                        cause = cause.as_str(),
+                        delay_ms = d.as_millis() as u64,
+                        "retry"
+                    );
                     drop(failed);
                     retry.sleep(d).await;
                 }

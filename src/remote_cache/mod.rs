@@ -860,6 +860,7 @@ impl RemoteCache {
     /// entry (last) and the commit its revision named. `progress` is called with each part's
     /// bytes as it is handed to the store. A failed multipart upload is aborted: nothing of it
     /// becomes visible.
+    #[tracing::instrument(name = "upload", skip_all, fields(bucket = self.url.as_str(), repo = up.repo_id, path = up.path))]
     pub async fn upload(
         &self,
         up: &Upload<'_>,

@@ -272,6 +272,7 @@ pub async fn get_tensor_bytes(
 
 /// The body of a tensor (or a slice), each piece handed to `sink` as it arrives and hashed;
 /// `Ok` only once every byte arrived and matched the digest (the caller keeps nothing before).
+#[tracing::instrument(name = "get_tensor", skip_all, fields(model = model_url, name, range = ?range))]
 async fn fetch_checked(
     client: &reqwest::Client,
     model_url: &str,

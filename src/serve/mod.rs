@@ -275,10 +275,87 @@ pub fn router(catalog: Arc<Catalog>) -> Router {
         .route("/models/{model}", get(describe))
         .route("/models/{model}/tensors/{*name}", get(tensor))
         .with_state(catalog.clone());
-    match &catalog.hub {
+    let app = match &catalog.hub {
         Some(cache) => tensors.merge(hub::router(cache.clone(), catalog.upstream.clone())),
         None => tensors,
+    };
+    app.route("/metrics", get(metrics_text))
+        .layer(axum::middleware::from_fn(trace_request))
+}
+
+/// `GET /metrics`: the process's metrics ([`crate::metrics`]) in the text format.
+async fn metrics_text() -> Response<Body> {
+    let text = crate::metrics::encode();
+    Response::builder()
+        .header(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)
+        .header(header::CONTENT_LENGTH, text.len())
+        .body(Body::from(text))
+        .unwrap_or_default()
+}
+
+/// The route of a request, as metrics label it: one of a few fixed names.
+fn route_of(req: &axum::extract::Request) -> &'static str {
+    let Some(m) = req.extensions().get::<axum::extract::MatchedPath>() else {
+        return "other";
+    };
+    let t = m.as_str();
+    if t == "/metrics" {
+        "metrics"
+    } else if t == "/models" {
+        "models"
+    } else if t.starts_with("/models/") && t.contains("/tensors/") {
+        "tensor"
+    } else if t.starts_with("/models/") {
+        "model"
+    } else if t.contains("/resolve/") {
+        "resolve"
+    } else if t.ends_with("/refs") {
+        "refs"
+    } else if t.contains("/tree/") {
+        "tree"
+    } else if t.contains("/paths-info/") {
+        "paths_info"
+    } else if t.starts_with("/api/") {
+        "info"
+    } else {
+        "other"
     }
+}
+
+/// Each request in a span (`request`: method, path, status), closed when its answer is made.
+/// The path is a field: a subscriber prints it quoted, control characters escaped.
+async fn trace_request(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tracing::Instrument as _;
+    let route = route_of(&req);
+    let head = req.method() == axum::http::Method::HEAD;
+    let start = std::time::Instant::now();
+    let span = tracing::info_span!(
+        "request",
+        method = req.method().as_str(),
+        path = req.uri().path(),
+        status = tracing::field::Empty,
+    );
+    let resp = next.run(req).instrument(span.clone()).await;
+    span.record("status", resp.status().as_u16());
+    let bytes = if head {
+        0
+    } else {
+        resp.headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    crate::metrics::global().request(
+        route,
+        resp.status().as_u16(),
+        bytes,
+        start.elapsed().as_secs_f64(),
+    );
+    resp
 }
 
 /// Serves `catalog` on `listener` within the default [`Limits`] until `shutdown` resolves.

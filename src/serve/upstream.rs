@@ -8,8 +8,9 @@
 //!   resumable, every byte checked against the upstream's SHA-256), once: concurrent requests
 //!   for a blob follow the one fetch ([`Pull`]), and are served its prefix as it lands on disk
 //!   (the [`Event::Prefix`] of the download). The last byte of a file is held back until the
-//!   whole file matched its digest, so that no client ever receives a complete file that was
-//!   not checked; a download that fails or rewrites bytes already sent cuts the answers in
+//!   fetch ended well (the whole file matched its digest and is in the cache), so that no
+//!   client ever receives a complete file that was not checked, or that the mirror does not
+//!   hold; a download that fails or rewrites bytes already sent cuts the answers in
 //!   flight short (their `Content-Length` tells their clients).
 //! - **Tokens**: the upstream is asked with the mirror's own token (the fetcher's), which never
 //!   reaches a client (answers are built here, never copied from the upstream). A client's
@@ -518,6 +519,7 @@ impl Upstream {
         });
         pulls.insert(key.clone(), pull.clone());
         drop(pulls);
+        crate::metrics::global().upstream("started");
         let (up, p) = (self.clone(), pull.clone());
         let (id, commit, path) = (id.to_string(), commit.to_string(), entry.path.clone());
         // The fetch runs on a thread of its own, driven by the runtime's handle: it outlives
@@ -532,6 +534,7 @@ impl Upstream {
                 &Selection::files([path]),
                 &follow,
             ));
+            crate::metrics::global().upstream(if r.is_ok() { "done" } else { "failed" });
             if r.is_ok() {
                 for branch in up.branches_at(kind, &id, &commit) {
                     // (A ref that cannot be written only costs an offline answer for it.)
@@ -571,8 +574,6 @@ pub(crate) struct PullError {
 pub(crate) struct PullState {
     /// Bytes from the start on disk (see [`Event::Prefix`]).
     pub prefix: u64,
-    /// The whole file matched its digest.
-    pub verified: bool,
     /// Bumped when bytes already on disk are thrown away: what was sent of them may be wrong.
     pub epoch: u64,
     /// How the fetch ended.
@@ -581,9 +582,10 @@ pub(crate) struct PullState {
 
 impl PullState {
     /// Bytes from the start that may be sent: the prefix, but never the last byte before the
-    /// file is verified.
+    /// fetch has ended well — the file verified, in the cache, its branches recorded — so that
+    /// a client holding the whole file can count on the mirror holding it too.
     pub fn sendable(&self, size: u64) -> u64 {
-        if self.verified || matches!(self.end, Some(Ok(()))) {
+        if matches!(self.end, Some(Ok(()))) {
             size
         } else {
             self.prefix.min(size.saturating_sub(1))
@@ -616,7 +618,6 @@ impl Reporter for Follow<'_> {
                 s.prefix = 0;
                 s.epoch += 1;
             }),
-            Event::FileDownloaded { .. } => self.state.send_modify(|s| s.verified = true),
             _ => {}
         }
     }

@@ -138,6 +138,16 @@ impl Drop for Admitted<'_> {
 
 /// See [`super::Engine::download_in_turn`]: `admitted` is the download's turn (see
 /// `Inner::admit`).
+#[tracing::instrument(
+    name = "transfer",
+    level = "debug",
+    skip_all,
+    fields(
+        file = spec.key.path.as_str(),
+        size = spec.key.size,
+        source = if spec.mirror.is_some() { "bucket" } else { "hub" },
+    )
+)]
 pub(crate) async fn download(
     inner: &Inner,
     spec: &TransferSpec,

@@ -169,6 +169,22 @@ pub(crate) enum Cause {
     Mirror,
 }
 
+impl Cause {
+    /// The cause's name in metrics.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Cause::Cut => "cut",
+            Cause::Timeout => "timeout",
+            Cause::Network => "network",
+            Cause::Server => "server",
+            Cause::Throttled => "throttled",
+            Cause::BadAnswer => "bad_answer",
+            Cause::CdnRefused => "cdn_refused",
+            Cause::Mirror => "mirror",
+        }
+    }
+}
+
 impl Failure {
     /// Why this failed attempt is retried; `progressed`: it stored new bytes first.
     pub(super) fn cause(&self, progressed: bool) -> Cause {
@@ -212,6 +228,7 @@ pub(crate) struct Counters {
 impl Counters {
     /// One more retry, for `cause`.
     pub(super) fn retried(&self, cause: Cause) {
+        crate::metrics::global().retried(cause.name());
         self.retries.fetch_add(1, Ordering::Relaxed);
         self.causes[cause as usize].fetch_add(1, Ordering::Relaxed);
     }
@@ -253,10 +270,12 @@ impl Counters {
 
     /// One more copy of a chunk that did not match the manifest was thrown away.
     pub(super) fn corrupt_copy(&self) {
+        crate::metrics::global().chunk_failed();
         self.corrupt_copies.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn refetch(&self, n: u64) {
+        crate::metrics::global().refetched(n);
         self.refetched.fetch_add(n, Ordering::Relaxed);
     }
 }

@@ -92,6 +92,7 @@ impl PrefixHash {
             table.until_done(index).await;
             self.boundary(&hasher);
             hasher = self.hash_chunk(index, hasher).await?;
+            crate::metrics::global().chunk_checked();
             if let Some(r) = self.plan.chunk(index) {
                 events.prefix(r.start + r.len);
             }

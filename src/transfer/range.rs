@@ -305,6 +305,7 @@ impl Answer {
     fn count(&self, ctx: &Ctx<'_>, piece: &Bytes) {
         let n = piece.len() as u64;
         ctx.counters.received(n);
+        crate::metrics::global().fetched(self.mirror_chunk.is_some(), n);
         ctx.pace.received(n);
         if let (Some(m), Some(index)) = (&ctx.mirror, self.mirror_chunk) {
             m.received(index, n);
@@ -344,6 +345,12 @@ impl Answer {
 /// of [`RequestSize::WholePart`] stops early when a split gives the rest of the part to another
 /// connection. With `may_yield`, it also stops when the connection count was lowered below the
 /// connections in flight ([`Fetched::Yielded`]: the rest of the part goes back to the table).
+#[tracing::instrument(
+    name = "fetch_chunk",
+    level = "debug",
+    skip_all,
+    fields(file = ctx.events.file(), start = sink.pending(), end = sink.end())
+)]
 pub(crate) async fn fetch_into(
     ctx: &Ctx<'_>,
     sink: &mut impl Sink,
@@ -504,6 +511,7 @@ async fn stream_answer(
             let n = (p.len() as u64).min(want - received);
             received += n;
             ctx.counters.received(n);
+            crate::metrics::global().fetched(false, n);
             ctx.counters.refetch(n);
         }
     }

@@ -281,6 +281,13 @@ const SPLIT_FIRST_SHARD_ONLY: [&str; 2] = [
 
 /// Build the report for an opened model.
 pub fn verify_model(model: &Model, opts: &Options) -> Report {
+    let _span = tracing::info_span!(
+        "verify",
+        path = ?model.path(),
+        hash = opts.hash_tensors,
+        tensors = model.tensors().count()
+    )
+    .entered();
     let mut report = Report::empty(model.path());
     report.format = Some(model.format());
     let multi = model.files().len() > 1;
@@ -420,7 +427,12 @@ pub fn hash_tensors(model: &Model) -> Vec<Option<[u8; 32]>> {
     let mut results: Vec<(usize, Option<[u8; 32]>)> = jobs
         .par_iter()
         .with_max_len(1)
-        .map(|&(i, f, t)| (i, f.view(t).ok().map(|v| sha256(v.bytes()))))
+        .map(|&(i, f, t)| {
+            let _span =
+                tracing::debug_span!("verify_tensor", name = t.name.as_str(), bytes = t.n_bytes)
+                    .entered();
+            (i, f.view(t).ok().map(|v| sha256(v.bytes())))
+        })
         .collect();
     results.sort_by_key(|r| r.0);
     results.into_iter().map(|r| r.1).collect()

@@ -41,6 +41,11 @@ denied (as wi-fetch). When several fail differently: 4, then 3, then 1."
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Log what is done to stderr: -v the steps (open, parse, verify, fetch, serve
+    /// requests…) with their times, -vv each chunk and tensor, -vvv everything. RUST_LOG, when
+    /// set, chooses instead (e.g. RUST_LOG=weight_inspect=debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     /// Print one JSON object per model (JSON Lines) instead of a table.
     #[arg(long)]
     json: bool,
@@ -85,6 +90,9 @@ enum Command {
 const EXIT_INVALID: u8 = 2;
 const EXIT_USAGE_OR_IO: u8 = 1;
 
+#[path = "../common/logging.rs"]
+mod logging;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -94,6 +102,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    logging::init(cli.verbose);
     match cli.command {
         Some(Command::Manifest(args)) => return manifest::run(args),
         Some(Command::Serve(args)) => return serve::serve(args),

@@ -76,6 +76,11 @@ failure sets the code, whatever the order they failed in: 2, then 4, then 3, the
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Log what is done to stderr: -v the steps (resolve, each file, retries, uploads) with
+    /// their times, -vv each chunk, -vvv everything. RUST_LOG, when set, chooses instead (e.g.
+    /// RUST_LOG=weight_inspect=debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(flatten)]
     fetch: FetchArgs,
 }
@@ -183,6 +188,11 @@ struct FetchArgs {
     /// Print a JSON summary on stdout instead of paths.
     #[arg(long)]
     json: bool,
+    /// Write the process's metrics (bytes by source, retries by cause, files by outcome,
+    /// chunks checked…) to FILE once at the end, in the Prometheus text format, replacing it
+    /// whole (for a CI job, or the node exporter's textfile collector). Written on failure too.
+    #[arg(long, value_name = "FILE")]
+    metrics_file: Option<PathBuf>,
     /// No progress and no summary on stderr (errors still).
     #[arg(long, short)]
     quiet: bool,
@@ -323,16 +333,26 @@ impl From<RepoTypeArg> for RepoType {
     }
 }
 
+#[path = "../common/logging.rs"]
+mod logging;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(Cli {
             command: Some(Command::Cache(c)),
+            verbose,
             ..
-        }) => match cache_main(c) {
-            Ok(args) => args.checking(),
-            Err(code) => return code,
-        },
-        Ok(cli) => cli.fetch,
+        }) => {
+            logging::init(verbose);
+            match cache_main(c) {
+                Ok(args) => args.checking(),
+                Err(code) => return code,
+            }
+        }
+        Ok(cli) => {
+            logging::init(cli.verbose);
+            cli.fetch
+        }
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
             let _ = e.print();
@@ -340,7 +360,20 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.json;
-    match run(cli) {
+    let metrics_file = cli.metrics_file.clone();
+    let result = run(cli);
+    if let Some(path) = &metrics_file {
+        if let Err(e) = write_metrics(path) {
+            eprintln!(
+                "wi-fetch: error: cannot write the metrics to {}: {e}",
+                path.display()
+            );
+            if result.is_ok() {
+                return ExitCode::from(1);
+            }
+        }
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err((msg, code)) => {
             eprintln!("wi-fetch: error: {}", escape(&msg));
@@ -357,6 +390,21 @@ fn main() -> ExitCode {
 }
 
 type Failure = (String, u8);
+
+/// The metrics, written beside `path` and renamed onto it (a reader never sees half a file).
+fn write_metrics(path: &std::path::Path) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".wi-metrics-")
+        .tempfile_in(dir)?;
+    tmp.write_all(weight_inspect::metrics::encode().as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
 
 /// A line printed after the error (the command that repairs what `cache verify` found).
 static HINT: Mutex<Option<String>> = Mutex::new(None);
