@@ -57,13 +57,7 @@ fn verbose_inspect_logs_open_and_verify_and_is_silent_without() {
 /// ranges) and a retry (its cause and delay) after a 503.
 #[test]
 fn a_fetch_logs_its_repository_files_chunks_and_retries() {
-    let hub = start(
-        hub_builder().fault(
-            "status=503,times=1,target=cdn"
-                .parse::<mock_server::FaultRule>()
-                .unwrap(),
-        ),
-    );
+    let hub = start(hub_builder().fault(crate::support::cli::one_cdn_503()));
     let sb = Sandbox::new();
     let mut c = sb.cmd(&hub);
     c.env("RUST_LOG", "weight_inspect=debug")

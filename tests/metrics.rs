@@ -22,13 +22,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[test]
 fn wi_fetch_writes_its_metrics_at_the_end() {
-    let hub = start(
-        hub_builder().fault(
-            "status=503,times=1,target=cdn"
-                .parse::<mock_server::FaultRule>()
-                .unwrap(),
-        ),
-    );
+    let hub = start(hub_builder().fault(crate::support::cli::one_cdn_503()));
     let sb = Sandbox::new();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("metrics.prom");

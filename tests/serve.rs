@@ -603,3 +603,51 @@ fn stalled_clients_lose_their_connection() {
         "the stalled reader's answer was cut short ({got} bytes)"
     );
 }
+
+/// A blob replaced while an answer still streams its old map (a repair, a new fetch renamed
+/// into place): the answer in flight keeps its bytes, and the next request maps the new file.
+#[test]
+fn a_replaced_blob_is_mapped_anew() {
+    let cache = tempfile::tempdir().unwrap();
+    let repo = cache.path().join("models--org--big");
+    let commit = "d".repeat(40);
+    let snap = repo.join("snapshots").join(&commit);
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::write(repo.join("refs/main"), &commit).unwrap();
+    // 32 MiB: more than the sockets hold, so that the first answer is still streaming.
+    let old = vec![1u8; 32 << 20];
+    let new = vec![2u8; 32 << 20];
+    let etag = sha256_hex(&old);
+    let blob = repo.join("blobs").join(&etag);
+    std::fs::write(&blob, &old).unwrap();
+    std::os::unix::fs::symlink(format!("../../blobs/{etag}"), snap.join("w.bin")).unwrap();
+    let s = Server::start(&[cache.path()]);
+    let url = s.url("/org/big/resolve/main/w.bin");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let first = client().get(&url).send().await.unwrap();
+        assert_eq!(first.status(), 200);
+        let tmp = repo.join("blobs").join("replacement");
+        std::fs::write(&tmp, &new).unwrap();
+        std::fs::rename(&tmp, &blob).unwrap();
+        let second = client()
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert!(
+            second.as_ref() == new.as_slice(),
+            "the new file, mapped anew"
+        );
+        let first = first.bytes().await.unwrap();
+        assert!(
+            first.as_ref() == old.as_slice(),
+            "the answer in flight kept its bytes"
+        );
+    });
+}

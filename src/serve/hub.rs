@@ -39,7 +39,22 @@ pub(crate) struct Mirror {
     upstream: Option<Arc<Upstream>>,
     /// The blobs mapped now, by path: concurrent answers share one map of a blob (its pages
     /// counted once in the server's RSS), which goes when the last of them ends.
-    maps: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, std::sync::Weak<Mmap>>>,
+    maps: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Mapped>>,
+}
+
+/// A blob's map, and which file it maps (a blob replaced since — repaired, fetched again — is a
+/// new file, mapped anew).
+struct Mapped {
+    map: std::sync::Weak<Mmap>,
+    file: (u64, u64),
+}
+
+/// The device and inode of the file at `path` (not following a link).
+fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl Mirror {
@@ -47,23 +62,36 @@ impl Mirror {
     /// the way): the one already open, else a new one.
     async fn map(&self, blob: std::path::PathBuf) -> std::io::Result<Arc<Mmap>> {
         let lock = || self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = lock().get(&blob).and_then(std::sync::Weak::upgrade) {
+        let now = file_id(&blob);
+        let known = lock()
+            .get(&blob)
+            .filter(|m| Some(m.file) == now)
+            .and_then(|m| m.map.upgrade());
+        if let Some(m) = known {
             return Ok(m);
         }
         let root = self.cache.root().to_path_buf();
         let path = blob.clone();
-        let map = tokio::task::spawn_blocking(move || {
+        let (map, file) = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::MetadataExt as _;
             let file = crate::safe_fs::open_read_below(&root, &path)?;
-            Mmap::open(&file)
+            let meta = file.metadata()?;
+            Ok::<_, std::io::Error>((Mmap::open(&file)?, (meta.dev(), meta.ino())))
         })
         .await
         .map_err(std::io::Error::other)??;
         let map = Arc::new(map);
         let mut maps = lock();
         if maps.len() >= 1024 {
-            maps.retain(|_, m| m.strong_count() > 0);
+            maps.retain(|_, m| m.map.strong_count() > 0);
         }
-        maps.insert(blob, Arc::downgrade(&map));
+        maps.insert(
+            blob,
+            Mapped {
+                map: Arc::downgrade(&map),
+                file,
+            },
+        );
         Ok(map)
     }
 }

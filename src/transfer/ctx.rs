@@ -71,6 +71,27 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// A failed request will be retried after `delay` (attempt `attempt` failed, for `cause`):
+    /// counted, logged (a `retry` event) and told to the reporter.
+    pub(crate) fn retrying(
+        &self,
+        cause: super::failure::Cause,
+        attempt: u32,
+        delay: std::time::Duration,
+        error: &str,
+    ) {
+        self.counters.retried(cause);
+        tracing::info!(
+            file = self.events.file(),
+            attempt,
+            cause = cause.name(),
+            delay_ms = delay.as_millis() as u64,
+            error,
+            "retry"
+        );
+        self.events.retry(attempt, delay, error);
+    }
+
     /// One connection of the budget, or `None` once the download must stop.
     pub(super) async fn permit(&self) -> Option<Conn<'a>> {
         let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -44,6 +44,11 @@ pub fn hub_builder() -> MockHubBuilder {
         .hash_cache(false)
 }
 
+/// A fault: the CDN answers the first request for a file's bytes with 503 (one retry).
+pub fn one_cdn_503() -> mock_server::FaultRule {
+    "status=503,times=1,target=cdn".parse().unwrap()
+}
+
 pub fn start(b: MockHubBuilder) -> BackgroundHub {
     b.start_in_background().expect("mock hub")
 }

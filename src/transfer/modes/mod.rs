@@ -124,16 +124,7 @@ pub(crate) async fn fill<'a>(
                 .cut(ctx.events.file(), ctx.plan.size)
                 .map_err(Stop::Fatal)?;
         }
-        ctx.counters.retried(cause);
-        tracing::info!(
-            file = ctx.events.file(),
-            attempt = retry.attempts(),
-            cause = ?cause,
-            delay_ms = delay.as_millis() as u64,
-            error = f.message.as_str(),
-            "retry"
-        );
-        ctx.events.retry(retry.attempts(), delay, &f.message);
+        ctx.retrying(cause, retry.attempts(), delay, &f.message);
         if may_switch && pushed_back && !delay.is_zero() {
             return Err(Stop::Refused(delay, retry.started()));
         }

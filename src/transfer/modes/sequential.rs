@@ -50,16 +50,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 if cause == Cause::Cut {
                     ctx.counters.cut(ctx.events.file(), size)?;
                 }
-                ctx.counters.retried(cause);
-                tracing::info!(
-                    file = ctx.events.file(),
-                    attempt = retry.attempts(),
-                    cause = ?cause,
-                    delay_ms = delay.as_millis() as u64,
-                    error = f.message.as_str(),
-                    "retry"
-                );
-                ctx.events.retry(retry.attempts(), delay, &f.message);
+                ctx.retrying(cause, retry.attempts(), delay, &f.message);
                 if !ctx.sleep(delay).await {
                     return Err(ctx.interrupted());
                 }
