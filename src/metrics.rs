@@ -153,29 +153,35 @@ impl Metrics {
     }
 
     /// `n` body bytes received from `bucket` (the remote cache) or else the Hub.
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn fetched(&self, bucket: bool, n: u64) {
         let source = if bucket { "bucket" } else { "hub" };
         self.fetch_bytes.get_or_create(&Source { source }).inc_by(n);
     }
 
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn refetched(&self, n: u64) {
         self.refetched_bytes.inc_by(n);
     }
 
     /// One retry, for `cause` (one of the module docs' values).
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn retried(&self, cause: &'static str) {
         self.retries.get_or_create(&CauseLabel { cause }).inc();
     }
 
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn chunk_checked(&self) {
         self.chunks_checked.inc();
     }
 
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn chunk_failed(&self) {
         self.chunks_failed.inc();
     }
 
     /// A file's fetch ended: `cached`, `fetched`, `failed` or `stopped`.
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn file(&self, outcome: &'static str) {
         self.files.get_or_create(&Outcome { outcome }).inc();
     }

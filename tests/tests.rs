@@ -19,6 +19,7 @@ mod remote_cache;
 mod remote_inspect;
 mod safetensors;
 mod serve;
+mod telemetry;
 mod transfer;
 mod trust;
 mod wi_fetch;

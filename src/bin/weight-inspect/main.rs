@@ -102,7 +102,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    logging::init(cli.verbose);
+    // Until the program returns: the spans still queued are sent when it is dropped.
+    let _telemetry = logging::init(cli.verbose, "weight-inspect");
     match cli.command {
         Some(Command::Manifest(args)) => return manifest::run(args),
         Some(Command::Serve(args)) => return serve::serve(args),

@@ -337,20 +337,22 @@ impl From<RepoTypeArg> for RepoType {
 mod logging;
 
 fn main() -> ExitCode {
+    // Until the program returns: the spans still queued are sent when it is dropped.
+    let _telemetry;
     let cli = match Cli::try_parse() {
         Ok(Cli {
             command: Some(Command::Cache(c)),
             verbose,
             ..
         }) => {
-            logging::init(verbose);
+            _telemetry = logging::init(verbose, "wi-fetch");
             match cache_main(c) {
                 Ok(args) => args.checking(),
                 Err(code) => return code,
             }
         }
         Ok(cli) => {
-            logging::init(cli.verbose);
+            _telemetry = logging::init(cli.verbose, "wi-fetch");
             cli.fetch
         }
         Err(e) => {
