@@ -51,6 +51,10 @@ JSON string: location=\"/\\t/{cdn}/x\" sends a TAB. See the mock-server README."
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
+    /// Log each request answered (listener, method, path, range, status) to stderr; RUST_LOG,
+    /// when set, chooses instead (e.g. RUST_LOG=mock_server=info).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
@@ -139,6 +143,7 @@ struct DemoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     let result = match cli.command {
         Some(Command::DemoData(a)) => demo_data(a),
         None => serve(cli.serve),
@@ -150,6 +155,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `-v` (each request), `-vv` (and the library's debug events), or `RUST_LOG`; nothing without.
+fn init_logging(verbose: u8) {
+    use std::io::IsTerminal as _;
+    let env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+    let filter = match (env, verbose) {
+        (Some(d), _) => d,
+        (None, 0) => return,
+        (None, 1) => "warn,mock_server=info".into(),
+        (None, _) => "warn,mock_server=debug,weight_inspect=debug".into(),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 fn demo_data(a: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {

@@ -274,6 +274,14 @@ async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Res
     headers.dedup();
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
+    tracing::info!(
+        listener = rec.listener,
+        method = method.as_str(),
+        path = path.as_str(),
+        range = range.as_deref(),
+        status,
+        "request"
+    );
     let key = resp.extensions().get::<FileKey>().cloned();
     rec.shared.stats.with(|s| {
         s.total_requests += 1;

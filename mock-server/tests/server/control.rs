@@ -246,6 +246,7 @@ fn binary_builds_demo_data_and_serves_it() {
 
     let mut child = Command::new(bin)
         .args([
+            "-v",
             "--addr",
             "127.0.0.1:0",
             "--lfs-threshold",
@@ -255,8 +256,9 @@ fn binary_builds_demo_data_and_serves_it() {
             "--root",
         ])
         .arg(out.path())
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -297,6 +299,18 @@ fn binary_builds_demo_data_and_serves_it() {
     });
     child.kill().unwrap();
     child.wait().unwrap();
+    // -v: each request answered, on stderr.
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let readme = log
+        .lines()
+        .find(|l| l.contains("path=\"/demo/TinyLlama-GGUF/resolve/main/README.md\""))
+        .unwrap_or_else(|| panic!("the README request in\n{log}"));
+    assert!(
+        readme.contains("status=503") && readme.contains("method=\"GET\""),
+        "{readme}"
+    );
+    assert!(log.contains("status=302"), "{log}");
 }
 
 #[test]
