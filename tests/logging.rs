@@ -82,10 +82,11 @@ fn a_fetch_logs_its_repository_files_chunks_and_retries() {
     }
 }
 
-/// `serve -v`: each request in a span with its method, path and status; a path with control
-/// characters is written escaped, never raw.
+/// `serve -v`: each request in a span with its method, path and status. The path is logged as
+/// the request line carries it (percent-encoded: a control character asked for stays `%1B`);
+/// names decoded from files are the escaping test below.
 #[test]
-fn serve_logs_requests_with_names_escaped() {
+fn serve_logs_requests_with_their_status() {
     let model = demo_root().join(REPO).join(MODEL);
     let mut child = Command::new(INSPECT)
         .args(["serve", "-v", "--addr", "127.0.0.1:0"])
