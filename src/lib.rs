@@ -72,6 +72,8 @@ pub mod names;
 pub mod progress;
 pub mod safe_fs;
 pub mod selection;
+#[cfg(feature = "otlp")]
+pub mod telemetry;
 pub mod units;
 pub mod verify;
 

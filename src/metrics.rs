@@ -18,12 +18,22 @@
 //! | `weight_inspect_serve_response_bytes_total`: body bytes answered (`Content-Length`) | `route` |
 //! | `weight_inspect_serve_request_duration_seconds`: time to the answer's head | `route` |
 //! | `weight_inspect_serve_upstream_fetches_total`: pull-through fetches | `outcome`: `started`, `done`, `failed` |
+//! | `weight_inspect_residency_hits_total`: tensors read that were recorded as resident | — |
+//! | `weight_inspect_residency_misses_total`: tensors read that were not | — |
+//! | `weight_inspect_residency_evictions_total`: tensors released to stay under a residency limit | — |
+//! | `weight_inspect_residency_evicted_bytes_total`: their bytes | — |
+//! | `weight_inspect_residency_resident_bytes`: tensor bytes recorded as resident now (gauge) | — |
+//! | `weight_inspect_tensor_paged_in_bytes_total`: bytes of tensors missed that were not in memory | — |
+//!
+//! The residency metrics move only for models read through a residency limit
+//! ([`crate::format::Residency`]).
 
 use std::sync::OnceLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -66,6 +76,12 @@ pub struct Metrics {
     response_bytes: Family<Route, Counter>,
     duration: Family<Route, Histogram>,
     upstream: Family<Outcome, Counter>,
+    residency_hits: Counter,
+    residency_misses: Counter,
+    evictions: Counter,
+    evicted_bytes: Counter,
+    resident_bytes: Gauge,
+    paged_in: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -93,6 +109,12 @@ impl Metrics {
             response_bytes: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             upstream: Family::default(),
+            residency_hits: Counter::default(),
+            residency_misses: Counter::default(),
+            evictions: Counter::default(),
+            evicted_bytes: Counter::default(),
+            resident_bytes: Gauge::default(),
+            paged_in: Counter::default(),
             registry: Registry::default(),
         };
         registry.register_with_unit(
@@ -149,6 +171,39 @@ impl Metrics {
             "Pull-through fetches of files the mirror did not hold, by outcome",
             m.upstream.clone(),
         );
+        registry.register(
+            "residency_hits",
+            "Tensors read through a residency limit that were recorded as resident",
+            m.residency_hits.clone(),
+        );
+        registry.register(
+            "residency_misses",
+            "Tensors read through a residency limit that were not recorded as resident",
+            m.residency_misses.clone(),
+        );
+        registry.register(
+            "residency_evictions",
+            "Tensors whose pages were released to stay under a residency limit",
+            m.evictions.clone(),
+        );
+        registry.register_with_unit(
+            "residency_evicted",
+            "Bytes of the tensors released to stay under a residency limit (whole pages)",
+            Unit::Bytes,
+            m.evicted_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "residency_resident",
+            "Tensor bytes recorded as resident under residency limits now (whole pages)",
+            Unit::Bytes,
+            m.resident_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "tensor_paged_in",
+            "Bytes of tensors read through a residency limit that were not in memory (read from storage)",
+            Unit::Bytes,
+            m.paged_in.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -204,6 +259,30 @@ impl Metrics {
     #[cfg(feature = "serve")]
     pub(crate) fn upstream(&self, outcome: &'static str) {
         self.upstream.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    pub(crate) fn residency_hit(&self) {
+        self.residency_hits.inc();
+    }
+
+    pub(crate) fn residency_miss(&self) {
+        self.residency_misses.inc();
+    }
+
+    /// A tensor of `bytes` released.
+    pub(crate) fn residency_evicted(&self, bytes: u64) {
+        self.evictions.inc();
+        self.evicted_bytes.inc_by(bytes);
+    }
+
+    /// The bytes recorded as resident grew (or, negative, shrank) by `delta`.
+    pub(crate) fn resident(&self, delta: i64) {
+        self.resident_bytes.inc_by(delta);
+    }
+
+    /// `n` bytes of a tensor read were not in memory.
+    pub(crate) fn paged_in(&self, n: u64) {
+        self.paged_in.inc_by(n);
     }
 
     /// Every metric in the text format (OpenMetrics 1.0, which Prometheus and the node

@@ -17,6 +17,7 @@ mod output;
 mod pull_through;
 mod remote_cache;
 mod remote_inspect;
+mod residency;
 mod safetensors;
 mod serve;
 mod telemetry;

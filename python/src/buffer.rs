@@ -8,6 +8,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use weight_inspect::format::residency::Hold;
 use weight_inspect::format::Model;
 
 /// The bytes of one tensor of an opened model, exported read-only through the buffer
@@ -30,6 +31,9 @@ pub struct TensorBuffer {
     /// Dropped with this buffer: the model's record of its live buffers (see
     /// `NativeModel::close`) holds a weak reference.
     _alive: Arc<()>,
+    /// Under a residency limit, the tensor is kept resident while the buffer (and so every
+    /// view of it) lives.
+    _hold: Option<Hold>,
 }
 
 impl TensorBuffer {
@@ -42,10 +46,12 @@ impl TensorBuffer {
         len: usize,
         name: String,
         alive: Arc<()>,
+        hold: Option<Hold>,
     ) -> Option<TensorBuffer> {
         let end = start.checked_add(len)?;
         model.files().get(file)?.bytes().get(start..end)?;
         Some(TensorBuffer {
+            _hold: hold,
             model,
             file,
             start,

@@ -39,11 +39,21 @@ use model::NativeModel;
 
 /// Open a model: a `.gguf` or `.safetensors` file, the first part of a split GGUF
 /// (`NAME-00001-of-0000N.gguf`) or a `model.safetensors.index.json`. An invalid model is
-/// refused unless `lax` (then what is valid in it is opened).
+/// refused unless `lax` (then what is valid in it is opened). With `max_resident`, its tensors
+/// are read through a residency limit of that many bytes.
 #[pyfunction]
-#[pyo3(signature = (path, *, lax = false))]
-fn open(py: Python<'_>, path: PathBuf, lax: bool) -> PyResult<NativeModel> {
+#[pyo3(signature = (path, *, lax = false, max_resident = None))]
+fn open(
+    py: Python<'_>,
+    path: PathBuf,
+    lax: bool,
+    max_resident: Option<u64>,
+) -> PyResult<NativeModel> {
     let model = py.detach(move || model::open_model(path, lax))?;
+    let model = match max_resident {
+        Some(limit) => model.with_residency(limit),
+        None => model,
+    };
     Ok(NativeModel::new(model))
 }
 
@@ -398,9 +408,44 @@ pub fn header_has_metadata_key(bytes: &[u8]) -> bool {
 }
 
 /// The native module.
+/// The exporter installed when the module was imported with an OTLP endpoint set.
+static EXPORTER: std::sync::OnceLock<weight_inspect::telemetry::OtlpExporter> =
+    std::sync::OnceLock::new();
+
+/// Send the spans still queued to the OpenTelemetry collector (waiting at most 2 s) and stop
+/// exporting; registered with `atexit` when an exporter was installed.
+#[pyfunction]
+fn telemetry_shutdown(py: Python<'_>) {
+    if let Some(e) = EXPORTER.get() {
+        py.detach(|| e.shutdown());
+    }
+}
+
+/// With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, send the
+/// library's spans to that collector as the service `OTEL_SERVICE_NAME` (default
+/// `weight_inspect`), flushed at exit. A failure is a warning, never an import error.
+fn init_telemetry(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    match weight_inspect::telemetry::install_from_env("weight_inspect") {
+        Ok(Some(exporter)) => {
+            let _ = EXPORTER.set(exporter);
+            let shutdown = m.getattr("telemetry_shutdown")?;
+            py.import("atexit")?.call_method1("register", (shutdown,))?;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let warn = py.import("warnings")?;
+            warn.call_method1("warn", (format!("weight_inspect: {e}"),))?;
+        }
+    }
+    Ok(())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::init(m.py())?;
+    m.add_function(wrap_pyfunction!(telemetry_shutdown, m)?)?;
+    init_telemetry(m)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(cached_commit, m)?)?;

@@ -277,6 +277,8 @@ impl NativeModel {
         let start = usize::try_from(info.offset).map_err(|_| outside("offset too large".into()))?;
         let len = usize::try_from(info.n_bytes).map_err(|_| outside("too large".into()))?;
         let alive = Arc::new(());
+        // Under a residency limit, recorded as read and held while the buffer lives.
+        let hold = self.model.hold_at(f, info);
         let buffer = TensorBuffer::new(
             Arc::clone(&self.model),
             f,
@@ -284,6 +286,7 @@ impl NativeModel {
             len,
             info.name.clone(),
             Arc::clone(&alive),
+            hold,
         )
         .ok_or_else(|| {
             outside(format!(
@@ -322,6 +325,24 @@ impl NativeModel {
             }
         }
         Ok(())
+    }
+
+    /// What the residency limit has done (`None` without one): `limit`, `resident`, `held`,
+    /// `hits`, `misses`, `evictions`, `evicted_bytes`, `paged_in` (bytes; counts).
+    fn residency<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(s) = self.model.residency_stats() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("limit", s.limit)?;
+        d.set_item("resident", s.resident)?;
+        d.set_item("held", s.held)?;
+        d.set_item("hits", s.hits)?;
+        d.set_item("misses", s.misses)?;
+        d.set_item("evictions", s.evictions)?;
+        d.set_item("evicted_bytes", s.evicted_bytes)?;
+        d.set_item("paged_in", s.paged_in)?;
+        Ok(Some(d))
     }
 
     /// Whether the model has a tensor called `name`.

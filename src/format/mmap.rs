@@ -2,7 +2,23 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Each map's number, for [`Mmap::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The size of a page of memory.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: `sysconf` has no preconditions.
+    #[allow(unsafe_code)]
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => 4096,
+    }
+}
 
 /// A read-only memory map of a whole file.
 ///
@@ -34,9 +50,16 @@ use std::path::Path;
 #[derive(Debug)]
 pub struct Mmap {
     map: Option<memmap2::Mmap>,
-    /// The file, kept open for its shared lock (released when the map is dropped); `None` for
-    /// [`Mmap::open_unlocked`].
-    _locked: Option<File>,
+    /// The file, kept open for its shared lock (released when the map is dropped; no lock for
+    /// [`Mmap::open_unlocked`]) and for [`Mmap::release`]'s advice.
+    file: Option<File>,
+    /// This map's number (unique in the process).
+    id: u64,
+    /// Whether some range was [`Mmap::detach`]ed (its pages are anonymous copies, which
+    /// [`Mmap::release`] must never drop); held by both for their whole work.
+    detached: Mutex<bool>,
+    /// Whether [`Mmap::small_pages`] was asked.
+    small_pages: std::sync::Once,
 }
 
 impl Mmap {
@@ -63,7 +86,9 @@ impl Mmap {
         // docs): the contract of `open_unlocked` is met as far as any cooperating writer goes.
         #[allow(unsafe_code)]
         let mut map = unsafe { Mmap::open_unlocked(file)? };
-        map._locked = held.then_some(locked);
+        if held {
+            map.file = Some(locked);
+        }
         Ok(map)
     }
 
@@ -78,20 +103,31 @@ impl Mmap {
     pub unsafe fn open_unlocked(file: &File) -> io::Result<Mmap> {
         let len = file.metadata()?.len();
         if len == 0 {
-            return Ok(Mmap {
-                map: None,
-                _locked: None,
-            });
+            return Ok(Mmap::from_map(None));
         }
         // SAFETY: the map is read-only and private to this process; the caller guarantees the
         // file is not modified while mapped (this function's contract). All access goes
         // through `&[u8]` with bounds checked by slice indexing, so no read can go beyond the
         // mapped length.
         let map = unsafe { memmap2::MmapOptions::new().map(file)? };
-        Ok(Mmap {
-            map: Some(map),
-            _locked: None,
-        })
+        let mut map = Mmap::from_map(Some(map));
+        map.file = file.try_clone().ok();
+        Ok(map)
+    }
+
+    fn from_map(map: Option<memmap2::Mmap>) -> Mmap {
+        Mmap {
+            map,
+            file: None,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            detached: Mutex::new(false),
+            small_pages: std::sync::Once::new(),
+        }
+    }
+
+    /// A number for this map, unique among the maps of the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Replace the pages that hold `range` (bytes of the map) with private copies of their
@@ -102,22 +138,17 @@ impl Mmap {
     ///
     /// The copy reads the file's bytes as they are now: call it before they may change (the
     /// Python package calls it when a model is closed, for the views that outlive it).
-    pub fn detach(&self, range: std::ops::Range<usize>) -> io::Result<()> {
+    pub fn detach(&self, range: Range<usize>) -> io::Result<()> {
         let Some(map) = &self.map else {
             return Ok(());
         };
-        // SAFETY: `sysconf` has no preconditions.
-        #[allow(unsafe_code)]
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            p if p > 0 => p as usize,
-            _ => 4096,
-        };
-        let end = range.end.min(map.len());
-        if range.start >= end {
+        let Some(pages) = self.pages(range) else {
             return Ok(());
-        }
-        let first = range.start / page * page;
-        let last = end.div_ceil(page) * page; // within the mapping: it covers whole pages
+        };
+        // From now on nothing is released (see `release`), and not while this runs.
+        let mut detached = self.detached.lock().unwrap_or_else(|e| e.into_inner());
+        *detached = true;
+        let (first, last) = (pages.start, pages.end);
         let len = last - first;
         let copied = map.len().min(last) - first;
         let base = map.as_ptr();
@@ -164,6 +195,119 @@ impl Mmap {
             }
         }
         Ok(())
+    }
+
+    /// The whole pages that hold `range` (clipped to the map): `None` when that is empty.
+    /// The end may pass the map's length, within its last page (the mapping covers it).
+    pub fn pages(&self, range: Range<usize>) -> Option<Range<usize>> {
+        let len = self.map.as_ref()?.len();
+        let page = page_size();
+        let end = range.end.min(len);
+        (range.start < end).then(|| range.start / page * page..end.div_ceil(page) * page)
+    }
+
+    /// Release the pages that hold `range` (rounded out to whole pages, clipped to the map):
+    /// they leave this process's memory (`madvise(MADV_DONTNEED)`), then those of them no
+    /// process maps any more leave the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`: clean
+    /// file pages are dropped, never written; pages another view or process still maps stay).
+    /// Views of those bytes stay valid: reading them again faults the same bytes back in from
+    /// the file. Returns the bytes released; nothing once a range of the map has been
+    /// [`Mmap::detach`]ed (its private copies would be lost).
+    ///
+    /// (`MADV_PAGEOUT` is not used: it reclaims whole large folios, which takes pages of the
+    /// neighbouring tensors, held ones included, out of the process too.)
+    pub fn release(&self, range: Range<usize>) -> io::Result<usize> {
+        let (Some(map), Some(pages)) = (&self.map, self.pages(range)) else {
+            return Ok(0);
+        };
+        let detached = self.detached.lock().unwrap_or_else(|e| e.into_inner());
+        if *detached {
+            return Ok(0);
+        }
+        let len = pages.end - pages.start;
+        #[allow(unsafe_code)]
+        // SAFETY: `pages` lies within the mapping (page-aligned, whole pages of its length).
+        // The map is a read-only private mapping of the file whose pages are never written
+        // (PROT_READ), and no range of it has been detached (checked above, under the lock
+        // `detach` takes): every page in it is the file's page, so dropping it loses nothing.
+        // The next read of those addresses faults the same bytes back in from the file, which
+        // nobody may change while it is mapped (the type's contract): every `&[u8]` into the
+        // range keeps reading exactly what it read.
+        unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, pages.start, len)?;
+        }
+        if let Some(file) = &self.file {
+            use std::os::fd::AsRawFd;
+            let file_len = map.len().min(pages.end) - pages.start;
+            // Best effort (the page cache keeps them otherwise); only advice, never contents.
+            // SAFETY: `posix_fadvise` reads no memory of ours; the descriptor is open.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::posix_fadvise(
+                    file.as_raw_fd(),
+                    pages.start as libc::off_t,
+                    file_len as libc::off_t,
+                    libc::POSIX_FADV_DONTNEED,
+                );
+            }
+        }
+        Ok(len)
+    }
+
+    /// Map the file in small pages only from now on (`MADV_NOHUGEPAGE`), once. A page cache
+    /// kept in large folios may otherwise be mapped 2 MiB at a time (a PMD), and releasing
+    /// part of such a mapping ([`Mmap::release`]) unmaps all of it, neighbours included. What
+    /// is mapped already (the header's pages, perhaps in a PMD) is unmapped, to fault back in
+    /// small pages. Best effort.
+    pub fn small_pages(&self) {
+        self.small_pages.call_once(|| {
+            let Some(map) = &self.map else {
+                return;
+            };
+            let _ = map.advise(memmap2::Advice::NoHugePage);
+            let detached = self.detached.lock().unwrap_or_else(|e| e.into_inner());
+            if !*detached {
+                #[allow(unsafe_code)]
+                // SAFETY: as in `release`: the whole map, never written and never detached
+                // (checked under the lock), read-only and unchanged: its pages fault back in.
+                unsafe {
+                    let _ = map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed);
+                }
+            }
+        });
+    }
+
+    /// How many bytes of the pages that hold `range` are not in memory (not in the page cache):
+    /// what reading `range` will read from storage. `mincore`, asked a bounded number of pages
+    /// at a time.
+    pub fn not_resident(&self, range: Range<usize>) -> io::Result<u64> {
+        let (Some(map), Some(pages)) = (&self.map, self.pages(range)) else {
+            return Ok(0);
+        };
+        let page = page_size();
+        const STEP: usize = 1 << 16; // pages a call (256 MiB of 4 KiB pages)
+        let mut vec = vec![0u8; STEP.min((pages.end - pages.start) / page)];
+        let mut missing = 0u64;
+        let mut at = pages.start;
+        while at < pages.end {
+            let n = STEP.min((pages.end - at) / page);
+            #[allow(unsafe_code)]
+            // SAFETY: `at` is page-aligned and `at..at + n * page` lies within the mapping
+            // (inside `pages`); `vec` has room for the `n` entries mincore writes.
+            let rc = unsafe {
+                libc::mincore(
+                    map.as_ptr().add(at).cast_mut().cast::<libc::c_void>(),
+                    n * page,
+                    vec.as_mut_ptr(),
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            missing += vec[..n].iter().filter(|&&v| v & 1 == 0).count() as u64;
+            at += n * page;
+        }
+        Ok(missing * page as u64)
     }
 
     /// Map the file at `path` (with the shared lock of [`Mmap::open`]).
@@ -226,6 +370,32 @@ mod tests {
         assert!(map.as_bytes()[5 * page..] == data[5 * page..]);
         // Outside the detached pages, the map reads the file as it is now.
         assert_eq!(map.as_bytes()[10], 0);
+    }
+
+    /// Released pages read back the same bytes; detached ones are never released (their
+    /// private copies would read as zeros).
+    #[test]
+    fn released_pages_read_back_and_detached_ones_are_kept() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let page = super::page_size();
+        let data: Vec<u8> = (0..8 * page).map(|i| (i % 251) as u8 + 1).collect();
+        f.write_all(&data).unwrap();
+        f.flush().unwrap();
+        let map = Mmap::open_path(f.path()).unwrap();
+        let view = map.as_bytes();
+        assert!(view == &data[..]);
+        assert_eq!(map.release(page + 1..3 * page).unwrap(), 2 * page);
+        assert!(view == &data[..]);
+        assert_eq!(map.release(10 * page..11 * page).unwrap(), 0); // past the end
+        map.detach(4 * page..5 * page).unwrap();
+        assert_eq!(map.release(0..8 * page).unwrap(), 0);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(view[4 * page..5 * page] == data[4 * page..5 * page]);
     }
 
     /// A reader holds a shared lock while the map lives; a writer's exclusive lock refuses

@@ -24,13 +24,15 @@ pub mod ggml;
 pub mod gguf;
 pub mod mmap;
 pub mod model;
+pub mod residency;
 pub mod safetensors;
 
 use serde::Serialize;
 use std::fmt;
 
 pub use diagnostics::Diagnostics;
-pub use model::{Model, ModelFile};
+pub use model::{Held, Model, ModelFile};
+pub use residency::{Residency, ResidencyStats};
 
 /// Which container format a file (or a set of files) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

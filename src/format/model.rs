@@ -17,6 +17,7 @@
 //! (`model.safetensors.index.json`), with the cross-file checks of `FORMATS.md`.
 
 use super::mmap::Mmap;
+use super::residency::{Hold, Residency, ResidencyStats};
 use super::{
     gguf, safetensors, DType, Diagnostic, Endianness, Format, FormatError, FormatErrorKind, Header,
     Severity, TensorInfo,
@@ -24,6 +25,7 @@ use super::{
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Why a model could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -174,8 +176,8 @@ pub struct ModelFile {
 /// Where a [`ModelFile`]'s bytes are.
 #[derive(Debug)]
 enum Bytes {
-    /// The whole file, mapped.
-    Map(Mmap),
+    /// The whole file, mapped (shared with the [`Residency`] records of its tensors).
+    Map(Arc<Mmap>),
     /// The first bytes of a file of `size` bytes (its header), read into memory.
     Prefix { head: Vec<u8>, size: u64 },
 }
@@ -213,7 +215,7 @@ impl ModelFile {
         })?;
         Ok(ModelFile {
             path: path.to_path_buf(),
-            bytes: Bytes::Map(map),
+            bytes: Bytes::Map(Arc::new(map)),
             header,
         })
     }
@@ -332,6 +334,21 @@ impl ModelFile {
         }
     }
 
+    /// Record a read of `info` (one of this file's tensors) in `residency` (see
+    /// [`Residency::touch`]); held while the returned [`Hold`] lives if `hold`. Nothing for a
+    /// file known by its header only, or a tensor outside the file.
+    pub fn touch(&self, residency: &Arc<Residency>, info: &TensorInfo, hold: bool) -> Option<Hold> {
+        let Bytes::Map(m) = &self.bytes else {
+            return None;
+        };
+        let start = usize::try_from(info.offset).ok()?;
+        let end = start.checked_add(usize::try_from(info.n_bytes).ok()?)?;
+        if end > m.as_bytes().len() {
+            return None;
+        }
+        residency.touch(m, start..end, hold)
+    }
+
     /// Advise the kernel that the file will be read front to back (before hashing it all).
     pub fn advise_sequential(&self) {
         if let Bytes::Map(m) = &self.bytes {
@@ -448,6 +465,23 @@ pub struct Model {
     path: PathBuf,
     files: Vec<ModelFile>,
     diagnostics: Vec<Diagnostic>,
+    /// The limit its tensors are read through, if any.
+    residency: Option<Arc<Residency>>,
+}
+
+/// A tensor view that keeps the tensor resident while it lives ([`Model::hold`]): under a
+/// residency limit, its pages are not released before it is dropped.
+#[derive(Debug)]
+pub struct Held<'a> {
+    view: TensorView<'a>,
+    _hold: Option<Hold>,
+}
+
+impl<'a> std::ops::Deref for Held<'a> {
+    type Target = TensorView<'a>;
+    fn deref(&self) -> &TensorView<'a> {
+        &self.view
+    }
 }
 
 impl Model {
@@ -522,6 +556,7 @@ impl Model {
             path: file.path().to_path_buf(),
             files: vec![file],
             diagnostics: Vec::new(),
+            residency: None,
         }
     }
 
@@ -565,6 +600,7 @@ impl Model {
             path: path.to_path_buf(),
             files,
             diagnostics,
+            residency: None,
         })
     }
 
@@ -634,6 +670,7 @@ impl Model {
             path: path.to_path_buf(),
             files,
             diagnostics,
+            residency: None,
         })
     }
 
@@ -665,8 +702,70 @@ impl Model {
             .flat_map(|f| f.tensors().iter().map(move |t| (f, t)))
     }
 
-    /// A view of the tensor called `name`, in whichever shard holds it.
+    /// A view of the tensor called `name`, in whichever shard holds it. Under a residency
+    /// limit the read is recorded (the tensor becomes the most recently used) but not held:
+    /// [`Model::hold`] keeps it from being released while the view is in use.
     pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
-        self.files.iter().find_map(|f| f.tensor(name))
+        let (file, info) = self.find(name)?;
+        let view = file.view(info).ok()?;
+        if let Some(r) = &self.residency {
+            file.touch(r, info, false);
+        }
+        Some(view)
+    }
+
+    /// A view of the tensor called `name` that, under a residency limit, keeps it resident
+    /// until dropped. Without a limit, the same as [`Model::tensor`].
+    pub fn hold(&self, name: &str) -> Option<Held<'_>> {
+        let (file, info) = self.find(name)?;
+        let view = file.view(info).ok()?;
+        let hold = self
+            .residency
+            .as_ref()
+            .and_then(|r| file.touch(r, info, true));
+        Some(Held { view, _hold: hold })
+    }
+
+    /// Under a residency limit, record a read of `info` (a tensor of the file `file`, in shard
+    /// order) and hold it while the returned [`Hold`] lives: for a caller that keeps the bytes
+    /// beyond a borrow of the model (the Python package's buffers, `serve`'s answers).
+    pub fn hold_at(&self, file: usize, info: &TensorInfo) -> Option<Hold> {
+        let r = self.residency.as_ref()?;
+        self.files.get(file)?.touch(r, info, true)
+    }
+
+    fn find(&self, name: &str) -> Option<(&ModelFile, &TensorInfo)> {
+        self.files
+            .iter()
+            .find_map(|f| Some((f, f.tensors().iter().find(|t| t.name == name)?)))
+    }
+
+    /// Read the model's tensors through a residency limit of `max_resident` bytes: once the
+    /// tensors read pass it, the least recently used ones that no [`Held`] view (or [`Hold`])
+    /// keeps are released from memory (see [`Residency`]). Replaces any limit set before.
+    pub fn with_residency(self, max_resident: u64) -> Model {
+        self.share_residency(Residency::new(max_resident))
+    }
+
+    /// Read the model's tensors through `residency`, a limit shared with other models (one
+    /// budget for all the models a server serves).
+    pub fn share_residency(mut self, residency: Arc<Residency>) -> Model {
+        for f in &self.files {
+            if let Bytes::Map(m) = &f.bytes {
+                m.small_pages();
+            }
+        }
+        self.residency = Some(residency);
+        self
+    }
+
+    /// The residency limit the model is read through, if any.
+    pub fn residency(&self) -> Option<&Arc<Residency>> {
+        self.residency.as_ref()
+    }
+
+    /// What the residency limit has done so far (`None` without one).
+    pub fn residency_stats(&self) -> Option<ResidencyStats> {
+        self.residency.as_ref().map(|r| r.stats())
     }
 }

@@ -14,6 +14,11 @@
 //!   `A-`, `-N`): 206 with `Content-Range` and `Content-Digest: sha-256=:…:` (RFC 9530) of the
 //!   bytes sent; 416 past the end; several ranges are refused (400), as is a malformed one.
 //!
+//! With a residency limit ([`Catalog::open_with`], `serve --max-resident`), the tensors answered
+//! are read through one [`Residency`] shared by every model served: a tensor is held while its
+//! answer is hashed and sent, and the least recently answered ones are released once the bytes
+//! read pass the limit (files of the Hub mirror are not counted).
+//!
 //! Names from a request are escaped in every answer. The client side is [`client`].
 
 pub mod client;
@@ -38,6 +43,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::format::model::{Model, OpenError};
+use crate::format::residency::{Hold, Residency, ResidencyStats};
 use crate::names::escape;
 use crate::verify::{self, Options, Report};
 
@@ -96,6 +102,8 @@ pub struct Catalog {
     hub: Option<crate::cache::HfCache>,
     /// Where the mirror fetches what it does not hold.
     upstream: Option<Arc<Upstream>>,
+    /// The limit the models' tensors are read through, if any.
+    residency: Option<Arc<Residency>>,
 }
 
 /// Whether `dir` is a Hugging Face cache: it holds a `models--…`, `datasets--…` or
@@ -123,17 +131,25 @@ impl Catalog {
     /// is named by its file name (a folder's models by their path below it); two models of one
     /// name are refused.
     pub fn open(paths: &[PathBuf]) -> Result<Catalog, ServeError> {
-        Self::open_with(paths, None)
+        Self::open_with(paths, None, None)
     }
 
     /// [`Catalog::open`], and a Hub mirror of `upstream`'s cache that fetches what it does
     /// not hold from the upstream (see [`Upstream`]); `paths` may then be empty. A Hugging
     /// Face cache among `paths` must be the upstream's.
     pub fn mirroring(paths: &[PathBuf], upstream: Upstream) -> Result<Catalog, ServeError> {
-        Self::open_with(paths, Some(upstream))
+        Self::open_with(paths, Some(upstream), None)
     }
 
-    fn open_with(paths: &[PathBuf], upstream: Option<Upstream>) -> Result<Catalog, ServeError> {
+    /// [`Catalog::open`] or, with an `upstream`, [`Catalog::mirroring`]; with `max_resident`,
+    /// the tensors of every model are read through one residency limit of that many bytes
+    /// (see the module docs).
+    pub fn open_with(
+        paths: &[PathBuf],
+        upstream: Option<Upstream>,
+        max_resident: Option<u64>,
+    ) -> Result<Catalog, ServeError> {
+        let residency = max_resident.map(Residency::new);
         let mut models = BTreeMap::new();
         let mut hub = upstream.as_ref().map(|u| u.cache().clone());
         for p in paths {
@@ -189,7 +205,7 @@ impl Catalog {
                 source: Box::new(e),
             })?;
             for (name, path) in found {
-                let served = Served::open(name.clone(), &path)?;
+                let served = Served::open(name.clone(), &path, residency.as_ref())?;
                 for f in served.model.files() {
                     let real = std::fs::canonicalize(f.path()).map_err(|e| ServeError::Open {
                         path: f.path().to_path_buf(),
@@ -227,7 +243,13 @@ impl Catalog {
             models,
             hub,
             upstream: upstream.map(Arc::new),
+            residency,
         })
+    }
+
+    /// What the residency limit has done so far (`None` without one).
+    pub fn residency_stats(&self) -> Option<ResidencyStats> {
+        self.residency.as_ref().map(|r| r.stats())
     }
 
     /// The names of the models served.
@@ -242,11 +264,19 @@ impl Catalog {
 }
 
 impl Served {
-    fn open(name: String, path: &Path) -> Result<Served, ServeError> {
+    fn open(
+        name: String,
+        path: &Path,
+        residency: Option<&Arc<Residency>>,
+    ) -> Result<Served, ServeError> {
         let model = Model::open(path).map_err(|e: OpenError| ServeError::Open {
             path: path.to_path_buf(),
             source: Box::new(e),
         })?;
+        let model = match residency {
+            Some(r) => model.share_residency(Arc::clone(r)),
+            None => model,
+        };
         let report = verify::verify_model(&model, &Options::default());
         let mut index = BTreeMap::new();
         let mut slot = BTreeMap::new();
@@ -477,6 +507,8 @@ async fn tensor(
             return error(StatusCode::BAD_REQUEST, &format!("bad Range header: {why}"))
         }
     };
+    // Under a residency limit, the tensor is held until its answer has been sent.
+    let hold = s.model.hold_at(fi, info).map(Arc::new);
     // The whole tensor's digest, computed once from the bytes served.
     let slot = s.slot[&(fi, ti)];
     let s2 = s.clone();
@@ -546,17 +578,20 @@ async fn tensor(
             model: model.clone(),
             file: fi,
             range: p..(p + PIECE).min(b),
+            _hold: hold.clone(),
         }))
     });
     resp.body(Body::from_stream(futures::stream::iter(pieces)))
         .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "bad response"))
 }
 
-/// A piece of a mapped file, kept alive by the model it belongs to.
+/// A piece of a mapped file, kept alive by the model it belongs to (and, under a residency
+/// limit, resident by the hold of its tensor).
 struct Mapped {
     model: Arc<Model>,
     file: usize,
     range: std::ops::Range<usize>,
+    _hold: Option<Arc<Hold>>,
 }
 
 impl AsRef<[u8]> for Mapped {

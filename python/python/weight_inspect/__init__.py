@@ -67,7 +67,7 @@ from .hub import (
     hf_hub_download,
     snapshot_download,
 )
-from .types import FetchedFile, FetchSummary, Plan, PlannedFile
+from .types import FetchedFile, FetchSummary, Plan, PlannedFile, ResidencyStats
 
 _ml_dtypes: ModuleType | None
 try:  # optional: BF16 and 8-bit float element types
@@ -101,6 +101,7 @@ __all__ = [
     "ProgressEvent",
     "RemoteEntryNotFoundError",
     "RepositoryNotFoundError",
+    "ResidencyStats",
     "RevisionNotFoundError",
     "SafeSlice",
     "SafetensorError",
@@ -339,6 +340,13 @@ class Model:
         """Rule violations found while reading the headers: ``(severity, code, message)``."""
         return list(self._open().diagnostics())
 
+    @property
+    def residency(self) -> ResidencyStats | None:
+        """What the residency limit (``open(path, max_resident=...)``) has done: bytes
+        resident and held, hits, misses, evictions, bytes paged in; ``None`` without a limit."""
+        stats = self._open().residency()
+        return None if stats is None else cast(ResidencyStats, stats)
+
     def tensor(self, name: str) -> np.ndarray:
         """The tensor ``name`` as a read-only NumPy array over the memory map (no copy).
 
@@ -398,7 +406,7 @@ class Model:
         return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._native)} tensors>"
 
 
-def open(path: PathLike, *, lax: bool = False) -> Model:
+def open(path: PathLike, *, lax: bool = False, max_resident: int | None = None) -> Model:
     """Memory-map the model at ``path`` and parse its headers (tensor data is not read).
 
     ``path`` is a ``.gguf`` or ``.safetensors`` file, the first part of a split GGUF
@@ -409,8 +417,17 @@ def open(path: PathLike, *, lax: bool = False) -> Model:
     (the message names the file and the first error). With ``lax=True`` an invalid model is
     opened all the same: its valid tensors are there, the others only in
     :attr:`Model.diagnostics`.
+
+    ``max_resident`` bounds the tensor bytes kept in memory, for a model read tensor by tensor
+    that is larger than memory (or than a container's memory limit): once the tensors read pass
+    it, the least recently used ones with no array (or other view) still alive are released
+    from the process and the page cache; a released tensor read again is read back from the
+    file. :attr:`Model.residency` counts hits, misses and evictions. Without it, the kernel
+    alone decides which pages stay.
     """
-    return Model(_native.open(os.fspath(path), lax=lax))
+    if max_resident is not None and max_resident < 0:
+        raise ValueError("max_resident must be a number of bytes, 0 or more")
+    return Model(_native.open(os.fspath(path), lax=lax, max_resident=max_resident))
 
 
 class SafeSlice:

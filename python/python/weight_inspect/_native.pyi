@@ -25,6 +25,7 @@ __all__ = [
     "offline_env",
     "open",
     "repo_folder_name",
+    "telemetry_shutdown",
 ]
 
 __version__: str
@@ -99,10 +100,15 @@ class NativeModel:
         or ``LocalError``."""
     def close(self) -> None:
         """No more buffers; the bytes of the buffers still alive become private copies."""
+    def residency(self) -> dict[str, int] | None:
+        """What the residency limit has done, ``None`` without one."""
     def __contains__(self, name: str, /) -> bool: ...
     def __len__(self) -> int: ...
 
-def open(path: _Path, *, lax: bool = False) -> NativeModel: ...
+def telemetry_shutdown() -> None:
+    """Send the spans still queued to the OpenTelemetry collector and stop exporting."""
+
+def open(path: _Path, *, lax: bool = False, max_resident: int | None = None) -> NativeModel: ...
 def inspect(
     path: _Path,
     verify: bool = False,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-__all__ = ["FetchSummary", "FetchedFile", "Plan", "PlannedFile"]
+__all__ = ["FetchSummary", "FetchedFile", "Plan", "PlannedFile", "ResidencyStats"]
 
 
 class FetchedFile(TypedDict):
@@ -104,3 +104,25 @@ class Plan(TypedDict):
     offline: bool
     #: Offline: files asked for by name that are not on disk.
     missing: NotRequired[list[str]]
+
+
+class ResidencyStats(TypedDict):
+    """What a model's residency limit has done (:attr:`weight_inspect.Model.residency`).
+
+    Bytes are counted in whole pages of the tensors' data.
+    """
+
+    #: The limit (``open(path, max_resident=...)``).
+    limit: int
+    #: Bytes of the tensors recorded as resident now, held or not.
+    resident: int
+    #: Bytes of the tensors held now: those with an array (or any view) still alive.
+    held: int
+    #: Tensors asked for that were recorded as resident, and that were not.
+    hits: int
+    misses: int
+    #: Tensors released to stay under the limit, and their bytes.
+    evictions: int
+    evicted_bytes: int
+    #: Bytes of the tensors missed that were not in memory when asked for (read from storage).
+    paged_in: int

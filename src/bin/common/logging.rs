@@ -13,34 +13,21 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
+use weight_inspect::telemetry::{self, OtlpExporter};
+
 /// Holds the exporter while the program runs; dropping it sends the spans still queued, waiting
-/// at most [`FLUSH`] for the collector.
+/// at most [`telemetry::FLUSH`] for the collector.
 #[must_use]
 pub struct Guard {
-    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+    exporter: Option<OtlpExporter>,
 }
-
-/// The longest the program waits at its end for the collector to take the last spans (an
-/// unreachable one answers at once; one that drops packets would otherwise hold the program
-/// for the whole export timeout).
-const FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(p) = self.provider.take() {
-            let _ = p.shutdown_with_timeout(FLUSH);
+        if let Some(e) = self.exporter.take() {
+            e.shutdown();
         }
     }
-}
-
-/// Whether an OTLP endpoint is configured.
-fn otlp_asked() -> bool {
-    [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
 }
 
 /// Installs the subscriber. Stderr: `RUST_LOG` when set (its directives), else `-v` the
@@ -59,21 +46,16 @@ pub fn init(verbose: u8, program: &'static str) -> Guard {
         (None, 2) => Some(EnvFilter::new("warn,weight_inspect=debug")),
         (None, _) => Some(EnvFilter::new("trace")),
     };
-    let mut guard = Guard { provider: None };
-    let otel = if otlp_asked() {
-        match exporter(program) {
-            Ok(provider) => {
-                use opentelemetry::trace::TracerProvider as _;
-                let tracer = provider.tracer(program);
-                guard.provider = Some(provider);
-                Some(
-                    tracing_opentelemetry::layer()
-                        .with_tracer(tracer)
-                        .with_filter(EnvFilter::new("weight_inspect=debug")),
-                )
+    let mut guard = Guard { exporter: None };
+    let otel = if telemetry::configured() {
+        match OtlpExporter::from_env(program) {
+            Ok(exporter) => {
+                let layer = exporter.layer();
+                guard.exporter = Some(exporter);
+                Some(layer)
             }
             Err(e) => {
-                eprintln!("{program}: warning: no OpenTelemetry export: {e}");
+                eprintln!("{program}: warning: {e}");
                 None
             }
         }
@@ -95,28 +77,4 @@ pub fn init(verbose: u8, program: &'static str) -> Guard {
         .with(otel)
         .try_init();
     guard
-}
-
-/// The tracer provider sending spans in batches, from a thread of its own, to the OTLP/HTTP
-/// endpoint of the environment.
-fn exporter(
-    program: &'static str,
-) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, Box<dyn std::error::Error>> {
-    use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
-    // No retries: a batch the collector does not take is dropped rather than delaying the
-    // program's end (an unreachable collector must not slow a fetch); collectors are
-    // usually a local agent.
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-        .build()?;
-    let mut resource = opentelemetry_sdk::Resource::builder();
-    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-        resource = resource.with_service_name(program);
-    }
-    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource.build())
-        .build())
 }

@@ -76,6 +76,12 @@ pub(super) struct ServeArgs {
     /// in which a file being fetched is handed to the clients waiting for it, and of resuming.
     #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "upstream")]
     chunk_size: Option<u64>,
+    /// Keep at most SIZE bytes (8G, 512MiB…) of the served models' tensors in memory: once the
+    /// tensors answered pass it, the least recently answered ones not being sent are released
+    /// from the process and the page cache (for models larger than memory or a container's
+    /// limit). Counted in /metrics (weight_inspect_residency_*).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    max_resident: Option<u64>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -158,13 +164,13 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
     };
     let opened = match &args.upstream {
         Some(url) => match rt.block_on(async { upstream(&args, url) }) {
-            Ok(up) => Catalog::mirroring(&args.paths, up),
+            Ok(up) => Catalog::open_with(&args.paths, Some(up), args.max_resident),
             Err(e) => {
                 eprintln!("weight-inspect: error: {e}");
                 return ExitCode::from(1);
             }
         },
-        None => Catalog::open(&args.paths),
+        None => Catalog::open_with(&args.paths, None, args.max_resident),
     };
     let catalog = match opened {
         Ok(c) => Arc::new(c),
