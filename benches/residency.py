@@ -247,18 +247,18 @@ def main() -> None:
               f"limit {mib(limit)}; {PASSES} passes over every tensor (numpy sum), {args.runs} runs of each loop "
               f"(median time, largest peak), each in a fresh process"
               f"{', page cache emptied before each' if cold else ' (page cache not emptied: not root)'}.\n")
-        print("| loop | file | time (median) | peak RSS (VmHWM, file pages included) | peak − RSS before the loop | hits / misses / evictions |")
-        print("|---|---|---|---|---|---|")
+        print("| loop | file | time (median) | peak RSS (VmHWM, file pages included) | peak − RSS before the loop | hits / misses / evictions | paged in |")
+        print("|---|---|---|---|---|---|---|")
         rows = [("wi-limited", st), ("wi", st), ("safetensors", st), ("wi-limited", gg), ("wi", gg), ("gguf-py", gg)]
         sums = set()
         for variant, path in rows:
             r = run(variant, path, limit, args.runs)
             if r["rc"] != 0:
-                print(f"| {variant} | {path.name} | failed: {r['error']} | | | |")
+                print(f"| {variant} | {path.name} | failed: {r['error']} | | | | |")
                 continue
             sums.add(round(r["sum"]))
             s = r["stats"]
-            counts = f"{s['hits']} / {s['misses']} / {s['evictions']}" if s else "—"
+            counts = f"{s['hits']} / {s['misses']} / {s['evictions']} | {mib(s['paged_in'])}" if s else "— | —"
             name = {"wi-limited": f"weight_inspect, max_resident={mib(limit)}", "wi": "weight_inspect, no limit", "safetensors": "safetensors.safe_open (np)", "gguf-py": "gguf-py GGUFReader"}[variant]
             print(f"| {name} | {path.name} | {r['seconds']:.2f} s | {mib(r['peak'])} | {mib(r['peak'] - r['base'])} | {counts} |")
         assert len(sums) == 1, f"the loops disagree on the sum of the tensors: {sums}"

@@ -270,15 +270,16 @@ impl NativeModel {
         let outside = |why: String| Failure::local(format!("{}: {why}", file.path().display()));
         // The view checks the range against the file, with the core's message.
         file.view(info).map_err(|e| outside(e.to_string()))?;
+        let start = usize::try_from(info.offset).map_err(|_| outside("offset too large".into()))?;
+        let len = usize::try_from(info.n_bytes).map_err(|_| outside("too large".into()))?;
+        let alive = Arc::new(());
+        // Under a residency limit, recorded as read and held while the buffer lives (before the
+        // advice below, so that what was not in memory is counted as paged in).
+        let hold = self.model.hold_at(f, info);
         if will_read {
             // From a cold cache, the kernel reads it in ahead of the reader's faults.
             file.advise_will_need(info);
         }
-        let start = usize::try_from(info.offset).map_err(|_| outside("offset too large".into()))?;
-        let len = usize::try_from(info.n_bytes).map_err(|_| outside("too large".into()))?;
-        let alive = Arc::new(());
-        // Under a residency limit, recorded as read and held while the buffer lives.
-        let hold = self.model.hold_at(f, info);
         let buffer = TensorBuffer::new(
             Arc::clone(&self.model),
             f,
