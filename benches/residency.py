@@ -225,6 +225,16 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.0f} MiB"
 
 
+def label(variant: str, limit: int) -> str:
+    """A loop's name in the tables."""
+    return {
+        "wi-limited": f"weight_inspect, max_resident={mib(limit)}",
+        "wi": "weight_inspect, no limit",
+        "safetensors": "safetensors.safe_open (np)",
+        "gguf-py": "gguf-py GGUFReader",
+    }[variant]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit-mib", type=int, default=256)
@@ -259,7 +269,7 @@ def main() -> None:
             sums.add(round(r["sum"]))
             s = r["stats"]
             counts = f"{s['hits']} / {s['misses']} / {s['evictions']} | {mib(s['paged_in'])}" if s else "— | —"
-            name = {"wi-limited": f"weight_inspect, max_resident={mib(limit)}", "wi": "weight_inspect, no limit", "safetensors": "safetensors.safe_open (np)", "gguf-py": "gguf-py GGUFReader"}[variant]
+            name = label(variant, limit)
             print(f"| {name} | {path.name} | {r['seconds']:.2f} s | {mib(r['peak'])} | {mib(r['peak'] - r['base'])} | {counts} |")
         assert len(sums) == 1, f"the loops disagree on the sum of the tensors: {sums}"
         if args.no_cgroup:
@@ -280,7 +290,7 @@ def main() -> None:
                 outcome += f", {r['oom_kills']} OOM kills"
                 t = f"{r['seconds']:.2f} s" if r["rc"] == 0 else "—"
                 peak = mib(r["peak"]) if r["rc"] == 0 else "—"
-                name = {"wi-limited": f"weight_inspect, max_resident={mib(limit)}", "wi": "weight_inspect, no limit", "safetensors": "safetensors.safe_open (np)", "gguf-py": "gguf-py GGUFReader"}[variant]
+                name = label(variant, limit)
                 print(f"| {name} | {path.name} | {outcome} | {t} | {mib(r['cgroup_peak'])} | {peak} |")
         finally:
             cg.remove()

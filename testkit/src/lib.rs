@@ -5,6 +5,7 @@
 //!   in memory ([`gguf::GgufWriter::build`]) or streamed ([`gguf::GgufWriter::write_to`]);
 //! - [`safetensors`]: a safetensors writer, valid or broken on purpose, and sharded
 //!   checkpoints' names and indexes;
+//! - [`llama`]: sparse files shaped like Llama checkpoints at 0.1B to 13B parameters;
 //! - [`data`]: deterministic pseudo-random bytes.
 //!
 //! ```
@@ -18,6 +19,7 @@
 //! ```
 
 pub mod gguf;
+pub mod llama;
 pub mod safetensors;
 
 /// `len` deterministic pseudo-random bytes from `seed` (SplitMix64): the same arguments
