@@ -17,28 +17,13 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testkit::gguf::{Fill, GgufWriter, Val};
 use weight_inspect::format::{gguf, mmap::Mmap, Model};
 use weight_inspect::verify;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn time<F: FnMut()>(runs: usize, mut f: F) -> Duration {
-    f(); // warm-up
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect(),
-    )
-}
+mod common;
+use common::time;
 
 fn header_heavy_file(dir: &Path) -> PathBuf {
     let n_tokens = 100_000;

@@ -25,23 +25,8 @@ use testkit::llama::{self, Kind, SHAPES};
 use weight_inspect::format::{self, mmap::Mmap, Model};
 use weight_inspect::verify;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn time<F: FnMut()>(runs: usize, mut f: F) -> Duration {
-    f(); // warm-up
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect(),
-    )
-}
+mod common;
+use common::time;
 
 /// Empty the page cache (root only): whether it was.
 fn drop_caches() -> bool {
