@@ -337,6 +337,15 @@ impl Residency {
     }
 }
 
+impl Drop for Residency {
+    /// The process's gauge of resident bytes forgets what this limit still recorded (its maps
+    /// are gone, or going, with it).
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        crate::metrics::global().resident(-(st.resident as i64));
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         let r = &self.residency;
