@@ -127,12 +127,8 @@ fn main() {
             continue;
         }
         for kind in Kind::ALL {
-            let sub = dir.join(format!(
-                "llama-{}-{}",
-                shape.name,
-                kind.name().replace('.', "-")
-            ));
-            let path = llama::write(&sub, &shape, kind).expect("write the fixture");
+            let sub = llama::folder(&dir, &shape, kind);
+            let path = llama::write(&dir, &shape, kind).expect("write the fixture");
             let model = Model::open(&path).expect("open the fixture");
             let size: u64 = model.files().iter().map(|f| f.size()).sum();
             let data: u64 = model.tensors().map(|(_, t)| t.n_bytes).sum();

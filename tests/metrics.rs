@@ -15,7 +15,7 @@ use crate::support::cli::{demo_file, demo_root, hub_builder, run, start, wait_fo
 const MODEL: &str = "tinyllama-q4_k_m.gguf";
 
 /// The value of the sample `name{labels}` in a text exposition, if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }

@@ -186,10 +186,8 @@ async fn serve_keeps_its_tensors_under_the_limit() {
         .text()
         .await
         .unwrap();
-    let value = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    let value = |name: &str| {
+        crate::metrics::sample(&text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
     };
     assert_eq!(
         value("weight_inspect_residency_misses_total"),

@@ -24,12 +24,8 @@ fn main() {
             continue;
         }
         for kind in Kind::ALL {
-            let sub = dir.join(format!(
-                "llama-{}-{}",
-                shape.name,
-                kind.name().replace('.', "-")
-            ));
-            let path = match llama::write(&sub, &shape, kind) {
+            let sub = llama::folder(&dir, &shape, kind);
+            let path = match llama::write(&dir, &shape, kind) {
                 Ok(p) => p,
                 Err(e) => {
                     eprintln!("llama-fixtures: {}: {e}", sub.display());

@@ -249,10 +249,21 @@ impl Shape {
     }
 }
 
-/// Write `shape` as `kind` into `dir` (created if missing), as sparse files; returns the path
-/// to open (the GGUF file, or the safetensors index). Files already there with the expected
-/// size are kept.
-pub fn write(dir: &Path, shape: &Shape, kind: Kind) -> io::Result<PathBuf> {
+/// The folder below `root` that [`write`] fills for `shape` as `kind`
+/// (`llama-7B-q4_k_m-gguf`, …).
+pub fn folder(root: &Path, shape: &Shape, kind: Kind) -> PathBuf {
+    root.join(format!(
+        "llama-{}-{}",
+        shape.name,
+        kind.name().replace('.', "-")
+    ))
+}
+
+/// Write `shape` as `kind` into its [`folder`] below `root` (created if missing), as sparse
+/// files; returns the path to open (the GGUF file, or the safetensors index). Files already
+/// there with the expected size are kept.
+pub fn write(root: &Path, shape: &Shape, kind: Kind) -> io::Result<PathBuf> {
+    let dir = &folder(root, shape, kind);
     std::fs::create_dir_all(dir)?;
     match kind {
         Kind::Safetensors => write_safetensors(dir, shape),
