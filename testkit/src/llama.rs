@@ -249,7 +249,7 @@ impl Shape {
     }
 }
 
-/// The folder below `root` that [`write`] fills for `shape` as `kind`
+/// The folder below `root` that [`write()`] fills for `shape` as `kind`
 /// (`llama-7B-q4_k_m-gguf`, …).
 pub fn folder(root: &Path, shape: &Shape, kind: Kind) -> PathBuf {
     root.join(format!(
