@@ -38,7 +38,7 @@ fn bytes_sent(hub: &mock_server::MockHub, file: &str) -> u64 {
 }
 
 /// The status of `GET path` sent byte for byte as written to the server at `base`.
-fn raw_status(base: &str, path: &str) -> u16 {
+pub(crate) fn raw_status(base: &str, path: &str) -> u16 {
     use std::io::{Read as _, Write as _};
     let mut c = std::net::TcpStream::connect(base.trim_start_matches("http://")).unwrap();
     c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
@@ -499,6 +499,84 @@ fn empty_and_small_files_and_odd_paths() {
             // Sent as written (an HTTP client would resolve `%2e%2e` before sending).
             let status = raw_status(&m.base, odd);
             assert!(status == 404 || status == 400, "{odd}: {status}");
+        }
+    });
+}
+
+/// An upstream that lies about one file's size in its tree listing (1,000 bytes fewer than its
+/// `HEAD` says): a proxy in front of mock-hub, rewriting the tree API's answers.
+async fn lying_upstream(hub_url: String, path: &'static str) -> String {
+    use axum::body::Body;
+    use axum::http::{Request, Response};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let forward = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .unwrap();
+    let app = axum::Router::new().fallback(move |req: Request<Body>| {
+        let (forward, hub_url) = (forward.clone(), hub_url.clone());
+        async move {
+            let uri = req.uri().clone();
+            let target = format!(
+                "{hub_url}{}",
+                uri.path_and_query().map_or("/", |p| p.as_str())
+            );
+            let mut out = forward.request(req.method().clone(), &target);
+            for (k, v) in req.headers() {
+                if k != "host" {
+                    out = out.header(k, v);
+                }
+            }
+            let r = out.send().await.unwrap();
+            let mut resp = Response::builder().status(r.status());
+            for (k, v) in r.headers() {
+                if k != "content-length" && k != "transfer-encoding" {
+                    resp = resp.header(k, v);
+                }
+            }
+            let mut body = r.bytes().await.unwrap().to_vec();
+            if uri.path().contains("/tree/") {
+                let mut listing: Value = serde_json::from_slice(&body).unwrap();
+                for e in listing.as_array_mut().unwrap() {
+                    if e["path"] == path {
+                        let size = e["size"].as_u64().unwrap() - 1000;
+                        e["size"] = size.into();
+                        if e.get("lfs").is_some() {
+                            e["lfs"]["size"] = size.into();
+                        }
+                    }
+                }
+                body = serde_json::to_vec(&listing).unwrap();
+            }
+            resp.body(Body::from(body)).unwrap()
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// The upstream's listing says a file is 1,000 bytes shorter than its `HEAD` does: the mirror
+/// answers 502 naming the disagreement, never a complete answer of the listed length under the
+/// whole file's ETag (which huggingface_hub would store as that blob), and commits nothing
+/// but what the verified download ended with.
+#[test]
+fn a_size_lie_is_a_502_never_a_short_complete_file() {
+    let hub = start(hub_builder());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let upstream = rt.block_on(lying_upstream(hub.url(), MODEL));
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&upstream, cache.path(), &[], &[]);
+    let url = m.url(&format!("/{REPO}/resolve/main/{MODEL}"));
+    rt.block_on(async {
+        for method in [reqwest::Method::GET, reqwest::Method::HEAD] {
+            let r = client().request(method.clone(), &url).send().await.unwrap();
+            assert_eq!(r.status(), 502, "{method}");
+            if method == reqwest::Method::GET {
+                let text = r.text().await.unwrap();
+                assert!(text.contains("disagrees"), "{text}");
+            }
         }
     });
 }

@@ -355,7 +355,8 @@ impl RepoCache {
     /// The blob for `etag` if it exists with the right size.
     pub fn complete_blob(&self, etag: &str, size: u64) -> Option<PathBuf> {
         let p = self.blob_path(etag);
-        let m = fs::metadata(&p).ok()?;
+        // A link in a blob's place is no blob (nothing is read through it).
+        let m = fs::symlink_metadata(&p).ok()?;
         (m.is_file() && m.len() == size).then_some(p)
     }
 
@@ -449,9 +450,10 @@ impl RepoCache {
             if etag_kind(&etag).is_none() {
                 continue;
             }
-            let Ok(m) = fs::metadata(self.blob_path(&etag)) else {
+            let Ok(m) = fs::symlink_metadata(self.blob_path(&etag)) else {
                 continue;
             };
+            // (A link in a blob's place is not listed: nothing is read through it.)
             if !m.is_file() {
                 continue;
             }

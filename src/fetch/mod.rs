@@ -198,6 +198,11 @@ impl FetcherBuilder {
         self
     }
 
+    /// Whether a token will be sent (to the Hub's origin only).
+    pub fn has_token(&self) -> bool {
+        self.hub.token.is_some()
+    }
+
     /// The cache root. Default `HF_HUB_CACHE`, else `$HF_HOME/hub` (see
     /// [`cache::default_cache_dir`]).
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {

@@ -125,6 +125,12 @@ impl Mmap {
         }
     }
 
+    /// The file mapped (the descriptor the map was made from, kept open with it), if it could
+    /// be kept: what a reader that must not fault reads by position instead of through the map.
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
     /// A number for this map, unique among the maps of the process.
     pub fn id(&self) -> u64 {
         self.id

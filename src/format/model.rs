@@ -251,6 +251,15 @@ impl ModelFile {
         &self.path
     }
 
+    /// The open file whose bytes are mapped (see [`Mmap::file`]); `None` for a file known by
+    /// its header only.
+    pub fn file(&self) -> Option<&File> {
+        match &self.bytes {
+            Bytes::Map(m) => m.file(),
+            Bytes::Prefix { .. } => None,
+        }
+    }
+
     /// The parsed header.
     pub fn header(&self) -> &Header {
         &self.header

@@ -1,5 +1,6 @@
 //! A Hub mirror of a Hugging Face cache: the routes `wi-fetch`, huggingface_hub and
-//! llama.cpp read, answered from what the cache holds (no pull-through yet), with no Xet
+//! llama.cpp read, answered from what the cache holds and, with an [`Upstream`], what it
+//! fetches (pull-through, under the access model of [`super::upstream`]), with no Xet
 //! anywhere (no `X-Xet-*` header, no `xetHash` in a listing: huggingface_hub would go to Xet's
 //! servers for such an entry, past the mirror).
 //!
@@ -27,81 +28,144 @@ use axum::Router;
 use sha1::{Digest as _, Sha1};
 
 use super::range;
-use super::upstream::{Entry, Failure, Listing, Upstream};
-use crate::cache::{CachedFile, HfCache, RepoCache};
-use crate::format::mmap::Mmap;
+use super::source::Stamp;
+use super::upstream::{Access, Entry, Failure, Identity, Listing, Upstream};
+use crate::cache::{HfCache, RepoCache};
 use crate::hub::HubError;
 use crate::names::{escape, RepoType};
+
+/// How far a held blob is checked before it is served (`serve --check-blobs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum BlobCheck {
+    /// Its size against what was recorded when it was fetched and verified (the saved
+    /// listing), else listed; and, while it is sent, that it does not change.
+    #[default]
+    Size,
+    /// The size, and its bytes hashed whole against its name (SHA-256 for an LFS file, the git
+    /// blob id otherwise) the first time it is served as it is (remembered by its stamp).
+    Hash,
+}
 
 /// The mirror's state: the cache it serves, and the upstream that fills it.
 pub(crate) struct Mirror {
     cache: HfCache,
     upstream: Option<Arc<Upstream>>,
-    /// The blobs mapped now, by path: concurrent answers share one map of a blob (its pages
-    /// counted once in the server's RSS), which goes when the last of them ends.
-    maps: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Mapped>>,
+    check: BlobCheck,
+    /// Blobs hashed whole and found right, with their stamp then (bounded).
+    hashed: std::sync::Mutex<lru::LruCache<std::path::PathBuf, Stamp>>,
+    /// Saved listings read, by commit (see [`Mirror::recorded`]; bounded).
+    recorded: std::sync::Mutex<lru::LruCache<std::path::PathBuf, Recorded>>,
+    /// Sizes recorded in blobs' manifests (see [`Mirror::recorded_size`]; bounded).
+    manifest_sizes: std::sync::Mutex<lru::LruCache<std::path::PathBuf, u64>>,
 }
 
-/// A blob's map, and which file it maps (a blob replaced since — repaired, fetched again — is a
-/// new file, mapped anew).
-struct Mapped {
-    map: std::sync::Weak<Mmap>,
-    file: (u64, u64),
-}
+/// A saved listing: each path's ETag and size.
+type Recorded = Arc<std::collections::HashMap<String, (String, u64)>>;
 
-/// The device and inode of the file at `path` (not following a link).
-fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
+/// Blobs remembered as hashed right.
+const HASHED: usize = 4096;
+
+/// Why a held blob is not served.
+enum Unservable {
+    /// It is not what its name and record say (truncated, grown, other bytes): fetched again
+    /// where there is an upstream, else 500.
+    Damaged(String),
+    /// It cannot be opened (a link planted in its place, gone): answered as not held.
+    Unreadable,
 }
 
 impl Mirror {
-    /// The map of the blob at `blob` (below the cache root, opened without following a link on
-    /// the way): the one already open, else a new one.
-    async fn map(&self, blob: std::path::PathBuf) -> std::io::Result<Arc<Mmap>> {
-        let lock = || self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        let now = file_id(&blob);
-        let known = lock()
-            .get(&blob)
-            .filter(|m| Some(m.file) == now)
-            .and_then(|m| m.map.upgrade());
-        if let Some(m) = known {
-            return Ok(m);
-        }
+    /// The blob at `blob` (below the cache root, opened without following a link on the way),
+    /// checked as [`BlobCheck`] says against `want` (size, ETag): the open file and its stamp.
+    async fn open_blob(
+        &self,
+        blob: std::path::PathBuf,
+        want: &Entry,
+    ) -> Result<(Arc<std::fs::File>, Stamp), Unservable> {
         let root = self.cache.root().to_path_buf();
         let path = blob.clone();
-        let (map, file) = tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::MetadataExt as _;
+        let (file, stamp) = tokio::task::spawn_blocking(move || {
             let file = crate::safe_fs::open_read_below(&root, &path)?;
-            let meta = file.metadata()?;
-            Ok::<_, std::io::Error>((Mmap::open(&file)?, (meta.dev(), meta.ino())))
+            let stamp = Stamp::of(&file)?;
+            Ok::<_, std::io::Error>((file, stamp))
         })
         .await
-        .map_err(std::io::Error::other)??;
-        let map = Arc::new(map);
-        let mut maps = lock();
-        if maps.len() >= 1024 {
-            maps.retain(|_, m| m.map.strong_count() > 0);
+        .map_err(|_| Unservable::Unreadable)?
+        .map_err(|_| Unservable::Unreadable)?;
+        if stamp.size() != want.size {
+            return Err(Unservable::Damaged(format!(
+                "it has {} bytes, {} were recorded when it was verified",
+                stamp.size(),
+                want.size
+            )));
         }
-        maps.insert(
-            blob,
-            Mapped {
-                map: Arc::downgrade(&map),
-                file,
-            },
-        );
-        Ok(map)
+        let file = Arc::new(file);
+        if self.check == BlobCheck::Hash {
+            let known = self
+                .hashed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&blob)
+                .copied();
+            if known != Some(stamp) {
+                let (f, etag) = (file.clone(), want.etag().to_string());
+                let size = want.size;
+                let right = tokio::task::spawn_blocking(move || hashes_to(&f, size, &etag))
+                    .await
+                    .map_err(|_| Unservable::Unreadable)?
+                    .map_err(|_| Unservable::Unreadable)?;
+                if !right {
+                    return Err(Unservable::Damaged(
+                        "its bytes do not hash to its name".into(),
+                    ));
+                }
+                self.hashed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .put(blob, stamp);
+            }
+        }
+        Ok((file, stamp))
     }
 }
 
-/// The mirror's routes over the cache at `cache`, filled from `upstream` when there is one.
-pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>) -> Router {
+/// Whether the `size` bytes of `file` hash to `etag`: its SHA-256 (64 hex digits), else its
+/// git blob id (the SHA-1 of `blob {size}\0` and the bytes).
+fn hashes_to(file: &std::fs::File, size: u64, etag: &str) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt as _;
+    if is_lfs(etag) {
+        return Ok(hex::encode(super::source::sha256(file, 0..size)?) == etag);
+    }
+    let mut h = Sha1::new();
+    h.update(format!("blob {size}\0"));
+    let mut buf = vec![0u8; (1usize << 20).min(size as usize)];
+    let mut at = 0u64;
+    while at < size {
+        let n = ((size - at) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hex::encode(h.finalize()) == etag)
+}
+
+/// The mirror's routes over the cache at `cache`, filled from `upstream` when there is one,
+/// its blobs checked as `check` says.
+pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>, check: BlobCheck) -> Router {
     let m = Arc::new(Mirror {
         cache,
         upstream,
-        maps: Default::default(),
+        check,
+        hashed: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
+        recorded: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(16).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
+        manifest_sizes: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
     });
     Router::new()
         .route("/api/{kind}/{org}/{name}", get(info_main))
@@ -188,11 +252,23 @@ impl Mirror {
                 None,
             ));
         };
+        // Each blob listed at the size recorded when it was verified (a blob damaged since
+        // then is listed as it should be, and not served as it is).
+        let recorded = self.recorded(&repo, &commit);
         let entries = repo
             .list_snapshot(&commit)
             .unwrap_or_default()
             .iter()
-            .map(entry_of)
+            .map(|c| {
+                let size = recorded
+                    .as_ref()
+                    .and_then(|r| r.get(&c.path))
+                    .filter(|(etag, _)| *etag == c.etag)
+                    .map(|(_, size)| *size)
+                    .or_else(|| self.recorded_size(&repo, &c.etag))
+                    .unwrap_or(c.size);
+                entry_of(&c.path, &c.etag, size)
+            })
             .collect();
         Ok(View {
             kind: t,
@@ -205,7 +281,8 @@ impl Mirror {
     }
 
     /// `id` at `rev`: the upstream's answer when there is an upstream and it answers; what the
-    /// cache holds when there is none, or it is down, or it refuses what the cache holds.
+    /// cache holds when there is none, or it is down and the access model lets this client
+    /// have what the mirror holds of `id`. A refusal is the client's answer, never the cache's.
     async fn view(
         &self,
         kind: &str,
@@ -213,45 +290,123 @@ impl Mirror {
         name: &str,
         rev: &str,
         headers: &HeaderMap,
-    ) -> Result<View, Miss> {
+    ) -> Result<(View, Option<Identity>), Miss> {
         let (t, id) = Self::kind_id(kind, org, name)?;
+        if let Err(why) = crate::names::check_revision(rev) {
+            return Err(Miss::invalid(&format!(
+                "invalid revision '{}': {why}",
+                escape(rev)
+            )));
+        }
         let Some(up) = &self.upstream else {
-            return self.local(t, &id, rev);
+            return Ok((self.local(t, &id, rev)?, None));
         };
-        match up.listing(t, &id, rev, authorization(headers)).await {
-            Ok((listing, fresh)) => Ok(View {
-                kind: t,
-                repo: self.cache.repo(t, &id),
-                id,
-                listing,
-                upstream: fresh,
-                offline: !fresh,
-            }),
-            Err(Failure::Down(why)) => match self.local(t, &id, rev) {
-                Ok(v) => Ok(View { offline: true, ..v }),
-                Err(_) => Err(Miss::down(&id, rev, Some(&why))),
-            },
-            Err(Failure::Refused(e)) => self.local(t, &id, rev).map_err(|_| Miss::hub(&e)),
+        let who = up.identity(authorization(headers)).map_err(Miss::failure)?;
+        match up.listing(t, &id, rev, &who).await {
+            Ok((listing, fresh)) => Ok((
+                View {
+                    kind: t,
+                    repo: self.cache.repo(t, &id),
+                    id,
+                    listing,
+                    upstream: fresh,
+                    offline: !fresh,
+                },
+                Some(who),
+            )),
+            Err(Failure::Down(why)) => {
+                if !up.may_answer_offline(t, &id, &who) {
+                    return Err(Miss::unchecked(&id, &why));
+                }
+                match self.local(t, &id, rev) {
+                    Ok(v) => Ok((View { offline: true, ..v }, Some(who))),
+                    Err(_) => Err(Miss::down(&id, rev, Some(&why))),
+                }
+            }
+            Err(f) => Err(Miss::failure(f)),
+        }
+    }
+}
+/// A file the cache holds, as listed.
+fn entry_of(path: &str, etag: &str, size: u64) -> Entry {
+    if is_lfs(etag) {
+        Entry {
+            path: path.to_string(),
+            size,
+            oid: pointer_oid(etag, size),
+            lfs: Some(etag.to_string()),
+        }
+    } else {
+        Entry {
+            path: path.to_string(),
+            size,
+            oid: etag.to_string(),
+            lfs: None,
         }
     }
 }
 
-/// A file the cache holds, as listed.
-fn entry_of(f: &CachedFile) -> Entry {
-    if is_lfs(&f.etag) {
-        Entry {
-            path: f.path.clone(),
-            size: f.size,
-            oid: pointer_oid(&f.etag, f.size),
-            lfs: Some(f.etag.clone()),
+/// The largest saved listing read ([`Mirror::recorded`]).
+const MAX_RECORDED_BYTES: u64 = 64 << 20;
+
+impl Mirror {
+    /// The size the manifest recorded when the blob `etag` was verified
+    /// (`.wi-manifests/{etag}.json`) says it has; remembered per blob.
+    fn recorded_size(&self, repo: &RepoCache, etag: &str) -> Option<u64> {
+        let key = repo.manifest_path(etag);
+        if let Some(size) = self
+            .manifest_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Some(*size);
         }
-    } else {
-        Entry {
-            path: f.path.clone(),
-            size: f.size,
-            oid: f.etag.clone(),
-            lfs: None,
+        let file = crate::safe_fs::open_read_below(self.cache.root(), &key).ok()?;
+        let bytes = crate::safe_fs::read_limited(file, crate::manifest::MAX_MANIFEST_BYTES).ok()?;
+        let m = crate::manifest::Manifest::parse(&bytes).ok()?;
+        let size = m.files.iter().find(|f| f.sha256.to_string() == etag)?.size;
+        self.manifest_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(key, size);
+        Some(size)
+    }
+
+    /// What the listing saved for `commit` when its files were fetched and verified (ours,
+    /// else huggingface_hub's) records of each path: its ETag and size. Remembered per commit
+    /// (a commit's listing never changes); `None` without one.
+    fn recorded(&self, repo: &RepoCache, commit: &str) -> Option<Recorded> {
+        let key = repo.tree_path(commit);
+        if let Some(r) = self
+            .recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Some(r.clone());
         }
+        let root = self.cache.root();
+        let read = |p: &std::path::Path| {
+            crate::safe_fs::open_read_below(root, p)
+                .ok()
+                .and_then(|f| crate::safe_fs::read_limited(f, MAX_RECORDED_BYTES).ok())
+        };
+        let (files, _) = read(&repo.tree_path(commit))
+            .and_then(|b| crate::hub::load_tree(&b).ok())
+            .or_else(|| {
+                read(&repo.hf_tree_path(commit)).and_then(|b| crate::hub::load_hf_tree(&b).ok())
+            })?;
+        let map: std::collections::HashMap<String, (String, u64)> = files
+            .into_iter()
+            .map(|f| (f.path.clone(), (f.etag().to_string(), f.size)))
+            .collect();
+        let map = Arc::new(map);
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(key, map.clone());
+        Some(map)
     }
 }
 
@@ -294,7 +449,7 @@ async fn paths_info(
     body: String,
 ) -> Response<Body> {
     let at = match m.view(&kind, &org, &name, &rev, &headers).await {
-        Ok(at) => at,
+        Ok((at, _)) => at,
         Err(miss) => return miss.respond(),
     };
     let asked: Vec<String> = url::form_urlencoded::parse(body.as_bytes())
@@ -333,7 +488,7 @@ async fn info_main(
     headers: HeaderMap,
 ) -> Response<Body> {
     match m.view(&kind, &org, &name, "main", &headers).await {
-        Ok(at) => super::json(StatusCode::OK, &info_json(&at)),
+        Ok((at, _)) => super::json(StatusCode::OK, &info_json(&at)),
         Err(miss) => miss.respond(),
     }
 }
@@ -344,7 +499,7 @@ async fn info(
     headers: HeaderMap,
 ) -> Response<Body> {
     match m.view(&kind, &org, &name, &rev, &headers).await {
-        Ok(at) => super::json(StatusCode::OK, &info_json(&at)),
+        Ok((at, _)) => super::json(StatusCode::OK, &info_json(&at)),
         Err(miss) => miss.respond(),
     }
 }
@@ -361,7 +516,11 @@ async fn refs(
     };
     let one = |name: &str, full: &str, commit: &str| serde_json::json!({"name": name, "ref": full, "targetCommit": commit});
     if let Some(up) = &m.upstream {
-        let fallback = match up.refs(t, &id, authorization(&headers)).await {
+        let who = match up.identity(authorization(&headers)) {
+            Ok(w) => w,
+            Err(f) => return Miss::failure(f).respond(),
+        };
+        let fallback = match up.refs(t, &id, &who).await {
             Ok(r) => {
                 let list = |l: &[crate::hub::GitRef]| -> Vec<serde_json::Value> {
                     l.iter()
@@ -373,8 +532,11 @@ async fn refs(
                     &serde_json::json!({"branches": list(&r.branches), "tags": list(&r.tags), "converts": [], "pullRequests": []}),
                 );
             }
+            Err(Failure::Down(why)) if !up.may_answer_offline(t, &id, &who) => {
+                return Miss::unchecked(&id, &why).respond()
+            }
             Err(Failure::Down(why)) => Miss::down(&id, "refs", Some(&why)),
-            Err(Failure::Refused(e)) => Miss::hub(&e),
+            Err(f) => return Miss::failure(f).respond(),
         };
         if m.held(t, &id).is_err() {
             return fallback.respond();
@@ -424,7 +586,7 @@ async fn tree(
         None => (rest.clone(), String::new()),
     };
     let at = match m.view(&kind, &org, &name, &rev, &headers).await {
-        Ok(at) => at,
+        Ok((at, _)) => at,
         Err(miss) => return miss.respond(),
     };
     let recursive = q
@@ -592,8 +754,8 @@ async fn resolve(
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<Body> {
-    let at = match m.view(kind, org, name, rev, headers).await {
-        Ok(at) => at,
+    let (at, who) = match m.view(kind, org, name, rev, headers).await {
+        Ok(x) => x,
         Err(miss) => return miss.respond(),
     };
     let commit = at.listing.commit.as_str();
@@ -617,36 +779,66 @@ async fn resolve(
     };
     let (from, to) = part.as_ref().map_or((0, f.size), |r| (r.start, r.end));
     let resp = file_headers(f, commit, part.as_ref());
-    let held = at.repo.complete_blob(f.etag(), f.size);
-    if let (Some(up), true) = (&m.upstream, at.upstream) {
+    // A blob of any size is looked at (a damaged one is named, not taken for missing); a link
+    // in its place is no blob.
+    let mut held = Some(at.repo.blob_path(f.etag()))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()));
+    if let (Some(up), Some(who)) = (&m.upstream, &who) {
         // Whether this client may have the file: the upstream says, for a file to fetch, and
-        // for every file when clients' tokens are forwarded (gated repositories).
-        if held.is_none() || up.forwards_tokens() {
-            match up
-                .access(at.kind, &at.id, commit, path, authorization(headers))
-                .await
-            {
-                Ok(()) => {}
-                Err(Failure::Refused(e)) => return Miss::hub(&e).respond(),
+        // for every file when each client is asked for (`--forward-token`).
+        let fresh = held.is_none() && at.upstream;
+        if up.forwards_tokens() || fresh {
+            match up.authorize(at.kind, &at.id, commit, f, who, fresh).await {
+                Ok(Access::Checked | Access::Granted | Access::Public) => {}
                 Err(Failure::Down(why)) if held.is_none() => {
                     return Miss::down(&at.id, path, Some(&why)).respond()
                 }
-                Err(Failure::Down(_)) => {}
+                Err(Failure::Down(why)) => return Miss::unchecked(&at.id, &why).respond(),
+                Err(f) => return Miss::failure(f).respond(),
             }
         }
     }
-    let Some(blob) = held else {
-        return match (&m.upstream, at.upstream) {
-            (Some(up), true) => {
+    // A held blob, checked before anything of it is answered: one that is not what it was
+    // when verified is fetched again where the upstream can be asked, else refused.
+    let mut opened = None;
+    if let Some(blob) = held.clone() {
+        match m.open_blob(blob.clone(), f).await {
+            Ok(o) => opened = Some(o),
+            Err(Unservable::Unreadable) => held = None,
+            Err(Unservable::Damaged(why)) => {
+                tracing::warn!(
+                    repo = %escape(&at.id),
+                    path = %escape(path),
+                    blob = %blob.display(),
+                    "the blob of '{}' in '{}' is damaged: {why}",
+                    escape(path),
+                    escape(&at.id),
+                );
+                let refetch = m.upstream.is_some() && at.upstream && who.is_some();
+                if !refetch {
+                    return super::error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!(
+                            "the mirror's copy of '{}' is damaged ({why}); it is not served",
+                            escape(path)
+                        ),
+                    );
+                }
+                // Out of the way (a reader holding it keeps its bytes): fetched anew below.
+                let _ = std::fs::remove_file(&blob);
+                held = None;
+            }
+        }
+    }
+    let Some((file, stamp)) = opened.filter(|_| held.is_some()) else {
+        return match (&m.upstream, at.upstream, &who) {
+            (Some(up), true, Some(who)) => {
                 if method == Method::HEAD {
                     return resp.body(Body::empty()).unwrap_or_default();
                 }
-                let pull = match up.pull(at.kind, &at.id, commit, f, authorization(headers)) {
+                let pull = match up.pull(at.kind, &at.id, commit, f, who) {
                     Ok(p) => p,
-                    Err(Failure::Down(why)) => {
-                        return Miss::down(&at.id, rev, Some(&why)).respond()
-                    }
-                    Err(Failure::Refused(e)) => return Miss::hub(&e).respond(),
+                    Err(f) => return Miss::failure(f).respond(),
                 };
                 if let Err(why) = pull.started(from, to).await {
                     // 504 when the upstream could not be reached, 502 when it answered wrongly.
@@ -667,43 +859,25 @@ async fn resolve(
                 resp.body(Body::from_stream(pull.body(from, to, super::PIECE)))
                     .unwrap_or_default()
             }
-            (Some(_), false) => Miss::down(&at.id, path, None).respond(),
-            (None, _) => not_found("EntryNotFound", "its blob is gone", Some(commit)),
+            (Some(_), _, _) => Miss::down(&at.id, path, None).respond(),
+            (None, _, _) => not_found("EntryNotFound", "its blob is gone", Some(commit)),
         };
     };
     if method == Method::HEAD || from == to {
         return resp.body(Body::empty()).unwrap_or_default();
     }
-    // The blob itself, never a link planted in its place (nor one on the way to it).
-    let Ok(map) = m.map(blob).await else {
-        return super::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the blob");
-    };
-    let (a, b) = (from as usize, to as usize);
-    if b > map.as_bytes().len() {
-        return super::error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the blob is shorter than listed",
+    let (id, path) = (at.id.clone(), path.to_string());
+    let body = super::source::body(file, stamp, from..to, super::PIECE, move |why| {
+        tracing::warn!(
+            repo = %escape(&id),
+            path = %escape(&path),
+            "the blob of '{}' in '{}' changed while it was sent: {}",
+            escape(&path),
+            escape(&id),
+            escape(why),
         );
-    }
-    let pieces = (a..b).step_by(super::PIECE).map(move |p| {
-        Ok::<_, std::io::Error>(bytes::Bytes::from_owner(MappedBlob {
-            map: map.clone(),
-            range: p..(p + super::PIECE).min(b),
-        }))
     });
-    resp.body(Body::from_stream(futures::stream::iter(pieces)))
-        .unwrap_or_default()
-}
-
-struct MappedBlob {
-    map: Arc<Mmap>,
-    range: std::ops::Range<usize>,
-}
-
-impl AsRef<[u8]> for MappedBlob {
-    fn as_ref(&self) -> &[u8] {
-        &self.map.as_bytes()[self.range.clone()]
-    }
+    resp.body(Body::from_stream(body)).unwrap_or_default()
 }
 
 /// What the mirror does not hold, as the Hub says it (`X-Error-Code`).
@@ -737,6 +911,52 @@ impl Miss {
                 why.map(|w| format!(": {}", escape(w))).unwrap_or_default()
             ),
             commit: None,
+        }
+    }
+
+    /// A client's request that cannot be asked (an invalid revision, name, path or token).
+    fn invalid(message: &str) -> Miss {
+        Miss {
+            status: StatusCode::BAD_REQUEST,
+            code: None,
+            message: message.to_string(),
+            commit: None,
+        }
+    }
+
+    /// The mirror holds what was asked, but may not answer it: the upstream cannot be asked
+    /// whether this client may have it, and the repository is not known to be public.
+    fn unchecked(id: &str, why: &str) -> Miss {
+        Miss {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            code: None,
+            message: format!(
+                "'{}': the upstream cannot be reached to ask whether this client may have it \
+                 (only a public repository's files are served without asking): {}",
+                escape(id),
+                escape(why)
+            ),
+            commit: None,
+        }
+    }
+
+    /// The upstream's answer (or its absence) as this client's.
+    fn failure(f: Failure) -> Miss {
+        match f {
+            Failure::Refused(e) => Miss::hub(&e),
+            Failure::Invalid(why) => Miss::invalid(&escape(&why)),
+            Failure::Disagrees(why) => Miss {
+                status: StatusCode::BAD_GATEWAY,
+                code: None,
+                message: why,
+                commit: None,
+            },
+            Failure::Down(why) => Miss {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                code: None,
+                message: format!("the upstream cannot be reached: {}", escape(&why)),
+                commit: None,
+            },
         }
     }
 

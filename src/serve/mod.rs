@@ -6,13 +6,21 @@
 //! - `GET /models`: every model served (`name`, `path`, `format`, `tensors`, `size`);
 //! - `GET /models/{model}`: its report, as `weight-inspect --json` prints it, each tensor's
 //!   `sha256` filled in once it is known;
-//! - `GET` and `HEAD` `/models/{model}/tensors/{name}`: the tensor's bytes, streamed from the
-//!   memory map in pieces (memory flat whatever its size), with `Content-Length`,
-//!   `Accept-Ranges: bytes`, `ETag` and `X-Weight-SHA256`: the SHA-256 of the whole tensor,
-//!   computed from the mapped bytes the first time the tensor is asked for (concurrent first
-//!   requests wait for one computation) and remembered. One `Range` per request (`bytes=A-B`,
-//!   `A-`, `-N`): 206 with `Content-Range` and `Content-Digest: sha-256=:…:` (RFC 9530) of the
-//!   bytes sent; 416 past the end; several ranges are refused (400), as is a malformed one.
+//! - `GET` and `HEAD` `/models/{model}/tensors/{name}`: the tensor's bytes, read from the file
+//!   by position in pieces (`source.rs`: memory flat whatever its size, and a file truncated
+//!   under the server is a failed read, never a `SIGBUS`), with `Content-Length`,
+//!   `Accept-Ranges: bytes`, `ETag` and `X-Weight-SHA256`: the SHA-256 of the whole tensor.
+//!   Every tensor is hashed once, in the background from the start (`/models/{model}` says how
+//!   many are known; a request for one not hashed yet hashes it first, concurrent requests
+//!   waiting for one computation). One `Range` per request (`bytes=A-B`, `A-`, `-N`): 206 with
+//!   `Content-Range` and, on a `GET`, `Content-Digest: sha-256=:…:` (RFC 9530) of the bytes
+//!   sent (the last [`SLICES`] remembered; a `HEAD` computes nothing it does not send); 416 past
+//!   the end; several ranges are refused (400), as is a malformed one.
+//!
+//! Each file's stamp (inode, size, times) is taken when it is opened: a file
+//! changed since (truncated, copied over, written in place) is found before an answer starts,
+//! and again before an answer's last piece leaves; the model is then no longer served (503,
+//! the reason in `/models` and in the log at WARN), and an answer in flight ends short.
 //!
 //! With a residency limit ([`Catalog::open_with`], `serve --max-resident`), the tensors answered
 //! are read through one [`Residency`] shared by every model served: a tensor is held while its
@@ -25,14 +33,17 @@ pub mod client;
 mod conn;
 mod hub;
 mod range;
+mod source;
 mod upstream;
 
 pub use conn::Limits;
+pub use hub::BlobCheck;
 pub use upstream::Upstream;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
@@ -43,7 +54,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::format::model::{Model, OpenError};
-use crate::format::residency::{Hold, Residency, ResidencyStats};
+use crate::format::residency::{Residency, ResidencyStats};
 use crate::names::escape;
 use crate::verify::{self, Options, Report};
 
@@ -52,6 +63,13 @@ pub const SHA256_HEADER: &str = "x-weight-sha256";
 
 /// Bytes per piece of a streamed body.
 const PIECE: usize = 256 << 10;
+
+/// Digests of slices (a tensor's ranges) remembered, per model.
+pub const SLICES: usize = 4096;
+
+/// Locks that make concurrent first requests for a tensor wait for one computation of its
+/// digest (a tensor takes the one its slot falls on).
+const HASHING_LOCKS: usize = 64;
 
 /// Why models cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -93,10 +111,23 @@ struct Served {
     sha: Vec<OnceLock<[u8; 32]>>,
     /// The position in `sha` of each (file, index).
     slot: BTreeMap<(usize, usize), usize>,
+    /// Each file's descriptor (the one its map was made from) and its stamp when opened: bodies
+    /// and digests are read from it by position, never through the map.
+    files: Vec<(Arc<std::fs::File>, source::Stamp)>,
+    /// Why the model is no longer served (a file of it changed), once found.
+    changed: OnceLock<String>,
+    /// How many digests of `sha` are known.
+    known: AtomicUsize,
+    /// See [`HASHING_LOCKS`].
+    hashing: Vec<Mutex<()>>,
+    /// Digests of slices sent: (file, start, end) in the file → SHA-256.
+    slices: Mutex<lru::LruCache<(usize, u64, u64), [u8; 32]>>,
 }
 
 /// The models a server serves, opened once.
 pub struct Catalog {
+    /// Stops the background hashing when the catalog goes.
+    stop: Arc<AtomicBool>,
     models: BTreeMap<String, Arc<Served>>,
     /// A Hugging Face cache served as a Hub mirror.
     hub: Option<crate::cache::HfCache>,
@@ -104,6 +135,8 @@ pub struct Catalog {
     upstream: Option<Arc<Upstream>>,
     /// The limit the models' tensors are read through, if any.
     residency: Option<Arc<Residency>>,
+    /// How far the mirror checks a held blob before serving it.
+    blob_check: BlobCheck,
 }
 
 /// Whether `dir` is a Hugging Face cache: it holds a `models--…`, `datasets--…` or
@@ -239,12 +272,33 @@ impl Catalog {
         if models.is_empty() && hub.is_none() {
             return Err(ServeError::Empty);
         }
+        let stop = Arc::new(AtomicBool::new(false));
+        if !models.is_empty() {
+            // Every tensor's digest, from the start, one model after another.
+            let (all, stop) = (models.values().cloned().collect::<Vec<_>>(), stop.clone());
+            let _ = std::thread::Builder::new()
+                .name("serve-verify".into())
+                .spawn(move || {
+                    for s in all {
+                        s.hash_all(&stop);
+                    }
+                });
+        }
         Ok(Catalog {
+            stop,
             models,
             hub,
             upstream: upstream.map(Arc::new),
             residency,
+            blob_check: BlobCheck::default(),
         })
+    }
+
+    /// How far the Hub mirror checks a held blob before serving it (default
+    /// [`BlobCheck::Size`]).
+    pub fn check_blobs(mut self, check: BlobCheck) -> Self {
+        self.blob_check = check;
+        self
     }
 
     /// What the residency limit has done so far (`None` without one).
@@ -257,9 +311,21 @@ impl Catalog {
         self.models.keys().map(String::as_str)
     }
 
+    /// Who the mirror's clients are to its upstream (see [`Upstream::access_note`]), if it
+    /// has one.
+    pub fn access_note(&self) -> Option<&'static str> {
+        self.upstream.as_ref().map(|u| u.access_note())
+    }
+
     /// The Hugging Face cache served as a Hub mirror, if one was given.
     pub fn hub_cache(&self) -> Option<&Path> {
         self.hub.as_ref().map(|c| c.root())
+    }
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -287,6 +353,19 @@ impl Served {
             }
         }
         let sha = (0..slot.len()).map(|_| OnceLock::new()).collect();
+        let mut files = Vec::new();
+        for f in model.files() {
+            let opened = f
+                .file()
+                .ok_or_else(|| std::io::Error::other("the file is not open"))
+                .and_then(|file| file.try_clone())
+                .and_then(|file| Ok((source::Stamp::of(&file)?, file)))
+                .map_err(|e| ServeError::Open {
+                    path: f.path().to_path_buf(),
+                    source: Box::new(e),
+                })?;
+            files.push((Arc::new(opened.1), opened.0));
+        }
         Ok(Served {
             name,
             model: Arc::new(model),
@@ -294,7 +373,90 @@ impl Served {
             index,
             sha,
             slot,
+            files,
+            changed: OnceLock::new(),
+            known: AtomicUsize::new(0),
+            hashing: (0..HASHING_LOCKS).map(|_| Mutex::new(())).collect(),
+            slices: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(SLICES).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
         })
+    }
+
+    /// `Err` with why once a file of the model changed since it was opened (checked now for
+    /// file `fi`).
+    fn check(&self, fi: usize) -> Result<(), String> {
+        if let Some(why) = self.changed.get() {
+            return Err(why.clone());
+        }
+        let (file, stamp) = &self.files[fi];
+        stamp.check(file).map_err(|why| self.mark_changed(fi, &why))
+    }
+
+    /// Records that file `fi` changed (`why`): the model is no longer served. Logged once.
+    fn mark_changed(&self, fi: usize, why: &str) -> String {
+        let path = self.model.files()[fi].path().display().to_string();
+        let message = format!(
+            "model '{}' is no longer served: {} changed on disk since it was opened ({}); \
+             restart the server to serve it as it is now",
+            escape(&self.name),
+            escape(&path),
+            escape(why),
+        );
+        if self.changed.set(message.clone()).is_ok() {
+            tracing::warn!(model = %escape(&self.name), path = %escape(&path), "{message}");
+        }
+        self.changed.get().cloned().unwrap_or(message)
+    }
+
+    /// The SHA-256 of tensor `ti` of file `fi`: remembered, or read and hashed now (by
+    /// position; the file checked unchanged before and after).
+    fn digest(&self, fi: usize, ti: usize) -> Result<[u8; 32], String> {
+        let slot = self.slot[&(fi, ti)];
+        if let Some(d) = self.sha[slot].get() {
+            return Ok(*d);
+        }
+        let _one = self.hashing[slot % HASHING_LOCKS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = self.sha[slot].get() {
+            return Ok(*d);
+        }
+        self.check(fi)?;
+        let info = &self.model.files()[fi].tensors()[ti];
+        let end = info.offset.saturating_add(info.n_bytes);
+        let d = source::sha256(&self.files[fi].0, info.offset..end)
+            .map_err(|e| self.mark_changed(fi, &e.to_string()))?;
+        // Only a digest of bytes that were the file's when it was opened is remembered.
+        self.check(fi)?;
+        if self.sha[slot].set(d).is_ok() {
+            self.known.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(d)
+    }
+
+    /// Every tensor's digest, until `stop` or a file changed.
+    fn hash_all(&self, stop: &AtomicBool) {
+        for &(fi, ti) in self.slot.keys() {
+            if stop.load(Ordering::Relaxed) || self.digest(fi, ti).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Where the model stands, for `/models` and `/models/{model}`.
+    fn state(&self) -> serde_json::Value {
+        let known = self.known.load(Ordering::Relaxed);
+        let total = self.sha.len();
+        match self.changed.get() {
+            Some(why) => serde_json::json!({
+                "state": "changed", "reason": why, "tensors_hashed": known, "tensors": total,
+            }),
+            None => serde_json::json!({
+                "state": if known == total { "verified" } else { "hashing" },
+                "tensors_hashed": known, "tensors": total,
+            }),
+        }
     }
 }
 
@@ -306,7 +468,11 @@ pub fn router(catalog: Arc<Catalog>) -> Router {
         .route("/models/{model}/tensors/{*name}", get(tensor))
         .with_state(catalog.clone());
     let app = match &catalog.hub {
-        Some(cache) => tensors.merge(hub::router(cache.clone(), catalog.upstream.clone())),
+        Some(cache) => tensors.merge(hub::router(
+            cache.clone(),
+            catalog.upstream.clone(),
+            catalog.blob_check,
+        )),
         None => tensors,
     };
     app.route("/metrics", get(metrics_text))
@@ -420,6 +586,8 @@ struct Listed<'a> {
     format: Option<crate::format::Format>,
     tensors: usize,
     size: u64,
+    /// Where the model stands (see [`Served::state`]).
+    serving: serde_json::Value,
 }
 
 async fn list(State(c): State<Arc<Catalog>>) -> Response<Body> {
@@ -432,6 +600,7 @@ async fn list(State(c): State<Arc<Catalog>>) -> Response<Body> {
             format: Some(s.model.format()),
             tensors: s.slot.len(),
             size: s.model.files().iter().map(|f| f.size()).sum(),
+            serving: s.state(),
         })
         .collect();
     json(StatusCode::OK, &serde_json::json!({ "models": models }))
@@ -455,12 +624,17 @@ async fn describe(
             }
         }
     }
-    json(StatusCode::OK, &report)
+    let mut out = serde_json::to_value(&report).unwrap_or_default();
+    if let Some(o) = out.as_object_mut() {
+        o.insert("serving".into(), s.state());
+    }
+    json(StatusCode::OK, &out)
 }
 
 async fn tensor(
     State(c): State<Arc<Catalog>>,
     UrlPath((model, name)): UrlPath<(String, String)>,
+    method: axum::http::Method,
     headers: HeaderMap,
 ) -> Response<Body> {
     let Some(s) = c.models.get(&model).cloned() else {
@@ -475,9 +649,12 @@ async fn tensor(
             &format!("no tensor '{}' in '{}'", escape(&name), escape(&model)),
         );
     };
+    if let Err(why) = s.check(fi) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, &why);
+    }
     let info = &s.model.files()[fi].tensors()[ti];
     let len = info.n_bytes;
-    let start = usize::try_from(info.offset).unwrap_or(usize::MAX);
+    let start = info.offset;
     let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let ask = if headers.contains_key(header::RANGE) && range_header.is_none() {
         range::Ask::Malformed("not text")
@@ -509,37 +686,23 @@ async fn tensor(
     };
     // Under a residency limit, the tensor is held until its answer has been sent.
     let hold = s.model.hold_at(fi, info).map(Arc::new);
-    // The whole tensor's digest, computed once from the bytes served.
-    let slot = s.slot[&(fi, ti)];
+    // The whole tensor's digest: known, or computed now from the file's bytes.
     let s2 = s.clone();
-    let digest = tokio::task::spawn_blocking(move || {
-        let f = &s2.model.files()[fi];
-        // Only bytes that can be served are hashed, and only their digest is remembered.
-        let view = f.view(&f.tensors()[ti]).ok()?;
-        Some(*s2.sha[slot].get_or_init(|| verify::sha256(view.bytes())))
-    })
-    .await;
-    let Ok(Some(digest)) = digest else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "hashing the tensor failed",
-        );
+    let digest = match tokio::task::spawn_blocking(move || s2.digest(fi, ti)).await {
+        Ok(Ok(d)) => d,
+        Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, &why),
+        Err(_) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "hashing the tensor failed",
+            )
+        }
     };
     let (from, to) = match &part {
         Some(r) => (r.start, r.end),
         None => (0, len),
     };
-    let (a, b) = (
-        start.saturating_add(from as usize),
-        start.saturating_add(to as usize),
-    );
-    if b > s.model.files()[fi].bytes().len() {
-        // A verified model's tensors lie within their files; never slice past one.
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the tensor lies past its file",
-        );
-    }
+    let (a, b) = (start.saturating_add(from), start.saturating_add(to));
     let mut resp = Response::builder()
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .header(header::ACCEPT_RANGES, "bytes")
@@ -547,57 +710,69 @@ async fn tensor(
         .header(header::ETAG, format!("\"{}\"", hex::encode(digest)))
         .header(SHA256_HEADER, hex::encode(digest));
     if let Some(r) = &part {
-        let s3 = s.clone();
-        let Ok(piece) = tokio::task::spawn_blocking(move || {
-            verify::sha256(&s3.model.files()[fi].bytes()[a..b])
-        })
-        .await
-        else {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "hashing the range failed",
-            );
+        resp = resp.status(StatusCode::PARTIAL_CONTENT).header(
+            header::CONTENT_RANGE,
+            format!("bytes {}-{}/{len}", r.start, r.end - 1),
+        );
+        // The slice's digest: remembered, or (for a GET, which sends the bytes) computed.
+        let key = (fi, a, b);
+        let known = s
+            .slices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied();
+        let piece = match known {
+            Some(d) => Some(d),
+            None if method == axum::http::Method::HEAD => None,
+            None => {
+                let s3 = s.clone();
+                let hashed = tokio::task::spawn_blocking(move || {
+                    let d = source::sha256(&s3.files[fi].0, a..b)
+                        .map_err(|e| s3.mark_changed(fi, &e.to_string()))?;
+                    s3.check(fi)?;
+                    s3.slices
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .put(key, d);
+                    Ok::<_, String>(d)
+                })
+                .await;
+                match hashed {
+                    Ok(Ok(d)) => Some(d),
+                    Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, &why),
+                    Err(_) => {
+                        return error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "hashing the range failed",
+                        )
+                    }
+                }
+            }
         };
-        resp = resp
-            .status(StatusCode::PARTIAL_CONTENT)
-            .header(
-                header::CONTENT_RANGE,
-                format!("bytes {}-{}/{len}", r.start, r.end - 1),
-            )
-            .header(
+        if let Some(d) = piece {
+            resp = resp.header(
                 "content-digest",
                 format!(
                     "sha-256=:{}:",
-                    base64::engine::general_purpose::STANDARD.encode(piece)
+                    base64::engine::general_purpose::STANDARD.encode(d)
                 ),
             );
+        }
     }
-    let model = s.model.clone();
-    let pieces = (a..b).step_by(PIECE).map(move |p| {
-        Ok::<_, std::io::Error>(bytes::Bytes::from_owner(Mapped {
-            model: model.clone(),
-            file: fi,
-            range: p..(p + PIECE).min(b),
-            _hold: hold.clone(),
-        }))
+    if method == axum::http::Method::HEAD || a == b {
+        return resp
+            .body(Body::empty())
+            .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "bad response"));
+    }
+    let (file, stamp) = s.files[fi].clone();
+    let body = source::body(file, stamp, a..b, PIECE, move |why| {
+        // (The hold lives as long as the body: the tensor stays resident while it is sent.)
+        let _ = &hold;
+        s.mark_changed(fi, why);
     });
-    resp.body(Body::from_stream(futures::stream::iter(pieces)))
+    resp.body(Body::from_stream(body))
         .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "bad response"))
-}
-
-/// A piece of a mapped file, kept alive by the model it belongs to (and, under a residency
-/// limit, resident by the hold of its tensor).
-struct Mapped {
-    model: Arc<Model>,
-    file: usize,
-    range: std::ops::Range<usize>,
-    _hold: Option<Arc<Hold>>,
-}
-
-impl AsRef<[u8]> for Mapped {
-    fn as_ref(&self) -> &[u8] {
-        &self.model.files()[self.file].bytes()[self.range.clone()]
-    }
 }
 
 fn json<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response<Body> {

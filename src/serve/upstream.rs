@@ -12,10 +12,19 @@
 //!   client ever receives a complete file that was not checked, or that the mirror does not
 //!   hold; a download that fails or rewrites bytes already sent cuts the answers in
 //!   flight short (their `Content-Length` tells their clients).
-//! - **Tokens**: the upstream is asked with the mirror's own token (the fetcher's), which never
-//!   reaches a client (answers are built here, never copied from the upstream). A client's
-//!   `Authorization` is forwarded only with [`Upstream::forward_token`] (gated repositories),
-//!   and then its answers are remembered apart from everyone else's.
+//! - **Access** (the README's access model): without [`Upstream::forward_token`] every client
+//!   is the mirror (its token, the fetcher's, asks the upstream, and never reaches a client:
+//!   answers are built here, never copied from the upstream). With it, a request's identity is
+//!   its bearer token (the scheme in any case) or anonymous ([`Identity`]), and the upstream is
+//!   asked as that identity, never with the mirror's token. A file of a repository is served
+//!   only after the upstream said yes to that identity for that repository ([`Upstream::authorize`],
+//!   a `HEAD` on the file; the yes remembered for [`Upstream::ttl`], keyed by a hash of the
+//!   token). A no, an error or an upstream that cannot be asked is a no, except for a
+//!   repository known to be public: one whose file the upstream last let an anonymous request
+//!   have, whose held bytes are then served to anyone while the upstream is down.
+//! - **A client's bad input** (an invalid revision, name or path, a token no header can carry)
+//!   is that client's 4xx ([`Failure::Invalid`]); only the upstream failing to answer at all
+//!   (a transport failure) pauses the questions asked of it for everyone.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -85,30 +94,74 @@ pub(crate) struct Listing {
     pub entries: Vec<Entry>,
 }
 
+/// What [`Upstream::authorize`] found.
+#[derive(Debug)]
+pub(crate) enum Access {
+    /// The upstream said yes just now, and described the file as listed.
+    Checked,
+    /// It said yes to this identity for this repository less than a TTL ago.
+    Granted,
+    /// It cannot be asked, and the repository is known to be public: held bytes may be served.
+    Public,
+}
+
 /// Why the upstream gave no answer.
 #[derive(Debug)]
 pub(crate) enum Failure {
     /// It could not be reached, or failed (network, 5xx, a broken answer): the mirror falls
-    /// back on what it holds.
+    /// back on what it holds, where the access model lets it.
     Down(String),
     /// It answered that there is no such thing, or that it is not for this client.
     Refused(HubError),
+    /// The client's request cannot be asked of the upstream (an invalid revision, name or path,
+    /// a token no header can carry): that client's 400, nothing else changes.
+    Invalid(String),
+    /// The upstream's answers disagree with each other (its listing and its `HEAD` on a file):
+    /// 502, naming the disagreement.
+    Disagrees(String),
 }
 
 impl From<HubError> for Failure {
     fn from(e: HubError) -> Failure {
         if e.is_not_found_or_denied() {
             Failure::Refused(e)
+        } else if matches!(
+            e,
+            HubError::InvalidRevision { .. }
+                | HubError::InvalidRepoId { .. }
+                | HubError::UnsafePath { .. }
+        ) {
+            Failure::Invalid(e.to_string())
         } else {
             Failure::Down(e.to_string())
         }
     }
 }
 
-/// Who asks: the mirror itself, or a client whose token is forwarded (its fingerprint keys
-/// what is remembered for it).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Asker(Option<[u8; 16]>);
+/// Whether `e` says the upstream could not be reached at all (no answer came): what pauses the
+/// questions asked of it ([`DOWN_PAUSE`]). An HTTP answer, even an error, is an answer.
+fn unreachable(e: &HubError) -> bool {
+    matches!(e, HubError::Network { .. } | HubError::Stalled { .. })
+}
+
+/// Who asks: the mirror itself (without [`Upstream::forward_token`]), an anonymous client, or a
+/// client's token (by its fingerprint, never the token itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Asker {
+    /// The mirror's own identity (every client, without `--forward-token`).
+    Mirror,
+    /// A client without a bearer token, asked with no token.
+    Anonymous,
+    /// A client's bearer token: the first 16 bytes of its SHA-256.
+    Token([u8; 16]),
+}
+
+/// A request's identity, and the fetchers that ask the upstream as it.
+#[derive(Clone)]
+pub(crate) struct Identity {
+    asker: Asker,
+    clients: Arc<Clients>,
+}
 
 struct Remembered<T> {
     at: Instant,
@@ -144,6 +197,12 @@ impl Weight for () {
     }
 }
 
+impl Weight for bool {
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
 impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
     fn new() -> Self {
         Memory {
@@ -155,6 +214,13 @@ impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
     fn get(&self, key: &K) -> Option<(Arc<T>, Duration)> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(key).map(|r| (r.value.clone(), r.at.elapsed()))
+    }
+
+    fn forget(&self, key: &K) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
     }
 
     fn put(&self, key: K, value: Arc<T>) {
@@ -187,7 +253,8 @@ impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
 type ListingKey = (RepoType, String, String, Asker);
 type RefsKey = (RepoType, String, Asker);
 type PullKey = (RepoType, String, String);
-type AccessKey = (RepoType, String, String, String, Asker);
+type RepoKey = (RepoType, String);
+type GrantKey = (RepoType, String, Asker);
 
 /// The upstream of a mirror (see the module docs).
 pub struct Upstream {
@@ -197,14 +264,21 @@ pub struct Upstream {
     ttl: Duration,
     listings: Memory<ListingKey, Listing>,
     refs: Memory<RefsKey, Refs>,
-    /// Files the upstream let an asker have.
-    allowed: Memory<AccessKey, ()>,
+    /// Repositories whose files the upstream let an asker have (a yes, for [`Upstream::ttl`]).
+    grants: Memory<GrantKey, ()>,
+    /// Whether the upstream last let an anonymous request have a repository's file (public) or
+    /// not: what decides, while it is down, whether held bytes are served to anyone.
+    public: Memory<RepoKey, bool>,
+    /// The fetchers of anonymous clients under `--forward-token` (no token).
+    anonymous: Arc<Clients>,
     pulls: Mutex<HashMap<PullKey, Arc<Pull>>>,
     for_tokens: Mutex<HashMap<[u8; 16], Arc<Clients>>>,
     /// When the upstream last failed to answer (see [`DOWN_PAUSE`]).
     down_since: Mutex<Option<Instant>>,
     /// Stops every fetch (each saves its resume state): the server is stopping.
     cancel: tokio_util::sync::CancellationToken,
+    /// Whether the mirror has a token of its own.
+    own_token: bool,
 }
 
 /// The fetchers of one asker: metadata asked quickly, files fetched with the usual retries.
@@ -242,17 +316,21 @@ impl Upstream {
         // valid model is for whoever loads it (the tensor routes verify what they serve).
         let cancel = tokio_util::sync::CancellationToken::new();
         let builder = builder.verify(false).cancellation(cancel.clone());
+        let own_token = builder.has_token();
         Ok(Upstream {
             fetcher: Arc::new(Clients::new(builder.clone())?),
+            anonymous: Arc::new(Clients::new(builder.clone().no_token())?),
             builder,
             forward_token: false,
             ttl: Duration::from_secs(10),
             listings: Memory::new(),
             refs: Memory::new(),
-            allowed: Memory::new(),
+            grants: Memory::new(),
+            public: Memory::new(),
             pulls: Mutex::new(HashMap::new()),
             for_tokens: Mutex::new(HashMap::new()),
             down_since: Mutex::new(None),
+            own_token,
             cancel,
         })
     }
@@ -264,9 +342,10 @@ impl Upstream {
         self
     }
 
-    /// Forward a client's `Authorization: Bearer …` upstream instead of the mirror's token
-    /// (for gated repositories each user must have accepted). Default false: clients' tokens
-    /// are ignored.
+    /// Ask the upstream as each client (its `Authorization: Bearer …`, or no token) instead of
+    /// with the mirror's token, and serve a repository's files to a client only once the
+    /// upstream let it have them (see the module docs). Default false: every client is the
+    /// mirror, and is served what the mirror's token can read.
     pub fn forward_token(mut self, yes: bool) -> Self {
         self.forward_token = yes;
         self
@@ -289,26 +368,55 @@ impl Upstream {
         d.is_some_and(|t| t.elapsed() < DOWN_PAUSE)
     }
 
-    /// Records how the upstream answered (`true`: it did).
-    fn answered(&self, yes: bool) {
-        *self.down_since.lock().unwrap_or_else(|e| e.into_inner()) = (!yes).then(Instant::now);
+    /// `r`, with what it says of the upstream recorded: a transport failure pauses the questions
+    /// asked of it ([`DOWN_PAUSE`]); any answer ends a pause.
+    fn asked<T>(&self, r: Result<T, HubError>) -> Result<T, Failure> {
+        match &r {
+            Err(e) if unreachable(e) => {
+                *self.down_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+            // The library refused the request itself: nothing was asked.
+            Err(HubError::InvalidRevision { .. } | HubError::InvalidRepoId { .. })
+            | Err(HubError::UnsafePath { .. }) => {}
+            _ => *self.down_since.lock().unwrap_or_else(|e| e.into_inner()) = None,
+        }
+        r.map_err(Failure::from)
     }
 
-    /// Who asks, and the fetcher that asks for them.
-    fn asker(&self, authorization: Option<&str>) -> Result<(Asker, Arc<Clients>), Failure> {
+    /// The identity of a request whose `Authorization` header is `authorization` (see the
+    /// module docs): the mirror without `--forward-token`; else its bearer token (the scheme
+    /// in any case), or anonymous (no header, `Basic`, an empty token).
+    pub(crate) fn identity(&self, authorization: Option<&str>) -> Result<Identity, Failure> {
+        if !self.forward_token {
+            return Ok(Identity {
+                asker: Asker::Mirror,
+                clients: self.fetcher.clone(),
+            });
+        }
         let token = authorization
-            .filter(|_| self.forward_token)
-            .and_then(|a| a.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|a| a.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim())
             .filter(|t| !t.is_empty());
         let Some(token) = token else {
-            return Ok((Asker(None), self.fetcher.clone()));
+            return Ok(Identity {
+                asker: Asker::Anonymous,
+                clients: self.anonymous.clone(),
+            });
         };
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Failure::Invalid(
+                "the bearer token holds characters a token cannot have".into(),
+            ));
+        }
         let mut fp = [0u8; 16];
         fp.copy_from_slice(&Sha256::digest(token.as_bytes())[..16]);
         let mut map = self.for_tokens.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = map.get(&fp) {
-            return Ok((Asker(Some(fp)), f.clone()));
+            return Ok(Identity {
+                asker: Asker::Token(fp),
+                clients: f.clone(),
+            });
         }
         if map.len() >= TOKEN_FETCHERS {
             map.clear();
@@ -318,21 +426,44 @@ impl Upstream {
                 .map_err(|e| Failure::Down(e.to_string()))?,
         );
         map.insert(fp, f.clone());
-        Ok((Asker(Some(fp)), f))
+        Ok(Identity {
+            asker: Asker::Token(fp),
+            clients: f,
+        })
     }
 
-    /// The files of `id` at `rev`, and whether the upstream answered (`false`: the last
-    /// answer, however old, served because the upstream is down). An answer less than
-    /// [`Upstream::ttl`] old is used without asking.
+    /// Whether what the mirror remembers or holds of `id` may be answered to `who` without
+    /// asking the upstream (it is down): always without `--forward-token`; with it, for a
+    /// repository known to be public, or one the upstream let `who` have less than
+    /// [`Upstream::ttl`] ago.
+    pub(crate) fn may_answer_offline(&self, kind: RepoType, id: &str, who: &Identity) -> bool {
+        !self.forward_token || self.known_public(kind, id) || self.granted(kind, id, who.asker)
+    }
+
+    /// Whether the upstream last let an anonymous request have a file of `id`.
+    fn known_public(&self, kind: RepoType, id: &str) -> bool {
+        self.public
+            .get(&(kind, id.to_string()))
+            .is_some_and(|(p, _)| *p)
+    }
+
+    fn granted(&self, kind: RepoType, id: &str, asker: Asker) -> bool {
+        self.grants
+            .get(&(kind, id.to_string(), asker))
+            .is_some_and(|(_, age)| age < self.ttl)
+    }
+
+    /// The files of `id` at `rev` for `who`, and whether the upstream answered (`false`: the
+    /// last answer, however old, served because the upstream is down and the access model lets
+    /// `who` have it). An answer less than [`Upstream::ttl`] old is used without asking.
     pub(crate) async fn listing(
         &self,
         kind: RepoType,
         id: &str,
         rev: &str,
-        authorization: Option<&str>,
+        who: &Identity,
     ) -> Result<(Arc<Listing>, bool), Failure> {
-        let (asker, clients) = self.asker(authorization)?;
-        let key = (kind, id.to_string(), rev.to_string(), asker);
+        let key = (kind, id.to_string(), rev.to_string(), who.asker);
         let known = self.listings.get(&key);
         // A commit's files never change.
         if let Some((l, age)) = &known {
@@ -344,14 +475,7 @@ impl Upstream {
             Err(Failure::Down("it failed a moment ago".into()))
         } else {
             let repo = RepoRef::model(id).with_type(kind).with_revision(rev);
-            let r = clients
-                .meta
-                .hub()
-                .list_files(&repo)
-                .await
-                .map_err(Failure::from);
-            self.answered(!matches!(r, Err(Failure::Down(_))));
-            r
+            self.asked(who.clients.meta.hub().list_files(&repo).await)
         };
         match asked {
             Ok(l) => {
@@ -371,10 +495,14 @@ impl Upstream {
                 self.listings.put(key, listing.clone());
                 Ok((listing, true))
             }
-            Err(e) => match (e, known) {
-                (Failure::Down(_), Some((l, _))) => Ok((l, false)),
-                (f, _) => Err(f),
+            Err(Failure::Down(why)) => match known {
+                Some((l, _)) if self.may_answer_offline(kind, id, who) => Ok((l, false)),
+                _ => Err(Failure::Down(why)),
             },
+            Err(f) => {
+                self.listings.forget(&key);
+                Err(f)
+            }
         }
     }
 
@@ -383,10 +511,9 @@ impl Upstream {
         &self,
         kind: RepoType,
         id: &str,
-        authorization: Option<&str>,
+        who: &Identity,
     ) -> Result<Arc<Refs>, Failure> {
-        let (asker, clients) = self.asker(authorization)?;
-        let key = (kind, id.to_string(), asker);
+        let key = (kind, id.to_string(), who.asker);
         let known = self.refs.get(&key);
         if let Some((r, age)) = &known {
             if age < &self.ttl {
@@ -397,9 +524,7 @@ impl Upstream {
             Err(Failure::Down("it failed a moment ago".into()))
         } else {
             let repo = RepoRef::model(id).with_type(kind);
-            let r = clients.meta.hub().refs(&repo).await.map_err(Failure::from);
-            self.answered(!matches!(r, Err(Failure::Down(_))));
-            r
+            self.asked(who.clients.meta.hub().refs(&repo).await)
         };
         match asked {
             Ok(r) => {
@@ -407,10 +532,36 @@ impl Upstream {
                 self.refs.put(key, r.clone());
                 Ok(r)
             }
-            Err(e) => match (e, known) {
-                (Failure::Down(_), Some((r, _))) => Ok(r),
-                (f, _) => Err(f),
+            Err(Failure::Down(why)) => match known {
+                Some((r, _)) if self.may_answer_offline(kind, id, who) => Ok(r),
+                _ => Err(Failure::Down(why)),
             },
+            Err(f) => {
+                self.refs.forget(&key);
+                Err(f)
+            }
+        }
+    }
+
+    /// Who the clients are to the upstream, in a sentence for the operator (printed at start).
+    pub fn access_note(&self) -> &'static str {
+        match (self.forward_token, self.own_token) {
+            (true, true) => {
+                "each client is served what its own token (or none) can read, the upstream asked \
+                 for each; the mirror's token (HF_TOKEN) serves no client"
+            }
+            (true, false) => {
+                "each client is served what its own token (or none) can read, the upstream asked \
+                 for each"
+            }
+            (false, true) => {
+                "serving what HF_TOKEN can read to every client (--forward-token asks the \
+                 upstream for each client instead)"
+            }
+            (false, false) => {
+                "serving what an anonymous request can read to every client (--forward-token \
+                 asks the upstream for each client)"
+            }
         }
     }
 
@@ -419,45 +570,92 @@ impl Upstream {
         self.forward_token
     }
 
-    /// Whether the upstream lets this asker have `path` of `id` at `commit` (a `HEAD` on it;
-    /// a yes is remembered for [`Upstream::ttl`]).
-    pub(crate) async fn access(
+    /// Whether the upstream lets `who` have the files of `id`, asked with a `HEAD` on `path`
+    /// at `commit` ([`Access::Checked`], with what the upstream said of the file) unless it
+    /// said yes to `who` for `id` less than [`Upstream::ttl`] ago ([`Access::Granted`]). When
+    /// the upstream cannot be asked, a repository known to be public is [`Access::Public`]
+    /// (its held bytes may be served), any other a [`Failure::Down`]: no.
+    ///
+    /// With `fresh` (a file the mirror does not hold, so that what it announces of it is the
+    /// upstream's word now) the upstream is always asked; what its `HEAD` says must agree with
+    /// `want` (the listing's size and ETag), else [`Failure::Disagrees`], and no yes is
+    /// remembered.
+    pub(crate) async fn authorize(
         &self,
         kind: RepoType,
         id: &str,
         commit: &str,
-        path: &str,
-        authorization: Option<&str>,
-    ) -> Result<(), Failure> {
-        let (asker, clients) = self.asker(authorization)?;
-        let key = (
-            kind,
-            id.to_string(),
-            commit.to_string(),
-            path.to_string(),
-            asker,
-        );
-        if self
-            .allowed
-            .get(&key)
-            .is_some_and(|(_, age)| age < self.ttl)
-        {
-            return Ok(());
-        }
-        if self.paused() {
-            return Err(Failure::Down("it failed a moment ago".into()));
+        want: &Entry,
+        who: &Identity,
+        fresh: bool,
+    ) -> Result<Access, Failure> {
+        let path = want.path.as_str();
+        if !fresh && self.granted(kind, id, who.asker) {
+            return Ok(Access::Granted);
         }
         let repo = RepoRef::model(id).with_type(kind);
-        let r = clients
-            .meta
-            .hub()
-            .file_metadata(&repo, commit, path)
-            .await
-            .map_err(Failure::from);
-        self.answered(!matches!(r, Err(Failure::Down(_))));
-        r?;
-        self.allowed.put(key, Arc::new(()));
-        Ok(())
+        let asked = if self.paused() {
+            Err(Failure::Down("it failed a moment ago".into()))
+        } else {
+            self.asked(
+                who.clients
+                    .meta
+                    .hub()
+                    .file_metadata(&repo, commit, path)
+                    .await,
+            )
+        };
+        let repo_key = (kind, id.to_string());
+        let grant_key = (kind, id.to_string(), who.asker);
+        match asked {
+            Ok(meta) if meta.size != want.size || meta.etag.as_str() != want.etag() => Err(
+                Failure::Disagrees(disagreement(want, meta.size, meta.etag.as_str())),
+            ),
+            Ok(_) => {
+                self.grants.put(grant_key, Arc::new(()));
+                match who.asker {
+                    Asker::Anonymous => self.public.put(repo_key, Arc::new(true)),
+                    // Whether anyone may have it (what decides while the upstream is down),
+                    // asked anonymously once a TTL.
+                    Asker::Token(_)
+                        if self
+                            .public
+                            .get(&repo_key)
+                            .is_none_or(|(_, age)| age >= self.ttl) =>
+                    {
+                        let anonymous = self
+                            .anonymous
+                            .meta
+                            .hub()
+                            .file_metadata(&repo, commit, path)
+                            .await;
+                        match anonymous {
+                            Ok(_) => self.public.put(repo_key, Arc::new(true)),
+                            Err(e) if e.is_not_found_or_denied() => {
+                                self.public.put(repo_key, Arc::new(false));
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    _ => {}
+                }
+                Ok(Access::Checked)
+            }
+            Err(Failure::Down(why)) => {
+                if self.forward_token && self.known_public(kind, id) {
+                    Ok(Access::Public)
+                } else {
+                    Err(Failure::Down(why))
+                }
+            }
+            Err(f) => {
+                self.grants.forget(&grant_key);
+                if matches!((&f, who.asker), (Failure::Refused(_), Asker::Anonymous)) {
+                    self.public.put(repo_key, Arc::new(false));
+                }
+                Err(f)
+            }
+        }
     }
 
     /// The branches of `id` the upstream last said point at `commit` (asked for a revision,
@@ -500,9 +698,9 @@ impl Upstream {
         id: &str,
         commit: &str,
         entry: &Entry,
-        authorization: Option<&str>,
+        who: &Identity,
     ) -> Result<Arc<Pull>, Failure> {
-        let (_, clients) = self.asker(authorization)?;
+        let clients = who.clients.clone();
         let key = (kind, id.to_string(), entry.etag().to_string());
         let mut pulls = self.pulls.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = pulls.get(&key) {
@@ -522,6 +720,7 @@ impl Upstream {
         crate::metrics::global().upstream("started");
         let (up, p) = (self.clone(), pull.clone());
         let (id, commit, path) = (id.to_string(), commit.to_string(), entry.path.clone());
+        let want = entry.clone();
         // The fetch runs on a thread of its own, driven by the runtime's handle: it outlives
         // the request that started it (a client that leaves does not stop it), and the
         // library's fetch future need not be `Send` to be spawned.
@@ -534,6 +733,30 @@ impl Upstream {
                 &Selection::files([path]),
                 &follow,
             ));
+            // The file verified must be the one the mirror announced (its size and ETag are
+            // in the answers' headers): a listing that disagrees with the upstream's own HEAD
+            // ends the answers short, never complete with other bytes.
+            let r = r.map_err(|e| PullError {
+                network: e.exit_class() == crate::exit::ExitClass::Network,
+                message: e.to_string(),
+            });
+            let r =
+                r.and_then(
+                    |summary| match summary.files.iter().find(|f| f.path == want.path) {
+                        Some(f) if f.size == want.size && f.etag == want.etag() => Ok(()),
+                        Some(f) => Err(PullError {
+                            network: false,
+                            message: disagreement(&want, f.size, &f.etag),
+                        }),
+                        None => Err(PullError {
+                            network: false,
+                            message: format!(
+                                "'{}' was not fetched",
+                                crate::names::escape(&want.path)
+                            ),
+                        }),
+                    },
+                );
             crate::metrics::global().upstream(if r.is_ok() { "done" } else { "failed" });
             if r.is_ok() {
                 for branch in up.branches_at(kind, &id, &commit) {
@@ -547,18 +770,22 @@ impl Upstream {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&key);
-            p.state.send_modify(|s| {
-                s.end = Some(match r {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(PullError {
-                        network: e.exit_class() == crate::exit::ExitClass::Network,
-                        message: e.to_string(),
-                    }),
-                });
-            });
+            p.state.send_modify(|s| s.end = Some(r));
         });
         Ok(pull)
     }
+}
+
+/// What the mirror announced of `want` against what the upstream said or gave (`size`, `etag`).
+pub(crate) fn disagreement(want: &Entry, size: u64, etag: &str) -> String {
+    format!(
+        "the upstream disagrees with itself about '{}': its listing says {} bytes (ETag {}), \
+         the file is {size} bytes (ETag {})",
+        crate::names::escape(&want.path),
+        want.size,
+        crate::names::escape(want.etag()),
+        crate::names::escape(etag),
+    )
 }
 
 /// Why a pull failed.

@@ -35,13 +35,15 @@ impl Drop for Guard {
 /// chunk, each tensor), `-vvv` and more everything at TRACE. OpenTelemetry: the library's
 /// spans at DEBUG and above, to the endpoint the standard `OTEL_EXPORTER_OTLP_*` variables
 /// name, as the service `OTEL_SERVICE_NAME` (default: the program's name).
-pub fn init(verbose: u8, program: &'static str) -> Guard {
+/// `quiet`: the directives in force without `-v` or `RUST_LOG` (a server's warnings an
+/// operator must see: `weight_inspect::serve=warn`), else nothing.
+pub fn init_with(verbose: u8, program: &'static str, quiet: Option<&str>) -> Guard {
     let env = std::env::var("RUST_LOG")
         .ok()
         .filter(|s| !s.trim().is_empty());
     let filter = match (&env, verbose) {
         (Some(directives), _) => Some(EnvFilter::new(directives)),
-        (None, 0) => None,
+        (None, 0) => quiet.map(EnvFilter::new),
         (None, 1) => Some(EnvFilter::new("warn,weight_inspect=info")),
         (None, 2) => Some(EnvFilter::new("warn,weight_inspect=debug")),
         (None, _) => Some(EnvFilter::new("trace")),

@@ -103,7 +103,10 @@ fn main() -> ExitCode {
         }
     };
     // Until the program returns: the spans still queued are sent when it is dropped.
-    let _telemetry = logging::init(cli.verbose, "weight-inspect");
+    // A server names what it stops serving (a model changed on disk) in its log, -v or not.
+    let quiet =
+        matches!(cli.command, Some(Command::Serve(_))).then_some("weight_inspect::serve=warn");
+    let _telemetry = logging::init_with(cli.verbose, "weight-inspect", quiet);
     match cli.command {
         Some(Command::Manifest(args)) => return manifest::run(args),
         Some(Command::Serve(args)) => return serve::serve(args),

@@ -12,11 +12,13 @@ use weight_inspect::serve::{client, Catalog, ServeError};
 
 pub(super) const SERVE_HELP: &str = "\
 Routes: GET /models (the models served); GET /models/MODEL (its report, as --json prints it, \
-each tensor's sha256 once known); GET and HEAD /models/MODEL/tensors/NAME (the tensor's bytes, \
-streamed from the memory map, with Content-Length, ETag and X-Weight-SHA256: the SHA-256 of \
-the whole tensor, computed from the bytes served the first time it is asked for). One Range per \
-request (bytes=A-B, A-, -N): 206 with Content-Range and Content-Digest (sha-256 of the bytes \
-sent); 416 past the end; several ranges, or a malformed one, 400.\n\n\
+each tensor's sha256 once known, and serving.state: hashing, verified or changed); GET and \
+HEAD /models/MODEL/tensors/NAME (the tensor's bytes, read from the file, with Content-Length, \
+ETag and X-Weight-SHA256: the SHA-256 of the whole tensor, every tensor hashed in the background \
+from the start). One Range per request (bytes=A-B, A-, -N): 206 with Content-Range and, on a \
+GET, Content-Digest (sha-256 of the bytes sent); 416 past the end; several ranges, or a \
+malformed one, 400. A model file changed on disk since it was opened (truncated, copied over, \
+written in place) is no longer served: 503, named in /models and in the log.\n\n\
 A MODEL is named by its file name (a folder's models by their path below it). Models that fail \
 verification are refused. Listens on loopback unless --addr says otherwise; prints \
 `listening on http://ADDR` once it is ready. Ctrl-C stops it.\n\n\
@@ -26,7 +28,9 @@ A PATH that is a Hugging Face cache is served as a Hub mirror (HF_ENDPOINT=http:
 wi-fetch, huggingface_hub and llama.cpp). With --upstream URL it fetches what it does not hold \
 from that Hub, once, verified, into the cache (its own token, HF_TOKEN, never reaches a client), \
 serving a file's prefix to the clients waiting for it as it arrives; offline it serves what it \
-holds and answers 504 for what it lacks.\n\n\
+holds and answers 504 for what it lacks. Every client is served what HF_TOKEN can read, unless \
+--forward-token: then the upstream is asked as each client (its bearer token, or none), and a \
+gated or private repository's files go only to a client the upstream said yes to.\n\n\
 Connections: at most --max-connections at once; one whose client is slower than \
 --client-timeout to send its headers, or to take an answer's bytes, is closed.\n\n\
 Exit codes: 0 stopped; 1 usage, I/O, a link out of a folder served, or the address cannot be \
@@ -68,8 +72,9 @@ pub(super) struct ServeArgs {
     /// cannot be reached.
     #[arg(long, default_value_t = 10, value_name = "SECS", requires = "upstream")]
     metadata_ttl: u64,
-    /// With --upstream: send a client's own token (Authorization: Bearer) upstream instead of
-    /// the mirror's (HF_TOKEN), for gated repositories each user must have accepted.
+    /// With --upstream: ask the upstream as each client (its Authorization: Bearer token, or
+    /// none) instead of with the mirror's HF_TOKEN, and serve a gated or private repository's
+    /// files only to a client the upstream said yes to.
     #[arg(long, requires = "upstream")]
     forward_token: bool,
     /// With --upstream: bytes per chunk of a download (16M, 1MiB…; default 16 MiB), the unit
@@ -82,6 +87,19 @@ pub(super) struct ServeArgs {
     /// limit). Counted in /metrics (weight_inspect_residency_*).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     max_resident: Option<u64>,
+    /// How far a blob of the Hub mirror's cache is checked before it is served: `size` (its
+    /// size against the one recorded when it was verified), or `hash` (also its bytes against
+    /// its name, hashed once per change of the file). A damaged blob is fetched again from
+    /// --upstream, else answered 500 and named in the log.
+    #[arg(long, value_enum, default_value_t = CheckBlobs::Size, value_name = "LEVEL")]
+    check_blobs: CheckBlobs,
+}
+
+/// `--check-blobs`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CheckBlobs {
+    Size,
+    Hash,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -172,8 +190,12 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
         },
         None => Catalog::open_with(&args.paths, None, args.max_resident),
     };
+    let check = match args.check_blobs {
+        CheckBlobs::Size => weight_inspect::serve::BlobCheck::Size,
+        CheckBlobs::Hash => weight_inspect::serve::BlobCheck::Hash,
+    };
     let catalog = match opened {
-        Ok(c) => Arc::new(c),
+        Ok(c) => Arc::new(c.check_blobs(check)),
         Err(e) => {
             eprintln!("weight-inspect: error: {}", escape(&e.to_string()));
             // A model that fails verification is 2; a file that cannot be read, a link out of
@@ -207,6 +229,9 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
                 "weight-inspect: fetching what it does not hold from {}",
                 escape(url)
             );
+        }
+        if let Some(note) = catalog.access_note() {
+            eprintln!("weight-inspect: {note}");
         }
         eprintln!("weight-inspect: listening on http://{addr}");
         let stop = async {

@@ -345,14 +345,14 @@ fn main() -> ExitCode {
             verbose,
             ..
         }) => {
-            _telemetry = logging::init(verbose, "wi-fetch");
+            _telemetry = logging::init_with(verbose, "wi-fetch", None);
             match cache_main(c) {
                 Ok(args) => args.checking(),
                 Err(code) => return code,
             }
         }
         Ok(cli) => {
-            _telemetry = logging::init(cli.verbose, "wi-fetch");
+            _telemetry = logging::init_with(cli.verbose, "wi-fetch", None);
             cli.fetch
         }
         Err(e) => {
