@@ -22,6 +22,7 @@ mod residency;
 mod safetensors;
 mod serve;
 mod serve_changes;
+mod serve_conn;
 mod telemetry;
 mod transfer;
 mod trust;

@@ -1,21 +1,35 @@
 //! The server's connections: at most [`Limits::max_connections`] at once (more wait to be
-//! accepted), each closed when its client takes longer than [`Limits::client_timeout`] to send
-//! a request's headers (a slow or idle client: the wait between keep-alive requests counts
-//! too) or to take the bytes of an answer (a stalled reader). A client can therefore hold
-//! neither a connection nor the memory behind it for ever; memory per connection is bounded by
-//! hyper's buffer and one piece of a body in flight.
+//! accepted), each closed when its client
+//! takes longer than [`Limits::client_timeout`] to send a request's headers (a slow or idle
+//! client: the wait between keep-alive requests counts too) or to take the bytes of an answer
+//! (a stalled reader). A request's body must arrive whole within the client timeout of its
+//! headers (a total, which a trickle of bytes does not reset: past it, 408 and the connection
+//! closed) and is at most [`MAX_BODY`] bytes (413 past it, at once when its `Content-Length`
+//! says so); a body sent to a route that takes none is not read. A client can therefore hold
+//! neither a connection nor the memory behind it for ever; memory per connection is bounded by hyper's buffer, one piece of a body in flight
+//! and [`MAX_BODY`].
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::http::{header, Request, Response, StatusCode};
+use hyper::body::{Bytes, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower_http::limit::RequestBodyLimit;
+
+/// The most bytes a request's body may have: the only route that takes one, paths-info, takes
+/// a form of paths. Past it the answer is 413.
+pub(crate) const MAX_BODY: usize = 1 << 20;
 
 /// How many clients a server takes, and how long it waits for each.
 #[derive(Debug, Clone, Copy)]
@@ -23,7 +37,8 @@ pub struct Limits {
     /// Connections open at once; more wait to be accepted. Default 1,024.
     pub max_connections: usize,
     /// Longest wait for a request's headers (or the next request on a kept-alive connection),
-    /// and for a client to take bytes of an answer. Default 60 s.
+    /// for its whole body once the headers have come, and for a client to take bytes of an
+    /// answer. Default 60 s.
     pub client_timeout: Duration,
 }
 
@@ -45,6 +60,7 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let app = TowerToHyperService::new(RequestBodyLimit::new(app, MAX_BODY));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -66,7 +82,10 @@ pub(crate) async fn run(
         };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(Timed::new(stream, limits.client_timeout, permit));
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service = Requests {
+            app: app.clone(),
+            timeout: limits.client_timeout,
+        };
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.client_timeout)
@@ -82,6 +101,119 @@ pub(crate) async fn run(
     // Answers in flight finish, within the time a client is given anyway.
     let _ = tokio::time::timeout(limits.client_timeout, graceful.shutdown()).await;
     Ok(())
+}
+
+/// The routes for one connection's requests: each body bounded by [`MAX_BODY`] (`app`'s own
+/// layer) and given `timeout` from its request's headers to arrive whole; a request whose body
+/// did not is answered 408 and its connection closed.
+#[derive(Clone)]
+struct Requests {
+    app: TowerToHyperService<RequestBodyLimit<axum::Router>>,
+    timeout: Duration,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Requests {
+    type Response = Response<axum::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let (timeout, expired) = (self.timeout, Arc::new(AtomicBool::new(false)));
+        let answer = self
+            .app
+            .call(req.map(|body| Deadline::new(body, timeout, expired.clone())));
+        Box::pin(async move {
+            let answer = answer.await?;
+            if expired.load(Ordering::Relaxed) {
+                return Ok(too_slow(timeout));
+            }
+            Ok(answer.map(axum::body::Body::new))
+        })
+    }
+}
+
+/// The answer to a request whose body did not arrive in time: 408, and the connection closed.
+fn too_slow(timeout: Duration) -> Response<axum::body::Body> {
+    let text = serde_json::json!({
+        "error": format!("the request's body did not arrive within {} s", timeout.as_secs_f64())
+    })
+    .to_string();
+    let mut r = Response::new(axum::body::Body::from(text));
+    *r.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// Why a request's body ended early: it had not all arrived by its deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the request's body did not arrive within {0:?}")]
+struct BodyTimedOut(Duration);
+
+/// A request's body that fails once `timeout` has passed since the request's headers came,
+/// however steadily its bytes arrive (a total for the body, not a wait per piece).
+struct Deadline<B> {
+    body: B,
+    timeout: Duration,
+    deadline: tokio::time::Instant,
+    /// Armed when the body is first read (a body never read costs no timer).
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Set once the deadline has cut the body.
+    expired: Arc<AtomicBool>,
+}
+
+impl<B> Deadline<B> {
+    fn new(body: B, timeout: Duration, expired: Arc<AtomicBool>) -> Deadline<B> {
+        Deadline {
+            body,
+            timeout,
+            deadline: tokio::time::Instant::now() + timeout,
+            sleep: None,
+            expired,
+        }
+    }
+}
+
+impl<B> hyper::body::Body for Deadline<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::BoxError>>> {
+        let deadline = self.deadline;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        // The deadline first: a body that is always ready is cut too.
+        if sleep.as_mut().poll(cx).is_ready() {
+            self.expired.store(true, Ordering::Relaxed);
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.timeout)))));
+        }
+        Pin::new(&mut self.body)
+            .poll_frame(cx)
+            .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// A client's connection: writes that make no progress for `timeout` fail (the client stopped
@@ -143,8 +275,8 @@ impl AsyncRead for Timed {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        // Reads are bounded by hyper's header timeout; a client that sends nothing while its
-        // answer streams is not at fault.
+        // Reads are bounded by hyper's header timeout and each body's deadline; a client that
+        // sends nothing while its answer streams is not at fault.
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
