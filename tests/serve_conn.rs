@@ -1,14 +1,17 @@
 //! `weight-inspect serve`'s connections against clients that would hold them: a request body
-//! trickled in, bodies larger than any form of paths. The hostile clients connect from
-//! 127.0.0.2, the honest ones from 127.0.0.1 (all of 127.0.0.0/8 is loopback).
+//! trickled in, bodies larger than any form of paths, one address opening connection after
+//! connection. The hostile clients connect from 127.0.0.2, the honest ones from 127.0.0.1 (all
+//! of 127.0.0.0/8 is loopback).
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::serve::Server;
 
+const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
 const HOSTILE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const HONEST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 /// The longest any event is waited for: past it, the test fails.
@@ -201,4 +204,128 @@ fn honest_client() -> reqwest::Client {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap()
+}
+
+/// One address opening 64 connections that send half their headers, and opening each again as
+/// soon as it is closed, holds only its share of the server's connections: an honest client
+/// behind them in the listen queue is served, three times out of three, while the hostile
+/// one's connections would take the server 30 s of timeouts to work through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_hold_the_connections() {
+    let cache = small_cache();
+    let s = Server::start_with(
+        &[cache.path()],
+        &[
+            "--max-connections",
+            "4",
+            "--max-connections-per-client",
+            "2",
+            "--client-timeout",
+            "2",
+        ],
+        &[],
+    );
+    let addr = server_addr(&s);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (connected, mut first_round) = tokio::sync::mpsc::channel::<()>(64);
+    let mut hostile = Vec::new();
+    for _ in 0..64 {
+        let stop = stop.clone();
+        let connected = connected.clone();
+        hostile.push(tokio::spawn(async move {
+            let mut first = Some(connected);
+            // Bounded: each socket is opened again at most 200 times.
+            for _ in 0..200 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let sock = tokio::net::TcpSocket::new_v4().unwrap();
+                sock.bind(SocketAddr::new(IpAddr::V4(HOSTILE), 0)).unwrap();
+                let Ok(mut c) = sock.connect(addr).await else {
+                    continue;
+                };
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let _ = c.write_all(b"GET /models HTTP/1.1\r\nHost: x\r\n").await;
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(()).await;
+                }
+                let mut buf = [0u8; 1024];
+                // Until the server closes it (a timeout, or a refusal).
+                while let Ok(Ok(n)) = tokio::time::timeout(WAIT, c.read(&mut buf)).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+        }));
+    }
+    drop(connected);
+    // Every hostile socket is in the listen queue before the honest client joins it.
+    for _ in 0..64 {
+        tokio::time::timeout(WAIT, first_round.recv())
+            .await
+            .expect("every hostile socket connects")
+            .unwrap();
+    }
+    let honest = honest_client();
+    for round in 0..3 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            honest
+                .get(s.url("/api/models/org/small/revision/main"))
+                .send(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the honest client was not served"))
+        .unwrap();
+        assert_eq!(r.status(), 200, "round {round}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(s);
+    for h in hostile {
+        h.await.unwrap();
+    }
+}
+
+/// `weight-inspect serve ARGS` that should refuse to start: its exit code and what it said
+/// (it is stopped, and fails the test, if it says it listens).
+fn refused_at_start(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(EXE)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_ENDPOINT")
+        .env("HF_HOME", "/nonexistent/weight-inspect-test-home")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let listening = line.starts_with("weight-inspect: listening on ");
+        said.push(line);
+        if listening {
+            let _ = child.kill();
+            break;
+        }
+    }
+    (child.wait().unwrap().code(), said.join("\n"))
+}
+
+/// An address's share is never more than the total.
+#[test]
+fn a_share_above_the_total_is_refused() {
+    let cache = small_cache();
+    let dir = cache.path().to_str().unwrap();
+    let (code, said) = refused_at_start(&[
+        dir,
+        "--max-connections",
+        "4",
+        "--max-connections-per-client",
+        "5",
+    ]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("--max-connections-per-client 5"), "{said}");
 }

@@ -1,20 +1,25 @@
 //! The server's connections: at most [`Limits::max_connections`] at once (more wait to be
-//! accepted), each closed when its client
+//! accepted), at most [`Limits::max_per_client`] of them from one client address (a connection
+//! past that share is closed as soon as it is accepted, without a byte read or written, and
+//! the place it would have taken goes to the next one accepted), each closed when its client
 //! takes longer than [`Limits::client_timeout`] to send a request's headers (a slow or idle
 //! client: the wait between keep-alive requests counts too) or to take the bytes of an answer
 //! (a stalled reader). A request's body must arrive whole within the client timeout of its
 //! headers (a total, which a trickle of bytes does not reset: past it, 408 and the connection
 //! closed) and is at most [`MAX_BODY`] bytes (413 past it, at once when its `Content-Length`
 //! says so); a body sent to a route that takes none is not read. A client can therefore hold
-//! neither a connection nor the memory behind it for ever; memory per connection is bounded by hyper's buffer, one piece of a body in flight
+//! neither a connection nor the memory behind it for ever, nor one address more than its
+//! share; memory per connection is bounded by hyper's buffer, one piece of a body in flight
 //! and [`MAX_BODY`].
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,6 +41,10 @@ pub(crate) const MAX_BODY: usize = 1 << 20;
 pub struct Limits {
     /// Connections open at once; more wait to be accepted. Default 1,024.
     pub max_connections: usize,
+    /// Connections open at once from one client address (taken as at most
+    /// `max_connections`); one more from that address is closed as soon as it is accepted.
+    /// Default 32.
+    pub max_per_client: usize,
     /// Longest wait for a request's headers (or the next request on a kept-alive connection),
     /// for its whole body once the headers have come, and for a client to take bytes of an
     /// answer. Default 60 s.
@@ -46,6 +55,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 1024,
+            max_per_client: 32,
             client_timeout: Duration::from_secs(60),
         }
     }
@@ -59,29 +69,43 @@ pub(crate) async fn run(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let max = limits.max_connections.max(1);
+    let per_client = limits.max_per_client.clamp(1, max);
+    let permits = Arc::new(Semaphore::new(max));
+    let clients = Arc::new(Clients::default());
     let app = TowerToHyperService::new(RequestBodyLimit::new(app, MAX_BODY));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
-    loop {
+    'serve: loop {
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => p.map_err(io::Error::other)?,
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                // Out of descriptors, a connection reset before it was accepted…: the
-                // listener itself is fine; a moment's pause lets descriptors be freed.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
+        // The permit goes to the first connection whose address has room: one from an
+        // address holding its share is closed at once, and the next is accepted.
+        let (stream, slot) = loop {
+            let (stream, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(accepted) => accepted,
+                    // Out of descriptors, a connection reset before it was accepted…: the
+                    // listener itself is fine; a moment's pause lets descriptors be freed.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break 'serve,
+            };
+            if let Some(slot) = clients.take(peer.ip(), per_client) {
+                break (stream, slot);
+            }
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(Timed::new(stream, limits.client_timeout, permit));
+        let held = Held {
+            _permit: permit,
+            _slot: slot,
+        };
+        let io = TokioIo::new(Timed::new(stream, limits.client_timeout, held));
         let service = Requests {
             app: app.clone(),
             timeout: limits.client_timeout,
@@ -216,23 +240,77 @@ where
     }
 }
 
+/// The connections open from each client address.
+#[derive(Debug, Default)]
+struct Clients {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Clients {
+    /// A place for one more connection from `ip`, unless it already holds `max`.
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        // An IPv4 client of a dual-stack listener is the same client as over IPv4.
+        let ip = ip.to_canonical();
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One connection's place in its address's share, given back when it closes.
+#[derive(Debug)]
+struct ClientSlot {
+    clients: Arc<Clients>,
+    ip: IpAddr,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .clients
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// What an open connection holds until it closes: its place among all connections and among
+/// its address's.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    _slot: ClientSlot,
+}
+
 /// A client's connection: writes that make no progress for `timeout` fail (the client stopped
-/// reading), and its permit is returned when it closes.
+/// reading), and its places are given back when it closes.
 struct Timed {
     stream: TcpStream,
     timeout: Duration,
     /// Armed while a write waits for the client.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
-    _permit: OwnedSemaphorePermit,
+    _held: Held,
 }
 
 impl Timed {
-    fn new(stream: TcpStream, timeout: Duration, permit: OwnedSemaphorePermit) -> Timed {
+    fn new(stream: TcpStream, timeout: Duration, held: Held) -> Timed {
         Timed {
             stream,
             timeout,
             stalled: None,
-            _permit: permit,
+            _held: held,
         }
     }
 

@@ -54,6 +54,10 @@ pub(super) struct ServeArgs {
     /// Connections open at once; more wait to be accepted.
     #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_connections: u32,
+    /// Connections open at once from one client address (default 32, or --max-connections
+    /// when lower); one more from that address is closed as soon as it is accepted.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections_per_client: Option<u32>,
     /// Seconds a client may take to send a request's headers (or its next request on a
     /// kept-alive connection), or to take the bytes of an answer, before its connection is
     /// closed.
@@ -176,6 +180,18 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 pub(super) fn serve(args: ServeArgs) -> ExitCode {
+    let max_connections = args.max_connections as usize;
+    let max_per_client = match args.max_connections_per_client {
+        Some(n) if n > args.max_connections => {
+            eprintln!(
+                "weight-inspect: error: --max-connections-per-client {n} is more than --max-connections {}",
+                args.max_connections
+            );
+            return ExitCode::from(1);
+        }
+        Some(n) => n as usize,
+        None => max_connections.min(32),
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -238,7 +254,8 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
             let _ = tokio::signal::ctrl_c().await;
         };
         let limits = weight_inspect::serve::Limits {
-            max_connections: args.max_connections as usize,
+            max_connections,
+            max_per_client,
             client_timeout: std::time::Duration::from_secs(args.client_timeout),
         };
         match weight_inspect::serve::serve_with(listener, catalog, limits, stop).await {
