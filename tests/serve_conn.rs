@@ -1,7 +1,7 @@
 //! `weight-inspect serve`'s connections against clients that would hold them: a request body
 //! trickled in, bodies larger than any form of paths, one address opening connection after
-//! connection. The hostile clients connect from 127.0.0.2, the honest ones from 127.0.0.1 (all
-//! of 127.0.0.0/8 is loopback).
+//! connection; and an `--upstream` URL carrying credentials. The hostile clients connect from
+//! 127.0.0.2, the honest ones from 127.0.0.1 (all of 127.0.0.0/8 is loopback).
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -328,4 +328,30 @@ fn a_share_above_the_total_is_refused() {
     ]);
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("--max-connections-per-client 5"), "{said}");
+}
+
+/// `--upstream` with a user or password in the URL is refused at start, in one line that
+/// names HF_TOKEN and never shows the password.
+#[test]
+fn credentials_in_the_upstream_url_are_refused() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    for url in [
+        "http://user:s3cr3t@127.0.0.1:9",
+        "http://s3cr3t@127.0.0.1:9/",
+    ] {
+        let (code, said) = refused_at_start(&["--upstream", url, "--cache-dir", dir]);
+        assert_eq!(code, Some(1), "{url}: {said}");
+        assert_eq!(said.lines().count(), 1, "{url}: {said}");
+        assert!(
+            said.contains("credentials") && said.contains("HF_TOKEN"),
+            "{url}: {said}"
+        );
+        assert!(!said.contains("s3cr3t"), "{url}: {said}");
+    }
+    // Not a URL at all: refused too, the password still not shown.
+    let url = "http://user:s3cr3t@bad host";
+    let (code, said) = refused_at_start(&["--upstream", url, "--cache-dir", dir]);
+    assert_eq!(code, Some(1), "{url}: {said}");
+    assert!(!said.contains("s3cr3t"), "{url}: {said}");
 }

@@ -114,7 +114,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
 /// environment (HF_TOKEN, HF_HUB_DOWNLOAD_TIMEOUT…), never HF_ENDPOINT (which may well point
 /// at this mirror).
 fn upstream(args: &ServeArgs, url: &str) -> Result<weight_inspect::serve::Upstream, String> {
-    let parsed = url::Url::parse(url).map_err(|e| format!("--upstream {}: {e}", escape(url)))?;
+    let parsed = url::Url::parse(url)
+        .map_err(|e| format!("--upstream {}: {e}", escape(&without_userinfo(url))))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // It would be printed, and never sent: the upstream's token is HF_TOKEN.
+        return Err(format!(
+            "--upstream {}: credentials in the URL are refused: set HF_TOKEN to the upstream's token",
+            escape(&without_userinfo(url))
+        ));
+    }
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!("--upstream {}: not an http(s) URL", escape(url)));
     }
@@ -138,6 +146,19 @@ fn upstream(args: &ServeArgs, url: &str) -> Result<weight_inspect::serve::Upstre
         .map_err(|e| e.to_string())?
         .ttl(std::time::Duration::from_secs(args.metadata_ttl))
         .forward_token(args.forward_token))
+}
+
+/// `url` with whatever sits between `://` and an `@` before the path replaced by `***`, for
+/// messages.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
 }
 
 #[derive(Debug, clap::Args)]
