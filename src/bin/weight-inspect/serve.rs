@@ -26,13 +26,17 @@ A link inside a folder served that points outside it is refused, as is a blob of
 cache that is a link.\n\n\
 A PATH that is a Hugging Face cache is served as a Hub mirror (HF_ENDPOINT=http://ADDR for \
 wi-fetch, huggingface_hub and llama.cpp). With --upstream URL it fetches what it does not hold \
-from that Hub, once, verified, into the cache (its own token, HF_TOKEN, never reaches a client), \
+from that Hub, once, verified, into the cache (its own token, HF_TOKEN, never reaches a client; \
+credentials in the URL are refused), \
 serving a file's prefix to the clients waiting for it as it arrives; offline it serves what it \
 holds and answers 504 for what it lacks. Every client is served what HF_TOKEN can read, unless \
 --forward-token: then the upstream is asked as each client (its bearer token, or none), and a \
 gated or private repository's files go only to a client the upstream said yes to.\n\n\
-Connections: at most --max-connections at once; one whose client is slower than \
---client-timeout to send its headers, or to take an answer's bytes, is closed.\n\n\
+Connections: at most --max-connections at once, at most --max-connections-per-client of them \
+from one client address (one more from it is closed as soon as it is accepted); one whose \
+client is slower than --client-timeout to send its headers, a request's whole body, or to take \
+an answer's bytes, is closed (a body too slow is answered 408). Request bodies (paths-info's \
+form) are at most 1 MiB: 413 past it.\n\n\
 Exit codes: 0 stopped; 1 usage, I/O, a link out of a folder served, or the address cannot be \
 bound; 2 a model is invalid.";
 
@@ -59,8 +63,8 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_connections_per_client: Option<u32>,
     /// Seconds a client may take to send a request's headers (or its next request on a
-    /// kept-alive connection), or to take the bytes of an answer, before its connection is
-    /// closed.
+    /// kept-alive connection), a request's whole body, or to take the bytes of an answer,
+    /// before its connection is closed.
     #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     client_timeout: u64,
     /// Pull-through: fetch what the mirror does not hold from this Hub (e.g.
