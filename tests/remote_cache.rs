@@ -676,6 +676,7 @@ async fn killed_mid_upload(cache: &weight_inspect::remote_cache::RemoteCache) {
         local: &local,
         manifest: &manifest,
         replace: false,
+        index: true,
     };
     let first_part = tokio::sync::Notify::new();
     let progress = |_: u64| first_part.notify_one();
@@ -723,4 +724,272 @@ async fn a_node_killed_mid_upload_leaves_nothing_in_garage() {
     .unwrap();
     killed_mid_upload(&cache).await;
     drop(garage);
+}
+
+/// Every object below `root` with its bytes and modification time: a write of the same bytes
+/// shows as a newer time.
+fn snapshot_objects(root: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    objects(root)
+        .into_iter()
+        .map(|k| {
+            let p = root.join(&k);
+            let t = fs::metadata(&p).unwrap().modified().unwrap();
+            (k, fs::read(&p).unwrap(), t)
+        })
+        .collect()
+}
+
+/// A bucket filled online with the Q8_0 and Q4_K_M files (blobs, manifests, index entries, the
+/// ref); then the index entry of the Q4_K_M file at `commit` rewritten to name the Q8_0 file's
+/// bytes (a lying entry, well formed). Returns the bucket and the two files' SHA-256.
+fn lying_bucket(hub: &mock_server::MockHub, commit: &str) -> (tempfile::TempDir, String, String) {
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+    let (q8, q4) = ("tinyllama-q8_0.gguf", "tinyllama-q4_k_m.gguf");
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(hub);
+    c.args([REPO, q8, q4, "--remote-cache", &url]);
+    expect_code(&run(c), 0);
+    let real = hub.commit(REPO);
+    let entry = |p: &str, c: &str| {
+        bucket
+            .path()
+            .join(format!("index/models/{REPO}/{c}/{p}.json"))
+    };
+    let mut lie: Value = serde_json::from_slice(&fs::read(entry(q8, &real)).unwrap()).unwrap();
+    lie["path"] = q4.into();
+    lie["commit"] = commit.into();
+    fs::create_dir_all(entry(q4, commit).parent().unwrap()).unwrap();
+    fs::write(entry(q4, commit), serde_json::to_vec(&lie).unwrap()).unwrap();
+    (
+        bucket,
+        sha256_hex(&demo_file(q8)),
+        sha256_hex(&demo_file(q4)),
+    )
+}
+
+/// Offline from the bucket without a lock file, the bucket is the only witness of what a
+/// revision and its files are: a lying ref and index entry get the Q8_0 file's bytes under the
+/// Q4_K_M name (nothing offline can tell), and every such run says so — the ref or the index,
+/// not checked against the Hub — on stderr and in `--json`. It writes no index entry or ref
+/// back to the bucket (which would launder the lie), even when uploading.
+#[test]
+fn offline_the_bucket_is_named_as_the_only_witness_and_never_written_to() {
+    let hub = start(hub_builder());
+    let liar = "f".repeat(40);
+    let (bucket, q8, _) = lying_bucket(&hub, &liar);
+    let url = file_url(bucket.path());
+    // The ref of main now names the lying commit.
+    fs::write(
+        bucket.path().join(format!("refs/models/{REPO}/main")),
+        &liar,
+    )
+    .unwrap();
+    let before = snapshot_objects(bucket.path());
+
+    let sb = Sandbox::new();
+    hub.reset_stats();
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q4_K_M"))
+        .args(["--offline", "--remote-cache", &url, "--json"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(hub.stats().total_requests, 0);
+    let out = json(&o);
+    let f = &out["files"][0];
+    assert_eq!(f["path"], "tinyllama-q4_k_m.gguf");
+    assert_eq!(
+        f["sha256"],
+        q8.as_str(),
+        "the bucket's word is all there is offline"
+    );
+    let w = &out["witness"];
+    assert_eq!(w["from_ref"], true, "{out}");
+    assert_eq!(w["commit"], liar.as_str());
+    assert_eq!(w["store"], url.as_str());
+    let line = format!("main → {liar} from the bucket's ref, not checked against the Hub");
+    assert!(w["message"].as_str().unwrap().contains(&line), "{w}");
+    assert!(stderr(&o).contains(&line), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("pin with a lock file"),
+        "{}",
+        stderr(&o)
+    );
+    // Nothing written to the bucket: no entry, no ref, not even the same bytes again.
+    assert_eq!(f["upload"]["indexed"], false, "{f}");
+    assert!(
+        stderr(&o).contains("offline: no index entry or ref written"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        snapshot_objects(bucket.path()) == before,
+        "the bucket was written"
+    );
+
+    // A commit asked for: the files are what the index says, and that is said too.
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q4_K_M"))
+        .args(["--revision", &liar])
+        .args(["--offline", "--remote-cache", &url, "--json", "--no-upload"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let w = &json(&o)["witness"];
+    assert_eq!(w["from_ref"], false, "{w}");
+    assert!(
+        stderr(&o).contains(&format!(
+            "the files of {liar} are what the bucket's index says, not checked against the Hub"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // A lock file is a witness of its own: nothing said.
+    let lock = sb.dir.path().join("wi.lock");
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "tinyllama-q8_0.gguf", "--write-lock"])
+        .arg(&lock);
+    expect_code(&run(c), 0);
+    let sb2 = Sandbox::new();
+    let mut c = sb2.cmd(&hub);
+    c.arg("--locked").arg(&lock).args([
+        "--offline",
+        "--remote-cache",
+        &url,
+        "--json",
+        "--no-upload",
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let out = json(&o);
+    let summary = if out.is_array() { &out[0] } else { &out };
+    assert!(summary.get("witness").is_none(), "{out}");
+    assert!(
+        !stderr(&o).contains("not checked against the Hub"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        snapshot_objects(bucket.path()) == before,
+        "the bucket was written"
+    );
+}
+
+/// `cache verify --remote-cache` reads the bucket's index entry of every file it checks: an
+/// entry that names other bytes than the file the Hub describes (what offline nodes would
+/// take for it) is damage, named, exit 2 — even when the blob of the right bytes is sound. A
+/// ref naming another commit than the Hub's is said. Offline, the check says whose word it
+/// rests on.
+#[test]
+fn cache_verify_finds_a_lying_index_entry_in_the_bucket() {
+    let hub = start(hub_builder());
+    let commit = hub.commit(REPO);
+    let (bucket, q8, _) = lying_bucket(&hub, &commit);
+    let url = file_url(bucket.path());
+    let q4 = "tinyllama-q4_k_m.gguf";
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, q4]);
+    expect_code(&run(c), 0);
+
+    let o = run(cache_cmd(
+        &sb,
+        &hub,
+        &["verify", REPO, q4, "--remote-cache", &url, "--json"],
+    ));
+    expect_code(&o, 2);
+    let what = json(&o)["error"].as_str().unwrap().to_string();
+    assert!(
+        what.contains("its copy in the remote cache is damaged"),
+        "{what}"
+    );
+    assert!(
+        what.contains(&format!("the index entry says SHA-256 {q8}")),
+        "{what}"
+    );
+    assert!(
+        what.contains(&format!("index/models/{REPO}/{commit}/{q4}.json")),
+        "{what}"
+    );
+
+    // The ref names another commit than the Hub's: said.
+    let other = "e".repeat(40);
+    fs::write(
+        bucket.path().join(format!("refs/models/{REPO}/main")),
+        &other,
+    )
+    .unwrap();
+    let o = run(cache_cmd(
+        &sb,
+        &hub,
+        &["verify", REPO, q4, "--remote-cache", &url],
+    ));
+    expect_code(&o, 2);
+    assert!(
+        stderr(&o).contains(&format!("names {other}, the Hub {commit}")),
+        "{}",
+        stderr(&o)
+    );
+
+    // Offline: checked against this cache's records, which is said.
+    let o = run(cache_cmd(
+        &sb,
+        &hub,
+        &["verify", REPO, q4, "--offline", "--remote-cache", &url],
+    ));
+    expect_code(&o, 2);
+    assert!(
+        stderr(&o).contains("offline: the copies in"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// One unusable object under a commit's index — a file whose name is the key `..`, an entry
+/// larger than 64 KiB — is left out and named (escaped); the rest of the index still serves
+/// the offline fetch.
+#[test]
+fn unusable_index_objects_are_skipped_and_named_offline() {
+    let hub = start(hub_builder());
+    let (bucket, _, _) = filled_bucket(&hub);
+    let url = file_url(bucket.path());
+    let commit = hub.commit(REPO);
+    let folder = bucket.path().join(format!("index/models/{REPO}/{commit}"));
+    // object_store names the key `..` `%2E%2E` on disk, and a control character `%1B`.
+    fs::write(folder.join("%2E%2E"), b"{}").unwrap();
+    fs::write(folder.join("x%1B[31m.gguf.json"), b"{}").unwrap();
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(70 << 10));
+    fs::write(folder.join("big\u{202e}.gguf.json"), big).unwrap();
+
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "--include", "*.gguf"]).args([
+        "--offline",
+        "--remote-cache",
+        &url,
+        "--json",
+        "--no-upload",
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let out = json(&o);
+    assert_eq!(out["files"][0]["path"], "tinyllama-q8_0.gguf", "{out}");
+    let e = stderr(&o);
+    assert!(e.contains("left out 3 object(s) of the index"), "{e}");
+    assert!(
+        e.contains(&format!("{commit}/..: its name cannot be")),
+        "{e}"
+    );
+    assert!(
+        e.contains("x\\x1b[31m.gguf.json: its name cannot be"),
+        "{e}"
+    );
+    assert!(
+        e.contains("big\\u{202e}.gguf.json is larger than 65536 bytes"),
+        "{e}"
+    );
+    assert!(
+        !e.contains('\u{1b}') && !e.contains('\u{202e}'),
+        "printed raw: {e}"
+    );
 }

@@ -344,9 +344,75 @@ fn cache_verify_names_a_file_planted_in_a_snapshot() {
     let o = run(cache_cmd(&sb, &hub, &["verify", REPO]));
     let e = stderr(&o);
     assert!(
-        e.contains("not in the revision") && e.contains("'extra.bin'"),
+        e.contains("known to no listing or lock file") && e.contains("'extra.bin'"),
         "{e}"
     );
+}
+
+/// A regular file planted in a snapshot folder (no link, no blob: nothing of the cache speaks
+/// of it), and one whose name carries a direction override: no listing or lock file knows them.
+/// `cache verify` names them (escaped) and, with `--strict`, fails (exit 2) — online against
+/// the Hub's listing, offline against the listing saved for the commit, under a lock file
+/// against its pins and that listing.
+#[test]
+fn cache_verify_reports_files_no_listing_knows() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let lock = sb.dir.path().join("wi.lock");
+    let mut c = sb.cmd(&hub);
+    c.arg(format!("{REPO}:Q4_K_M"))
+        .arg("--write-lock")
+        .arg(&lock);
+    expect_code(&run(c), 0);
+    let snapshot = sb.repo_dir(REPO).join("snapshots").join(main_commit(&hub));
+    fs::write(snapshot.join("extra.gguf"), b"planted").unwrap();
+    fs::create_dir_all(snapshot.join("sub")).unwrap();
+    fs::write(snapshot.join("sub/evil\u{202e}fig.json"), b"{}").unwrap();
+    let lock = lock.display().to_string();
+    let q4 = format!("{REPO}:Q4_K_M");
+
+    for args in [
+        vec!["verify", REPO],
+        vec!["verify", &q4, "--offline"],
+        vec!["verify", "--locked", &lock],
+    ] {
+        let o = run(cache_cmd(&sb, &hub, &args));
+        expect_code(&o, 0);
+        let e = stderr(&o);
+        assert!(
+            e.contains("2 file(s) in") && e.contains("known to no listing or lock file"),
+            "{args:?}: {e}"
+        );
+        assert!(e.contains("'extra.gguf'"), "{args:?}: {e}");
+        assert!(e.contains("'sub/evil\\u{202e}fig.json'"), "{args:?}: {e}");
+        assert!(!e.contains('\u{202e}'), "printed raw: {e}");
+
+        let mut json = args.clone();
+        json.push("--json");
+        let o = run(cache_cmd(&sb, &hub, &json));
+        expect_code(&o, 0);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let v = if v.is_array() { v[0].clone() } else { v };
+        assert_eq!(
+            v["unlisted"],
+            serde_json::json!(["extra.gguf", "sub/evil\\u{202e}fig.json"]),
+            "{args:?}: {v}"
+        );
+
+        let mut strict = args.clone();
+        strict.push("--strict");
+        let o = run(cache_cmd(&sb, &hub, &strict));
+        expect_code(&o, 2);
+        let e = stderr(&o);
+        assert!(
+            e.contains("error:") && e.contains("'extra.gguf'"),
+            "{args:?}: {e}"
+        );
+    }
+    // Nothing planted: --strict passes.
+    fs::remove_file(snapshot.join("extra.gguf")).unwrap();
+    fs::remove_dir_all(snapshot.join("sub")).unwrap();
+    expect_code(&run(cache_cmd(&sb, &hub, &["verify", REPO, "--strict"])), 0);
 }
 
 /// Every file below `dir`, relative to it.

@@ -433,6 +433,18 @@ impl RepoCache {
             && fs::symlink_metadata(self.no_exist_path(commit, path)).is_ok_and(|m| m.is_file())
     }
 
+    /// Every entry of `snapshots/{commit}` that is not a folder, whatever it is (a link, a
+    /// dangling one, a regular file put there by something else), by its `/`-separated path
+    /// (names that are not UTF-8 made lossy), sorted: what a check compares with the listing.
+    pub fn snapshot_entries(&self, commit: &str) -> io::Result<Vec<String>> {
+        let mut out: Vec<String> = safe_fs::walk_relative(&self.snapshot_dir(commit))?
+            .into_iter()
+            .map(|(rel, _, _)| rel)
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// Every file of `snapshots/{commit}` whose blob is present, for offline use. Entries that
     /// are not links to a blob named by a hash are left out.
     pub fn list_snapshot(&self, commit: &str) -> io::Result<Vec<CachedFile>> {

@@ -26,6 +26,15 @@ pub enum FetchError {
         /// What is wrong, naming the object.
         what: String,
     },
+    /// Checking with [`FetcherBuilder::strict`](super::FetcherBuilder::strict): files in the
+    /// snapshot folder that no listing or lock file knows.
+    #[error("{} file(s) in {} are known to no listing or lock file (put there by something else; remove them with `wi-fetch cache rm`): {}", files.len(), folder.display(), fmt_names(files))]
+    Unlisted {
+        /// The snapshot folder.
+        folder: std::path::PathBuf,
+        /// The files, escaped.
+        files: Vec<String>,
+    },
     /// The remote cache could not be read where nothing else could stand in (offline).
     #[cfg(feature = "remote-cache")]
     #[error(transparent)]
@@ -255,6 +264,7 @@ impl FetchError {
             FetchError::Interrupted { .. } => ExitClass::Interrupted,
             #[cfg(feature = "remote-cache")]
             FetchError::RemoteCache(_) => ExitClass::Network,
+            FetchError::Unlisted { .. } => ExitClass::Integrity,
             FetchError::Transfer(t) => match t.exit_code() {
                 130 => ExitClass::Interrupted,
                 2 => ExitClass::Integrity,
@@ -504,5 +514,14 @@ mod tests {
         }
         let e = FetchError::several(vec![first, make(ExitClass::NotFound)]).unwrap();
         assert!(e.to_string().contains("'first'"), "{e}");
+    }
+}
+
+/// Up to five names, quoted, then how many more.
+fn fmt_names(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(5).map(|n| format!("'{n}'")).collect();
+    match names.len() {
+        n if n > 5 => format!("{}, and {} more", shown.join(", "), n - 5),
+        _ => shown.join(", "),
     }
 }

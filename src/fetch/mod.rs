@@ -76,7 +76,7 @@ mod verification;
 pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
 pub use report::{
-    FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, UploadReport,
+    FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, UploadReport, Witness,
 };
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
@@ -123,6 +123,7 @@ pub struct FetcherBuilder {
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
+    strict: bool,
     cache_fallback: bool,
     engine: EngineConfig,
     #[cfg(feature = "remote-cache")]
@@ -172,6 +173,7 @@ impl Default for FetcherBuilder {
             upload_cached: false,
             force_download: false,
             check_only: false,
+            strict: false,
             cache_fallback: false,
             engine: EngineConfig::default(),
         }
@@ -372,6 +374,15 @@ impl FetcherBuilder {
         self
     }
 
+    /// With [`check_only`](Self::check_only): a file in the snapshot folder that neither the
+    /// listing (the Hub's online, else the one saved for the commit) nor the lock file knows —
+    /// put there by something else — fails the check ([`FetchError::Unlisted`], exit 2)
+    /// instead of only being named ([`Plan::unlisted`]). Default false.
+    pub fn strict(mut self, yes: bool) -> Self {
+        self.strict = yes;
+        self
+    }
+
     /// The transfer engine's settings, whole (this replaces [`connections`](Self::connections)
     /// and [`chunk_size`](Self::chunk_size) set before). Default [`EngineConfig::default`].
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
@@ -511,6 +522,7 @@ impl FetcherBuilder {
             ensure_manifests: self.ensure_manifests,
             force_download: self.force_download,
             check_only: self.check_only,
+            strict: self.strict,
             mode,
             #[cfg(feature = "remote-cache")]
             read_from: self.remote_cache.clone(),
@@ -547,6 +559,8 @@ pub struct Fetcher {
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
+    /// Files of a snapshot no listing or lock file knows fail a check.
+    strict: bool,
     /// What the fetcher may do with files (from `offline`, `check_only`, `force_download`).
     mode: decide::Mode,
     /// Where files are read first, when it holds them.

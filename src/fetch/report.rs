@@ -57,6 +57,59 @@ pub struct Plan {
     /// others are served).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// Offline from a remote cache without a lock file: the bucket's ref and index said what
+    /// the revision and its files are, and nothing checked it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness: Option<Witness>,
+    /// Checking (`cache verify`): files in the snapshot folder that neither the listing (the
+    /// Hub's, or the one saved for the commit) nor the lock file knows, escaped. Empty when
+    /// there is neither to judge by.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlisted: Vec<String>,
+}
+
+/// Who said what a plan's files are, when nobody checked it: offline, a remote cache's ref (for
+/// a revision that is not a commit) and its index entries stand in for the Hub's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Witness {
+    /// The store, by its URL (never with credentials).
+    pub store: String,
+    /// The revision asked for, escaped.
+    pub revision: String,
+    /// The commit the bucket's ref named (or the revision, when it is one).
+    pub commit: String,
+    /// True when the commit came from the bucket's ref.
+    pub from_ref: bool,
+    /// What is said to the user, one line.
+    pub message: String,
+}
+
+impl Witness {
+    /// The bucket at `store` as the only witness of `revision` → `commit` and of the files'
+    /// SHA-256.
+    #[cfg_attr(not(feature = "remote-cache"), allow(dead_code))]
+    pub(crate) fn bucket(store: &str, revision: &str, commit: &str) -> Witness {
+        let from_ref = revision != commit;
+        let revision = crate::names::escape(revision).into_owned();
+        let message = if from_ref {
+            format!(
+                "{revision} → {commit} from the bucket's ref, not checked against the Hub, nor \
+                 is what its index says each file is ({store}); pin with a lock file"
+            )
+        } else {
+            format!(
+                "the files of {commit} are what the bucket's index says, not checked against \
+                 the Hub ({store}); pin with a lock file"
+            )
+        };
+        Witness {
+            store: store.to_string(),
+            revision,
+            commit: commit.to_string(),
+            from_ref,
+            message,
+        }
+    }
 }
 
 impl Plan {
@@ -184,11 +237,14 @@ pub struct RemoteRead {
 pub struct UploadReport {
     /// The store, by its URL (never with credentials).
     pub to: String,
-    /// `sent` (the blob was uploaded), `already_there` (only its index entry was written) or
-    /// `failed`.
+    /// `sent` (the blob was uploaded), `already_there` (only its index entry was written, if
+    /// `indexed`) or `failed`.
     pub outcome: String,
     /// Bytes of the blob sent.
     pub bytes: u64,
+    /// Whether its index entry and ref were written: never by an offline run, which checked
+    /// nothing against the Hub (the blob and its manifest only).
+    pub indexed: bool,
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -210,6 +266,12 @@ pub struct FetchSummary {
     /// A note for the user (e.g. which model of a GGUF repository was chosen and how to get
     /// the others).
     pub notice: Option<String>,
+    /// See [`Plan::witness`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness: Option<Witness>,
+    /// See [`Plan::unlisted`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlisted: Vec<String>,
     /// Wall time.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
     pub elapsed: Duration,

@@ -45,7 +45,16 @@ impl Fetcher {
     ) -> Result<Plan, FetchError> {
         let selection = Selection::files(pins.files.iter().map(|f| f.path.clone()));
         if self.offline {
-            return self.resolve(repo, &selection).await;
+            let mut plan = self.resolve(repo, &selection).await?;
+            // The lock file is the witness: its pins are checked file by file.
+            plan.witness = None;
+            if self.check_only {
+                let store = self.store_for(repo);
+                let mut known = self.saved_paths(&store, &plan.commit).unwrap_or_default();
+                known.extend(pins.files.iter().map(|f| f.path.clone()));
+                plan.unlisted = unlisted(&store, &plan.commit, &known);
+            }
+            return Ok(plan);
         }
         repo.validate()?;
         let store = self.store_for(repo);
@@ -125,7 +134,7 @@ impl Fetcher {
             }
         }
         let mut refused = Vec::new();
-        let (commit, wanted, notice) = if selection.is_explicit_only() {
+        let (commit, wanted, notice, unlisted_files) = if selection.is_explicit_only() {
             let commit = self.hub.repo_commit(repo).await?;
             // A warm cache: the files are in the snapshot of that commit, each with the manifest
             // recorded when it was verified (which says what its size must be): nothing more to
@@ -188,7 +197,7 @@ impl Fetcher {
             if self.sidecars {
                 self.find_sidecars(repo, &commit, &store, &mut wanted).await;
             }
-            (commit, wanted, None)
+            (commit, wanted, None, Vec::new())
         } else {
             let (mut listing, mut discarded, mut hint) =
                 self.list_files(repo, &store, fresh).await?;
@@ -246,14 +255,22 @@ impl Fetcher {
                     (listing, discarded, hint) = self.list_files(repo, &store, true).await?;
                     continue;
                 }
-                break (listing.commit, wanted, chosen.notice);
+                // Checking: what the snapshot holds that the listing does not is a finding.
+                let stray = if self.check_only {
+                    let listed: Vec<String> =
+                        listing.files.iter().map(|f| f.path.clone()).collect();
+                    unlisted(&store, &listing.commit, &listed)
+                } else {
+                    Vec::new()
+                };
+                break (listing.commit, wanted, chosen.notice, stray);
             }
         };
         let files = wanted
             .into_iter()
             .map(|w| planned(&store, repo, &commit, w))
             .collect();
-        Ok(plan(
+        let mut p = plan(
             repo,
             &store,
             commit.into_string(),
@@ -261,7 +278,9 @@ impl Fetcher {
             notice,
             refused,
             false,
-        ))
+        );
+        p.unlisted = unlisted_files;
+        Ok(p)
     }
 
     /// Offline with a remote cache: the selection resolved from the bucket's index (its ref
@@ -282,27 +301,76 @@ impl Fetcher {
         } else {
             match remote
                 .revision(repo.repo_type, &repo.id, &repo.revision)
-                .await?
+                .await
             {
-                Some(c) => c,
-                None => return Ok(None),
+                Ok(Some(c)) => c,
+                Ok(None) => return Ok(None),
+                // A ref that cannot be used names no commit: said, not a network failure.
+                Err(crate::remote_cache::RemoteCacheError::Invalid { reason, .. }) => {
+                    return Err(FetchError::NotCached {
+                        what: format!(
+                            "repository '{repo}' at revision '{}' (the ref in {remote} cannot \
+                             be used: {reason})",
+                            escape(&repo.revision)
+                        ),
+                        dir: self.store_dir(repo),
+                        offline: true,
+                    })
+                }
+                Err(e) => return Err(e.into()),
             }
         };
-        let entries = if selection.is_explicit_only() {
+        let crate::remote_cache::Index { entries, skipped } = if selection.is_explicit_only() {
             let found = stream::iter(selection.files.iter())
                 .map(|f| remote.index_entry(repo.repo_type, &repo.id, &commit, f))
                 .buffered(8)
                 .collect::<Vec<_>>()
                 .await;
-            let mut entries = Vec::new();
-            for e in found {
-                entries.extend(e?);
+            let mut index = crate::remote_cache::Index::default();
+            for (f, e) in selection.files.iter().zip(found) {
+                match e {
+                    Ok(e) => index.entries.extend(e),
+                    // An entry that cannot be used: left out, named (the file is then not in
+                    // the bucket); only a store that cannot be read fails the fetch.
+                    Err(crate::remote_cache::RemoteCacheError::Invalid { reason, .. }) => {
+                        index.skipped.push(crate::remote_cache::Skipped {
+                            key: escape(&crate::remote_cache::RemoteCache::index_key(
+                                repo.repo_type,
+                                &repo.id,
+                                &commit,
+                                f,
+                            ))
+                            .into_owned(),
+                            reason,
+                        })
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
-            entries
+            index
         } else {
             remote.index(repo.repo_type, &repo.id, &commit).await?
         };
+        let skipped = (!skipped.is_empty()).then(|| {
+            let shown: Vec<&str> = skipped.iter().take(5).map(|s| s.reason.as_str()).collect();
+            format!(
+                "left out {} object(s) of the index in {remote} that cannot be used: {}{}",
+                skipped.len(),
+                shown.join("; "),
+                if skipped.len() > 5 { "; …" } else { "" }
+            )
+        });
         if entries.is_empty() {
+            if let Some(s) = &skipped {
+                return Err(FetchError::NotCached {
+                    what: format!(
+                        "the selection of '{repo}' at revision '{}' ({s})",
+                        escape(&repo.revision)
+                    ),
+                    dir: self.store_dir(repo),
+                    offline: true,
+                });
+            }
             return Ok(None);
         }
         let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
@@ -334,15 +402,14 @@ impl Fetcher {
                 )
             })
             .collect();
-        Ok(Some(plan(
-            repo,
-            store,
-            commit,
-            files,
-            chosen.notice,
-            Vec::new(),
-            true,
-        )))
+        let notice = match (chosen.notice, skipped) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+        let witness = super::Witness::bucket(remote.url(), &repo.revision, &commit);
+        let mut p = plan(repo, store, commit, files, notice, Vec::new(), true);
+        p.witness = Some(witness);
+        Ok(Some(p))
     }
 
     /// The repository's files at the commit its revision points at: one request for the commit,
@@ -543,9 +610,23 @@ impl Fetcher {
             (selection.clone(), Vec::new())
         };
         let selection = &selection;
+        // Checking: what the snapshot holds that the listing saved for the commit does not is
+        // a finding (nothing to judge by without one), and not checked as a file of the
+        // revision.
+        let stray = match self.check_only {
+            true => self
+                .saved_paths(store, &commit)
+                .map(|listed| unlisted(store, &commit, &listed))
+                .unwrap_or_default(),
+            false => Vec::new(),
+        };
         let chosen = if self.check_only && selection.is_bare() {
             Ok(selection::Chosen {
-                paths: paths.iter().map(|p| p.to_string()).collect(),
+                paths: paths
+                    .iter()
+                    .filter(|p| !stray.contains(&escape(p).into_owned()))
+                    .map(|p| p.to_string())
+                    .collect(),
                 notice: None,
             })
         } else {
@@ -657,6 +738,7 @@ impl Fetcher {
             .collect();
         let mut p = plan(repo, store, commit, files, notice, Vec::new(), true);
         p.missing = missing;
+        p.unlisted = stray;
         Ok(p)
     }
 }
@@ -714,6 +796,8 @@ fn plan(
         refused,
         offline,
         missing: Vec::new(),
+        witness: None,
+        unlisted: Vec::new(),
     }
 }
 
@@ -771,18 +855,7 @@ fn listing_difference(saved: &[hub::RemoteFile], hub: &[hub::RemoteFile]) -> Str
 /// Every file of a listing that is in the cache's snapshot of `commit` (whatever its bytes:
 /// checking them is what comes next), for `cache verify` without a selection.
 fn cached_of(paths: &[&str], store: &Store, commit: &str) -> selection::Chosen {
-    // What the snapshot holds that the revision does not (a file planted there, listed by
-    // nothing but another program's saved listing) is named, never passed over.
-    let planted: Vec<String> = match store {
-        Store::Cache(r) => r
-            .list_snapshot(commit)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|f| f.path)
-            .filter(|p| !paths.contains(&p.as_str()))
-            .collect(),
-        Store::Local(_) => Vec::new(),
-    };
+    // What the snapshot holds that the revision does not is `Plan::unlisted` (see `unlisted`).
     let present: Vec<String> = paths
         .iter()
         .filter(|p| {
@@ -799,20 +872,6 @@ fn cached_of(paths: &[&str], store: &Store, commit: &str) -> selection::Chosen {
     if absent > 0 {
         notes.push(format!(
             "{absent} file(s) of the revision are not in the cache (not checked)"
-        ));
-    }
-    if !planted.is_empty() {
-        let shown: Vec<String> = planted
-            .iter()
-            .take(5)
-            .map(|p| format!("'{}'", escape(p)))
-            .collect();
-        notes.push(format!(
-            "{} file(s) in the snapshot are not in the revision (put there by something else; \
-             remove them with `wi-fetch cache rm`): {}{}",
-            planted.len(),
-            shown.join(", "),
-            if planted.len() > 5 { ", …" } else { "" }
         ));
     }
     selection::Chosen {
@@ -851,4 +910,19 @@ fn select_error(
         },
         SelectError::BadPattern(p) => FetchError::Selection(p),
     }
+}
+
+/// The entries of a commit's snapshot folder (links or not) that `known` does not name,
+/// escaped, in path order: files put there by something else. None in a local folder.
+fn unlisted(store: &Store, commit: &str, known: &[String]) -> Vec<String> {
+    let Store::Cache(r) = store else {
+        return Vec::new();
+    };
+    let known: std::collections::BTreeSet<&str> = known.iter().map(String::as_str).collect();
+    r.snapshot_entries(commit)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| !known.contains(p.as_str()))
+        .map(|p| escape(&p).into_owned())
+        .collect()
 }

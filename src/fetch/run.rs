@@ -420,6 +420,16 @@ impl Fetcher {
         if let Some(n) = &plan.notice {
             notice(rep, None, n);
         }
+        if let Some(w) = &plan.witness {
+            notice(rep, None, &w.message);
+        }
+        let unlisted = (!plan.unlisted.is_empty()).then(|| FetchError::Unlisted {
+            folder: plan.folder.clone(),
+            files: plan.unlisted.clone(),
+        });
+        if let Some(u) = unlisted.as_ref().filter(|_| !self.strict) {
+            notice(rep, None, &u.to_string());
+        }
         for r in plan.refused.iter().take(REFUSED_NAMED) {
             notice(
                 rep,
@@ -481,7 +491,7 @@ impl Fetcher {
             return Err(interrupted(repo, &plan, &results));
         }
         let mut reports = Vec::new();
-        let mut errors = Vec::new();
+        let mut errors: Vec<FetchError> = unlisted.into_iter().filter(|_| self.strict).collect();
         for m in &plan.missing {
             let e = FetchError::NotCached {
                 what: format!("file '{}' of '{repo}'", escape(m)),
@@ -516,7 +526,7 @@ impl Fetcher {
         }
         #[cfg(feature = "remote-cache")]
         if let Some(remote) = self.read_from.as_ref().filter(|_| self.checks_bucket()) {
-            self.check_remote(remote, &mut reports, rep, &mut errors)
+            self.check_remote(remote, repo, &plan, &mut reports, rep, &mut errors)
                 .await;
         }
         #[cfg(feature = "remote-cache")]
@@ -535,6 +545,8 @@ impl Fetcher {
             folder: plan.folder,
             files: reports,
             notice: plan.notice,
+            witness: plan.witness,
+            unlisted: plan.unlisted,
             elapsed: start.elapsed(),
             connections: Default::default(),
             files_at_once: Default::default(),
@@ -1240,12 +1252,26 @@ impl Fetcher {
                 to: remote.url().to_string(),
                 outcome: "failed".into(),
                 bytes: 0,
+                indexed: false,
                 error: Some(error.into()),
             }
         };
-        for r in reports.iter_mut().filter(|r| {
+        let uploading = |r: &FileReport| {
             (!r.cached || self.upload_cached) && r.verification.as_ref().is_none_or(|v| v.valid)
-        }) {
+        };
+        if self.offline && reports.iter().any(uploading) {
+            // What a file is was not asked of anyone who could vouch for it.
+            let message = format!(
+                "offline: no index entry or ref written to {remote} (what the files are was \
+                 not checked against the Hub); blobs and manifests only"
+            );
+            sink.on_event(&Event::Notice {
+                id: None,
+                file: None,
+                message: &message,
+            });
+        }
+        for r in reports.iter_mut().filter(|r| uploading(r)) {
             let id = rep.id(&r.path);
             let key = FileKey::new(repo, commit, &r.path, &r.etag, r.size);
             let recorded = integrity::recorded_file(store, &r.path, &r.etag, r.size, &r.sha256);
@@ -1294,6 +1320,7 @@ impl Fetcher {
                 local: &local,
                 manifest: &manifest,
                 replace: r.remote_read.as_ref().is_some_and(|b| b.damaged.is_some()),
+                index: !self.offline,
             };
             // Ctrl-C stops an upload too: a multipart upload never completed is never visible.
             let uploaded = tokio::select! {
@@ -1327,6 +1354,7 @@ impl Fetcher {
                         }
                         .into(),
                         bytes: sent,
+                        indexed: up.index,
                         error: None,
                     }
                 }
@@ -1343,6 +1371,8 @@ impl Fetcher {
     async fn check_remote(
         &self,
         remote: &crate::remote_cache::RemoteCache,
+        repo: &RepoRef,
+        plan: &Plan,
         reports: &mut [FileReport],
         rep: &Gate<'_>,
         errors: &mut Vec<FetchError>,
@@ -1356,14 +1386,90 @@ impl Fetcher {
                 message,
             })
         };
+        let say_all = |message: &str| {
+            rep.inner.on_event(&Event::Notice {
+                id: None,
+                file: None,
+                message,
+            })
+        };
+        if self.offline {
+            say_all(&format!(
+                "offline: the copies in {remote} are checked against what this cache recorded \
+                 of each file, itself not checked against the Hub"
+            ));
+        } else if !is_commit_hash(&repo.revision) {
+            // What offline nodes will take the revision for. A ref may lag behind the branch
+            // (it says what the revision named at the last upload): a note, not a failure.
+            match remote
+                .revision(repo.repo_type, &repo.id, &repo.revision)
+                .await
+            {
+                Ok(Some(c)) if c != plan.commit => say_all(&format!(
+                    "the ref of '{}' in {remote} names {c}, the Hub {}: offline nodes \
+                     reading the bucket take the revision for {c}",
+                    escape(&repo.revision),
+                    plan.commit
+                )),
+                Ok(_) => {}
+                Err(e) => say_all(&e.to_string()),
+            }
+        }
         for r in reports.iter_mut() {
             let Ok(sha) = r.sha256.parse::<Sha256Hex>() else {
                 continue;
+            };
+            // What the bucket's index says the file is at this commit: offline nodes take it
+            // for the file, so it must be the file the check knows.
+            let entry = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => break,
+                e = remote.index_entry(repo.repo_type, &repo.id, &plan.commit, &r.path) => e,
+            };
+            let wrong_entry = match entry {
+                Ok(Some(e)) if e.sha256 != sha || e.size != r.size || e.etag != r.etag => {
+                    Some(format!(
+                        "{remote}/{}: the index entry says SHA-256 {}, {} bytes, ETag {}; the \
+                         file is SHA-256 {sha}, {} bytes, ETag {}",
+                        escape(&crate::remote_cache::RemoteCache::index_key(
+                            repo.repo_type,
+                            &repo.id,
+                            &plan.commit,
+                            &r.path
+                        )),
+                        e.sha256,
+                        e.size,
+                        escape(&e.etag),
+                        r.size,
+                        escape(&r.etag)
+                    ))
+                }
+                Ok(_) => None,
+                Err(crate::remote_cache::RemoteCacheError::Invalid { reason, .. }) => {
+                    Some(format!("{remote}: {reason}"))
+                }
+                Err(e) => {
+                    let what = e.to_string();
+                    say(&r.path, &format!("could not be checked: {what}"));
+                    errors.push(e.into());
+                    r.remote_check = Some(super::RemoteCheck {
+                        store: remote.url().to_string(),
+                        outcome: "failed".into(),
+                        chunks: 0,
+                        error: Some(what),
+                    });
+                    continue;
+                }
             };
             let checked = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => break,
                 c = remote.check(&sha, r.size, &|_| {}) => c,
+            };
+            let checked = match (checked, wrong_entry) {
+                (Ok(BlobCheck::Damaged(d)), Some(w)) => Ok(BlobCheck::Damaged(format!("{w}; {d}"))),
+                (Ok(_), Some(w)) => Ok(BlobCheck::Damaged(w)),
+                (c, _) => c,
             };
             let (outcome, chunks, error) = match checked {
                 Ok(BlobCheck::Sound { chunks }) => {

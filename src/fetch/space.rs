@@ -95,6 +95,8 @@ mod tests {
             refused: Vec::new(),
             offline: false,
             missing: Vec::new(),
+            witness: None,
+            unlisted: Vec::new(),
         }
     }
 

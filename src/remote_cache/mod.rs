@@ -124,6 +124,8 @@ pub enum RemoteCacheError {
 pub struct RemoteCache {
     store: Arc<dyn ObjectStore>,
     url: String,
+    /// The folder of a `file://` store, which is listed by hand (see [`RemoteCache::index`]).
+    local_root: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for RemoteCache {
@@ -162,6 +164,11 @@ pub struct Upload<'a> {
     /// Upload the blob and its manifest even when the store has them: its copy was found
     /// damaged.
     pub replace: bool,
+    /// Write the index entry and the ref too: what the file is (its commit, path and
+    /// SHA-256) was checked against the Hub or a lock file in this run. False for a run that
+    /// asked the Hub nothing (offline): the bucket gets the content-addressed blob and its
+    /// manifest only, never an identity nobody vouched for.
+    pub index: bool,
 }
 
 /// What an upload did.
@@ -173,7 +180,8 @@ pub enum Uploaded {
         /// Bytes sent.
         bytes: u64,
     },
-    /// The blob was there already: only its index entry was written.
+    /// The blob was there already: only its index entry was written (if any: see
+    /// [`Upload::index`]).
     AlreadyThere,
 }
 
@@ -270,6 +278,31 @@ pub struct IndexEntry {
     pub sha256: Sha256Hex,
 }
 
+/// The index entries of a commit ([`RemoteCache::index`]), and the objects left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Index {
+    /// The entries, in path order.
+    pub entries: Vec<IndexEntry>,
+    /// Objects below the commit's index that could not be used, in key order.
+    pub skipped: Vec<Skipped>,
+}
+
+/// An object of the index left out (see [`RemoteCache::index`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Its key below the store's prefix, escaped.
+    pub key: String,
+    /// Why, naming the key (escaped).
+    pub reason: String,
+}
+
+/// Whether a key is one of object_store's files being written (`NAME#N`), which its own
+/// listing of a `file://` store passes over.
+fn is_temporary(key: &str) -> bool {
+    key.rsplit_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 impl RemoteCache {
     /// Opens the store a URL names: `s3://bucket[/prefix]` (configured from the `AWS_*`
     /// variables; plain HTTP only when `AWS_ALLOW_HTTP` is true or `AWS_ENDPOINT_URL` is an
@@ -306,6 +339,7 @@ impl RemoteCache {
                     .into(),
             ));
         }
+        let mut local_root = None;
         let (store, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
             "s3" | "s3a" => {
                 let bucket = parsed.host_str().unwrap_or_default();
@@ -394,6 +428,7 @@ impl RemoteCache {
                     .map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                     .map_err(|e| bad(e.to_string()))?;
+                local_root = Some(dir);
                 (Arc::new(fs), "")
             }
             other => {
@@ -415,6 +450,7 @@ impl RemoteCache {
         shown.set_fragment(None);
         Ok(RemoteCache {
             store,
+            local_root,
             url: escape(shown.as_str().trim_end_matches('/')).into_owned(),
         })
     }
@@ -749,49 +785,136 @@ impl RemoteCache {
     }
 
     /// Every index entry of a repository at `commit` (at most [`MAX_INDEX_ENTRIES`]), in path
-    /// order; each checked as [`index_entry`](Self::index_entry) checks one.
+    /// order; each checked as [`index_entry`](Self::index_entry) checks one. An object that
+    /// cannot be used — a key that cannot name an object (`..`, an empty segment), an entry
+    /// larger than [`MAX_ENTRY_BYTES`], one that is not an index entry or describes another
+    /// file — is left out and named in [`Index::skipped`]; the others still count. Only a store
+    /// that cannot be read fails the whole.
     pub async fn index(
         &self,
         repo_type: RepoType,
         repo_id: &str,
         commit: &str,
-    ) -> Result<Vec<IndexEntry>, RemoteCacheError> {
+    ) -> Result<Index, RemoteCacheError> {
+        let mut index = Index::default();
         if crate::names::check_repo_id(repo_id).is_err() || !crate::names::is_commit_hash(commit) {
-            return Ok(Vec::new());
+            return Ok(index);
         }
         let folder = format!("index/{repo_type}s/{repo_id}/{commit}");
-        let prefix = self.object(&folder)?;
-        let mut keys = Vec::new();
-        let mut listed = self.store.list(Some(&prefix));
-        while let Some(meta) = listed.next().await {
-            let meta = meta.map_err(|e| self.fail("list", &folder, e))?;
-            if keys.len() >= MAX_INDEX_ENTRIES {
-                return Err(self.invalid(format!(
-                    "{folder} has more than {MAX_INDEX_ENTRIES} entries"
-                )));
+        let keys = match &self.local_root {
+            Some(root) => self.list_folder(root, &folder, &mut index.skipped)?,
+            None => {
+                let prefix = self.object(&folder)?;
+                let mut keys = Vec::new();
+                let mut listed = self.store.list(Some(&prefix));
+                while let Some(meta) = listed.next().await {
+                    let meta = meta.map_err(|e| self.fail("list", &folder, e))?;
+                    if keys.len() >= MAX_INDEX_ENTRIES {
+                        return Err(self.too_many(&folder));
+                    }
+                    keys.push(meta.location.to_string());
+                }
+                keys
             }
-            keys.push(meta.location.to_string());
-        }
+        };
         // Each entry parsed as it arrives: only the parsed entries are kept (at most 16 raw
         // bodies of 64 KiB in memory at once).
         let mut read = futures::stream::iter(keys)
             .map(|key| async move {
-                match self.read_small(&key).await? {
-                    Some(bytes) => self
-                        .parse_entry(&key, &bytes, repo_type, repo_id, commit, None)
-                        .map(Some),
-                    None => Ok(None),
-                }
+                let got = match self.read_small(&key).await {
+                    Ok(Some(bytes)) => {
+                        self.parse_entry(&key, &bytes, repo_type, repo_id, commit, None)
+                    }
+                    Ok(None) => return (key, Ok(None)),
+                    Err(e) => Err(e),
+                };
+                (key, got.map(Some))
             })
             .buffer_unordered(16);
-        let mut entries = Vec::new();
-        while let Some(e) = read.next().await {
-            entries.extend(e?);
+        while let Some((key, e)) = read.next().await {
+            match e {
+                Ok(entry) => index.entries.extend(entry),
+                // The object is unusable, not the store: left out, named.
+                Err(RemoteCacheError::Invalid { reason, .. }) => index.skipped.push(Skipped {
+                    key: escape(&key).into_owned(),
+                    reason,
+                }),
+                Err(e) => return Err(e),
+            }
         }
-        entries.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(entries)
+        index.entries.sort_by(|a, b| a.path.cmp(&b.path));
+        index.skipped.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(index)
     }
 
+    fn too_many(&self, folder: &str) -> RemoteCacheError {
+        self.invalid(format!(
+            "{folder} has more than {MAX_INDEX_ENTRIES} entries"
+        ))
+    }
+
+    /// The keys below `folder` of a `file://` store rooted at `root`, listed by hand: object
+    /// store's own listing stops at the first file whose name cannot be a key (a file named
+    /// `%2E%2E` is the key `..`), losing every other. Such a file is named in `skipped`;
+    /// files being written (object_store's `NAME#N` temporaries) are passed over, as its
+    /// listing does.
+    fn list_folder(
+        &self,
+        root: &Path,
+        folder: &str,
+        skipped: &mut Vec<Skipped>,
+    ) -> Result<Vec<String>, RemoteCacheError> {
+        let fail = |e: std::io::Error| {
+            let source = object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(e),
+            };
+            self.fail("list", folder, source)
+        };
+        let mut keys = Vec::new();
+        let mut todo = vec![(root.join(folder), folder.to_string())];
+        while let Some((dir, key)) = todo.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(d) => d,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(fail(e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(fail)?;
+                if keys.len() + skipped.len() >= MAX_INDEX_ENTRIES {
+                    return Err(self.too_many(folder));
+                }
+                let raw = entry.file_name();
+                let name = raw.to_string_lossy();
+                // object_store's encoding of a key's segment as a file name, undone.
+                let decoded = percent_encoding::percent_decode_str(&name).decode_utf8();
+                let child = match &decoded {
+                    Ok(d) if raw.to_str().is_some() => format!("{key}/{d}"),
+                    _ => format!("{key}/{name}"),
+                };
+                // As object_store does: links followed.
+                let is_dir = std::fs::metadata(entry.path()).is_ok_and(|m| m.is_dir());
+                let usable = raw.to_str().is_some()
+                    && decoded.is_ok()
+                    && ObjectPath::parse(&child).is_ok_and(|p| p.as_ref() == child);
+                if !usable {
+                    skipped.push(Skipped {
+                        key: escape(&child).into_owned(),
+                        reason: format!(
+                            "{}: its name cannot be an object's key (a '..' or '.' segment, \
+                             an empty one, a control character, bytes that are not UTF-8)",
+                            escape(&child)
+                        ),
+                    });
+                } else if is_dir {
+                    todo.push((entry.path(), child));
+                } else if !is_temporary(&child) {
+                    keys.push(child);
+                }
+            }
+        }
+        Ok(keys)
+    }
     /// Checks an index entry read at `key`: the format, and that it names the file its key
     /// names (the repository, the commit, and `path` when given, else the path the key gives).
     fn parse_entry(
@@ -857,7 +980,8 @@ impl RemoteCache {
     }
 
     /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
-    /// entry (last) and the commit its revision named. `progress` is called with each part's
+    /// entry (last) and the commit its revision named (those two only with
+    /// [`Upload::index`]). `progress` is called with each part's
     /// bytes as it is handed to the store. A failed multipart upload is aborted: nothing of it
     /// becomes visible.
     #[tracing::instrument(name = "upload", skip_all, fields(bucket = self.url.as_str(), repo = up.repo_id, path = up.path))]
@@ -914,6 +1038,9 @@ impl RemoteCache {
             .await?;
             Uploaded::Sent { bytes: m.size }
         };
+        if !up.index {
+            return Ok(sent);
+        }
         let entry = IndexEntry {
             format: INDEX_FORMAT.into(),
             version: INDEX_VERSION,

@@ -48,7 +48,8 @@ class FetchedFile(TypedDict):
     #: The manifest the file was checked against, when there was one.
     manifest: NotRequired[str]
     #: Its upload to a remote cache (``to``, ``outcome``: ``sent``, ``already_there`` or
-    #: ``failed``, ``bytes``, ``error``), when it was downloaded with one set.
+    #: ``failed``, ``bytes``, ``indexed``: whether its index entry and ref were written, never
+    #: offline, ``error``), when it was downloaded with one set.
     upload: NotRequired[dict[str, Any]]
     #: What its download read from the remote cache (``from``: the object, ``bytes``, and
     #: ``damaged`` / ``left`` when the bucket's copy was damaged or stopped answering), when
@@ -69,6 +70,11 @@ class FetchSummary(TypedDict):
     files: list[FetchedFile]
     #: A note for the user (which model a bare GGUF repository got, a fallback to the cache).
     notice: str | None
+    #: Offline from a remote cache without a lock file: the bucket's ref and index said what
+    #: the files are, unchecked (``store``, ``revision``, ``commit``, ``from_ref``, ``message``).
+    witness: NotRequired[dict[str, Any]]
+    #: Checking: files in the snapshot folder no listing or lock file knows (escaped).
+    unlisted: NotRequired[list[str]]
     elapsed_secs: float
     #: How many connections were used, and files at once (``peak``, ``mean``, …).
     connections: dict[str, Any]
@@ -104,6 +110,9 @@ class Plan(TypedDict):
     offline: bool
     #: Offline: files asked for by name that are not on disk.
     missing: NotRequired[list[str]]
+    #: See :class:`FetchSummary`.
+    witness: NotRequired[dict[str, Any]]
+    unlisted: NotRequired[list[str]]
 
 
 class ResidencyStats(TypedDict):

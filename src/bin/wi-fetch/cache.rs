@@ -26,7 +26,7 @@ enum CacheCommand {
     /// Verify what is cached (like `hf cache verify`), against what the Hub says of each file
     /// (a lock file's pins with --locked, the cache's own records with --offline); download
     /// nothing: see `wi-fetch --help`.
-    Verify(Box<FetchArgs>),
+    Verify(Box<VerifyArgs>),
     /// Upload what is cached to the remote cache (--remote-cache URL or WI_REMOTE_CACHE): each
     /// selected file is verified as `cache verify` does, then uploaded (blob, manifest, index),
     /// nothing sent for a blob the bucket has. For an air-gapped cluster: fill the bucket on one
@@ -45,6 +45,19 @@ enum CacheCommand {
     /// Remove what nothing uses: detached revisions, orphaned blobs, stale partial downloads,
     /// unused manifests, listings and locks (like `hf cache prune`, and more).
     Prune(PruneArgs),
+}
+
+/// `cache verify`: the fetch's own arguments, and what only a check takes.
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    fetch: FetchArgs,
+    /// Fail (exit 2) when a snapshot folder holds a file that neither the listing (the Hub's,
+    /// else the one saved for the commit; offline without one, nothing is judged) nor the lock
+    /// file knows: something else put it there. Without --strict such files are named and the
+    /// check passes.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -134,7 +147,11 @@ struct PruneArgs {
 /// handed back, its arguments to run as a fetch that only checks.
 pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, ExitCode> {
     let result = match cli.command {
-        CacheCommand::Verify(args) => return Ok(*args),
+        CacheCommand::Verify(args) => {
+            let VerifyArgs { mut fetch, strict } = *args;
+            fetch.strict = strict;
+            return Ok(fetch);
+        }
         CacheCommand::Push(args) => {
             let mut args = *args;
             args.push = true;

@@ -243,6 +243,9 @@ struct FetchArgs {
     /// `wi-fetch cache verify`: check, download nothing (set from the command, not a flag).
     #[arg(skip)]
     check_only: bool,
+    /// `wi-fetch cache verify --strict`: files no listing or lock file knows fail the check.
+    #[arg(skip)]
+    strict: bool,
     /// `wi-fetch cache push`: check, then upload every file to the remote cache.
     #[arg(skip)]
     push: bool,
@@ -522,6 +525,7 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
         .force_download(cli.force_download)
         .lock_timeout(cli.lock_timeout)
         .check_only(cli.check_only)
+        .strict(cli.strict)
         .reporter(progress.clone());
     if let Some(e) = &cli.endpoint {
         if !e.trim().is_empty() {
@@ -764,6 +768,9 @@ fn print_plan(plan: &Plan, json: bool, show: bool) -> Result<(), Failure> {
         if let Some(n) = &plan.notice {
             eprintln!("wi-fetch: note: {}", escape(n));
         }
+        if let Some(w) = &plan.witness {
+            eprintln!("wi-fetch: note: {}", escape(&w.message));
+        }
         for r in &plan.refused {
             eprintln!(
                 "wi-fetch: note: left out '{}' of the listing: {}",
@@ -914,7 +921,10 @@ mod tests {
             VerifyArg::Fast
         );
         let l = verify(&["--locked", "x.lock"]);
-        assert!(l.offline && l.repo.is_none());
+        assert!(l.offline && l.repo.is_none() && !l.strict);
+        assert!(verify(&["org/name", "--strict"]).strict);
+        // Only a check takes --strict.
+        assert!(Cli::try_parse_from(["wi-fetch", "org/name", "--strict"]).is_err());
         // The main command line: a fetch, fast by default, writing.
         let f = Cli::try_parse_from(["wi-fetch", "org/name"]).unwrap();
         assert!(f.command.is_none() && !f.fetch.check_only);
