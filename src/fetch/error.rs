@@ -367,6 +367,15 @@ fn fmt_cache(cache: &FetchError) -> String {
     }
 }
 
+/// Up to five names, quoted, then how many more.
+fn fmt_names(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(5).map(|n| format!("'{n}'")).collect();
+    match names.len() {
+        n if n > 5 => format!("{}, and {} more", shown.join(", "), n - 5),
+        _ => shown.join(", "),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,14 +523,5 @@ mod tests {
         }
         let e = FetchError::several(vec![first, make(ExitClass::NotFound)]).unwrap();
         assert!(e.to_string().contains("'first'"), "{e}");
-    }
-}
-
-/// Up to five names, quoted, then how many more.
-fn fmt_names(names: &[String]) -> String {
-    let shown: Vec<String> = names.iter().take(5).map(|n| format!("'{n}'")).collect();
-    match names.len() {
-        n if n > 5 => format!("{}, and {} more", shown.join(", "), n - 5),
-        _ => shown.join(", "),
     }
 }
