@@ -143,7 +143,12 @@ def test_verified_downloads_fill_a_remote_cache(
     s = wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=hub.url,
                  cache_dir=tmp_path / "a", remote_cache=url)
     f = s["files"][0]
-    assert f["upload"] == {"to": url, "outcome": "sent", "bytes": f["size"], "indexed": True}, f
+    assert f["upload"] == {
+        "to": url,
+        "outcome": "sent",
+        "bytes": f["size"],
+        "indexed": True,
+    }, f
     data = (repos / "demo" / "tiny" / "model.safetensors").read_bytes()
     assert (bucket / "blobs" / "sha256" / f["sha256"]).read_bytes() == data
     entry = json.loads((bucket / "index" / "models" / "demo" / "tiny" / s["commit"]
