@@ -551,11 +551,20 @@ fn stalled_clients_lose_their_connection() {
     );
     let addr = s.base.trim_start_matches("http://").to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
+    // The next client comes from another address: one address's own next connection is
+    // closed at once while it holds its share (`--max-connections-per-client`, here 1).
+    // (No connection kept for later: it would hold the one slot.)
+    let other = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
     let served_next = || {
         rt.block_on(async {
             let r = tokio::time::timeout(
                 std::time::Duration::from_secs(60),
-                client().get(s.url("/models")).send(),
+                other.get(s.url("/models")).send(),
             )
             .await
             .expect("the next client is served once the stalled one is dropped")

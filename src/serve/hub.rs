@@ -27,6 +27,8 @@ use axum::routing::get;
 use axum::Router;
 use sha1::{Digest as _, Sha1};
 
+use super::error::Refusal;
+use super::labelled;
 use super::range;
 use super::source::Stamp;
 use super::upstream::{Access, Entry, Failure, Identity, Listing, Upstream};
@@ -168,19 +170,28 @@ pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>, check: Blo
         )),
     });
     Router::new()
-        .route("/api/{kind}/{org}/{name}", get(info_main))
-        .route("/api/{kind}/{org}/{name}/revision/{*rev}", get(info))
-        .route("/api/{kind}/{org}/{name}/refs", get(refs))
-        .route("/api/{kind}/{org}/{name}/tree/{*rest}", get(tree))
+        .route("/api/{kind}/{org}/{name}", labelled(get(info_main), "info"))
+        .route(
+            "/api/{kind}/{org}/{name}/revision/{*rev}",
+            labelled(get(info), "info"),
+        )
+        .route("/api/{kind}/{org}/{name}/refs", labelled(get(refs), "refs"))
+        .route(
+            "/api/{kind}/{org}/{name}/tree/{*rest}",
+            labelled(get(tree), "tree"),
+        )
         .route(
             "/api/{kind}/{org}/{name}/paths-info/{*rev}",
-            axum::routing::post(paths_info),
+            labelled(axum::routing::post(paths_info), "paths_info"),
         )
         .route(
             "/datasets/{org}/{name}/resolve/{rev}/{*path}",
-            get(resolve_dataset),
+            labelled(get(resolve_dataset), "resolve"),
         )
-        .route("/{org}/{name}/resolve/{rev}/{*path}", get(resolve_model))
+        .route(
+            "/{org}/{name}/resolve/{rev}/{*path}",
+            labelled(get(resolve_model), "resolve"),
+        )
         .with_state(m)
 }
 
@@ -205,13 +216,13 @@ fn authorization(headers: &HeaderMap) -> Option<&str> {
 }
 
 impl Mirror {
-    fn kind_id(kind: &str, org: &str, name: &str) -> Result<(RepoType, String), Miss> {
+    fn kind_id(kind: &str, org: &str, name: &str) -> Result<(RepoType, String), Refusal> {
         let t = match kind {
             "models" => RepoType::Model,
             "datasets" => RepoType::Dataset,
             "spaces" => RepoType::Space,
             _ => {
-                return Err(Miss::new(
+                return Err(Refusal::miss(
                     "RepoNotFound",
                     &format!("no such kind '{}'", escape(kind)),
                     None,
@@ -220,7 +231,7 @@ impl Mirror {
         };
         let id = format!("{org}/{name}");
         if crate::names::check_repo_id(&id).is_err() {
-            return Err(Miss::new(
+            return Err(Refusal::miss(
                 "RepoNotFound",
                 &format!("'{}' is not a repository id", escape(&id)),
                 None,
@@ -230,10 +241,10 @@ impl Mirror {
     }
 
     /// The repository's folder in the cache, if the cache holds it.
-    fn held(&self, t: RepoType, id: &str) -> Result<RepoCache, Miss> {
+    fn held(&self, t: RepoType, id: &str) -> Result<RepoCache, Refusal> {
         let repo = self.cache.repo(t, id);
         if !repo.dir().is_dir() {
-            return Err(Miss::new(
+            return Err(Refusal::miss(
                 "RepoNotFound",
                 &format!("repository '{}' is not here", escape(id)),
                 None,
@@ -243,10 +254,10 @@ impl Mirror {
     }
 
     /// What the cache holds of `id` at `rev`.
-    fn local(&self, t: RepoType, id: &str, rev: &str) -> Result<View, Miss> {
+    fn local(&self, t: RepoType, id: &str, rev: &str) -> Result<View, Refusal> {
         let repo = self.held(t, id)?;
         let Some(commit) = repo.resolve_offline(rev) else {
-            return Err(Miss::new(
+            return Err(Refusal::miss(
                 "RevisionNotFound",
                 &format!("revision '{}' of '{}' is not here", escape(rev), escape(id)),
                 None,
@@ -290,10 +301,10 @@ impl Mirror {
         name: &str,
         rev: &str,
         headers: &HeaderMap,
-    ) -> Result<(View, Option<Identity>), Miss> {
+    ) -> Result<(View, Option<Identity>), Refusal> {
         let (t, id) = Self::kind_id(kind, org, name)?;
         if let Err(why) = crate::names::check_revision(rev) {
-            return Err(Miss::invalid(&format!(
+            return Err(Refusal::bad_request(format!(
                 "invalid revision '{}': {why}",
                 escape(rev)
             )));
@@ -301,7 +312,9 @@ impl Mirror {
         let Some(up) = &self.upstream else {
             return Ok((self.local(t, &id, rev)?, None));
         };
-        let who = up.identity(authorization(headers)).map_err(Miss::failure)?;
+        let who = up
+            .identity(authorization(headers))
+            .map_err(Refusal::failure)?;
         match up.listing(t, &id, rev, &who).await {
             Ok((listing, fresh)) => Ok((
                 View {
@@ -316,14 +329,14 @@ impl Mirror {
             )),
             Err(Failure::Down(why)) => {
                 if !up.may_answer_offline(t, &id, &who) {
-                    return Err(Miss::unchecked(&id, &why));
+                    return Err(Refusal::unchecked(&id, &why));
                 }
                 match self.local(t, &id, rev) {
                     Ok(v) => Ok((View { offline: true, ..v }, Some(who))),
-                    Err(_) => Err(Miss::down(&id, rev, Some(&why))),
+                    Err(_) => Err(Refusal::down(&id, rev, Some(&why))),
                 }
             }
-            Err(f) => Err(Miss::failure(f)),
+            Err(f) => Err(Refusal::failure(f)),
         }
     }
 }
@@ -447,11 +460,8 @@ async fn paths_info(
     UrlPath((kind, org, name, rev)): UrlPath<(String, String, String, String)>,
     headers: HeaderMap,
     body: String,
-) -> Response<Body> {
-    let at = match m.view(&kind, &org, &name, &rev, &headers).await {
-        Ok((at, _)) => at,
-        Err(miss) => return miss.respond(),
-    };
+) -> Result<Response<Body>, Refusal> {
+    let (at, _) = m.view(&kind, &org, &name, &rev, &headers).await?;
     let asked: Vec<String> = url::form_urlencoded::parse(body.as_bytes())
         .filter(|(k, _)| k == "paths")
         .map(|(_, v)| v.trim_end_matches('/').to_string())
@@ -470,7 +480,7 @@ async fn paths_info(
             out.push(serde_json::json!({"type": "directory", "path": p, "size": 0, "oid": "0".repeat(40)}));
         }
     }
-    super::json(StatusCode::OK, &out)
+    Ok(super::json(StatusCode::OK, &out))
 }
 
 fn info_json(at: &View) -> serde_json::Value {
@@ -486,22 +496,18 @@ async fn info_main(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name)): UrlPath<(String, String, String)>,
     headers: HeaderMap,
-) -> Response<Body> {
-    match m.view(&kind, &org, &name, "main", &headers).await {
-        Ok((at, _)) => super::json(StatusCode::OK, &info_json(&at)),
-        Err(miss) => miss.respond(),
-    }
+) -> Result<Response<Body>, Refusal> {
+    let (at, _) = m.view(&kind, &org, &name, "main", &headers).await?;
+    Ok(super::json(StatusCode::OK, &info_json(&at)))
 }
 
 async fn info(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name, rev)): UrlPath<(String, String, String, String)>,
     headers: HeaderMap,
-) -> Response<Body> {
-    match m.view(&kind, &org, &name, &rev, &headers).await {
-        Ok((at, _)) => super::json(StatusCode::OK, &info_json(&at)),
-        Err(miss) => miss.respond(),
-    }
+) -> Result<Response<Body>, Refusal> {
+    let (at, _) = m.view(&kind, &org, &name, &rev, &headers).await?;
+    Ok(super::json(StatusCode::OK, &info_json(&at)))
 }
 
 /// `GET /api/…/refs`: the upstream's branches and tags when it answers, else the cache's.
@@ -509,17 +515,13 @@ async fn refs(
     State(m): State<Arc<Mirror>>,
     UrlPath((kind, org, name)): UrlPath<(String, String, String)>,
     headers: HeaderMap,
-) -> Response<Body> {
-    let (t, id) = match Mirror::kind_id(&kind, &org, &name) {
-        Ok(x) => x,
-        Err(miss) => return miss.respond(),
-    };
+) -> Result<Response<Body>, Refusal> {
+    let (t, id) = Mirror::kind_id(&kind, &org, &name)?;
     let one = |name: &str, full: &str, commit: &str| serde_json::json!({"name": name, "ref": full, "targetCommit": commit});
     if let Some(up) = &m.upstream {
-        let who = match up.identity(authorization(&headers)) {
-            Ok(w) => w,
-            Err(f) => return Miss::failure(f).respond(),
-        };
+        let who = up
+            .identity(authorization(&headers))
+            .map_err(Refusal::failure)?;
         let fallback = match up.refs(t, &id, &who).await {
             Ok(r) => {
                 let list = |l: &[crate::hub::GitRef]| -> Vec<serde_json::Value> {
@@ -527,25 +529,22 @@ async fn refs(
                         .map(|g| one(&g.name, &g.full_name, &g.target_commit))
                         .collect()
                 };
-                return super::json(
+                return Ok(super::json(
                     StatusCode::OK,
                     &serde_json::json!({"branches": list(&r.branches), "tags": list(&r.tags), "converts": [], "pullRequests": []}),
-                );
+                ));
             }
             Err(Failure::Down(why)) if !up.may_answer_offline(t, &id, &who) => {
-                return Miss::unchecked(&id, &why).respond()
+                return Err(Refusal::unchecked(&id, &why))
             }
-            Err(Failure::Down(why)) => Miss::down(&id, "refs", Some(&why)),
-            Err(f) => return Miss::failure(f).respond(),
+            Err(Failure::Down(why)) => Refusal::down(&id, "refs", Some(&why)),
+            Err(f) => return Err(Refusal::failure(f)),
         };
         if m.held(t, &id).is_err() {
-            return fallback.respond();
+            return Err(fallback);
         }
     }
-    let repo = match m.held(t, &id) {
-        Ok(r) => r,
-        Err(miss) => return miss.respond(),
-    };
+    let repo = m.held(t, &id)?;
     let mut branches = Vec::new();
     let mut tags = Vec::new();
     for (name, commit) in repo.list_refs() {
@@ -555,10 +554,10 @@ async fn refs(
             branches.push(one(&name, &format!("refs/heads/{name}"), &commit));
         }
     }
-    super::json(
+    Ok(super::json(
         StatusCode::OK,
         &serde_json::json!({"branches": branches, "tags": tags, "converts": [], "pullRequests": []}),
-    )
+    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -580,15 +579,12 @@ async fn tree(
     Query(q): Query<TreeQuery>,
     uri: axum::http::Uri,
     headers: HeaderMap,
-) -> Response<Body> {
+) -> Result<Response<Body>, Refusal> {
     let (rev, below) = match rest.split_once('/') {
         Some((r, p)) => (r.to_string(), p.trim_end_matches('/').to_string()),
         None => (rest.clone(), String::new()),
     };
-    let at = match m.view(&kind, &org, &name, &rev, &headers).await {
-        Ok((at, _)) => at,
-        Err(miss) => return miss.respond(),
-    };
+    let (at, _) = m.view(&kind, &org, &name, &rev, &headers).await?;
     let recursive = q
         .recursive
         .as_deref()
@@ -630,11 +626,11 @@ async fn tree(
         out.push(file_entry(f));
     }
     if !below.is_empty() && out.is_empty() && dirs.is_empty() {
-        return not_found(
+        return Err(Refusal::miss(
             "EntryNotFound",
             &format!("no folder '{}'", escape(&below)),
             Some(&at.listing.commit),
-        );
+        ));
     }
     let mut all: Vec<serde_json::Value> = dirs
         .into_iter()
@@ -665,7 +661,7 @@ async fn tree(
             resp.headers_mut().insert(header::LINK, v);
         }
     }
-    resp
+    Ok(resp)
 }
 
 async fn resolve_model(
@@ -673,7 +669,7 @@ async fn resolve_model(
     method: Method,
     UrlPath((org, name, rev, path)): UrlPath<(String, String, String, String)>,
     headers: HeaderMap,
-) -> Response<Body> {
+) -> Result<Response<Body>, Refusal> {
     resolve(&m, "models", &org, &name, &rev, &path, &method, &headers).await
 }
 
@@ -682,38 +678,8 @@ async fn resolve_dataset(
     method: Method,
     UrlPath((org, name, rev, path)): UrlPath<(String, String, String, String)>,
     headers: HeaderMap,
-) -> Response<Body> {
+) -> Result<Response<Body>, Refusal> {
     resolve(&m, "datasets", &org, &name, &rev, &path, &method, &headers).await
-}
-
-/// What a `Range` header asks of a file of `len` bytes: `Ok(None)` the whole file.
-#[allow(clippy::result_large_err)]
-fn ranged(headers: &HeaderMap, len: u64) -> Result<Option<std::ops::Range<u64>>, Response<Body>> {
-    match range::ask(
-        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
-        len,
-    ) {
-        range::Ask::Whole => Ok(None),
-        range::Ask::Part(r) => Ok(Some(r)),
-        range::Ask::Unsatisfiable => {
-            let mut r = super::error(
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                &format!("the file has {len} bytes"),
-            );
-            if let Ok(v) = format!("bytes */{len}").parse() {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            Err(r)
-        }
-        range::Ask::Several => Err(super::error(
-            StatusCode::BAD_REQUEST,
-            "one range per request",
-        )),
-        range::Ask::Malformed(why) => Err(super::error(
-            StatusCode::BAD_REQUEST,
-            &format!("bad Range header: {why}"),
-        )),
-    }
 }
 
 /// The headers of a file's answer (a part of it with `part`): never compressed, its length
@@ -753,17 +719,14 @@ async fn resolve(
     path: &str,
     method: &Method,
     headers: &HeaderMap,
-) -> Response<Body> {
-    let (at, who) = match m.view(kind, org, name, rev, headers).await {
-        Ok(x) => x,
-        Err(miss) => return miss.respond(),
-    };
+) -> Result<Response<Body>, Refusal> {
+    let (at, who) = m.view(kind, org, name, rev, headers).await?;
     let commit = at.listing.commit.as_str();
     let Some(f) = at.listing.entries.iter().find(|f| f.path == path) else {
         if at.offline {
-            return Miss::down(&at.id, path, None).respond();
+            return Err(Refusal::down(&at.id, path, None));
         }
-        return not_found(
+        return Err(Refusal::miss(
             "EntryNotFound",
             &format!(
                 "'{}' is not in '{}' at {commit}",
@@ -771,12 +734,9 @@ async fn resolve(
                 escape(&at.id),
             ),
             Some(commit),
-        );
+        ));
     };
-    let part = match ranged(headers, f.size) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
+    let part = range::requested(headers, f.size, "the file")?;
     let (from, to) = part.as_ref().map_or((0, f.size), |r| (r.start, r.end));
     let resp = file_headers(f, commit, part.as_ref());
     // A blob of any size is looked at (a damaged one is named, not taken for missing); a link
@@ -791,10 +751,10 @@ async fn resolve(
             match up.authorize(at.kind, &at.id, commit, f, who, fresh).await {
                 Ok(Access::Checked | Access::Granted | Access::Public) => {}
                 Err(Failure::Down(why)) if held.is_none() => {
-                    return Miss::down(&at.id, path, Some(&why)).respond()
+                    return Err(Refusal::down(&at.id, path, Some(&why)))
                 }
-                Err(Failure::Down(why)) => return Miss::unchecked(&at.id, &why).respond(),
-                Err(f) => return Miss::failure(f).respond(),
+                Err(Failure::Down(why)) => return Err(Refusal::unchecked(&at.id, &why)),
+                Err(f) => return Err(Refusal::failure(f)),
             }
         }
     }
@@ -816,13 +776,10 @@ async fn resolve(
                 );
                 let refetch = m.upstream.is_some() && at.upstream && who.is_some();
                 if !refetch {
-                    return super::error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &format!(
-                            "the mirror's copy of '{}' is damaged ({why}); it is not served",
-                            escape(path)
-                        ),
-                    );
+                    return Err(Refusal::internal(format!(
+                        "the mirror's copy of '{}' is damaged ({why}); it is not served",
+                        escape(path)
+                    )));
                 }
                 // Out of the way (a reader holding it keeps its bytes): fetched anew below.
                 let _ = std::fs::remove_file(&blob);
@@ -834,12 +791,11 @@ async fn resolve(
         return match (&m.upstream, at.upstream, &who) {
             (Some(up), true, Some(who)) => {
                 if method == Method::HEAD {
-                    return resp.body(Body::empty()).unwrap_or_default();
+                    return Ok(resp.body(Body::empty()).unwrap_or_default());
                 }
-                let pull = match up.pull(at.kind, &at.id, commit, f, who) {
-                    Ok(p) => p,
-                    Err(f) => return Miss::failure(f).respond(),
-                };
+                let pull = up
+                    .pull(at.kind, &at.id, commit, f, who)
+                    .map_err(Refusal::failure)?;
                 if let Err(why) = pull.started(from, to).await {
                     // 504 when the upstream could not be reached, 502 when it answered wrongly.
                     let status = if why.network {
@@ -847,24 +803,29 @@ async fn resolve(
                     } else {
                         StatusCode::BAD_GATEWAY
                     };
-                    return super::error(
+                    return Err(Refusal::new(
                         status,
-                        &format!(
+                        format!(
                             "fetching '{}' from the upstream failed: {}",
                             escape(path),
                             escape(&why.message)
                         ),
-                    );
+                    ));
                 }
-                resp.body(Body::from_stream(pull.body(from, to, super::PIECE)))
-                    .unwrap_or_default()
+                Ok(resp
+                    .body(Body::from_stream(pull.body(from, to, super::PIECE)))
+                    .unwrap_or_default())
             }
-            (Some(_), _, _) => Miss::down(&at.id, path, None).respond(),
-            (None, _, _) => not_found("EntryNotFound", "its blob is gone", Some(commit)),
+            (Some(_), _, _) => Err(Refusal::down(&at.id, path, None)),
+            (None, _, _) => Err(Refusal::miss(
+                "EntryNotFound",
+                "its blob is gone",
+                Some(commit),
+            )),
         };
     };
     if method == Method::HEAD || from == to {
-        return resp.body(Body::empty()).unwrap_or_default();
+        return Ok(resp.body(Body::empty()).unwrap_or_default());
     }
     let (id, path) = (at.id.clone(), path.to_string());
     let body = super::source::body(file, stamp, from..to, super::PIECE, move |why| {
@@ -877,91 +838,53 @@ async fn resolve(
             escape(why),
         );
     });
-    resp.body(Body::from_stream(body)).unwrap_or_default()
+    Ok(resp.body(Body::from_stream(body)).unwrap_or_default())
 }
 
-/// What the mirror does not hold, as the Hub says it (`X-Error-Code`).
-struct Miss {
-    status: StatusCode,
-    code: Option<&'static str>,
-    message: String,
-    commit: Option<String>,
-}
-
-impl Miss {
-    fn new(code: &'static str, message: &str, commit: Option<&str>) -> Miss {
-        Miss {
-            status: StatusCode::NOT_FOUND,
-            code: Some(code),
-            message: message.to_string(),
-            commit: commit.map(str::to_string),
-        }
+/// What the mirror does not hold or may not answer, as the Hub says it (`X-Error-Code`).
+impl Refusal {
+    /// 404 with the Hub's `code`, and `X-Repo-Commit` when the commit is known.
+    fn miss(code: &'static str, message: &str, commit: Option<&str>) -> Refusal {
+        Refusal::not_found(code, message).commit(commit)
     }
 
     /// The upstream cannot be reached and the cache does not hold what was asked: 504, never
     /// a 401 or 404 that would tell the client the repository does not exist.
-    fn down(id: &str, what: &str, why: Option<&str>) -> Miss {
-        Miss {
-            status: StatusCode::GATEWAY_TIMEOUT,
-            code: None,
-            message: format!(
-                "'{}' ({}) is not here and the upstream cannot be reached{}",
-                escape(id),
-                escape(what),
-                why.map(|w| format!(": {}", escape(w))).unwrap_or_default()
-            ),
-            commit: None,
-        }
-    }
-
-    /// A client's request that cannot be asked (an invalid revision, name, path or token).
-    fn invalid(message: &str) -> Miss {
-        Miss {
-            status: StatusCode::BAD_REQUEST,
-            code: None,
-            message: message.to_string(),
-            commit: None,
-        }
+    fn down(id: &str, what: &str, why: Option<&str>) -> Refusal {
+        Refusal::gateway_timeout(format!(
+            "'{}' ({}) is not here and the upstream cannot be reached{}",
+            escape(id),
+            escape(what),
+            why.map(|w| format!(": {}", escape(w))).unwrap_or_default()
+        ))
     }
 
     /// The mirror holds what was asked, but may not answer it: the upstream cannot be asked
     /// whether this client may have it, and the repository is not known to be public.
-    fn unchecked(id: &str, why: &str) -> Miss {
-        Miss {
-            status: StatusCode::GATEWAY_TIMEOUT,
-            code: None,
-            message: format!(
-                "'{}': the upstream cannot be reached to ask whether this client may have it \
-                 (only a public repository's files are served without asking): {}",
-                escape(id),
-                escape(why)
-            ),
-            commit: None,
-        }
+    fn unchecked(id: &str, why: &str) -> Refusal {
+        Refusal::gateway_timeout(format!(
+            "'{}': the upstream cannot be reached to ask whether this client may have it \
+             (only a public repository's files are served without asking): {}",
+            escape(id),
+            escape(why)
+        ))
     }
 
     /// The upstream's answer (or its absence) as this client's.
-    fn failure(f: Failure) -> Miss {
+    fn failure(f: Failure) -> Refusal {
         match f {
-            Failure::Refused(e) => Miss::hub(&e),
-            Failure::Invalid(why) => Miss::invalid(&escape(&why)),
-            Failure::Disagrees(why) => Miss {
-                status: StatusCode::BAD_GATEWAY,
-                code: None,
-                message: why,
-                commit: None,
-            },
-            Failure::Down(why) => Miss {
-                status: StatusCode::GATEWAY_TIMEOUT,
-                code: None,
-                message: format!("the upstream cannot be reached: {}", escape(&why)),
-                commit: None,
-            },
+            Failure::Refused(e) => Refusal::hub(&e),
+            Failure::Invalid(why) => Refusal::bad_request(escape(&why)),
+            Failure::Disagrees(why) => Refusal::bad_gateway(why),
+            Failure::Down(why) => Refusal::gateway_timeout(format!(
+                "the upstream cannot be reached: {}",
+                escape(&why)
+            )),
         }
     }
 
     /// The upstream's refusal, as the Hub would say it.
-    fn hub(e: &HubError) -> Miss {
+    fn hub(e: &HubError) -> Refusal {
         let (status, code) = match e {
             HubError::RevisionNotFound { .. } => (StatusCode::NOT_FOUND, "RevisionNotFound"),
             HubError::EntryNotFound { .. } => (StatusCode::NOT_FOUND, "EntryNotFound"),
@@ -969,26 +892,6 @@ impl Miss {
             HubError::AccessDenied { .. } => (StatusCode::UNAUTHORIZED, "RepoNotFound"),
             _ => (StatusCode::NOT_FOUND, "RepoNotFound"),
         };
-        Miss {
-            status,
-            code: Some(code),
-            message: escape(&e.to_string()).into_owned(),
-            commit: None,
-        }
+        Refusal::new(status, escape(&e.to_string())).code(code)
     }
-
-    fn respond(self) -> Response<Body> {
-        let mut r = super::error(self.status, &self.message);
-        if let Some(v) = self.code.and_then(|c| c.parse().ok()) {
-            r.headers_mut().insert("x-error-code", v);
-        }
-        if let Some(c) = self.commit.and_then(|c| c.parse().ok()) {
-            r.headers_mut().insert("x-repo-commit", c);
-        }
-        r
-    }
-}
-
-fn not_found(code: &'static str, message: &str, commit: Option<&str>) -> Response<Body> {
-    Miss::new(code, message, commit).respond()
 }

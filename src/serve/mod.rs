@@ -31,6 +31,7 @@
 
 pub mod client;
 mod conn;
+mod error;
 mod hub;
 mod range;
 mod source;
@@ -47,7 +48,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
-use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use axum::http::{header, HeaderMap, Response, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use base64::Engine as _;
@@ -57,6 +58,7 @@ use crate::format::model::{Model, OpenError};
 use crate::format::residency::{Residency, ResidencyStats};
 use crate::names::escape;
 use crate::verify::{self, Options, Report};
+use error::Refusal;
 
 /// The header carrying the SHA-256 of the whole tensor, in lowercase hex.
 pub const SHA256_HEADER: &str = "x-weight-sha256";
@@ -463,9 +465,12 @@ impl Served {
 /// The router of a server over `catalog` (see the module docs).
 pub fn router(catalog: Arc<Catalog>) -> Router {
     let tensors = Router::new()
-        .route("/models", get(list))
-        .route("/models/{model}", get(describe))
-        .route("/models/{model}/tensors/{*name}", get(tensor))
+        .route("/models", labelled(get(list), "models"))
+        .route("/models/{model}", labelled(get(describe), "model"))
+        .route(
+            "/models/{model}/tensors/{*name}",
+            labelled(get(tensor), "tensor"),
+        )
         .with_state(catalog.clone());
     let app = match &catalog.hub {
         Some(cache) => tensors.merge(hub::router(
@@ -475,8 +480,26 @@ pub fn router(catalog: Arc<Catalog>) -> Router {
         )),
         None => tensors,
     };
-    app.route("/metrics", get(metrics_text))
+    app.route("/metrics", labelled(get(metrics_text), "metrics"))
         .layer(axum::middleware::from_fn(trace_request))
+}
+
+/// A route's label in the metrics: one of a few fixed names, set where the route is
+/// registered ([`labelled`]); an answer without one (no route matched) is `other`.
+#[derive(Debug, Clone, Copy)]
+struct Route(&'static str);
+
+/// `route`, its answers labelled `label` for the metrics.
+pub(crate) fn labelled<S: Clone + Send + Sync + 'static>(
+    route: axum::routing::MethodRouter<S>,
+    label: &'static str,
+) -> axum::routing::MethodRouter<S> {
+    route.layer(axum::middleware::map_response(
+        move |mut r: axum::response::Response| async move {
+            r.extensions_mut().insert(Route(label));
+            r
+        },
+    ))
 }
 
 /// `GET /metrics`: the process's metrics ([`crate::metrics`]) in the text format.
@@ -489,35 +512,6 @@ async fn metrics_text() -> Response<Body> {
         .unwrap_or_default()
 }
 
-/// The route of a request, as metrics label it: one of a few fixed names.
-fn route_of(req: &axum::extract::Request) -> &'static str {
-    let Some(m) = req.extensions().get::<axum::extract::MatchedPath>() else {
-        return "other";
-    };
-    let t = m.as_str();
-    if t == "/metrics" {
-        "metrics"
-    } else if t == "/models" {
-        "models"
-    } else if t.starts_with("/models/") && t.contains("/tensors/") {
-        "tensor"
-    } else if t.starts_with("/models/") {
-        "model"
-    } else if t.contains("/resolve/") {
-        "resolve"
-    } else if t.ends_with("/refs") {
-        "refs"
-    } else if t.contains("/tree/") {
-        "tree"
-    } else if t.contains("/paths-info/") {
-        "paths_info"
-    } else if t.starts_with("/api/") {
-        "info"
-    } else {
-        "other"
-    }
-}
-
 /// Each request in a span (`request`: method, path, status), closed when its answer is made.
 /// The path is a field: a subscriber prints it quoted, control characters escaped.
 async fn trace_request(
@@ -525,7 +519,6 @@ async fn trace_request(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use tracing::Instrument as _;
-    let route = route_of(&req);
     let head = req.method() == axum::http::Method::HEAD;
     let start = std::time::Instant::now();
     let span = tracing::info_span!(
@@ -536,6 +529,7 @@ async fn trace_request(
     );
     let resp = next.run(req).instrument(span.clone()).await;
     span.record("status", resp.status().as_u16());
+    let route = resp.extensions().get::<Route>().map_or("other", |r| r.0);
     let bytes = if head {
         0
     } else {
@@ -609,13 +603,11 @@ async fn list(State(c): State<Arc<Catalog>>) -> Response<Body> {
 async fn describe(
     State(c): State<Arc<Catalog>>,
     UrlPath(model): UrlPath<String>,
-) -> Response<Body> {
-    let Some(s) = c.models.get(&model) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("no model '{}'", escape(&model)),
-        );
-    };
+) -> Result<Response<Body>, Refusal> {
+    let s = c
+        .models
+        .get(&model)
+        .ok_or_else(|| Refusal::no_model(&model))?;
     let mut report = s.report.clone();
     for t in &mut report.tensors {
         if let Some(&(fi, ti)) = s.index.get(&t.name) {
@@ -628,7 +620,7 @@ async fn describe(
     if let Some(o) = out.as_object_mut() {
         o.insert("serving".into(), s.state());
     }
-    json(StatusCode::OK, &out)
+    Ok(json(StatusCode::OK, &out))
 }
 
 async fn tensor(
@@ -636,68 +628,31 @@ async fn tensor(
     UrlPath((model, name)): UrlPath<(String, String)>,
     method: axum::http::Method,
     headers: HeaderMap,
-) -> Response<Body> {
-    let Some(s) = c.models.get(&model).cloned() else {
-        return error(
+) -> Result<Response<Body>, Refusal> {
+    let s = c
+        .models
+        .get(&model)
+        .cloned()
+        .ok_or_else(|| Refusal::no_model(&model))?;
+    let &(fi, ti) = s.index.get(&name).ok_or_else(|| {
+        Refusal::new(
             StatusCode::NOT_FOUND,
-            &format!("no model '{}'", escape(&model)),
-        );
-    };
-    let Some(&(fi, ti)) = s.index.get(&name) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("no tensor '{}' in '{}'", escape(&name), escape(&model)),
-        );
-    };
-    if let Err(why) = s.check(fi) {
-        return error(StatusCode::SERVICE_UNAVAILABLE, &why);
-    }
+            format!("no tensor '{}' in '{}'", escape(&name), escape(&model)),
+        )
+    })?;
+    s.check(fi).map_err(Refusal::unavailable)?;
     let info = &s.model.files()[fi].tensors()[ti];
     let len = info.n_bytes;
     let start = info.offset;
-    let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let ask = if headers.contains_key(header::RANGE) && range_header.is_none() {
-        range::Ask::Malformed("not text")
-    } else {
-        range::ask(range_header, len)
-    };
-    let part = match ask {
-        range::Ask::Whole => None,
-        range::Ask::Part(r) => Some(r),
-        range::Ask::Unsatisfiable => {
-            let mut r = error(
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                &format!("the tensor has {len} bytes"),
-            );
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            return r;
-        }
-        range::Ask::Several => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "several ranges in one request are refused: ask for one range per request",
-            )
-        }
-        range::Ask::Malformed(why) => {
-            return error(StatusCode::BAD_REQUEST, &format!("bad Range header: {why}"))
-        }
-    };
+    let part = range::requested(&headers, len, "the tensor")?;
     // Under a residency limit, the tensor is held until its answer has been sent.
     let hold = s.model.hold_at(fi, info).map(Arc::new);
     // The whole tensor's digest: known, or computed now from the file's bytes.
     let s2 = s.clone();
-    let digest = match tokio::task::spawn_blocking(move || s2.digest(fi, ti)).await {
-        Ok(Ok(d)) => d,
-        Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, &why),
-        Err(_) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "hashing the tensor failed",
-            )
-        }
-    };
+    let digest = tokio::task::spawn_blocking(move || s2.digest(fi, ti))
+        .await
+        .map_err(|_| Refusal::internal("hashing the tensor failed"))?
+        .map_err(Refusal::unavailable)?;
     let (from, to) = match &part {
         Some(r) => (r.start, r.end),
         None => (0, len),
@@ -738,16 +693,11 @@ async fn tensor(
                     Ok::<_, String>(d)
                 })
                 .await;
-                match hashed {
-                    Ok(Ok(d)) => Some(d),
-                    Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, &why),
-                    Err(_) => {
-                        return error(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "hashing the range failed",
-                        )
-                    }
-                }
+                Some(
+                    hashed
+                        .map_err(|_| Refusal::internal("hashing the range failed"))?
+                        .map_err(Refusal::unavailable)?,
+                )
             }
         };
         if let Some(d) = piece {
@@ -763,7 +713,7 @@ async fn tensor(
     if method == axum::http::Method::HEAD || a == b {
         return resp
             .body(Body::empty())
-            .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "bad response"));
+            .map_err(|_| Refusal::internal("bad response"));
     }
     let (file, stamp) = s.files[fi].clone();
     let body = source::body(file, stamp, a..b, PIECE, move |why| {
@@ -772,10 +722,10 @@ async fn tensor(
         s.mark_changed(fi, why);
     });
     resp.body(Body::from_stream(body))
-        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "bad response"))
+        .map_err(|_| Refusal::internal("bad response"))
 }
 
-fn json<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response<Body> {
+pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response<Body> {
     let text = serde_json::to_vec(body).unwrap_or_default();
     Response::builder()
         .status(status)
@@ -783,8 +733,4 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response<Body> {
         .header(header::CONTENT_LENGTH, text.len())
         .body(Body::from(text))
         .unwrap_or_default()
-}
-
-fn error(status: StatusCode, message: &str) -> Response<Body> {
-    json(status, &serde_json::json!({ "error": message }))
 }

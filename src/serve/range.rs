@@ -1,10 +1,11 @@
-//! The `Range` header of a request for a tensor, read against the tensor's length.
+//! The `Range` header of a request (for a tensor or a file of the mirror), read against the
+//! length of what is asked: [`requested`], the one reading every route uses.
 
 use std::ops::Range;
 
 /// What a `Range` header asks of a body of a given length.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Ask {
+enum Ask {
     /// The whole body: no `Range`, or one in a unit other than bytes (ignored, as RFC 9110
     /// allows).
     Whole,
@@ -18,9 +19,35 @@ pub(crate) enum Ask {
     Malformed(&'static str),
 }
 
+/// The range the `Range` header of `headers` asks of `what` ("the tensor", "the file") of `len`
+/// bytes: `None` the whole; a header that is not text, malformed or names several ranges is a
+/// 400, one past the end a 416.
+pub(crate) fn requested(
+    headers: &axum::http::HeaderMap,
+    len: u64,
+    what: &str,
+) -> Result<Option<Range<u64>>, super::error::Refusal> {
+    use super::error::Refusal;
+    let value = headers.get(axum::http::header::RANGE);
+    let ask = match value.map(|v| v.to_str()) {
+        None => Ask::Whole,
+        Some(Ok(v)) => ask(Some(v), len),
+        Some(Err(_)) => Ask::Malformed("not text"),
+    };
+    match ask {
+        Ask::Whole => Ok(None),
+        Ask::Part(r) => Ok(Some(r)),
+        Ask::Unsatisfiable => Err(Refusal::unsatisfiable(what, len)),
+        Ask::Several => Err(Refusal::bad_request(
+            "several ranges in one request are refused: ask for one range per request",
+        )),
+        Ask::Malformed(why) => Err(Refusal::bad_request(format!("bad Range header: {why}"))),
+    }
+}
+
 /// Reads `header` (the value of `Range`, if any) for a body of `len` bytes: `bytes=A-B`,
 /// `bytes=A-` and `bytes=-N` (the last N bytes); an end past the body is cut to it.
-pub(crate) fn ask(header: Option<&str>, len: u64) -> Ask {
+fn ask(header: Option<&str>, len: u64) -> Ask {
     let Some(h) = header.map(str::trim) else {
         return Ask::Whole;
     };
