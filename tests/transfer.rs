@@ -1085,6 +1085,45 @@ async fn a_repair_fetches_its_copy_in_one_request() {
     assert_eq!(fx.hub.stats().file(REPO, LFS).cdn_requests, 3 + 2);
 }
 
+/// With a manifest, a chunk that came in several requests and failed its digest is fetched
+/// again as one request for the whole chunk: a faulty link that hits one answer in four would
+/// otherwise hit most copies made of several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_that_failed_the_manifest_is_fetched_again_in_one_request() {
+    let fx = fixture().await;
+    fx.hub
+        .faults()
+        .push(Fault::FlipBytes { count: 3 }.on(Target::Cdn).times(1));
+    let mut spec = fx.spec(LFS);
+    spec.chunks = Some(Arc::new(ExpectedChunks {
+        chunk_size: SIZE as u64,
+        sha256: vec![sha256(&fx.lfs)],
+    }));
+    let cfg = EngineConfig {
+        connections: 1,
+        chunk_size: SIZE as u64,
+        split_min: 256 << 10,
+        ..config()
+    };
+    let rec = Recorder::default();
+    let out = engine(cfg).download(&spec, &rec).await.unwrap();
+    assert_complete(&spec, &fx.lfs);
+    assert_eq!((out.corrupt_copies, out.refetched), (1, SIZE as u64));
+    // Three requests for the first copy (half of what is missing each time: 1 MiB, 512 KiB,
+    // then a rest too short to split), one for the second.
+    let ranges = fx.hub.stats().file(REPO, LFS).ranges;
+    assert_eq!(ranges.len(), 3 + 1, "{ranges:?}");
+    assert_eq!(
+        ranges[3].as_deref(),
+        Some(format!("bytes=0-{}", SIZE - 1).as_str())
+    );
+    let d = rec.discarded();
+    assert!(
+        d.len() == 1 && d[0].1.contains("fetching it again in one request"),
+        "{d:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupted_middle_chunk_costs_at_most_one_more_pass() {
     let fx = fixture().await;
@@ -1182,7 +1221,8 @@ async fn with_a_manifest_a_corrupted_chunk_is_refused_as_it_arrives() {
     );
 }
 
-/// A chunk that never arrives right is given up after `max_attempts` copies, naming it: exit 2.
+/// A chunk that never arrives right (every copy wrong in another way) is given up once the
+/// bytes thrown away pass the file's budget, twice its size, naming it: exit 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_manifest_persistent_corruption_names_the_chunk() {
     let fx = fixture_with(|b| b.fault(Fault::FlipBytes { count: 1 }.on(Target::Cdn))).await;
@@ -1199,15 +1239,21 @@ async fn with_a_manifest_persistent_corruption_names_the_chunk() {
     assert_eq!(e.exit_code(), 2);
     let msg = e.to_string();
     // Each copy wrong in another way (the flipped byte falls elsewhere): corrupted on the way,
-    // so fetched again up to the budget (`max_attempts`, 5 here), then given up on.
+    // so fetched again until the bytes thrown away pass the budget (twice the file: 64 copies
+    // of 64 KiB), then given up on at the next wrong copy.
+    let budget = weight_inspect::transfer::corrupt_budget(SIZE as u64, CHUNK, 5);
+    assert_eq!(budget, 2 * SIZE as u64);
+    let fetches = budget / CHUNK + 1;
     assert!(
-        msg.contains("model.gguf: chunk ")
-            && msg.contains("after 5 fetches")
-            && msg.contains("every copy was wrong in a different way"),
+        msg.contains("model.gguf: chunk 0 ")
+            && msg.contains(&format!("after {fetches} fetches"))
+            && msg.contains("every copy was wrong in a different way")
+            && msg.contains("passed the file's budget of 4.0 MiB"),
         "{msg}"
     );
-    // Never more copies of a chunk than the budget, and nothing claimed on disk for it.
-    assert_eq!(fx.sent(LFS), 5 * CHUNK);
+    // Never more bytes thrown away than the budget and one copy, and nothing claimed on disk
+    // for the chunk.
+    assert_eq!(fx.sent(LFS), fetches * CHUNK);
 }
 
 /// A full-size file without a resume state (a damaged file put back to be repaired, a

@@ -382,7 +382,7 @@ async fn fetch_all(ctx: &Ctx<'_>) -> Result<(), TransferError> {
         // Every connection the count may grow to finds a part (see `presplit`).
         let mut t = ctx.chunks.lock();
         t.set_workers(workers);
-        t.set_rejection_budget(ctx.cfg.max_attempts);
+        t.set_corrupt_budget(ctx.cfg.max_attempts);
         if ctx.cfg.presplit {
             t.presplit(workers);
         }

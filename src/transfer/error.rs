@@ -17,9 +17,9 @@ pub enum MismatchCause {
     /// than the manifest describes (a wrong manifest, or a changed or damaged file there).
     SameWrongBytes,
     /// Every wrong copy differed from the others (bytes corrupted on the way, by a proxy or a
-    /// faulty link) until the budget of wrong copies was spent: per chunk
-    /// [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts), per file that plus
-    /// its chunk count.
+    /// faulty link) until the bytes thrown away passed the file's budget
+    /// ([`corrupt_budget`](super::corrupt_budget): twice its size, at least
+    /// [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts) chunks).
     BudgetSpent,
 }
 
@@ -28,12 +28,28 @@ impl MismatchCause {
     pub fn describe(self) -> &'static str {
         match self {
             MismatchCause::SameWrongBytes => {
-                "the same wrong bytes came twice, so the source differs from the manifest"
+                "the same wrong bytes came twice, so the source serves other bytes than the \
+                 manifest describes (a bad upstream, not the link)"
             }
             MismatchCause::BudgetSpent => {
-                "every copy was wrong in a different way (corrupted on the way) until the budget \
-                 of wrong copies was spent"
+                "every copy was wrong in a different way (corrupted on the way) until the bytes \
+                 thrown away passed the file's budget"
             }
+        }
+    }
+
+    /// [`describe`](Self::describe), with the bytes thrown away and the budget when they are
+    /// what ended it.
+    fn explain(self, discarded: u64, budget: u64) -> String {
+        match self {
+            MismatchCause::SameWrongBytes => self.describe().to_string(),
+            MismatchCause::BudgetSpent => format!(
+                "every copy was wrong in a different way (corrupted on the way) until the bytes \
+                 thrown away, {}, passed the file's budget of {} (twice its size, at least as \
+                 many chunks as attempts allowed)",
+                crate::units::human_bytes(discarded),
+                crate::units::human_bytes(budget)
+            ),
         }
     }
 }
@@ -74,13 +90,13 @@ pub enum TransferError {
         refetched_chunks: usize,
     },
     /// A chunk's bytes kept arriving different from what the manifest says: the same wrong bytes
-    /// twice (the source is wrong), or wrong copies, each unlike the others, until the budget
-    /// was spent (the data is corrupted on the way).
+    /// twice (the source is wrong), or wrong copies, each unlike the others, until the bytes
+    /// thrown away passed the file's budget (the data is corrupted on the way).
     #[error(
         "{file}: chunk {index} (bytes {start}-{}) does not match the manifest after {attempts} \
          fetches: {} (last got sha256:{actual}, the manifest says sha256:{expected})",
         end.saturating_sub(1),
-        cause.describe()
+        cause.explain(*discarded, *budget)
     )]
     ChunkMismatch {
         /// Path in the repository.
@@ -99,6 +115,12 @@ pub enum TransferError {
         actual: String,
         /// Why the download gave up on it.
         cause: MismatchCause,
+        /// Bytes of the file thrown away as copies of chunks that did not match, this one's
+        /// last included.
+        discarded: u64,
+        /// How many could be before the download gave up
+        /// ([`corrupt_budget`](super::corrupt_budget)).
+        budget: u64,
     },
     /// Every chunk matches the manifest, but the file does not match the digest the Hub
     /// published: the manifest describes other bytes than the Hub's file.

@@ -93,11 +93,14 @@
 //!
 //! **A manifest** ([`TransferSpec::chunks`]) cuts the file into its chunks and checks each one
 //! the moment its last byte is on disk: a chunk that does not match is forgotten and fetched
-//! again, first in line. Wrong copies that differ from each other are corrupted on the way and
-//! fetched again, up to [`EngineConfig::max_attempts`] of one chunk (and the chunk count plus
-//! that in the whole file), each counted in [`TransferOutcome::corrupt_copies`]; a copy with the
-//! same wrong bytes as an earlier one means the source is wrong. Either ends the download with
-//! [`TransferError::ChunkMismatch`] naming the chunk and the cause ([`MismatchCause`]). A data file of the full size without a usable
+//! again, first in line, as one request for the whole chunk (never split again: a copy made of
+//! several answers is hit by a faulty link more often than one answer is). Wrong copies that
+//! differ from each other are corrupted on the way and fetched again while the bytes thrown
+//! away stay within the file's budget ([`corrupt_budget`]: twice its size, at least
+//! [`EngineConfig::max_attempts`] chunks), each counted in [`TransferOutcome::corrupt_copies`];
+//! a copy with the same wrong bytes as an earlier one means the source is wrong. Either ends
+//! the download at once with [`TransferError::ChunkMismatch`] naming the file, the chunk, the
+//! digest seen and the cause ([`MismatchCause`]). A data file of the full size without a usable
 //! resume state is checked chunk by chunk against the manifest rather than thrown away, so a
 //! damaged file put back as a partial download costs only its damaged chunks.
 //!
@@ -155,6 +158,26 @@ pub use error::{BoxError, MismatchCause, TransferError};
 /// after a few bytes would otherwise cost one request per few bytes, without bound.
 pub fn max_cuts(size: u64) -> u64 {
     64 + size / (256 << 10)
+}
+
+/// The bytes a download of `size` bytes in chunks of `chunk_size` may throw away as copies of
+/// chunks that failed their manifest digest, each wrong in its own way, before it gives up
+/// ([`TransferError::ChunkMismatch`], [`MismatchCause::BudgetSpent`]): twice the file's size,
+/// and at least `min_copies` chunks ([`EngineConfig::max_attempts`]), so that a file of one or
+/// a few chunks still gets that many tries. A download gives up once the bytes thrown away pass
+/// it.
+///
+/// Why twice the size: a link that corrupts each answer with probability `p` (a chunk fetched
+/// again is one request) throws away `p / (1 - p)` of what it delivers on average — a third of
+/// the file at 25%, as much as the file at 50%. Twice the file is then reached only by a link
+/// that corrupts about two answers in three or more, or by a chunk that never comes right
+/// (every copy wrong another way); the download then costs at most about three times the file,
+/// never endlessly. A budget counted in copies of one chunk would instead give up on a large
+/// file at a mild rate: with thousands of chunks, some chunk is unlucky a few times in a row.
+pub fn corrupt_budget(size: u64, chunk_size: u64, min_copies: u32) -> u64 {
+    let chunk = chunk_size.min(size);
+    size.saturating_mul(2)
+        .max(chunk.saturating_mul(u64::from(min_copies.max(1))))
 }
 pub use failure::RetryCauses;
 pub use gauge::{ConnectionReading, ConnectionUse};
@@ -282,6 +305,8 @@ pub struct EngineConfig {
     /// [`RequestSize::Shrinking`].
     pub request_size: RequestSize,
     /// Failed attempts in a row, without progress, after which a chunk is given up. Default 8.
+    /// Also the least copies of a chunk that did not match a manifest the download may throw
+    /// away ([`corrupt_budget`]).
     /// (With [`base_delay`](Self::base_delay) and [`max_delay`](Self::max_delay), the
     /// engine's [`RetryPolicy`](crate::net::RetryPolicy): see [`retry_policy`](Self::retry_policy).)
     pub max_attempts: u32,

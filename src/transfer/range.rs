@@ -357,6 +357,8 @@ pub(crate) async fn fetch_into(
     may_yield: bool,
 ) -> Result<Fetched, Failure> {
     let mut suspect = 0u8;
+    // What nobody may split comes in one request: not given back halfway either.
+    let may_yield = may_yield && sink.splittable();
     loop {
         let (at, end) = (sink.pending(), sink.end());
         if at >= end {
@@ -364,7 +366,8 @@ pub(crate) async fn fetch_into(
             return Ok(Fetched::Done(suspect));
         }
         let upto = match ctx.cfg.request_size {
-            // A scratch copy (a repair) is nobody else's to split: one request.
+            // A scratch copy (a repair), a chunk fetched again after a wrong copy: nobody
+            // else's to split, one request.
             _ if !sink.splittable() => end,
             RequestSize::WholePart => end,
             RequestSize::Shrinking => {

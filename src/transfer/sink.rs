@@ -68,7 +68,9 @@ pub(crate) trait Sink {
         (0, None)
     }
     /// Whether other connections may split what this sink fills (then its requests shrink
-    /// near the end, see `range::fetch_into`).
+    /// near the end, see `range::fetch_into`). One that may not is filled in one request,
+    /// never given back halfway when the connection count is lowered: a repair's scratch copy,
+    /// a chunk fetched again after a copy that did not match the manifest.
     fn splittable(&self) -> bool {
         false
     }
@@ -176,6 +178,9 @@ pub(crate) struct PartialSink<'c, 'a> {
     refusals: u32,
     /// When the first of them began (on the retry clock).
     refused_since: Option<Instant>,
+    /// The chunk is fetched again after a copy that did not match the manifest: one request,
+    /// never split (see [`Claim::whole`]).
+    whole: bool,
     /// Reasons to suspect the chunk, gathered on the way (see `table::suspicion`).
     pub suspicion: u8,
 }
@@ -197,6 +202,7 @@ impl<'c, 'a> PartialSink<'c, 'a> {
             limit: claim.limit,
             refusals: claim.refusals,
             refused_since: claim.refused_since,
+            whole: claim.whole,
             suspicion: 0,
         }
     }
@@ -243,6 +249,8 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                     rejections,
                     actual,
                     verdict,
+                    discarded,
+                    budget,
                 } => {
                     ctx.counters.refetch(r.len);
                     ctx.counters.corrupt_copy();
@@ -274,7 +282,7 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                                 &format!(
                                     "chunk {index} (bytes {}-{}) does not match the manifest \
                                      (copy {rejections}, unlike the ones before: corrupted on \
-                                     the way); fetching it again",
+                                     the way); fetching it again in one request",
                                     r.start,
                                     r.end() - 1
                                 ),
@@ -294,6 +302,8 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                         expected: hex::encode(expected),
                         actual: hex::encode(actual),
                         cause,
+                        discarded,
+                        budget,
                     });
                 }
             }
@@ -408,7 +418,7 @@ impl Sink for PartialSink<'_, '_> {
     }
 
     fn splittable(&self) -> bool {
-        true
+        !self.whole
     }
 
     fn promise(&mut self, end: u64) -> u64 {

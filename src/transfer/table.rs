@@ -148,8 +148,12 @@ struct Chunk {
     suspicion: u8,
     /// Copies of it that did not match the manifest.
     rejections: u32,
-    /// Their digests (at most the per-chunk budget: see [`ChunkTable::set_rejection_budget`]).
+    /// Their digests (as many as the file's budget of bytes thrown away allows: see
+    /// [`ChunkTable::set_corrupt_budget`]).
     wrong: Vec<[u8; 32]>,
+    /// A copy did not match: the chunk is fetched as one request, never split (a copy made of
+    /// several answers is hit by a faulty link more often than one answer is).
+    whole: bool,
     /// Attempts in a row, without progress, that the server refused (429/503) and that gave
     /// the chunk back for another connection to take (see [`ChunkTable::refused`]).
     refusals: u32,
@@ -166,6 +170,7 @@ impl Chunk {
             suspicion: 0,
             rejections: 0,
             wrong: Vec::new(),
+            whole: false,
             refusals: 0,
             refused_since: None,
         }
@@ -199,6 +204,9 @@ pub(crate) struct Claim {
     pub refusals: u32,
     /// When the first of them began (on the retry clock).
     pub refused_since: Option<Instant>,
+    /// The chunk is fetched again after a copy that did not match the manifest: in one request
+    /// for the rest of it, never split.
+    pub whole: bool,
 }
 
 /// What became of a part given back to the table.
@@ -210,12 +218,15 @@ pub(crate) enum Released {
     /// The chunk is complete (and matches the manifest, when there is one).
     Done,
     /// The chunk is complete, but it does not match the manifest: forgotten and, when `verdict`
-    /// is [`Rejection::Again`], queued again. `rejections` copies of it did not match so far;
-    /// `actual` is the last one's digest.
+    /// is [`Rejection::Again`], queued again (to be fetched whole). `rejections` copies of it
+    /// did not match so far; `actual` is the last one's digest; `discarded` the bytes of the
+    /// file thrown away so far for not matching, against its `budget`.
     Rejected {
         rejections: u32,
         actual: [u8; 32],
         verdict: Rejection,
+        discarded: u64,
+        budget: u64,
     },
     /// Every part of a split chunk is on disk: read bytes `start..` of the chunk back into
     /// `hasher` (the state after its first part) and hand the digest to
@@ -232,13 +243,14 @@ pub(crate) enum Rejection {
     /// This copy has the same wrong bytes as an earlier one: the source serves other bytes than
     /// the manifest says, and fetching again would get them again.
     SameWrongBytes,
-    /// The budget of wrong copies is spent, for this chunk or for the file.
+    /// The bytes thrown away for not matching passed the file's budget
+    /// ([`corrupt_budget`](super::corrupt_budget)).
     Spent,
 }
 
-/// Wrong copies of one chunk fetched before the download gives up, by default (the engine sets
-/// [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts)).
-pub(crate) const DEFAULT_REJECTIONS_PER_CHUNK: u32 = 8;
+/// The least copies of a chunk the budget of bytes thrown away allows, by default (the engine
+/// sets [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts)).
+const DEFAULT_MIN_COPIES: u32 = 8;
 
 /// See the module docs.
 pub(crate) struct ChunkTable {
@@ -256,10 +268,10 @@ pub(crate) struct ChunkTable {
     held: usize,
     /// Workers the download runs (see [`ChunkTable::share`]).
     workers: usize,
-    /// Wrong copies allowed per chunk, and wrong copies so far in the whole file (bounded by
-    /// the chunk count plus the per-chunk budget).
-    per_chunk_rejections: u32,
-    rejections: u32,
+    /// Bytes thrown away as copies of chunks that did not match the manifest, and how many
+    /// may be before the download gives up ([`super::corrupt_budget`]).
+    discarded: u64,
+    corrupt_budget: u64,
 }
 
 /// Moves `p.at` to `at`, keeping `missing` (the table's bytes not on disk) in step.
@@ -302,6 +314,7 @@ impl ChunkTable {
                     suspicion: suspicion::RESUMED,
                     rejections: 0,
                     wrong: Vec::new(),
+                    whole: false,
                     refusals: 0,
                     refused_since: None,
                 };
@@ -333,8 +346,8 @@ impl ChunkTable {
             missing: 0,
             held: 0,
             workers: 1,
-            per_chunk_rejections: DEFAULT_REJECTIONS_PER_CHUNK,
-            rejections: 0,
+            discarded: 0,
+            corrupt_budget: super::corrupt_budget(plan.size, plan.chunk_size, DEFAULT_MIN_COPIES),
         };
         t.missing = t.bytes_missing_counted();
         t
@@ -366,7 +379,7 @@ impl ChunkTable {
         if c.status != Status::Open {
             return None;
         }
-        let (refusals, refused_since) = (c.refusals, c.refused_since);
+        let (refusals, refused_since, whole) = (c.refusals, c.refused_since, c.whole);
         let p = c.part(from)?;
         if p.held || p.done() {
             return None;
@@ -391,6 +404,7 @@ impl ChunkTable {
             limit: p.limit.clone(),
             refusals,
             refused_since,
+            whole,
         })
     }
 
@@ -427,7 +441,8 @@ impl ChunkTable {
         }
         let mut best: Option<(usize, usize, u64)> = None;
         for (i, c) in self.chunks.iter().enumerate() {
-            if c.status != Status::Open {
+            // A chunk fetched again after a wrong copy comes in one answer.
+            if c.status != Status::Open || c.whole {
                 continue;
             }
             for (k, p) in c.parts.iter().enumerate() {
@@ -477,6 +492,7 @@ impl ChunkTable {
             limit,
             refusals: 0,
             refused_since: None,
+            whole: false,
         })
     }
 
@@ -585,17 +601,16 @@ impl ChunkTable {
         let c = &mut self.chunks[index];
         if want.is_some_and(|w| w != digest) {
             c.rejections += 1;
-            self.rejections += 1;
             c.status = Status::Open;
+            // Fetched again as one part, in one request.
             c.parts = vec![Part::fresh(0, len)];
+            c.whole = true;
             self.missing += len;
-            let total_budget = (self.chunks.len() as u64)
-                .saturating_add(u64::from(self.per_chunk_rejections))
-                .min(u64::from(u32::MAX)) as u32;
+            let within = self.discard_corrupt(len);
             let c = &mut self.chunks[index];
             let verdict = if c.wrong.contains(&digest) {
                 Rejection::SameWrongBytes
-            } else if c.rejections >= self.per_chunk_rejections || self.rejections >= total_budget {
+            } else if !within {
                 Rejection::Spent
             } else {
                 c.wrong.push(digest);
@@ -607,6 +622,8 @@ impl ChunkTable {
                 rejections: c.rejections,
                 actual: digest,
                 verdict,
+                discarded: self.discarded,
+                budget: self.corrupt_budget,
             };
         }
         c.status = Status::Done;
@@ -655,7 +672,7 @@ impl ChunkTable {
             // The largest fresh waiting part that halves into parts of at least 2 × min.
             let mut best: Option<(usize, usize, u64)> = None;
             for (i, c) in self.chunks.iter().enumerate() {
-                if c.status != Status::Open {
+                if c.status != Status::Open || c.whole {
                     continue;
                 }
                 for (k, p) in c.parts.iter().enumerate() {
@@ -685,18 +702,26 @@ impl ChunkTable {
         added
     }
 
-    /// Allows `per_chunk` wrong copies of each chunk (at least one), and as many in the whole
-    /// file as it has chunks plus `per_chunk`: a source that corrupts a share of its answers
-    /// at random costs some chunks a few copies each, one that corrupts everything is given up
-    /// on (see [`Rejection`]).
-    pub(super) fn set_rejection_budget(&mut self, per_chunk: u32) {
-        self.per_chunk_rejections = per_chunk.max(1);
+    /// Sets the budget of bytes thrown away as copies that did not match the manifest: twice
+    /// the file's size, at least `min_copies` chunks ([`super::corrupt_budget`]). A source that
+    /// corrupts a share of its answers at random costs some chunks a few copies each, wherever
+    /// they fall; one that corrupts everything is given up on (see [`Rejection`]).
+    pub(super) fn set_corrupt_budget(&mut self, min_copies: u32) {
+        self.corrupt_budget =
+            super::corrupt_budget(self.plan.size, self.plan.chunk_size, min_copies);
     }
 
-    /// Wrong copies thrown away so far.
-    #[cfg(test)]
-    pub fn rejections(&self) -> u32 {
-        self.rejections
+    /// `len` more bytes were thrown away as a copy that did not match the manifest (of a chunk
+    /// this table fetched, or one a repair fetched): whether the bytes thrown away so far are
+    /// still within the budget.
+    pub(super) fn discard_corrupt(&mut self, len: u64) -> bool {
+        self.discarded = self.discarded.saturating_add(len);
+        self.discarded <= self.corrupt_budget
+    }
+
+    /// Bytes thrown away so far as copies that did not match the manifest, and the budget.
+    pub(super) fn corrupt_spent(&self) -> (u64, u64) {
+        (self.discarded, self.corrupt_budget)
     }
 
     /// How many chunks are not done.
@@ -1072,17 +1097,17 @@ mod tests {
         };
         // Corrupted on the way: every wrong copy differs, and a right one comes at last.
         let mut t = ChunkTable::new(plan, Vec::new(), Some(manifest()), NEVER);
-        t.set_rejection_budget(4);
+        t.set_corrupt_budget(4);
         for k in 0..3u8 {
             let mut bad = [1u8; 100];
             bad[usize::from(k)] = 0;
             assert_eq!(verdict(copy_of_chunk_0(&mut t, &bad)), Rejection::Again);
         }
         assert!(matches!(copy_of_chunk_0(&mut t, &[1; 100]), Released::Done));
-        assert_eq!(t.rejections(), 3);
+        // Four chunks at least, but twice the file is more.
+        assert_eq!(t.corrupt_spent(), (300, 600));
         // The same wrong bytes twice: the source is wrong, whatever the budget left.
         let mut t = ChunkTable::new(plan, Vec::new(), Some(manifest()), NEVER);
-        t.set_rejection_budget(100);
         assert_eq!(
             verdict(copy_of_chunk_0(&mut t, &[9; 100])),
             Rejection::Again
@@ -1091,49 +1116,120 @@ mod tests {
             verdict(copy_of_chunk_0(&mut t, &[8; 100])),
             Rejection::Again
         );
-        assert_eq!(
-            verdict(copy_of_chunk_0(&mut t, &[9; 100])),
-            Rejection::SameWrongBytes
-        );
-        // Differing wrong copies until the chunk's budget is spent.
+        match copy_of_chunk_0(&mut t, &[9; 100]) {
+            Released::Rejected {
+                rejections,
+                actual,
+                verdict,
+                ..
+            } => {
+                assert_eq!(verdict, Rejection::SameWrongBytes);
+                assert_eq!((rejections, actual), (3, digest(&[9; 100])));
+            }
+            _ => panic!("not rejected"),
+        }
+        // No count of copies per chunk: differing wrong copies of one chunk until the bytes
+        // thrown away pass twice the file's size.
         let mut t = ChunkTable::new(plan, Vec::new(), Some(manifest()), NEVER);
-        t.set_rejection_budget(3);
-        assert_eq!(
-            verdict(copy_of_chunk_0(&mut t, &[9; 100])),
-            Rejection::Again
-        );
-        assert_eq!(
-            verdict(copy_of_chunk_0(&mut t, &[8; 100])),
-            Rejection::Again
-        );
+        t.set_corrupt_budget(4);
+        for k in 0..6u8 {
+            assert_eq!(
+                verdict(copy_of_chunk_0(&mut t, &[10 + k; 100])),
+                Rejection::Again,
+                "copy {k}"
+            );
+        }
         assert_eq!(
             verdict(copy_of_chunk_0(&mut t, &[7; 100])),
             Rejection::Spent
         );
+        assert_eq!(t.corrupt_spent(), (700, 600));
     }
 
+    /// The budget of bytes thrown away for corruption: twice the file's size, at least
+    /// `min_copies` chunks (a chunk no larger than the file), saturating.
     #[test]
-    fn the_file_has_a_budget_of_wrong_copies_too() {
-        // Ten chunks, three fetches of each allowed: thirteen wrong copies in the whole file.
-        let plan = Plan::new(1000, 100);
+    fn the_corrupt_budget_is_bytes_against_the_file_size() {
+        use super::super::corrupt_budget;
+        // Ten chunks: twice the file.
+        assert_eq!(corrupt_budget(1000, 100, 3), 2000);
+        assert_eq!(corrupt_budget(1000, 100, 8), 2000);
+        // A file of a few chunks gets `min_copies` chunks.
+        assert_eq!(corrupt_budget(100, 100, 8), 800);
+        assert_eq!(corrupt_budget(250, 100, 8), 800);
+        assert_eq!(corrupt_budget(250, 100, 5), 500);
+        // A file smaller than a chunk is its own chunk.
+        assert_eq!(corrupt_budget(50, 100, 8), 400);
+        // At least one copy; nothing for an empty file; no overflow.
+        assert_eq!(corrupt_budget(100, 100, 0), 200);
+        assert_eq!(corrupt_budget(0, 100, 8), 0);
+        assert_eq!(corrupt_budget(u64::MAX / 2 + 1, 1 << 24, 8), u64::MAX);
+        // 16 GiB in 16 MiB chunks: 32 GiB may be thrown away, wherever it falls.
+        assert_eq!(corrupt_budget(16 << 30, 16 << 20, 8), 32 << 30);
+
+        // The table charges each wrong copy its chunk's length, the short last one included.
+        let plan = Plan::new(250, 100);
         let expected = ExpectedChunks {
             chunk_size: 100,
-            sha256: (0..10).map(|_| digest(&[1; 100])).collect(),
+            sha256: vec![digest(&[1; 100]), digest(&[1; 100]), digest(&[1; 50])],
         };
         let mut t = ChunkTable::new(plan, Vec::new(), Some(Arc::new(expected)), NEVER);
-        t.set_rejection_budget(3);
+        t.set_corrupt_budget(2);
+        assert_eq!(t.corrupt_spent(), (0, 500));
         let wrong = |t: &mut ChunkTable, i: usize, byte: u8| {
             let c = t.claim(i).unwrap();
-            let h = fed(&c.hasher, &[byte; 100]);
-            verdict(t.release(i, 0, 100, h, 0))
+            let len = c.range.len;
+            let h = fed(&c.hasher, &vec![byte; len as usize]);
+            verdict(t.release(i, 0, len, h, 0))
         };
-        for i in 0..10 {
-            assert_eq!(wrong(&mut t, i, 0), Rejection::Again);
+        // Spread over the chunks: 100 + 100 + 50 + 100 + 50 + 100 = 500, within.
+        for (i, byte) in [(0, 2), (1, 2), (2, 2), (0, 3), (2, 3), (1, 3)] {
+            assert_eq!(wrong(&mut t, i, byte), Rejection::Again, "chunk {i}");
         }
-        assert_eq!(wrong(&mut t, 0, 5), Rejection::Again);
-        assert_eq!(wrong(&mut t, 1, 5), Rejection::Again);
-        assert_eq!(wrong(&mut t, 2, 5), Rejection::Spent);
-        assert_eq!(t.rejections(), 13);
+        assert_eq!(t.corrupt_spent(), (500, 500));
+        // One byte more than the budget is too many.
+        assert_eq!(wrong(&mut t, 2, 4), Rejection::Spent);
+        assert_eq!(t.corrupt_spent(), (550, 500));
+    }
+
+    /// A chunk that did not match the manifest is fetched again as one request: its claim says
+    /// so, and it is neither cut at the start nor split for an idle connection.
+    #[test]
+    fn a_chunk_that_did_not_match_is_fetched_again_whole() {
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let plan = Plan::new(16 * MIB, 8 * MIB);
+        let good = vec![1u8; (8 * MIB) as usize];
+        let expected = ExpectedChunks {
+            chunk_size: 8 * MIB,
+            sha256: vec![digest(&good), digest(&good)],
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(Arc::new(expected)), rule);
+        let a = t.claim(0).unwrap();
+        assert!(!a.whole);
+        let h = fed(&a.hasher, &vec![2u8; (8 * MIB) as usize]);
+        assert_eq!(verdict(t.release(0, 0, 8 * MIB, h, 0)), Rejection::Again);
+        // Not cut in parts for idle connections at the start (chunk 1 is).
+        assert_eq!(t.presplit(4), 1);
+        assert!(t.chunks[0].parts.len() == 1 && t.chunks[1].parts.len() == 2);
+        let a = t.claim(0).unwrap();
+        assert!(a.whole && (a.from, a.at) == (0, 0));
+        assert_eq!(a.limit.load(Ordering::Acquire), 8 * MIB);
+        // Held, slow: never split (the parts of chunk 1 are, once held).
+        assert!(t.steal(Instant::now() + Duration::from_secs(1)).is_none());
+        let b = t.claim(1).unwrap();
+        assert!(!b.whole);
+        let stolen = t.steal(Instant::now() + Duration::from_secs(1)).unwrap();
+        assert_eq!(stolen.range.index, 1);
+        // Cut short and taken up again: still whole, from where it stopped.
+        let h = fed(&a.hasher, &good[..MIB as usize]);
+        assert!(matches!(t.release(0, 0, MIB, h, 0), Released::Pending));
+        let a = t.claim(0).unwrap();
+        assert!(a.whole && a.at == MIB);
+        let h = fed(&a.hasher, &good[MIB as usize..]);
+        assert!(matches!(t.release(0, 0, 8 * MIB, h, 0), Released::Done));
     }
 
     #[test]
@@ -1199,8 +1295,12 @@ mod tests {
                 rejections,
                 actual,
                 verdict,
+                discarded,
+                budget,
             } => {
                 assert_eq!((rejections, actual), (1, digest(&[7; 100])));
+                // Twice the file, more than the default eight chunks.
+                assert_eq!((discarded, budget), (100, 800));
                 assert_eq!(verdict, Rejection::Again);
             }
             _ => panic!("not rejected"),

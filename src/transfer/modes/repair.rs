@@ -4,9 +4,9 @@
 //! guessed: every chunk on disk is hashed in parallel and compared with the manifest, the ones
 //! that differ — damaged on disk after they arrived — are fetched again, each copy checked
 //! against the manifest (wrong copies that differ from each other and from the bytes on disk
-//! are fetched again, up to [`EngineConfig::max_attempts`](super::super::EngineConfig::max_attempts);
-//! the same wrong bytes twice end it: the source is wrong), and the file is hashed again from the
-//! first of them. When every chunk
+//! are fetched again while the bytes thrown away stay within the download's budget,
+//! [`corrupt_budget`](super::super::corrupt_budget); the same wrong bytes twice end it: the
+//! source is wrong), and the file is hashed again from the first of them. When every chunk
 //! matches and the file does not, the manifest describes other bytes than the published digest
 //! ([`TransferError::ManifestDisagrees`]).
 //!
@@ -107,13 +107,13 @@ async fn with_manifest(
     ));
     let (dir, scratch) = scratch(ctx)?;
     let mut refetched_chunks = 0usize;
-    let budget = ctx.cfg.max_attempts.max(1);
     for &(index, on_disk) in &damaged {
         let range = plan.chunk(index).expect("chunk index within the plan");
         let want = ctx.chunks.lock().expected(index).unwrap_or_default();
-        // Wrong copies differing from each other are the network's doing: fetched again, up to
-        // the budget; a copy with the wrong bytes already seen (those on disk included, which
-        // came from the same source) means the source is wrong.
+        // Wrong copies differing from each other are the network's doing: fetched again while
+        // the bytes thrown away stay within the download's budget (the table's, shared with
+        // the copies it threw away); a copy with the wrong bytes already seen (those on disk
+        // included, which came from the same source) means the source is wrong.
         let mut wrong = vec![on_disk];
         let mut attempt = 0;
         let fresh = loop {
@@ -124,9 +124,13 @@ async fn with_manifest(
                 break fresh;
             }
             ctx.counters.corrupt_copy();
+            let (within, (discarded, budget)) = {
+                let mut t = ctx.chunks.lock();
+                (t.discard_corrupt(range.len), t.corrupt_spent())
+            };
             let cause = if wrong.contains(&fresh) {
                 Some(MismatchCause::SameWrongBytes)
-            } else if attempt >= budget {
+            } else if !within {
                 Some(MismatchCause::BudgetSpent)
             } else {
                 None
@@ -141,6 +145,8 @@ async fn with_manifest(
                     expected: hex::encode(want),
                     actual: hex::encode(fresh),
                     cause,
+                    discarded,
+                    budget,
                 });
             }
             wrong.push(fresh);
