@@ -578,6 +578,151 @@ fn the_same_wrong_bytes_twice_mean_the_source_is_wrong() {
     );
 }
 
+/// A file of four chunks of 4 MiB (the manifest's), served from memory: for a file this
+/// small the whole download is "near the end", so each chunk is asked in several requests and
+/// split among the connections, and a copy of a chunk is hit by more answers than one.
+const BIG: &str = "big.bin";
+const BIG_CHUNK: u64 = 4 << 20;
+
+fn big_file() -> Vec<u8> {
+    testkit::data(4 * BIG_CHUNK as usize, 7)
+}
+
+/// A manifest of `content` as file `name` in `chunk`-byte chunks, written to `dir`.
+fn manifest_of(dir: &Path, name: &str, content: &[u8], chunk: u64) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join(name), content).unwrap();
+    let m = manifest::create(&[src], &CreateOptions::default().with_chunk_size(chunk)).unwrap();
+    let p = dir.join("m.json");
+    fs::write(&p, m.to_json()).unwrap();
+    p
+}
+
+/// The `Range` headers the CDN was asked for `path` that ask for one whole chunk of `chunk`
+/// bytes.
+fn whole_chunk_requests(hub: &MockHub, path: &str, size: u64, chunk: u64) -> u64 {
+    let whole: Vec<String> = (0..size.div_ceil(chunk))
+        .map(|i| {
+            let start = i * chunk;
+            format!("bytes={start}-{}", (start + chunk).min(size) - 1)
+        })
+        .collect();
+    hub.stats()
+        .file(REPO, path)
+        .ranges
+        .iter()
+        .flatten()
+        .filter(|r| whole.contains(r))
+        .count() as u64
+}
+
+/// A proxy that flips a byte in a quarter of the answers, and chunks made of several answers
+/// each: most first copies come wrong. A chunk that failed the manifest is fetched again as
+/// one request (a quarter of those come wrong), and the wrong copies are paid for from a
+/// budget in bytes against the file's size, not a few copies per chunk: the fetch completes.
+/// Before, the copies of a chunk were split again like the first, and five or eight of them
+/// (every one wrong in another way) ended it with exit 2.
+#[test]
+fn a_quarter_of_answers_flipped_still_completes_when_chunks_come_in_parts() {
+    let data = big_file();
+    let size = data.len() as u64;
+    let hub = start(hub_builder().seed(3).file(REPO, BIG, data.clone()));
+    let sb = Sandbox::new();
+    let man = manifest_of(sb.dir.path(), BIG, &data, BIG_CHUNK);
+    hub.faults()
+        .push(Fault::FlipBytes { count: 1 }.on(Target::Cdn).rate(0.25));
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, BIG, "--no-sidecar", "--json", "--manifest"])
+        .arg(&man);
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let blob = sb.repo_dir(REPO).join("blobs").join(sha256_hex(&data));
+    assert!(fs::read(&blob).unwrap() == data, "the file's bytes");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let thrown = v["files"][0]["corrupt_copies"].as_u64().unwrap();
+    // Every copy thrown away was fetched again in one request for the whole chunk (the first
+    // copies never are: a chunk of 4 MiB is asked in shorter requests).
+    assert_eq!(
+        whole_chunk_requests(&hub, BIG, size, BIG_CHUNK),
+        thrown,
+        "{}",
+        stderr(&o)
+    );
+    // Within the budget: the file, and what was thrown away at most twice its size.
+    assert!(sent(&hub, BIG) <= 3 * size, "{}", sent(&hub, BIG));
+}
+
+/// A bad upstream: the Hub publishes a file (its size and SHA-256, which the manifest
+/// matches) and serves other bytes for one chunk, always the same. The first copy of that
+/// chunk comes in several requests, the second in one, with the same wrong bytes: the fetch
+/// gives up at once (exit 2), naming the file, the chunk and the digest seen, without
+/// spending a budget meant for a faulty link.
+#[test]
+fn the_same_wrong_bytes_from_the_source_end_it_at_the_second_copy() {
+    use sha2::{Digest as _, Sha256};
+    const BAD: &str = "bad.bin";
+    let size = 4 * BIG_CHUNK;
+    // What the Hub says the file is: zeros but for chunk 2. It serves zeros throughout.
+    let mut published = vec![0u8; size as usize];
+    published[2 * BIG_CHUNK as usize..3 * BIG_CHUNK as usize]
+        .copy_from_slice(&testkit::data(BIG_CHUNK as usize, 9));
+    let oid = hex::encode(Sha256::digest(&published));
+    let hub = start(hub_builder().listing_entry(
+        REPO,
+        serde_json::json!({"type": "file", "path": BAD, "size": size,
+            "oid": "0".repeat(40), "lfs": {"oid": oid, "size": size}}),
+    ));
+    let sb = Sandbox::new();
+    let man = manifest_of(sb.dir.path(), BAD, &published, BIG_CHUNK);
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, BAD, "--no-sidecar", "--manifest"]).arg(&man);
+    let o = run(c);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    let zeros = hex::encode(Sha256::digest(vec![0u8; BIG_CHUNK as usize]));
+    let failed = e.lines().find(|l| l.contains("FAILED")).unwrap_or_default();
+    assert!(
+        failed.starts_with(&format!("wi-fetch: {BAD}: "))
+            && failed.contains(&format!(
+                "chunk 2 (bytes {}-{}) does not match the manifest after 2 fetches",
+                2 * BIG_CHUNK,
+                3 * BIG_CHUNK - 1
+            ))
+            && failed.contains("the same wrong bytes came twice")
+            && failed.contains(&format!("last got sha256:{zeros}")),
+        "{e}"
+    );
+    // The second copy was one request for the whole chunk, and no third was asked for; the
+    // first came in requests of at least a quarter of the smallest split (256 KiB).
+    assert_eq!(whole_chunk_requests(&hub, BAD, size, BIG_CHUNK), 1, "{e}");
+    let st = hub.stats().file(REPO, BAD);
+    let in_chunk_2 = st
+        .ranges
+        .iter()
+        .flatten()
+        .filter_map(|r| {
+            r.strip_prefix("bytes=")?
+                .split('-')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|first| (2 * BIG_CHUNK..3 * BIG_CHUNK).contains(first))
+        .count() as u64;
+    assert!(
+        (2..=BIG_CHUNK / (256 << 10) + 1).contains(&in_chunk_2),
+        "{in_chunk_2} requests for chunk 2: {:?}",
+        st.ranges
+    );
+    // Every other byte at most once: the chunk's second copy is all that was fetched again.
+    assert!(st.bytes_sent <= size + BIG_CHUNK, "{}", st.bytes_sent);
+    assert!(
+        !e.contains("budget") && !e.contains("copy 2"),
+        "no budget spent on it: {e}"
+    );
+}
+
 /// A warm cache with the network allowed: one metadata request per repository (what the
 /// revision points at), no file bytes — for a quantization tag (which needs the listing: kept
 /// beside the cache, per commit) as for files named.
