@@ -60,7 +60,17 @@ pub(crate) struct Mirror {
     recorded: std::sync::Mutex<lru::LruCache<std::path::PathBuf, Recorded>>,
     /// Sizes recorded in blobs' manifests (see [`Mirror::recorded_size`]; bounded).
     manifest_sizes: std::sync::Mutex<lru::LruCache<std::path::PathBuf, u64>>,
+    /// What the cache held of a repository at a revision, and when it was read (see
+    /// [`Mirror::local`]; bounded).
+    local_views: std::sync::Mutex<lru::LruCache<LocalKey, (std::time::Instant, Arc<Listing>)>>,
 }
+
+/// A repository at a revision, as [`Mirror::local`] remembers it.
+type LocalKey = (RepoType, String, String);
+
+/// How long what the cache holds of a repository at a revision is used before its snapshot is
+/// read again (a file added to the cache by another process is served within this).
+const LOCAL_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A saved listing: each path's ETag and size.
 type Recorded = Arc<std::collections::HashMap<String, (String, u64)>>;
@@ -168,6 +178,9 @@ pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>, check: Blo
         manifest_sizes: std::sync::Mutex::new(lru::LruCache::new(
             std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
         )),
+        local_views: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(256).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
     });
     Router::new()
         .route("/api/{kind}/{org}/{name}", labelled(get(info_main), "info"))
@@ -253,8 +266,37 @@ impl Mirror {
         Ok(repo)
     }
 
-    /// What the cache holds of `id` at `rev`.
+    /// What the cache holds of `id` at `rev`: remembered for [`LOCAL_FOR`] (a client's `HEAD`
+    /// after `HEAD` walks the snapshot once).
     fn local(&self, t: RepoType, id: &str, rev: &str) -> Result<View, Refusal> {
+        let key = (t, id.to_string(), rev.to_string());
+        let known = self
+            .local_views
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < LOCAL_FOR)
+            .map(|(_, l)| l.clone());
+        if let Some(listing) = known {
+            return Ok(View {
+                kind: t,
+                id: id.to_string(),
+                repo: self.cache.repo(t, id),
+                listing,
+                upstream: false,
+                offline: false,
+            });
+        }
+        let view = self.walk(t, id, rev)?;
+        self.local_views
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(key, (std::time::Instant::now(), view.listing.clone()));
+        Ok(view)
+    }
+
+    /// What the cache holds of `id` at `rev`, read from its refs and snapshot now.
+    fn walk(&self, t: RepoType, id: &str, rev: &str) -> Result<View, Refusal> {
         let repo = self.held(t, id)?;
         let Some(commit) = repo.resolve_offline(rev) else {
             return Err(Refusal::miss(
