@@ -648,11 +648,16 @@ async fn tensor(
     // Under a residency limit, the tensor is held until its answer has been sent.
     let hold = s.model.hold_at(fi, info).map(Arc::new);
     // The whole tensor's digest: known, or computed now from the file's bytes.
-    let s2 = s.clone();
-    let digest = tokio::task::spawn_blocking(move || s2.digest(fi, ti))
-        .await
-        .map_err(|_| Refusal::internal("hashing the tensor failed"))?
-        .map_err(Refusal::unavailable)?;
+    let digest = match s.sha[s.slot[&(fi, ti)]].get() {
+        Some(d) => *d,
+        None => {
+            let s2 = s.clone();
+            tokio::task::spawn_blocking(move || s2.digest(fi, ti))
+                .await
+                .map_err(|_| Refusal::internal("hashing the tensor failed"))?
+                .map_err(Refusal::unavailable)?
+        }
+    };
     let (from, to) = match &part {
         Some(r) => (r.start, r.end),
         None => (0, len),

@@ -14,6 +14,9 @@ use std::sync::Arc;
 /// Bytes read per `pread` when hashing.
 const HASH_READ: usize = 1 << 20;
 
+/// Pieces of at most this many bytes are read on the task that sends them (see [`body`]).
+const INLINE_READ: u64 = 64 << 10;
+
 /// A file's identity and last change, as `fstat` says: equal stamps mean the bytes checked are
 /// the bytes there (nothing wrote to, truncated or replaced the file in between).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,15 +142,22 @@ pub(crate) fn body(
             }
             let to = end.min(at.saturating_add(piece as u64));
             let last = to == end;
-            let read = tokio::task::spawn_blocking(move || {
+            let work = move || {
                 let bytes = read(&file, at..to)?;
                 if last {
                     stamp.check(&file).map_err(io::Error::other)?;
                 }
                 Ok::<_, io::Error>(bytes)
-            })
-            .await
-            .map_err(io::Error::other)?;
+            };
+            // A small piece is read in place (a copy from the page cache costs less than the
+            // hop to a blocking thread); a large one on a blocking thread.
+            let read = if to - at <= INLINE_READ {
+                work()
+            } else {
+                tokio::task::spawn_blocking(work)
+                    .await
+                    .map_err(io::Error::other)?
+            };
             match read {
                 Ok(bytes) => Ok(Some((bytes::Bytes::from(bytes), to))),
                 Err(e) => {
