@@ -325,3 +325,74 @@ fn a_blob_replaced_by_a_link_is_refused_alike() {
         assert!(!tree.contains("12345"), "{tree}");
     });
 }
+
+/// With `--manifest` (here llama-gguf-hash lines, one tensor's digest wrong): every tensor is
+/// checked against it from the start; the one that differs is refused (503, named in the
+/// model's report), the others are served under the digest the manifest and the bytes agree on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_given_is_what_tensors_are_checked_against() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = copy_of_model(dir.path());
+    let file = std::fs::read(&path).unwrap();
+    // The tensors and where they lie, from a server without a manifest.
+    let report = {
+        let s = Server::start_with(&[&path], &[], &[]);
+        verified(&s).await
+    };
+    let (bad, _, _) = largest(&report);
+    let mut lines = String::new();
+    for t in report["tensors"].as_array().unwrap() {
+        let (off, n) = (
+            t["offset"].as_u64().unwrap() as usize,
+            t["n_bytes"].as_u64().unwrap() as usize,
+        );
+        let name = t["name"].as_str().unwrap();
+        let digest = if name == bad {
+            "0".repeat(64)
+        } else {
+            sha256_hex(&file[off..off + n])
+        };
+        lines.push_str(&format!("sha256  {digest}  {MODEL}:{name}\n"));
+    }
+    let manifest = dir.path().join("hashes.txt");
+    std::fs::write(&manifest, lines).unwrap();
+    let s = Server::start_with(&[&path], &["--manifest", manifest.to_str().unwrap()], &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let report = loop {
+        let r = get_json(&s.url(&format!("/models/{MODEL}"))).await;
+        let n = r["tensors"].as_array().unwrap().len() as u64;
+        if r["serving"]["tensors_hashed"].as_u64() == Some(n - 1)
+            && r["serving"]["state"] == "mismatch"
+        {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r["serving"]);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let named = report["serving"]["mismatched"][0].as_str().unwrap();
+    assert!(
+        named.contains(&bad) && named.contains("does not match the manifest"),
+        "{named}"
+    );
+    let r = client()
+        .get(s.url(&format!("/models/{MODEL}/tensors/{bad}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    for t in report["tensors"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        if name != bad {
+            let r = client()
+                .head(s.url(&format!("/models/{MODEL}/tensors/{name}")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{name}");
+            assert_eq!(
+                r.headers()["x-weight-sha256"],
+                t["sha256"].as_str().unwrap()
+            );
+        }
+    }
+}

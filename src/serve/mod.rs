@@ -124,6 +124,10 @@ struct Served {
     hashing: Vec<Mutex<()>>,
     /// Digests of slices sent: (file, start, end) in the file → SHA-256.
     slices: Mutex<lru::LruCache<(usize, u64, u64), [u8; 32]>>,
+    /// What the manifests given say each tensor's SHA-256 is, in `sha`'s order.
+    expected: Vec<Option<[u8; 32]>>,
+    /// Why a tensor is refused: its bytes do not match the manifest (by slot, once found).
+    mismatched: Vec<OnceLock<String>>,
 }
 
 /// The models a server serves, opened once.
@@ -184,6 +188,21 @@ impl Catalog {
         upstream: Option<Upstream>,
         max_resident: Option<u64>,
     ) -> Result<Catalog, ServeError> {
+        Self::open_checked(paths, upstream, max_resident, &[])
+    }
+
+    /// [`Catalog::open_with`], each tensor's bytes checked against what `manifests` say of it
+    /// (a file of a manifest describes the model file of that file name): a tensor whose bytes
+    /// differ is refused (503, named in `/models/{model}`), and the digest it is served under
+    /// is the one its bytes and the manifest agree on.
+    pub fn open_checked(
+        paths: &[PathBuf],
+        upstream: Option<Upstream>,
+        max_resident: Option<u64>,
+        manifests: &[crate::manifest::Document],
+    ) -> Result<Catalog, ServeError> {
+        let expectations: Vec<crate::manifest::FileExpectation> =
+            manifests.iter().flat_map(|d| d.expectations()).collect();
         let residency = max_resident.map(Residency::new);
         let mut models = BTreeMap::new();
         let mut hub = upstream.as_ref().map(|u| u.cache().clone());
@@ -240,7 +259,7 @@ impl Catalog {
                 source: Box::new(e),
             })?;
             for (name, path) in found {
-                let served = Served::open(name.clone(), &path, residency.as_ref())?;
+                let served = Served::open(name.clone(), &path, residency.as_ref(), &expectations)?;
                 for f in served.model.files() {
                     let real = std::fs::canonicalize(f.path()).map_err(|e| ServeError::Open {
                         path: f.path().to_path_buf(),
@@ -336,6 +355,7 @@ impl Served {
         name: String,
         path: &Path,
         residency: Option<&Arc<Residency>>,
+        expectations: &[crate::manifest::FileExpectation],
     ) -> Result<Served, ServeError> {
         let model = Model::open(path).map_err(|e: OpenError| ServeError::Open {
             path: path.to_path_buf(),
@@ -355,6 +375,21 @@ impl Served {
             }
         }
         let sha = (0..slot.len()).map(|_| OnceLock::new()).collect();
+        let mut expected = vec![None; slot.len()];
+        for (fi, file) in model.files().iter().enumerate() {
+            let name = file.path().file_name().map(|n| n.to_string_lossy());
+            for e in expectations
+                .iter()
+                .filter(|e| Some(e.path.rsplit('/').next().unwrap_or(&e.path)) == name.as_deref())
+            {
+                for (ti, t) in file.tensors().iter().enumerate() {
+                    if let Some(x) = e.tensors.iter().find(|x| x.name == t.name) {
+                        expected[slot[&(fi, ti)]] = Some(x.sha256.0);
+                    }
+                }
+            }
+        }
+        let mismatched = (0..slot.len()).map(|_| OnceLock::new()).collect();
         let mut files = Vec::new();
         for f in model.files() {
             let opened = f
@@ -382,6 +417,8 @@ impl Served {
             slices: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(SLICES).unwrap_or(std::num::NonZeroUsize::MIN),
             )),
+            expected,
+            mismatched,
         })
     }
 
@@ -418,6 +455,9 @@ impl Served {
         if let Some(d) = self.sha[slot].get() {
             return Ok(*d);
         }
+        if let Some(why) = self.mismatched[slot].get() {
+            return Err(why.clone());
+        }
         let _one = self.hashing[slot % HASHING_LOCKS]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
@@ -431,6 +471,20 @@ impl Served {
             .map_err(|e| self.mark_changed(fi, &e.to_string()))?;
         // Only a digest of bytes that were the file's when it was opened is remembered.
         self.check(fi)?;
+        if let Some(want) = self.expected[slot].filter(|w| *w != d) {
+            let why = format!(
+                "tensor '{}' of model '{}' does not match the manifest: its bytes hash to {}, \
+                 the manifest says {}",
+                escape(&info.name),
+                escape(&self.name),
+                hex::encode(d),
+                hex::encode(want),
+            );
+            if self.mismatched[slot].set(why.clone()).is_ok() {
+                tracing::warn!(model = %escape(&self.name), tensor = %escape(&info.name), "{why}");
+            }
+            return Err(why);
+        }
         if self.sha[slot].set(d).is_ok() {
             self.known.fetch_add(1, Ordering::Relaxed);
         }
@@ -440,9 +494,11 @@ impl Served {
     /// Every tensor's digest, until `stop` or a file changed.
     fn hash_all(&self, stop: &AtomicBool) {
         for &(fi, ti) in self.slot.keys() {
-            if stop.load(Ordering::Relaxed) || self.digest(fi, ti).is_err() {
+            if stop.load(Ordering::Relaxed) || self.changed.get().is_some() {
                 return;
             }
+            // (A tensor that does not match the manifest is recorded; the others go on.)
+            let _ = self.digest(fi, ti);
         }
     }
 
@@ -450,15 +506,25 @@ impl Served {
     fn state(&self) -> serde_json::Value {
         let known = self.known.load(Ordering::Relaxed);
         let total = self.sha.len();
-        match self.changed.get() {
+        let bad: Vec<&String> = self.mismatched.iter().filter_map(OnceLock::get).collect();
+        let checked = self.expected.iter().filter(|e| e.is_some()).count();
+        let mut out = match self.changed.get() {
             Some(why) => serde_json::json!({
                 "state": "changed", "reason": why, "tensors_hashed": known, "tensors": total,
+            }),
+            None if !bad.is_empty() => serde_json::json!({
+                "state": "mismatch", "tensors_hashed": known, "tensors": total,
             }),
             None => serde_json::json!({
                 "state": if known == total { "verified" } else { "hashing" },
                 "tensors_hashed": known, "tensors": total,
             }),
+        };
+        if checked > 0 {
+            out["tensors_in_manifest"] = checked.into();
+            out["mismatched"] = bad.iter().take(16).map(|s| s.as_str()).collect();
         }
+        out
     }
 }
 

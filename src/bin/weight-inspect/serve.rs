@@ -101,6 +101,11 @@ pub(super) struct ServeArgs {
     /// --upstream, else answered 500 and named in the log.
     #[arg(long, value_enum, default_value_t = CheckBlobs::Size, value_name = "LEVEL")]
     check_blobs: CheckBlobs,
+    /// A manifest of the models served (weight-inspect's, llama-gguf-hash lines, an OpenSSF
+    /// model-signing bundle; repeatable): each tensor it names is served only once its bytes
+    /// match it (else 503, named in /models/MODEL), from the start.
+    #[arg(long, value_name = "FILE")]
+    manifest: Vec<PathBuf>,
 }
 
 /// `--check-blobs`.
@@ -221,15 +226,29 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    let mut manifests = Vec::new();
+    for m in &args.manifest {
+        match weight_inspect::manifest::Document::read(m) {
+            Ok(d) => manifests.push(d),
+            Err(e) => {
+                eprintln!(
+                    "weight-inspect: error: --manifest {}: {}",
+                    m.display(),
+                    escape(&e.to_string())
+                );
+                return ExitCode::from(1);
+            }
+        }
+    }
     let opened = match &args.upstream {
         Some(url) => match rt.block_on(async { upstream(&args, url) }) {
-            Ok(up) => Catalog::open_with(&args.paths, Some(up), args.max_resident),
+            Ok(up) => Catalog::open_checked(&args.paths, Some(up), args.max_resident, &manifests),
             Err(e) => {
                 eprintln!("weight-inspect: error: {e}");
                 return ExitCode::from(1);
             }
         },
-        None => Catalog::open_with(&args.paths, None, args.max_resident),
+        None => Catalog::open_checked(&args.paths, None, args.max_resident, &manifests),
     };
     let check = match args.check_blobs {
         CheckBlobs::Size => weight_inspect::serve::BlobCheck::Size,
