@@ -82,7 +82,7 @@ pub(crate) fn client() -> reqwest::Client {
 }
 
 /// The JSON body of `GET url`.
-async fn get_json(url: &str) -> Value {
+pub(crate) async fn get_json(url: &str) -> Value {
     let body = client()
         .get(url)
         .send()

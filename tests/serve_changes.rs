@@ -8,23 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::serve::{client, Server};
+use crate::serve::{client, get_json, Server};
 use crate::support::cli::{demo_file, demo_root, hub_builder, run, start, Sandbox, REPO};
 use crate::support::sha256_hex;
 
 const MODEL: &str = "tinyllama-q8_0.gguf";
-
-async fn get_json(url: &str) -> Value {
-    let body = client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{url}: {e}"))
-}
 
 /// A copy of the demo model in a folder of its own (the test may damage it).
 fn copy_of_model(dir: &Path) -> PathBuf {

@@ -84,17 +84,21 @@ pub(crate) fn read(file: &File, range: Range<u64>) -> io::Result<Vec<u8>> {
     let len = usize::try_from(range.end.saturating_sub(range.start))
         .map_err(|_| io::Error::other("a range too large to read"))?;
     let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, range.start).map_err(|e| {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the file is shorter than it was (truncated)",
-            )
-        } else {
-            e
-        }
-    })?;
+    file.read_exact_at(&mut buf, range.start)
+        .map_err(truncated)?;
     Ok(buf)
+}
+
+/// A read that ended early, said as what it means here: the file was truncated.
+fn truncated(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the file is shorter than it was (truncated)",
+        )
+    } else {
+        e
+    }
 }
 
 /// The SHA-256 of `range` of `file`, read by position (a truncated file is an error).
@@ -105,16 +109,7 @@ pub(crate) fn sha256(file: &File, range: Range<u64>) -> io::Result<[u8; 32]> {
     let mut at = range.start;
     while at < range.end {
         let n = ((range.end - at) as usize).min(buf.len());
-        file.read_exact_at(&mut buf[..n], at).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the file is shorter than it was (truncated)",
-                )
-            } else {
-                e
-            }
-        })?;
+        file.read_exact_at(&mut buf[..n], at).map_err(truncated)?;
         h.update(&buf[..n]);
         at += n as u64;
     }
