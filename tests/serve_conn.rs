@@ -160,6 +160,11 @@ fn request_bodies_are_bounded() {
     .unwrap();
     let got = until_closed(&mut c);
     assert_eq!(status(&got), "HTTP/1.1 413 Payload Too Large");
+    assert!(
+        String::from_utf8_lossy(&got).contains("{\"error\":\"a request's body is at most"),
+        "the server's JSON error: {}",
+        String::from_utf8_lossy(&got)
+    );
 
     // Chunked: 1.5 MiB (under axum's own default of 2 MB), sent by a thread of its own while
     // the answer is read.

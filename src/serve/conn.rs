@@ -12,6 +12,7 @@
 //! share; memory per connection is bounded by hyper's buffer, one piece of a body in flight
 //! and [`MAX_BODY`].
 
+use axum::response::IntoResponse as _;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -150,6 +151,14 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
             let answer = answer.await?;
             if expired.load(Ordering::Relaxed) {
                 return Ok(too_slow(timeout));
+            }
+            if answer.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                // The limit's own answer, said as every other refusal is (JSON).
+                return Ok(super::error::Refusal::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("a request's body is at most {MAX_BODY} bytes"),
+                )
+                .into_response());
             }
             Ok(answer.map(axum::body::Body::new))
         })
