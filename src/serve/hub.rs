@@ -31,7 +31,7 @@ use super::error::Refusal;
 use super::labelled;
 use super::range;
 use super::source::Stamp;
-use super::upstream::{Access, Entry, Failure, Identity, Listing, Upstream};
+use super::upstream::{Access, Entry, Failure, Identity, Listing, Memory, Upstream};
 use crate::cache::{HfCache, RepoCache};
 use crate::hub::HubError;
 use crate::names::{escape, RepoType};
@@ -56,13 +56,13 @@ pub(crate) struct Mirror {
     check: BlobCheck,
     /// Blobs hashed whole and found right, with their stamp then (bounded).
     hashed: std::sync::Mutex<lru::LruCache<std::path::PathBuf, Stamp>>,
-    /// Saved listings read, by commit (see [`Mirror::recorded`]; bounded).
-    recorded: std::sync::Mutex<lru::LruCache<std::path::PathBuf, Recorded>>,
+    /// Saved listings read, by commit (see [`Mirror::recorded`]; bounded in count and entries).
+    recorded: Memory<std::path::PathBuf, RecordedFiles>,
     /// Sizes recorded in blobs' manifests (see [`Mirror::recorded_size`]; bounded).
     manifest_sizes: std::sync::Mutex<lru::LruCache<std::path::PathBuf, u64>>,
     /// What the cache held of a repository at a revision, and when it was read (see
     /// [`Mirror::local`]; bounded).
-    local_views: std::sync::Mutex<lru::LruCache<LocalKey, (std::time::Instant, Arc<Listing>)>>,
+    local_views: Memory<LocalKey, Listing>,
 }
 
 /// A repository at a revision, as [`Mirror::local`] remembers it.
@@ -73,7 +73,8 @@ type LocalKey = (RepoType, String, String);
 const LOCAL_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A saved listing: each path's ETag and size.
-type Recorded = Arc<std::collections::HashMap<String, (String, u64)>>;
+type RecordedFiles = std::collections::HashMap<String, (String, u64)>;
+type Recorded = Arc<RecordedFiles>;
 
 /// Blobs remembered as hashed right.
 const HASHED: usize = 4096;
@@ -166,15 +167,11 @@ pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>, check: Blo
         hashed: std::sync::Mutex::new(lru::LruCache::new(
             std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
         )),
-        recorded: std::sync::Mutex::new(lru::LruCache::new(
-            std::num::NonZeroUsize::new(16).unwrap_or(std::num::NonZeroUsize::MIN),
-        )),
+        recorded: Memory::new(),
         manifest_sizes: std::sync::Mutex::new(lru::LruCache::new(
             std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
         )),
-        local_views: std::sync::Mutex::new(lru::LruCache::new(
-            std::num::NonZeroUsize::new(256).unwrap_or(std::num::NonZeroUsize::MIN),
-        )),
+        local_views: Memory::new(),
     });
     Router::new()
         .route("/api/{kind}/{org}/{name}", labelled(get(info_main), "info"))
@@ -266,11 +263,9 @@ impl Mirror {
         let key = (t, id.to_string(), rev.to_string());
         let known = self
             .local_views
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&key)
-            .filter(|(at, _)| at.elapsed() < LOCAL_FOR)
-            .map(|(_, l)| l.clone());
+            .filter(|(_, age)| *age < LOCAL_FOR)
+            .map(|(l, _)| l);
         if let Some(listing) = known {
             return Ok(View {
                 kind: t,
@@ -282,10 +277,7 @@ impl Mirror {
             });
         }
         let view = self.walk(t, id, rev)?;
-        self.local_views
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .put(key, (std::time::Instant::now(), view.listing.clone()));
+        self.local_views.put(key, view.listing.clone());
         Ok(view)
     }
 
@@ -427,13 +419,8 @@ impl Mirror {
     /// (a commit's listing never changes); `None` without one.
     fn recorded(&self, repo: &RepoCache, commit: &str) -> Option<Recorded> {
         let key = repo.tree_path(commit);
-        if let Some(r) = self
-            .recorded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Some(r.clone());
+        if let Some((r, _)) = self.recorded.get(&key) {
+            return Some(r);
         }
         let root = self.cache.root();
         let read = |p: &std::path::Path| {
@@ -446,15 +433,12 @@ impl Mirror {
             .or_else(|| {
                 read(&repo.hf_tree_path(commit)).and_then(|b| crate::hub::load_hf_tree(&b).ok())
             })?;
-        let map: std::collections::HashMap<String, (String, u64)> = files
+        let map: RecordedFiles = files
             .into_iter()
             .map(|f| (f.path.clone(), (f.etag().to_string(), f.size)))
             .collect();
         let map = Arc::new(map);
-        self.recorded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .put(key, map.clone());
+        self.recorded.put(key, map.clone());
         Some(map)
     }
 }

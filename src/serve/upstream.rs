@@ -170,12 +170,12 @@ struct Remembered<T> {
 }
 
 /// Answers kept by key, at most [`REMEMBERED`] of them and [`REMEMBERED_WEIGHT`] in weight.
-struct Memory<K, T> {
+pub(crate) struct Memory<K, T> {
     map: Mutex<HashMap<K, Remembered<T>>>,
 }
 
 /// How many entries an answer holds (what [`REMEMBERED_WEIGHT`] bounds).
-trait Weight {
+pub(crate) trait Weight {
     fn weight(&self) -> usize;
 }
 
@@ -197,6 +197,12 @@ impl Weight for () {
     }
 }
 
+impl Weight for std::collections::HashMap<String, (String, u64)> {
+    fn weight(&self) -> usize {
+        self.len().max(1)
+    }
+}
+
 impl Weight for bool {
     fn weight(&self) -> usize {
         1
@@ -204,14 +210,14 @@ impl Weight for bool {
 }
 
 impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Memory {
             map: Mutex::new(HashMap::new()),
         }
     }
 
     /// The answer for `key` and its age.
-    fn get(&self, key: &K) -> Option<(Arc<T>, Duration)> {
+    pub(crate) fn get(&self, key: &K) -> Option<(Arc<T>, Duration)> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(key).map(|r| (r.value.clone(), r.at.elapsed()))
     }
@@ -223,7 +229,7 @@ impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
             .remove(key);
     }
 
-    fn put(&self, key: K, value: Arc<T>) {
+    pub(crate) fn put(&self, key: K, value: Arc<T>) {
         let weight = value.weight();
         if weight > REMEMBERED_WEIGHT {
             return;
