@@ -199,3 +199,58 @@ pub fn git_sha1(b: &[u8]) -> [u8; 20] {
     h.update(b);
     h.finalize().into()
 }
+
+/// The real huggingface_hub (`WI_PYTHON`'s) downloading `file` of the model `repo` from
+/// `endpoint` into the cache `hf_cache`, as a user pointing `HF_ENDPOINT` at a mirror does
+/// (Xet off, no token, not offline). Its output; the path it returned is its stdout's last line.
+pub fn hf_hub_download(
+    endpoint: &str,
+    hf_cache: &std::path::Path,
+    repo: &str,
+    file: &str,
+) -> std::process::Output {
+    let script = format!(
+        "from huggingface_hub import hf_hub_download\n\
+         print(hf_hub_download({repo:?}, {file:?}))\n"
+    );
+    std::process::Command::new(required_env("WI_PYTHON"))
+        .arg("-c")
+        .arg(script)
+        .env("HF_HUB_CACHE", hf_cache)
+        .env("HF_HOME", hf_cache.join(".home"))
+        .env("HF_ENDPOINT", endpoint)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_HUB_DISABLE_XET", "1")
+        .env("HF_HUB_ETAG_TIMEOUT", "30")
+        .env("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .expect("run WI_PYTHON")
+}
+
+/// Every file under `dir` whose name is a SHA-256 (a blob of an HF cache) and whose bytes do
+/// not hash to it: what a client would take for that blob though it is not.
+pub fn misnamed_blobs(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut bad = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_sha = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+            if t.is_file() && is_sha && sha256_hex(&std::fs::read(&p).unwrap()) != name {
+                bad.push(p);
+            }
+        }
+    }
+    bad
+}
