@@ -20,7 +20,9 @@
 #               (default <BENCH_DIR>/venv)
 #   DURATION    seconds of each wrk run             (default 10)
 #   CONNS       wrk connections (threads: 2)        (default 16; 4 for whole files)
-#   SKIP_BUILD=1  use the release binaries already built
+#   SKIP_BUILD=1  use the binaries already built
+#   PROFILE     the cargo profile built and run (default release; `profiling` is release
+#               with line tables, for perf)
 #
 # Needs nginx, wrk and ab (Debian: apt-get install nginx-light wrk apache2-utils). Prints Markdown tables on
 # stdout; every request goes to 127.0.0.1. Scratch files are removed when it exits, the data
@@ -32,7 +34,8 @@ SIZE_MB="${1:-512}"
 [[ "$SIZE_MB" =~ ^[1-9][0-9]*$ ]] || { echo "serve.sh: SIZE_MB must be a positive integer" >&2; exit 1; }
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BENCH_DIR="${BENCH_DIR:-$REPO_DIR/target/bench-serve}"
-BIN="${CARGO_TARGET_DIR:-$REPO_DIR/target}/release"
+PROFILE="${PROFILE:-release}"
+BIN="${CARGO_TARGET_DIR:-$REPO_DIR/target}/$PROFILE"
 DURATION="${DURATION:-10}"
 CONNS="${CONNS:-16}"
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
@@ -41,8 +44,8 @@ command -v ab >/dev/null || { echo "serve.sh: no ab (apt-get install apache2-uti
 [[ -x "$NGINX" ]] || { echo "serve.sh: no nginx (apt-get install nginx-light)" >&2; exit 1; }
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
-	cargo build --release --quiet -p weight-inspect --bin weight-inspect --bin wi-fetch --manifest-path "$REPO_DIR/Cargo.toml"
-	cargo build --release --quiet -p mock-server --manifest-path "$REPO_DIR/Cargo.toml"
+	cargo build --profile "$PROFILE" --quiet -p weight-inspect --bin weight-inspect --bin wi-fetch --manifest-path "$REPO_DIR/Cargo.toml"
+	cargo build --profile "$PROFILE" --quiet -p mock-server --manifest-path "$REPO_DIR/Cargo.toml"
 fi
 VENV="${VENV:-$BENCH_DIR/venv}"
 if [[ ! -x "$VENV/bin/hf" ]]; then
@@ -173,7 +176,7 @@ awk -v b="$before" -v a="$after" 'BEGIN{split(b,x," "); split(a,y," ")}
 	{ if ($1>r) r=$1; if ($2>an) an=$2 }
 	END { printf "\nserver memory (MB): RSS %.1f before, %.1f peak, %.1f after; anonymous (the map'"'"'s file pages excluded) %.1f before, %.1f peak, %.1f after.\n", x[1]/1024, r/1024, y[1]/1024, x[2]/1024, an/1024, y[2]/1024 }' "$run/mem"
 echo
-echo "wrk 2 threads (HEADs: ab -k, whose p99 is in whole ms), $DURATION s a run ($((DURATION * 3)) s for whole files), $CONNS connections (4 for whole files of $SIZE_MB MiB); $(nproc) cores shared by the load generator and the server; nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') with sendfile, $(nproc) workers; weight-inspect serve release build."
+echo "wrk 2 threads (HEADs: ab -k, whose p99 is in whole ms), $DURATION s a run ($((DURATION * 3)) s for whole files), $CONNS connections (4 for whole files of $SIZE_MB MiB); $(nproc) cores shared by the load generator and the server; nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') with sendfile, $(nproc) workers; weight-inspect serve $PROFILE build."
 
 # 4. hf download: direct from mock-hub, and through a pull-through mirror, cold then warm.
 hub_port=$(free_port)

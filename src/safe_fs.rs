@@ -127,6 +127,70 @@ pub(crate) fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// A folder below a trusted root, opened once (every folder from below the root down to it
+/// checked not to be a link), in which names are then looked up relative to the open folder and
+/// without following a link: one short lookup each, and a folder swapped for a link afterwards
+/// is never read through (the open folder is the one that was checked).
+#[derive(Debug)]
+pub(crate) struct Folder {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Folder {
+    /// Opens the folder `dir` below `root` (`NotFound` when it is missing; an error when it or
+    /// a folder above it, below `root`, is a link).
+    pub(crate) fn open_below(root: &Path, dir: &Path) -> io::Result<Folder> {
+        check_dirs_below(root, dir)?;
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir)?;
+        Ok(Folder { fd: f.into() })
+    }
+
+    /// `name` as one component of this folder: never empty, `.`, `..` or holding a `/`.
+    fn component(name: &str) -> io::Result<&str> {
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name:?} is not a name in a folder"),
+            ));
+        }
+        Ok(name)
+    }
+
+    /// The size of the regular file `name` in this folder; `None` when there is none (missing,
+    /// or a link, folder or anything else in its place).
+    pub(crate) fn file_size(&self, name: &str) -> Option<u64> {
+        let name = Self::component(name).ok()?;
+        let st = rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile)
+            .then(|| u64::try_from(st.st_size).unwrap_or(0))
+    }
+
+    /// Opens the regular file `name` in this folder for reading, refusing a link, a FIFO or
+    /// anything else in its place.
+    pub(crate) fn open_read(&self, name: &str) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        let name = Self::component(name)?;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        let file = File::from(fd);
+        if !file.metadata()?.file_type().is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                NotAFile(format!("{name:?} is not a regular file")),
+            ));
+        }
+        Ok(file)
+    }
+}
+
 /// Opens an existing regular file for reading, following links (for paths that are links by
 /// design, such as a cache's snapshot entries) but never blocking on a FIFO and refusing
 /// anything but a regular file at the end.
@@ -601,6 +665,40 @@ mod tests {
         symlink(&root, &root_link).unwrap();
         create_dirs_below(&root_link, &root_link.join("a/d")).unwrap();
         assert!(root.join("a/d").is_dir());
+    }
+
+    #[test]
+    fn a_folder_looks_names_up_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let blobs = root.join("repo/blobs");
+        create_dirs_below(&root, &blobs).unwrap();
+        fs::write(blobs.join("a"), b"12345").unwrap();
+        let outside = d.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("secret"), b"0123456789").unwrap();
+        symlink(outside.join("secret"), blobs.join("l")).unwrap();
+        let f = Folder::open_below(&root, &blobs).unwrap();
+        assert_eq!(f.file_size("a"), Some(5));
+        assert_eq!(
+            std::io::read_to_string(f.open_read("a").unwrap()).unwrap(),
+            "12345"
+        );
+        // A link in a file's place is no file, its target's size nowhere.
+        assert_eq!(f.file_size("l"), None);
+        assert!(f.open_read("l").is_err());
+        for bad in ["", ".", "..", "../blobs/a", "x/y"] {
+            assert_eq!(f.file_size(bad), None, "{bad:?}");
+            assert!(f.open_read(bad).is_err(), "{bad:?}");
+        }
+        // The folder swapped for a link after it was opened: the open one is still read.
+        fs::rename(&blobs, root.join("repo/old")).unwrap();
+        fs::write(outside.join("a"), b"other").unwrap();
+        symlink(&outside, &blobs).unwrap();
+        assert_eq!(f.file_size("a"), Some(5));
+        // Opening through a link above it is refused.
+        assert!(Folder::open_below(&root, &blobs).is_err());
+        assert!(Folder::open_below(&root, &root.join("repo/missing")).is_err());
     }
 
     #[test]

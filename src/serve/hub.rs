@@ -35,6 +35,7 @@ use super::upstream::{Access, Entry, Failure, Identity, Listing, Memory, Upstrea
 use crate::cache::{HfCache, RepoCache};
 use crate::hub::HubError;
 use crate::names::{escape, RepoType};
+use crate::safe_fs::Folder;
 
 /// How far a held blob is checked before it is served (`serve --check-blobs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,7 +64,13 @@ pub(crate) struct Mirror {
     /// What the cache held of a repository at a revision, and when it was read (see
     /// [`Mirror::local`]; bounded).
     local_views: Memory<LocalKey, Listing>,
+    /// Blob folders opened, and when (see [`Mirror::blobs`]; bounded).
+    blob_dirs:
+        std::sync::Mutex<lru::LruCache<std::path::PathBuf, (Arc<Folder>, std::time::Instant)>>,
 }
+
+/// How many blob folders are kept open at most (each one file descriptor).
+const BLOB_DIRS: usize = 64;
 
 /// A repository at a revision, as [`Mirror::local`] remembers it.
 type LocalKey = (RepoType, String, String);
@@ -93,11 +100,14 @@ impl Mirror {
     /// checked as [`BlobCheck`] says against `want` (size, ETag): the open file and its stamp.
     async fn open_blob(
         &self,
+        blobs: &Folder,
         blob: std::path::PathBuf,
         want: &Entry,
     ) -> Result<(Arc<std::fs::File>, Stamp), Unservable> {
-        // (Opened in place: a few metadata calls, cheaper than the hop to a blocking thread.)
-        let file = crate::safe_fs::open_read_below(self.cache.root(), &blob)
+        // (Opened in place: a lookup in the open folder, cheaper than the hop to a blocking
+        // thread.)
+        let file = blobs
+            .open_read(want.etag())
             .map_err(|_| Unservable::Unreadable)?;
         let stamp = Stamp::of(&file).map_err(|_| Unservable::Unreadable)?;
         if stamp.size() != want.size {
@@ -172,6 +182,9 @@ pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>, check: Blo
             std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
         )),
         local_views: Memory::new(),
+        blob_dirs: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(BLOB_DIRS).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
     });
     Router::new()
         .route("/api/{kind}/{org}/{name}", labelled(get(info_main), "info"))
@@ -279,6 +292,23 @@ impl Mirror {
         let view = self.walk(t, id, rev)?;
         self.local_views.put(key, view.listing.clone());
         Ok(view)
+    }
+
+    /// The folder holding `blob`, opened below the cache's root without following a link
+    /// ([`Folder`]) and kept open for [`LOCAL_FOR`] (a folder replaced by a link meanwhile is
+    /// not read through: the open one is); `None` when the cache has no such folder.
+    fn blobs(&self, blob: &std::path::Path) -> Option<Arc<Folder>> {
+        let dir = blob.parent()?;
+        let now = std::time::Instant::now();
+        let mut open = self.blob_dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((f, at)) = open.get(dir) {
+            if now.duration_since(*at) < LOCAL_FOR {
+                return Some(f.clone());
+            }
+        }
+        let f = Arc::new(Folder::open_below(self.cache.root(), dir).ok()?);
+        open.put(dir.to_path_buf(), (f.clone(), now));
+        Some(f)
     }
 
     /// What the cache holds of `id` at `rev`, read from its refs and snapshot now.
@@ -686,20 +716,22 @@ async fn tree(
 
 async fn resolve_model(
     State(m): State<Arc<Mirror>>,
-    method: Method,
     UrlPath((org, name, rev, path)): UrlPath<(String, String, String, String)>,
-    headers: HeaderMap,
+    req: axum::extract::Request,
 ) -> Result<Response<Body>, Refusal> {
-    resolve(&m, "models", &org, &name, &rev, &path, &method, &headers).await
+    // (The request taken whole: its headers are read, not copied.)
+    let (method, headers) = (req.method(), req.headers());
+    resolve(&m, "models", &org, &name, &rev, &path, method, headers).await
 }
 
 async fn resolve_dataset(
     State(m): State<Arc<Mirror>>,
-    method: Method,
     UrlPath((org, name, rev, path)): UrlPath<(String, String, String, String)>,
-    headers: HeaderMap,
+    req: axum::extract::Request,
 ) -> Result<Response<Body>, Refusal> {
-    resolve(&m, "datasets", &org, &name, &rev, &path, &method, &headers).await
+    // (The request taken whole: its headers are read, not copied.)
+    let (method, headers) = (req.method(), req.headers());
+    resolve(&m, "datasets", &org, &name, &rev, &path, method, headers).await
 }
 
 /// The headers of a file's answer (a part of it with `part`): never compressed, its length
@@ -709,16 +741,23 @@ fn file_headers(
     commit: &str,
     part: Option<&std::ops::Range<u64>>,
 ) -> axum::http::response::Builder {
+    use axum::http::HeaderValue;
     let len = f.size;
     let (from, to) = part.map_or((0, len), |r| (r.start, r.end));
-    let etag = format!("\"{}\"", f.etag());
     let mut resp = Response::builder()
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_LENGTH, to - from)
-        .header(header::ETAG, &etag)
-        .header("x-linked-etag", &etag)
-        .header("x-linked-size", len)
+        .header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        )
+        .header(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"))
+        .header(header::CONTENT_LENGTH, HeaderValue::from(to - from));
+    if let Ok(etag) = HeaderValue::try_from(format!("\"{}\"", f.etag())) {
+        resp = resp
+            .header(header::ETAG, etag.clone())
+            .header("x-linked-etag", etag);
+    }
+    resp = resp
+        .header("x-linked-size", HeaderValue::from(len))
         .header("x-repo-commit", commit);
     if let Some(r) = part {
         resp = resp.status(StatusCode::PARTIAL_CONTENT).header(
@@ -762,14 +801,8 @@ async fn resolve(
     // A blob of any size is looked at (a damaged one is named, not taken for missing); a link
     // in its place is no blob.
     let blob_path = at.repo.blob_path(f.etag());
-    let held_size = crate::safe_fs::check_dirs_below(
-        m.cache.root(),
-        blob_path.parent().unwrap_or(m.cache.root()),
-    )
-    .and_then(|()| std::fs::symlink_metadata(&blob_path))
-    .ok()
-    .filter(|m| m.is_file())
-    .map(|m| m.len());
+    let blobs = m.blobs(&blob_path);
+    let held_size = blobs.as_ref().and_then(|d| d.file_size(f.etag()));
     let mut held = held_size.map(|_| blob_path.clone());
     if let (Some(up), Some(who)) = (&m.upstream, &who) {
         // Whether this client may have the file: the upstream says, for a file to fetch, and
@@ -794,7 +827,11 @@ async fn resolve(
     // when verified is fetched again where the upstream can be asked, else refused.
     let mut opened = None;
     if let Some(blob) = held.clone() {
-        match m.open_blob(blob.clone(), f).await {
+        let opened_blob = match &blobs {
+            Some(dir) => m.open_blob(dir, blob.clone(), f).await,
+            None => Err(Unservable::Unreadable),
+        };
+        match opened_blob {
             Ok(o) => opened = Some(o),
             Err(Unservable::Unreadable) => held = None,
             Err(Unservable::Damaged(why)) => {
