@@ -120,7 +120,28 @@ pub mod fuzzing {
     pub struct Refused(pub String);
 }
 
-/// The README's Rust examples, compiled as doctests so that they stay true.
-#[doc = include_str!("../README.md")]
+/// The Rust examples of the README and of `docs/`, compiled as doctests so that they stay
+/// true.
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+pub mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../docs/library.md")]
+    pub struct Library;
+    #[doc = include_str!("../docs/lock-files.md")]
+    pub struct LockFiles;
+    #[doc = include_str!("../docs/wi-fetch.md")]
+    pub struct WiFetch;
+    #[doc = include_str!("../docs/serve.md")]
+    pub struct Serve;
+    #[doc = include_str!("../docs/remote-cache.md")]
+    pub struct RemoteCache;
+    #[doc = include_str!("../docs/manifests.md")]
+    pub struct Manifests;
+    #[doc = include_str!("../docs/weight-inspect.md")]
+    pub struct WeightInspect;
+    #[doc = include_str!("../docs/python.md")]
+    pub struct Python;
+    #[doc = include_str!("../docs/developing.md")]
+    pub struct Developing;
+}

@@ -14,10 +14,15 @@ size_mb=${1:-400}
 data="$root/demo-data"
 cache="$root/demo-cache"
 
-echo "== building (release; the first build compiles every dependency: a few minutes on two cores)"
-cargo build --release --bin wi-fetch --bin weight-inspect
-cargo build --release -p mock-server --bin mock-hub
-bin="$root/target/release"
+# One cargo invocation for the three tools, in the profile `cargo test` builds too (its
+# dependencies optimised), so that the test suite afterwards reuses this build.
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+bin="$target_dir/debug"
+echo "== building wi-fetch, weight-inspect and mock-hub into $bin"
+echo "   (the first time compiles about 330 crates: about ten minutes on two cores; cargo prints"
+echo "   each crate as it starts, and is quiet for up to a minute on the longest ones: aws-lc-sys,"
+echo "   object_store, weight-inspect itself)"
+cargo build -p weight-inspect -p mock-server --bins
 
 echo "== demo repositories in $data"
 minilm_args=()
@@ -94,3 +99,10 @@ echo "== weight-inspect on the cache"
 "$bin/weight-inspect" --verify "$cache"
 echo
 echo "demo done: cache in $cache (standard Hugging Face layout; HF_HUB_CACHE=$cache for other tools)"
+rel() { case $1 in "$root"/*) echo "${1#"$root"/}" ;; *) echo "$1" ;; esac; }
+echo
+echo "To keep playing against the demo Hub (mock-hub stopped with this script), from $root:"
+echo "  $(rel "$bin")/mock-hub --root $(rel "$data") --addr 127.0.0.1:8080 &"
+echo "  export HF_ENDPOINT=http://127.0.0.1:8080 HF_HUB_CACHE=$(rel "$cache")"
+echo "  $(rel "$bin")/wi-fetch demo/TinyLlama-GGUF:Q4_K_M"
+echo "(or put the tools on your PATH: cargo install --path . && cargo install --path mock-server)"

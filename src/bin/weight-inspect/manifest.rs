@@ -14,7 +14,7 @@ use super::{EXIT_INVALID, EXIT_USAGE_OR_IO};
 
 /// What `weight-inspect manifest --help` says after the options.
 pub(super) const AFTER_HELP: &str =
-    "The manifest format is documented in the README and described by \
+    "The manifest format is documented in docs/manifests.md and described by \
 schema/manifest.schema.json. `check` also reads llama-gguf-hash lines and OpenSSF model-signing \
 manifests (a Sigstore bundle such as model.sig, or its in-toto statement), detected from their \
 content; of these only the digests are checked: a Sigstore signature is never verified.\n\n\

@@ -66,7 +66,7 @@ remove what nothing uses (detached revisions, orphaned blobs, stale partial down
 --offline (or HF_HUB_OFFLINE=1) makes no network request at all: files are found in the cache, \
 verified at the chosen level, and their paths printed; anything missing is named (exit 4).
 
-Lock files (--write-lock, --locked) are JSON: see the README.
+Lock files (--write-lock, --locked) are JSON: see docs/lock-files.md.
 
 Exit codes: 0 done and verified; 1 usage or local error (disk full, permissions); 2 integrity \
 failure (hash mismatch, failed tensor verification); 3 network or server failure after retries; \
