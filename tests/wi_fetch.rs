@@ -278,6 +278,25 @@ fn explicit_files_and_globs() {
     assert!(l.iter().any(|p| p.ends_with("README.md")));
 }
 
+/// A system with no root certificates (SSL_CERT_FILE and SSL_CERT_DIR naming none, as in a
+/// slim container without ca-certificates) still builds the client and fetches: Mozilla's roots
+/// are trusted beside the system's (`net::client_builder`).
+#[test]
+fn no_system_root_certificates_still_fetches() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let empty = sb.dir.path().join("no-certs");
+    fs::create_dir(&empty).unwrap();
+    fs::write(empty.join("none.pem"), "").unwrap();
+    let mut c = sb.cmd(&hub);
+    c.env("SSL_CERT_FILE", empty.join("none.pem"))
+        .env("SSL_CERT_DIR", &empty)
+        .args([REPO, "config.json", "-q"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(lines(&o)[0].ends_with("config.json"), "{:?}", lines(&o));
+}
+
 // ---- dry run, warm cache, offline ----
 
 /// `--dry-run` lists the files and what is cached, and transfers no file byte.

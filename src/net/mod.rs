@@ -43,9 +43,17 @@ use std::time::Duration;
 /// A `reqwest` client builder with the settings both the Hub client and the engine need: no
 /// automatic redirects (they are followed by hand, see `redirect`), the connect timeout, no
 /// response compression (the crate builds `reqwest` without it; downloads send
-/// `Accept-Encoding: identity`), `TCP_NODELAY`, and the user agent.
+/// `Accept-Encoding: identity`), `TCP_NODELAY`, the user agent, and Mozilla's root
+/// certificates (`webpki-root-certs`) trusted beside the system's: reqwest checks certificates
+/// against the system's store, and without these would not build a client at all (not even for
+/// `http://`) on a system that has none.
 pub fn client_builder(connect_timeout: Duration, user_agent: &str) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
+        .tls_certs_merge(
+            webpki_root_certs::TLS_SERVER_ROOT_CERTS
+                .iter()
+                .filter_map(|c| reqwest::Certificate::from_der(c).ok()),
+        )
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
