@@ -132,10 +132,12 @@ pub(crate) fn check_dirs_below(root: &Path, dir: &Path) -> io::Result<()> {
 /// without following a link: one short lookup each, and a folder swapped for a link afterwards
 /// is never read through (the open folder is the one that was checked).
 #[derive(Debug)]
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 pub(crate) struct Folder {
     fd: std::os::fd::OwnedFd,
 }
 
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 impl Folder {
     /// Opens the folder `dir` below `root` (`NotFound` when it is missing; an error when it or
     /// a folder above it, below `root`, is a link).
