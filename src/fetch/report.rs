@@ -57,6 +57,11 @@ pub struct Plan {
     /// others are served).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// With a lock file: why the files in [`missing`](Self::missing), absent from the cache,
+    /// could not be asked of the Hub (it could not be reached); each then fails naming it
+    /// ([`FetchError::Unfetched`](super::FetchError::Unfetched), exit code 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<String>,
     /// Offline from a remote cache without a lock file: the bucket's ref and index said what
     /// the revision and its files are, and nothing checked it.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -462,6 +462,20 @@ impl Fetcher {
                 }
             }
         }
+        // With the Hub out of reach, the files missing from the cache fail now, each named,
+        // before the others' downloads say anything.
+        let mut unfetched = Vec::new();
+        if let Some(why) = &plan.unreachable {
+            for m in &plan.missing {
+                let e = FetchError::Unfetched {
+                    file: escape(m).into_owned(),
+                    found: "missing from the cache".into(),
+                    error: why.clone(),
+                };
+                rep.end(m, Ending::Failed(&e.to_string()));
+                unfetched.push(e);
+            }
+        }
         let stale = StalePartials::of(&store, &plan);
         // Up to `max_files` at once, unordered (a large file does not hold back the small
         // ones after it); the engine decides when each download's turn comes (a free
@@ -492,7 +506,8 @@ impl Fetcher {
         }
         let mut reports = Vec::new();
         let mut errors: Vec<FetchError> = unlisted.into_iter().filter(|_| self.strict).collect();
-        for m in &plan.missing {
+        errors.append(&mut unfetched);
+        for m in plan.missing.iter().filter(|_| plan.unreachable.is_none()) {
             let e = FetchError::NotCached {
                 what: format!("file '{}' of '{repo}'", escape(m)),
                 dir: self.store_dir(repo),
@@ -685,7 +700,7 @@ impl Fetcher {
                         ),
                     );
                 }
-                (repair.is_some(), discard)
+                (repair, discard)
             }
         };
         let job = Job {
@@ -699,7 +714,24 @@ impl Fetcher {
             rep,
             t0,
         };
-        self.download(&job, expect.as_ref(), repair, discard).await
+        let done = self
+            .download(&job, expect.as_ref(), repair.is_some(), discard)
+            .await;
+        match (done, repair) {
+            // The damage found in the cache comes first: it is why the file was asked for.
+            (Err(e), Some(damage))
+                if e.exit_class() == crate::exit::ExitClass::Network && !remote_changed(&e) =>
+            {
+                let text = e.to_string();
+                let prefix = format!("{}: ", f.path);
+                Err(FetchError::Unfetched {
+                    file: escape(&f.path).into_owned(),
+                    found: format!("damaged in the cache ({damage})"),
+                    error: text.strip_prefix(&prefix).unwrap_or(&text).to_string(),
+                })
+            }
+            (done, _) => done,
+        }
     }
 
     /// Carries out [`Action::Download`]: from the remote cache first when it holds the file

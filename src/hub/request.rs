@@ -61,7 +61,10 @@ impl HubClient {
                 Ok(r) => return Ok(r),
                 Err(e) => Attempt::Transport(e),
             };
-            let wait = if failed.retryable() {
+            // A refused connection (nothing listens) is given up on after a few attempts.
+            let refused_enough =
+                matches!(&failed, Attempt::Transport(e) if net::is_refused(e)) && !retry.refused();
+            let wait = if failed.retryable() && !refused_enough {
                 retry.next_delay(failed.requested_wait())
             } else {
                 None
@@ -70,7 +73,7 @@ impl HubClient {
                 Some(d) => {
                     let cause = match &failed {
                         Attempt::Status(r) => format!("HTTP {}", r.status().as_u16()),
-                        Attempt::Transport(e) => net::one_line(e),
+                        Attempt::Transport(e) => net::cause(e),
                     };
                     crate::metrics::global().retried("metadata");
                     tracing::info!(

@@ -32,10 +32,10 @@ pub use headers::{
     UnparsableContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
-pub(crate) use retry::one_line;
+pub(crate) use retry::cause;
 pub use retry::{
-    backoff, is_transient_status, requested_wait, retry_after, transience, Retry, RetryPolicy,
-    Transience,
+    backoff, is_refused, is_transient_status, requested_wait, retry_after, transience, Retry,
+    RetryPolicy, Transience, REFUSED_ATTEMPTS,
 };
 
 use std::time::Duration;

@@ -155,8 +155,8 @@ pub enum TransferError {
     },
     /// Connections kept failing (refused, reset, cut, stalled, timed out).
     #[error(
-        "{file}: bytes {offset}-{end} from {url} failed after {attempts} attempts in {}: {source}",
-        Secs(*elapsed)
+        "{file}: bytes {offset}-{end} from {url} failed after {attempts} attempts in {}: {}",
+        Secs(*elapsed), crate::net::cause(&**source)
     )]
     Network {
         /// Path in the repository.

@@ -40,7 +40,7 @@ impl Failure {
     pub(super) fn network(e: impl Into<BoxError>, transient: bool) -> Self {
         let source: BoxError = e.into();
         Failure {
-            message: crate::net::one_line(&*source),
+            message: crate::net::cause(&*source),
             kind: FailKind::Network { source, transient },
             retry_after: None,
         }

@@ -88,7 +88,11 @@ impl Retrier {
                 return Next::Wait(Duration::ZERO);
             }
         }
-        let mut give_up = !self.retry.fail();
+        // A refused connection (nothing listens there): a few quick attempts, not the budget
+        // meant for a flaky link.
+        let refused_enough = matches!(&f.kind, FailKind::Network { source, .. } if crate::net::is_refused(&**source))
+            && !self.retry.refused();
+        let mut give_up = !self.retry.fail() || refused_enough;
         let mut at_once = false;
         match &f.kind {
             FailKind::Fatal(_) => return Next::GiveUp,

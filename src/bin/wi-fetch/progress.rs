@@ -28,6 +28,8 @@ struct State {
     bars: HashMap<FileId, ProgressBar>,
     /// Files whose transfer started (bytes discarded before it were never counted).
     begun: HashSet<FileId>,
+    /// Retries per file not shown (after the first one's line), said once as the file ends.
+    retries: HashMap<FileId, (u32, String)>,
     /// Bytes this run transfers (not those already on disk).
     to_fetch: u64,
     done: u64,
@@ -53,6 +55,7 @@ impl Progress {
                 total: None,
                 bars: HashMap::new(),
                 begun: HashSet::new(),
+                retries: HashMap::new(),
                 to_fetch: 0,
                 done: 0,
                 started: now,
@@ -76,17 +79,34 @@ impl Progress {
             FetchError::Several { first, others } => (first.to_string(), *others),
             other => (other.to_string(), 0),
         };
-        let shown = self.mode != Mode::Quiet
-            && failed.len() == others + 1
-            && failed.iter().any(|(_, _, m)| *m == first);
-        if shown {
+        // Every failure of the run is a file's (each reported as it failed): the final line
+        // names them all, and says what happened to each when it was not shown above.
+        let every_file = failed.len() == others + 1 && failed.iter().any(|(_, _, m)| *m == first);
+        if every_file {
             let n = failed.len();
             let what = if n == 1 {
                 "file failed"
             } else {
                 "files failed"
             };
-            return (format!("{n} {what}, named above"), code);
+            if self.mode != Mode::Quiet {
+                let names: Vec<&str> = failed.iter().map(|(_, f, _)| f.as_str()).collect();
+                return (
+                    format!("{n} {what}, named above: {}", names.join(", ")),
+                    code,
+                );
+            }
+            let each: Vec<String> = failed
+                .iter()
+                .map(|(_, f, m)| {
+                    if m.starts_with(&format!("{f}: ")) {
+                        m.clone()
+                    } else {
+                        format!("{f}: {m}")
+                    }
+                })
+                .collect();
+            return (format!("{n} {what}: {}", each.join("; ")), code);
         }
         (e.to_string(), code)
     }
@@ -134,6 +154,15 @@ impl Progress {
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ")
+    }
+
+    /// The retries of a file not shown on their own line, said once as it ends.
+    fn more_retries(&self, st: &mut State, id: FileId, file: &str) {
+        if let Some((more, last)) = st.retries.remove(&id).filter(|(n, _)| *n > 0) {
+            self.line(&format!(
+                "wi-fetch: {file}: {more} more failed attempt(s) (the last: {last})"
+            ));
+        }
     }
 
     fn log_progress(&self, st: &mut State, force: bool) {
@@ -281,16 +310,28 @@ impl Reporter for Progress {
                 ));
             }
             Event::Retry {
+                id,
                 file,
                 attempt,
                 delay,
                 error,
                 ..
             } => {
-                self.line(&format!(
-                    "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
-                    delay.as_secs_f64()
-                ));
+                // One line per file: its first retry; the others are counted and said once,
+                // as the file ends (a file in many ranges retries each of them).
+                match st.retries.get_mut(id) {
+                    Some((more, last)) => {
+                        *more += 1;
+                        *last = error.to_string();
+                    }
+                    None => {
+                        st.retries.insert(*id, (0, error.to_string()));
+                        self.line(&format!(
+                            "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
+                            delay.as_secs_f64()
+                        ));
+                    }
+                }
             }
             Event::FileDownloaded { id, file, .. } => {
                 if let Some(b) = st.bars.get(id) {
@@ -299,6 +340,7 @@ impl Reporter for Progress {
             }
             Event::Verifying { .. } => {}
             Event::FileDone { id, file, cached } => {
+                self.more_retries(&mut st, *id, file);
                 if let Some(b) = st.bars.remove(id) {
                     b.finish_and_clear();
                     self.mp.remove(&b);
@@ -311,6 +353,7 @@ impl Reporter for Progress {
                 self.line(&format!("wi-fetch: {file}: {how}"));
             }
             Event::FileFailed { id, file, error } => {
+                self.more_retries(&mut st, *id, file);
                 if let Some(b) = st.bars.remove(id) {
                     b.abandon();
                 }
