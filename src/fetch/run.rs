@@ -1111,9 +1111,24 @@ impl Fetcher {
                     && !self.offline
                     && (!f.cached || self.verify_level == VerifyLevel::Full),
             ) {
-                (Some(sidecar), true) => {
-                    Some(self.sidecar(repo, commit, f, sidecar).await?).flatten()
-                }
+                (Some(sidecar), true) => match self.sidecar(repo, commit, f, sidecar).await {
+                    Ok(found) => found,
+                    // An optional manifest that cannot be had now is not the news: the file is
+                    // checked against the Hub's SHA-256, and its own download says what failed.
+                    Err(e) if e.exit_class() == crate::exit::ExitClass::Network => {
+                        notice(
+                            rep,
+                            Some(&f.path),
+                            &format!(
+                                "its manifest '{}' could not be read ({e}); checking it against \
+                                 the Hub's SHA-256 alone",
+                                escape(sidecar)
+                            ),
+                        );
+                        None
+                    }
+                    Err(e) => return Err(e),
+                },
                 _ => None,
             },
         };

@@ -61,9 +61,12 @@ impl HubClient {
                 Ok(r) => return Ok(r),
                 Err(e) => Attempt::Transport(e),
             };
-            // A refused connection (nothing listens) is given up on after a few attempts.
-            let refused_enough =
-                matches!(&failed, Attempt::Transport(e) if net::is_refused(e)) && !retry.refused();
+            // A refused connection (nothing listens) is given up on after a few attempts, and so
+            // is a mirror that says it cannot reach its upstream.
+            let refused_enough = match &failed {
+                Attempt::Transport(e) => net::is_refused(e),
+                Attempt::Status(r) => net::error_code_says(r.headers()).is_some(),
+            } && !retry.refused();
             let wait = if failed.retryable() && !refused_enough {
                 retry.next_delay(failed.requested_wait())
             } else {
@@ -100,7 +103,14 @@ impl HubClient {
             }),
             Attempt::Status(r) => {
                 let status = r.status().as_u16();
-                let (_, message) = error_code_and_message(r.headers(), None);
+                let (_, mut message) = error_code_and_message(r.headers(), None);
+                if let Some(says) = net::error_code_says(r.headers()) {
+                    message = if message.is_empty() {
+                        says.to_string()
+                    } else {
+                        format!("{says}: {message}")
+                    };
+                }
                 Err(HubError::ServerError {
                     url: redact(url),
                     status,

@@ -12,8 +12,12 @@ use crate::net::{ContentRange, UnparsableContentRange};
 pub(crate) enum FailKind {
     /// Connecting or reading failed (`transient` unless e.g. a certificate problem).
     Network { source: BoxError, transient: bool },
-    /// An error status.
-    Status { status: u16, transient: bool },
+    /// An error status, and what its `X-Error-Code` says (see [`crate::net::error_code_says`]).
+    Status {
+        status: u16,
+        transient: bool,
+        says: Option<&'static str>,
+    },
     /// The answer did not match the request (Content-Range, Content-Length, body length,
     /// Content-Encoding).
     Range { requested: String, got: String },
