@@ -161,6 +161,9 @@ pub enum Event<'a> {
         file: &'a str,
         /// True when it came from the cache without any transfer.
         cached: bool,
+        /// The remote cache (its URL, never with credentials) some of its bytes were read from,
+        /// and how many; `None` when every byte transferred came from the Hub.
+        from_remote: Option<(&'a str, u64)>,
     },
     /// A file failed; no more events follow for it.
     FileFailed {

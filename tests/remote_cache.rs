@@ -993,3 +993,50 @@ fn unusable_index_objects_are_skipped_and_named_offline() {
         "printed raw: {e}"
     );
 }
+
+/// Without `--json` too, a node says where each file's bytes came from: the remote cache
+/// (named) on its file's line and on the summary line; the Hub when it was the Hub.
+#[test]
+fn the_lines_say_the_bytes_came_from_the_bucket() {
+    let hub = start(hub_builder());
+    let (bucket, _, _) = filled_bucket(&hub);
+    let url = file_url(bucket.path());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "--no-sidecar",
+        "--remote-cache",
+        &url,
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    let from = format!("from the remote cache {url}");
+    let line = e
+        .lines()
+        .find(|l| l.starts_with("wi-fetch: tinyllama-q8_0.gguf: fetched"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(line.contains(&from), "{line}");
+    let summary = e
+        .lines()
+        .find(|l| l.starts_with(&format!("wi-fetch: {REPO} at main")))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(summary.contains(&from), "{summary}");
+    assert!(
+        !summary.contains("from the Hub"),
+        "no byte from the Hub: {summary}"
+    );
+    // A node without the remote cache: from the Hub.
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "tinyllama-q8_0.gguf"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert!(
+        e.contains("wi-fetch: tinyllama-q8_0.gguf: fetched from the Hub"),
+        "{e}"
+    );
+}

@@ -237,6 +237,15 @@ pub struct RemoteRead {
     pub left: Option<String>,
 }
 
+impl RemoteRead {
+    /// The store the object was read from (its URL without the object's key).
+    pub fn store(&self) -> &str {
+        self.from
+            .rsplit_once("/blobs/sha256/")
+            .map_or(self.from.as_str(), |(store, _)| store)
+    }
+}
+
 /// What happened to a file's upload to the remote cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UploadReport {

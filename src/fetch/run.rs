@@ -85,14 +85,22 @@ impl<'a> Gate<'a> {
     /// The one place a file's terminal event is made (see the module docs).
     fn end(&self, file: &str, how: Ending<'_>) {
         crate::metrics::global().file(match &how {
-            Ending::Done { cached: true } => "cached",
-            Ending::Done { cached: false } => "fetched",
+            Ending::Done { cached: true, .. } => "cached",
+            Ending::Done { cached: false, .. } => "fetched",
             Ending::Failed(_) => "failed",
             Ending::Stopped { .. } => "stopped",
         });
         let id = self.id(file);
         self.on_event(&match how {
-            Ending::Done { cached } => Event::FileDone { id, file, cached },
+            Ending::Done {
+                cached,
+                from_remote,
+            } => Event::FileDone {
+                id,
+                file,
+                cached,
+                from_remote,
+            },
             Ending::Failed(error) => Event::FileFailed { id, file, error },
             Ending::Stopped { kept, size } => Event::FileStopped {
                 id,
@@ -113,7 +121,17 @@ impl<'a> Gate<'a> {
                 };
                 self.end(&r.path, Ending::Failed(&msg));
             }
-            _ => self.end(&r.path, Ending::Done { cached: r.cached }),
+            _ => self.end(
+                &r.path,
+                Ending::Done {
+                    cached: r.cached,
+                    from_remote: r
+                        .remote_read
+                        .as_ref()
+                        .filter(|read| read.bytes > 0)
+                        .map(|read| (read.store(), read.bytes)),
+                },
+            ),
         }
     }
 }
@@ -124,6 +142,8 @@ enum Ending<'e> {
     Done {
         /// Taken from the cache, nothing transferred.
         cached: bool,
+        /// The remote cache some of its bytes were read from, and how many.
+        from_remote: Option<(&'e str, u64)>,
     },
     /// Failed, with why.
     Failed(&'e str),

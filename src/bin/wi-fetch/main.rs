@@ -816,6 +816,27 @@ fn print_summary(s: &FetchSummary) {
             secs,
             human_bytes((s.transferred() as f64 / secs) as u64),
         ));
+        // Where the bytes came from: the remote cache (named), the Hub for the rest.
+        let reads: Vec<&weight_inspect::fetch::RemoteRead> = s
+            .files
+            .iter()
+            .filter_map(|f| f.remote_read.as_ref())
+            .filter(|r| r.bytes > 0)
+            .collect();
+        if let Some(first) = reads.first() {
+            let from_remote: u64 = reads.iter().map(|r| r.bytes).sum();
+            let from_hub = s.transferred().saturating_sub(from_remote);
+            line.push_str(&format!(
+                ", {} of it from the remote cache {}",
+                human_bytes(from_remote),
+                first.store()
+            ));
+            if from_hub > 0 {
+                line.push_str(&format!(" and {} from the Hub", human_bytes(from_hub)));
+            }
+        } else {
+            line.push_str(" from the Hub");
+        }
         // Worth a word only when more than one connection was used at once.
         if s.connections.peak > 1 {
             line.push_str(&format!(
@@ -833,7 +854,10 @@ fn print_summary(s: &FetchSummary) {
         }
     }
     if s.cached_count() > 0 {
-        line.push_str(&format!("; {} already in the cache", s.cached_count()));
+        line.push_str(&format!(
+            "; {} already in the local cache",
+            s.cached_count()
+        ));
     }
     if s.resumed() > 0 {
         line.push_str(&format!(

@@ -339,16 +339,26 @@ impl Reporter for Progress {
                 }
             }
             Event::Verifying { .. } => {}
-            Event::FileDone { id, file, cached } => {
+            Event::FileDone {
+                id,
+                file,
+                cached,
+                from_remote,
+                ..
+            } => {
                 self.more_retries(&mut st, *id, file);
                 if let Some(b) = st.bars.remove(id) {
                     b.finish_and_clear();
                     self.mp.remove(&b);
                 }
-                let how = if *cached {
-                    self.cached_means
-                } else {
-                    "fetched"
+                // Where its bytes came from: the local cache, the remote cache, the Hub.
+                let how = match (cached, from_remote) {
+                    (true, _) => self.cached_means.to_string(),
+                    (false, Some((store, bytes))) => format!(
+                        "fetched, {} from the remote cache {store}",
+                        human_bytes(*bytes)
+                    ),
+                    (false, None) => "fetched from the Hub".to_string(),
                 };
                 self.line(&format!("wi-fetch: {file}: {how}"));
             }
