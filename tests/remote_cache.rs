@@ -250,6 +250,40 @@ fn garage_is_filled_once_and_credentials_stay_secret() {
     );
 }
 
+/// A bucket that does not exist (Garage answers `NoSuchBucket`): the fetch succeeds, and says
+/// once, not per file, that the bucket does not exist and how to create it.
+#[test]
+#[cfg_attr(
+    not(wi_garage),
+    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
+)]
+fn a_bucket_that_does_not_exist_is_said_once_with_how_to_create_it() {
+    use crate::support::garage::Garage;
+    let garage = Garage::start();
+    let hub = start(hub_builder());
+    let url = "s3://no-such-bucket/team";
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    garage.env(&mut c);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f16.gguf",
+        "--remote-cache",
+        url,
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert_eq!(
+        e.matches("the bucket 'no-such-bucket' of the remote cache s3://no-such-bucket/team does not exist")
+            .count(),
+        1,
+        "{e}"
+    );
+    assert_eq!(e.matches("aws s3 mb s3://no-such-bucket").count(), 1, "{e}");
+}
+
 /// `wi-fetch cache push` fills the bucket from a warm cache without the Hub: every file
 /// verified first, then uploaded; one without a recorded manifest (another tool's) gets one
 /// made from its bytes. It needs a remote cache, and fails (exit 3) when an upload does.

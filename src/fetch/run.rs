@@ -1338,8 +1338,16 @@ impl Fetcher {
                 message: &message,
             });
         }
+        // A bucket that does not exist is said once, with how to create it; the files after
+        // the first are not tried.
+        let mut no_bucket = false;
         for r in reports.iter_mut().filter(|r| uploading(r)) {
             let id = rep.id(&r.path);
+            if no_bucket {
+                let error = "the bucket does not exist (see above): nothing uploaded";
+                r.upload = Some(failed(id, &r.path, error));
+                continue;
+            }
             let key = FileKey::new(repo, commit, &r.path, &r.etag, r.size);
             let recorded = integrity::recorded_file(store, &r.path, &r.etag, r.size, &r.sha256);
             let local = store.data_path(&key);
@@ -1425,7 +1433,22 @@ impl Fetcher {
                         error: None,
                     }
                 }
-                Err(e) => failed(id, &r.path, &e.to_string()),
+                Err(e) => match e.missing_bucket() {
+                    Some(advice) => {
+                        no_bucket = true;
+                        sink.on_event(&Event::Notice {
+                            id: None,
+                            file: None,
+                            message: &advice,
+                        });
+                        failed(
+                            id,
+                            &r.path,
+                            "the bucket does not exist (see above): nothing uploaded",
+                        )
+                    }
+                    None => failed(id, &r.path, &e.to_string()),
+                },
             };
             r.upload = Some(report);
         }
