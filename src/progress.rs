@@ -76,6 +76,8 @@ pub enum Event<'a> {
         total_bytes: u64,
         /// Bytes already complete in the cache (nothing to fetch for them).
         cached_bytes: u64,
+        /// Bytes of interrupted downloads recorded on disk (re-checked before they are used).
+        partial_bytes: u64,
     },
     /// A file transfer starts (or resumes with `resumed_bytes` already on disk and re-checked).
     FileStart {

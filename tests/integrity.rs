@@ -116,6 +116,16 @@ fn full_verification_repairs_only_the_damaged_chunk() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(sent(&hub, FILE), CHUNK, "exactly the damaged chunk");
     assert!(fs::read(blob(&sb)).unwrap() == content);
+    // The good part of the damaged copy was kept: said as such, not as an earlier run's.
+    let e = stderr(&o);
+    assert!(!e.contains("from an earlier run"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "kept {} of the damaged copy",
+            weight_inspect::units::human_bytes(content.len() as u64 - CHUNK)
+        )),
+        "{e}"
+    );
     // Repaired, it verifies again.
     let o = fetch(&sb, &hub, &["--offline", "--verify", "full"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -488,6 +488,13 @@ fn a_damaged_object_costs_only_its_bad_chunks_and_is_replaced() {
         fs::read(&blob).unwrap() == want,
         "the damaged object was replaced"
     );
+    // Wrong in the bucket, not corrupted on the way.
+    let e = stderr(&o);
+    assert!(!e.contains("on the way"), "{e}");
+    assert!(
+        e.contains("1 chunk(s) wrong in the remote cache, fetched from the Hub instead"),
+        "{e}"
+    );
 }
 
 /// A blob under the file's SHA-256 that is another file: without a manifest in the bucket, the

@@ -436,6 +436,12 @@ impl Fetcher {
             files: plan.files.len(),
             total_bytes: plan.total_bytes(),
             cached_bytes: plan.cached_bytes(),
+            partial_bytes: plan
+                .files
+                .iter()
+                .filter(|f| !f.cached)
+                .map(|f| f.partial_bytes)
+                .sum(),
         });
         if let Some(n) = &plan.notice {
             notice(rep, None, n);
@@ -820,6 +826,7 @@ impl Fetcher {
                                 bytes: 0,
                                 damaged: Some(damaged),
                                 left: Some("its bytes did not make the file".into()),
+                                damaged_chunks: 0,
                             });
                             return Ok(r);
                         }
@@ -846,6 +853,7 @@ impl Fetcher {
                         bytes: 0,
                         damaged: Some(d),
                         left: None,
+                        damaged_chunks: 0,
                     });
                     return Ok(r);
                 }
@@ -1043,6 +1051,7 @@ impl Fetcher {
             refetched: out.refetched,
             corrupt_copies: out.corrupt_copies,
             resumed: out.resumed,
+            kept_from_damaged: if repair { out.resumed } else { 0 },
             retries: out.retries,
             retry_causes: out.retry_causes,
             splits: out.splits,
@@ -1691,6 +1700,7 @@ impl Fetcher {
             refetched: 0,
             corrupt_copies: 0,
             resumed: 0,
+            kept_from_damaged: 0,
             retries: 0,
             retry_causes: Default::default(),
             splits: 0,

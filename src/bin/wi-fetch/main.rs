@@ -859,10 +859,19 @@ fn print_summary(s: &FetchSummary) {
             s.cached_count()
         ));
     }
-    if s.resumed() > 0 {
+    // Bytes kept on disk: what an earlier run left, and the good part of a damaged copy
+    // (there may have been no earlier run).
+    let kept = s.kept_from_damaged();
+    if s.resumed() > kept {
         line.push_str(&format!(
             "; resumed {} from an earlier run",
-            human_bytes(s.resumed())
+            human_bytes(s.resumed() - kept)
+        ));
+    }
+    if kept > 0 {
+        line.push_str(&format!(
+            "; kept {} of the damaged copy (its chunks that still matched)",
+            human_bytes(kept)
         ));
     }
     if s.refetched() > 0 {
@@ -871,11 +880,19 @@ fn print_summary(s: &FetchSummary) {
             human_bytes(s.refetched())
         ));
     }
-    if s.corrupt_copies() > 0 {
+    // Chunks wrong in the bucket are the bucket's, not the network's.
+    let in_bucket = s.bucket_damaged_chunks();
+    let on_the_way = s.corrupt_copies().saturating_sub(u64::from(in_bucket));
+    if on_the_way > 0 {
         line.push_str(&format!(
             "; {} corrupt cop{} of chunks thrown away (each unlike the others: corrupted on the way)",
-            s.corrupt_copies(),
-            if s.corrupt_copies() == 1 { "y" } else { "ies" }
+            on_the_way,
+            if on_the_way == 1 { "y" } else { "ies" }
+        ));
+    }
+    if in_bucket > 0 {
+        line.push_str(&format!(
+            "; {in_bucket} chunk(s) wrong in the remote cache, fetched from the Hub instead"
         ));
     }
 

@@ -219,6 +219,8 @@ impl Reporter for Progress {
                 files,
                 total_bytes,
                 cached_bytes,
+                partial_bytes,
+                ..
             } => {
                 st.to_fetch = total_bytes.saturating_sub(*cached_bytes);
                 st.started = Instant::now();
@@ -226,6 +228,15 @@ impl Reporter for Progress {
                     self.line(&format!(
                         "wi-fetch: checking {files} file(s), {}; downloading nothing",
                         human_bytes(*total_bytes)
+                    ));
+                } else if *partial_bytes > 0 {
+                    // One true thing: what is complete, and what interrupted downloads left.
+                    self.line(&format!(
+                        "wi-fetch: {files} file(s), {}; {} complete in the cache, {} of \
+                         interrupted downloads on disk to resume",
+                        human_bytes(*total_bytes),
+                        human_bytes(*cached_bytes),
+                        human_bytes(*partial_bytes)
                     ));
                 } else if *cached_bytes > 0 || self.mode == Mode::Log {
                     self.line(&format!(
@@ -461,6 +472,7 @@ mod tests {
             files: 2,
             total_bytes: 400 * mib,
             cached_bytes: 0,
+            partial_bytes: 226 * mib,
         });
         p.on_event(&Event::Discarded {
             id: a,
