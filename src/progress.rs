@@ -79,6 +79,17 @@ pub enum Event<'a> {
         /// Bytes of interrupted downloads recorded on disk (re-checked before they are used).
         partial_bytes: u64,
     },
+    /// A file the plan counted as complete in the cache ([`Event::Plan`]'s `cached_bytes`) is
+    /// to be fetched after all (its copy is damaged, or not the file): its `size` bytes are to
+    /// fetch again. Its [`Event::FileStart`] follows, with the bytes of that copy kept.
+    CachedCopyUnusable {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// Its size in bytes.
+        size: u64,
+    },
     /// A file transfer starts (or resumes with `resumed_bytes` already on disk and re-checked).
     FileStart {
         /// The file's download.
@@ -249,6 +260,7 @@ impl Event<'_> {
             | Event::Progress { file, .. }
             | Event::Discarded { file, .. }
             | Event::Retry { file, .. }
+            | Event::CachedCopyUnusable { file, .. }
             | Event::Prefix { file, .. }
             | Event::FileDownloaded { file, .. }
             | Event::Verifying { file, .. }
@@ -271,6 +283,7 @@ impl Event<'_> {
             | Event::Progress { id, .. }
             | Event::Discarded { id, .. }
             | Event::Retry { id, .. }
+            | Event::CachedCopyUnusable { id, .. }
             | Event::Prefix { id, .. }
             | Event::FileDownloaded { id, .. }
             | Event::Verifying { id, .. }

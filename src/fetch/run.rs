@@ -716,6 +716,14 @@ impl Fetcher {
                 });
             }
             Action::Download { repair, discard } => {
+                if f.cached {
+                    // The plan counted it as in the cache: its bytes are to fetch after all.
+                    rep.on_event(&Event::CachedCopyUnusable {
+                        id: rep.id(&f.path),
+                        file: &f.path,
+                        size: f.size,
+                    });
+                }
                 if let (Some(damage), Some(r)) = (&repair, &copy) {
                     notice(
                         rep,

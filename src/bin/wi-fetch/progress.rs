@@ -252,6 +252,14 @@ impl Reporter for Progress {
                     st.total = Some(t);
                 }
             }
+            Event::CachedCopyUnusable { size, .. } => {
+                // Counted as in the cache by the plan, to fetch after all: its start subtracts
+                // what of it is kept, so that each byte is counted once.
+                st.to_fetch += size;
+                if let Some(t) = &st.total {
+                    t.inc_length(*size);
+                }
+            }
             Event::FileStart {
                 id,
                 file,
@@ -512,6 +520,44 @@ mod tests {
             line,
             "wi-fetch: 23% 40.0 MiB/176.0 MiB at 40.0 MiB/s, ETA 3s"
         );
+    }
+
+    /// A repair: the plan counted the damaged file as in the cache, then its good chunks are
+    /// kept and the bad one fetched. Each byte counts once: never over 100%.
+    #[test]
+    fn a_repaired_file_is_counted_once() {
+        let p = Progress::new(Mode::Log);
+        let mib = 1u64 << 20;
+        let (a, b) = (FileId::next(), FileId::next());
+        p.on_event(&Event::Plan {
+            files: 2,
+            total_bytes: 100 * mib,
+            cached_bytes: 80 * mib,
+            partial_bytes: 0,
+        });
+        p.on_event(&Event::CachedCopyUnusable {
+            id: a,
+            file: "a.gguf",
+            size: 80 * mib,
+        });
+        p.on_event(&Event::FileStart {
+            id: a,
+            file: "a.gguf",
+            size: 80 * mib,
+            resumed_bytes: 70 * mib,
+        });
+        p.on_event(&Event::FileStart {
+            id: b,
+            file: "b.gguf",
+            size: 20 * mib,
+            resumed_bytes: 0,
+        });
+        for (id, file, n) in [(a, "a.gguf", 10 * mib), (b, "b.gguf", 20 * mib)] {
+            p.on_event(&Event::Progress { id, file, bytes: n });
+        }
+        let st = p.state.lock().unwrap();
+        assert_eq!((st.done, st.to_fetch), (30 * mib, 30 * mib));
+        assert!(progress_line(st.done, st.to_fetch, 1.0).starts_with("wi-fetch: 100% "));
     }
 
     /// A resumed file's speed counts only this run's bytes: 8 GiB on disk and 10 MiB fetched in
