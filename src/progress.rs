@@ -76,6 +76,19 @@ pub enum Event<'a> {
         total_bytes: u64,
         /// Bytes already complete in the cache (nothing to fetch for them).
         cached_bytes: u64,
+        /// Bytes of interrupted downloads recorded on disk (re-checked before they are used).
+        partial_bytes: u64,
+    },
+    /// A file the plan counted as complete in the cache ([`Event::Plan`]'s `cached_bytes`) is
+    /// to be fetched after all (its copy is damaged, or not the file): its `size` bytes are to
+    /// fetch again. Its [`Event::FileStart`] follows, with the bytes of that copy kept.
+    CachedCopyUnusable {
+        /// The file's download.
+        id: FileId,
+        /// Path in the repository.
+        file: &'a str,
+        /// Its size in bytes.
+        size: u64,
     },
     /// A file transfer starts (or resumes with `resumed_bytes` already on disk and re-checked).
     FileStart {
@@ -161,6 +174,9 @@ pub enum Event<'a> {
         file: &'a str,
         /// True when it came from the cache without any transfer.
         cached: bool,
+        /// The remote cache (its URL, never with credentials) some of its bytes were read from,
+        /// and how many; `None` when every byte transferred came from the Hub.
+        from_remote: Option<(&'a str, u64)>,
     },
     /// A file failed; no more events follow for it.
     FileFailed {
@@ -244,6 +260,7 @@ impl Event<'_> {
             | Event::Progress { file, .. }
             | Event::Discarded { file, .. }
             | Event::Retry { file, .. }
+            | Event::CachedCopyUnusable { file, .. }
             | Event::Prefix { file, .. }
             | Event::FileDownloaded { file, .. }
             | Event::Verifying { file, .. }
@@ -266,6 +283,7 @@ impl Event<'_> {
             | Event::Progress { id, .. }
             | Event::Discarded { id, .. }
             | Event::Retry { id, .. }
+            | Event::CachedCopyUnusable { id, .. }
             | Event::Prefix { id, .. }
             | Event::FileDownloaded { id, .. }
             | Event::Verifying { id, .. }

@@ -116,6 +116,16 @@ fn full_verification_repairs_only_the_damaged_chunk() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(sent(&hub, FILE), CHUNK, "exactly the damaged chunk");
     assert!(fs::read(blob(&sb)).unwrap() == content);
+    // The good part of the damaged copy was kept: said as such, not as an earlier run's.
+    let e = stderr(&o);
+    assert!(!e.contains("from an earlier run"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "kept {} of the damaged copy",
+            weight_inspect::units::human_bytes(content.len() as u64 - CHUNK)
+        )),
+        "{e}"
+    );
     // Repaired, it verifies again.
     let o = fetch(&sb, &hub, &["--offline", "--verify", "full"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -747,5 +757,87 @@ fn a_warm_cache_costs_one_metadata_request() {
             "{:?}",
             st.files
         );
+    }
+}
+
+/// A CI cache restored damaged (one blob with a flipped byte, one missing) while the Hub cannot
+/// be reached (nothing listens on its port): the run says what it found in the cache first,
+/// naming each file, gives up on the refused connections after a few quick attempts (not the
+/// full backoff meant for flaky links), prints one line per file rather than one per retry,
+/// and its final error names both files (exit 3: the network failed).
+#[test]
+fn a_damaged_cache_with_the_hub_down_names_every_file_and_gives_up_soon() {
+    let hub = start(hub_builder());
+    let q8 = "tinyllama-q8_0.gguf";
+    let sb = Sandbox::new();
+    let lock = sb.dir.path().join("wi.lock");
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, FILE, q8, "--chunk-size", "64K", "--no-sidecar"])
+        .arg("--write-lock")
+        .arg(&lock);
+    let o = run(c);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut damaged = demo_file(FILE);
+    damaged[3 * CHUNK as usize + 7] ^= 0x20;
+    fs::write(blob(&sb), &damaged).unwrap();
+    let q8_blob = sb
+        .repo_dir(REPO)
+        .join("blobs")
+        .join(sha256_hex(&demo_file(q8)));
+    fs::remove_file(&q8_blob).unwrap();
+
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", down.local_addr().unwrap());
+    drop(down);
+    for quiet in [true, false] {
+        let mut c = sb.cmd(&hub);
+        c.env("HF_ENDPOINT", &dead)
+            .arg("--locked")
+            .arg(&lock)
+            .args(["--verify", "full"]);
+        if quiet {
+            c.arg("--quiet");
+        }
+        let o = run(c);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 3, "quiet {quiet}: {e}");
+        // What the cache held comes first, by name, before any network outcome: the first
+        // line naming each file says it, before any refusal it may report.
+        for (file, found) in [(FILE, "damaged"), (q8, "missing from the cache")] {
+            let line = e
+                .lines()
+                .find(|l| l.contains(file))
+                .unwrap_or_else(|| panic!("quiet {quiet}: {file} named: {e}"));
+            let from = &line[line.find(file).unwrap()..];
+            let at = from
+                .find(found)
+                .unwrap_or_else(|| panic!("quiet {quiet}: {file} {found}: {e}"));
+            assert!(
+                from.find("refused").is_none_or(|r| r > at),
+                "quiet {quiet}: {e}"
+            );
+            assert!(e.contains("connection refused"), "quiet {quiet}: {e}");
+        }
+        // The final error names every file.
+        let last = e
+            .lines()
+            .find(|l| l.starts_with("wi-fetch: error:"))
+            .unwrap_or_else(|| panic!("an error line: {e}"));
+        assert!(last.contains(FILE) && last.contains(q8), "{last}");
+        // A refused connection is given up on after a few attempts: none of the 8 of the
+        // backoff for flaky links, and no line repeated per retry.
+        assert!(!e.contains("8 attempts"), "quiet {quiet}: {e}");
+        let retry_lines = e.lines().filter(|l| l.contains("retrying")).count();
+        assert!(
+            retry_lines <= 1,
+            "quiet {quiet}: {retry_lines} retry lines: {e}"
+        );
+        for l in e.lines() {
+            assert_eq!(
+                e.lines().filter(|m| *m == l).count(),
+                1,
+                "quiet {quiet}: a repeated line {l:?}: {e}"
+            );
+        }
     }
 }

@@ -611,3 +611,35 @@ fn huggingface_hub_behind_a_size_lie_keeps_no_wrong_blob() {
     let path = String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert!(std::fs::read(path).unwrap() == demo_file(OTHER));
 }
+
+/// Through a mirror whose upstream went away, a model it does not hold: the error names the
+/// model file asked for (not its optional sidecar manifest) and passes on what the mirror said,
+/// that it cannot reach its upstream (exit 3).
+#[test]
+fn a_mirror_without_its_upstream_names_the_model_and_why() {
+    let hub = start(hub_builder());
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(&hub.url(), cache.path(), &[], &[]);
+    // The mirror knows the repository (its listing), not the Q8_0 file.
+    let o = fetch_through(&hub, &m, MODEL);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    hub.shutdown();
+    let hub2 = start(hub_builder()); // (only for the node's own settings; never asked)
+    let node = Sandbox::new();
+    let mut c = node.cmd(&hub2);
+    c.env("HF_ENDPOINT", &m.base)
+        .arg(format!("{REPO}:Q8_0"))
+        .arg("--quiet");
+    let o = run(c);
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(e.contains("tinyllama-q8_0.gguf"), "{e}");
+    assert!(
+        !e.contains(".wi-manifest.json"),
+        "the sidecar is not the news: {e}"
+    );
+    assert!(e.contains("the mirror could not reach its upstream"), "{e}");
+    // The mirror said why: a few attempts, not the backoff meant for a flaky link.
+    assert!(!e.contains("8 attempts"), "{e}");
+    assert_eq!(hub2.stats().total_requests, 0);
+}

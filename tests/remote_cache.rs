@@ -250,6 +250,40 @@ fn garage_is_filled_once_and_credentials_stay_secret() {
     );
 }
 
+/// A bucket that does not exist (Garage answers `NoSuchBucket`): the fetch succeeds, and says
+/// once, not per file, that the bucket does not exist and how to create it.
+#[test]
+#[cfg_attr(
+    not(wi_garage),
+    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
+)]
+fn a_bucket_that_does_not_exist_is_said_once_with_how_to_create_it() {
+    use crate::support::garage::Garage;
+    let garage = Garage::start();
+    let hub = start(hub_builder());
+    let url = "s3://no-such-bucket/team";
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    garage.env(&mut c);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f16.gguf",
+        "--remote-cache",
+        url,
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert_eq!(
+        e.matches("the bucket 'no-such-bucket' of the remote cache s3://no-such-bucket/team does not exist")
+            .count(),
+        1,
+        "{e}"
+    );
+    assert_eq!(e.matches("aws s3 mb s3://no-such-bucket").count(), 1, "{e}");
+}
+
 /// `wi-fetch cache push` fills the bucket from a warm cache without the Hub: every file
 /// verified first, then uploaded; one without a recorded manifest (another tool's) gets one
 /// made from its bytes. It needs a remote cache, and fails (exit 3) when an upload does.
@@ -453,6 +487,13 @@ fn a_damaged_object_costs_only_its_bad_chunks_and_is_replaced() {
     assert!(
         fs::read(&blob).unwrap() == want,
         "the damaged object was replaced"
+    );
+    // Wrong in the bucket, not corrupted on the way.
+    let e = stderr(&o);
+    assert!(!e.contains("on the way"), "{e}");
+    assert!(
+        e.contains("1 chunk(s) wrong in the remote cache, fetched from the Hub instead"),
+        "{e}"
     );
 }
 
@@ -991,5 +1032,52 @@ fn unusable_index_objects_are_skipped_and_named_offline() {
     assert!(
         !e.contains('\u{1b}') && !e.contains('\u{202e}'),
         "printed raw: {e}"
+    );
+}
+
+/// Without `--json` too, a node says where each file's bytes came from: the remote cache
+/// (named) on its file's line and on the summary line; the Hub when it was the Hub.
+#[test]
+fn the_lines_say_the_bytes_came_from_the_bucket() {
+    let hub = start(hub_builder());
+    let (bucket, _, _) = filled_bucket(&hub);
+    let url = file_url(bucket.path());
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "--no-sidecar",
+        "--remote-cache",
+        &url,
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    let from = format!("from the remote cache {url}");
+    let line = e
+        .lines()
+        .find(|l| l.starts_with("wi-fetch: tinyllama-q8_0.gguf: fetched"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(line.contains(&from), "{line}");
+    let summary = e
+        .lines()
+        .find(|l| l.starts_with(&format!("wi-fetch: {REPO} at main")))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(summary.contains(&from), "{summary}");
+    assert!(
+        !summary.contains("from the Hub"),
+        "no byte from the Hub: {summary}"
+    );
+    // A node without the remote cache: from the Hub.
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, "tinyllama-q8_0.gguf"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert!(
+        e.contains("wi-fetch: tinyllama-q8_0.gguf: fetched from the Hub"),
+        "{e}"
     );
 }

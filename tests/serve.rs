@@ -236,6 +236,23 @@ async fn get_hands_over_only_checked_bytes() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(std::fs::read(&out).unwrap() == want);
+    // The mode the umask gives a new file (0644 under 022), not a temporary file's 0600.
+    let other = tempfile::tempdir().unwrap();
+    let umasked = other.path().join("umask.bin");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 022 && exec '{EXE}' get '{model_url}' '{name}' -o '{}'",
+            umasked.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&umasked).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{mode:o}");
+    }
     let o = Command::new(EXE)
         .args(["get", &model_url, name, "--range", "3-66", "-o"])
         .arg(&out)

@@ -544,7 +544,8 @@ fn a_tensor_mismatch_is_never_committed() {
         let e = stderr(&o);
         assert_eq!(e.matches(tensor.as_str()).count(), 1, "said once: {e}");
         assert!(
-            e.lines().last().unwrap() == "wi-fetch: error: 1 file failed, named above",
+            e.lines().last().unwrap()
+                == format!("wi-fetch: error: 1 file failed, named above: {Q4}"),
             "{e}"
         );
         assert!(snapshot().is_empty(), "round {round}: {:?}", snapshot());

@@ -1222,13 +1222,23 @@ fn dry_run_shows_the_recorded_partial_bytes() {
     assert!(stdout(&o).contains("\tpartial "), "{}", stdout(&o));
 
     let mut c = sb.cmd(&hub);
-    c.args(args).args(["--json", "-q"]);
+    c.args(args).args(["--json"]);
     let o = run(c);
     expect_code(&o, 0);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = &v["files"][0];
     assert_eq!(fs::read(f["local_path"].as_str().unwrap()).unwrap(), data);
     assert_eq!(f["resumed"].as_u64().unwrap(), partial, "{v}");
+    // One true thing about what is on disk: no "0 B already in the cache" before "resuming".
+    let e = stderr(&o);
+    assert!(!e.contains("0 B already in the cache"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "0 B complete in the cache, {} of interrupted downloads on disk to resume",
+            weight_inspect::units::human_bytes(partial)
+        )),
+        "{e}"
+    );
 }
 
 /// A download killed midway, then the file changes on the Hub: the rerun fetches the new
@@ -1735,7 +1745,7 @@ fn disk_fills_up_mid_download_then_resumes() {
         .lines()
         .find(|l| l.starts_with("wi-fetch: error:"))
         .unwrap_or_default();
-    assert!(err_line.ends_with("failed, named above"), "{e}");
+    assert!(err_line.contains("failed, named above: w"), "{e}");
     let first = sent(&hub);
     assert!(first < 2 * SIZE as u64, "the first run was not cut short");
     hub.reset_stats();

@@ -178,7 +178,9 @@ impl Reporter for Queue {
                 file,
                 transferred,
             } => P::of_file("downloaded", *id, file, *transferred),
-            Event::FileDone { id, file, cached } => P {
+            Event::FileDone {
+                id, file, cached, ..
+            } => P {
                 cached: Some(*cached),
                 ..P::of_file("done", *id, file, 0)
             },

@@ -40,21 +40,38 @@ use model::NativeModel;
 /// Open a model: a `.gguf` or `.safetensors` file, the first part of a split GGUF
 /// (`NAME-00001-of-0000N.gguf`) or a `model.safetensors.index.json`. An invalid model is
 /// refused unless `lax` (then what is valid in it is opened). With `max_resident`, its tensors
-/// are read through a residency limit of that many bytes.
+/// are read through a residency limit of that many bytes: a number, or a size as the command
+/// line takes it (`"16M"`, `"512MiB"`, `"2G"`: the CLI's own parser).
 #[pyfunction]
 #[pyo3(signature = (path, *, lax = false, max_resident = None))]
 fn open(
     py: Python<'_>,
     path: PathBuf,
     lax: bool,
-    max_resident: Option<u64>,
+    max_resident: Option<Bound<'_, PyAny>>,
 ) -> PyResult<NativeModel> {
+    let max_resident = max_resident.as_ref().map(size_arg).transpose()?;
     let model = py.detach(move || model::open_model(path, lax))?;
     let model = match max_resident {
         Some(limit) => model.with_residency(limit),
         None => model,
     };
     Ok(NativeModel::new(model))
+}
+
+/// A size given as a number of bytes, or as a string the command line takes (`16M`, `1MiB`:
+/// [`weight_inspect::units::parse_size`], the CLI's parser): a `ValueError` naming
+/// `max_resident` otherwise.
+fn size_arg(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(s) = v.extract::<String>() {
+        return weight_inspect::units::parse_size(&s)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("max_resident: {e}")));
+    }
+    v.extract::<u64>().map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(
+            "max_resident must be a number of bytes (0 or more) or a size such as \"16M\"",
+        )
+    })
 }
 
 /// `weight-inspect --json [--verify] [--strict] PATH`: one report per model (dicts and lists,

@@ -116,3 +116,15 @@ def test_a_negative_limit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_resident"):
         wi.open(path, max_resident=-1)
     assert np.all(wi.open(path, max_resident=0).tensor("t000") == 1)
+
+
+def test_a_limit_takes_the_cli_s_size_strings(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    _model(path, 1)
+    for size in ["16M", "16MiB", "512k", "1G", "1000000"]:
+        m = wi.open(path, max_resident=size)
+        assert np.all(m.tensor("t000") == 1)
+        assert m.residency is not None, size
+        m.close()
+    with pytest.raises(ValueError, match="max_resident"):
+        wi.open(path, max_resident="16 parsecs")

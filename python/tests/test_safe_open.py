@@ -204,3 +204,13 @@ def test_an_invalid_file_is_refused_as_safetensors_refuses_it(path: Path, tmp_pa
     with wi.safe_open(_truncated(path, tmp_path), "np", lax=True) as f:
         kept = set(f.keys())
         assert kept and kept < set(ARRAYS)
+
+
+def test_the_readme_says_the_drop_in_is_numpy_only() -> None:
+    """Where ``safe_open`` is called a drop-in, the README says it is for NumPy only: ``"pt"``
+    is refused."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    claim = readme.index("a drop-in `safe_open`")
+    assert "NumPy only" in readme[claim : claim + 120], readme[claim : claim + 120]
+    with pytest.raises(wi.SafetensorError, match="not supported"):
+        wi.safe_open(Path(__file__), framework="pt")

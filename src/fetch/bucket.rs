@@ -49,6 +49,9 @@ impl FromBucket {
             bytes: m.map_or(0, |m| m.bytes),
             damaged,
             left: m.and_then(|m| m.left.clone()),
+            damaged_chunks: m.map_or(0, |m| {
+                u32::try_from(m.damaged_chunks.len()).unwrap_or(u32::MAX)
+            }),
         }
     }
 }

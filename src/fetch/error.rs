@@ -191,6 +191,19 @@ pub enum FetchError {
         /// What is wrong, naming the chunks (byte ranges) that differ.
         damage: String,
     },
+    /// A file missing from the cache or damaged there, that could not be fetched because the
+    /// Hub (or the network) failed: what the cache held comes first, then why it was not
+    /// fetched.
+    #[error("{file}: {found}, and it could not be fetched: {error}")]
+    Unfetched {
+        /// Path in the repository.
+        file: String,
+        /// What the cache held: `missing from the cache`, `damaged in the cache (…)`.
+        found: String,
+        /// Why it could not be fetched (the network failure, after retries), without the
+        /// file's name in front.
+        error: String,
+    },
     /// A file is not what the lock file pins (`--locked`).
     #[error("{file}: {what} (the lock file pins it)")]
     Locked {
@@ -289,6 +302,7 @@ impl FetchError {
             | FetchError::RemoteDamaged { .. } => ExitClass::Integrity,
             FetchError::Manifest(_) => ExitClass::Local,
             FetchError::Several { first, .. } => first.exit_class(),
+            FetchError::Unfetched { .. } => ExitClass::Network,
             FetchError::Unreachable { error, .. } => error.exit_class(),
         }
     }

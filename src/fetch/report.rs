@@ -57,6 +57,11 @@ pub struct Plan {
     /// others are served).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// With a lock file: why the files in [`missing`](Self::missing), absent from the cache,
+    /// could not be asked of the Hub (it could not be reached); each then fails naming it
+    /// ([`FetchError::Unfetched`](super::FetchError::Unfetched), exit code 3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<String>,
     /// Offline from a remote cache without a lock file: the bucket's ref and index said what
     /// the revision and its files are, and nothing checked it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -168,6 +173,10 @@ pub struct FileReport {
     pub corrupt_copies: u32,
     /// Bytes reused from an earlier, interrupted run (after re-checking their hashes).
     pub resumed: u64,
+    /// Of [`resumed`](Self::resumed), bytes kept from a damaged copy being repaired (its chunks
+    /// that still matched), not from an earlier run.
+    #[serde(default)]
+    pub kept_from_damaged: u64,
     /// Failed attempts that were retried.
     pub retries: u32,
     /// The same, by cause.
@@ -230,6 +239,23 @@ pub struct RemoteRead {
     /// Why it stopped being read before the end (the rest came from the Hub).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub left: Option<String>,
+    /// Chunks read from it that did not match the manifest (wrong in the bucket, fetched from
+    /// the Hub instead): counted in the file's `corrupt_copies` too.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub damaged_chunks: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl RemoteRead {
+    /// The store the object was read from (its URL without the object's key).
+    pub fn store(&self) -> &str {
+        self.from
+            .rsplit_once("/blobs/sha256/")
+            .map_or(self.from.as_str(), |(store, _)| store)
+    }
 }
 
 /// What happened to a file's upload to the remote cache.
@@ -309,6 +335,21 @@ impl FetchSummary {
     /// Bytes reused from interrupted runs.
     pub fn resumed(&self) -> u64 {
         sum(self.files.iter().map(|f| f.resumed))
+    }
+
+    /// Chunks read from the remote cache that were wrong there (see
+    /// [`RemoteRead::damaged_chunks`]).
+    pub fn bucket_damaged_chunks(&self) -> u32 {
+        self.files
+            .iter()
+            .filter_map(|f| f.remote_read.as_ref())
+            .map(|r| r.damaged_chunks)
+            .sum()
+    }
+
+    /// Of [`resumed`](Self::resumed), bytes kept from damaged copies being repaired.
+    pub fn kept_from_damaged(&self) -> u64 {
+        sum(self.files.iter().map(|f| f.kept_from_damaged))
     }
 
     /// Failed attempts that were retried, over all files.

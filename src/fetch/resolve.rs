@@ -86,7 +86,17 @@ impl Fetcher {
         if missing.is_empty() {
             return Ok(warm);
         }
-        let mut cold = self.resolve(repo, &Selection::files(missing)).await?;
+        let mut cold = match self.resolve(repo, &Selection::files(missing.clone())).await {
+            Ok(cold) => cold,
+            // The Hub cannot be reached: the files in the cache are still checked (and a damaged
+            // one named), and each missing one fails naming itself and why.
+            Err(e) if e.exit_class() == crate::exit::ExitClass::Network => {
+                warm.missing = missing;
+                warm.unreachable = Some(e.to_string());
+                return Ok(warm);
+            }
+            Err(e) => return Err(e),
+        };
         warm.files.append(&mut cold.files);
         let order = |p: &str| pins.files.iter().position(|f| f.path == p);
         warm.files.sort_by_key(|f| order(&f.path));
@@ -796,6 +806,7 @@ fn plan(
         refused,
         offline,
         missing: Vec::new(),
+        unreachable: None,
         witness: None,
         unlisted: Vec::new(),
     }

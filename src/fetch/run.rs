@@ -85,14 +85,22 @@ impl<'a> Gate<'a> {
     /// The one place a file's terminal event is made (see the module docs).
     fn end(&self, file: &str, how: Ending<'_>) {
         crate::metrics::global().file(match &how {
-            Ending::Done { cached: true } => "cached",
-            Ending::Done { cached: false } => "fetched",
+            Ending::Done { cached: true, .. } => "cached",
+            Ending::Done { cached: false, .. } => "fetched",
             Ending::Failed(_) => "failed",
             Ending::Stopped { .. } => "stopped",
         });
         let id = self.id(file);
         self.on_event(&match how {
-            Ending::Done { cached } => Event::FileDone { id, file, cached },
+            Ending::Done {
+                cached,
+                from_remote,
+            } => Event::FileDone {
+                id,
+                file,
+                cached,
+                from_remote,
+            },
             Ending::Failed(error) => Event::FileFailed { id, file, error },
             Ending::Stopped { kept, size } => Event::FileStopped {
                 id,
@@ -113,7 +121,17 @@ impl<'a> Gate<'a> {
                 };
                 self.end(&r.path, Ending::Failed(&msg));
             }
-            _ => self.end(&r.path, Ending::Done { cached: r.cached }),
+            _ => self.end(
+                &r.path,
+                Ending::Done {
+                    cached: r.cached,
+                    from_remote: r
+                        .remote_read
+                        .as_ref()
+                        .filter(|read| read.bytes > 0)
+                        .map(|read| (read.store(), read.bytes)),
+                },
+            ),
         }
     }
 }
@@ -124,6 +142,8 @@ enum Ending<'e> {
     Done {
         /// Taken from the cache, nothing transferred.
         cached: bool,
+        /// The remote cache some of its bytes were read from, and how many.
+        from_remote: Option<(&'e str, u64)>,
     },
     /// Failed, with why.
     Failed(&'e str),
@@ -416,6 +436,12 @@ impl Fetcher {
             files: plan.files.len(),
             total_bytes: plan.total_bytes(),
             cached_bytes: plan.cached_bytes(),
+            partial_bytes: plan
+                .files
+                .iter()
+                .filter(|f| !f.cached)
+                .map(|f| f.partial_bytes)
+                .sum(),
         });
         if let Some(n) = &plan.notice {
             notice(rep, None, n);
@@ -462,6 +488,20 @@ impl Fetcher {
                 }
             }
         }
+        // With the Hub out of reach, the files missing from the cache fail now, each named,
+        // before the others' downloads say anything.
+        let mut unfetched = Vec::new();
+        if let Some(why) = &plan.unreachable {
+            for m in &plan.missing {
+                let e = FetchError::Unfetched {
+                    file: escape(m).into_owned(),
+                    found: "missing from the cache".into(),
+                    error: why.clone(),
+                };
+                rep.end(m, Ending::Failed(&e.to_string()));
+                unfetched.push(e);
+            }
+        }
         let stale = StalePartials::of(&store, &plan);
         // Up to `max_files` at once, unordered (a large file does not hold back the small
         // ones after it); the engine decides when each download's turn comes (a free
@@ -492,7 +532,8 @@ impl Fetcher {
         }
         let mut reports = Vec::new();
         let mut errors: Vec<FetchError> = unlisted.into_iter().filter(|_| self.strict).collect();
-        for m in &plan.missing {
+        errors.append(&mut unfetched);
+        for m in plan.missing.iter().filter(|_| plan.unreachable.is_none()) {
             let e = FetchError::NotCached {
                 what: format!("file '{}' of '{repo}'", escape(m)),
                 dir: self.store_dir(repo),
@@ -675,6 +716,14 @@ impl Fetcher {
                 });
             }
             Action::Download { repair, discard } => {
+                if f.cached {
+                    // The plan counted it as in the cache: its bytes are to fetch after all.
+                    rep.on_event(&Event::CachedCopyUnusable {
+                        id: rep.id(&f.path),
+                        file: &f.path,
+                        size: f.size,
+                    });
+                }
                 if let (Some(damage), Some(r)) = (&repair, &copy) {
                     notice(
                         rep,
@@ -685,7 +734,7 @@ impl Fetcher {
                         ),
                     );
                 }
-                (repair.is_some(), discard)
+                (repair, discard)
             }
         };
         let job = Job {
@@ -699,7 +748,24 @@ impl Fetcher {
             rep,
             t0,
         };
-        self.download(&job, expect.as_ref(), repair, discard).await
+        let done = self
+            .download(&job, expect.as_ref(), repair.is_some(), discard)
+            .await;
+        match (done, repair) {
+            // The damage found in the cache comes first: it is why the file was asked for.
+            (Err(e), Some(damage))
+                if e.exit_class() == crate::exit::ExitClass::Network && !remote_changed(&e) =>
+            {
+                let text = e.to_string();
+                let prefix = format!("{}: ", f.path);
+                Err(FetchError::Unfetched {
+                    file: escape(&f.path).into_owned(),
+                    found: format!("damaged in the cache ({damage})"),
+                    error: text.strip_prefix(&prefix).unwrap_or(&text).to_string(),
+                })
+            }
+            (done, _) => done,
+        }
     }
 
     /// Carries out [`Action::Download`]: from the remote cache first when it holds the file
@@ -768,6 +834,7 @@ impl Fetcher {
                                 bytes: 0,
                                 damaged: Some(damaged),
                                 left: Some("its bytes did not make the file".into()),
+                                damaged_chunks: 0,
                             });
                             return Ok(r);
                         }
@@ -794,6 +861,7 @@ impl Fetcher {
                         bytes: 0,
                         damaged: Some(d),
                         left: None,
+                        damaged_chunks: 0,
                     });
                     return Ok(r);
                 }
@@ -991,6 +1059,7 @@ impl Fetcher {
             refetched: out.refetched,
             corrupt_copies: out.corrupt_copies,
             resumed: out.resumed,
+            kept_from_damaged: if repair { out.resumed } else { 0 },
             retries: out.retries,
             retry_causes: out.retry_causes,
             splits: out.splits,
@@ -1079,9 +1148,24 @@ impl Fetcher {
                     && !self.offline
                     && (!f.cached || self.verify_level == VerifyLevel::Full),
             ) {
-                (Some(sidecar), true) => {
-                    Some(self.sidecar(repo, commit, f, sidecar).await?).flatten()
-                }
+                (Some(sidecar), true) => match self.sidecar(repo, commit, f, sidecar).await {
+                    Ok(found) => found,
+                    // An optional manifest that cannot be had now is not the news: the file is
+                    // checked against the Hub's SHA-256, and its own download says what failed.
+                    Err(e) if e.exit_class() == crate::exit::ExitClass::Network => {
+                        notice(
+                            rep,
+                            Some(&f.path),
+                            &format!(
+                                "its manifest '{}' could not be read ({e}); checking it against \
+                                 the Hub's SHA-256 alone",
+                                escape(sidecar)
+                            ),
+                        );
+                        None
+                    }
+                    Err(e) => return Err(e),
+                },
                 _ => None,
             },
         };
@@ -1271,8 +1355,16 @@ impl Fetcher {
                 message: &message,
             });
         }
+        // A bucket that does not exist is said once, with how to create it; the files after
+        // the first are not tried.
+        let mut no_bucket = false;
         for r in reports.iter_mut().filter(|r| uploading(r)) {
             let id = rep.id(&r.path);
+            if no_bucket {
+                let error = "the bucket does not exist (see above): nothing uploaded";
+                r.upload = Some(failed(id, &r.path, error));
+                continue;
+            }
             let key = FileKey::new(repo, commit, &r.path, &r.etag, r.size);
             let recorded = integrity::recorded_file(store, &r.path, &r.etag, r.size, &r.sha256);
             let local = store.data_path(&key);
@@ -1358,7 +1450,22 @@ impl Fetcher {
                         error: None,
                     }
                 }
-                Err(e) => failed(id, &r.path, &e.to_string()),
+                Err(e) => match e.missing_bucket() {
+                    Some(advice) => {
+                        no_bucket = true;
+                        sink.on_event(&Event::Notice {
+                            id: None,
+                            file: None,
+                            message: &advice,
+                        });
+                        failed(
+                            id,
+                            &r.path,
+                            "the bucket does not exist (see above): nothing uploaded",
+                        )
+                    }
+                    None => failed(id, &r.path, &e.to_string()),
+                },
             };
             r.upload = Some(report);
         }
@@ -1601,6 +1708,7 @@ impl Fetcher {
             refetched: 0,
             corrupt_copies: 0,
             resumed: 0,
+            kept_from_damaged: 0,
             retries: 0,
             retry_causes: Default::default(),
             splits: 0,

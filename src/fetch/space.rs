@@ -95,6 +95,7 @@ mod tests {
             refused: Vec::new(),
             offline: false,
             missing: Vec::new(),
+            unreachable: None,
             witness: None,
             unlisted: Vec::new(),
         }

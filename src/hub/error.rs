@@ -68,7 +68,7 @@ pub enum HubError {
         message: String,
     },
     /// A connection, timeout or transport error, after retries.
-    #[error("request to {url} failed after {attempts} attempt(s) in {:.1}s: {source}", elapsed.as_secs_f64())]
+    #[error("request to {url} failed after {attempts} attempt(s) in {:.1}s: {}", elapsed.as_secs_f64(), crate::net::cause(source))]
     Network {
         /// The URL asked for.
         url: String,

@@ -61,7 +61,13 @@ impl HubClient {
                 Ok(r) => return Ok(r),
                 Err(e) => Attempt::Transport(e),
             };
-            let wait = if failed.retryable() {
+            // A refused connection (nothing listens) is given up on after a few attempts, and so
+            // is a mirror that says it cannot reach its upstream.
+            let refused_enough = match &failed {
+                Attempt::Transport(e) => net::is_refused(e),
+                Attempt::Status(r) => net::error_code_says(r.headers()).is_some(),
+            } && !retry.refused();
+            let wait = if failed.retryable() && !refused_enough {
                 retry.next_delay(failed.requested_wait())
             } else {
                 None
@@ -70,7 +76,7 @@ impl HubClient {
                 Some(d) => {
                     let cause = match &failed {
                         Attempt::Status(r) => format!("HTTP {}", r.status().as_u16()),
-                        Attempt::Transport(e) => net::one_line(e),
+                        Attempt::Transport(e) => net::cause(e),
                     };
                     crate::metrics::global().retried("metadata");
                     tracing::info!(
@@ -97,7 +103,14 @@ impl HubClient {
             }),
             Attempt::Status(r) => {
                 let status = r.status().as_u16();
-                let (_, message) = error_code_and_message(r.headers(), None);
+                let (_, mut message) = error_code_and_message(r.headers(), None);
+                if let Some(says) = net::error_code_says(r.headers()) {
+                    message = if message.is_empty() {
+                        says.to_string()
+                    } else {
+                        format!("{says}: {message}")
+                    };
+                }
                 Err(HubError::ServerError {
                     url: redact(url),
                     status,

@@ -32,10 +32,21 @@ pub use headers::{
     UnparsableContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
-pub(crate) use retry::one_line;
+pub(crate) use retry::cause;
+
+/// The `X-Error-Code` a mirror (`weight-inspect serve --upstream`) answers its 504s with: it
+/// cannot reach its upstream for what it does not hold.
+pub const UPSTREAM_UNREACHABLE: &str = "UpstreamUnreachable";
+
+/// What an error answer's `X-Error-Code` means, for a message, when it is one a client is told
+/// about in words: [`UPSTREAM_UNREACHABLE`].
+pub fn error_code_says(h: &reqwest::header::HeaderMap) -> Option<&'static str> {
+    (header_str(h, "x-error-code")? == UPSTREAM_UNREACHABLE)
+        .then_some("the mirror could not reach its upstream")
+}
 pub use retry::{
-    backoff, is_transient_status, requested_wait, retry_after, transience, Retry, RetryPolicy,
-    Transience,
+    backoff, is_refused, is_transient_status, requested_wait, retry_after, transience, Retry,
+    RetryPolicy, Transience, REFUSED_ATTEMPTS,
 };
 
 use std::time::Duration;

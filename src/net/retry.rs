@@ -110,6 +110,40 @@ fn io_wraps_tls(e: &io::Error) -> bool {
     false
 }
 
+/// Attempts in a row refused (`ECONNREFUSED`: nothing listens at the address) after which a
+/// request is given up on, whatever the policy's budget: the backoff meant for a flaky link
+/// does not help a server that is not there, and a few quick attempts cover one restarting.
+pub const REFUSED_ATTEMPTS: usize = 3;
+
+/// Whether an error (or one of its causes) is a refused connection: nothing listens at the
+/// address (`ECONNREFUSED`).
+pub fn is_refused(e: &(dyn StdError + 'static)) -> bool {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<io::Error>() {
+            if io.kind() == io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+            if let Some(inner) = io.get_ref() {
+                if is_refused(inner) {
+                    return true;
+                }
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// The cause of a transport failure, for a message: a refused connection said plainly
+/// (`connection refused: nothing listens there`), anything else as its causes on one line.
+pub(crate) fn cause(e: &(dyn StdError + 'static)) -> String {
+    if is_refused(e) {
+        return "connection refused: nothing listens there".to_string();
+    }
+    one_line(e)
+}
+
 /// Statuses worth retrying: 408, 429 and every 5xx.
 pub fn is_transient_status(s: StatusCode) -> bool {
     s == StatusCode::REQUEST_TIMEOUT || s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error()
@@ -258,6 +292,8 @@ pub struct Retry {
     backoff: ExponentialBackoff,
     attempts: u32,
     failures: usize,
+    /// Attempts in a row refused (see [`REFUSED_ATTEMPTS`]).
+    refusals: usize,
 }
 
 impl Retry {
@@ -270,6 +306,7 @@ impl Retry {
             clock,
             attempts: 0,
             failures: 0,
+            refusals: 0,
         }
     }
 
@@ -318,7 +355,15 @@ impl Retry {
     /// The last attempt made progress: the failures in a row, and the backoff, start over.
     pub fn progressed(&mut self) {
         self.failures = 0;
+        self.refusals = 0;
         self.backoff = self.policy.backoff();
+    }
+
+    /// Counts a refused connection (see [`is_refused`]): `false` once [`REFUSED_ATTEMPTS`]
+    /// attempts in a row were refused, when no more is worth making whatever the budget.
+    pub fn refused(&mut self) -> bool {
+        self.refusals = self.refusals.saturating_add(1);
+        self.refusals < REFUSED_ATTEMPTS
     }
 
     /// Counts a failure against the budget: `false` when the budget allows no more retries
@@ -572,6 +617,17 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(transience(&e), Transience::Transient, "{e:?}");
+        assert!(is_refused(&e), "{e:?}");
+        assert_eq!(cause(&e), "connection refused: nothing listens there");
+        // Transient, but not worth the whole budget: a few attempts, then none.
+        let mut r = Retry::new(&RetryPolicy::default(), SystemClock::shared());
+        let tries = std::iter::from_fn(|| {
+            r.attempt();
+            r.refused().then_some(())
+        })
+        .count();
+        assert_eq!(tries + 1, REFUSED_ATTEMPTS);
+        assert_eq!(r.attempts() as usize, REFUSED_ATTEMPTS);
         let e = reqwest::Client::new()
             .get("http://[::1")
             .send()

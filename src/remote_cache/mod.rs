@@ -119,6 +119,56 @@ pub enum RemoteCacheError {
     },
 }
 
+impl RemoteCacheError {
+    /// When the store answered that its bucket (or container) does not exist (S3's
+    /// `NoSuchBucket`, GCS's "bucket does not exist", Azure's `ContainerNotFound`): one line
+    /// saying so, and how to create it. Said once per run, not per file.
+    pub fn missing_bucket(&self) -> Option<String> {
+        let RemoteCacheError::Store { store, source, .. } = self else {
+            return None;
+        };
+        let cause = match source.as_ref() {
+            object_store::Error::NotFound { source, .. }
+            | object_store::Error::Generic { source, .. } => source,
+            _ => return None,
+        };
+        let mut text = String::new();
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&**cause);
+        while let Some(c) = cur {
+            text.push_str(&c.to_string());
+            text.push('\n');
+            cur = c.source();
+        }
+        let missing = ["NoSuchBucket", "ContainerNotFound", "bucket does not exist"]
+            .iter()
+            .any(|code| text.contains(code));
+        missing.then(|| bucket_advice(store))
+    }
+}
+
+/// `the bucket 'NAME' of the remote cache URL does not exist: create it (…)`, with the tool of
+/// the store's kind.
+fn bucket_advice(store: &str) -> String {
+    let (scheme, rest) = store.split_once("://").unwrap_or(("", store));
+    let bucket = rest.split('/').next().unwrap_or(rest);
+    let how = match scheme {
+        "s3" | "s3a" => format!(
+            "`aws s3 mb s3://{bucket}` (with `--endpoint-url` for an S3-compatible server), or \
+             the server's own tool (Garage: `garage bucket create {bucket}`, MinIO: `mc mb \
+             ALIAS/{bucket}`)"
+        ),
+        "gs" => format!("`gcloud storage buckets create gs://{bucket}`"),
+        "az" | "azure" | "abfs" | "abfss" => {
+            format!("`az storage container create --name {bucket}`")
+        }
+        _ => "the store's own tool".to_string(),
+    };
+    format!(
+        "the bucket '{bucket}' of the remote cache {store} does not exist: create it with {how}, \
+         or give another --remote-cache; nothing was uploaded"
+    )
+}
+
 /// A remote cache: an object store and the prefix below which the layout lives.
 #[derive(Clone)]
 pub struct RemoteCache {
@@ -1188,6 +1238,47 @@ async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Resul
 
 #[cfg(test)]
 mod tests {
+    /// What object_store returns when S3 answers an upload with 404 `NoSuchBucket`: said as a
+    /// bucket that does not exist, with the command that creates it; another 404 is not.
+    #[test]
+    fn a_missing_bucket_is_said_with_how_to_create_it() {
+        use super::RemoteCacheError;
+        let s3_404 = |body: &str| {
+            // object_store's `RetryError` displays the status and the body S3 sent.
+            let source = std::io::Error::other(format!(
+                "Error performing PUT http://127.0.0.1:3900/models/blobs/sha256/ab in 3.2ms - \
+                 Server returned non-2xx status code: 404 Not Found: {body}"
+            ));
+            RemoteCacheError::Store {
+                store: "s3://models/team".into(),
+                action: "upload",
+                key: "blobs/sha256/ab".into(),
+                source: Box::new(object_store::Error::NotFound {
+                    path: "team/blobs/sha256/ab".into(),
+                    source: Box::new(source),
+                }),
+            }
+        };
+        let e = s3_404(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchBucket</Code>\
+             <Message>Bucket not found: models</Message></Error>",
+        );
+        let said = e.missing_bucket().expect("a missing bucket");
+        assert!(
+            said.starts_with(
+                "the bucket 'models' of the remote cache s3://models/team does not exist"
+            ),
+            "{said}"
+        );
+        assert!(said.contains("`aws s3 mb s3://models`"), "{said}");
+        let other = s3_404("<Error><Code>NoSuchKey</Code></Error>");
+        assert_eq!(other.missing_bucket(), None);
+        assert_eq!(
+            super::bucket_advice("gs://b/p").split(": create it with ").nth(1),
+            Some("`gcloud storage buckets create gs://b`, or give another --remote-cache; nothing was uploaded")
+        );
+    }
+
     use super::*;
 
     #[test]

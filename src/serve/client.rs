@@ -240,10 +240,13 @@ pub async fn get_tensor(
         path: dest.to_path_buf(),
         source,
     };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".wi-get-")
-        .tempfile_in(dir)
-        .map_err(io)?;
+    let mut b = tempfile::Builder::new();
+    b.prefix(".wi-get-");
+    // The mode a user expects of a file they asked for (0644 under the usual umask), not a
+    // temporary file's 0600: the umask applies as the file is created.
+    #[cfg(unix)]
+    b.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut tmp = b.tempfile_in(dir).map_err(io)?;
     let got = fetch_checked(client, model_url, name, range, |piece| {
         tmp.write_all(piece).map_err(io)
     })

@@ -82,7 +82,7 @@ impl Refusal {
 
     /// 504: the upstream could not be reached for what the mirror lacks.
     pub fn gateway_timeout(message: impl Into<String>) -> Refusal {
-        Refusal::new(StatusCode::GATEWAY_TIMEOUT, message)
+        Refusal::new(StatusCode::GATEWAY_TIMEOUT, message).code(crate::net::UPSTREAM_UNREACHABLE)
     }
 
     /// 404 "no model" (the name escaped).

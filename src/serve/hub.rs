@@ -867,19 +867,16 @@ async fn resolve(
                     .map_err(Refusal::failure)?;
                 if let Err(why) = pull.started(from, to).await {
                     // 504 when the upstream could not be reached, 502 when it answered wrongly.
-                    let status = if why.network {
-                        StatusCode::GATEWAY_TIMEOUT
+                    let message = format!(
+                        "fetching '{}' from the upstream failed: {}",
+                        escape(path),
+                        escape(&why.message)
+                    );
+                    return Err(if why.network {
+                        Refusal::gateway_timeout(message)
                     } else {
-                        StatusCode::BAD_GATEWAY
-                    };
-                    return Err(Refusal::new(
-                        status,
-                        format!(
-                            "fetching '{}' from the upstream failed: {}",
-                            escape(path),
-                            escape(&why.message)
-                        ),
-                    ));
+                        Refusal::bad_gateway(message)
+                    });
                 }
                 Ok(resp
                     .body(Body::from_stream(pull.body(from, to, super::PIECE)))

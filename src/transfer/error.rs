@@ -155,8 +155,8 @@ pub enum TransferError {
     },
     /// Connections kept failing (refused, reset, cut, stalled, timed out).
     #[error(
-        "{file}: bytes {offset}-{end} from {url} failed after {attempts} attempts in {}: {source}",
-        Secs(*elapsed)
+        "{file}: bytes {offset}-{end} from {url} failed after {attempts} attempts in {}: {}",
+        Secs(*elapsed), crate::net::cause(&**source)
     )]
     Network {
         /// Path in the repository.
@@ -178,8 +178,8 @@ pub enum TransferError {
     /// The server kept answering with an error status (5xx, 429, 408, or an unexpected one).
     #[error(
         "{file}: server answered {status} for bytes {offset}-{end} of {url} \
-         (after {attempts} attempts in {})",
-        Secs(*elapsed)
+         (after {attempts} attempts in {}){}",
+        Secs(*elapsed), says.as_ref().map(|s| format!(": {s}")).unwrap_or_default()
     )]
     Server {
         /// Path in the repository.
@@ -188,6 +188,9 @@ pub enum TransferError {
         url: String,
         /// The last status.
         status: u16,
+        /// What the answer's `X-Error-Code` said, when it is one told in words (a mirror that
+        /// cannot reach its upstream).
+        says: Option<String>,
         /// First byte asked for.
         offset: u64,
         /// Last byte asked for.

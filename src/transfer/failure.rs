@@ -12,8 +12,12 @@ use crate::net::{ContentRange, UnparsableContentRange};
 pub(crate) enum FailKind {
     /// Connecting or reading failed (`transient` unless e.g. a certificate problem).
     Network { source: BoxError, transient: bool },
-    /// An error status.
-    Status { status: u16, transient: bool },
+    /// An error status, and what its `X-Error-Code` says (see [`crate::net::error_code_says`]).
+    Status {
+        status: u16,
+        transient: bool,
+        says: Option<&'static str>,
+    },
     /// The answer did not match the request (Content-Range, Content-Length, body length,
     /// Content-Encoding).
     Range { requested: String, got: String },
@@ -40,7 +44,7 @@ impl Failure {
     pub(super) fn network(e: impl Into<BoxError>, transient: bool) -> Self {
         let source: BoxError = e.into();
         Failure {
-            message: crate::net::one_line(&*source),
+            message: crate::net::cause(&*source),
             kind: FailKind::Network { source, transient },
             retry_after: None,
         }

@@ -290,11 +290,15 @@ fn check_status(ctx: &Ctx<'_>, resp: &reqwest::Response, from_hub: bool) -> Resu
         _ => FailKind::Status {
             status: code,
             transient: net::is_transient_status(status),
+            says: net::error_code_says(resp.headers()),
         },
     };
     let retry_after = net::requested_wait(status, resp.headers());
+    let says = net::error_code_says(resp.headers())
+        .map(|s| format!(": {s}"))
+        .unwrap_or_default();
     Err(Failure {
-        message: format!("HTTP {status} from {url}"),
+        message: format!("HTTP {status} from {url}{says}"),
         kind,
         retry_after,
     })

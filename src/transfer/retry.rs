@@ -88,7 +88,12 @@ impl Retrier {
                 return Next::Wait(Duration::ZERO);
             }
         }
-        let mut give_up = !self.retry.fail();
+        // A refused connection (nothing listens there): a few quick attempts, not the budget
+        // meant for a flaky link; nor a mirror that says it cannot reach its upstream.
+        let refused_enough = (matches!(&f.kind, FailKind::Network { source, .. } if crate::net::is_refused(&**source))
+            || matches!(&f.kind, FailKind::Status { says: Some(_), .. }))
+            && !self.retry.refused();
+        let mut give_up = !self.retry.fail() || refused_enough;
         let mut at_once = false;
         match &f.kind {
             FailKind::Fatal(_) => return Next::GiveUp,
@@ -148,10 +153,11 @@ impl Retrier {
                 elapsed,
                 source,
             },
-            FailKind::Status { status, .. } => TransferError::Server {
+            FailKind::Status { status, says, .. } => TransferError::Server {
                 file,
                 url,
                 status,
+                says: says.map(str::to_string),
                 offset,
                 end,
                 attempts,
@@ -198,7 +204,11 @@ mod tests {
 
     fn status(status: u16, transient: bool, retry_after: Option<Duration>) -> Failure {
         Failure {
-            kind: FailKind::Status { status, transient },
+            kind: FailKind::Status {
+                status,
+                transient,
+                says: None,
+            },
             retry_after,
             message: String::new(),
         }

@@ -406,7 +406,7 @@ class Model:
         return f"<weight_inspect.Model {self.format} {self.path!r}: {len(self._native)} tensors>"
 
 
-def open(path: PathLike, *, lax: bool = False, max_resident: int | None = None) -> Model:
+def open(path: PathLike, *, lax: bool = False, max_resident: int | str | None = None) -> Model:
     """Memory-map the model at ``path`` and parse its headers (tensor data is not read).
 
     ``path`` is a ``.gguf`` or ``.safetensors`` file, the first part of a split GGUF
@@ -423,9 +423,10 @@ def open(path: PathLike, *, lax: bool = False, max_resident: int | None = None) 
     it, the least recently used ones with no array (or other view) still alive are released
     from the process and the page cache; a released tensor read again is read back from the
     file. :attr:`Model.residency` counts hits, misses and evictions. Without it, the kernel
-    alone decides which pages stay.
+    alone decides which pages stay. It is a number of bytes, or a size as the command line's
+    ``--max-resident`` takes it (``"16M"``, ``"512MiB"``, ``"2G"``).
     """
-    if max_resident is not None and max_resident < 0:
+    if isinstance(max_resident, int) and max_resident < 0:
         raise ValueError("max_resident must be a number of bytes, 0 or more")
     return Model(_native.open(os.fspath(path), lax=lax, max_resident=max_resident))
 

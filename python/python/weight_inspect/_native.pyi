@@ -108,7 +108,7 @@ class NativeModel:
 def telemetry_shutdown() -> None:
     """Send the spans still queued to the OpenTelemetry collector and stop exporting."""
 
-def open(path: _Path, *, lax: bool = False, max_resident: int | None = None) -> NativeModel: ...
+def open(path: _Path, *, lax: bool = False, max_resident: int | str | None = None) -> NativeModel: ...
 def inspect(
     path: _Path,
     verify: bool = False,

@@ -816,6 +816,27 @@ fn print_summary(s: &FetchSummary) {
             secs,
             human_bytes((s.transferred() as f64 / secs) as u64),
         ));
+        // Where the bytes came from: the remote cache (named), the Hub for the rest.
+        let reads: Vec<&weight_inspect::fetch::RemoteRead> = s
+            .files
+            .iter()
+            .filter_map(|f| f.remote_read.as_ref())
+            .filter(|r| r.bytes > 0)
+            .collect();
+        if let Some(first) = reads.first() {
+            let from_remote: u64 = reads.iter().map(|r| r.bytes).sum();
+            let from_hub = s.transferred().saturating_sub(from_remote);
+            line.push_str(&format!(
+                ", {} of it from the remote cache {}",
+                human_bytes(from_remote),
+                first.store()
+            ));
+            if from_hub > 0 {
+                line.push_str(&format!(" and {} from the Hub", human_bytes(from_hub)));
+            }
+        } else {
+            line.push_str(" from the Hub");
+        }
         // Worth a word only when more than one connection was used at once.
         if s.connections.peak > 1 {
             line.push_str(&format!(
@@ -833,12 +854,24 @@ fn print_summary(s: &FetchSummary) {
         }
     }
     if s.cached_count() > 0 {
-        line.push_str(&format!("; {} already in the cache", s.cached_count()));
+        line.push_str(&format!(
+            "; {} already in the local cache",
+            s.cached_count()
+        ));
     }
-    if s.resumed() > 0 {
+    // Bytes kept on disk: what an earlier run left, and the good part of a damaged copy
+    // (there may have been no earlier run).
+    let kept = s.kept_from_damaged();
+    if s.resumed() > kept {
         line.push_str(&format!(
             "; resumed {} from an earlier run",
-            human_bytes(s.resumed())
+            human_bytes(s.resumed() - kept)
+        ));
+    }
+    if kept > 0 {
+        line.push_str(&format!(
+            "; kept {} of the damaged copy (its chunks that still matched)",
+            human_bytes(kept)
         ));
     }
     if s.refetched() > 0 {
@@ -847,11 +880,19 @@ fn print_summary(s: &FetchSummary) {
             human_bytes(s.refetched())
         ));
     }
-    if s.corrupt_copies() > 0 {
+    // Chunks wrong in the bucket are the bucket's, not the network's.
+    let in_bucket = s.bucket_damaged_chunks();
+    let on_the_way = s.corrupt_copies().saturating_sub(u64::from(in_bucket));
+    if on_the_way > 0 {
         line.push_str(&format!(
             "; {} corrupt cop{} of chunks thrown away (each unlike the others: corrupted on the way)",
-            s.corrupt_copies(),
-            if s.corrupt_copies() == 1 { "y" } else { "ies" }
+            on_the_way,
+            if on_the_way == 1 { "y" } else { "ies" }
+        ));
+    }
+    if in_bucket > 0 {
+        line.push_str(&format!(
+            "; {in_bucket} chunk(s) wrong in the remote cache, fetched from the Hub instead"
         ));
     }
 

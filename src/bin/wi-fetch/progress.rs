@@ -28,6 +28,8 @@ struct State {
     bars: HashMap<FileId, ProgressBar>,
     /// Files whose transfer started (bytes discarded before it were never counted).
     begun: HashSet<FileId>,
+    /// Retries per file not shown (after the first one's line), said once as the file ends.
+    retries: HashMap<FileId, (u32, String)>,
     /// Bytes this run transfers (not those already on disk).
     to_fetch: u64,
     done: u64,
@@ -53,6 +55,7 @@ impl Progress {
                 total: None,
                 bars: HashMap::new(),
                 begun: HashSet::new(),
+                retries: HashMap::new(),
                 to_fetch: 0,
                 done: 0,
                 started: now,
@@ -76,17 +79,34 @@ impl Progress {
             FetchError::Several { first, others } => (first.to_string(), *others),
             other => (other.to_string(), 0),
         };
-        let shown = self.mode != Mode::Quiet
-            && failed.len() == others + 1
-            && failed.iter().any(|(_, _, m)| *m == first);
-        if shown {
+        // Every failure of the run is a file's (each reported as it failed): the final line
+        // names them all, and says what happened to each when it was not shown above.
+        let every_file = failed.len() == others + 1 && failed.iter().any(|(_, _, m)| *m == first);
+        if every_file {
             let n = failed.len();
             let what = if n == 1 {
                 "file failed"
             } else {
                 "files failed"
             };
-            return (format!("{n} {what}, named above"), code);
+            if self.mode != Mode::Quiet {
+                let names: Vec<&str> = failed.iter().map(|(_, f, _)| f.as_str()).collect();
+                return (
+                    format!("{n} {what}, named above: {}", names.join(", ")),
+                    code,
+                );
+            }
+            let each: Vec<String> = failed
+                .iter()
+                .map(|(_, f, m)| {
+                    if m.starts_with(&format!("{f}: ")) {
+                        m.clone()
+                    } else {
+                        format!("{f}: {m}")
+                    }
+                })
+                .collect();
+            return (format!("{n} {what}: {}", each.join("; ")), code);
         }
         (e.to_string(), code)
     }
@@ -134,6 +154,15 @@ impl Progress {
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ")
+    }
+
+    /// The retries of a file not shown on their own line, said once as it ends.
+    fn more_retries(&self, st: &mut State, id: FileId, file: &str) {
+        if let Some((more, last)) = st.retries.remove(&id).filter(|(n, _)| *n > 0) {
+            self.line(&format!(
+                "wi-fetch: {file}: {more} more failed attempt(s) (the last: {last})"
+            ));
+        }
     }
 
     fn log_progress(&self, st: &mut State, force: bool) {
@@ -190,6 +219,8 @@ impl Reporter for Progress {
                 files,
                 total_bytes,
                 cached_bytes,
+                partial_bytes,
+                ..
             } => {
                 st.to_fetch = total_bytes.saturating_sub(*cached_bytes);
                 st.started = Instant::now();
@@ -197,6 +228,15 @@ impl Reporter for Progress {
                     self.line(&format!(
                         "wi-fetch: checking {files} file(s), {}; downloading nothing",
                         human_bytes(*total_bytes)
+                    ));
+                } else if *partial_bytes > 0 {
+                    // One true thing: what is complete, and what interrupted downloads left.
+                    self.line(&format!(
+                        "wi-fetch: {files} file(s), {}; {} complete in the cache, {} of \
+                         interrupted downloads on disk to resume",
+                        human_bytes(*total_bytes),
+                        human_bytes(*cached_bytes),
+                        human_bytes(*partial_bytes)
                     ));
                 } else if *cached_bytes > 0 || self.mode == Mode::Log {
                     self.line(&format!(
@@ -210,6 +250,14 @@ impl Reporter for Progress {
                     t.set_style(Self::total_style());
                     t.set_prefix(format!("total ({files} files)"));
                     st.total = Some(t);
+                }
+            }
+            Event::CachedCopyUnusable { size, .. } => {
+                // Counted as in the cache by the plan, to fetch after all: its start subtracts
+                // what of it is kept, so that each byte is counted once.
+                st.to_fetch += size;
+                if let Some(t) = &st.total {
+                    t.inc_length(*size);
                 }
             }
             Event::FileStart {
@@ -281,16 +329,28 @@ impl Reporter for Progress {
                 ));
             }
             Event::Retry {
+                id,
                 file,
                 attempt,
                 delay,
                 error,
                 ..
             } => {
-                self.line(&format!(
-                    "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
-                    delay.as_secs_f64()
-                ));
+                // One line per file: its first retry; the others are counted and said once,
+                // as the file ends (a file in many ranges retries each of them).
+                match st.retries.get_mut(id) {
+                    Some((more, last)) => {
+                        *more += 1;
+                        *last = error.to_string();
+                    }
+                    None => {
+                        st.retries.insert(*id, (0, error.to_string()));
+                        self.line(&format!(
+                            "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
+                            delay.as_secs_f64()
+                        ));
+                    }
+                }
             }
             Event::FileDownloaded { id, file, .. } => {
                 if let Some(b) = st.bars.get(id) {
@@ -298,19 +358,31 @@ impl Reporter for Progress {
                 }
             }
             Event::Verifying { .. } => {}
-            Event::FileDone { id, file, cached } => {
+            Event::FileDone {
+                id,
+                file,
+                cached,
+                from_remote,
+                ..
+            } => {
+                self.more_retries(&mut st, *id, file);
                 if let Some(b) = st.bars.remove(id) {
                     b.finish_and_clear();
                     self.mp.remove(&b);
                 }
-                let how = if *cached {
-                    self.cached_means
-                } else {
-                    "fetched"
+                // Where its bytes came from: the local cache, the remote cache, the Hub.
+                let how = match (cached, from_remote) {
+                    (true, _) => self.cached_means.to_string(),
+                    (false, Some((store, bytes))) => format!(
+                        "fetched, {} from the remote cache {store}",
+                        human_bytes(*bytes)
+                    ),
+                    (false, None) => "fetched from the Hub".to_string(),
                 };
                 self.line(&format!("wi-fetch: {file}: {how}"));
             }
             Event::FileFailed { id, file, error } => {
+                self.more_retries(&mut st, *id, file);
                 if let Some(b) = st.bars.remove(id) {
                     b.abandon();
                 }
@@ -408,6 +480,7 @@ mod tests {
             files: 2,
             total_bytes: 400 * mib,
             cached_bytes: 0,
+            partial_bytes: 226 * mib,
         });
         p.on_event(&Event::Discarded {
             id: a,
@@ -447,6 +520,44 @@ mod tests {
             line,
             "wi-fetch: 23% 40.0 MiB/176.0 MiB at 40.0 MiB/s, ETA 3s"
         );
+    }
+
+    /// A repair: the plan counted the damaged file as in the cache, then its good chunks are
+    /// kept and the bad one fetched. Each byte counts once: never over 100%.
+    #[test]
+    fn a_repaired_file_is_counted_once() {
+        let p = Progress::new(Mode::Log);
+        let mib = 1u64 << 20;
+        let (a, b) = (FileId::next(), FileId::next());
+        p.on_event(&Event::Plan {
+            files: 2,
+            total_bytes: 100 * mib,
+            cached_bytes: 80 * mib,
+            partial_bytes: 0,
+        });
+        p.on_event(&Event::CachedCopyUnusable {
+            id: a,
+            file: "a.gguf",
+            size: 80 * mib,
+        });
+        p.on_event(&Event::FileStart {
+            id: a,
+            file: "a.gguf",
+            size: 80 * mib,
+            resumed_bytes: 70 * mib,
+        });
+        p.on_event(&Event::FileStart {
+            id: b,
+            file: "b.gguf",
+            size: 20 * mib,
+            resumed_bytes: 0,
+        });
+        for (id, file, n) in [(a, "a.gguf", 10 * mib), (b, "b.gguf", 20 * mib)] {
+            p.on_event(&Event::Progress { id, file, bytes: n });
+        }
+        let st = p.state.lock().unwrap();
+        assert_eq!((st.done, st.to_fetch), (30 * mib, 30 * mib));
+        assert!(progress_line(st.done, st.to_fetch, 1.0).starts_with("wi-fetch: 100% "));
     }
 
     /// A resumed file's speed counts only this run's bytes: 8 GiB on disk and 10 MiB fetched in
