@@ -170,7 +170,14 @@ fn concurrent_first_requests_follow_one_fetch_and_its_prefix() {
             .total_bandwidth(256 << 10),
     );
     let cache = tempfile::tempdir().unwrap();
-    let m = mirror(&hub.url(), cache.path(), &["--chunk-size", "64KiB"], &[]);
+    // Two requests in flight: the first chunks land while the rest is still on its way (with
+    // every chunk asked for at once, each shares the cap and they all land at the end).
+    let m = mirror(
+        &hub.url(),
+        cache.path(),
+        &["--chunk-size", "64KiB", "--upstream-connections", "2"],
+        &[],
+    );
     let sent = || {
         hub.stats()
             .files

@@ -89,6 +89,12 @@ pub(super) struct ServeArgs {
     /// in which a file being fetched is handed to the clients waiting for it, and of resuming.
     #[arg(long, value_parser = parse_size, value_name = "SIZE", requires = "upstream")]
     chunk_size: Option<u64>,
+    /// With --upstream: the ranged requests to the upstream in flight at once, across every
+    /// file being fetched (by default the count adapts to the link, from 16 up to 32). Fewer
+    /// hand a file's first chunks to its waiting clients sooner on a slow upstream, and ask
+    /// less of a shared one.
+    #[arg(long, value_name = "N", requires = "upstream", value_parser = clap::value_parser!(u32).range(1..))]
+    upstream_connections: Option<u32>,
     /// Keep at most SIZE bytes (8G, 512MiB…) of the served models' tensors in memory: once the
     /// tensors answered pass it, the least recently answered ones not being sent are released
     /// from the process and the page cache (for models larger than memory or a container's
@@ -150,6 +156,9 @@ fn upstream(args: &ServeArgs, url: &str) -> Result<weight_inspect::serve::Upstre
         .cache_dir(cache);
     if let Some(c) = args.chunk_size {
         builder = builder.chunk_size(c);
+    }
+    if let Some(n) = args.upstream_connections {
+        builder = builder.connections(n as usize);
     }
     Ok(weight_inspect::serve::Upstream::new(builder)
         .map_err(|e| e.to_string())?
