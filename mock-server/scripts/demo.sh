@@ -19,7 +19,7 @@ cache="$root/demo-cache"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 bin="$target_dir/debug"
 echo "== building wi-fetch, weight-inspect and mock-hub into $bin"
-echo "   (the first time compiles about 330 crates, several minutes on two cores; cargo prints"
+echo "   (the first time compiles every dependency, several minutes on two cores; cargo prints"
 echo "   each crate as it starts, and is quiet for up to a minute on the longest ones: aws-lc-sys,"
 echo "   object_store, weight-inspect itself)"
 cargo build -p weight-inspect -p mock-server --bins

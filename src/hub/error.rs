@@ -187,23 +187,8 @@ pub enum HubError {
     },
     /// The HTTP client could not be built (the reason, reqwest's own cause, said: "builder
     /// error" alone tells nobody that the system has no CA certificates).
-    #[error("cannot build the HTTP client: {}", with_causes(.0))]
+    #[error("cannot build the HTTP client: {}", crate::net::cause(.0))]
     Client(#[source] reqwest::Error),
-}
-
-/// `e` and each error that caused it, joined by ": ".
-fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !out.ends_with(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = c.source();
-    }
-    out
 }
 
 fn fmt_message(message: &str) -> String {
@@ -247,28 +232,5 @@ impl HubError {
                 | HubError::InvalidResponse { .. }
                 | HubError::Redirect { .. }
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_causes;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("builder error")]
-    struct Outer(#[source] std::io::Error);
-
-    #[test]
-    fn a_client_error_says_its_cause() {
-        let e = Outer(std::io::Error::other(
-            "No CA certificates were loaded from the system",
-        ));
-        assert_eq!(
-            with_causes(&e),
-            "builder error: No CA certificates were loaded from the system"
-        );
-        // A cause that its parent already quotes is not said twice.
-        let plain = std::io::Error::other("x");
-        assert_eq!(with_causes(&plain), "x");
     }
 }
