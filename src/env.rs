@@ -1,5 +1,6 @@
-//! The environment variables huggingface_hub reads (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HOME`,
-//! `HF_HUB_OFFLINE`, …), read the same way.
+//! The one owner of the environment's rules: the variables huggingface_hub reads (`HF_ENDPOINT`,
+//! `HF_TOKEN`, `HF_HOME`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`, …), read the same way, and
+//! llama.cpp's (`LLAMA_CACHE`, its older flat folder).
 //!
 //! Every function here has a `*_from` twin taking a lookup function, so that tests (and
 //! programs that keep their own environment) do not touch the process environment.
@@ -77,6 +78,38 @@ fn expand_tilde(p: PathBuf, env: EnvLookup<'_>) -> PathBuf {
     match p.strip_prefix("~") {
         Ok(rest) => home_dir(env).join(rest),
         Err(_) => p,
+    }
+}
+
+/// The Hugging Face cache root: `HF_HUB_CACHE` (or the older `HUGGINGFACE_HUB_CACHE`), else
+/// `$HF_HOME/hub` ([`hf_home_from`]); a leading `~/` expanded.
+pub fn hub_cache_from(env: EnvLookup<'_>) -> PathBuf {
+    ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"]
+        .into_iter()
+        .find_map(|var| non_empty(env(var)))
+        .map(|v| expand_tilde(PathBuf::from(v), env))
+        .unwrap_or_else(|| hf_home_from(env).join("hub"))
+}
+
+/// llama.cpp's cache folder when `LLAMA_CACHE` names one.
+pub fn llama_cache_from(env: EnvLookup<'_>) -> Option<PathBuf> {
+    non_empty(env("LLAMA_CACHE")).map(PathBuf::from)
+}
+
+/// The folder older llama.cpp versions kept their flat downloads in: `LLAMA_CACHE`, else
+/// `$XDG_CACHE_HOME/llama.cpp`, else `~/.cache/llama.cpp` (`~/Library/Caches/llama.cpp` on
+/// macOS).
+pub fn llama_cpp_legacy_dir_from(env: EnvLookup<'_>) -> Option<PathBuf> {
+    if let Some(dir) = llama_cache_from(env) {
+        return Some(dir);
+    }
+    let home = non_empty(env("HOME")).map(PathBuf::from);
+    if cfg!(target_os = "macos") {
+        return home.map(|h| h.join("Library/Caches/llama.cpp"));
+    }
+    match non_empty(env("XDG_CACHE_HOME")) {
+        Some(x) => Some(PathBuf::from(x).join("llama.cpp")),
+        None => home.map(|h| h.join(".cache/llama.cpp")),
     }
 }
 

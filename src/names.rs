@@ -16,7 +16,10 @@ pub const MAX_PATH_LEN: usize = 4096;
 pub const MAX_SEGMENT_LEN: usize = 255;
 
 /// The kind of a repository.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum RepoType {
     /// A model repository (the default).

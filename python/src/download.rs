@@ -6,7 +6,6 @@
 //! through its [`CancellationToken`], waits until the transfers have stopped cleanly (what
 //! arrived is kept, and the same call resumes it), and raises the `KeyboardInterrupt`.
 
-use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -14,7 +13,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use weight_inspect::exit::ExitClass;
 use weight_inspect::fetch::{
-    parse_reference, CancellationToken, FetchError, Fetcher, Plan, RepoRef, RepoType, Selection,
+    CancellationToken, FetchError, FetchRequest, Plan, RepoRef, Selection,
 };
 use weight_inspect::hub::HubError;
 use weight_inspect::progress::{Event, Reporter};
@@ -323,137 +322,17 @@ fn reason(e: &FetchError) -> Option<&'static str> {
     }
 }
 
-/// What to fetch and where, as the Python function takes it.
-pub struct Request {
-    /// `org/name`, `org/name:QUANT`, `hf.co/…`, `hf://…`.
-    pub repo: String,
-    /// A quantization tag (over the reference's).
-    pub quant: Option<String>,
-    /// Files by path.
-    pub files: Vec<String>,
-    /// Globs to include.
-    pub include: Vec<String>,
-    /// Globs to exclude.
-    pub exclude: Vec<String>,
-    /// Branch, tag or commit.
-    pub revision: Option<String>,
-    /// The repository type (over the reference's).
-    pub repo_type: Option<RepoType>,
-    /// The Hugging Face cache.
-    pub cache_dir: Option<PathBuf>,
-    /// A plain folder instead of the cache.
-    pub local_dir: Option<PathBuf>,
-    /// An access token.
-    pub token: Option<String>,
-    /// Offline: the cache only.
-    pub offline: Option<bool>,
-    /// Ranged requests in flight.
-    pub connections: Option<usize>,
-    /// The Hub's URL.
-    pub endpoint: Option<String>,
-    /// Download again what is already on disk.
-    pub force_download: bool,
-    /// Timeout of one metadata request, in seconds.
-    pub metadata_timeout: Option<f64>,
-    /// Files downloaded at once.
-    pub max_files: Option<usize>,
-    /// Headers added to every request to the Hub's origin.
-    pub headers: Vec<(String, String)>,
-    /// The `User-Agent`, in place of the library's.
-    pub user_agent: Option<String>,
-    /// When the Hub cannot be reached, the cache if it holds everything asked for
-    /// ([`weight_inspect::fetch::FetcherBuilder::cache_fallback`]).
-    pub cache_fallback: bool,
-    /// A remote cache's URL (`s3://…`, `file://…`; default `WI_REMOTE_CACHE`), and whether
-    /// verified downloads are uploaded to it.
-    pub remote_cache: Option<String>,
-    /// See [`Request::remote_cache`].
-    pub upload: bool,
-    /// Resolve only: the plan, nothing downloaded.
-    pub dry_run: bool,
-}
-
-/// The fetcher, repository and selection of a request.
+/// The fetcher, repository and selection of a request: the library's one request type,
+/// turned into a fetcher where `wi-fetch`'s is (`FetchRequest::blocking_fetcher`).
 fn prepare(
-    r: Request,
+    r: FetchRequest,
     reporter: Arc<Queue>,
     token: CancellationToken,
 ) -> Result<(weight_inspect::fetch::BlockingFetcher, RepoRef, Selection), Failure> {
-    let reference = parse_reference(&r.repo).map_err(Failure::local)?;
-    let kind = r
-        .repo_type
-        .or(reference.repo_type)
-        .unwrap_or(RepoType::Model);
-    let mut repo = RepoRef::model(reference.repo.clone()).with_type(kind);
-    if let Some(rev) = r.revision {
-        repo = repo.with_revision(rev);
-    }
-    let mut files = r.files;
-    files.extend(reference.file);
-    let selection = Selection {
-        files,
-        include: r.include,
-        exclude: r.exclude,
-        quant: r.quant.or(reference.quant),
-        no_mmproj: false,
-    };
-    let mut b = Fetcher::from_env().reporter(reporter).cancellation(token);
-    if let Some(e) = r.endpoint.filter(|e| !e.trim().is_empty()) {
-        b = b.endpoint(e);
-    }
-    if let Some(t) = r.token {
-        b = b.token(t);
-    }
-    if let Some(d) = r.cache_dir {
-        b = b.cache_dir(d);
-    }
-    if let Some(d) = r.local_dir {
-        b = b.local_dir(d);
-    }
-    if let Some(o) = r.offline {
-        b = b.offline(o);
-    }
-    if let Some(n) = r.connections {
-        if n == 0 {
-            return Err(Failure::local("connections must be at least 1"));
-        }
-        b = b.connections(n);
-    }
-    if r.force_download {
-        b = b.force_download(true);
-    }
-    if let Some(t) = r.metadata_timeout {
-        let t = Duration::try_from_secs_f64(t)
-            .ok()
-            .filter(|t| !t.is_zero())
-            .ok_or_else(|| Failure::local(format!("etag_timeout must be positive, not {t}")))?;
-        b = b.metadata_timeout(t);
-    }
-    if let Some(n) = r.max_files {
-        if n == 0 {
-            return Err(Failure::local("max_workers must be at least 1"));
-        }
-        b = b.max_files(n);
-    }
-    for (name, value) in &r.headers {
-        b = b.header(name, value).map_err(Failure::local)?;
-    }
-    if let Some(ua) = r.user_agent {
-        if !ua.chars().all(|c| c == '\t' || (' '..='~').contains(&c)) {
-            return Err(Failure::local("the user agent is not a valid header value"));
-        }
-        b = b.user_agent(ua);
-    }
-    b = b.cache_fallback(r.cache_fallback);
-    let remote = match r.remote_cache.filter(|u| !u.is_empty()) {
-        Some(url) => Some(weight_inspect::remote_cache::RemoteCache::open(&url)),
-        None => weight_inspect::remote_cache::RemoteCache::from_env(),
-    };
-    if let Some(remote) = remote {
-        let remote = remote.map_err(Failure::local)?;
-        b = b.remote_cache(Some(remote)).upload(r.upload);
-    }
-    let fetcher = b.build_blocking().map_err(|e| fetch_failure(&e))?;
+    let (repo, selection) = r.target().map_err(|e| fetch_failure(&e))?;
+    let fetcher = r
+        .blocking_fetcher(|b| b.reporter(reporter).cancellation(token))
+        .map_err(|e| fetch_failure(&e))?;
     Ok((fetcher, repo, selection))
 }
 
@@ -461,12 +340,12 @@ fn prepare(
 /// dicts and lists.
 pub fn run<'py>(
     py: Python<'py>,
-    request: Request,
+    request: FetchRequest,
     progress: Option<Py<PyAny>>,
+    dry_run: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let token = CancellationToken::new();
     let queue = Arc::new(Queue::new(token.clone()));
-    let dry_run = request.dry_run;
     let (fetcher, repo, selection) = {
         let (q, t) = (Arc::clone(&queue), token.clone());
         py.detach(move || prepare(request, q, t))?

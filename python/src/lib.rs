@@ -270,64 +270,27 @@ fn check(path: &Path, paths: &[PathBuf]) -> Result<(manifest::CheckReport, Strin
     Ok((report, summary))
 }
 
-/// `wi-fetch REPO[:QUANT] [FILES…]` with its options: the `FetchSummary` as a dict (with
-/// `dry_run`, the `Plan`: nothing downloaded). Releases the GIL while downloading, calls
+/// `wi-fetch REPO[:QUANT] [FILES…]`: `request` is the library's `FetchRequest` as a dict (its
+/// field names; a field left out takes its default, an unknown one is a `TypeError`); the
+/// `FetchSummary` as a dict (with `dry_run`, the `Plan`: nothing downloaded). Releases the GIL while downloading, calls
 /// `progress(event)` about every 100 ms, and stops cleanly on Ctrl-C (see [`mod@download`]).
 #[pyfunction]
-#[pyo3(signature = (repo, *, quant=None, files=Vec::new(), include=Vec::new(), exclude=Vec::new(), revision=None, cache_dir=None, local_dir=None, token=None, offline=None, connections=None, progress=None, endpoint=None, repo_type=None, force_download=false, metadata_timeout=None, max_files=None, headers=Vec::new(), user_agent=None, cache_fallback=false, remote_cache=None, upload=true, dry_run=false))]
-#[allow(clippy::too_many_arguments)]
-fn fetch(
-    py: Python<'_>,
-    repo: String,
-    quant: Option<String>,
-    files: Vec<String>,
-    include: Vec<String>,
-    exclude: Vec<String>,
-    revision: Option<String>,
-    cache_dir: Option<PathBuf>,
-    local_dir: Option<PathBuf>,
-    token: Option<String>,
-    offline: Option<bool>,
-    connections: Option<usize>,
+#[pyo3(signature = (request, *, progress=None, dry_run=false))]
+fn fetch<'py>(
+    py: Python<'py>,
+    request: Bound<'py, pyo3::types::PyDict>,
     progress: Option<Py<PyAny>>,
-    endpoint: Option<String>,
-    repo_type: Option<String>,
-    force_download: bool,
-    metadata_timeout: Option<f64>,
-    max_files: Option<usize>,
-    headers: Vec<(String, String)>,
-    user_agent: Option<String>,
-    cache_fallback: bool,
-    remote_cache: Option<String>,
-    upload: bool,
     dry_run: bool,
-) -> PyResult<Bound<'_, PyAny>> {
-    let repo_type = repo_type.as_deref().map(exact_repo_type).transpose()?;
-    let request = download::Request {
-        repo,
-        quant,
-        files,
-        include,
-        exclude,
-        revision,
-        repo_type,
-        cache_dir,
-        local_dir,
-        token,
-        offline,
-        connections,
-        endpoint,
-        force_download,
-        metadata_timeout,
-        max_files,
-        headers,
-        user_agent,
-        cache_fallback,
-        remote_cache,
-        upload,
-        dry_run,
-    };
-    download::run(py, request, progress)
+) -> PyResult<Bound<'py, PyAny>> {
+    // huggingface_hub's exact names and message for a repository type.
+    if let Some(kind) = request.get_item("repo_type")? {
+        if !kind.is_none() {
+            exact_repo_type(&kind.extract::<String>()?)?;
+        }
+    }
+    let request: weight_inspect::fetch::FetchRequest = pythonize::depythonize(&request)
+        .map_err(|e| pyo3::exceptions::PyTypeError::new_err(format!("fetch request: {e}")))?;
+    download::run(py, request, progress, dry_run)
 }
 
 /// A repository type as huggingface_hub takes it: exactly `model`, `dataset` or `space`

@@ -38,7 +38,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::env::{hf_home_from, EnvLookup};
+use crate::env::EnvLookup;
 use crate::key::{FileKey, PartialPaths};
 use crate::names::{check_repo_id, check_repo_path, etag_kind, is_commit_hash, RepoType};
 use crate::safe_fs::{self, create_dirs_below};
@@ -80,20 +80,10 @@ pub fn default_cache_dir() -> PathBuf {
     cache_dir_from(&|k| std::env::var_os(k))
 }
 
-/// [`default_cache_dir`] with an explicit environment.
+/// [`default_cache_dir`] with an explicit environment (the rule is
+/// [`crate::env::hub_cache_from`]'s).
 pub fn cache_dir_from(env: EnvLookup<'_>) -> PathBuf {
-    for var in ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"] {
-        if let Some(v) = env(var).filter(|v| !v.is_empty()) {
-            let p = PathBuf::from(v);
-            if let Ok(rest) = p.strip_prefix("~") {
-                if let Some(home) = env("HOME").filter(|h| !h.is_empty()) {
-                    return PathBuf::from(home).join(rest);
-                }
-            }
-            return p;
-        }
-    }
-    hf_home_from(env).join("hub")
+    crate::env::hub_cache_from(env)
 }
 
 /// A file found complete on disk.

@@ -70,16 +70,22 @@ pub(crate) enum OnDisk {
 pub(crate) enum Action {
     /// The copy on disk, as it is.
     Cached,
-    /// Download the file.
-    Download {
-        /// A damaged copy to repair (what is wrong with it): a copy of it becomes the partial
-        /// download, whose matching chunks are kept, and the result is renamed over it.
-        repair: Option<String>,
-        /// Reuse nothing on disk, not even a partial download.
-        discard: bool,
-    },
+    /// Download the file, reusing what [`Reuse`] says of what is on disk.
+    Download(Reuse),
     /// Fail the file.
     Refuse(Refusal),
+}
+
+/// What a download reuses of what is on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reuse {
+    /// A partial download of it, when there is one (resumed).
+    Partial,
+    /// A damaged copy (what is wrong with it): a copy of it becomes the partial download,
+    /// whose matching chunks are kept, and the result is renamed over it.
+    Damaged(String),
+    /// Nothing, not even a partial download.
+    Nothing,
 }
 
 /// Why a file fails without a transfer.
@@ -97,10 +103,7 @@ pub(crate) enum Refusal {
 pub(crate) fn decide(on_disk: &OnDisk, mode: Mode) -> Action {
     use Action::{Cached, Download, Refuse};
     match (mode, on_disk) {
-        (Mode::Force, _) => Download {
-            repair: None,
-            discard: true,
-        },
+        (Mode::Force, _) => Download(Reuse::Nothing),
         (Mode::Fetch | Mode::ReadOnly, OnDisk::Sound) => Cached,
         (Mode::ReadOnly, OnDisk::Absent) => Refuse(Refusal::NotCached),
         (Mode::ReadOnly, OnDisk::WrongSize { len, size }) => {
@@ -109,10 +112,7 @@ pub(crate) fn decide(on_disk: &OnDisk, mode: Mode) -> Action {
         (Mode::ReadOnly, OnDisk::Damaged { damage, .. }) => {
             Refuse(Refusal::Damaged(damage.clone()))
         }
-        (Mode::Fetch, OnDisk::Absent | OnDisk::WrongSize { .. }) => Download {
-            repair: None,
-            discard: false,
-        },
+        (Mode::Fetch, OnDisk::Absent | OnDisk::WrongSize { .. }) => Download(Reuse::Partial),
         (
             Mode::Fetch,
             OnDisk::Damaged {
@@ -126,10 +126,7 @@ pub(crate) fn decide(on_disk: &OnDisk, mode: Mode) -> Action {
                 damage,
                 hubs_own_bytes: false,
             },
-        ) => Download {
-            repair: Some(damage.clone()),
-            discard: false,
-        },
+        ) => Download(Reuse::Damaged(damage.clone())),
     }
 }
 
@@ -158,18 +155,9 @@ mod tests {
             damage: "chunk 3 differs".into(),
             hubs_own_bytes,
         };
-        let download = Action::Download {
-            repair: None,
-            discard: false,
-        };
-        let repair = Action::Download {
-            repair: Some("chunk 3 differs".into()),
-            discard: false,
-        };
-        let force = Action::Download {
-            repair: None,
-            discard: true,
-        };
+        let download = Action::Download(Reuse::Partial);
+        let repair = Action::Download(Reuse::Damaged("chunk 3 differs".into()));
+        let force = Action::Download(Reuse::Nothing);
         let short = OnDisk::WrongSize { len: 5, size: 9 };
         let table = [
             // Fetch: a sound copy is used, anything else downloaded or repaired, unless the

@@ -62,15 +62,22 @@
 pub mod blocking;
 mod bucket;
 mod decide;
+mod download;
+mod entry;
 pub(crate) mod error;
+mod expect;
+mod gate;
 mod integrity;
 pub mod lock;
+mod observe;
 mod report;
+mod request;
 mod resolve;
 mod run;
 #[doc(no_inline)]
 use crate::selection;
 mod space;
+mod stale;
 mod verification;
 
 pub use error::{human_bytes, ExitClass, FetchError};
@@ -78,6 +85,7 @@ pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
 pub use report::{
     FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, UploadReport, Witness,
 };
+pub use request::FetchRequest;
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
 pub use verification::Verification;
 

@@ -162,8 +162,8 @@ pub fn cache_root_from(explicit: Option<&Path>, llama_cpp: bool, env: EnvLookup<
         return p.to_path_buf();
     }
     if llama_cpp {
-        if let Some(v) = env("LLAMA_CACHE").filter(|v| !v.is_empty()) {
-            return PathBuf::from(v);
+        if let Some(dir) = crate::env::llama_cache_from(env) {
+            return dir;
         }
     }
     cache_dir_from(env)
@@ -173,20 +173,7 @@ pub fn cache_root_from(explicit: Option<&Path>, llama_cpp: bool, env: EnvLookup<
 /// `$XDG_CACHE_HOME/llama.cpp`, else `~/.cache/llama.cpp` (`~/Library/Caches/llama.cpp` on
 /// macOS).
 pub fn llama_cpp_legacy_dir_from(env: EnvLookup<'_>) -> Option<PathBuf> {
-    if let Some(v) = env("LLAMA_CACHE").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(v));
-    }
-    if cfg!(target_os = "macos") {
-        return env("HOME")
-            .filter(|h| !h.is_empty())
-            .map(|h| PathBuf::from(h).join("Library/Caches/llama.cpp"));
-    }
-    if let Some(x) = env("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(x).join("llama.cpp"));
-    }
-    env("HOME")
-        .filter(|h| !h.is_empty())
-        .map(|h| PathBuf::from(h).join(".cache/llama.cpp"))
+    crate::env::llama_cpp_legacy_dir_from(env)
 }
 
 /// What a repository folder name says: (`model`, `org/name`) for `models--org--name` (see

@@ -346,6 +346,36 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// The bucket (or container) a cloud store's URL names: its host, which must be there.
+fn host<'u>(
+    parsed: &'u url::Url,
+    missing: &str,
+    bad: &dyn Fn(String) -> RemoteCacheError,
+) -> Result<&'u str, RemoteCacheError> {
+    match parsed.host_str() {
+        Some(h) if !h.is_empty() => Ok(h),
+        _ => Err(bad(missing.to_string())),
+    }
+}
+
+/// `builder` with each option given set on it (`set`), its name read as the store's own
+/// configuration key `K`; an unknown one is refused, named (never its value: it may be a
+/// secret).
+fn configured<B, K: std::str::FromStr>(
+    builder: B,
+    options: &[(String, String)],
+    store: &str,
+    bad: &dyn Fn(String) -> RemoteCacheError,
+    set: impl Fn(B, K, String) -> B,
+) -> Result<B, RemoteCacheError> {
+    options.iter().try_fold(builder, |b, (k, v)| {
+        let key: K = k
+            .parse()
+            .map_err(|_| bad(format!("unknown {store} option '{}'", escape(k))))?;
+        Ok(set(b, key, v.clone()))
+    })
+}
+
 /// Whether a key is one of object_store's files being written (`NAME#N`), which its own
 /// listing of a `file://` store passes over.
 fn is_temporary(key: &str) -> bool {
@@ -392,11 +422,8 @@ impl RemoteCache {
         let mut local_root = None;
         let (store, prefix): (Arc<dyn ObjectStore>, &str) = match parsed.scheme() {
             "s3" | "s3a" => {
-                let bucket = parsed.host_str().unwrap_or_default();
-                if bucket.is_empty() {
-                    return Err(bad("no bucket (s3://BUCKET/PREFIX)".into()));
-                }
-                let mut b = object_store::aws::AmazonS3Builder::from_env()
+                let bucket = host(&parsed, "no bucket (s3://BUCKET/PREFIX)", &bad)?;
+                let b = object_store::aws::AmazonS3Builder::from_env()
                     .with_url(format!("s3://{bucket}"))
                     .with_retry(retry())
                     .with_config(
@@ -405,21 +432,16 @@ impl RemoteCache {
                         ),
                         "5s",
                     );
-                let endpoint = std::env::var("AWS_ENDPOINT_URL")
-                    .or_else(|_| std::env::var("AWS_ENDPOINT"))
-                    .unwrap_or_default();
-                for (k, v) in &options {
-                    let key: object_store::aws::AmazonS3ConfigKey = k
-                        .parse()
-                        .map_err(|_| bad(format!("unknown S3 option '{}'", escape(k))))?;
-                    b = b.with_config(key, v.clone());
-                }
+                let mut b = configured(b, &options, "S3", &bad, |b, k, v| b.with_config(k, v))?;
                 let endpoint = options
                     .iter()
                     .find(|(k, _)| {
                         k == "aws_endpoint" || k == "aws_endpoint_url" || k == "endpoint"
                     })
-                    .map_or(endpoint, |(_, v)| v.clone());
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+                    .or_else(|| std::env::var("AWS_ENDPOINT").ok())
+                    .unwrap_or_default();
                 if endpoint.starts_with("http://") {
                     // The endpoint was given explicitly, as plain HTTP: that is the ask.
                     b = b.with_allow_http(true);
@@ -428,36 +450,20 @@ impl RemoteCache {
                 (Arc::new(s3), parsed.path())
             }
             "gs" => {
-                let bucket = parsed.host_str().unwrap_or_default();
-                if bucket.is_empty() {
-                    return Err(bad("no bucket (gs://BUCKET/PREFIX)".into()));
-                }
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                let bucket = host(&parsed, "no bucket (gs://BUCKET/PREFIX)", &bad)?;
+                let b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(format!("gs://{bucket}"))
                     .with_retry(retry());
-                for (k, v) in &options {
-                    let key: object_store::gcp::GoogleConfigKey = k
-                        .parse()
-                        .map_err(|_| bad(format!("unknown GCS option '{}'", escape(k))))?;
-                    b = b.with_config(key, v.clone());
-                }
+                let b = configured(b, &options, "GCS", &bad, |b, k, v| b.with_config(k, v))?;
                 let gcs = b.build().map_err(|e| bad(e.to_string()))?;
                 (Arc::new(gcs), parsed.path())
             }
             "az" | "azure" => {
-                let container = parsed.host_str().unwrap_or_default();
-                if container.is_empty() {
-                    return Err(bad("no container (az://CONTAINER/PREFIX)".into()));
-                }
-                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                let container = host(&parsed, "no container (az://CONTAINER/PREFIX)", &bad)?;
+                let b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_container_name(container)
                     .with_retry(retry());
-                for (k, v) in &options {
-                    let key: object_store::azure::AzureConfigKey = k
-                        .parse()
-                        .map_err(|_| bad(format!("unknown Azure option '{}'", escape(k))))?;
-                    b = b.with_config(key, v.clone());
-                }
+                let b = configured(b, &options, "Azure", &bad, |b, k, v| b.with_config(k, v))?;
                 let az = b.build().map_err(|e| bad(e.to_string()))?;
                 (Arc::new(az), parsed.path())
             }

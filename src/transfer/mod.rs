@@ -244,7 +244,8 @@ impl ExpectedChunks {
 }
 
 /// How much each ranged request of a part asks for (see [`EngineConfig::request_size`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RequestSize {
     /// Half of one connection's share of the bytes still missing (those bytes divided among
     /// the connections at work on the file: a request covers about half the time left, so

@@ -67,7 +67,14 @@ from .hub import (
     hf_hub_download,
     snapshot_download,
 )
-from .types import FetchedFile, FetchSummary, Plan, PlannedFile, ResidencyStats
+from .types import (
+    FetchedFile,
+    FetchRequest,
+    FetchSummary,
+    Plan,
+    PlannedFile,
+    ResidencyStats,
+)
 
 _ml_dtypes: ModuleType | None
 try:  # optional: BF16 and 8-bit float element types
@@ -834,24 +841,23 @@ def fetch(
             return []
         return [v] if isinstance(v, str) else list(v)
 
-    result: FetchSummary | Plan = _native.fetch(
-        repo,
-        quant=quant,
-        files=listed(files),
-        include=listed(include),
-        exclude=listed(exclude),
-        revision=revision,
-        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-        local_dir=None if local_dir is None else os.fspath(local_dir),
-        token=token,
-        offline=offline,
-        connections=connections,
-        progress=progress,
-        endpoint=endpoint,
-        repo_type=repo_type,
-        headers=sorted((headers or {}).items()),
-        remote_cache=remote_cache,
-        upload=upload,
-        dry_run=dry_run,
-    )
+    request: FetchRequest = {
+        "repo": repo,
+        "quant": quant,
+        "files": listed(files),
+        "include": listed(include),
+        "exclude": listed(exclude),
+        "revision": revision,
+        "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+        "local_dir": None if local_dir is None else os.fspath(local_dir),
+        "token": token,
+        "offline": offline,
+        "connections": connections,
+        "endpoint": endpoint,
+        "repo_type": repo_type,
+        "headers": sorted((headers or {}).items()),
+        "remote_cache": remote_cache,
+        "upload": upload,
+    }
+    result: FetchSummary | Plan = _native.fetch(request, progress=progress, dry_run=dry_run)
     return result

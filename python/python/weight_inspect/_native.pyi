@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from os import PathLike
 from typing import Any, TypeAlias, final
 
+from .types import FetchRequest
+
 _Path: TypeAlias = str | PathLike[str]
 
 __all__ = [
@@ -132,34 +134,14 @@ def manifest_check(
 ) -> tuple[dict[str, Any], bool, str]:
     """``(the report, all files match, the tool's summary line)``."""
 def fetch(
-    repo: str,
+    request: FetchRequest,
     *,
-    quant: str | None = None,
-    files: list[str] = ...,
-    include: list[str] = ...,
-    exclude: list[str] = ...,
-    revision: str | None = None,
-    cache_dir: str | None = None,
-    local_dir: str | None = None,
-    token: str | None = None,
-    offline: bool | None = None,
-    connections: int | None = None,
     progress: Callable[[ProgressEvent], Any] | None = None,
-    endpoint: str | None = None,
-    repo_type: str | None = None,
-    force_download: bool = False,
-    metadata_timeout: float | None = None,
-    max_files: int | None = None,
-    headers: list[tuple[str, str]] = ...,
-    user_agent: str | None = None,
-    cache_fallback: bool = False,
-    remote_cache: str | None = None,
-    upload: bool = True,
     dry_run: bool = False,
 ) -> Any:
-    """The fetch summary (``weight_inspect.types.FetchSummary``); with ``dry_run`` the plan
-    (``Plan``),
-    nothing downloaded. ``headers`` go to the Hub's origin only; ``cache_fallback``: when the Hub
+    """The fetch summary (``weight_inspect.types.FetchSummary``) of ``request`` (the library's
+    ``FetchRequest``: an unknown key or a value of the wrong type is a ``TypeError``); with
+    ``dry_run`` the plan (``Plan``), nothing downloaded. ``headers`` go to the Hub's origin only; ``cache_fallback``: when the Hub
     cannot be reached, the cache answers if it holds everything asked for; ``remote_cache`` (default
     ``WI_REMOTE_CACHE``) receives every verified download unless ``upload`` is false. A failure's exception
     has ``reason``: ``repo_not_found``, ``revision_not_found``, ``entry_not_found``, ``gated``,

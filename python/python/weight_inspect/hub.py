@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from . import _native
 from .errors import NetworkError, NotFoundError, WeightInspectError
+from .types import FetchRequest
 
 __all__ = [
     "DryRunError",
@@ -228,21 +229,24 @@ def _offline_env() -> bool:
     return _native.offline_env()
 
 
-def _native_fetch(args: dict[str, Any], **over: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = _native.fetch(**{**args, **over})
+def _native_fetch(args: FetchRequest, dry_run: bool, **over: Any) -> dict[str, Any]:
+    request: FetchRequest = {**args, **over}  # type: ignore[typeddict-item]
+    doc: dict[str, Any] = _native.fetch(request, dry_run=dry_run)
     return doc
 
 
-def _run(args: dict[str, Any], offline: bool, fallback: bool = True) -> dict[str, Any]:
-    """One fetch (or with ``args["dry_run"]`` its plan), failures as the drop-in classes.
+def _run(
+    args: FetchRequest, offline: bool, dry_run: bool, fallback: bool = True
+) -> dict[str, Any]:
+    """One fetch (or with ``dry_run`` its plan), failures as the drop-in classes.
 
     As huggingface_hub: when the Hub cannot be reached the cache answers (``fallback``), only
     when it holds everything asked for; the library decides (``cache_fallback``)."""
     try:
         # Without local_files_only, the library reads HF_HUB_OFFLINE itself.
         if offline:
-            return _native_fetch(args, offline=True)
-        return _native_fetch(args, offline=None, cache_fallback=fallback)
+            return _native_fetch(args, dry_run, offline=True)
+        return _native_fetch(args, dry_run, offline=None, cache_fallback=fallback)
     except WeightInspectError as e:
         new = _translate(e)
         if new is e:
@@ -284,9 +288,8 @@ def _fetch_args(
     max_files: int | None,
     headers: dict[str, str] | None,
     user_agent: str | None,
-    dry_run: bool,
     remote_cache: str | None,
-) -> dict[str, Any]:
+) -> FetchRequest:
     if headers is not None and not isinstance(headers, dict):
         raise TypeError(f"headers must be a dict, not {type(headers).__name__}")
     return {
@@ -299,8 +302,6 @@ def _fetch_args(
         "cache_dir": None if cache_dir is None else os.fspath(Path(cache_dir).expanduser()),
         "local_dir": None if local_dir is None else os.fspath(Path(local_dir).expanduser()),
         "token": _token(token),
-        "connections": None,
-        "progress": None,
         "endpoint": endpoint,
         "repo_type": repo_type,
         "force_download": force_download,
@@ -308,7 +309,6 @@ def _fetch_args(
         "max_files": max_files,
         "headers": sorted((str(k), str(v)) for k, v in (headers or {}).items()),
         "user_agent": user_agent,
-        "dry_run": dry_run,
         "remote_cache": remote_cache,
     }
 
@@ -372,9 +372,9 @@ def hf_hub_download(
     args = _fetch_args(
         repo_id, repo_type, revision, cache_dir, local_dir, token, endpoint, force_download,
         etag_timeout, [filename], [], [], None, headers,
-        _user_agent(library_name, library_version, user_agent), dry_run, remote_cache,
+        _user_agent(library_name, library_version, user_agent), remote_cache,
     )
-    summary = _run(args, local_files_only)
+    summary = _run(args, local_files_only, dry_run)
     if dry_run:
         f = summary["files"][0]
         return DryRunFileInfo(
@@ -477,10 +477,10 @@ def snapshot_download(
     args = _fetch_args(
         repo_id, repo_type, revision, cache_root, local, token, endpoint, force_download,
         etag_timeout, [], include, listed(ignore_patterns), max_workers, headers,
-        _user_agent(library_name, library_version, user_agent), dry_run, remote_cache,
+        _user_agent(library_name, library_version, user_agent), remote_cache,
     )
     try:
-        summary = _run(args, local_files_only, fallback=not dry_run)
+        summary = _run(args, local_files_only, dry_run, fallback=not dry_run)
     except NetworkError as e:
         if not dry_run:
             raise

@@ -11,7 +11,52 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-__all__ = ["FetchSummary", "FetchedFile", "Plan", "PlannedFile", "ResidencyStats"]
+__all__ = ["FetchRequest", "FetchSummary", "FetchedFile", "Plan", "PlannedFile", "ResidencyStats"]
+
+
+class FetchRequest(TypedDict, total=False):
+    """What to fetch and how: the library's one request type (``weight_inspect::fetch::
+    FetchRequest``), which ``wi-fetch``'s command line fills too. Every key is optional (a key
+    left out takes the default; the environment fills what huggingface_hub reads from it);
+    durations are seconds."""
+
+    repo: str
+    repo_type: str | None
+    revision: str | None
+    quant: str | None
+    files: list[str]
+    include: list[str]
+    exclude: list[str]
+    no_mmproj: bool
+    cache_dir: str | None
+    local_dir: str | None
+    endpoint: str | None
+    token: str | None
+    headers: list[tuple[str, str]]
+    user_agent: str | None
+    metadata_timeout: float | None
+    retry_delay: float | None
+    retry_max_delay: float | None
+    offline: bool | None
+    cache_fallback: bool
+    force_download: bool
+    connections: int | None
+    max_connections: int | None
+    max_files: int | None
+    chunk_size: int | None
+    request_size: str | None
+    stall_timeout: float | None
+    lock_timeout: float | None
+    verify: bool
+    verify_level: str | None
+    manifest: str | None
+    sidecars: bool
+    ensure_manifests: bool
+    check_only: bool
+    strict: bool
+    remote_cache: str | None
+    upload: bool
+    upload_cached: bool
 
 
 class FetchedFile(TypedDict):

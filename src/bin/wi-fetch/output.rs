@@ -1,0 +1,228 @@
+//! What `wi-fetch` prints when it is done: the local paths or the JSON summary on stdout, the
+//! summary line of each repository on stderr, and a dry run's plan.
+
+use super::*;
+
+/// Prints the local paths (or the JSON summary: one object, or an array under a lock file) and
+/// the summary lines.
+pub(super) fn print_summaries(
+    summaries: &[FetchSummary],
+    json: bool,
+    show: bool,
+) -> Result<(), Failure> {
+    write_stdout(|out| {
+        if json {
+            let s = match summaries {
+                [one] => serde_json::to_string_pretty(one),
+                many => serde_json::to_string_pretty(many),
+            }
+            .map_err(io::Error::other)?;
+            writeln!(out, "{s}")
+        } else {
+            for f in summaries.iter().flat_map(|s| &s.files) {
+                writeln!(out, "{}", escape(&f.local_path.to_string_lossy()))?;
+            }
+            Ok(())
+        }
+    })?;
+    if show {
+        for s in summaries {
+            print_summary(s);
+        }
+    }
+    Ok(())
+}
+
+/// Writes to stdout with `f`, then flushes: a write that fails (a full disk) is an error (exit
+/// 1) naming stdout; a closed pipe (`wi-fetch … | head -1`) just ends the output.
+pub(super) fn write_stdout(
+    f: impl FnOnce(&mut io::StdoutLock<'_>) -> io::Result<()>,
+) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    match f(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err((format!("cannot write the output to stdout: {e}"), 1)),
+    }
+}
+
+pub(super) fn print_plan(plan: &Plan, json: bool, show: bool) -> Result<(), Failure> {
+    write_stdout(|out| {
+        if json {
+            let s = serde_json::to_string_pretty(plan).map_err(io::Error::other)?;
+            writeln!(out, "{s}")
+        } else {
+            for f in &plan.files {
+                let state = if f.cached {
+                    "cached".to_string()
+                } else if f.partial_bytes > 0 {
+                    format!("partial {}", human_bytes(f.partial_bytes))
+                } else {
+                    "fetch".to_string()
+                };
+                writeln!(out, "{}\t{}\t{}", escape(&f.path), f.size, state)?;
+            }
+            Ok(())
+        }
+    })?;
+    if show {
+        if let Some(n) = &plan.notice {
+            eprintln!("wi-fetch: note: {}", escape(n));
+        }
+        if let Some(w) = &plan.witness {
+            eprintln!("wi-fetch: note: {}", escape(&w.message));
+        }
+        for r in &plan.refused {
+            eprintln!(
+                "wi-fetch: note: left out '{}' of the listing: {}",
+                escape(&r.path),
+                escape(&r.reason)
+            );
+        }
+        eprintln!(
+            "wi-fetch: {} at {} → commit {}: {} file(s), {}; {} cached, {} to fetch (dry run: nothing downloaded)",
+            plan.repo,
+            escape(&plan.revision),
+            short(&plan.commit),
+            plan.files.len(),
+            human_bytes(plan.total_bytes()),
+            human_bytes(plan.cached_bytes()),
+            human_bytes(plan.bytes_to_fetch()),
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+pub(super) fn print_summary(s: &FetchSummary) {
+    // The notice (if any) was shown when it came, as a reporter event.
+    let fetched = s.files.len() - s.cached_count();
+    let secs = s.elapsed.as_secs_f64().max(1e-3);
+    let mut line = format!(
+        "wi-fetch: {} at {} ({}): {} file(s), {}",
+        s.repo,
+        escape(&s.revision),
+        short(&s.commit),
+        s.files.len(),
+        human_bytes(s.total_bytes())
+    );
+    if fetched > 0 {
+        line.push_str(&format!(
+            "; fetched {} ({}) in {:.1}s at {}/s",
+            fetched,
+            human_bytes(s.transferred()),
+            secs,
+            human_bytes((s.transferred() as f64 / secs) as u64),
+        ));
+        // Where the bytes came from: the remote cache (named), the Hub for the rest.
+        let reads: Vec<&weight_inspect::fetch::RemoteRead> = s
+            .files
+            .iter()
+            .filter_map(|f| f.remote_read.as_ref())
+            .filter(|r| r.bytes > 0)
+            .collect();
+        if let Some(first) = reads.first() {
+            let from_remote: u64 = reads.iter().map(|r| r.bytes).sum();
+            let from_hub = s.transferred().saturating_sub(from_remote);
+            line.push_str(&format!(
+                ", {} of it from the remote cache {}",
+                human_bytes(from_remote),
+                first.store()
+            ));
+            if from_hub > 0 {
+                line.push_str(&format!(" and {} from the Hub", human_bytes(from_hub)));
+            }
+        } else {
+            line.push_str(" from the Hub");
+        }
+        // Worth a word only when more than one connection was used at once.
+        if s.connections.peak > 1 {
+            line.push_str(&format!(
+                " over {:.1} connection(s) on average ({} at most; count {})",
+                s.connections.mean,
+                s.connections.peak,
+                s.connection_path.describe()
+            ));
+        }
+        if s.files_at_once.peak > 1 {
+            line.push_str(&format!(
+                ", {} file(s) at once at most ({:.1} on average)",
+                s.files_at_once.peak, s.files_at_once.mean
+            ));
+        }
+    }
+    if s.cached_count() > 0 {
+        line.push_str(&format!(
+            "; {} already in the local cache",
+            s.cached_count()
+        ));
+    }
+    // Bytes kept on disk: what an earlier run left, and the good part of a damaged copy
+    // (there may have been no earlier run).
+    let kept = s.kept_from_damaged();
+    if s.resumed() > kept {
+        line.push_str(&format!(
+            "; resumed {} from an earlier run",
+            human_bytes(s.resumed() - kept)
+        ));
+    }
+    if kept > 0 {
+        line.push_str(&format!(
+            "; kept {} of the damaged copy (its chunks that still matched)",
+            human_bytes(kept)
+        ));
+    }
+    if s.refetched() > 0 {
+        line.push_str(&format!(
+            "; re-fetched {} after faults",
+            human_bytes(s.refetched())
+        ));
+    }
+    // Chunks wrong in the bucket are the bucket's, not the network's.
+    let in_bucket = s.bucket_damaged_chunks();
+    let on_the_way = s.corrupt_copies().saturating_sub(u64::from(in_bucket));
+    if on_the_way > 0 {
+        line.push_str(&format!(
+            "; {} corrupt cop{} of chunks thrown away (each unlike the others: corrupted on the way)",
+            on_the_way,
+            if on_the_way == 1 { "y" } else { "ies" }
+        ));
+    }
+    if in_bucket > 0 {
+        line.push_str(&format!(
+            "; {in_bucket} chunk(s) wrong in the remote cache, fetched from the Hub instead"
+        ));
+    }
+
+    if s.splits() > 0 {
+        line.push_str(&format!(
+            "; {} slow range(s) split between connections",
+            s.splits()
+        ));
+    }
+    let causes = s.retry_causes();
+    if causes.total() > 0 {
+        line.push_str(&format!(
+            "; {} retries ({})",
+            causes.total(),
+            causes.describe()
+        ));
+    }
+    let (n, ok) = s.verified();
+    if n > 0 {
+        line.push_str(&format!("; verification: {ok}/{n} model file(s) valid"));
+    } else {
+        line.push_str("; no model file to verify");
+    }
+    eprintln!("{line}");
+    for f in &s.files {
+        if let Some(v) = f.verification.as_ref().filter(|v| v.covered_by.is_none()) {
+            for w in &v.warnings {
+                eprintln!("wi-fetch: warning: {}: {}", escape(&f.path), escape(w));
+            }
+        }
+    }
+}
