@@ -90,14 +90,62 @@ def test_bf16_slices_equal_safetensors(path: Path) -> None:
 
 @pytest.mark.parametrize(
     "index",
-    [(slice(-1, None),), (slice(0, 2), slice(1, -1)), (slice(-3, -1), slice(None, -2)), (slice(0, 9),)],
+    [(slice(-1, None),), (slice(0, 2), slice(1, -1)), (slice(-2, -1), slice(None, -2)), (slice(1, 0),)],
     ids=repr,
 )
-def test_negative_and_open_ranges_follow_python(path: Path, index) -> None:
-    # safetensors 0.8 refuses these (an OverflowError for a negative bound, an error for a
-    # bound past the end); Python's rules apply here, as NumPy applies them.
+def test_negative_bounds_count_from_the_end(path: Path, index) -> None:
+    # safetensors 0.8 raises OverflowError for a negative bound (SystemError for a start past
+    # the stop); here a negative bound counts from the end, as a negative integer does.
     with wi.safe_open(path, "np") as f:
         np.testing.assert_array_equal(f.get_slice("a")[index], ARRAYS["a"][index])
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        (slice(0, 3),),
+        (slice(2, None),),
+        (slice(None), slice(None), slice(1, 5)),
+        (2,),
+        (0, 3),
+        (Ellipsis, 4),
+        (slice(None, None, 2), slice(0, 4)),
+        [1],
+        (0, 0, 0, 0),
+        (Ellipsis, 0, 0, 0, 0),
+        (-3,),
+        (0, -4),
+        (1.5,),
+        (0, 1 << 40),
+        (slice(None, None, 0),),
+        ([],),
+        (Ellipsis, Ellipsis),
+    ],
+    ids=repr,
+)
+def test_refusals_are_safetensors_own(path: Path, index) -> None:
+    """Out of range (a stop past the end is refused, not clipped), too many indexes, a
+    non-empty list: the same class (safetensors' own) and the same message."""
+    with safetensors.safe_open(str(path), "np") as ref, wi.safe_open(path, "np") as f:
+        with pytest.raises(safetensors.SafetensorError) as want:
+            ref.get_slice("a")[index]
+        with pytest.raises(safetensors.SafetensorError) as got:
+            f.get_slice("a")[index]
+        assert str(got.value) == str(want.value)
+        assert isinstance(got.value, wi.SafetensorError) and got.value.exit_code == 1
+
+
+def test_empty_list_and_negative_bound_refusals(path: Path) -> None:
+    with safetensors.safe_open(str(path), "np") as ref, wi.safe_open(path, "np") as f:
+        want, got = ref.get_slice("c")[[]], f.get_slice("c")[[]]
+        assert got.shape == want.shape == (0, 6) and got.dtype == want.dtype
+        with pytest.raises(safetensors.SafetensorError, match="Invalid index -3 for dimension 0 of size 2"):
+            f.get_slice("a")[-3:]
+        with pytest.raises(TypeError):  # as safetensors: a bound must be an integer
+            f.get_slice("a")[1.0:2]
+    # `:` over an axis of size 0 is the empty array (safetensors refuses it).
+    with wi.safe_open(path, "np") as f:
+        assert f.get_slice("z")[:].shape == (0, 3) and f.get_slice("z")[...].shape == (0, 3)
 
 
 @pytest.mark.parametrize(
@@ -144,16 +192,72 @@ def test_closed_handles_and_frameworks(path: Path, tmp_path: Path) -> None:
     with pytest.raises(wi.SafetensorError, match="File is closed"):
         f.get_tensor("c")
     np.testing.assert_array_equal(kept, ARRAYS["c"])  # a view outlives its handle
-    for fw in ("pt", "tf", "jax", "flax", "mlx", "foo"):
+    for fw in ("pt", "tf", "jax", "flax", "mlx"):
         with pytest.raises(wi.SafetensorError, match="not supported") as e:
             wi.safe_open(path, framework=fw)
         # What works, and what a PyTorch user does today.
         assert "'numpy'" in str(e.value) and "torch.from_numpy" in str(e.value)
+    # A framework safetensors does not know: its message, before the file is looked at.
+    for where in (path, tmp_path / "nope.safetensors"):
+        with pytest.raises(safetensors.SafetensorError, match="^framework foo is invalid$"):
+            safetensors.safe_open(str(where), "foo")
+        with pytest.raises(safetensors.SafetensorError, match="^framework foo is invalid$"):
+            wi.safe_open(where, "foo")
     assert wi.safe_open(path, framework="numpy").keys() == sorted(ARRAYS)
-    with pytest.raises(FileNotFoundError):
-        safetensors.safe_open(str(tmp_path / "nope.safetensors"), "np")
-    with pytest.raises(FileNotFoundError):
-        wi.safe_open(tmp_path / "nope.safetensors", "np")
+    assert wi.safe_open(path, framework="np", device=None).keys() == sorted(ARRAYS)
+    # A missing file: FileNotFoundError with safetensors' message, whatever the framework.
+    nope = tmp_path / "nope.safetensors"
+    for fw in ("np", "pt"):
+        with pytest.raises(FileNotFoundError) as want:
+            safetensors.safe_open(str(nope), fw)
+        with pytest.raises(FileNotFoundError) as got:
+            wi.safe_open(nope, fw)
+        assert str(got.value) == str(want.value) == f"No such file or directory: {nope}"
+        assert isinstance(got.value, wi.MissingFileError)
+
+
+def test_backends_get_tensors_and_handles(path: Path) -> None:
+    """safetensors 0.8's ``backend`` (``"mmap"``, ``"pread"``: the same views here),
+    ``get_tensors()`` and the private ``_safe_open_handle`` used by its tests."""
+    with safetensors.safe_open(str(path), "np") as ref:
+        want = ref.get_tensors()
+    for backend in ("mmap", "pread"):
+        with wi.safe_open(path, "np", backend=backend) as f:
+            got = f.get_tensors()
+            assert list(got) == list(want) == f.offset_keys()
+            for k in want:
+                assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), k
+                assert not got[k].flags.writeable
+    for bad in ("nope", "MMAP"):
+        with pytest.raises(safetensors.SafetensorError) as want_e:
+            safetensors.safe_open(str(path), "np", backend=bad)
+        with pytest.raises(safetensors.SafetensorError) as got_e:
+            wi.safe_open(path, "np", backend=bad)
+        assert str(got_e.value) == str(want_e.value)
+    with open(path, "rb") as handle:
+        with wi._safe_open_handle(handle, framework="np") as f:
+            assert f.keys() == sorted(ARRAYS)
+    with pytest.raises(AttributeError):
+        wi._safe_open_handle(object(), framework="np")
+
+
+def test_errors_are_safetensors_own_class(path: Path, tmp_path: Path) -> None:
+    """Code written for safetensors catches ours: ``except safetensors.SafetensorError``."""
+    assert issubclass(wi.SafetensorError, safetensors.SafetensorError)
+    assert issubclass(wi.SafetensorError, wi.LocalError)
+    with wi.safe_open(path, "np") as f:
+        with pytest.raises(safetensors.SafetensorError, match="File does not contain tensor nope"):
+            f.get_tensor("nope")
+        with pytest.raises(safetensors.SafetensorError):
+            f.get_slice("a")[0, 0, 0, 0]
+    with pytest.raises(safetensors.SafetensorError, match="File is closed"):
+        f.keys()
+    with pytest.raises(safetensors.SafetensorError):
+        wi.safe_open(_size_mismatch(tmp_path), "np")
+    # wi.open() is not safetensors' API: its failures are ours alone.
+    with pytest.raises(wi.LocalError) as e:
+        wi.open(_size_mismatch(tmp_path))
+    assert not isinstance(e.value, safetensors.SafetensorError)
 
 
 def test_a_view_is_read_only(path: Path) -> None:
@@ -206,11 +310,11 @@ def test_an_invalid_file_is_refused_as_safetensors_refuses_it(path: Path, tmp_pa
         assert kept and kept < set(ARRAYS)
 
 
-def test_the_readme_says_the_drop_in_is_numpy_only() -> None:
+def test_the_readme_says_the_drop_in_is_numpy_only(tmp_path: Path) -> None:
     """Where ``safe_open`` is called a drop-in, the README says it is for NumPy only: ``"pt"``
     is refused."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     claim = readme.index("a drop-in `safe_open`")
     assert "NumPy only" in readme[claim : claim + 120], readme[claim : claim + 120]
     with pytest.raises(wi.SafetensorError, match="not supported"):
-        wi.safe_open(Path(__file__), framework="pt")
+        wi.safe_open(_size_mismatch(tmp_path), framework="pt", lax=True)

@@ -33,7 +33,9 @@ does; :attr:`TensorInfo.file_shape` keeps the file's own order.
 
 from __future__ import annotations
 
+import json
 import logging
+import operator
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ from .errors import (
     Interrupted,
     LocalError,
     MissingFileError,
+    MissingSafetensorError,
     MissingTensorError,
     NetworkError,
     NotFoundError,
@@ -87,6 +90,7 @@ __version__: str = _native.__version__
 _logger = logging.getLogger(__name__)
 
 __all__ = [
+    "SAFETENSORS_VERSION",
     "DryRunError",
     "DryRunFileInfo",
     "EntryNotFoundError",
@@ -99,6 +103,7 @@ __all__ = [
     "LocalEntryNotFoundError",
     "LocalError",
     "MissingFileError",
+    "MissingSafetensorError",
     "MissingTensorError",
     "Model",
     "NetworkError",
@@ -438,12 +443,25 @@ def open(path: PathLike, *, lax: bool = False, max_resident: int | str | None = 
     return Model(_native.open(os.fspath(path), lax=lax, max_resident=max_resident))
 
 
+#: The safetensors release whose ``safe_open`` (NumPy) :func:`safe_open` is a drop-in for: that
+#: release's own NumPy tests pass with it in place (``python/tests/test_safetensors_suite.py``).
+SAFETENSORS_VERSION = "0.8.0"
+
+# safetensors' framework names (``framework ... is invalid`` otherwise); NumPy's are served.
+_FRAMEWORKS = ("pt", "torch", "pytorch", "np", "numpy", "tf", "tensorflow", "jax", "flax", "mlx", "paddle")
+_NUMPY_FRAMEWORKS = ("np", "numpy")
+_BACKENDS = ("mmap", "pread")
+_I32 = 1 << 31
+
+
 class SafeSlice:
     """What :meth:`safe_open.get_slice` returns, as ``safetensors``' ``PySafeSlice``.
 
-    Indexing takes integers, slices with a positive step, and one ``...``, as safetensors does;
-    slice bounds follow Python's rules (negative bounds count from the end, bounds past the end
-    are clipped; safetensors refuses some of these). The result is a read-only view of the map.
+    Indexing takes what safetensors takes (integers, slices with a positive step, one ``...``,
+    and an empty list, which selects nothing on the first axis), refuses what it refuses with
+    its :class:`SafetensorError` and message (a bound past the end of its axis among them), and
+    in addition lets a negative slice bound count from the end, as a negative integer does (see
+    :class:`safe_open` for every difference). The result is a read-only view of the map.
     """
 
     def __init__(self, handle: safe_open, name: str) -> None:
@@ -468,97 +486,174 @@ class SafeSlice:
         return f"SafeSlice({self._name!r}, {self._info.dtype}, {list(self._info.shape)})"
 
 
+def _bound(value: Any) -> int | None:
+    """A slice's start, stop or step as an integer (``TypeError`` otherwise, as safetensors)."""
+    return None if value is None else operator.index(value)
+
+
+def _resolve(bound: int | None, axis: int, shape: tuple[int, ...]) -> int | None:
+    """A negative bound or index counted from the end of its axis, as safetensors counts a
+    negative integer (``Invalid index`` when still negative)."""
+    if bound is None or bound >= 0:
+        return bound
+    size = shape[axis] if axis < len(shape) else 0
+    if size + bound < 0:
+        raise SafetensorError(f"Invalid index {bound} for dimension {axis} of size {size}")
+    return size + bound
+
+
 def _check_index(index: Any, info: TensorInfo) -> tuple[Any, ...]:
-    """The index as a tuple NumPy applies to the view, after safetensors' checks."""
-    items = index if isinstance(index, tuple) else (index,)
+    """The index as a tuple NumPy applies to the view, after safetensors 0.8's checks, in its
+    order and with its messages (``parse_indexers``, then ``slice_byte_ranges``)."""
     shape = info.shape
-    out: list[Any] = []
-    ellipses = 0
-    for i, it in enumerate(items):
-        if it is Ellipsis:
-            ellipses += 1
-            if ellipses > 1:
-                raise SafetensorError("Only one ellipsis (...) is allowed in slice index")
-            out.append(it)
-        elif isinstance(it, slice):
-            for part in (it.start, it.stop, it.step):
-                if part is not None and not isinstance(part, (int, np.integer)):
-                    raise SafetensorError(
-                        f"Unsupported slice index at position {i}: slice bounds must be integers"
-                    )
-            if it.step is not None and it.step <= 0:
-                raise SafetensorError(f"Slice step must be a positive integer, got {it.step}")
-            out.append(it)
-        elif isinstance(it, (int, np.integer)):
-            out.append(int(it))
-        else:
-            raise SafetensorError(
-                f"Unsupported slice index at position {i}: expected slice, int, or ellipsis"
-            )
-    explicit = len(out) - ellipses
-    if explicit > len(shape):
-        raise SafetensorError(
-            f"Error during slicing {index!r} with shape {list(shape)}: "
-            "more slicing indexes than dimensions in tensor"
-        )
-    # Which axis each item indexes (those after an ellipsis count from the end).
-    if ellipses:
-        at = out.index(Ellipsis)
-        axes = list(range(at)) + [-1] + list(range(len(shape) - (len(out) - at - 1), len(shape)))
+    if isinstance(index, list):
+        if index:
+            raise SafetensorError("Non empty lists are not implemented")
+        items: list[Any] = [slice(0, 0)]  # an empty selection on the first axis
+    elif isinstance(index, tuple):
+        items = list(index)
     else:
-        axes = list(range(len(out)))
-    for it, axis in zip(out, axes):
+        items = [index]
+    ellipses = sum(1 for it in items if it is Ellipsis)
+    if ellipses > 1:
+        raise SafetensorError("Only one ellipsis (...) is allowed in slice index")
+    expansion = max(len(shape) - (len(items) - ellipses), 0)
+    # Each axis indexed: an int, or (start, stop, step) with None for an open bound.
+    parsed: list[int | tuple[int | None, int | None, int]] = []
+    for it in items:
+        axis = len(parsed)
         if it is Ellipsis:
-            continue
-        size = shape[axis]
-        if isinstance(it, int) and not -size <= it < size:
-            raise SafetensorError(f"Invalid index {it} for dimension {axis} of size {size}")
-        if axis >= info.indexable_dims and not (isinstance(it, slice) and it == slice(None)):
+            parsed.extend([(None, None, 1)] * expansion)
+        elif isinstance(it, slice):
+            start, stop, step = _bound(it.start), _bound(it.stop), _bound(it.step)
+            step = 1 if step is None else step
+            if step <= 0:
+                raise SafetensorError(f"Slice step must be a positive integer, got {step}")
+            parsed.append((_resolve(start, axis, shape), _resolve(stop, axis, shape), step))
+        else:
+            try:
+                n = operator.index(it)
+            except TypeError:
+                n = None
+            if n is None or not -_I32 <= n < _I32:  # safetensors takes an i32
+                raise SafetensorError(
+                    f"Unsupported slice index at position {axis}: expected slice, int, or ellipsis"
+                )
+            resolved = _resolve(n, axis, shape)
+            assert resolved is not None
+            parsed.append(resolved)
+
+    def shown(p: int | tuple[int | None, int | None, int]) -> str:
+        if isinstance(p, int):
+            return str(p)
+        start, stop, step = ("" if b is None else str(b) for b in p)
+        return f"{start}:{stop}" if p[2] == 1 else f"{start}:{stop}:{step}"
+
+    def refuse(why: str) -> SafetensorError:
+        listed = ", ".join(shown(p) for p in parsed)
+        return SafetensorError(f"Error during slicing [{listed}] with shape {list(shape)}: {why}")
+
+    if len(parsed) > len(shape):
+        raise refuse("more slicing indexes than dimensions in tensor")
+    # safetensors checks the axes from the last one.
+    for axis in reversed(range(len(parsed))):
+        p, size = parsed[axis], shape[axis]
+        if isinstance(p, int):
+            start, stop = p, p + 1
+        elif p[0] is None and p[1] is None:
+            continue  # `:` is never out of range (safetensors refuses it on an empty axis)
+        else:
+            start, stop = p[0] or 0, size if p[1] is None else p[1]
+        if start >= size or stop > size:
+            asked = start if start >= size else stop - 1
+            raise refuse(f"index {asked} out of bounds for tensor dimension #{axis} of size {size}")
+    key: list[int | slice] = []
+    for axis, p in enumerate(parsed):
+        if isinstance(p, int):
+            key.append(p)
+        else:
+            key.append(slice(*p))
+        if axis >= info.indexable_dims and p != (None, None, 1):
             raise SafetensorError(
                 f"tensor '{info.name}' is {info.dtype}, stored as raw bytes: "
                 f"only its first {info.indexable_dims} dimension(s) can be indexed"
             )
-    if ellipses and info.indexable_dims < len(shape):
-        # `...` must not stretch over the raw axes of the array: spell the axes out.
-        at = out.index(Ellipsis)
-        before, after = out[:at], out[at + 1 :]
-        fill = [slice(None)] * (len(shape) - len(before) - len(after))
-        out = before + fill + after
-    return tuple(out)
+    return tuple(key)
 
 
 class safe_open:
-    """A drop-in for ``safetensors.safe_open(filename, framework="np")``.
+    """A drop-in for ``safetensors.safe_open(filename, framework="np")`` of safetensors
+    :data:`SAFETENSORS_VERSION` (its own NumPy tests pass with this in its place).
 
     ``keys()`` (sorted), ``offset_keys()`` (in data order), ``metadata()`` (``None`` without a
-    ``__metadata__`` entry), ``get_tensor(name)``, ``get_slice(name)`` and the context
-    manager behave as safetensors' do; arrays are read-only views of the memory map instead of
-    copies. Only ``framework="np"`` (or ``"numpy"``) and ``device="cpu"`` are supported. Any
-    model :func:`open` reads is accepted (a GGUF too). Errors where safetensors raises
-    ``SafetensorError`` raise :data:`SafetensorError` (:class:`LocalError`): an invalid file
-    (truncated, a size that does not match a shape, …) among them, unless ``lax=True`` (as for
-    :func:`open`); a missing tensor :class:`MissingTensorError`, a missing file
-    :class:`MissingFileError` (a ``FileNotFoundError``, as safetensors raises). For PyTorch,
-    ``torch.from_numpy(f.get_tensor(name))`` shares the array's memory.
+    ``__metadata__`` entry), ``get_tensor(name)``, ``get_tensors()`` (every tensor, in data
+    order), ``get_slice(name)`` and the context manager behave as safetensors' do. Only
+    ``framework="np"`` (or ``"numpy"``) and ``device="cpu"`` (or ``None``) are served; another of
+    safetensors' frameworks is refused once the file is found, an unknown one at once
+    (``framework foo is invalid``). ``backend`` is ``"mmap"`` (the default) or ``"pread"``, as in
+    safetensors (another raises :class:`SafetensorError`); both give the same read-only views of
+    the map (to bound the memory a whole model's tensors take, use :func:`open` with
+    ``max_resident``). Any model :func:`open` reads is accepted (a GGUF too).
+
+    Errors: a missing file raises :class:`MissingFileError` (a ``FileNotFoundError``,
+    ``No such file or directory: PATH``, as safetensors raises); every other failure raises
+    :class:`SafetensorError`, which is also safetensors' ``SafetensorError`` when safetensors is
+    installed: an invalid file (truncated, a size that does not match a shape, …) unless
+    ``lax=True`` (as for :func:`open`), a closed file (``File is closed``), an index refused with
+    safetensors' message, and a missing tensor (:class:`MissingSafetensorError`, also a
+    :class:`MissingTensorError` and a ``KeyError``: ``File does not contain tensor NAME``).
+
+    What differs from safetensors, deliberately: arrays are read-only views of the memory map,
+    not copies (writing raises ``ValueError``; ``np.array(x)`` copies); a negative slice bound
+    counts from the end as a negative integer does (safetensors raises ``OverflowError``); a
+    start past the stop gives an empty axis (safetensors raises ``SystemError``); ``:`` or
+    ``...`` over an axis of size 0 gives the empty array (safetensors refuses it); NumPy only.
+    For PyTorch, ``torch.from_numpy(f.get_tensor(name))`` shares the array's memory.
     """
 
     def __init__(
         self,
         filename: PathLike,
         framework: str = "np",
-        device: str = "cpu",
+        device: str | None = "cpu",
         *,
+        backend: str = "mmap",
         lax: bool = False,
     ) -> None:
-        if framework not in ("np", "numpy"):
+        self._opened: Model | None = None
+        # safetensors reads its arguments first, then opens the file, then refuses a device.
+        if not isinstance(framework, str):
+            raise TypeError(f"framework must be a str, not {type(framework).__name__}")
+        if framework not in _FRAMEWORKS:
+            raise SafetensorError(f"framework {framework} is invalid")
+        if not isinstance(backend, str):
+            raise TypeError(f"backend must be a str, not {type(backend).__name__}")
+        if backend not in _BACKENDS:
+            raise SafetensorError(
+                f'backend {json.dumps(backend)} is invalid (expected one of: "mmap", "pread")'
+            )
+        path = os.fspath(filename)
+        try:
+            model = open(path, lax=lax)
+        except MissingFileError:
+            if not os.path.exists(path):
+                raise MissingFileError(f"No such file or directory: {path}") from None
+            raise  # a shard an index names, for instance
+        except LocalError as e:
+            if isinstance(e, SafetensorError):  # pragma: no cover - open() raises LocalError
+                raise
+            raise SafetensorError(str(e)) from e
+        if framework not in _NUMPY_FRAMEWORKS:
+            model.close()
             raise SafetensorError(
                 f"framework {framework!r} is not supported by weight_inspect.safe_open: "
                 "'np' and 'numpy' are (NumPy arrays, views of the file); for PyTorch, "
                 "torch.from_numpy(f.get_tensor(name)) shares the same memory without a copy"
             )
-        if device != "cpu":
-            raise SafetensorError(f"device {device!r} is not supported: only 'cpu' is")
-        self._opened: Model | None = open(filename, lax=lax)
+        if device not in (None, "cpu"):
+            model.close()
+            raise SafetensorError(f"Device {device} is not supported for framework numpy")
+        self._opened = model
 
     def _model(self) -> Model:
         if self._opened is None:
@@ -588,13 +683,19 @@ class safe_open:
         """The tensor ``name`` (a read-only view of the map)."""
         m = self._model()
         if name not in m._tensors:
-            raise MissingTensorError(f"File does not contain tensor {name}")
+            raise MissingSafetensorError(f"File does not contain tensor {name}")
         return m.tensor(name)
+
+    def get_tensors(self) -> dict[str, np.ndarray]:
+        """Every tensor, by name, in the order of their data (``offset_keys()``), as
+        safetensors' ``get_tensors()``: read-only views of the map."""
+        m = self._model()
+        return {name: m.tensor(name) for name in m._open().offset_names()}
 
     def get_slice(self, name: str) -> SafeSlice:
         """A lazily indexed tensor: ``get_slice(name)[0, 1:3]``."""
         if name not in self._model()._tensors:
-            raise MissingTensorError(f"File does not contain tensor {name}")
+            raise MissingSafetensorError(f"File does not contain tensor {name}")
         return SafeSlice(self, name)
 
     def __enter__(self) -> Self:
@@ -604,6 +705,23 @@ class safe_open:
         if self._opened is not None:
             self._opened.close()
         self._opened = None
+
+
+class _safe_open_handle(safe_open):
+    """safetensors' (private) ``_safe_open_handle(f, framework, device)``: :class:`safe_open`
+    on the file an open file object names (``f.name``; it must have a ``fileno``, as there)."""
+
+    def __init__(
+        self,
+        f: Any,
+        framework: str = "np",
+        device: str | None = "cpu",
+        *,
+        backend: str = "mmap",
+        lax: bool = False,
+    ) -> None:
+        f.fileno  # noqa: B018 - an AttributeError without one, as safetensors
+        super().__init__(os.fspath(f.name), framework, device, backend=backend, lax=lax)
 
 
 def get_tensor(url: str, name: str) -> np.ndarray:

@@ -15,6 +15,7 @@ __all__ = [
     "Interrupted",
     "LocalError",
     "MissingFileError",
+    "MissingSafetensorError",
     "MissingTensorError",
     "NetworkError",
     "NotFoundError",
@@ -90,7 +91,27 @@ class MissingTensorError(LocalError, KeyError):
     :class:`KeyError`."""
 
 
-#: What :func:`weight_inspect.safe_open` raises where ``safetensors.safe_open`` raises
-#: ``SafetensorError`` (a missing tensor, an index it refuses, a closed file, an unknown
-#: framework): code written for safetensors can catch ``weight_inspect.SafetensorError``.
-SafetensorError = LocalError
+def _safetensors_bases() -> tuple[type[BaseException], ...]:
+    """``(LocalError,)``, with safetensors' ``SafetensorError`` after it when safetensors is
+    importable (any failure to import it leaves it out: the drop-in works without it)."""
+    try:
+        from safetensors import SafetensorError as theirs
+    except Exception:  # noqa: BLE001  # pragma: no cover - safetensors is installed in the tests
+        return (LocalError,)
+    if isinstance(theirs, type) and issubclass(theirs, Exception):
+        return (LocalError, theirs)
+    return (LocalError,)  # pragma: no cover - a module named safetensors that is not it
+
+
+class SafetensorError(*_safetensors_bases()):  # type: ignore[misc]
+    """What :func:`weight_inspect.safe_open` raises where ``safetensors.safe_open`` raises
+    ``SafetensorError`` (an index it refuses, a closed file, an invalid file, an unknown
+    framework or backend): a :class:`LocalError` and, when safetensors is installed, also
+    safetensors' own ``SafetensorError``, so that ``except safetensors.SafetensorError`` catches
+    it unchanged. The message is safetensors' where safetensors has one for the failure."""
+
+
+class MissingSafetensorError(MissingTensorError, SafetensorError):
+    """A tensor name the file does not have, from :func:`weight_inspect.safe_open`: a
+    :class:`SafetensorError` (as safetensors raises) that is also a :class:`MissingTensorError`
+    (a ``KeyError``)."""
