@@ -51,8 +51,8 @@ impl Input {
                  these files beside the checkout; on your clone this test is ignored"
             }
             Input::Python => {
-                "needs WI_PYTHON, a Python with huggingface_hub, gguf, safetensors, numpy, \
-                 jsonschema and model-signing (docs/developing.md says how; .ci/run sets it)"
+                "needs WI_PYTHON, a Python with huggingface_hub, gguf, safetensors, jsonschema \
+                 and model-signing (see docs/developing.md; .ci/run sets it)"
             }
             Input::MiniLm => {
                 "needs the real all-MiniLM-L6-v2 checkpoint: `bash \
