@@ -3,75 +3,10 @@
 
 use std::fs;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::support::manifest::{model_dir, run, stdout, CHUNK};
 use crate::support::sha256_hex;
-use testkit::gguf::{Fill, GgufWriter};
-use testkit::safetensors::StWriter;
 use weight_inspect::manifest::{self, CreateOptions, FileVerdict, Manifest};
-
-const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
-const CHUNK: u64 = 64 << 10;
-
-/// `weight-inspect ARGS PATHS…`.
-pub(crate) fn run(args: &[&str], paths: &[&Path]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .args(paths)
-        .output()
-        .expect("run weight-inspect")
-}
-
-pub(crate) fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-pub(crate) fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A small GGUF of three tensors over several 64 KiB chunks.
-pub(crate) fn small_gguf() -> Vec<u8> {
-    GgufWriter::new()
-        .arch("llama")
-        .tensor("token_embd.weight", 0, &[256, 256])
-        .tensor("blk.0.attn_q.weight", 0, &[128, 64])
-        .tensor("output.weight", 0, &[64, 64])
-        .fill(Fill::Pattern)
-        .build()
-}
-
-/// A model folder: a GGUF of several 64 KiB chunks, a sharded safetensors checkpoint (two
-/// shards and an index) in a subfolder, a text file.
-fn model_dir() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    let m = d.path().join("model");
-    fs::create_dir_all(m.join("st")).unwrap();
-    fs::write(m.join("m.gguf"), small_gguf()).unwrap();
-    for (i, name) in [
-        "st/model-00001-of-00002.safetensors",
-        "st/model-00002-of-00002.safetensors",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let data: Vec<u8> = (0..40_000u32)
-            .map(|x| (x as usize * (i + 3) % 251) as u8)
-            .collect();
-        StWriter::new()
-            .tensor(&format!("w{i}"), "U8", &[40_000], &data)
-            .write(&m.join(name))
-            .unwrap();
-    }
-    fs::write(
-        m.join("st/model.safetensors.index.json"),
-        r#"{"metadata": {}, "weight_map": {"w0": "model-00001-of-00002.safetensors", "w1": "model-00002-of-00002.safetensors"}}"#,
-    )
-    .unwrap();
-    fs::write(m.join("README.md"), b"# a model\n").unwrap();
-    (d, m)
-}
 
 /// A manifest made from a folder names every file relative to it, with the file's and every
 /// chunk's SHA-256 and every tensor's; and `check` finds them all matching.
@@ -281,34 +216,4 @@ fn files_bring_their_parts_and_cache_snapshots_their_source() {
         (s.repo.as_str(), s.commit.as_str()),
         ("org/name", commit.as_str())
     );
-}
-
-/// Every manifest written validates against the JSON Schema in the repository (with Python's
-/// `jsonschema`, which `.ci/run` installs).
-#[test]
-#[cfg_attr(
-    not(wi_python),
-    ignore = "needs WI_PYTHON, a Python with jsonschema (.ci/run sets it)"
-)]
-fn manifests_validate_against_the_schema() {
-    let python = crate::support::required_env("WI_PYTHON");
-    let (d, dir) = model_dir();
-    let man = d.path().join("m.json");
-    let m = manifest::create(&[dir], &CreateOptions::default().with_chunk_size(CHUNK)).unwrap();
-    fs::write(&man, m.to_json()).unwrap();
-    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/manifest.schema.json");
-    let script = "import json, sys, jsonschema\n\
-                  schema = json.load(open(sys.argv[1]))\n\
-                  jsonschema.Draft202012Validator.check_schema(schema)\n\
-                  jsonschema.validate(json.load(open(sys.argv[2])), schema, cls=jsonschema.Draft202012Validator)\n\
-                  bad = json.load(open(sys.argv[2])); bad['files'][0]['path'] = '../x'\n\
-                  try:\n    jsonschema.validate(bad, schema, cls=jsonschema.Draft202012Validator)\n    sys.exit(3)\n\
-                  except jsonschema.ValidationError:\n    pass\n";
-    let o = Command::new(python)
-        .args(["-c", script])
-        .arg(&schema)
-        .arg(&man)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -3,24 +3,17 @@
 //! upstream is gone. mock-hub's counters judge what reached the upstream.
 
 use std::net::TcpListener;
-use std::path::Path;
 
 use futures::StreamExt as _;
 use serde_json::Value;
 
 use crate::serve::{client, Server};
 use crate::support::cli::{demo_file, hub_builder, run, start, Sandbox, REPO};
+use crate::support::serve::{lying_upstream, mirror};
 
 const MODEL: &str = "tinyllama-q4_k_m.gguf";
 const OTHER: &str = "tinyllama-f16.gguf";
 const PULLED: (&str, &str) = ("test/pulled", "weights.bin");
-
-fn mirror(hub_url: &str, cache: &Path, more: &[&str], envs: &[(&str, &str)]) -> Server {
-    let cache = cache.to_str().unwrap();
-    let mut args = vec!["--upstream", hub_url, "--cache-dir", cache];
-    args.extend_from_slice(more);
-    Server::start_with(&[], &args, envs)
-}
 
 /// `wi-fetch REPO FILE` with `HF_ENDPOINT` at the mirror, in a fresh sandbox.
 fn fetch_through(hub: &mock_server::MockHub, mirror: &Server, file: &str) -> std::process::Output {
@@ -510,60 +503,6 @@ fn empty_and_small_files_and_odd_paths() {
     });
 }
 
-/// An upstream that lies about one file's size in its tree listing (1,000 bytes fewer than its
-/// `HEAD` says): a proxy in front of mock-hub, rewriting the tree API's answers.
-async fn lying_upstream(hub_url: String, path: &'static str) -> String {
-    use axum::body::Body;
-    use axum::http::{Request, Response};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let forward = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .build()
-        .unwrap();
-    let app = axum::Router::new().fallback(move |req: Request<Body>| {
-        let (forward, hub_url) = (forward.clone(), hub_url.clone());
-        async move {
-            let uri = req.uri().clone();
-            let target = format!(
-                "{hub_url}{}",
-                uri.path_and_query().map_or("/", |p| p.as_str())
-            );
-            let mut out = forward.request(req.method().clone(), &target);
-            for (k, v) in req.headers() {
-                if k != "host" {
-                    out = out.header(k, v);
-                }
-            }
-            let r = out.send().await.unwrap();
-            let mut resp = Response::builder().status(r.status());
-            for (k, v) in r.headers() {
-                if k != "content-length" && k != "transfer-encoding" {
-                    resp = resp.header(k, v);
-                }
-            }
-            let mut body = r.bytes().await.unwrap().to_vec();
-            if uri.path().contains("/tree/") {
-                let mut listing: Value = serde_json::from_slice(&body).unwrap();
-                for e in listing.as_array_mut().unwrap() {
-                    if e["path"] == path {
-                        let size = e["size"].as_u64().unwrap() - 1000;
-                        e["size"] = size.into();
-                        if e.get("lfs").is_some() {
-                            e["lfs"]["size"] = size.into();
-                        }
-                    }
-                }
-                body = serde_json::to_vec(&listing).unwrap();
-            }
-            resp.body(Body::from(body)).unwrap()
-        }
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
 /// The upstream's listing says a file is 1,000 bytes shorter than its `HEAD` does: the mirror
 /// answers 502 naming the disagreement, never a complete answer of the listed length under the
 /// whole file's ETag (which huggingface_hub would store as that blob), and commits nothing
@@ -586,37 +525,6 @@ fn a_size_lie_is_a_502_never_a_short_complete_file() {
             }
         }
     });
-}
-
-/// The victim of a size lie, the real huggingface_hub pointed at the mirror: it fails, and its
-/// cache holds no blob under a SHA-256 name whose bytes are other than that (before the 502 it
-/// stored the short body as the whole file's blob).
-#[test]
-#[cfg_attr(
-    not(wi_python),
-    ignore = "needs WI_PYTHON, a Python with huggingface_hub (.ci/run sets it)"
-)]
-fn huggingface_hub_behind_a_size_lie_keeps_no_wrong_blob() {
-    let hub = start(hub_builder());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let upstream = rt.block_on(lying_upstream(hub.url(), MODEL));
-    let cache = tempfile::tempdir().unwrap();
-    let m = mirror(&upstream, cache.path(), &[], &[]);
-    let hf = tempfile::tempdir().unwrap();
-    let o = crate::support::hf_hub_download(&m.base, hf.path(), REPO, MODEL);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "huggingface_hub got a file: {err}");
-    assert!(err.contains("502"), "the mirror's 502 reached it: {err}");
-    let bad = crate::support::misnamed_blobs(hf.path());
-    assert!(
-        bad.is_empty(),
-        "blobs whose bytes are not their name: {bad:?}"
-    );
-    // The file beside it, which the upstream does not lie about, is fetched whole.
-    let o = crate::support::hf_hub_download(&m.base, hf.path(), REPO, OTHER);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let path = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    assert!(std::fs::read(path).unwrap() == demo_file(OTHER));
 }
 
 /// Through a mirror whose upstream went away, a model it does not hold: the error names the

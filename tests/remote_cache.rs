@@ -9,37 +9,11 @@ use serde_json::Value;
 use weight_inspect::manifest::Manifest;
 
 use crate::support::cli::*;
+use crate::support::remote_cache::{fetch_uploading, json, killed_mid_upload};
 use crate::support::sha256_hex;
 
 fn file_url(dir: &Path) -> String {
     format!("file://{}", dir.display())
-}
-
-fn json(o: &std::process::Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
-}
-
-/// `wi-fetch REPO tinyllama-q8_0.gguf --json --remote-cache URL [extra…]` in `sb`, with `env`
-/// completing its environment; it must exit 0. Its output, and the file's `upload` report
-/// (`Null` without one).
-fn fetch_uploading(
-    sb: &Sandbox,
-    hub: &mock_server::MockHub,
-    url: &str,
-    extra: &[&str],
-    env: impl FnOnce(&mut std::process::Command),
-) -> (std::process::Output, Value) {
-    let mut c = sb.cmd(hub);
-    env(&mut c);
-    c.args([REPO, "tinyllama-q8_0.gguf", "--json", "--remote-cache", url])
-        .args(extra);
-    let o = run(c);
-    expect_code(&o, 0);
-    let up = json(&o)["files"][0]
-        .get("upload")
-        .cloned()
-        .unwrap_or(Value::Null);
-    (o, up)
 }
 
 /// Every object below `root`, as keys.
@@ -181,107 +155,6 @@ fn bad_remote_cache_urls_are_refused_up_front() {
         assert!(!e.contains("s3cr3t"), "{e}");
     }
     assert!(!sb.cache().exists(), "nothing fetched");
-}
-
-/// Against a real S3-compatible server (Garage, on loopback): the first node fills the bucket,
-/// the second reads every byte from it (none from the Hub) and sends nothing; a node with a
-/// wrong secret still gets its download from the Hub, and the failure names the bucket, never
-/// the secret; with the bucket stopped, the Hub serves the file and the fetch succeeds.
-#[test]
-#[cfg_attr(
-    not(wi_garage),
-    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
-)]
-fn garage_is_filled_once_and_credentials_stay_secret() {
-    use crate::support::garage::{Garage, BUCKET};
-    let garage = Garage::start();
-    let endpoint = garage.endpoint.clone();
-    let hub = start(hub_builder());
-    let file = "tinyllama-q8_0.gguf";
-    let size = demo_file(file).len() as u64;
-    let url = format!("s3://{BUCKET}/team/models");
-
-    let sb = Sandbox::new();
-    let (o, up) = fetch_uploading(&sb, &hub, &url, &[], |c| garage.env(c));
-    assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
-    assert_eq!(up["bytes"], size);
-
-    // Cold fleet: the next node gets every byte from the bucket, none from the Hub.
-    let sb2 = Sandbox::new();
-    hub.reset_stats();
-    let (o, up) = fetch_uploading(&sb2, &hub, &url, &[], |c| garage.env(c));
-    assert_eq!(
-        (up["outcome"].as_str(), up["bytes"].as_u64()),
-        (Some("already_there"), Some(0))
-    );
-    assert_eq!(hub.stats().file(REPO, file).bytes_sent, 0);
-    assert_eq!(json(&o)["files"][0]["remote_read"]["bytes"], size);
-
-    // A wrong secret: the bucket is named, never the secret, and the Hub serves the file.
-    let sb3 = Sandbox::new();
-    hub.reset_stats();
-    let (o, up) = fetch_uploading(&sb3, &hub, &url, &[], |c| {
-        garage.env_with(c, "not-the-secret-0123456789")
-    });
-    assert_eq!(up["outcome"], "failed", "{up}");
-    let all = format!("{}{}", stdout(&o), stderr(&o));
-    assert!(all.contains(&format!("s3://{BUCKET}/team/models")), "{all}");
-    assert!(!all.contains("not-the-secret"), "{all}");
-    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
-    assert!(json(&o)["files"][0].get("remote_read").is_none(), "{all}");
-
-    // The bucket stopped: the download is the Hub's, exit 0, the bucket named in a notice.
-    drop(garage);
-    let sb4 = Sandbox::new();
-    hub.reset_stats();
-    let mut c = sb4.cmd(&hub);
-    c.env("AWS_ACCESS_KEY_ID", crate::support::garage::KEY_ID)
-        .env("AWS_SECRET_ACCESS_KEY", crate::support::garage::SECRET)
-        .env("AWS_REGION", "garage")
-        .env("AWS_ENDPOINT_URL", &endpoint)
-        .args([REPO, file, "--json", "--remote-cache", &url]);
-    let o = run(c);
-    expect_code(&o, 0);
-    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
-    assert!(
-        stderr(&o).contains(&format!("s3://{BUCKET}/team/models")),
-        "{}",
-        stderr(&o)
-    );
-}
-
-/// A bucket that does not exist (Garage answers `NoSuchBucket`): the fetch succeeds, and says
-/// once, not per file, that the bucket does not exist and how to create it.
-#[test]
-#[cfg_attr(
-    not(wi_garage),
-    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
-)]
-fn a_bucket_that_does_not_exist_is_said_once_with_how_to_create_it() {
-    use crate::support::garage::Garage;
-    let garage = Garage::start();
-    let hub = start(hub_builder());
-    let url = "s3://no-such-bucket/team";
-    let sb = Sandbox::new();
-    let mut c = sb.cmd(&hub);
-    garage.env(&mut c);
-    c.args([
-        REPO,
-        "tinyllama-q8_0.gguf",
-        "tinyllama-f16.gguf",
-        "--remote-cache",
-        url,
-    ]);
-    let o = run(c);
-    expect_code(&o, 0);
-    let e = stderr(&o);
-    assert_eq!(
-        e.matches("the bucket 'no-such-bucket' of the remote cache s3://no-such-bucket/team does not exist")
-            .count(),
-        1,
-        "{e}"
-    );
-    assert_eq!(e.matches("aws s3 mb s3://no-such-bucket").count(), 1, "{e}");
 }
 
 /// `wi-fetch cache push` fills the bucket from a warm cache without the Hub: every file
@@ -679,92 +552,11 @@ fn cache_pull_and_verify_move_and_check_the_buckets_copies() {
     );
 }
 
-/// A node killed mid-upload: the upload is cut (its future dropped, as a kill leaves it: no
-/// abort, no completion) once its first part was handed to the store. No reader ever takes the
-/// half object — the blob, its manifest and its index entry are not there — and the next
-/// node's upload completes it, sound.
-async fn killed_mid_upload(cache: &weight_inspect::remote_cache::RemoteCache) {
-    use weight_inspect::manifest::{ManifestFile, Sha256Hex};
-    use weight_inspect::names::RepoType;
-    use weight_inspect::remote_cache::{BlobCheck, Lookup, Upload, Uploaded};
-    let bytes = crate::support::data(40 << 20, 7);
-    let size = bytes.len() as u64;
-    let dir = tempfile::tempdir().unwrap();
-    let local = dir.path().join("model.bin");
-    fs::write(&local, &bytes).unwrap();
-    let sha: Sha256Hex = sha256_hex(&bytes).parse().unwrap();
-    let chunk = 16usize << 20;
-    let manifest = ManifestFile {
-        path: "model.bin".into(),
-        size,
-        sha256: sha,
-        chunk_size: chunk as u64,
-        chunks: bytes
-            .chunks(chunk)
-            .map(|c| Sha256Hex(crate::support::sha256(c)))
-            .collect(),
-        model: None,
-        tensors: Vec::new(),
-    };
-    let (commit, etag) = ("a".repeat(40), sha.to_string());
-    let up = Upload {
-        repo_type: RepoType::Model,
-        repo_id: "org/name",
-        commit: &commit,
-        revision: "main",
-        path: "model.bin",
-        etag: &etag,
-        local: &local,
-        manifest: &manifest,
-        replace: false,
-        index: true,
-    };
-    let first_part = tokio::sync::Notify::new();
-    let progress = |_: u64| first_part.notify_one();
-    tokio::select! {
-        biased;
-        () = first_part.notified() => {}
-        r = cache.upload(&up, &progress) => panic!("the upload ended before it was cut: {r:?}"),
-    }
-    assert!(
-        matches!(
-            cache.lookup(&sha, size).await.unwrap(),
-            Lookup::Missing { damaged: None }
-        ),
-        "no blob visible after the kill"
-    );
-    let entry = cache.index_entry(RepoType::Model, "org/name", &commit, "model.bin");
-    assert!(entry.await.unwrap().is_none(), "no index entry");
-    let done = cache.upload(&up, &|_| {}).await.unwrap();
-    assert_eq!(done, Uploaded::Sent { bytes: size });
-    assert_eq!(
-        cache.check(&sha, size, &|_| {}).await.unwrap(),
-        BlobCheck::Sound { chunks: 3 }
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_upload_leaves_nothing_a_reader_takes() {
     let bucket = tempfile::tempdir().unwrap();
     let cache = weight_inspect::remote_cache::RemoteCache::open(&file_url(bucket.path())).unwrap();
     killed_mid_upload(&cache).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(wi_garage),
-    ignore = "needs Garage: WI_GARAGE=path/to/garage (see .ci/run)"
-)]
-async fn a_node_killed_mid_upload_leaves_nothing_in_garage() {
-    use crate::support::garage::{Garage, BUCKET};
-    let garage = tokio::task::spawn_blocking(Garage::start).await.unwrap();
-    let cache = weight_inspect::remote_cache::RemoteCache::open_with_options(
-        &format!("s3://{BUCKET}/killed"),
-        garage.options(),
-    )
-    .unwrap();
-    killed_mid_upload(&cache).await;
-    drop(garage);
 }
 
 /// Every object below `root` with its bytes and modification time: a write of the same bytes

@@ -1,97 +1,20 @@
 //! `weight-inspect serve` and `weight-inspect get`: verified tensors over HTTP, against the
 //! bytes of the file served; and a client that refuses bytes that do not match their digest.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 
 use serde_json::Value;
 
 use crate::support::cli::demo_root;
+pub(crate) use crate::support::serve::{client, get_json, Server};
 use crate::support::sha256_hex;
 
 const EXE: &str = env!("CARGO_BIN_EXE_weight-inspect");
 const MODEL: &str = "tinyllama-q8_0.gguf";
 
-/// A running `weight-inspect serve`, stopped when dropped.
-pub(crate) struct Server {
-    child: Child,
-    pub base: String,
-}
-
-impl Server {
-    /// Serves `paths` on a free loopback port; ready once it says where it listens.
-    fn start(paths: &[&Path]) -> Server {
-        Server::start_with(paths, &[], &[])
-    }
-
-    /// Serves `paths` with more arguments and environment variables.
-    pub fn start_with(paths: &[&Path], args: &[&str], envs: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(EXE)
-            .arg("serve")
-            .args(paths)
-            .args(["--addr", "127.0.0.1:0"])
-            .args(args)
-            .env_remove("HF_TOKEN")
-            .env_remove("HF_ENDPOINT")
-            .env("HF_HOME", "/nonexistent/weight-inspect-test-home")
-            .envs(envs.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("the server said where it listens before it ended")
-                .unwrap();
-            if let Some(addr) = line.strip_prefix("weight-inspect: listening on ") {
-                break addr.to_string();
-            }
-        };
-        // Keep reading its stderr so that it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, base }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// The server's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn model_path() -> PathBuf {
     demo_root().join(crate::support::cli::REPO).join(MODEL)
-}
-
-pub(crate) fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
-
-/// The JSON body of `GET url`.
-pub(crate) async fn get_json(url: &str) -> Value {
-    let body = client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{url}: {e}"))
 }
 
 /// The model's report and one tensor of it (the largest), with the file's bytes.

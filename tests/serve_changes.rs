@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::serve::{client, get_json, Server};
-use crate::support::cli::{demo_file, demo_root, hub_builder, run, start, Sandbox, REPO};
+use crate::support::cli::{demo_file, demo_root, hub_builder, start, REPO};
+use crate::support::serve::filled_cache;
 use crate::support::sha256_hex;
 
 const MODEL: &str = "tinyllama-q8_0.gguf";
@@ -183,28 +184,12 @@ async fn a_head_computes_nothing_it_does_not_send() {
     assert_eq!(r.headers()["content-digest"], digest, "remembered");
 }
 
-/// A cache filled by `wi-fetch` from the mock Hub (the model and its saved listing).
-fn filled_cache() -> (Sandbox, PathBuf) {
-    let hub = start(hub_builder());
-    let filled = Sandbox::new();
-    let mut c = filled.cmd(&hub);
-    c.arg(REPO).arg(MODEL);
-    let o = run(c);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let blob = filled
-        .cache()
-        .join("models--demo--TinyLlama-GGUF/blobs")
-        .join(sha256_hex(&demo_file(MODEL)));
-    assert!(blob.is_file());
-    (filled, blob)
-}
-
 /// A blob of the served cache truncated in place: listed at the size recorded when it was
 /// verified, and not served (500 naming it), whole, in part or its `HEAD` — never a short file
 /// under its old ETag.
 #[test]
 fn a_damaged_blob_is_not_served_as_it_is() {
-    let (filled, blob) = filled_cache();
+    let (filled, blob) = filled_cache(MODEL);
     let size = demo_file(MODEL).len() as u64;
     let s = Server::start_with(&[&filled.cache()], &[], &[]);
     let url = s.url(&format!("/{REPO}/resolve/main/{MODEL}"));
@@ -287,7 +272,7 @@ fn a_damaged_blob_is_fetched_again_through_the_upstream() {
 /// and its size appears nowhere.
 #[test]
 fn a_blob_replaced_by_a_link_is_refused_alike() {
-    let (filled, blob) = filled_cache();
+    let (filled, blob) = filled_cache(MODEL);
     let elsewhere = tempfile::tempdir().unwrap();
     let secret = elsewhere.path().join("secret");
     std::fs::write(&secret, vec![9u8; 12_345]).unwrap();
@@ -383,53 +368,4 @@ async fn a_manifest_given_is_what_tensors_are_checked_against() {
             );
         }
     }
-}
-
-/// The victim of a damaged blob, the real huggingface_hub pointed at the mirror: without an
-/// upstream it fails and keeps nothing under the blob's name; through pull-through it gets the
-/// whole, right file (before, it stored the short copy under the SHA-256 name).
-#[test]
-#[cfg_attr(
-    not(wi_python),
-    ignore = "needs WI_PYTHON, a Python with huggingface_hub (.ci/run sets it)"
-)]
-fn huggingface_hub_never_takes_a_damaged_blob() {
-    let (filled, blob) = filled_cache();
-    let want = demo_file(MODEL);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&blob)
-        .unwrap()
-        .set_len(want.len() as u64 - 1000)
-        .unwrap();
-    let s = Server::start_with(&[&filled.cache()], &[], &[]);
-    let hf = tempfile::tempdir().unwrap();
-    let o = crate::support::hf_hub_download(&s.base, hf.path(), REPO, MODEL);
-    assert!(!o.status.success(), "huggingface_hub got the damaged blob");
-    let bad = crate::support::misnamed_blobs(hf.path());
-    assert!(
-        bad.is_empty(),
-        "blobs whose bytes are not their name: {bad:?}"
-    );
-    drop(s);
-
-    let hub = start(hub_builder());
-    let s = Server::start_with(
-        &[],
-        &[
-            "--upstream",
-            &hub.url(),
-            "--cache-dir",
-            filled.cache().to_str().unwrap(),
-        ],
-        &[],
-    );
-    let o = crate::support::hf_hub_download(&s.base, hf.path(), REPO, MODEL);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let path = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    assert!(
-        std::fs::read(path).unwrap() == want,
-        "the whole, right file"
-    );
-    assert!(crate::support::misnamed_blobs(hf.path()).is_empty());
 }

@@ -1,6 +1,6 @@
 """Shared helpers of the Python tests: where the real files are, and how optional inputs are
-treated (as the Rust tests treat them, see build.rs: skipped with the reason when absent, a
-failure in CI, which provides them)."""
+treated (as the Rust tests treat them, see tests/support/optional.rs: skipped with the reason
+when absent, a failure in CI, which provides them)."""
 
 from __future__ import annotations
 

@@ -206,3 +206,23 @@ pub fn cache_cmd(sb: &Sandbox, hub: &mock_server::MockHub, args: &[&str]) -> std
         .stdin(std::process::Stdio::null());
     c
 }
+
+/// The repository `cache_id` of a `wi-fetch cache ls --json` listing.
+pub fn repo_json<'a>(ls: &'a serde_json::Value, cache_id: &str) -> &'a serde_json::Value {
+    ls["repos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["cache_id"] == cache_id)
+        .unwrap_or_else(|| panic!("{cache_id} not listed: {ls}"))
+}
+
+/// The revision `commit` of a repository of a `wi-fetch cache ls --json` listing.
+pub fn revision<'a>(repo: &'a serde_json::Value, commit: &str) -> &'a serde_json::Value {
+    repo["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["commit"] == commit)
+        .unwrap_or_else(|| panic!("{commit} not listed: {repo}"))
+}

@@ -1,17 +1,24 @@
-//! Shared test helpers: paths of optional inputs, and measuring a child process. The
-//! fixture writers are the workspace's `testkit` crate.
+//! Shared test helpers of the two integration-test binaries (`tests/tests.rs` and
+//! `tests/optional/main.rs`): running the binaries, servers and fixtures, the optional inputs
+//! and their harness ([`optional`]), and measuring a child process. The fixture writers are the
+//! workspace's `testkit` crate.
 #![allow(dead_code)]
 
 pub mod cli;
 pub mod garage;
+pub mod manifest;
+pub mod optional;
+pub mod remote_cache;
+pub mod serve;
+pub mod transfer;
 
 use std::path::PathBuf;
 
 /// `../shared/data` beside the repository, where CI keeps real files written by other tools.
-/// Tests that read it are marked `#[cfg_attr(not(wi_shared_data), ignore = …)]` (see
-/// `build.rs`), so they only run where it exists, or in CI, where its absence fails them.
+/// The tests that read it are optional tests ([`optional::Input::SharedData`]): they run where
+/// it exists, show as ignored elsewhere, and fail in CI without it.
 pub fn shared_data() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+    let dir = optional::shared_data_dir();
     assert!(
         dir.is_dir(),
         "{} (shared test data) is missing: CI provides it beside the checkout",
@@ -20,9 +27,9 @@ pub fn shared_data() -> PathBuf {
     dir
 }
 
-/// An optional test input named by an environment variable (`WI_PYTHON`, `WI_MINILM`, …).
-/// Tests that need one are marked `#[cfg_attr(not(wi_…), ignore = …)]` (see `build.rs`), so they
-/// only run where it is set, or in CI, where `.ci/run` sets every one and its absence fails them.
+/// An optional test input named by an environment variable (`WI_PYTHON`, `WI_GARAGE`, …). The
+/// tests that need one are optional tests ([`optional::Input`]): they run where it is set, show
+/// as ignored elsewhere, and fail in CI (where `.ci/run` sets every one) without it.
 pub fn required_env(var: &str) -> String {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => v,

@@ -1,0 +1,111 @@
+//! The remote cache against a real S3-compatible server: Garage (`WI_GARAGE`), on loopback.
+
+use crate::support::cli::{
+    demo_file, expect_code, hub_builder, run, start, stderr, stdout, Sandbox, REPO,
+};
+use crate::support::remote_cache::{fetch_uploading, json, killed_mid_upload};
+
+/// Against a real S3-compatible server (Garage, on loopback): the first node fills the bucket,
+/// the second reads every byte from it (none from the Hub) and sends nothing; a node with a
+/// wrong secret still gets its download from the Hub, and the failure names the bucket, never
+/// the secret; with the bucket stopped, the Hub serves the file and the fetch succeeds.
+pub fn garage_is_filled_once_and_credentials_stay_secret() {
+    use crate::support::garage::{Garage, BUCKET};
+    let garage = Garage::start();
+    let endpoint = garage.endpoint.clone();
+    let hub = start(hub_builder());
+    let file = "tinyllama-q8_0.gguf";
+    let size = demo_file(file).len() as u64;
+    let url = format!("s3://{BUCKET}/team/models");
+
+    let sb = Sandbox::new();
+    let (o, up) = fetch_uploading(&sb, &hub, &url, &[], |c| garage.env(c));
+    assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
+    assert_eq!(up["bytes"], size);
+
+    // Cold fleet: the next node gets every byte from the bucket, none from the Hub.
+    let sb2 = Sandbox::new();
+    hub.reset_stats();
+    let (o, up) = fetch_uploading(&sb2, &hub, &url, &[], |c| garage.env(c));
+    assert_eq!(
+        (up["outcome"].as_str(), up["bytes"].as_u64()),
+        (Some("already_there"), Some(0))
+    );
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, 0);
+    assert_eq!(json(&o)["files"][0]["remote_read"]["bytes"], size);
+
+    // A wrong secret: the bucket is named, never the secret, and the Hub serves the file.
+    let sb3 = Sandbox::new();
+    hub.reset_stats();
+    let (o, up) = fetch_uploading(&sb3, &hub, &url, &[], |c| {
+        garage.env_with(c, "not-the-secret-0123456789")
+    });
+    assert_eq!(up["outcome"], "failed", "{up}");
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(all.contains(&format!("s3://{BUCKET}/team/models")), "{all}");
+    assert!(!all.contains("not-the-secret"), "{all}");
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
+    assert!(json(&o)["files"][0].get("remote_read").is_none(), "{all}");
+
+    // The bucket stopped: the download is the Hub's, exit 0, the bucket named in a notice.
+    drop(garage);
+    let sb4 = Sandbox::new();
+    hub.reset_stats();
+    let mut c = sb4.cmd(&hub);
+    c.env("AWS_ACCESS_KEY_ID", crate::support::garage::KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", crate::support::garage::SECRET)
+        .env("AWS_REGION", "garage")
+        .env("AWS_ENDPOINT_URL", &endpoint)
+        .args([REPO, file, "--json", "--remote-cache", &url]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert_eq!(hub.stats().file(REPO, file).bytes_sent, size);
+    assert!(
+        stderr(&o).contains(&format!("s3://{BUCKET}/team/models")),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A bucket that does not exist (Garage answers `NoSuchBucket`): the fetch succeeds, and says
+/// once, not per file, that the bucket does not exist and how to create it.
+pub fn a_bucket_that_does_not_exist_is_said_once_with_how_to_create_it() {
+    use crate::support::garage::Garage;
+    let garage = Garage::start();
+    let hub = start(hub_builder());
+    let url = "s3://no-such-bucket/team";
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    garage.env(&mut c);
+    c.args([
+        REPO,
+        "tinyllama-q8_0.gguf",
+        "tinyllama-f16.gguf",
+        "--remote-cache",
+        url,
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let e = stderr(&o);
+    assert_eq!(
+        e.matches("the bucket 'no-such-bucket' of the remote cache s3://no-such-bucket/team does not exist")
+            .count(),
+        1,
+        "{e}"
+    );
+    assert_eq!(e.matches("aws s3 mb s3://no-such-bucket").count(), 1, "{e}");
+}
+
+pub fn a_node_killed_mid_upload_leaves_nothing_in_garage() {
+    crate::block_on(async {
+        use crate::support::garage::{Garage, BUCKET};
+        let garage = tokio::task::spawn_blocking(Garage::start).await.unwrap();
+        let cache = weight_inspect::remote_cache::RemoteCache::open_with_options(
+            &format!("s3://{BUCKET}/killed"),
+            garage.options(),
+        )
+        .unwrap();
+        killed_mid_upload(&cache).await;
+        drop(garage);
+    })
+}
