@@ -17,8 +17,8 @@
 //!   SHA-256, so that a damaged file says where it is damaged.
 //! - [`remote`] inspects a model on the Hub without downloading it: its headers are read with
 //!   HTTP range requests and parsed as a local file's.
-//! - [`hub`], [`cache`], [`transfer`] and [`fetch`] download files from the Hub; [`net`],
-//!   [`names`], [`env`](mod@env) and [`safe_fs`] are what they share: the HTTP rules (credentials to
+//! - [`hub`], [`cache`] and [`fetch`] (over its `transfer` engine) download files from the
+//!   Hub; `net`, [`names`], [`env`](mod@env) and `safe_fs` (internal) are what they share: the HTTP rules (credentials to
 //!   their own origin only, transient failures by type), the checks on names that come from
 //!   servers and files, huggingface_hub's environment variables, and files written in shared
 //!   folders without following planted links.
@@ -60,17 +60,38 @@
 //! Downloading is asynchronous ([`fetch`]); a blocking wrapper exists for callers without
 //! a runtime. See the `wi-fetch` binary for a complete client.
 
+/// Declares a module that is internal: crate-private, except with the feature `test-util`, where
+/// the integration tests reach into it (the engine's tests, a recording retry clock). What a
+/// program needs of it is re-exported where it belongs ([`fetch`], [`cache`]).
+macro_rules! internal {
+    ($(#[$attr:meta])* mod $name:ident;) => {
+        $(#[$attr])*
+        #[cfg(feature = "test-util")]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "test-util"))]
+        pub(crate) mod $name;
+    };
+}
+
 // The network-free core (always built).
 pub mod cache;
 pub mod env;
 pub mod exit;
 pub mod format;
-pub mod key;
+internal! {
+    /// A file's identity in the cache and where its download's files go (re-exported in
+    /// [`cache`]).
+    mod key;
+}
 pub mod manifest;
 pub mod metrics;
 pub mod names;
 pub mod progress;
-pub mod safe_fs;
+internal! {
+    /// Files in shared folders, opened without following links; advisory locks.
+    mod safe_fs;
+}
 pub mod selection;
 #[cfg(feature = "otlp")]
 pub mod telemetry;
@@ -84,16 +105,24 @@ pub mod fetch;
 pub mod hub;
 #[cfg(feature = "net")]
 pub mod manage;
-#[cfg(feature = "net")]
-pub mod net;
+internal! {
+    /// HTTP plumbing: retries and their clock, headers, redirects (the types a caller names are
+    /// re-exported in [`fetch`]).
+    #[cfg(feature = "net")]
+    mod net;
+}
 #[cfg(feature = "net")]
 pub mod remote;
 #[cfg(feature = "remote-cache")]
 pub mod remote_cache;
 #[cfg(feature = "serve")]
 pub mod serve;
-#[cfg(feature = "net")]
-pub mod transfer;
+internal! {
+    /// The download engine behind [`fetch`]: ranged, resumable, hash-checked transfers (the
+    /// types a caller names are re-exported in [`fetch`]).
+    #[cfg(feature = "net")]
+    mod transfer;
+}
 
 /// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`; not a public API): each
 /// parser of hostile bytes, from bytes.

@@ -464,6 +464,7 @@ pub fn replace_with_symlink(link: &Path, target: &Path, resolved: &Path) -> io::
 /// this library exclude each other on the same blob), held until dropped. The lock file is opened
 /// without following a link (`open_rw`).
 #[derive(Debug)]
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))] // acquire and path: used by the tests
 pub struct FileLock {
     file: File,
     path: PathBuf,
@@ -471,6 +472,7 @@ pub struct FileLock {
 
 impl FileLock {
     /// Opens (creating it) and locks `path`, waiting while someone else holds it. Blocking.
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))] // used by the tests
     pub fn acquire(path: &Path) -> io::Result<FileLock> {
         let file = open_rw(path)?;
         fs4::fs_std::FileExt::lock_exclusive(&file)?;
@@ -494,6 +496,7 @@ impl FileLock {
     }
 
     /// The lock file.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // used by the tests
     pub fn path(&self) -> &Path {
         &self.path
     }

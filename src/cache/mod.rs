@@ -31,6 +31,8 @@
 
 mod local_dir;
 
+/// A file's identity, and where its partial download's files go.
+pub use crate::key::{Digest, FileKey, PartialPaths};
 use crate::safe_fs::{replace_with_symlink, write_atomic};
 pub use local_dir::{LocalDir, LocalMetadata};
 
@@ -39,7 +41,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::env::EnvLookup;
-use crate::key::{FileKey, PartialPaths};
 use crate::names::{check_repo_id, check_repo_path, etag_kind, is_commit_hash, RepoType};
 use crate::safe_fs::{self, create_dirs_below};
 use local_dir::join_repo_path;

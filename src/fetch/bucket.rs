@@ -1,6 +1,6 @@
 //! The remote cache as a source of a file's bytes: when the bucket holds the blob of a file's
 //! SHA-256, the download reads its ranges there first (the transfer engine's
-//! [`MirrorUse`](crate::transfer::MirrorUse)), every chunk checked against a manifest and the
+//! `MirrorUse`), every chunk checked against a manifest and the
 //! whole file against the Hub's identity (or the lock file's), and falls back to the Hub for what
 //! the bucket cannot give.
 //!

@@ -16,7 +16,7 @@ impl Fetcher {
     /// Fetches the selected files: resolve, check free space, download what is missing
     /// (`max_files` at a time), commit, verify. Returns what happened to every file, or the
     /// most serious failure (after letting the other files finish; each failure is also
-    /// reported as [`Event::FileFailed`]).
+    /// reported as [`Event::FileFailed`](crate::progress::Event::FileFailed)).
     ///
     /// When a file changes on the Hub during its download (a server that serves a branch's
     /// newest bytes under an older commit), the selection is resolved again, once, and the

@@ -6,7 +6,7 @@
 //! A [`Fetcher`] resolves a [`Selection`] of a repository ([`RepoRef`]) to files with their
 //! sizes and hashes (the Hub's API, see [`crate::hub`]), skips those already complete on disk,
 //! checks the free space for the rest up front, downloads them concurrently through the
-//! [`crate::transfer`] engine (ranged, resumable, hash-checked), commits each into the
+//! `transfer` engine (ranged, resumable, hash-checked), commits each into the
 //! [`crate::cache`] layout only after its hash matched, and runs the tensor-level verifier on
 //! every GGUF and safetensors file. It reports progress to a [`Reporter`] and never prints.
 //!
@@ -17,7 +17,7 @@
 //! the headers, which is fast).
 //!
 //! **Interrupted downloads** resume from their partial file and resume state (see
-//! [`crate::transfer`]); [`Plan`] counts the bytes such a state records. Partial files are named
+//! `transfer`); [`Plan`] counts the bytes such a state records. Partial files are named
 //! by ETag, so when a file changed on the Hub since it was interrupted, the old partial is
 //! deleted before the new version is fetched, with an [`Event::Notice`](crate::progress::Event::Notice).
 //!
@@ -97,10 +97,13 @@ pub use crate::hub::RepoRef;
 pub use crate::names::RepoType;
 /// Why [`FetcherBuilder::header`] refuses a header.
 pub use crate::net::HeaderError;
-#[doc(no_inline)]
-pub use crate::net::RetryPolicy;
-#[doc(no_inline)]
-pub use crate::transfer::EngineConfig;
+#[cfg(feature = "test-util")]
+pub use crate::net::RecordingClock;
+pub use crate::net::{parse_header_line, RetryClock, RetryPolicy, SharedClock, SystemClock, Wait};
+pub use crate::transfer::{
+    BoxError, ConnectionPath, ConnectionUse, EngineConfig, MismatchCause, RequestSize, RetryCauses,
+    TransferError,
+};
 /// The token that stops a fetch cleanly (see [`FetcherBuilder::cancellation`]).
 pub use tokio_util::sync::CancellationToken;
 
@@ -110,7 +113,6 @@ use std::time::Duration;
 
 use crate::cache::{self, HfCache, LocalDir, Store};
 use crate::hub::{HubClient, HubConfig, HubError};
-use crate::net::SharedClock;
 use crate::progress::{NoProgress, Reporter};
 use crate::transfer::Engine;
 
@@ -259,7 +261,7 @@ impl FetcherBuilder {
         self
     }
 
-    /// How much each ranged request asks for. Default [`RequestSize::Shrinking`](crate::transfer::RequestSize::Shrinking): the whole
+    /// How much each ranged request asks for. Default [`RequestSize::Shrinking`]: the whole
     /// chunk far from the end, shorter requests near it, and splits that fall where a request
     /// ends (nothing the server sends is thrown away).
     pub fn request_size(mut self, size: crate::transfer::RequestSize) -> Self {
@@ -438,7 +440,7 @@ impl FetcherBuilder {
     }
 
     /// The clock every retry of downloads and metadata requests waits on. Default the real one
-    /// ([`crate::net::SystemClock`]); a test hands in a recording one (`RecordingClock`, feature `test-util`) to see
+    /// ([`SystemClock`]); a test hands in a recording one (`RecordingClock`, feature `test-util`) to see
     /// the delays without waiting them. Set it after [`engine_config`](Self::engine_config),
     /// which replaces the engine's.
     pub fn retry_clock(mut self, clock: SharedClock) -> Self {

@@ -16,10 +16,10 @@
 //! is checked before it can become a local file name, and an unsafe one is set aside in
 //! [`RepoListing::refused`] (the caller says so and fetches the rest) rather than failing the
 //! listing; sizes past 2^63 are refused the same way. Redirects follow the rule of
-//! [`crate::net`]: the joined `Location` is judged, API requests never leave the Hub's origin,
+//! `net`: the joined `Location` is judged, API requests never leave the Hub's origin,
 //! and the token only ever goes to that origin. Every Hub error becomes a typed [`HubError`].
 //! Transient failures (connection errors, timeouts, 408, 429, 5xx) are retried under
-//! [`HubConfig::retry`], the one policy of [`crate::net`] (exponential backoff with
+//! [`HubConfig::retry`], the one policy of `net` (exponential backoff with
 //! jitter, `Retry-After` on 429/503 honoured up to its cap), waiting on
 //! [`HubConfig::retry_clock`] (`request.rs`). This module never writes files.
 
@@ -156,7 +156,7 @@ pub struct HubConfig {
     pub token: Option<Token>,
     /// Retry policy for metadata requests. Default [`RetryPolicy::default`].
     pub retry: RetryPolicy,
-    /// The clock retries wait on. Default the real one ([`crate::net::SystemClock`]); a test's
+    /// The clock retries wait on. Default the real one ([`SystemClock`](crate::fetch::SystemClock)); a test's
     /// (`RecordingClock`, feature `test-util`) records the delays instead of waiting.
     pub retry_clock: SharedClock,
     /// Timeout of one metadata request. Default 10 s (listing pages get three times this).

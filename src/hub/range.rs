@@ -45,7 +45,7 @@ impl HubClient {
     /// (`out.len() == start`). Fewer bytes come when the file ends first.
     ///
     /// Redirects are followed to any origin, the token going to the Hub's origin only (see
-    /// [`crate::net`]); transient failures are retried. A `206` must carry a
+    /// `net`); transient failures are retried. A `206` must carry a
     /// `Content-Range` starting at `start` and ending at `end` or at the end of the file; a
     /// `200` (the server ignored `Range`) is read only up to `end`, and the connection dropped.
     /// An encoded body (`Content-Encoding` other than identity) is refused: it is not the

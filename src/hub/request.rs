@@ -183,7 +183,7 @@ impl HubClient {
 
     /// `GET` of a small file (a manifest), its body read up to `limit` bytes: `url` is a resolve
     /// URL or any `http(s)` URL. Redirects are followed to any origin (a file kept in LFS is
-    /// served by a CDN) under the rule of [`crate::net`]: the token goes to the Hub's
+    /// served by a CDN) under the rule of `net`: the token goes to the Hub's
     /// origin only. `file` (repository, revision, path) names a file of a repository in errors;
     /// without it an error answer is reported as its status.
     pub(crate) async fn get_small(

@@ -17,6 +17,10 @@
 //! - **Bounded bodies** (`read_bounded`): an answer read whole is read up to a limit, never
 //!   sized by a header.
 
+// The re-exports below are the module's interface; some only the integration tests use (the
+// module is public to them with the feature `test-util`, crate-private otherwise).
+#![cfg_attr(not(feature = "test-util"), allow(unused_imports))]
+
 mod clock;
 mod headers;
 mod redirect;

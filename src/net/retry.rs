@@ -201,7 +201,7 @@ pub fn backoff(min: Duration, max: Duration) -> ExponentialBackoff {
 /// starts the count over when an attempt stored new bytes) and, optionally,
 /// [`max_elapsed`](Self::max_elapsed) in all. Between attempts the delay grows from
 /// [`min_delay`](Self::min_delay), doubling with jitter, never above
-/// [`max_delay`](Self::max_delay); a server that asks for longer ([`requested_wait`]) gets its
+/// [`max_delay`](Self::max_delay); a server that asks for longer (`requested_wait`) gets its
 /// wait, up to [`max_retry_after`](Self::max_retry_after).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -269,7 +269,7 @@ impl RetryPolicy {
         requested.map_or(d, |r| d.max(r.min(self.max_retry_after)))
     }
 
-    /// The backoff's delays, without end (see [`backoff`]).
+    /// The backoff's delays, without end (see `backoff`).
     pub fn backoff(&self) -> ExponentialBackoff {
         backoff(self.min_delay, self.max_delay)
     }

@@ -25,7 +25,7 @@
 //!
 //! To the endpoint of the [`HubClient`] (`HF_ENDPOINT`, `--endpoint`), or to the server a full
 //! `https://…/resolve/…` URL names. The token goes to the client's own origin only: never to a
-//! CDN a redirect leads to ([`crate::net`]), never to the server of a URL on another
+//! CDN a redirect leads to (`net`), never to the server of a URL on another
 //! origin (`client_for`).
 //!
 //! The resulting [`Report`] is the one [`verify::verify_model`] gives for local files, with

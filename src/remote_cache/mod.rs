@@ -271,7 +271,7 @@ pub enum BlobCheck {
     Damaged(String),
 }
 
-/// A blob of the store, read by ranges (a [`Mirror`] of the transfer engine).
+/// A blob of the store, read by ranges (a `Mirror` of the transfer engine).
 pub struct BlobMirror {
     store: Arc<dyn ObjectStore>,
     location: ObjectPath,

@@ -18,7 +18,7 @@ pub enum MismatchCause {
     SameWrongBytes,
     /// Every wrong copy differed from the others (bytes corrupted on the way, by a proxy or a
     /// faulty link) until the bytes thrown away passed the file's budget
-    /// ([`corrupt_budget`](super::corrupt_budget): twice its size, at least
+    /// (`corrupt_budget`: twice its size, at least
     /// [`EngineConfig::max_attempts`](super::EngineConfig::max_attempts) chunks).
     BudgetSpent,
 }
@@ -119,7 +119,7 @@ pub enum TransferError {
         /// last included.
         discarded: u64,
         /// How many could be before the download gave up
-        /// ([`corrupt_budget`](super::corrupt_budget)).
+        /// (`corrupt_budget`).
         budget: u64,
     },
     /// Every chunk matches the manifest, but the file does not match the digest the Hub
@@ -148,7 +148,7 @@ pub enum TransferError {
         file: String,
         /// Connections cut after delivering bytes.
         cuts: u64,
-        /// The bound for this file (see [`max_cuts`](super::max_cuts)).
+        /// The bound for this file (see `max_cuts`).
         bound: u64,
         /// Body bytes received in all.
         received: u64,

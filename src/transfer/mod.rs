@@ -110,6 +110,10 @@
 //! bytes), `Progress` (about every 256 KiB), `Retry`, `Discarded`, `Notice` and
 //! `FileDownloaded`; none after [`Engine::download`] returned.
 
+// The re-exports below are the module's interface; some only the integration tests use (the
+// module is public to them with the feature `test-util`, crate-private otherwise).
+#![cfg_attr(not(feature = "test-util"), allow(unused_imports))]
+
 mod checkpoint;
 pub use checkpoint::{keeps_state, NO_STATE_MAX_BYTES};
 mod ctx;
@@ -264,7 +268,7 @@ pub enum RequestSize {
     WholePart,
 }
 
-/// Tuning of an [`Engine`].
+/// Tuning of the transfer engine behind a [`Fetcher`](crate::fetch::Fetcher).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Ranged requests in flight at most, in total across every file of this engine: the
@@ -277,7 +281,7 @@ pub struct EngineConfig {
     /// rising (a CDN that caps each connection near 20 MB/s makes the count the limit); when
     /// the first doubling does not pay, halve while that raises it (a proxy that slows as
     /// connections are added); settle on the best count measured; drop one connection for
-    /// each 429 or 503 (one back after each 8 answers in a row without one). [`Engine::connection_path`] tells the path it took. Default on; off,
+    /// each 429 or 503 (one back after each 8 answers in a row without one). The JSON summary's `connection_path` tells the path it took. Default on; off,
     /// the count is [`connections`](Self::connections).
     pub adaptive: bool,
     /// Connections to start with when adapting. Default 16, as `aria2c -x16`.
@@ -307,7 +311,7 @@ pub struct EngineConfig {
     pub request_size: RequestSize,
     /// Failed attempts in a row, without progress, after which a chunk is given up. Default 8.
     /// Also the least copies of a chunk that did not match a manifest the download may throw
-    /// away ([`corrupt_budget`]).
+    /// away (`corrupt_budget`).
     /// (With [`base_delay`](Self::base_delay) and [`max_delay`](Self::max_delay), the
     /// engine's [`RetryPolicy`](crate::net::RetryPolicy): see [`retry_policy`](Self::retry_policy).)
     pub max_attempts: u32,
@@ -330,7 +334,7 @@ pub struct EngineConfig {
     pub lock_timeout: Duration,
     /// Cancelling this token stops every download of the engine cleanly: requests in flight
     /// are cut, what they delivered is written, synced and recorded in the resume state, and
-    /// [`Engine::download`] returns [`TransferError::Interrupted`] (within moments: no retry
+    /// a download returns [`TransferError::Interrupted`] (within moments: no retry
     /// delay, stall or lock wait outlasts it). A later download of the same file resumes. By
     /// default a token nobody cancels.
     pub cancel: tokio_util::sync::CancellationToken,
@@ -572,6 +576,7 @@ impl Engine {
     /// (preallocating, writing, syncing, saving the state), is [`TransferError::DiskFull`]
     /// naming the file and the local path; when the data file and the state fail together, the
     /// data file's error is the one returned.
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))] // the engine on its own, as its tests drive it
     pub async fn download(
         &self,
         spec: &TransferSpec,

@@ -7,8 +7,8 @@ use super::*;
 /// `Name: value`, checked as the library checks it.
 pub(super) fn parse_header(
     line: &str,
-) -> Result<(String, String), weight_inspect::net::HeaderError> {
-    weight_inspect::net::parse_header_line(line)?;
+) -> Result<(String, String), weight_inspect::fetch::HeaderError> {
+    weight_inspect::fetch::parse_header_line(line)?;
     let (name, value) = line.split_once(':').unwrap_or((line, ""));
     Ok((name.trim().to_string(), value.trim().to_string()))
 }
@@ -308,7 +308,7 @@ pub(super) enum RequestSizeArg {
     WholePart,
 }
 
-impl From<RequestSizeArg> for weight_inspect::transfer::RequestSize {
+impl From<RequestSizeArg> for weight_inspect::fetch::RequestSize {
     fn from(v: RequestSizeArg) -> Self {
         match v {
             RequestSizeArg::Shrinking => Self::Shrinking,
