@@ -15,17 +15,21 @@ use std::sync::Arc;
 use crate::transfer::{ExpectedChunks, MirrorReport, MirrorUse};
 
 use super::decide::Reuse;
-use super::gate::{notice, Gate};
-use super::integrity;
 use super::report::RemoteRead;
 use super::run::Job;
-use super::{FetchError, Fetcher, FileReport, Plan, RepoRef};
-use crate::cache::Store;
-use crate::key::FileKey;
-use crate::manifest::Sha256Hex;
-use crate::names::{escape, is_commit_hash};
-use crate::progress::{Event, FileId};
-use crate::transfer::TransferError;
+use super::{FetchError, Fetcher, FileReport};
+#[cfg(feature = "remote-cache")]
+use {
+    super::gate::{notice, Gate},
+    super::integrity,
+    super::{Plan, RepoRef},
+    crate::cache::Store,
+    crate::key::FileKey,
+    crate::manifest::Sha256Hex,
+    crate::names::{escape, is_commit_hash},
+    crate::progress::{Event, FileId},
+    crate::transfer::TransferError,
+};
 
 /// A file's blob in the bucket, to read first.
 #[derive(Debug, Clone)]
@@ -385,6 +389,7 @@ impl Fetcher {
     /// What an upload of `r` sends: the file complete in the store and its manifest (the one
     /// recorded, else one made from its bytes — a file another tool put in the cache — in one
     /// pass, checked against its ETag when that is a SHA-256). `None` when either is missing.
+    #[cfg(feature = "remote-cache")]
     async fn upload_source(
         &self,
         repo: &RepoRef,
