@@ -73,7 +73,7 @@ impl FromBucket {
 
 /// What the bucket holds of a file (see [`lookup`]).
 #[cfg(feature = "remote-cache")]
-pub(super) enum Found {
+enum Found {
     /// Its blob, to read first.
     Blob(FromBucket),
     /// Nothing usable: no blob (or one of another size, what is wrong with it said).
@@ -83,23 +83,26 @@ pub(super) enum Found {
     Unnamed,
 }
 
-/// Looks the file up in the bucket: its blob to read first when the bucket holds it.
-/// `trusted_chunks`: the fetch has a manifest of its own to check the chunks with. `fallback`:
-/// the Hub takes over what the bucket cannot give (online).
+/// Whether the Hub is there to take over what the bucket cannot give.
 #[cfg(feature = "remote-cache")]
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn lookup(
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Online {
+    Yes,
+    No,
+}
+
+/// Looks the job's file up in the bucket: its blob to read first when the bucket holds it,
+/// with the bucket's manifest's chunks when the job has no manifest of its own to check them
+/// with; online, the Hub takes over what the bucket cannot give.
+#[cfg(feature = "remote-cache")]
+async fn lookup(
     remote: &crate::remote_cache::RemoteCache,
-    repo: &super::RepoRef,
-    commit: &str,
-    f: &super::PlannedFile,
-    pin: Option<&super::lock::LockedFile>,
-    trusted_chunks: bool,
-    fallback: bool,
-    notice: impl Fn(&str),
+    job: &Job<'_>,
+    online: Online,
 ) -> Result<Found, crate::remote_cache::RemoteCacheError> {
-    use crate::manifest::Sha256Hex;
     use crate::remote_cache::Lookup;
+    let (repo, commit, f, pin) = (job.repo, job.commit, job.f, job.pin);
+    let trusted_chunks = job.expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
     let known = pin
         .map(|p| p.sha256)
         .or_else(|| f.etag.parse::<Sha256Hex>().ok());
@@ -126,10 +129,14 @@ pub(super) async fn lookup(
     let chunks = match manifest {
         _ if trusted_chunks => None,
         Some(m) if pin.is_some_and(|p| p.manifest != m.chunks_digest()) => {
-            notice(&format!(
-                "the manifest of its blob in {remote} is not the one the lock file pins: \
-                 checking the whole file only"
-            ));
+            notice(
+                job.rep,
+                Some(&f.path),
+                &format!(
+                    "the manifest of its blob in {remote} is not the one the lock file pins: \
+                     checking the whole file only"
+                ),
+            );
             None
         }
         Some(m) => Some(Arc::new(ExpectedChunks {
@@ -141,7 +148,7 @@ pub(super) async fn lookup(
     Ok(Found::Blob(FromBucket {
         mirror: MirrorUse {
             mirror: blob,
-            fallback,
+            fallback: online == Online::Yes,
         },
         chunks,
         damaged,
@@ -161,21 +168,13 @@ impl Fetcher {
     ) -> Result<FileReport, FetchError> {
         #[cfg(feature = "remote-cache")]
         if let Some(remote) = &self.read_from {
-            use super::bucket::{lookup, Found};
             let (f, rep) = (job.f, job.rep);
-            let trusted = job.expect.as_ref().is_some_and(|e| e.file.chunks.is_some());
-            let say = |m: &str| notice(rep, Some(&f.path), m);
-            let found = lookup(
-                remote,
-                job.repo,
-                job.commit,
-                f,
-                job.pin,
-                trusted,
-                !self.offline,
-                say,
-            );
-            let found = match found.await {
+            let online = if self.offline {
+                Online::No
+            } else {
+                Online::Yes
+            };
+            let found = match lookup(remote, job, online).await {
                 Ok(found) => found,
                 // Offline the bucket is the only source: its failure is the file's.
                 Err(e) if self.offline => return Err(e.into()),
