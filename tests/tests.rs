@@ -20,6 +20,7 @@ mod remote_cache;
 mod remote_inspect;
 mod residency;
 mod safetensors;
+mod schema;
 mod serve;
 mod serve_changes;
 mod serve_conn;

@@ -329,21 +329,13 @@ impl NativeModel {
     }
 
     /// What the residency limit has done (`None` without one): `limit`, `resident`, `held`,
-    /// `hits`, `misses`, `evictions`, `evicted_bytes`, `paged_in` (bytes; counts).
-    fn residency<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    /// `hits`, `misses`, `evictions`, `evicted_bytes`, `paged_in` (bytes; counts), the serde
+    /// form of `ResidencyStats` (whose JSON schema `types.ResidencyStats` is checked against).
+    fn residency<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Some(s) = self.model.residency_stats() else {
             return Ok(None);
         };
-        let d = PyDict::new(py);
-        d.set_item("limit", s.limit)?;
-        d.set_item("resident", s.resident)?;
-        d.set_item("held", s.held)?;
-        d.set_item("hits", s.hits)?;
-        d.set_item("misses", s.misses)?;
-        d.set_item("evictions", s.evictions)?;
-        d.set_item("evicted_bytes", s.evicted_bytes)?;
-        d.set_item("paged_in", s.paged_in)?;
-        Ok(Some(d))
+        Ok(Some(pythonize::pythonize(py, &s)?))
     }
 
     /// Whether the model has a tensor called `name`.

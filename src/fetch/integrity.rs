@@ -35,6 +35,7 @@ pub const MAX_SIDECAR_BYTES: usize = 64 << 20;
 
 /// How far a file already on disk is checked before it is trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyLevel {
     /// Presence, size, the recorded manifest's identity (its size and SHA-256 are the Hub's),

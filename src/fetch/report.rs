@@ -10,6 +10,7 @@ use crate::key::FileKey;
 
 /// One file of a [`Plan`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PlannedFile {
     /// Path in the repository.
     pub path: String,
@@ -33,6 +34,7 @@ pub struct PlannedFile {
 
 /// What a selection resolves to (see [`Fetcher::resolve`](super::Fetcher::resolve)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Plan {
     /// The repository, `org/name` (with `datasets/` in front for datasets).
     pub repo: String,
@@ -76,6 +78,7 @@ pub struct Plan {
 /// Who said what a plan's files are, when nobody checked it: offline, a remote cache's ref (for
 /// a revision that is not a commit) and its index entries stand in for the Hub's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Witness {
     /// The store, by its URL (never with credentials).
     pub store: String,
@@ -149,6 +152,9 @@ fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 /// What happened to one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+// Python's name for it (`weight_inspect.types.FetchedFile`).
+#[cfg_attr(feature = "schema", schemars(rename = "FetchedFile"))]
 pub struct FileReport {
     /// Path in the repository.
     pub path: String,
@@ -185,6 +191,7 @@ pub struct FileReport {
     pub splits: u64,
     /// Time spent on this file.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub elapsed: Duration,
     /// The tensor-level verifier's verdict (GGUF and safetensors files, when enabled).
     pub verification: Option<Verification>,
@@ -210,6 +217,7 @@ pub struct FileReport {
 
 /// What `cache verify --remote-cache` found of a file's copy in the remote cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RemoteCheck {
     /// The store, by its URL (never with credentials).
     pub store: String,
@@ -225,6 +233,7 @@ pub struct RemoteCheck {
 
 /// What a file's download read from the remote cache (a team's bucket).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RemoteRead {
     /// The object read, by its URL (never with credentials).
     pub from: String,
@@ -260,6 +269,7 @@ impl RemoteRead {
 
 /// What happened to a file's upload to the remote cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UploadReport {
     /// The store, by its URL (never with credentials).
     pub to: String,
@@ -278,6 +288,7 @@ pub struct UploadReport {
 
 /// The result of [`Fetcher::fetch`](super::Fetcher::fetch).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FetchSummary {
     /// The repository.
     pub repo: String,
@@ -300,6 +311,7 @@ pub struct FetchSummary {
     pub unlisted: Vec<String>,
     /// Wall time.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub elapsed: Duration,
     /// The connections the fetch used (those of the fetcher's engine during the fetch: the
     /// most at once, and the mean over its wall time).

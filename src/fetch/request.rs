@@ -37,6 +37,7 @@ use crate::transfer::RequestSize;
 /// A fetch, as plain data (see the module docs). Serialized with durations as seconds
 /// (`2.5`); unknown fields are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct FetchRequest {
     // What.
@@ -75,13 +76,16 @@ pub struct FetchRequest {
     pub user_agent: Option<String>,
     /// Timeout of one metadata request, in seconds. Default `HF_HUB_ETAG_TIMEOUT`, else 10.
     #[serde(with = "seconds")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub metadata_timeout: Option<Duration>,
     /// First delay before a retry (doubling up to [`retry_max_delay`](Self::retry_max_delay)).
     /// Default 0.5 s.
     #[serde(with = "seconds")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub retry_delay: Option<Duration>,
     /// Longest delay between retries, also the cap on `Retry-After`. Default 30 s.
     #[serde(with = "seconds")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub retry_max_delay: Option<Duration>,
 
     // How.
@@ -105,10 +109,12 @@ pub struct FetchRequest {
     /// A connection silent this long is dropped, in seconds. Default
     /// `HF_HUB_DOWNLOAD_TIMEOUT`, else 20.
     #[serde(with = "seconds")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub stall_timeout: Option<Duration>,
     /// How long to wait for another process downloading the same file while it makes no
     /// progress, in seconds. Default 600.
     #[serde(with = "seconds")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub lock_timeout: Option<Duration>,
 
     // Checks.

@@ -8,6 +8,7 @@ use super::selection::{is_gguf, split_info};
 
 /// The verifier's verdict on one fetched file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Verification {
     /// True when the verifier found no error.
     pub valid: bool,

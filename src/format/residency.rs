@@ -134,8 +134,9 @@ pub struct Residency {
     paged_in: AtomicU64,
 }
 
-/// What a [`Residency`] has done so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a [`Residency`] has done so far (serialized: the dict `Model.residency` gives Python).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ResidencyStats {
     /// The limit, in bytes.

@@ -51,6 +51,7 @@ impl RemoteFile {
 /// A listed entry that was not kept: its path could not safely become a local file name, its
 /// size or hashes are impossible, or it collides with another entry.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RefusedEntry {
     /// The path as listed, with control characters escaped (safe to print).
     pub path: String,

@@ -95,6 +95,7 @@ impl From<TransferError> for Failure {
 
 /// Retried attempts by cause, so that a slow download says why it was slow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RetryCauses {
     /// The connection was cut (or its body ended early) after it delivered bytes.
     pub cut: u32,

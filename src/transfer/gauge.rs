@@ -19,6 +19,7 @@ pub struct ConnectionReading {
 
 /// The connections a run used: the most at once, and the mean over its wall time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ConnectionUse {
     /// The most in use at once.
     pub peak: u32,

@@ -249,6 +249,7 @@ impl ExpectedChunks {
 
 /// How much each ranged request of a part asks for (see [`EngineConfig::request_size`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum RequestSize {
     /// Half of one connection's share of the bytes still missing (those bytes divided among

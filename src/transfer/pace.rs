@@ -73,6 +73,7 @@ pub(crate) const ANSWERS_PER_RECOVERY: u32 = 8;
 
 /// Why the connection count stopped changing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Settled {
@@ -103,6 +104,7 @@ impl Settled {
 
 /// The path the connection count took, for reports.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ConnectionPath {
     /// The count it started at.
     pub start: usize,

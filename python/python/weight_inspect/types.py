@@ -5,13 +5,32 @@
 made by the library from the same structures. The reports of :func:`weight_inspect.inspect`
 and :func:`weight_inspect.manifest_check` are ``weight-inspect --json``'s and ``weight-inspect
 manifest check --json``'s (described in the README) and typed as plain dicts.
+
+Every class here is checked against ``schema/types.schema.json``, which the Rust types generate
+(``python/tests/test_types_schema.py``): the same keys, the same required ones, compatible types.
 """
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
-__all__ = ["FetchRequest", "FetchSummary", "FetchedFile", "Plan", "PlannedFile", "ResidencyStats"]
+__all__ = [
+    "ConnectionPath",
+    "ConnectionUse",
+    "FetchRequest",
+    "FetchSummary",
+    "FetchedFile",
+    "Plan",
+    "PlannedFile",
+    "RefusedEntry",
+    "RemoteCheck",
+    "RemoteRead",
+    "ResidencyStats",
+    "RetryCauses",
+    "UploadReport",
+    "Verification",
+    "Witness",
+]
 
 
 class FetchRequest(TypedDict, total=False):
@@ -59,6 +78,120 @@ class FetchRequest(TypedDict, total=False):
     upload_cached: bool
 
 
+class Verification(TypedDict):
+    """The tensor-level check of a GGUF or safetensors file (:attr:`FetchedFile.verification`)."""
+
+    #: Whether the verifier found no error.
+    valid: bool
+    #: ``gguf``, ``gguf-split``, ``safetensors``, … when recognised.
+    format: str | None
+    errors: list[str]
+    warnings: list[str]
+    #: For the parts of a split GGUF: the first part's path, whose verification covered the set.
+    covered_by: NotRequired[str]
+
+
+class RetryCauses(TypedDict):
+    """Retried attempts by cause."""
+
+    #: The connection was cut after it delivered bytes.
+    cut: int
+    #: No answer, or no byte, within the timeouts.
+    timeout: int
+    #: Connecting or reading failed before any byte arrived.
+    network: int
+    #: The server answered 5xx or 408.
+    server: int
+    #: The server answered 429.
+    throttled: int
+    #: An answer that did not match the request.
+    bad_answer: int
+    #: The CDN refused the signed location (a fresh one was asked for).
+    cdn_refused: int
+    #: The remote cache failed, and the range was asked of the Hub instead.
+    mirror: int
+
+
+class UploadReport(TypedDict):
+    """A file's upload to a remote cache."""
+
+    #: The store, by its URL.
+    to: str
+    #: ``sent``, ``already_there`` or ``failed``.
+    outcome: str
+    bytes: int
+    #: Whether its index entry and ref were written (never offline).
+    indexed: bool
+    error: NotRequired[str]
+
+
+# What a file's download read from a remote cache. Its key ``from`` is a Python keyword, hence
+# the functional form: ``from``, the object read (by its URL); ``bytes`` received from it and
+# kept; ``damaged``, what was wrong with the bucket's copy (those bytes came from the Hub);
+# ``left``, why it stopped being read before the end (the rest came from the Hub);
+# ``damaged_chunks``, chunks read from it that did not match the manifest.
+RemoteRead = TypedDict(
+    "RemoteRead",
+    {
+        "from": str,
+        "bytes": int,
+        "damaged": NotRequired[str],
+        "left": NotRequired[str],
+        "damaged_chunks": NotRequired[int],
+    },
+)
+
+
+class RemoteCheck(TypedDict):
+    """What ``cache verify --remote-cache`` found of a file's copy in the remote cache."""
+
+    store: str
+    #: ``sound``, ``damaged``, ``missing`` or ``failed``.
+    outcome: str
+    #: Chunks checked against the blob's manifest.
+    chunks: int
+    error: NotRequired[str]
+
+
+class Witness(TypedDict):
+    """Offline from a remote cache without a lock file: who said what the files are, unchecked."""
+
+    #: The store, by its URL.
+    store: str
+    revision: str
+    commit: str
+    #: Whether the commit came from the bucket's ref.
+    from_ref: bool
+    message: str
+
+
+class ConnectionUse(TypedDict):
+    """Connections (or files) in use at once: the most, and the mean over the wall time."""
+
+    peak: int
+    mean: float
+
+
+class ConnectionPath(TypedDict):
+    """The path the adaptive connection count took."""
+
+    start: int
+    peak: int
+    now: int
+    #: Why it stopped changing; ``None`` while it was still adapting.
+    settled: Literal["fixed", "ceiling", "no-gain", "fewer-faster", "more-stopped-paying"] | None
+    #: Each change: seconds since the first body byte, and the new count.
+    steps: list[tuple[float, int]]
+
+
+class RefusedEntry(TypedDict):
+    """An entry of a repository's listing left out (see :attr:`Plan.refused`)."""
+
+    #: The path as listed, escaped.
+    path: str
+    reason: str
+
+
 class FetchedFile(TypedDict):
     """One file of a :class:`FetchSummary`."""
 
@@ -81,25 +214,24 @@ class FetchedFile(TypedDict):
     corrupt_copies: int
     #: Bytes kept from an interrupted download.
     resumed: int
+    #: Of ``resumed``, bytes kept from a damaged copy being repaired.
+    kept_from_damaged: int
     retries: int
-    #: Retries by cause (``timeout``, ``reset``, ``status_5xx``, …).
-    retry_causes: dict[str, int]
+    #: Retries by cause.
+    retry_causes: RetryCauses
     splits: int
     elapsed_secs: float
-    #: The tensor-level check of a GGUF or safetensors file (``valid``, ``errors``, …), or
-    #: ``None``.
-    verification: dict[str, Any] | None
+    #: The tensor-level check of a GGUF or safetensors file, or ``None``.
+    verification: Verification | None
     chunk_size: NotRequired[int]
     #: The manifest the file was checked against, when there was one.
     manifest: NotRequired[str]
-    #: Its upload to a remote cache (``to``, ``outcome``: ``sent``, ``already_there`` or
-    #: ``failed``, ``bytes``, ``indexed``: whether its index entry and ref were written, never
-    #: offline, ``error``), when it was downloaded with one set.
-    upload: NotRequired[dict[str, Any]]
-    #: What its download read from the remote cache (``from``: the object, ``bytes``, and
-    #: ``damaged`` / ``left`` when the bucket's copy was damaged or stopped answering), when
-    #: the bucket held it.
-    remote_read: NotRequired[dict[str, Any]]
+    #: Its upload to a remote cache, when it was downloaded with one set.
+    upload: NotRequired[UploadReport]
+    #: What its download read from the remote cache, when the bucket held it.
+    remote_read: NotRequired[RemoteRead]
+    #: The check of the remote cache's copy (``cache verify --remote-cache``).
+    remote_check: NotRequired[RemoteCheck]
 
 
 class FetchSummary(TypedDict):
@@ -116,15 +248,15 @@ class FetchSummary(TypedDict):
     #: A note for the user (which model a bare GGUF repository got, a fallback to the cache).
     notice: str | None
     #: Offline from a remote cache without a lock file: the bucket's ref and index said what
-    #: the files are, unchecked (``store``, ``revision``, ``commit``, ``from_ref``, ``message``).
-    witness: NotRequired[dict[str, Any]]
+    #: the files are, unchecked.
+    witness: NotRequired[Witness]
     #: Checking: files in the snapshot folder no listing or lock file knows (escaped).
     unlisted: NotRequired[list[str]]
     elapsed_secs: float
-    #: How many connections were used, and files at once (``peak``, ``mean``, …).
-    connections: dict[str, Any]
-    files_at_once: dict[str, Any]
-    connection_path: Any
+    #: How many connections were used, and files at once.
+    connections: ConnectionUse
+    files_at_once: ConnectionUse
+    connection_path: ConnectionPath
 
 
 class PlannedFile(TypedDict):
@@ -151,12 +283,14 @@ class Plan(TypedDict):
     files: list[PlannedFile]
     notice: str | None
     #: Entries of the listing left out, each with the reason (an unsafe name, …).
-    refused: list[dict[str, Any]]
+    refused: list[RefusedEntry]
     offline: bool
     #: Offline: files asked for by name that are not on disk.
     missing: NotRequired[list[str]]
+    #: With a lock file: why the files in ``missing`` could not be asked of the Hub.
+    unreachable: NotRequired[str]
     #: See :class:`FetchSummary`.
-    witness: NotRequired[dict[str, Any]]
+    witness: NotRequired[Witness]
     unlisted: NotRequired[list[str]]
 
 
