@@ -15,7 +15,7 @@ use super::{FetchError, Fetcher, Plan, PlannedFile, RepoRef, Selection};
 use crate::cache::{self, LocalDir, Store};
 use crate::hub::{self, HubError};
 use crate::key::FileKey;
-use crate::names::{check_repo_path, escape, is_commit_hash};
+use crate::names::{check_repo_path, escape, is_commit_hash, CommitId};
 
 /// A remote file chosen for download, before the cache is consulted.
 pub(super) struct Wanted {
@@ -29,6 +29,17 @@ impl Wanted {
     fn key(&self, repo: &RepoRef, commit: &str) -> FileKey {
         FileKey::new(repo, commit, &self.path, &self.etag, self.size)
     }
+}
+
+/// A selection resolved online, before the cache is consulted: the commit, the files chosen,
+/// a notice on the choice, what the snapshot holds that the listing does not (when checking),
+/// and the entries the listing refused.
+struct Listed {
+    commit: CommitId,
+    wanted: Vec<Wanted>,
+    notice: Option<String>,
+    unlisted: Vec<String>,
+    refused: Vec<hub::RefusedEntry>,
 }
 
 impl Fetcher {
@@ -143,138 +154,33 @@ impl Fetcher {
                 }
             }
         }
-        let mut refused = Vec::new();
-        let (commit, wanted, notice, unlisted_files) = if selection.is_explicit_only() {
+        let Listed {
+            commit,
+            wanted,
+            notice,
+            unlisted: unlisted_files,
+            refused,
+        } = if selection.is_explicit_only() {
             let commit = self.hub.repo_commit(repo).await?;
-            // A warm cache: the files are in the snapshot of that commit, each with the manifest
-            // recorded when it was verified (which says what its size must be): nothing more to
-            // ask. Files another tool put there are asked about.
-            let at_commit = repo.clone().with_revision(commit.clone());
-            let warm = if fresh {
-                None
-            } else {
-                self.resolve_offline(&at_commit, selection, &store).ok()
-            };
-            if let Some(mut plan) = warm {
-                let known = plan.missing.is_empty()
-                    && plan
-                        .files
-                        .iter()
-                        .all(|f| integrity::recorded_size(&store, &f.path, &f.etag).is_some());
-                if known {
-                    plan.revision = repo.revision.clone();
-                    plan.offline = false;
+            // A warm cache: nothing more to ask (see `warm_explicit`).
+            if !fresh {
+                if let Some(plan) = self.warm_explicit(repo, &commit, selection, &store) {
                     return Ok(plan);
                 }
             }
-            let heads = stream::iter(selection.files.iter())
-                .map(|f| {
-                    let commit = commit.clone();
-                    let store = &store;
-                    async move {
-                        match self.hub.file_metadata(repo, &commit, f).await {
-                            Ok(m) => Ok(Wanted {
-                                path: f.clone(),
-                                size: m.size,
-                                etag: m.etag.into_string(),
-                                sidecar: None,
-                            }),
-                            Err(HubError::EntryNotFound { .. })
-                            | Err(HubError::NotFound { .. }) => {
-                                if let (Store::Cache(r), true) = (store, self.writes()) {
-                                    let _ = r.mark_missing(&commit, f);
-                                }
-                                Err(FetchError::FileNotFound {
-                                    repo: repo.to_string(),
-                                    revision: repo.revision.clone(),
-                                    file: f.clone(),
-                                })
-                            }
-                            Err(e) => Err(e.into()),
-                        }
-                    }
-                })
-                .buffered(8)
-                .collect::<Vec<_>>()
-                .await;
-            let mut wanted = Vec::new();
-            for h in heads {
-                let w = h?;
-                if !wanted.iter().any(|x: &Wanted| x.path == w.path) {
-                    wanted.push(w);
-                }
-            }
+            let mut wanted = self.head_files(repo, &commit, selection, &store).await?;
             if self.sidecars {
                 self.find_sidecars(repo, &commit, &store, &mut wanted).await;
             }
-            (commit, wanted, None, Vec::new())
-        } else {
-            let (mut listing, mut discarded, mut hint) =
-                self.list_files(repo, &store, fresh).await?;
-            loop {
-                if let Some(r) = listing
-                    .refused
-                    .iter()
-                    .find(|r| selection.files.contains(&r.path))
-                {
-                    return Err(FetchError::Refused {
-                        repo: repo.to_string(),
-                        file: r.path.clone(),
-                        reason: r.reason.clone(),
-                    });
-                }
-                refused = listing.refused.clone();
-                let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
-                let mut chosen = if self.check_only && selection.is_bare() {
-                    cached_of(&paths, &store, &listing.commit)
-                } else {
-                    choose(&paths, selection, &repo.to_string()).map_err(|e| {
-                        select_error(e, repo, &listing.commit, &store, self.writes())
-                    })?
-                };
-                if let Some(d) = discarded {
-                    chosen.notice = Some(match chosen.notice.take() {
-                        Some(n) => format!("{d}; {n}"),
-                        None => d,
-                    });
-                }
-                let by_path: BTreeMap<&str, &hub::RemoteFile> =
-                    listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
-                let wanted = chosen
-                    .paths
-                    .iter()
-                    .filter_map(|p| by_path.get(p.as_str()))
-                    .map(|f| {
-                        let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
-                        Wanted {
-                            path: f.path.clone(),
-                            size: f.size,
-                            etag: f.etag().to_string(),
-                            sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
-                        }
-                    })
-                    .collect::<Vec<Wanted>>();
-                // huggingface_hub's saved listing is another program's file in a shared folder: a
-                // hint of which paths exist, never of which bytes a path has, unless our own record
-                // of a verified download agrees. Else the Hub is asked.
-                if hint
-                    && wanted
-                        .iter()
-                        .any(|w| integrity::recorded_size(&store, &w.path, &w.etag) != Some(w.size))
-                {
-                    (listing, discarded, hint) = self.list_files(repo, &store, true).await?;
-                    continue;
-                }
-                // Checking: what the snapshot holds that the listing does not is a finding.
-                let stray = if self.check_only {
-                    let listed: Vec<String> =
-                        listing.files.iter().map(|f| f.path.clone()).collect();
-                    unlisted(&store, &listing.commit, &listed)
-                } else {
-                    Vec::new()
-                };
-                break (listing.commit, wanted, chosen.notice, stray);
+            Listed {
+                commit,
+                wanted,
+                notice: None,
+                unlisted: Vec::new(),
+                refused: Vec::new(),
             }
+        } else {
+            self.resolve_listed(repo, selection, &store, fresh).await?
         };
         let files = wanted
             .into_iter()
@@ -291,6 +197,161 @@ impl Fetcher {
         );
         p.unlisted = unlisted_files;
         Ok(p)
+    }
+
+    /// A warm cache for explicit files at `commit`: the files are in its snapshot, each with
+    /// the manifest recorded when it was verified (which says what its size must be), and the
+    /// plan needs nothing more from the Hub. `None` when a file is missing, or another tool put
+    /// it there (it is asked about).
+    fn warm_explicit(
+        &self,
+        repo: &RepoRef,
+        commit: &CommitId,
+        selection: &Selection,
+        store: &Store,
+    ) -> Option<Plan> {
+        let at_commit = repo.clone().with_revision(commit.clone());
+        let mut plan = self.resolve_offline(&at_commit, selection, store).ok()?;
+        let known = plan.missing.is_empty()
+            && plan
+                .files
+                .iter()
+                .all(|f| integrity::recorded_size(store, &f.path, &f.etag).is_some());
+        if !known {
+            return None;
+        }
+        plan.revision = repo.revision.clone();
+        plan.offline = false;
+        Some(plan)
+    }
+
+    /// The explicit files of `selection` at `commit`, one `HEAD` each (a few at a time), each
+    /// once. A file the Hub does not have fails the resolution, and is marked missing in the
+    /// cache when it may be written.
+    async fn head_files(
+        &self,
+        repo: &RepoRef,
+        commit: &CommitId,
+        selection: &Selection,
+        store: &Store,
+    ) -> Result<Vec<Wanted>, FetchError> {
+        let heads = stream::iter(selection.files.iter())
+            .map(|f| {
+                let commit = commit.clone();
+                async move {
+                    match self.hub.file_metadata(repo, &commit, f).await {
+                        Ok(m) => Ok(Wanted {
+                            path: f.clone(),
+                            size: m.size,
+                            etag: m.etag.into_string(),
+                            sidecar: None,
+                        }),
+                        Err(HubError::EntryNotFound { .. }) | Err(HubError::NotFound { .. }) => {
+                            if let (Store::Cache(r), true) = (store, self.writes()) {
+                                let _ = r.mark_missing(&commit, f);
+                            }
+                            Err(FetchError::FileNotFound {
+                                repo: repo.to_string(),
+                                revision: repo.revision.clone(),
+                                file: f.clone(),
+                            })
+                        }
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            })
+            .buffered(8)
+            .collect::<Vec<_>>()
+            .await;
+        let mut wanted = Vec::new();
+        for h in heads {
+            let w = h?;
+            if !wanted.iter().any(|x: &Wanted| x.path == w.path) {
+                wanted.push(w);
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// A selection other than explicit files, chosen from the repository's listing (see
+    /// [`list_files`](Self::list_files)): asking one of the entries it refused by name is an
+    /// error, and a saved listing of huggingface_hub's that our records do not back is
+    /// replaced by the Hub's.
+    async fn resolve_listed(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        store: &Store,
+        fresh: bool,
+    ) -> Result<Listed, FetchError> {
+        let (mut listing, mut discarded, mut hint) = self.list_files(repo, store, fresh).await?;
+        loop {
+            if let Some(r) = listing
+                .refused
+                .iter()
+                .find(|r| selection.files.contains(&r.path))
+            {
+                return Err(FetchError::Refused {
+                    repo: repo.to_string(),
+                    file: r.path.clone(),
+                    reason: r.reason.clone(),
+                });
+            }
+            let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
+            let mut chosen = if self.check_only && selection.is_bare() {
+                cached_of(&paths, store, &listing.commit)
+            } else {
+                choose(&paths, selection, &repo.to_string())
+                    .map_err(|e| select_error(e, repo, &listing.commit, store, self.writes()))?
+            };
+            if let Some(d) = discarded {
+                chosen.notice = Some(match chosen.notice.take() {
+                    Some(n) => format!("{d}; {n}"),
+                    None => d,
+                });
+            }
+            let by_path: BTreeMap<&str, &hub::RemoteFile> =
+                listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
+            let wanted = chosen
+                .paths
+                .iter()
+                .filter_map(|p| by_path.get(p.as_str()))
+                .map(|f| {
+                    let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
+                    Wanted {
+                        path: f.path.clone(),
+                        size: f.size,
+                        etag: f.etag().to_string(),
+                        sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
+                    }
+                })
+                .collect::<Vec<Wanted>>();
+            // huggingface_hub's saved listing is another program's file in a shared folder: a
+            // hint of which paths exist, never of which bytes a path has, unless our own record
+            // of a verified download agrees. Else the Hub is asked.
+            if hint
+                && wanted
+                    .iter()
+                    .any(|w| integrity::recorded_size(store, &w.path, &w.etag) != Some(w.size))
+            {
+                (listing, discarded, hint) = self.list_files(repo, store, true).await?;
+                continue;
+            }
+            // Checking: what the snapshot holds that the listing does not is a finding.
+            let stray = if self.check_only {
+                let listed: Vec<String> = listing.files.iter().map(|f| f.path.clone()).collect();
+                unlisted(store, &listing.commit, &listed)
+            } else {
+                Vec::new()
+            };
+            return Ok(Listed {
+                commit: listing.commit,
+                wanted,
+                notice: chosen.notice,
+                unlisted: stray,
+                refused: listing.refused,
+            });
+        }
     }
 
     /// Offline with a remote cache: the selection resolved from the bucket's index (its ref
