@@ -15,7 +15,7 @@ use super::{FetchError, Fetcher, Plan, PlannedFile, RepoRef, Selection};
 use crate::cache::{self, LocalDir, Store};
 use crate::hub::{self, HubError};
 use crate::key::FileKey;
-use crate::names::{check_repo_path, escape, is_commit_hash};
+use crate::names::{check_repo_path, escape, is_commit_hash, CommitId};
 
 /// A remote file chosen for download, before the cache is consulted.
 pub(super) struct Wanted {
@@ -29,6 +29,17 @@ impl Wanted {
     fn key(&self, repo: &RepoRef, commit: &str) -> FileKey {
         FileKey::new(repo, commit, &self.path, &self.etag, self.size)
     }
+}
+
+/// A selection resolved online, before the cache is consulted: the commit, the files chosen,
+/// a notice on the choice, what the snapshot holds that the listing does not (when checking),
+/// and the entries the listing refused.
+struct Listed {
+    commit: CommitId,
+    wanted: Vec<Wanted>,
+    notice: Option<String>,
+    unlisted: Vec<String>,
+    refused: Vec<hub::RefusedEntry>,
 }
 
 impl Fetcher {
@@ -143,138 +154,33 @@ impl Fetcher {
                 }
             }
         }
-        let mut refused = Vec::new();
-        let (commit, wanted, notice, unlisted_files) = if selection.is_explicit_only() {
+        let Listed {
+            commit,
+            wanted,
+            notice,
+            unlisted: unlisted_files,
+            refused,
+        } = if selection.is_explicit_only() {
             let commit = self.hub.repo_commit(repo).await?;
-            // A warm cache: the files are in the snapshot of that commit, each with the manifest
-            // recorded when it was verified (which says what its size must be): nothing more to
-            // ask. Files another tool put there are asked about.
-            let at_commit = repo.clone().with_revision(commit.clone());
-            let warm = if fresh {
-                None
-            } else {
-                self.resolve_offline(&at_commit, selection, &store).ok()
-            };
-            if let Some(mut plan) = warm {
-                let known = plan.missing.is_empty()
-                    && plan
-                        .files
-                        .iter()
-                        .all(|f| integrity::recorded_size(&store, &f.path, &f.etag).is_some());
-                if known {
-                    plan.revision = repo.revision.clone();
-                    plan.offline = false;
+            // A warm cache: nothing more to ask (see `warm_explicit`).
+            if !fresh {
+                if let Some(plan) = self.warm_explicit(repo, &commit, selection, &store) {
                     return Ok(plan);
                 }
             }
-            let heads = stream::iter(selection.files.iter())
-                .map(|f| {
-                    let commit = commit.clone();
-                    let store = &store;
-                    async move {
-                        match self.hub.file_metadata(repo, &commit, f).await {
-                            Ok(m) => Ok(Wanted {
-                                path: f.clone(),
-                                size: m.size,
-                                etag: m.etag.into_string(),
-                                sidecar: None,
-                            }),
-                            Err(HubError::EntryNotFound { .. })
-                            | Err(HubError::NotFound { .. }) => {
-                                if let (Store::Cache(r), true) = (store, self.writes()) {
-                                    let _ = r.mark_missing(&commit, f);
-                                }
-                                Err(FetchError::FileNotFound {
-                                    repo: repo.to_string(),
-                                    revision: repo.revision.clone(),
-                                    file: f.clone(),
-                                })
-                            }
-                            Err(e) => Err(e.into()),
-                        }
-                    }
-                })
-                .buffered(8)
-                .collect::<Vec<_>>()
-                .await;
-            let mut wanted = Vec::new();
-            for h in heads {
-                let w = h?;
-                if !wanted.iter().any(|x: &Wanted| x.path == w.path) {
-                    wanted.push(w);
-                }
-            }
+            let mut wanted = self.head_files(repo, &commit, selection, &store).await?;
             if self.sidecars {
                 self.find_sidecars(repo, &commit, &store, &mut wanted).await;
             }
-            (commit, wanted, None, Vec::new())
-        } else {
-            let (mut listing, mut discarded, mut hint) =
-                self.list_files(repo, &store, fresh).await?;
-            loop {
-                if let Some(r) = listing
-                    .refused
-                    .iter()
-                    .find(|r| selection.files.contains(&r.path))
-                {
-                    return Err(FetchError::Refused {
-                        repo: repo.to_string(),
-                        file: r.path.clone(),
-                        reason: r.reason.clone(),
-                    });
-                }
-                refused = listing.refused.clone();
-                let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
-                let mut chosen = if self.check_only && selection.is_bare() {
-                    cached_of(&paths, &store, &listing.commit)
-                } else {
-                    choose(&paths, selection, &repo.to_string()).map_err(|e| {
-                        select_error(e, repo, &listing.commit, &store, self.writes())
-                    })?
-                };
-                if let Some(d) = discarded {
-                    chosen.notice = Some(match chosen.notice.take() {
-                        Some(n) => format!("{d}; {n}"),
-                        None => d,
-                    });
-                }
-                let by_path: BTreeMap<&str, &hub::RemoteFile> =
-                    listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
-                let wanted = chosen
-                    .paths
-                    .iter()
-                    .filter_map(|p| by_path.get(p.as_str()))
-                    .map(|f| {
-                        let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
-                        Wanted {
-                            path: f.path.clone(),
-                            size: f.size,
-                            etag: f.etag().to_string(),
-                            sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
-                        }
-                    })
-                    .collect::<Vec<Wanted>>();
-                // huggingface_hub's saved listing is another program's file in a shared folder: a
-                // hint of which paths exist, never of which bytes a path has, unless our own record
-                // of a verified download agrees. Else the Hub is asked.
-                if hint
-                    && wanted
-                        .iter()
-                        .any(|w| integrity::recorded_size(&store, &w.path, &w.etag) != Some(w.size))
-                {
-                    (listing, discarded, hint) = self.list_files(repo, &store, true).await?;
-                    continue;
-                }
-                // Checking: what the snapshot holds that the listing does not is a finding.
-                let stray = if self.check_only {
-                    let listed: Vec<String> =
-                        listing.files.iter().map(|f| f.path.clone()).collect();
-                    unlisted(&store, &listing.commit, &listed)
-                } else {
-                    Vec::new()
-                };
-                break (listing.commit, wanted, chosen.notice, stray);
+            Listed {
+                commit,
+                wanted,
+                notice: None,
+                unlisted: Vec::new(),
+                refused: Vec::new(),
             }
+        } else {
+            self.resolve_listed(repo, selection, &store, fresh).await?
         };
         let files = wanted
             .into_iter()
@@ -291,6 +197,161 @@ impl Fetcher {
         );
         p.unlisted = unlisted_files;
         Ok(p)
+    }
+
+    /// A warm cache for explicit files at `commit`: the files are in its snapshot, each with
+    /// the manifest recorded when it was verified (which says what its size must be), and the
+    /// plan needs nothing more from the Hub. `None` when a file is missing, or another tool put
+    /// it there (it is asked about).
+    fn warm_explicit(
+        &self,
+        repo: &RepoRef,
+        commit: &CommitId,
+        selection: &Selection,
+        store: &Store,
+    ) -> Option<Plan> {
+        let at_commit = repo.clone().with_revision(commit.clone());
+        let mut plan = self.resolve_offline(&at_commit, selection, store).ok()?;
+        let known = plan.missing.is_empty()
+            && plan
+                .files
+                .iter()
+                .all(|f| integrity::recorded_size(store, &f.path, &f.etag).is_some());
+        if !known {
+            return None;
+        }
+        plan.revision = repo.revision.clone();
+        plan.offline = false;
+        Some(plan)
+    }
+
+    /// The explicit files of `selection` at `commit`, one `HEAD` each (a few at a time), each
+    /// once. A file the Hub does not have fails the resolution, and is marked missing in the
+    /// cache when it may be written.
+    async fn head_files(
+        &self,
+        repo: &RepoRef,
+        commit: &CommitId,
+        selection: &Selection,
+        store: &Store,
+    ) -> Result<Vec<Wanted>, FetchError> {
+        let heads = stream::iter(selection.files.iter())
+            .map(|f| {
+                let commit = commit.clone();
+                async move {
+                    match self.hub.file_metadata(repo, &commit, f).await {
+                        Ok(m) => Ok(Wanted {
+                            path: f.clone(),
+                            size: m.size,
+                            etag: m.etag.into_string(),
+                            sidecar: None,
+                        }),
+                        Err(HubError::EntryNotFound { .. }) | Err(HubError::NotFound { .. }) => {
+                            if let (Store::Cache(r), true) = (store, self.writes()) {
+                                let _ = r.mark_missing(&commit, f);
+                            }
+                            Err(FetchError::FileNotFound {
+                                repo: repo.to_string(),
+                                revision: repo.revision.clone(),
+                                file: f.clone(),
+                            })
+                        }
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            })
+            .buffered(8)
+            .collect::<Vec<_>>()
+            .await;
+        let mut wanted = Vec::new();
+        for h in heads {
+            let w = h?;
+            if !wanted.iter().any(|x: &Wanted| x.path == w.path) {
+                wanted.push(w);
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// A selection other than explicit files, chosen from the repository's listing (see
+    /// [`list_files`](Self::list_files)): asking one of the entries it refused by name is an
+    /// error, and a saved listing of huggingface_hub's that our records do not back is
+    /// replaced by the Hub's.
+    async fn resolve_listed(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        store: &Store,
+        fresh: bool,
+    ) -> Result<Listed, FetchError> {
+        let (mut listing, mut discarded, mut hint) = self.list_files(repo, store, fresh).await?;
+        loop {
+            if let Some(r) = listing
+                .refused
+                .iter()
+                .find(|r| selection.files.contains(&r.path))
+            {
+                return Err(FetchError::Refused {
+                    repo: repo.to_string(),
+                    file: r.path.clone(),
+                    reason: r.reason.clone(),
+                });
+            }
+            let paths: Vec<&str> = listing.files.iter().map(|f| f.path.as_str()).collect();
+            let mut chosen = if self.check_only && selection.is_bare() {
+                cached_of(&paths, store, &listing.commit)
+            } else {
+                choose(&paths, selection, &repo.to_string())
+                    .map_err(|e| select_error(e, repo, &listing.commit, store, self.writes()))?
+            };
+            if let Some(d) = discarded {
+                chosen.notice = Some(match chosen.notice.take() {
+                    Some(n) => format!("{d}; {n}"),
+                    None => d,
+                });
+            }
+            let by_path: BTreeMap<&str, &hub::RemoteFile> =
+                listing.files.iter().map(|f| (f.path.as_str(), f)).collect();
+            let wanted = chosen
+                .paths
+                .iter()
+                .filter_map(|p| by_path.get(p.as_str()))
+                .map(|f| {
+                    let sidecar = format!("{}{SIDECAR_SUFFIX}", f.path);
+                    Wanted {
+                        path: f.path.clone(),
+                        size: f.size,
+                        etag: f.etag().to_string(),
+                        sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
+                    }
+                })
+                .collect::<Vec<Wanted>>();
+            // huggingface_hub's saved listing is another program's file in a shared folder: a
+            // hint of which paths exist, never of which bytes a path has, unless our own record
+            // of a verified download agrees. Else the Hub is asked.
+            if hint
+                && wanted
+                    .iter()
+                    .any(|w| integrity::recorded_size(store, &w.path, &w.etag) != Some(w.size))
+            {
+                (listing, discarded, hint) = self.list_files(repo, store, true).await?;
+                continue;
+            }
+            // Checking: what the snapshot holds that the listing does not is a finding.
+            let stray = if self.check_only {
+                let listed: Vec<String> = listing.files.iter().map(|f| f.path.clone()).collect();
+                unlisted(store, &listing.commit, &listed)
+            } else {
+                Vec::new()
+            };
+            return Ok(Listed {
+                commit: listing.commit,
+                wanted,
+                notice: chosen.notice,
+                unlisted: stray,
+                refused: listing.refused,
+            });
+        }
     }
 
     /// Offline with a remote cache: the selection resolved from the bucket's index (its ref
@@ -574,51 +635,9 @@ impl Fetcher {
             dir: dir.clone(),
             offline: true,
         };
-        let (commit, files) = match store {
-            Store::Cache(r) => {
-                let commit = r.resolve_offline(&repo.revision).ok_or_else(|| {
-                    not_cached(format!(
-                        "repository '{repo}' at revision '{}'",
-                        repo.revision
-                    ))
-                })?;
-                let files = r
-                    .list_snapshot(&commit)
-                    .map_err(|e| FetchError::io("read", r.snapshot_dir(&commit), e))?;
-                (commit, files)
-            }
-            Store::Local(l) => {
-                let filter = is_commit_hash(&repo.revision).then_some(repo.revision.as_str());
-                let files = l
-                    .list_complete(filter)
-                    .map_err(|e| FetchError::io("read", l.download_dir(), e))?;
-                // Provisional: the commit reported is that of the files chosen (below).
-                let commit = files.first().map(|f| f.commit.clone()).ok_or_else(|| {
-                    not_cached(format!(
-                        "repository '{repo}' at revision '{}'",
-                        repo.revision
-                    ))
-                })?;
-                (commit, files)
-            }
-        };
+        let (commit, files) = stored_files(repo, store, &not_cached)?;
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        // Files asked for by name that are not there fail one by one, so that the others are
-        // still served (and verified); when none is there, the selection fails as a whole.
-        let (selection, mut missing) = if selection.is_explicit_only() {
-            let (present, missing): (Vec<String>, Vec<String>) = selection
-                .files
-                .iter()
-                .cloned()
-                .partition(|f| paths.contains(&f.as_str()));
-            if present.is_empty() {
-                (selection.clone(), Vec::new())
-            } else {
-                (Selection::files(present), missing)
-            }
-        } else {
-            (selection.clone(), Vec::new())
-        };
+        let (selection, mut missing) = present_only(selection, &paths);
         let selection = &selection;
         // Checking: what the snapshot holds that the listing saved for the commit does not is
         // a finding (nothing to judge by without one), and not checked as a file of the
@@ -642,57 +661,16 @@ impl Fetcher {
         } else {
             choose(&paths, selection, &repo.to_string())
         };
-        let chosen = chosen.map_err(|e| match e {
-            SelectError::MissingFile(f) => {
-                if let Store::Cache(r) = store {
-                    if r.is_marked_missing(&commit, &f) {
-                        return FetchError::FileNotFound {
-                            repo: repo.to_string(),
-                            revision: repo.revision.clone(),
-                            file: f,
-                        };
-                    }
-                }
-                not_cached(format!(
-                    "file '{f}' of '{repo}' at revision '{}'",
-                    repo.revision
-                ))
-            }
-            SelectError::NoQuant { tag, .. } => not_cached(format!(
-                "a GGUF file with quantization '{tag}' of '{repo}' at revision '{}'",
-                repo.revision
-            )),
-            SelectError::Empty => not_cached(format!(
-                "a file matching the selection in '{repo}' at revision '{}'",
-                repo.revision
-            )),
-            SelectError::BadPattern(p) => FetchError::Selection(p),
-        })?;
-        // A selection of several files (a folder, patterns, a tag's split parts, a whole
-        // repository) is also made from the listing saved for the commit, when there is one:
-        // what it selects that the cache lacks (an interrupted download) is named, not passed
-        // over. For a bare repository whose cached model is another than the listing's choice,
-        // the cached one stands (see the notice below).
-        if !selection.is_explicit_only() {
-            if let Some(listed) = self.saved_paths(store, &commit) {
-                let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
-                let want = if self.check_only && selection.is_bare() {
-                    Some(listed.iter().map(|p| p.to_string()).collect())
-                } else {
-                    choose(&listed, selection, &repo.to_string())
-                        .ok()
-                        .map(|c| c.paths)
-                };
-                if let Some(want) = want {
-                    let same = !selection.is_bare()
-                        || self.check_only
-                        || want.iter().any(|p| chosen.paths.contains(p));
-                    if same {
-                        missing.extend(want.into_iter().filter(|p| !paths.contains(&p.as_str())));
-                    }
-                }
-            }
-        }
+        let chosen =
+            chosen.map_err(|e| offline_select_error(e, repo, store, &commit, &not_cached))?;
+        missing.extend(self.missing_from_saved_listing(
+            repo,
+            selection,
+            store,
+            &commit,
+            &chosen.paths,
+            &paths,
+        ));
         let by_path: BTreeMap<&str, &cache::CachedFile> =
             files.iter().map(|f| (f.path.as_str(), f)).collect();
         let picked: Vec<&cache::CachedFile> = chosen
@@ -709,27 +687,10 @@ impl Fetcher {
             // Hub's listing may hold one that is preferred.
             let n = "offline, the model is chosen among the files in the cache; online the choice \
                      is made from the Hub's listing and may differ";
-            notice = Some(match notice {
-                Some(old) => format!("{old}; {n}"),
-                None => n.to_string(),
-            });
+            add_notice(&mut notice, n.to_string());
         }
         let commit = match store {
-            Store::Local(l) => {
-                let (newest, mixed) = local_commit(l, &picked).unwrap_or((commit, 0));
-                if mixed > 1 {
-                    let n = format!(
-                        "the files in {} come from {mixed} different commits; \
-                         reporting the newest download's, {newest}",
-                        l.root().display()
-                    );
-                    notice = Some(match notice {
-                        Some(old) => format!("{old}; {n}"),
-                        None => n,
-                    });
-                }
-                newest
-            }
+            Store::Local(l) => newest_commit(l, &picked, commit, &mut notice),
             Store::Cache(_) => commit,
         };
         let files = picked
@@ -751,6 +712,48 @@ impl Fetcher {
         p.unlisted = stray;
         Ok(p)
     }
+
+    /// A selection of several files (a folder, patterns, a tag's split parts, a whole
+    /// repository) is also made from the listing saved for the commit, when there is one:
+    /// what it selects that the cache lacks (an interrupted download) is named, not passed
+    /// over. For a bare repository whose cached model is another than the listing's choice,
+    /// the cached one stands (see the notice in `resolve_offline`). The paths of the listing's
+    /// choice that are not among the cached `paths`; none for explicit files.
+    fn missing_from_saved_listing(
+        &self,
+        repo: &RepoRef,
+        selection: &Selection,
+        store: &Store,
+        commit: &str,
+        chosen: &[String],
+        paths: &[&str],
+    ) -> Vec<String> {
+        if selection.is_explicit_only() {
+            return Vec::new();
+        }
+        let Some(listed) = self.saved_paths(store, commit) else {
+            return Vec::new();
+        };
+        let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+        let want = if self.check_only && selection.is_bare() {
+            Some(listed.iter().map(|p| p.to_string()).collect())
+        } else {
+            choose(&listed, selection, &repo.to_string())
+                .ok()
+                .map(|c| c.paths)
+        };
+        let Some(want) = want else {
+            return Vec::new();
+        };
+        let same =
+            !selection.is_bare() || self.check_only || want.iter().any(|p| chosen.contains(p));
+        if !same {
+            return Vec::new();
+        }
+        want.into_iter()
+            .filter(|p| !paths.contains(&p.as_str()))
+            .collect()
+    }
 }
 
 impl Fetcher {
@@ -769,6 +772,131 @@ impl Fetcher {
             None => store.hf_listed_paths(commit),
         }
     }
+}
+
+/// The commit the offline `store` holds for the repository's revision, and its files (those
+/// of the snapshot; of a local folder, every complete one, of that commit when the revision
+/// is one). Without them, `not_cached` says what is not.
+fn stored_files(
+    repo: &RepoRef,
+    store: &Store,
+    not_cached: &impl Fn(String) -> FetchError,
+) -> Result<(String, Vec<cache::CachedFile>), FetchError> {
+    match store {
+        Store::Cache(r) => {
+            let commit = r.resolve_offline(&repo.revision).ok_or_else(|| {
+                not_cached(format!(
+                    "repository '{repo}' at revision '{}'",
+                    repo.revision
+                ))
+            })?;
+            let files = r
+                .list_snapshot(&commit)
+                .map_err(|e| FetchError::io("read", r.snapshot_dir(&commit), e))?;
+            Ok((commit, files))
+        }
+        Store::Local(l) => {
+            let filter = is_commit_hash(&repo.revision).then_some(repo.revision.as_str());
+            let files = l
+                .list_complete(filter)
+                .map_err(|e| FetchError::io("read", l.download_dir(), e))?;
+            // Provisional: the commit reported is that of the files chosen (see
+            // `newest_commit`).
+            let commit = files.first().map(|f| f.commit.clone()).ok_or_else(|| {
+                not_cached(format!(
+                    "repository '{repo}' at revision '{}'",
+                    repo.revision
+                ))
+            })?;
+            Ok((commit, files))
+        }
+    }
+}
+
+/// Files asked for by name that are not among the cached `paths` fail one by one, so that the
+/// others are still served (and verified): the selection of those present, and the missing
+/// ones. When none is there, the selection stays whole, and fails as a whole.
+fn present_only(selection: &Selection, paths: &[&str]) -> (Selection, Vec<String>) {
+    if !selection.is_explicit_only() {
+        return (selection.clone(), Vec::new());
+    }
+    let (present, missing): (Vec<String>, Vec<String>) = selection
+        .files
+        .iter()
+        .cloned()
+        .partition(|f| paths.contains(&f.as_str()));
+    if present.is_empty() {
+        (selection.clone(), Vec::new())
+    } else {
+        (Selection::files(present), missing)
+    }
+}
+
+/// Why an offline selection failed: a file the cache marked missing at `commit` is not in the
+/// repository; anything else is not in the cache (`not_cached`).
+fn offline_select_error(
+    e: SelectError,
+    repo: &RepoRef,
+    store: &Store,
+    commit: &str,
+    not_cached: &impl Fn(String) -> FetchError,
+) -> FetchError {
+    match e {
+        SelectError::MissingFile(f) => {
+            if let Store::Cache(r) = store {
+                if r.is_marked_missing(commit, &f) {
+                    return FetchError::FileNotFound {
+                        repo: repo.to_string(),
+                        revision: repo.revision.clone(),
+                        file: f,
+                    };
+                }
+            }
+            not_cached(format!(
+                "file '{f}' of '{repo}' at revision '{}'",
+                repo.revision
+            ))
+        }
+        SelectError::NoQuant { tag, .. } => not_cached(format!(
+            "a GGUF file with quantization '{tag}' of '{repo}' at revision '{}'",
+            repo.revision
+        )),
+        SelectError::Empty => not_cached(format!(
+            "a file matching the selection in '{repo}' at revision '{}'",
+            repo.revision
+        )),
+        SelectError::BadPattern(p) => FetchError::Selection(p),
+    }
+}
+
+/// The commit to report for the `picked` files of a local folder: the newest download's (see
+/// [`local_commit`]), else `provisional`; a notice says so when they come from several.
+fn newest_commit(
+    l: &LocalDir,
+    picked: &[&cache::CachedFile],
+    provisional: String,
+    notice: &mut Option<String>,
+) -> String {
+    let (newest, mixed) = local_commit(l, picked).unwrap_or((provisional, 0));
+    if mixed > 1 {
+        add_notice(
+            notice,
+            format!(
+                "the files in {} come from {mixed} different commits; \
+                 reporting the newest download's, {newest}",
+                l.root().display()
+            ),
+        );
+    }
+    newest
+}
+
+/// Adds `n` to a notice, after what it says already.
+fn add_notice(notice: &mut Option<String>, n: String) {
+    *notice = Some(match notice.take() {
+        Some(old) => format!("{old}; {n}"),
+        None => n,
+    });
 }
 
 /// The commit to report for files of a local folder, found offline: the commit of the most

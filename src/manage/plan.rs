@@ -460,165 +460,222 @@ pub fn plan_prune(report: &CacheReport, only_listed: bool) -> Removal {
             .map(|r| r.commit.clone())
             .collect();
         plan_revisions(&mut out, repo, &detached, &BTreeSet::new(), true);
-        let id = &repo.cache_id;
         let rc = repo_cache_of(&out.root, repo);
-        let lock_of = |etag: &str| rc.lock_path(etag);
         // What is left after the revisions and blobs above go.
         let removed: BTreeSet<PathBuf> = out.items.iter().map(|i| i.path.clone()).collect();
-        let blob_left = |etag: &str| {
-            let p = repo.path.join("blobs").join(etag);
-            !removed.contains(&p) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
+        let partial_left = plan_stale_partials(&mut out, repo, &rc);
+        let left = Left {
+            removed: &removed,
+            detached: &detached,
+            partials: &partial_left,
         };
-        let commits_left: BTreeSet<&String> = repo
-            .revisions
-            .iter()
-            .map(|r| &r.commit)
-            .filter(|c| !detached.contains(*c))
-            .chain(repo.refs.values())
-            .collect();
-        let mut partial_left: BTreeSet<String> = BTreeSet::new();
-        for p in &repo.partials {
-            if !p.stale {
-                partial_left.insert(p.etag.clone());
-                continue;
-            }
-            let what = match &p.path {
-                Some(path) => format!("{path} ({})", p.etag),
-                None => p.etag.clone(),
-            };
-            for (path, kind) in [
-                (&p.data_path, ItemKind::Partial),
-                (&p.state_path, ItemKind::ResumeState),
-            ] {
-                if let Some(path) = path {
-                    let len = fs::symlink_metadata(path).map_or(0, |m| m.len());
-                    out.push(
-                        kind,
-                        id,
-                        what.clone(),
-                        path.clone(),
-                        len,
-                        Some(lock_of(&p.etag)),
-                    );
-                }
-            }
-        }
-        let read_dir_names = |sub: &str| -> Vec<(String, PathBuf, u64)> {
-            let d = repo.path.join(sub);
-            if !fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
-                return Vec::new();
-            }
-            fs::read_dir(&d)
-                .map(|rd| {
-                    rd.flatten()
-                        .map(|e| {
-                            let len = fs::symlink_metadata(e.path()).map_or(0, |m| m.len());
-                            (e.file_name().to_string_lossy().into_owned(), e.path(), len)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        for (name, path, len) in read_dir_names(".wi-manifests") {
-            if let Some(etag) = name
-                .strip_suffix(".json")
-                .filter(|e| etag_kind(e).is_some())
-            {
-                if !blob_left(etag) && !partial_left.contains(etag) {
-                    out.push(
-                        ItemKind::Manifest,
-                        id,
-                        etag.to_string(),
-                        path,
-                        len,
-                        Some(lock_of(etag)),
-                    );
-                }
-            }
-        }
-        for (name, path, len) in read_dir_names(".wi-trees")
-            .into_iter()
-            .chain(read_dir_names("trees"))
-        {
-            if let Some(c) = name.strip_suffix(".json").filter(|c| is_commit_hash(c)) {
-                if !commits_left.contains(&c.to_string()) {
-                    out.push(ItemKind::Tree, id, c.to_string(), path, len, None);
-                }
-            }
-        }
-        for (name, path, _) in read_dir_names(".no_exist") {
-            if !commits_left.contains(&name) {
-                out.push(ItemKind::NoExist, id, name, path, 0, None);
-            }
-        }
-        for (name, path, len) in read_dir_names("blobs") {
-            if let Some((etag, LLAMA_ETAG_SUFFIX)) = split_etag(&name) {
-                if !blob_left(etag) && !partial_left.contains(etag) {
-                    out.push(
-                        ItemKind::Note,
-                        id,
-                        name.clone(),
-                        path,
-                        len,
-                        Some(lock_of(etag)),
-                    );
-                }
-            }
-        }
-        if fs::symlink_metadata(rc.locks_dir()).is_ok_and(|m| m.is_dir()) {
-            if let Ok(rd) = fs::read_dir(rc.locks_dir()) {
-                for e in rd.flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    if let Some((etag, ".lock")) = split_etag(&name) {
-                        if !partial_left.contains(etag) {
-                            out.push(
-                                ItemKind::Lock,
-                                id,
-                                etag.to_string(),
-                                e.path(),
-                                0,
-                                Some(e.path()),
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        plan_records_left_over(&mut out, repo, &rc, &left);
+        plan_free_locks(&mut out, repo, &rc, &partial_left);
     }
     if !only_listed {
-        // Lock folders of repositories no longer in the cache.
-        let locks = report.root.join(".locks");
-        if fs::symlink_metadata(&locks).is_ok_and(|m| m.is_dir()) {
-            if let Ok(rd) = fs::read_dir(&locks) {
-                for e in rd.flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    if parse_folder_name(&name).is_none()
-                        || fs::symlink_metadata(report.root.join(&name)).is_ok()
-                    {
-                        continue;
-                    }
-                    let held = fs::read_dir(e.path())
-                        .map(|rd| rd.flatten().any(|l| lock_held(&l.path())))
-                        .unwrap_or(false);
-                    if held {
-                        out.skipped.push(Skipped {
-                            path: e.path(),
-                            reason: "a running download holds a lock in it".into(),
-                        });
-                    } else {
-                        out.items.push(Item {
-                            kind: ItemKind::Lock,
-                            repo: None,
-                            what: format!("lock folder of {name}"),
-                            path: e.path(),
-                            bytes: 0,
-                            lock: None,
-                        });
-                    }
-                }
-            }
-        }
+        plan_lock_folders(&mut out, report);
     }
     out.probe_locks();
     out
+}
+
+/// Plans the stale partial downloads of `repo` (their data files and resume states). The
+/// ETags of the partial downloads left.
+fn plan_stale_partials(out: &mut Removal, repo: &RepoReport, rc: &RepoCache) -> BTreeSet<String> {
+    let mut partial_left: BTreeSet<String> = BTreeSet::new();
+    for p in &repo.partials {
+        if !p.stale {
+            partial_left.insert(p.etag.clone());
+            continue;
+        }
+        let what = match &p.path {
+            Some(path) => format!("{path} ({})", p.etag),
+            None => p.etag.clone(),
+        };
+        for (path, kind) in [
+            (&p.data_path, ItemKind::Partial),
+            (&p.state_path, ItemKind::ResumeState),
+        ] {
+            if let Some(path) = path {
+                let len = fs::symlink_metadata(path).map_or(0, |m| m.len());
+                out.push(
+                    kind,
+                    &repo.cache_id,
+                    what.clone(),
+                    path.clone(),
+                    len,
+                    Some(rc.lock_path(&p.etag)),
+                );
+            }
+        }
+    }
+    partial_left
+}
+
+/// The entries of the folder `sub` of `repo`: name, path and size of each (none when it is
+/// not a folder).
+fn read_dir_names(repo: &RepoReport, sub: &str) -> Vec<(String, PathBuf, u64)> {
+    let d = repo.path.join(sub);
+    if !fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
+        return Vec::new();
+    }
+    fs::read_dir(&d)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let len = fs::symlink_metadata(e.path()).map_or(0, |m| m.len());
+                    (e.file_name().to_string_lossy().into_owned(), e.path(), len)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a repository keeps once its detached revisions go: the paths planned for removal
+/// (those revisions and the blobs only they used), the `detached` commits, and the ETags of
+/// the `partials` (downloads) left.
+struct Left<'a> {
+    removed: &'a BTreeSet<PathBuf>,
+    detached: &'a BTreeSet<String>,
+    partials: &'a BTreeSet<String>,
+}
+
+/// Plans what `repo` records of things that are gone once what is planned goes (see
+/// [`Left`]): manifests and llama.cpp ETag notes of blobs neither left nor partially
+/// downloaded; saved listings and `.no_exist` markers of commits with neither snapshot nor
+/// ref.
+fn plan_records_left_over(out: &mut Removal, repo: &RepoReport, rc: &RepoCache, left: &Left<'_>) {
+    let Left {
+        removed,
+        detached,
+        partials: partial_left,
+    } = *left;
+    let id = &repo.cache_id;
+    let lock_of = |etag: &str| rc.lock_path(etag);
+    let blob_left = |etag: &str| {
+        let p = repo.path.join("blobs").join(etag);
+        !removed.contains(&p) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
+    };
+    let commits_left: BTreeSet<&String> = repo
+        .revisions
+        .iter()
+        .map(|r| &r.commit)
+        .filter(|c| !detached.contains(*c))
+        .chain(repo.refs.values())
+        .collect();
+    for (name, path, len) in read_dir_names(repo, ".wi-manifests") {
+        if let Some(etag) = name
+            .strip_suffix(".json")
+            .filter(|e| etag_kind(e).is_some())
+        {
+            if !blob_left(etag) && !partial_left.contains(etag) {
+                out.push(
+                    ItemKind::Manifest,
+                    id,
+                    etag.to_string(),
+                    path,
+                    len,
+                    Some(lock_of(etag)),
+                );
+            }
+        }
+    }
+    for (name, path, len) in read_dir_names(repo, ".wi-trees")
+        .into_iter()
+        .chain(read_dir_names(repo, "trees"))
+    {
+        if let Some(c) = name.strip_suffix(".json").filter(|c| is_commit_hash(c)) {
+            if !commits_left.contains(&c.to_string()) {
+                out.push(ItemKind::Tree, id, c.to_string(), path, len, None);
+            }
+        }
+    }
+    for (name, path, _) in read_dir_names(repo, ".no_exist") {
+        if !commits_left.contains(&name) {
+            out.push(ItemKind::NoExist, id, name, path, 0, None);
+        }
+    }
+    for (name, path, len) in read_dir_names(repo, "blobs") {
+        if let Some((etag, LLAMA_ETAG_SUFFIX)) = split_etag(&name) {
+            if !blob_left(etag) && !partial_left.contains(etag) {
+                out.push(
+                    ItemKind::Note,
+                    id,
+                    name.clone(),
+                    path,
+                    len,
+                    Some(lock_of(etag)),
+                );
+            }
+        }
+    }
+}
+
+/// Plans the lock files of `repo` whose blob has no partial download left (`partial_left`);
+/// whether one is held is probed once the plan is made.
+fn plan_free_locks(
+    out: &mut Removal,
+    repo: &RepoReport,
+    rc: &RepoCache,
+    partial_left: &BTreeSet<String>,
+) {
+    if !fs::symlink_metadata(rc.locks_dir()).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    let Ok(rd) = fs::read_dir(rc.locks_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some((etag, ".lock")) = split_etag(&name) {
+            if !partial_left.contains(etag) {
+                out.push(
+                    ItemKind::Lock,
+                    &repo.cache_id,
+                    etag.to_string(),
+                    e.path(),
+                    0,
+                    Some(e.path()),
+                );
+            }
+        }
+    }
+}
+
+/// Plans the lock folders of repositories no longer in the cache; one a running download
+/// holds a lock in is skipped, and said.
+fn plan_lock_folders(out: &mut Removal, report: &CacheReport) {
+    let locks = report.root.join(".locks");
+    if !fs::symlink_metadata(&locks).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    let Ok(rd) = fs::read_dir(&locks) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if parse_folder_name(&name).is_none()
+            || fs::symlink_metadata(report.root.join(&name)).is_ok()
+        {
+            continue;
+        }
+        let held = fs::read_dir(e.path())
+            .map(|rd| rd.flatten().any(|l| lock_held(&l.path())))
+            .unwrap_or(false);
+        if held {
+            out.skipped.push(Skipped {
+                path: e.path(),
+                reason: "a running download holds a lock in it".into(),
+            });
+        } else {
+            out.items.push(Item {
+                kind: ItemKind::Lock,
+                repo: None,
+                what: format!("lock folder of {name}"),
+                path: e.path(),
+                bytes: 0,
+                lock: None,
+            });
+        }
+    }
 }

@@ -363,8 +363,66 @@ pub(super) struct SnapEntry {
 
 pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan {
     let dir = rc.dir();
-    let mut s = RepoScan::default();
-    // refs
+    let mut s = RepoScan {
+        refs: read_refs(dir, warnings),
+        ..RepoScan::default()
+    };
+    let found = read_blobs(dir, &mut s, warnings);
+    // locks
+    if let Some(entries) = real_dir_entries(rc.locks_dir(), warnings) {
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some((etag, ".lock")) = split_etag(&name) {
+                s.locks.insert(etag.to_string(), lock_held(&e.path()));
+            }
+        }
+    }
+    s.partials = partial_reports(rc, found, &s.locks);
+    // snapshots
+    if let Some(entries) = real_dir_entries(&dir.join("snapshots"), warnings) {
+        for e in entries {
+            let commit = e.file_name().to_string_lossy().into_owned();
+            let sdir = e.path();
+            if !fs::symlink_metadata(&sdir).is_ok_and(|m| m.is_dir()) {
+                warnings.push(format!(
+                    "{} is {}, not a folder",
+                    sdir.display(),
+                    describe(&sdir)
+                ));
+                continue;
+            }
+            s.snapshots
+                .insert(commit, read_snapshot(dir, &sdir, warnings));
+        }
+    }
+    // our own areas
+    for (sub, map) in [
+        (".wi-manifests", &mut s.manifests),
+        (".wi-trees", &mut s.trees),
+    ] {
+        if let Some(entries) = real_dir_entries(&dir.join(sub), warnings) {
+            for e in entries {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(key) = name.strip_suffix(".json").filter(|k| is_lower_hex(k)) {
+                    let len = fs::symlink_metadata(e.path()).map_or(0, |m| m.len());
+                    map.insert(key.to_string(), len);
+                }
+            }
+        }
+    }
+    if let Some(entries) = real_dir_entries(&dir.join(".no_exist"), warnings) {
+        for e in entries {
+            s.no_exist
+                .insert(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    s
+}
+
+/// The refs of the repository folder `dir`: ref name → commit (what is not a regular file
+/// holding a commit id is left out, with a warning).
+fn read_refs(dir: &Path, warnings: &mut Vec<String>) -> BTreeMap<String, String> {
+    let mut refs = BTreeMap::new();
     let refs_dir = dir.join("refs");
     if fs::symlink_metadata(&refs_dir).is_ok_and(|m| !m.is_dir()) {
         warnings.push(format!(
@@ -382,7 +440,7 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
                 Ok(Some(b)) => {
                     let c = String::from_utf8_lossy(&b).trim().to_string();
                     if is_commit_hash(&c) {
-                        s.refs.insert(rel, c);
+                        refs.insert(rel, c);
                     } else {
                         warnings.push(format!("ref {} does not hold a commit id", full.display()));
                     }
@@ -391,7 +449,20 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
             }
         }
     }
-    // blobs
+    refs
+}
+
+/// The partial downloads found in `blobs/`: ours (data file and resume state, by ETag), and
+/// other tools' (ETag, tool, path, size).
+#[derive(Default)]
+struct BlobPartials {
+    ours: BTreeMap<String, (Option<PathBuf>, Option<PathBuf>)>,
+    foreign: Vec<(String, PartialTool, PathBuf, u64)>,
+}
+
+/// Reads `blobs/` of the repository folder `dir` into `s` (complete blobs, other files), and
+/// returns the partial downloads found there.
+fn read_blobs(dir: &Path, s: &mut RepoScan, warnings: &mut Vec<String>) -> BlobPartials {
     let mut ours: BTreeMap<String, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
     let mut foreign: Vec<(String, PartialTool, PathBuf, u64)> = Vec::new();
     if let Some(entries) = real_dir_entries(&dir.join("blobs"), warnings) {
@@ -423,15 +494,18 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
             }
         }
     }
-    // locks
-    if let Some(entries) = real_dir_entries(rc.locks_dir(), warnings) {
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some((etag, ".lock")) = split_etag(&name) {
-                s.locks.insert(etag.to_string(), lock_held(&e.path()));
-            }
-        }
-    }
+    BlobPartials { ours, foreign }
+}
+
+/// The report of each partial download found in `blobs/`, ours first (with what its state
+/// records), in use when its lock is held (`locks`).
+fn partial_reports(
+    rc: &RepoCache,
+    found: BlobPartials,
+    locks: &BTreeMap<String, bool>,
+) -> Vec<PartialReport> {
+    let BlobPartials { ours, foreign } = found;
+    let mut partials = Vec::new();
     for (etag, (data, state)) in ours {
         let info = rc.partial(&etag).inspect();
         let len = |p: &Option<PathBuf>| {
@@ -439,8 +513,8 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
                 .and_then(|p| fs::symlink_metadata(p).ok())
                 .map_or(0, |m| m.len())
         };
-        s.partials.push(PartialReport {
-            in_use: s.locks.get(&etag).copied().unwrap_or(false),
+        partials.push(PartialReport {
+            in_use: locks.get(&etag).copied().unwrap_or(false),
             path: info.as_ref().map(|i| i.key.path.clone()),
             commit: info.as_ref().map(|i| i.key.commit.clone()),
             size: info.as_ref().map(|i| i.key.size),
@@ -454,8 +528,8 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
         });
     }
     for (etag, tool, p, len) in foreign {
-        s.partials.push(PartialReport {
-            in_use: s.locks.get(&etag).copied().unwrap_or(false),
+        partials.push(PartialReport {
+            in_use: locks.get(&etag).copied().unwrap_or(false),
             path: None,
             commit: None,
             size: None,
@@ -468,69 +542,42 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
             stale: false,
         });
     }
-    // snapshots
-    if let Some(entries) = real_dir_entries(&dir.join("snapshots"), warnings) {
-        for e in entries {
-            let commit = e.file_name().to_string_lossy().into_owned();
-            let sdir = e.path();
-            if !fs::symlink_metadata(&sdir).is_ok_and(|m| m.is_dir()) {
-                warnings.push(format!(
-                    "{} is {}, not a folder",
-                    sdir.display(),
-                    describe(&sdir)
-                ));
-                continue;
-            }
-            let mut files = BTreeMap::new();
-            match safe_fs::walk_relative(&sdir) {
-                Ok(list) => {
-                    for (rel, full, ft) in list {
-                        let entry = if ft.is_symlink() {
-                            SnapEntry {
-                                etag: link_etag(dir, &full),
-                                regular: None,
-                            }
-                        } else if ft.is_file() {
-                            SnapEntry {
-                                etag: None,
-                                regular: fs::symlink_metadata(&full).ok().map(|m| m.len()),
-                            }
-                        } else {
-                            SnapEntry {
-                                etag: None,
-                                regular: None,
-                            }
-                        };
-                        files.insert(rel, entry);
+    partials
+}
+
+/// The entries of the snapshot folder `sdir` (of the repository folder `dir`), by path: the
+/// blob each link points to, the size of each regular file.
+fn read_snapshot(
+    dir: &Path,
+    sdir: &Path,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<String, SnapEntry> {
+    let mut files = BTreeMap::new();
+    match safe_fs::walk_relative(sdir) {
+        Ok(list) => {
+            for (rel, full, ft) in list {
+                let entry = if ft.is_symlink() {
+                    SnapEntry {
+                        etag: link_etag(dir, &full),
+                        regular: None,
                     }
-                }
-                Err(e) => warnings.push(format!("{}: {e}", sdir.display())),
-            }
-            s.snapshots.insert(commit, files);
-        }
-    }
-    // our own areas
-    for (sub, map) in [
-        (".wi-manifests", &mut s.manifests),
-        (".wi-trees", &mut s.trees),
-    ] {
-        if let Some(entries) = real_dir_entries(&dir.join(sub), warnings) {
-            for e in entries {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(key) = name.strip_suffix(".json").filter(|k| is_lower_hex(k)) {
-                    let len = fs::symlink_metadata(e.path()).map_or(0, |m| m.len());
-                    map.insert(key.to_string(), len);
-                }
+                } else if ft.is_file() {
+                    SnapEntry {
+                        etag: None,
+                        regular: fs::symlink_metadata(&full).ok().map(|m| m.len()),
+                    }
+                } else {
+                    SnapEntry {
+                        etag: None,
+                        regular: None,
+                    }
+                };
+                files.insert(rel, entry);
             }
         }
+        Err(e) => warnings.push(format!("{}: {e}", sdir.display())),
     }
-    if let Some(entries) = real_dir_entries(&dir.join(".no_exist"), warnings) {
-        for e in entries {
-            s.no_exist
-                .insert(e.file_name().to_string_lossy().into_owned());
-        }
-    }
-    s
+    files
 }
 
 /// The size the manifest recorded for `etag` gives `path`, if there is one.
@@ -636,86 +683,20 @@ pub(super) fn scan_repo(
     for (r, c) in &s.refs {
         by_commit.entry(c.clone()).or_default().push(r.clone());
     }
-    let blob_times = |etag: &str| {
-        let m = fs::symlink_metadata(dir.join("blobs").join(etag)).ok()?;
-        Some((unix(m.accessed()), unix(m.modified())))
+    let refs_of = |commit: &str| {
+        let mut refs = by_commit.get(commit).cloned().unwrap_or_default();
+        refs.sort();
+        refs
     };
-    let mut referenced: BTreeSet<String> = BTreeSet::new();
-    let mut regular_files = 0usize;
-    let mut last_accessed = None;
-    let mut last_modified = None;
+    let mut seen = RepoSeen::default();
     let mut revisions = Vec::new();
     for (commit, files) in &s.snapshots {
         let sdir = dir.join("snapshots").join(commit);
-        let mut seen = BTreeSet::new();
-        let mut size = 0;
-        let mut rev_modified = None;
-        let mut reports = Vec::new();
-        for (rel, e) in files {
-            let full = sdir.join(rel);
-            let (state, etag, fsize, problem) = match (&e.etag, e.regular) {
-                (Some(etag), _) => match s.blobs.get(etag) {
-                    Some(&len) => {
-                        if seen.insert(etag.clone()) {
-                            size += len;
-                        }
-                        referenced.insert(etag.clone());
-                        if let Some((a, m)) = blob_times(etag) {
-                            last_accessed = last_accessed.max(a);
-                            last_modified = last_modified.max(m);
-                            rev_modified = rev_modified.max(m);
-                        }
-                        match recorded_size(&rc, etag, rel) {
-                            Some(want) if want != len => (
-                                FileState::Damaged,
-                                Some(etag.clone()),
-                                Some(len),
-                                Some(format!(
-                                    "size {len} differs from the recorded manifest's {want}"
-                                )),
-                            ),
-                            _ => (FileState::Complete, Some(etag.clone()), Some(len), None),
-                        }
-                    }
-                    None => (
-                        FileState::Damaged,
-                        Some(etag.clone()),
-                        None,
-                        Some("the link dangles: its blob is missing".to_string()),
-                    ),
-                },
-                (None, Some(len)) => {
-                    size += len;
-                    regular_files += 1;
-                    if let Ok(m) = fs::symlink_metadata(&full) {
-                        last_accessed = last_accessed.max(unix(m.accessed()));
-                        last_modified = last_modified.max(unix(m.modified()));
-                        rev_modified = rev_modified.max(unix(m.modified()));
-                    }
-                    (FileState::Complete, None, Some(len), None)
-                }
-                (None, None) => (
-                    FileState::Damaged,
-                    None,
-                    None,
-                    Some(
-                        if fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink()) {
-                            "the link points outside blobs/".to_string()
-                        } else {
-                            format!("{} where a file or link should be", describe(&full))
-                        },
-                    ),
-                ),
-            };
-            reports.push(FileReport {
-                path: rel.clone(),
-                etag,
-                size: fsize,
-                state,
-                resumable_bytes: None,
-                problem,
-            });
-        }
+        let mut rev = RevisionSums::default();
+        let mut reports: Vec<FileReport> = files
+            .iter()
+            .map(|(rel, e)| snapshot_file(&rc, &s, &sdir, rel, e, &mut seen, &mut rev))
+            .collect();
         for p in s
             .partials
             .iter()
@@ -728,15 +709,13 @@ pub(super) fn scan_repo(
             }
         }
         reports.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut refs = by_commit.get(commit).cloned().unwrap_or_default();
-        refs.sort();
         revisions.push(RevisionReport {
             commit: commit.clone(),
-            refs,
+            refs: refs_of(commit),
             snapshot_path: sdir,
-            size_on_disk: size,
+            size_on_disk: rev.size,
             nb_files: files.len(),
-            last_modified: rev_modified,
+            last_modified: rev.modified,
             files: reports,
         });
     }
@@ -755,11 +734,9 @@ pub(super) fn scan_repo(
     }
     for (commit, mut reports) in pending {
         reports.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut refs = by_commit.get(commit).cloned().unwrap_or_default();
-        refs.sort();
         revisions.push(RevisionReport {
             commit: commit.to_string(),
-            refs,
+            refs: refs_of(commit),
             snapshot_path: dir.join("snapshots").join(commit),
             size_on_disk: 0,
             nb_files: 0,
@@ -770,7 +747,7 @@ pub(super) fn scan_repo(
     let unreferenced_blobs = s
         .blobs
         .iter()
-        .filter(|(e, _)| !referenced.contains(*e))
+        .filter(|(e, _)| !seen.referenced.contains(*e))
         .map(|(e, l)| (e.clone(), *l))
         .collect();
     RepoReport {
@@ -779,13 +756,112 @@ pub(super) fn scan_repo(
         repo_type: ty.to_string(),
         path: dir.to_path_buf(),
         size_on_disk: tree_size(dir),
-        nb_files: referenced.len() + regular_files,
-        last_accessed,
-        last_modified,
+        nb_files: seen.referenced.len() + seen.regular_files,
+        last_accessed: seen.last_accessed,
+        last_modified: seen.last_modified,
         refs: s.refs.clone(),
         revisions,
         in_use: s.locks.values().any(|h| *h),
         partials: s.partials,
         unreferenced_blobs,
+    }
+}
+
+/// What the snapshots of a repository hold, summed over them: the blobs their links point
+/// to, their regular files, and the latest access and change of either.
+#[derive(Default)]
+struct RepoSeen {
+    referenced: BTreeSet<String>,
+    regular_files: usize,
+    last_accessed: Option<u64>,
+    last_modified: Option<u64>,
+}
+
+/// What one snapshot holds, summed: the blobs counted (each once), its size, its latest change.
+#[derive(Default)]
+struct RevisionSums {
+    blobs: BTreeSet<String>,
+    size: u64,
+    modified: Option<u64>,
+}
+
+/// The report of the entry `rel` of the snapshot folder `sdir` (a link to a blob, or a
+/// regular file), counted in `seen` and `rev`. A dangling link, a blob of another size than
+/// its recorded manifest says, or anything else in its place is damaged, and says why.
+fn snapshot_file(
+    rc: &RepoCache,
+    s: &RepoScan,
+    sdir: &Path,
+    rel: &str,
+    e: &SnapEntry,
+    seen: &mut RepoSeen,
+    rev: &mut RevisionSums,
+) -> FileReport {
+    let full = sdir.join(rel);
+    let blob_times = |etag: &str| {
+        let m = fs::symlink_metadata(rc.dir().join("blobs").join(etag)).ok()?;
+        Some((unix(m.accessed()), unix(m.modified())))
+    };
+    let (state, etag, fsize, problem) = match (&e.etag, e.regular) {
+        (Some(etag), _) => match s.blobs.get(etag) {
+            Some(&len) => {
+                if rev.blobs.insert(etag.clone()) {
+                    rev.size += len;
+                }
+                seen.referenced.insert(etag.clone());
+                if let Some((a, m)) = blob_times(etag) {
+                    seen.last_accessed = seen.last_accessed.max(a);
+                    seen.last_modified = seen.last_modified.max(m);
+                    rev.modified = rev.modified.max(m);
+                }
+                match recorded_size(rc, etag, rel) {
+                    Some(want) if want != len => (
+                        FileState::Damaged,
+                        Some(etag.clone()),
+                        Some(len),
+                        Some(format!(
+                            "size {len} differs from the recorded manifest's {want}"
+                        )),
+                    ),
+                    _ => (FileState::Complete, Some(etag.clone()), Some(len), None),
+                }
+            }
+            None => (
+                FileState::Damaged,
+                Some(etag.clone()),
+                None,
+                Some("the link dangles: its blob is missing".to_string()),
+            ),
+        },
+        (None, Some(len)) => {
+            rev.size += len;
+            seen.regular_files += 1;
+            if let Ok(m) = fs::symlink_metadata(&full) {
+                seen.last_accessed = seen.last_accessed.max(unix(m.accessed()));
+                seen.last_modified = seen.last_modified.max(unix(m.modified()));
+                rev.modified = rev.modified.max(unix(m.modified()));
+            }
+            (FileState::Complete, None, Some(len), None)
+        }
+        (None, None) => (
+            FileState::Damaged,
+            None,
+            None,
+            Some(
+                if fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink()) {
+                    "the link points outside blobs/".to_string()
+                } else {
+                    format!("{} where a file or link should be", describe(&full))
+                },
+            ),
+        ),
+    };
+    FileReport {
+        path: rel.to_string(),
+        etag,
+        size: fsize,
+        state,
+        resumable_bytes: None,
+        problem,
     }
 }

@@ -4,6 +4,7 @@
 //! close. Every part owns its own state; this file only wires them together.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::Either;
@@ -26,7 +27,8 @@ use super::range::parse_url;
 use super::source::Source;
 use super::state::StateFile;
 use super::table::{ChunkTable, SharedTable, SplitRule};
-use super::{EngineConfig, Finished, TransferOutcome, TransferSpec};
+use super::{EngineConfig, ExpectedChunks, Finished, TransferOutcome, TransferSpec};
+use crate::key::Digest;
 use crate::progress::Reporter;
 
 /// ... and whenever this many bytes per configured connection arrived since the last one.
@@ -172,20 +174,7 @@ pub(crate) async fn download(
             ),
         })?;
     let expected_str = expected.to_string();
-    // A manifest's chunks, when the engine can cut the file that way.
-    let manifest = match &spec.chunks {
-        Some(e) => match e.unusable_for(size) {
-            None => Some(e.clone()),
-            Some(why) => {
-                events.notice(&format!(
-                    "the manifest's chunks cannot be checked as they arrive ({why}); only the \
-                     whole file is checked"
-                ));
-                None
-            }
-        },
-        None => None,
-    };
+    let manifest = usable_chunks(spec, &events);
     // Bounded: at least 64 KiB, and at most `MAX_CHUNKS` chunks (the memory per chunk).
     let chunk_size = manifest.as_ref().map_or_else(
         || effective_chunk_size(size, cfg.chunk_size),
@@ -261,69 +250,11 @@ pub(crate) async fn download(
     ctx.prefix.resume_from(boundaries);
     ctx.events.start(size, opened.resumed);
     if opened.fresh {
-        // A stale state (another version, corrupt) must not survive a crash of this run.
-        if ctx.checkpoint.enabled() {
-            ctx.checkpoint.save(&ctx.chunks).await?;
-        } else if std::fs::symlink_metadata(&partial.paths().state).is_ok() {
-            partial
-                .forget_state()
-                .map_err(|e| local_error(file, &partial.paths().state, "remove", 0, e))?;
-        }
+        forget_stale_state(&ctx, &partial).await?;
     }
 
     // 2. Fetch, hash and checkpoint side by side.
-    let result = {
-        let main = async {
-            let r = async {
-                let (_, hasher) = futures::try_join!(
-                    fetch_all(&ctx),
-                    ctx.prefix.follow(&ctx.chunks, hasher, &ctx.events)
-                )?;
-                let (sha256, actual) = hasher.finish();
-                let from_mirror = ctx.mirror.as_ref().filter(|m| m.contributed());
-                if actual == expected {
-                    Ok(sha256)
-                } else if let Some(m) = from_mirror.filter(|_| !ctx.chunks.lock().has_manifest()) {
-                    // Without a manifest nothing says which of the mirror's chunks is wrong:
-                    // its copy is damaged, and the caller fetches the file from the Hub.
-                    Err(TransferError::MirrorMismatch {
-                        file: file.to_string(),
-                        mirror: m.name().to_string(),
-                        expected: expected.to_string(),
-                        actual: actual.to_string(),
-                    })
-                } else {
-                    modes::repair::run(&ctx, expected, actual).await
-                }
-            }
-            .await;
-            ctx.checkpoint.finish();
-            r
-        };
-        let checkpointer = ctx.checkpoint.run(&ctx.chunks);
-        futures::pin_mut!(main, checkpointer);
-        let state = ctx.checkpoint.state_path();
-        match futures::future::select(main, checkpointer).await {
-            // The checkpointer only ends early on an error: stop the download.
-            Either::Right((Err(e), _)) => return Err(e),
-            Either::Right((Ok(()), main)) => outcome(main.await, Ok(()), state),
-            Either::Left((r, checkpointer)) => outcome(r, checkpointer.await, state),
-        }
-        .map_err(|e| match e {
-            // Stopped, and the last state saved: say how much of the file it keeps (nothing
-            // of a small file, which keeps no state and starts afresh).
-            TransferError::Interrupted { file, size, .. } => TransferError::Interrupted {
-                kept: if ctx.checkpoint.enabled() {
-                    size - ctx.chunks.lock().bytes_missing()
-                } else {
-                    0
-                },
-                file,
-                size,
-            },
-            e => e,
-        })
-    };
+    let result = fetch_beside_checkpointer(&ctx, hasher, expected).await;
     let (sha256, unsaved) = match result {
         Ok(done) => done,
         Err(e) => {
@@ -343,27 +274,138 @@ pub(crate) async fn download(
     ctx.checkpoint.close().await?;
     let transferred = ctx.counters.transferred.load(Ordering::Relaxed);
     ctx.events.downloaded(transferred);
+    let outcome = transfer_outcome(&ctx, sha256, transferred, opened.resumed, started);
+    drop(ctx);
+    Ok(Finished { outcome, partial })
+}
+
+/// A manifest's chunks, when the engine can cut the file that way; else `None`, and a notice
+/// says that only the whole file is checked.
+fn usable_chunks(spec: &TransferSpec, events: &Events<'_>) -> Option<Arc<ExpectedChunks>> {
+    let e = spec.chunks.as_ref()?;
+    match e.unusable_for(spec.key.size) {
+        None => Some(e.clone()),
+        Some(why) => {
+            events.notice(&format!(
+                "the manifest's chunks cannot be checked as they arrive ({why}); only the \
+                 whole file is checked"
+            ));
+            None
+        }
+    }
+}
+
+/// A fresh start over a stale state (another version, corrupt): that state must not survive
+/// a crash of this run. The new one is saved, or (for a file that keeps none) the old one is
+/// removed.
+async fn forget_stale_state(ctx: &Ctx<'_>, partial: &LockedPartial) -> Result<(), TransferError> {
+    if ctx.checkpoint.enabled() {
+        ctx.checkpoint.save(&ctx.chunks).await?;
+    } else if std::fs::symlink_metadata(&partial.paths().state).is_ok() {
+        partial
+            .forget_state()
+            .map_err(|e| local_error(ctx.events.file(), &partial.paths().state, "remove", 0, e))?;
+    }
+    Ok(())
+}
+
+/// Fetches the file and checks its hash (see [`fetch_and_check`]) while the checkpointer
+/// saves the state beside it: the file's SHA-256, and the error of a last save of the state
+/// that failed once the file was complete. A download stopped says how much of the file it
+/// keeps.
+async fn fetch_beside_checkpointer(
+    ctx: &Ctx<'_>,
+    hasher: FileHasher,
+    expected: Digest,
+) -> Result<([u8; 32], Option<TransferError>), TransferError> {
+    let main = async {
+        let r = fetch_and_check(ctx, hasher, expected).await;
+        ctx.checkpoint.finish();
+        r
+    };
+    let checkpointer = ctx.checkpoint.run(&ctx.chunks);
+    futures::pin_mut!(main, checkpointer);
+    let state = ctx.checkpoint.state_path();
+    match futures::future::select(main, checkpointer).await {
+        // The checkpointer only ends early on an error: stop the download.
+        Either::Right((Err(e), _)) => return Err(e),
+        Either::Right((Ok(()), main)) => outcome(main.await, Ok(()), state),
+        Either::Left((r, checkpointer)) => outcome(r, checkpointer.await, state),
+    }
+    .map_err(|e| match e {
+        // Stopped, and the last state saved: say how much of the file it keeps (nothing
+        // of a small file, which keeps no state and starts afresh).
+        TransferError::Interrupted { file, size, .. } => TransferError::Interrupted {
+            kept: if ctx.checkpoint.enabled() {
+                size - ctx.chunks.lock().bytes_missing()
+            } else {
+                0
+            },
+            file,
+            size,
+        },
+        e => e,
+    })
+}
+
+/// Fetches every chunk while the whole-file hash follows the prefix on disk, then compares
+/// the digest with the `expected` one: the file's SHA-256 when it matches, else the repair's
+/// (or, for a mirror's copy no manifest can locate the damage in, a mismatch of the mirror).
+async fn fetch_and_check(
+    ctx: &Ctx<'_>,
+    hasher: FileHasher,
+    expected: Digest,
+) -> Result<[u8; 32], TransferError> {
+    let (_, hasher) = futures::try_join!(
+        fetch_all(ctx),
+        ctx.prefix.follow(&ctx.chunks, hasher, &ctx.events)
+    )?;
+    let (sha256, actual) = hasher.finish();
+    let from_mirror = ctx.mirror.as_ref().filter(|m| m.contributed());
+    if actual == expected {
+        Ok(sha256)
+    } else if let Some(m) = from_mirror.filter(|_| !ctx.chunks.lock().has_manifest()) {
+        // Without a manifest nothing says which of the mirror's chunks is wrong:
+        // its copy is damaged, and the caller fetches the file from the Hub.
+        Err(TransferError::MirrorMismatch {
+            file: ctx.events.file().to_string(),
+            mirror: m.name().to_string(),
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        })
+    } else {
+        modes::repair::run(ctx, expected, actual).await
+    }
+}
+
+/// What a finished download reports: its hash, the `transferred` bytes, and the counts of
+/// what it took.
+fn transfer_outcome(
+    ctx: &Ctx<'_>,
+    sha256: [u8; 32],
+    transferred: u64,
+    resumed: u64,
+    started: Instant,
+) -> TransferOutcome {
     let (splits, chunks) = {
         let t = ctx.chunks.lock();
         (t.splits(), t.digests())
     };
-    let outcome = TransferOutcome {
+    TransferOutcome {
         sha256,
-        size,
+        size: ctx.source.size,
         transferred,
         refetched: ctx.counters.refetched.load(Ordering::Relaxed),
         corrupt_copies: ctx.counters.corrupt_copies.load(Ordering::Relaxed),
-        resumed: opened.resumed,
+        resumed,
         retries: ctx.counters.retries.load(Ordering::Relaxed),
         retry_causes: ctx.counters.causes(),
         splits,
         elapsed: started.elapsed(),
-        chunk_size: plan.chunk_size,
+        chunk_size: ctx.plan.chunk_size,
         chunks,
         mirror: ctx.mirror.as_ref().map(super::mirror::MirrorState::report),
-    };
-    drop(ctx);
-    Ok(Finished { outcome, partial })
+    }
 }
 
 /// Runs the chunk workers, then (if the server turned out to ignore ranges) the sequential

@@ -29,7 +29,7 @@ use super::error::{local_error, TransferError};
 use super::events::Events;
 use super::hash::{hash_range, FileHasher};
 use super::plan::Plan;
-use super::state::{self, Loaded};
+use super::state::{self, Loaded, ValidChunk};
 use super::table::Resumed;
 use super::{blocking, ExpectedChunks};
 use crate::key::{FileKey, PartialPaths};
@@ -254,41 +254,11 @@ impl LockedPartial {
         let size = identity.size;
         let loaded = state::load(&paths.state, identity, expected);
         let state_missing = matches!(loaded, Loaded::Missing);
-        // Whether the bytes on disk may be checked against the manifest (when the file has them).
-        let mut checkable = manifest.is_some();
-        let (plan, mut records) = match loaded {
-            Loaded::Missing => (Plan::new(size, chunk_size), Vec::new()),
-            Loaded::Resume { plan, .. } if manifest.is_some() && plan.chunk_size != chunk_size => {
-                events.notice(&format!(
-                    "the resume state cuts the file into chunks of {} bytes, the manifest into \
-                     chunks of {chunk_size}: checking the bytes on disk against the manifest",
-                    plan.chunk_size
-                ));
-                (Plan::new(size, chunk_size), Vec::new())
-            }
-            Loaded::Resume { plan, chunks } => (plan, chunks),
-            Loaded::Changed { old } => {
-                events.notice(&format!(
-                    "remote file changed since the partial download (ETag {} → {}, size {} → {}, \
-                     commit {} → {}): discarding it and starting afresh",
-                    crate::names::escape(&old.etag),
-                    identity.etag,
-                    old.size,
-                    size,
-                    crate::names::escape(&old.commit),
-                    identity.commit
-                ));
-                checkable = false;
-                (Plan::new(size, chunk_size), Vec::new())
-            }
-            Loaded::Invalid { reason } => {
-                events.notice(&format!(
-                    "discarding the resume state {}: {reason}; starting afresh",
-                    paths.state.display()
-                ));
-                (Plan::new(size, chunk_size), Vec::new())
-            }
-        };
+        // Whether the bytes on disk may be checked against the manifest (when the file has them):
+        // not those of another version of the file.
+        let checkable = manifest.is_some() && !matches!(loaded, Loaded::Changed { .. });
+        let (plan, mut records) =
+            resume_plan(loaded, identity, chunk_size, manifest, &paths.state, events);
         let file = safe_fs::open_rw(&paths.data)
             .map_err(|e| local_error(file_name, &paths.data, "open", size, e))?;
         let len = file
@@ -325,81 +295,10 @@ impl LockedPartial {
             return adopt_checked(file, plan, m, len, &paths.data, events, whole).await;
         }
 
-        // Re-hash every claimed prefix and span (on the blocking pool, in one pass).
-        let f = file.clone();
-        let (checked, prefix) = blocking(move || {
-            let mut out = Vec::with_capacity(records.len());
-            let (mut whole, mut boundaries) = (whole, Vec::new());
-            for rec in records {
-                // A complete chunk right after the hashed prefix extends it.
-                let extends = rec.complete && rec.index == boundaries.len();
-                let mut fed = extends.then(|| whole.clone());
-                let start = plan.chunk_start(rec.index);
-                let mut h = Sha256::new();
-                hash_range(&f, start, rec.written, Some(&mut h), fed.as_mut())?;
-                let digest: [u8; 32] = h.clone().finalize().into();
-                let ok = digest == rec.sha256;
-                if let (true, Some(fed)) = (ok, fed) {
-                    boundaries.push(std::mem::replace(&mut whole, fed));
-                }
-                let hasher = (!rec.complete).then_some(h);
-                let mut spans = Vec::with_capacity(rec.spans.len());
-                for &(at, n, want) in &rec.spans {
-                    let mut h = Sha256::new();
-                    hash_range(&f, start + at, n, Some(&mut h), None)?;
-                    let ok = <[u8; 32]>::from(h.clone().finalize()) == want;
-                    spans.push((at, n, ok.then_some(h)));
-                }
-                out.push((rec, ok, hasher, spans));
-            }
-            Ok((out, (whole, boundaries)))
-        })
-        .await
-        .map_err(|e| local_error(file_name, &paths.data, "read back", 0, e))?;
-        let (mut chunks, mut resumed, mut thrown_away) = (Vec::new(), 0u64, 0u64);
-        for (rec, ok, hasher, spans) in checked {
-            let mut kept = Resumed {
-                index: rec.index,
-                written: 0,
-                complete: false,
-                sha256: [0; 32],
-                hasher: None,
-                spans: Vec::new(),
-            };
-            if ok {
-                resumed += rec.written;
-                (kept.written, kept.complete, kept.sha256, kept.hasher) =
-                    (rec.written, rec.complete, rec.sha256, hasher);
-            } else {
-                thrown_away += rec.written;
-                events.discarded(rec.written, "failed its hash check on resume");
-            }
-            for (at, n, h) in spans {
-                match h {
-                    Some(h) => {
-                        resumed += n;
-                        kept.spans.push((at, n, h));
-                    }
-                    None => {
-                        thrown_away += n;
-                        events.discarded(n, "failed its hash check on resume");
-                    }
-                }
-            }
-            // Every byte of a split chunk on disk, its digest not finished (stopped while it
-            // was read back): its last span is fetched again, so that it completes the usual way.
-            let len = plan.chunk(kept.index).map_or(0, |r| r.len);
-            let on_disk = kept.written + kept.spans.iter().map(|s| s.1).sum::<u64>();
-            if !kept.complete && on_disk == len {
-                if let Some((_, n, _)) = kept.spans.pop() {
-                    resumed -= n;
-                    thrown_away += n;
-                }
-            }
-            if kept.written > 0 || !kept.spans.is_empty() {
-                chunks.push(kept);
-            }
-        }
+        let (checked, prefix) = read_back(file.clone(), plan, records, whole)
+            .await
+            .map_err(|e| local_error(file_name, &paths.data, "read back", 0, e))?;
+        let (chunks, resumed, thrown_away) = keep_matching(checked, plan, events);
         Ok(Opened {
             file,
             plan,
@@ -410,6 +309,165 @@ impl LockedPartial {
             prefix,
         })
     }
+}
+
+/// The plan to resume with and the chunks the state records, from what was `loaded`: the
+/// state's own for this very file (unless the `manifest` cuts the file in other chunks); else
+/// a fresh plan in chunks of `chunk_size` and nothing recorded, with a notice saying why.
+fn resume_plan(
+    loaded: Loaded,
+    identity: &FileKey,
+    chunk_size: u64,
+    manifest: Option<&ExpectedChunks>,
+    state_path: &Path,
+    events: Events<'_>,
+) -> (Plan, Vec<ValidChunk>) {
+    let size = identity.size;
+    match loaded {
+        Loaded::Missing => (Plan::new(size, chunk_size), Vec::new()),
+        Loaded::Resume { plan, .. } if manifest.is_some() && plan.chunk_size != chunk_size => {
+            events.notice(&format!(
+                "the resume state cuts the file into chunks of {} bytes, the manifest into \
+                 chunks of {chunk_size}: checking the bytes on disk against the manifest",
+                plan.chunk_size
+            ));
+            (Plan::new(size, chunk_size), Vec::new())
+        }
+        Loaded::Resume { plan, chunks } => (plan, chunks),
+        Loaded::Changed { old } => {
+            events.notice(&format!(
+                "remote file changed since the partial download (ETag {} → {}, size {} → {}, \
+                 commit {} → {}): discarding it and starting afresh",
+                crate::names::escape(&old.etag),
+                identity.etag,
+                old.size,
+                size,
+                crate::names::escape(&old.commit),
+                identity.commit
+            ));
+            (Plan::new(size, chunk_size), Vec::new())
+        }
+        Loaded::Invalid { reason } => {
+            events.notice(&format!(
+                "discarding the resume state {}: {reason}; starting afresh",
+                state_path.display()
+            ));
+            (Plan::new(size, chunk_size), Vec::new())
+        }
+    }
+}
+
+/// A chunk the state records, read back: whether its prefix matched its digest, the hash
+/// state of an incomplete one's bytes, and each span with its hash state when it matched.
+struct ReadBack {
+    rec: ValidChunk,
+    ok: bool,
+    hasher: Option<Sha256>,
+    spans: Vec<(u64, u64, Option<Sha256>)>,
+}
+
+/// Re-hashes every claimed prefix and span (on the blocking pool, in one pass). The complete
+/// chunks that match, from the first on, also feed `whole`, the whole-file hash: it comes back
+/// with its state at the start of each of them.
+async fn read_back(
+    f: Arc<File>,
+    plan: Plan,
+    records: Vec<ValidChunk>,
+    whole: FileHasher,
+) -> io::Result<(Vec<ReadBack>, (FileHasher, Vec<FileHasher>))> {
+    blocking(move || {
+        let mut out = Vec::with_capacity(records.len());
+        let (mut whole, mut boundaries) = (whole, Vec::new());
+        for rec in records {
+            // A complete chunk right after the hashed prefix extends it.
+            let extends = rec.complete && rec.index == boundaries.len();
+            let mut fed = extends.then(|| whole.clone());
+            let start = plan.chunk_start(rec.index);
+            let mut h = Sha256::new();
+            hash_range(&f, start, rec.written, Some(&mut h), fed.as_mut())?;
+            let digest: [u8; 32] = h.clone().finalize().into();
+            let ok = digest == rec.sha256;
+            if let (true, Some(fed)) = (ok, fed) {
+                boundaries.push(std::mem::replace(&mut whole, fed));
+            }
+            let hasher = (!rec.complete).then_some(h);
+            let mut spans = Vec::with_capacity(rec.spans.len());
+            for &(at, n, want) in &rec.spans {
+                let mut h = Sha256::new();
+                hash_range(&f, start + at, n, Some(&mut h), None)?;
+                let ok = <[u8; 32]>::from(h.clone().finalize()) == want;
+                spans.push((at, n, ok.then_some(h)));
+            }
+            out.push(ReadBack {
+                rec,
+                ok,
+                hasher,
+                spans,
+            });
+        }
+        Ok((out, (whole, boundaries)))
+    })
+    .await
+}
+
+/// The chunks to resume from what was `checked`: the bytes that matched are kept, those that
+/// did not are thrown away (each said as discarded). With the bytes kept and thrown away.
+fn keep_matching(
+    checked: Vec<ReadBack>,
+    plan: Plan,
+    events: Events<'_>,
+) -> (Vec<Resumed>, u64, u64) {
+    let (mut chunks, mut resumed, mut thrown_away) = (Vec::new(), 0u64, 0u64);
+    for ReadBack {
+        rec,
+        ok,
+        hasher,
+        spans,
+    } in checked
+    {
+        let mut kept = Resumed {
+            index: rec.index,
+            written: 0,
+            complete: false,
+            sha256: [0; 32],
+            hasher: None,
+            spans: Vec::new(),
+        };
+        if ok {
+            resumed += rec.written;
+            (kept.written, kept.complete, kept.sha256, kept.hasher) =
+                (rec.written, rec.complete, rec.sha256, hasher);
+        } else {
+            thrown_away += rec.written;
+            events.discarded(rec.written, "failed its hash check on resume");
+        }
+        for (at, n, h) in spans {
+            match h {
+                Some(h) => {
+                    resumed += n;
+                    kept.spans.push((at, n, h));
+                }
+                None => {
+                    thrown_away += n;
+                    events.discarded(n, "failed its hash check on resume");
+                }
+            }
+        }
+        // Every byte of a split chunk on disk, its digest not finished (stopped while it
+        // was read back): its last span is fetched again, so that it completes the usual way.
+        let len = plan.chunk(kept.index).map_or(0, |r| r.len);
+        let on_disk = kept.written + kept.spans.iter().map(|s| s.1).sum::<u64>();
+        if !kept.complete && on_disk == len {
+            if let Some((_, n, _)) = kept.spans.pop() {
+                resumed -= n;
+                thrown_away += n;
+            }
+        }
+        if kept.written > 0 || !kept.spans.is_empty() {
+            chunks.push(kept);
+        }
+    }
+    (chunks, resumed, thrown_away)
 }
 
 /// Opens a data file without a usable state by checking every chunk against the manifest (in

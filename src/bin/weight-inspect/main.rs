@@ -323,33 +323,13 @@ fn short_count(n: u64) -> String {
 fn table(r: &Report, verify: bool) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let row = |s: &mut String, k: &str, v: String| {
-        let _ = writeln!(s, "  {k:<14}{v}");
-    };
     // Everything from a file or a file name is escaped (`esc`): names and messages can hold
     // terminal escapes and newlines.
     let _ = writeln!(s, "{}", esc(&r.path));
     if let Some(format) = r.format {
-        let mut f = format.to_string();
-        if let Some(v) = r.version {
-            let _ = write!(f, " v{v}");
-        }
-        if let Some(e) = r.endianness {
-            let _ = write!(f, ", {}-endian", e.as_str());
-        }
-        if let Some(a) = r.alignment {
-            let _ = write!(f, ", alignment {a}");
-        }
-        row(&mut s, "format", f);
+        row(&mut s, "format", format_line(format, r));
     }
-    let mut size = format!("{} ({})", grouped(r.file_size), human(r.file_size));
-    if let Some(off) = r.data_offset {
-        let _ = write!(size, ", data at byte {}", grouped(off));
-    }
-    if !r.files.is_empty() {
-        let _ = write!(size, ", {} files", r.files.len());
-    }
-    row(&mut s, "size", size);
+    row(&mut s, "size", size_line(r));
     if let Some(h) = &r.header_only {
         let mut at = esc(&h.url).into_owned();
         if let Some(c) = &h.commit {
@@ -408,18 +388,7 @@ fn table(r: &Report, verify: bool) -> String {
         );
     }
     if !r.dtypes.is_empty() {
-        let mut by_bytes: Vec<(&String, &u64)> = r.dtypes.iter().collect();
-        by_bytes.sort_by_key(|(name, _)| std::cmp::Reverse(r.dtype_bytes.get(*name).copied()));
-        let list: Vec<String> = by_bytes
-            .iter()
-            .map(|(name, n)| {
-                let bytes = r.dtype_bytes.get(*name).copied().unwrap_or(0);
-                format!("{} {n}×{}", esc(name), human(bytes))
-            })
-            .collect();
-        for (i, chunk) in list.chunks(4).enumerate() {
-            row(&mut s, if i == 0 { "dtypes" } else { "" }, chunk.join(", "));
-        }
+        dtype_rows(&mut s, r);
     }
     if verify && r.remote {
         row(
@@ -429,29 +398,88 @@ fn table(r: &Report, verify: bool) -> String {
         );
     }
     if verify && r.hashed {
-        let hashed = r.tensors.iter().filter(|t| t.sha256.is_some()).count();
-        row(
-            &mut s,
-            "checksums",
-            format!("{hashed} tensors hashed (SHA-256)"),
-        );
-        for t in r.tensors.iter().take(3) {
-            if let Some(h) = &t.sha256 {
-                row(
-                    &mut s,
-                    "",
-                    format!("{}  {}", &h[..16.min(h.len())], esc(&t.name)),
-                );
-            }
-        }
-        if r.tensors.len() > 3 {
+        checksum_rows(&mut s, r);
+    }
+    row(&mut s, "verdict", verdict(r));
+    message_lines(&mut s, r);
+    s
+}
+
+/// A row of the table: its key, then its value.
+fn row(s: &mut String, k: &str, v: String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(s, "  {k:<14}{v}");
+}
+
+/// The `format` row: the format, its version, endianness and alignment when it has them.
+fn format_line(format: impl std::fmt::Display, r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut f = format.to_string();
+    if let Some(v) = r.version {
+        let _ = write!(f, " v{v}");
+    }
+    if let Some(e) = r.endianness {
+        let _ = write!(f, ", {}-endian", e.as_str());
+    }
+    if let Some(a) = r.alignment {
+        let _ = write!(f, ", alignment {a}");
+    }
+    f
+}
+
+/// The `size` row: the file's size, where its data starts, how many files it is made of.
+fn size_line(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut size = format!("{} ({})", grouped(r.file_size), human(r.file_size));
+    if let Some(off) = r.data_offset {
+        let _ = write!(size, ", data at byte {}", grouped(off));
+    }
+    if !r.files.is_empty() {
+        let _ = write!(size, ", {} files", r.files.len());
+    }
+    size
+}
+
+/// The `dtypes` rows: each dtype with its tensor count and bytes, the most bytes first, four
+/// a row.
+fn dtype_rows(s: &mut String, r: &Report) {
+    let mut by_bytes: Vec<(&String, &u64)> = r.dtypes.iter().collect();
+    by_bytes.sort_by_key(|(name, _)| std::cmp::Reverse(r.dtype_bytes.get(*name).copied()));
+    let list: Vec<String> = by_bytes
+        .iter()
+        .map(|(name, n)| {
+            let bytes = r.dtype_bytes.get(*name).copied().unwrap_or(0);
+            format!("{} {n}×{}", esc(name), human(bytes))
+        })
+        .collect();
+    for (i, chunk) in list.chunks(4).enumerate() {
+        row(s, if i == 0 { "dtypes" } else { "" }, chunk.join(", "));
+    }
+}
+
+/// The `checksums` rows of a hashed file: how many tensors were hashed, the first three
+/// digests (cut short).
+fn checksum_rows(s: &mut String, r: &Report) {
+    let hashed = r.tensors.iter().filter(|t| t.sha256.is_some()).count();
+    row(s, "checksums", format!("{hashed} tensors hashed (SHA-256)"));
+    for t in r.tensors.iter().take(3) {
+        if let Some(h) = &t.sha256 {
             row(
-                &mut s,
+                s,
                 "",
-                format!("… {} more with --json", r.tensors.len() - 3),
+                format!("{}  {}", &h[..16.min(h.len())], esc(&t.name)),
             );
         }
     }
+    if r.tensors.len() > 3 {
+        row(s, "", format!("… {} more with --json", r.tensors.len() - 3));
+    }
+}
+
+/// The `verdict` row: valid or not, the counts of errors and warnings, and whether llama.cpp
+/// would load the file.
+fn verdict(r: &Report) -> String {
+    use std::fmt::Write as _;
     let mut verdict = if r.valid {
         "valid".to_owned()
     } else {
@@ -473,7 +501,12 @@ fn table(r: &Report, verify: bool) -> String {
             if l { "loadable" } else { "would refuse" }
         );
     }
-    row(&mut s, "verdict", verdict);
+    verdict
+}
+
+/// The errors and warnings under the table.
+fn message_lines(s: &mut String, r: &Report) {
+    use std::fmt::Write as _;
     // A hostile file can produce thousands of messages: the table shows the first ones,
     // --json has them all.
     const SHOWN: usize = 20;
@@ -491,5 +524,4 @@ fn table(r: &Report, verify: bool) -> String {
     if hidden > 0 {
         let _ = writeln!(s, "    … {hidden} more (see --json)");
     }
-    s
 }

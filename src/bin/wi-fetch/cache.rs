@@ -253,8 +253,51 @@ fn cache_ls(a: LsArgs) -> Result<u8, Failure> {
         Err(e) => return Err(manage_fail(e)),
     };
     report.llama_cpp_legacy = legacy;
-    let missing: Vec<&String> = a
-        .repos
+    let missing = not_found(&a.repos, &report);
+    write_stdout(|out| {
+        if a.common.json {
+            let s = serde_json::to_string_pretty(&report).map_err(io::Error::other)?;
+            return writeln!(out, "{s}");
+        }
+        if report.repos.is_empty() {
+            writeln!(
+                out,
+                "No cached repositories found in {}.",
+                escape(&report.root.to_string_lossy())
+            )?;
+        } else if a.revisions {
+            print_revisions(out, &report)?;
+        } else {
+            print_repos(out, &report)?;
+        }
+        if !report.repos.is_empty() {
+            let revisions: usize = report.repos.iter().map(|r| r.revisions.len()).sum();
+            writeln!(
+                out,
+                "\nFound {} repo(s) for a total of {} revision(s) and {} on disk.",
+                report.repos.len(),
+                revisions,
+                human_bytes(report.size_on_disk)
+            )?;
+        }
+        if !report.llama_cpp_legacy.is_empty() {
+            print_legacy(out, &report.llama_cpp_legacy)?;
+        }
+        Ok(())
+    })?;
+    for w in &report.warnings {
+        eprintln!("wi-fetch: warning: {}", escape(w));
+    }
+    for m in &missing {
+        eprintln!("wi-fetch: not in the cache: {}", escape(m));
+    }
+    Ok(if missing.is_empty() { 0 } else { 4 })
+}
+
+/// The repositories asked for (`asked`) that the scan did not find, by any of the names
+/// one may give: its cache id, a model's id, the folder's name.
+fn not_found<'a>(asked: &'a [String], report: &manage::CacheReport) -> Vec<&'a String> {
+    asked
         .iter()
         .filter(|o| {
             !report.repos.iter().any(|r| {
@@ -269,123 +312,103 @@ fn cache_ls(a: LsArgs) -> Result<u8, Failure> {
                     || r.path.file_name().is_some_and(|n| n == o.as_str())
             })
         })
-        .collect();
-    write_stdout(|out| {
-        if a.common.json {
-            let s = serde_json::to_string_pretty(&report).map_err(io::Error::other)?;
-            return writeln!(out, "{s}");
+        .collect()
+}
+
+/// `cache ls --revisions`: a row per revision, then each revision's files and their state.
+fn print_revisions(out: &mut impl Write, report: &manage::CacheReport) -> io::Result<()> {
+    let mut rows = Vec::new();
+    for r in &report.repos {
+        for v in &r.revisions {
+            rows.push(vec![
+                escape(&r.cache_id).into_owned(),
+                escape(&v.commit).into_owned(),
+                human_bytes(v.size_on_disk),
+                v.nb_files.to_string(),
+                ago(v.last_modified),
+                escape(&v.refs.join(" ")).into_owned(),
+            ]);
         }
-        if report.repos.is_empty() {
-            writeln!(
-                out,
-                "No cached repositories found in {}.",
-                escape(&report.root.to_string_lossy())
-            )?;
-        } else if a.revisions {
-            let mut rows = Vec::new();
-            for r in &report.repos {
-                for v in &r.revisions {
-                    rows.push(vec![
-                        escape(&r.cache_id).into_owned(),
-                        escape(&v.commit).into_owned(),
-                        human_bytes(v.size_on_disk),
-                        v.nb_files.to_string(),
-                        ago(v.last_modified),
-                        escape(&v.refs.join(" ")).into_owned(),
-                    ]);
-                }
-            }
-            print_table(
-                out,
-                &["ID", "REVISION", "SIZE", "FILES", "LAST_MODIFIED", "REFS"],
-                &rows,
-            )?;
-            for r in &report.repos {
-                for v in &r.revisions {
-                    writeln!(out, "\n{} @ {}", escape(&r.cache_id), short(&v.commit))?;
-                    for f in &v.files {
-                        let state = match f.state {
-                            manage::FileState::Complete => "complete".to_string(),
-                            manage::FileState::Partial => format!(
-                                "partial ({} resumable)",
-                                human_bytes(f.resumable_bytes.unwrap_or(0))
-                            ),
-                            manage::FileState::Damaged => {
-                                format!("DAMAGED: {}", escape(f.problem.as_deref().unwrap_or("?")))
-                            }
-                        };
-                        let size = f.size.map(human_bytes).unwrap_or_else(|| "-".into());
-                        writeln!(out, "  {:>10}  {}  {}", size, escape(&f.path), state)?;
+    }
+    print_table(
+        out,
+        &["ID", "REVISION", "SIZE", "FILES", "LAST_MODIFIED", "REFS"],
+        &rows,
+    )?;
+    for r in &report.repos {
+        for v in &r.revisions {
+            writeln!(out, "\n{} @ {}", escape(&r.cache_id), short(&v.commit))?;
+            for f in &v.files {
+                let state = match f.state {
+                    manage::FileState::Complete => "complete".to_string(),
+                    manage::FileState::Partial => format!(
+                        "partial ({} resumable)",
+                        human_bytes(f.resumable_bytes.unwrap_or(0))
+                    ),
+                    manage::FileState::Damaged => {
+                        format!("DAMAGED: {}", escape(f.problem.as_deref().unwrap_or("?")))
                     }
-                }
-            }
-        } else {
-            let rows: Vec<Vec<String>> = report
-                .repos
-                .iter()
-                .map(|r| {
-                    let refs: Vec<&str> = r.refs.keys().map(String::as_str).collect();
-                    vec![
-                        escape(&r.cache_id).into_owned(),
-                        human_bytes(r.size_on_disk),
-                        r.nb_files.to_string(),
-                        ago(r.last_accessed),
-                        ago(r.last_modified),
-                        escape(&refs.join(" ")).into_owned(),
-                        repo_notes(r),
-                    ]
-                })
-                .collect();
-            print_table(
-                out,
-                &[
-                    "ID",
-                    "SIZE",
-                    "FILES",
-                    "LAST_ACCESSED",
-                    "LAST_MODIFIED",
-                    "REFS",
-                    "NOTES",
-                ],
-                &rows,
-            )?;
-        }
-        if !report.repos.is_empty() {
-            let revisions: usize = report.repos.iter().map(|r| r.revisions.len()).sum();
-            writeln!(
-                out,
-                "\nFound {} repo(s) for a total of {} revision(s) and {} on disk.",
-                report.repos.len(),
-                revisions,
-                human_bytes(report.size_on_disk)
-            )?;
-        }
-        if !report.llama_cpp_legacy.is_empty() {
-            writeln!(out, "\nOlder llama.cpp downloads:")?;
-            for f in &report.llama_cpp_legacy {
-                let orphan = if f.orphaned {
-                    " (orphaned: prune removes it)"
-                } else {
-                    ""
                 };
-                writeln!(
-                    out,
-                    "  {:>10}  {:<8}  {}{orphan}",
-                    human_bytes(f.size),
-                    f.kind,
-                    escape(&f.name)
-                )?;
+                let size = f.size.map(human_bytes).unwrap_or_else(|| "-".into());
+                writeln!(out, "  {:>10}  {}  {}", size, escape(&f.path), state)?;
             }
         }
-        Ok(())
-    })?;
-    for w in &report.warnings {
-        eprintln!("wi-fetch: warning: {}", escape(w));
     }
-    for m in &missing {
-        eprintln!("wi-fetch: not in the cache: {}", escape(m));
+    Ok(())
+}
+
+/// `cache ls`: a row per repository.
+fn print_repos(out: &mut impl Write, report: &manage::CacheReport) -> io::Result<()> {
+    let rows: Vec<Vec<String>> = report
+        .repos
+        .iter()
+        .map(|r| {
+            let refs: Vec<&str> = r.refs.keys().map(String::as_str).collect();
+            vec![
+                escape(&r.cache_id).into_owned(),
+                human_bytes(r.size_on_disk),
+                r.nb_files.to_string(),
+                ago(r.last_accessed),
+                ago(r.last_modified),
+                escape(&refs.join(" ")).into_owned(),
+                repo_notes(r),
+            ]
+        })
+        .collect();
+    print_table(
+        out,
+        &[
+            "ID",
+            "SIZE",
+            "FILES",
+            "LAST_ACCESSED",
+            "LAST_MODIFIED",
+            "REFS",
+            "NOTES",
+        ],
+        &rows,
+    )?;
+    Ok(())
+}
+
+/// The flat downloads of an older llama.cpp, one line each.
+fn print_legacy(out: &mut impl Write, legacy: &[manage::LegacyFile]) -> io::Result<()> {
+    writeln!(out, "\nOlder llama.cpp downloads:")?;
+    for f in legacy {
+        let orphan = if f.orphaned {
+            " (orphaned: prune removes it)"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "  {:>10}  {:<8}  {}{orphan}",
+            human_bytes(f.size),
+            f.kind,
+            escape(&f.name)
+        )?;
     }
-    Ok(if missing.is_empty() { 0 } else { 4 })
+    Ok(())
 }
 
 /// Partial, damaged, unreferenced and in-use notes of a repository row.

@@ -221,37 +221,7 @@ impl Reporter for Progress {
                 cached_bytes,
                 partial_bytes,
                 ..
-            } => {
-                st.to_fetch = total_bytes.saturating_sub(*cached_bytes);
-                st.started = Instant::now();
-                if self.checking {
-                    self.line(&format!(
-                        "wi-fetch: checking {files} file(s), {}; downloading nothing",
-                        human_bytes(*total_bytes)
-                    ));
-                } else if *partial_bytes > 0 {
-                    // One true thing: what is complete, and what interrupted downloads left.
-                    self.line(&format!(
-                        "wi-fetch: {files} file(s), {}; {} complete in the cache, {} of \
-                         interrupted downloads on disk to resume",
-                        human_bytes(*total_bytes),
-                        human_bytes(*cached_bytes),
-                        human_bytes(*partial_bytes)
-                    ));
-                } else if *cached_bytes > 0 || self.mode == Mode::Log {
-                    self.line(&format!(
-                        "wi-fetch: {files} file(s), {}; {} already in the cache",
-                        human_bytes(*total_bytes),
-                        human_bytes(*cached_bytes)
-                    ));
-                }
-                if self.mode == Mode::Bars && st.to_fetch > 0 {
-                    let t = self.mp.add(ProgressBar::new(st.to_fetch));
-                    t.set_style(Self::total_style());
-                    t.set_prefix(format!("total ({files} files)"));
-                    st.total = Some(t);
-                }
-            }
+            } => self.on_plan(&mut st, *files, *total_bytes, *cached_bytes, *partial_bytes),
             Event::CachedCopyUnusable { size, .. } => {
                 // Counted as in the cache by the plan, to fetch after all: its start subtracts
                 // what of it is kept, so that each byte is counted once.
@@ -265,36 +235,7 @@ impl Reporter for Progress {
                 file,
                 size,
                 resumed_bytes,
-            } => {
-                // The totals count what this run transfers: bytes already on disk are not to
-                // fetch, so they neither fill the bar nor inflate its speed and ETA.
-                st.begun.insert(*id);
-                st.to_fetch = st.to_fetch.saturating_sub(*resumed_bytes);
-                if let Some(t) = &st.total {
-                    t.set_length(t.length().unwrap_or(0).saturating_sub(*resumed_bytes));
-                }
-                if *resumed_bytes >= *size {
-                    self.line(&format!(
-                        "wi-fetch: {file}: complete on disk from an earlier run; checking it"
-                    ));
-                } else if *resumed_bytes > 0 {
-                    self.line(&format!(
-                        "wi-fetch: {file}: resuming, {} of {} already on disk",
-                        human_bytes(*resumed_bytes),
-                        human_bytes(*size)
-                    ));
-                }
-                if self.mode == Mode::Bars {
-                    let b = match &st.total {
-                        Some(t) => self.mp.insert_before(t, ProgressBar::new(*size)),
-                        None => self.mp.add(ProgressBar::new(*size)),
-                    };
-                    b.set_style(Self::file_style(*resumed_bytes));
-                    b.set_message(escape(file).into_owned());
-                    b.set_position(*resumed_bytes);
-                    st.bars.insert(*id, b);
-                }
-            }
+            } => self.on_file_start(&mut st, *id, file, *size, *resumed_bytes),
             Event::Progress { id, bytes, .. } => {
                 st.done += bytes;
                 if let Some(b) = st.bars.get(id) {
@@ -310,24 +251,7 @@ impl Reporter for Progress {
                 file,
                 bytes,
                 reason,
-            } => {
-                // Counted as on disk (or transferred) once, and to transfer again: more to
-                // fetch in this run. Before its start, a file's discarded bytes were never
-                // counted as on disk.
-                if st.begun.contains(id) {
-                    st.to_fetch += bytes;
-                    if let Some(t) = &st.total {
-                        t.inc_length(*bytes);
-                    }
-                }
-                if let Some(b) = st.bars.get(id) {
-                    b.set_position(b.position().saturating_sub(*bytes));
-                }
-                self.line(&format!(
-                    "wi-fetch: {file}: {} to fetch again ({reason})",
-                    human_bytes(*bytes)
-                ));
-            }
+            } => self.on_discarded(&mut st, *id, file, *bytes, reason),
             Event::Retry {
                 id,
                 file,
@@ -335,23 +259,7 @@ impl Reporter for Progress {
                 delay,
                 error,
                 ..
-            } => {
-                // One line per file: its first retry; the others are counted and said once,
-                // as the file ends (a file in many ranges retries each of them).
-                match st.retries.get_mut(id) {
-                    Some((more, last)) => {
-                        *more += 1;
-                        *last = error.to_string();
-                    }
-                    None => {
-                        st.retries.insert(*id, (0, error.to_string()));
-                        self.line(&format!(
-                            "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
-                            delay.as_secs_f64()
-                        ));
-                    }
-                }
-            }
+            } => self.on_retry(&mut st, *id, file, *attempt, *delay, error),
             Event::FileDownloaded { id, file, .. } => {
                 if let Some(b) = st.bars.get(id) {
                     b.set_message(format!("{} (verifying)", escape(file)));
@@ -366,26 +274,15 @@ impl Reporter for Progress {
                 ..
             } => {
                 self.more_retries(&mut st, *id, file);
-                if let Some(b) = st.bars.remove(id) {
-                    b.finish_and_clear();
-                    self.mp.remove(&b);
-                }
-                // Where its bytes came from: the local cache, the remote cache, the Hub.
-                let how = match (cached, from_remote) {
-                    (true, _) => self.cached_means.to_string(),
-                    (false, Some((store, bytes))) => format!(
-                        "fetched, {} from the remote cache {store}",
-                        human_bytes(*bytes)
-                    ),
-                    (false, None) => "fetched from the Hub".to_string(),
-                };
-                self.line(&format!("wi-fetch: {file}: {how}"));
+                self.end_bar(&mut st, *id, BarEnd::Cleared);
+                self.line(&format!(
+                    "wi-fetch: {file}: {}",
+                    self.done_how(*cached, *from_remote)
+                ));
             }
             Event::FileFailed { id, file, error } => {
                 self.more_retries(&mut st, *id, file);
-                if let Some(b) = st.bars.remove(id) {
-                    b.abandon();
-                }
+                self.end_bar(&mut st, *id, BarEnd::Abandoned);
                 // The message names the file already when it starts with it: once is enough.
                 let error = error.strip_prefix(&format!("{file}: ")).unwrap_or(error);
                 self.line(&format!("wi-fetch: {file}: FAILED: {error}"));
@@ -396,9 +293,7 @@ impl Reporter for Progress {
                 kept,
                 size,
             } => {
-                if let Some(b) = st.bars.remove(id) {
-                    b.abandon();
-                }
+                self.end_bar(&mut st, *id, BarEnd::Abandoned);
                 self.line(&format!(
                     "wi-fetch: {file}: stopped; {} of {} kept for the next run",
                     human_bytes(*kept),
@@ -425,10 +320,7 @@ impl Reporter for Progress {
                 sent,
                 already_there,
             } => {
-                if let Some(b) = st.bars.remove(id) {
-                    b.finish_and_clear();
-                    self.mp.remove(&b);
-                }
+                self.end_bar(&mut st, *id, BarEnd::Cleared);
                 if *already_there {
                     self.line(&format!("wi-fetch: {file}: already in the remote cache"));
                 } else {
@@ -439,9 +331,7 @@ impl Reporter for Progress {
                 }
             }
             Event::UploadFailed { id, file, error } => {
-                if let Some(b) = st.bars.remove(id) {
-                    b.abandon();
-                }
+                self.end_bar(&mut st, *id, BarEnd::Abandoned);
                 self.line(&format!("wi-fetch: {file}: upload FAILED: {error}"));
             }
             Event::Notice { file, message, .. } => match file {
@@ -449,6 +339,156 @@ impl Reporter for Progress {
                 None => self.line(&format!("wi-fetch: note: {message}")),
             },
             _ => {}
+        }
+    }
+}
+
+/// How a file's bar goes once the file (or its upload) ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BarEnd {
+    /// It ended well: the bar is cleared and taken off the screen.
+    Cleared,
+    /// It failed or stopped: the bar stays where it got to.
+    Abandoned,
+}
+
+impl Progress {
+    /// The plan's line (what is to fetch, what is in the cache or on disk already), and the
+    /// total bar when something is to fetch.
+    fn on_plan(&self, st: &mut State, files: usize, total: u64, cached: u64, partial: u64) {
+        st.to_fetch = total.saturating_sub(cached);
+        st.started = Instant::now();
+        if self.checking {
+            self.line(&format!(
+                "wi-fetch: checking {files} file(s), {}; downloading nothing",
+                human_bytes(total)
+            ));
+        } else if partial > 0 {
+            // One true thing: what is complete, and what interrupted downloads left.
+            self.line(&format!(
+                "wi-fetch: {files} file(s), {}; {} complete in the cache, {} of \
+                 interrupted downloads on disk to resume",
+                human_bytes(total),
+                human_bytes(cached),
+                human_bytes(partial)
+            ));
+        } else if cached > 0 || self.mode == Mode::Log {
+            self.line(&format!(
+                "wi-fetch: {files} file(s), {}; {} already in the cache",
+                human_bytes(total),
+                human_bytes(cached)
+            ));
+        }
+        if self.mode == Mode::Bars && st.to_fetch > 0 {
+            let t = self.mp.add(ProgressBar::new(st.to_fetch));
+            t.set_style(Self::total_style());
+            t.set_prefix(format!("total ({files} files)"));
+            st.total = Some(t);
+        }
+    }
+
+    /// A file's transfer starts: the `resumed` bytes on disk leave the totals, a line says
+    /// what is resumed, and the file gets its bar.
+    fn on_file_start(&self, st: &mut State, id: FileId, file: &str, size: u64, resumed: u64) {
+        // The totals count what this run transfers: bytes already on disk are not to
+        // fetch, so they neither fill the bar nor inflate its speed and ETA.
+        st.begun.insert(id);
+        st.to_fetch = st.to_fetch.saturating_sub(resumed);
+        if let Some(t) = &st.total {
+            t.set_length(t.length().unwrap_or(0).saturating_sub(resumed));
+        }
+        if resumed >= size {
+            self.line(&format!(
+                "wi-fetch: {file}: complete on disk from an earlier run; checking it"
+            ));
+        } else if resumed > 0 {
+            self.line(&format!(
+                "wi-fetch: {file}: resuming, {} of {} already on disk",
+                human_bytes(resumed),
+                human_bytes(size)
+            ));
+        }
+        if self.mode == Mode::Bars {
+            let b = match &st.total {
+                Some(t) => self.mp.insert_before(t, ProgressBar::new(size)),
+                None => self.mp.add(ProgressBar::new(size)),
+            };
+            b.set_style(Self::file_style(resumed));
+            b.set_message(escape(file).into_owned());
+            b.set_position(resumed);
+            st.bars.insert(id, b);
+        }
+    }
+
+    /// Bytes of a file thrown away: they are to fetch again, and its bar goes back.
+    fn on_discarded(&self, st: &mut State, id: FileId, file: &str, bytes: u64, reason: &str) {
+        // Counted as on disk (or transferred) once, and to transfer again: more to
+        // fetch in this run. Before its start, a file's discarded bytes were never
+        // counted as on disk.
+        if st.begun.contains(&id) {
+            st.to_fetch += bytes;
+            if let Some(t) = &st.total {
+                t.inc_length(bytes);
+            }
+        }
+        if let Some(b) = st.bars.get(&id) {
+            b.set_position(b.position().saturating_sub(bytes));
+        }
+        self.line(&format!(
+            "wi-fetch: {file}: {} to fetch again ({reason})",
+            human_bytes(bytes)
+        ));
+    }
+
+    /// A failed attempt: the file's first has a line, the others are counted.
+    fn on_retry(
+        &self,
+        st: &mut State,
+        id: FileId,
+        file: &str,
+        attempt: u32,
+        delay: Duration,
+        error: &str,
+    ) {
+        // One line per file: its first retry; the others are counted and said once,
+        // as the file ends (a file in many ranges retries each of them).
+        match st.retries.get_mut(&id) {
+            Some((more, last)) => {
+                *more += 1;
+                *last = error.to_string();
+            }
+            None => {
+                st.retries.insert(id, (0, error.to_string()));
+                self.line(&format!(
+                    "wi-fetch: {file}: attempt {attempt} failed ({error}); retrying in {:.1}s",
+                    delay.as_secs_f64()
+                ));
+            }
+        }
+    }
+
+    /// Where a done file's bytes came from: the local cache, the remote cache, the Hub.
+    fn done_how(&self, cached: bool, from_remote: Option<(&str, u64)>) -> String {
+        match (cached, from_remote) {
+            (true, _) => self.cached_means.to_string(),
+            (false, Some((store, bytes))) => format!(
+                "fetched, {} from the remote cache {store}",
+                human_bytes(bytes)
+            ),
+            (false, None) => "fetched from the Hub".to_string(),
+        }
+    }
+
+    /// Takes a file's bar (if it has one) off the running ones, as `end` says.
+    fn end_bar(&self, st: &mut State, id: FileId, end: BarEnd) {
+        if let Some(b) = st.bars.remove(&id) {
+            match end {
+                BarEnd::Cleared => {
+                    b.finish_and_clear();
+                    self.mp.remove(&b);
+                }
+                BarEnd::Abandoned => b.abandon(),
+            }
         }
     }
 }

@@ -49,11 +49,6 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
     if shards.is_empty() {
         return Vec::new();
     }
-    let base = |p: &str| -> String {
-        std::path::Path::new(p)
-            .file_name()
-            .map_or_else(|| p.to_string(), |f| f.to_string_lossy().into_owned())
-    };
     let mut nos: Vec<Option<u64>> = Vec::with_capacity(shards.len());
     let mut count: Option<(u64, String)> = None;
     let mut total: Option<(i64, String)> = None;
@@ -109,44 +104,78 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
     }
 
     let prefix0 = parse_split_name(&base(&shards[0].0)).map(|(p, _, _)| p.to_string());
-    if let Some((count, _)) = &count {
-        let count = *count;
-        if shards.len() as u64 != count {
+    let count = count.map(|(c, _)| c);
+    if let Some(count) = count {
+        check_numbers(&mut d, shards, &nos, count, prefix0.as_deref());
+    }
+    check_names(&mut d, shards, &nos, count, prefix0.as_deref());
+    check_tensors(&mut d, shards, total.map(|(t, _)| t));
+    d.finish()
+}
+
+/// A shard's file name, without its folder.
+fn base(p: &str) -> String {
+    std::path::Path::new(p)
+        .file_name()
+        .map_or_else(|| p.to_string(), |f| f.to_string_lossy().into_owned())
+}
+
+/// The shards' numbers (`nos`, `split.no` of each) against `count` (`split.count`): as many
+/// shards as it says, each number below it and once, none missing (named after the first
+/// shard's `prefix0` when its name has one).
+fn check_numbers(
+    d: &mut Diagnostics,
+    shards: &[(String, &GgufHeader)],
+    nos: &[Option<u64>],
+    count: u64,
+    prefix0: Option<&str>,
+) {
+    if shards.len() as u64 != count {
+        d.error(
+            "gguf.split.count-mismatch",
+            format!("{} shard(s) given but split.count = {count}", shards.len()),
+        );
+    }
+    let mut present: HashMap<u64, &str> = HashMap::new();
+    for ((file, _), no) in shards.iter().zip(nos) {
+        let Some(no) = *no else { continue };
+        if no >= count {
             d.error(
-                "gguf.split.count-mismatch",
-                format!("{} shard(s) given but split.count = {count}", shards.len()),
+                "gguf.split.bad-number",
+                format!("shard {file} has split.no = {no}, not below split.count = {count}"),
+            );
+            continue;
+        }
+        if let Some(prev) = present.insert(no, file) {
+            d.error(
+                "gguf.split.duplicate-shard",
+                format!("shards {prev} and {file} both have split.no = {no}"),
             );
         }
-        let mut present: HashMap<u64, &str> = HashMap::new();
-        for ((file, _), no) in shards.iter().zip(&nos) {
-            let Some(no) = *no else { continue };
-            if no >= count {
-                d.error(
-                    "gguf.split.bad-number",
-                    format!("shard {file} has split.no = {no}, not below split.count = {count}"),
-                );
-                continue;
-            }
-            if let Some(prev) = present.insert(no, file) {
-                d.error(
-                    "gguf.split.duplicate-shard",
-                    format!("shards {prev} and {file} both have split.no = {no}"),
-                );
-            }
-        }
-        for no in 0..count.min(u64::from(u16::MAX) + 1) {
-            if !present.contains_key(&no) {
-                let name = prefix0.as_ref().map_or(String::new(), |p| {
-                    format!(" ({p}-{:05}-of-{count:05}.gguf)", no + 1)
-                });
-                d.error(
-                    "gguf.split.missing-shard",
-                    format!("shard with split.no = {no}{name} is missing"),
-                );
-            }
+    }
+    for no in 0..count.min(u64::from(u16::MAX) + 1) {
+        if !present.contains_key(&no) {
+            let name = prefix0.map_or(String::new(), |p| {
+                format!(" ({p}-{:05}-of-{count:05}.gguf)", no + 1)
+            });
+            d.error(
+                "gguf.split.missing-shard",
+                format!("shard with split.no = {no}{name} is missing"),
+            );
         }
     }
-    for ((file, _), no) in shards.iter().zip(&nos) {
+}
+
+/// The shards' file names: each `NAME-%05d-of-%05d.gguf`, its numbers those of its `split.no`
+/// (`nos`) and of `count`, its prefix that of the first shard (`prefix0`).
+fn check_names(
+    d: &mut Diagnostics,
+    shards: &[(String, &GgufHeader)],
+    nos: &[Option<u64>],
+    count: Option<u64>,
+    prefix0: Option<&str>,
+) {
+    for ((file, _), no) in shards.iter().zip(nos) {
         let name = base(file);
         match parse_split_name(&name) {
             None => d.error(
@@ -162,15 +191,15 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
                         );
                     }
                 }
-                if let Some((c, _)) = &count {
-                    if u64::from(of) != *c {
+                if let Some(c) = count {
+                    if u64::from(of) != c {
                         d.error(
                             "gguf.split.name-mismatch",
                             format!("shard '{name}' says -of-{of} but split.count = {c}"),
                         );
                     }
                 }
-                if let Some(p0) = &prefix0 {
+                if let Some(p0) = prefix0 {
                     if prefix != p0 {
                         d.error(
                             "gguf.split.name-mismatch",
@@ -181,7 +210,11 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
             }
         }
     }
+}
 
+/// The shards' tensors: each name in one shard only, and as many in all as `total`
+/// (`split.tensors.count`) says.
+fn check_tensors(d: &mut Diagnostics, shards: &[(String, &GgufHeader)], total: Option<i64>) {
     let mut owner: HashMap<&str, &str> = HashMap::new();
     let mut n_tensors: u64 = 0;
     for (file, h) in shards {
@@ -195,7 +228,7 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
             }
         }
     }
-    if let Some((t, _)) = total {
+    if let Some(t) = total {
         if i64::try_from(n_tensors).ok() != Some(t) {
             d.error(
                 "gguf.split.tensor-count",
@@ -203,5 +236,4 @@ pub fn check_split(shards: &[(String, &GgufHeader)]) -> Vec<Diagnostic> {
             );
         }
     }
-    d.finish()
 }

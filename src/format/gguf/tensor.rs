@@ -49,54 +49,20 @@ pub(super) fn read_tensor_infos<'a>(
     diags: &mut Diagnostics,
     not_loadable: &mut Vec<&'static str>,
 ) -> Result<(Vec<TensorInfo>, Vec<RawTensor>), FormatError> {
-    let v1 = r.v1;
     let mut tensors: Vec<TensorInfo> = Vec::with_capacity(tensor_count.min(4096) as usize);
     let mut raw: Vec<RawTensor> = Vec::with_capacity(tensor_count.min(4096) as usize);
     let mut names: HashMap<&str, u64> = HashMap::new();
     let mut has_nul = false;
     for index in 0..tensor_count {
         let info_at = r.pos as u64;
-        r.ctx = Ctx::Tensor {
+        let name = read_name(r, index, info_at)?;
+        let at = TensorAt {
             index,
-            name: None,
-            part: "name",
+            name,
+            info_at,
         };
-        let nb = r.string()?;
-        let name = std::str::from_utf8(nb).map_err(|e| {
-            FormatError::new(
-                FormatErrorKind::InvalidUtf8(format!(
-                    "tensor {index} name ({e}; bytes {:?})",
-                    super::reader::preview(nb)
-                )),
-                info_at,
-            )
-        })?;
-        r.ctx = Ctx::Tensor {
-            index,
-            name: Some(name),
-            part: "n_dims",
-        };
-        if name.len() > MAX_TENSOR_NAME_LEN {
-            diags.warning(
-                "gguf.tensor.name-too-long",
-                format!(
-                    "tensor {index} '{name}' (at byte {info_at}): name of {} bytes; llama.cpp allows at most {MAX_TENSOR_NAME_LEN}",
-                    name.len()
-                ),
-            );
-            not_loadable.push("gguf.tensor.name-too-long");
-        }
-        if name.contains('\0') {
-            has_nul = true;
-            diags.warning(
-                "gguf.tensor.name-nul",
-                format!(
-                    "tensor {index} '{}' (at byte {info_at}): NUL byte in the name; llama.cpp reads it as '{}'",
-                    name.escape_debug(),
-                    name.split('\0').next().unwrap_or("").escape_debug()
-                ),
-            );
-        }
+        check_name(at, diags, not_loadable);
+        has_nul |= name.contains('\0');
         match names.entry(name) {
             Entry::Occupied(e) => diags.error(
                 "gguf.tensor.duplicate-name",
@@ -110,47 +76,7 @@ pub(super) fn read_tensor_infos<'a>(
             }
         }
 
-        let ndims_at = r.pos;
-        let n_dims = u64::from(r.u32()?);
-        let dim_width = if v1 { 4 } else { 8 };
-        r.check_fits("n_dims", n_dims, Some(n_dims * dim_width), ndims_at)?;
-        if n_dims > MAX_STORED_DIMS {
-            return Err(FormatError::new(
-                FormatErrorKind::Other(format!(
-                    "tensor {index} '{name}' has {n_dims} dimensions; ggml allows at most {GGML_MAX_DIMS}"
-                )),
-                ndims_at as u64,
-            ));
-        }
-        if n_dims > GGML_MAX_DIMS {
-            diags.error(
-                "gguf.tensor.too-many-dims",
-                format!(
-                    "tensor {index} '{name}' (at byte {info_at}) has {n_dims} dimensions; ggml allows at most {GGML_MAX_DIMS}"
-                ),
-            );
-        }
-        r.ctx = Ctx::Tensor {
-            index,
-            name: Some(name),
-            part: "dimensions",
-        };
-        let mut shape = Vec::with_capacity(n_dims as usize);
-        let mut negative = false;
-        for d in 0..n_dims {
-            let dim = r.count()?;
-            if dim > i64::MAX as u64 {
-                negative = true;
-                diags.error(
-                    "gguf.tensor.negative-dim",
-                    format!(
-                        "tensor {index} '{name}' (at byte {info_at}): dimension {d} is {dim}, which is negative ({}) as ggml's int64",
-                        dim as i64
-                    ),
-                );
-            }
-            shape.push(dim);
-        }
+        let shape = read_shape(r, at, diags)?;
         r.ctx = Ctx::Tensor {
             index,
             name: Some(name),
@@ -173,62 +99,7 @@ pub(super) fn read_tensor_infos<'a>(
             );
             continue;
         };
-        let removed = match ty.status() {
-            TypeStatus::Removed(when) => {
-                diags.error(
-                    "gguf.tensor.removed-type",
-                    format!(
-                        "tensor {index} '{name}' (at byte {info_at}) uses {}, {when}",
-                        ty.name()
-                    ),
-                );
-                true
-            }
-            TypeStatus::Current => false,
-        };
-        let mut size = None;
-        if !negative {
-            let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-            match elements {
-                Some(n) if n <= i64::MAX as u64 => {
-                    size = if removed {
-                        legacy_bytes(ty, &shape)
-                    } else {
-                        match ty.tensor_bytes(&shape) {
-                            Ok(b) => Some(b),
-                            Err(SizeError::NotBlockMultiple { ne0, block }) => {
-                                diags.error(
-                                    "gguf.tensor.not-block-multiple",
-                                    format!(
-                                        "tensor {index} '{name}' (at byte {info_at}) of type {}: ne[0] = {ne0} is not a multiple of the block size {block}",
-                                        ty.name()
-                                    ),
-                                );
-                                None
-                            }
-                            Err(SizeError::Overflow) => {
-                                diags.error(
-                                    "gguf.tensor.overflow",
-                                    format!(
-                                        "tensor {index} '{name}' (at byte {info_at}) of type {} with shape {shape:?}: byte size overflows 64 bits",
-                                        ty.name()
-                                    ),
-                                );
-                                None
-                            }
-                            Err(SizeError::Removed) => None,
-                        }
-                    };
-                }
-                _ => diags.error(
-                    "gguf.tensor.overflow",
-                    format!(
-                        "tensor {index} '{name}' (at byte {info_at}) with shape {shape:?}: element count overflows {} (a product that wraps, e.g. to 0, is not an empty tensor)",
-                        if elements.is_some() { "i64::MAX" } else { "64 bits" }
-                    ),
-                ),
-            }
-        }
+        let size = tensor_size(ty, &shape, at, diags);
         tensors.push(TensorInfo {
             name: name.to_owned(),
             dtype: DType::Ggml(ty),
@@ -246,6 +117,202 @@ pub(super) fn read_tensor_infos<'a>(
         check_nul_collisions(&tensors, diags, not_loadable);
     }
     Ok((tensors, raw))
+}
+
+/// The tensor info being read, as its messages name it: its index, its name, and the byte
+/// its info starts at.
+#[derive(Clone, Copy)]
+struct TensorAt<'a> {
+    index: u64,
+    name: &'a str,
+    info_at: u64,
+}
+
+/// Reads the name of tensor `index` (whose info starts at byte `info_at`), which must be
+/// UTF-8; the reader's context names the tensor from then on.
+fn read_name<'a>(r: &mut Reader<'a>, index: u64, info_at: u64) -> Result<&'a str, FormatError> {
+    r.ctx = Ctx::Tensor {
+        index,
+        name: None,
+        part: "name",
+    };
+    let nb = r.string()?;
+    let name = std::str::from_utf8(nb).map_err(|e| {
+        FormatError::new(
+            FormatErrorKind::InvalidUtf8(format!(
+                "tensor {index} name ({e}; bytes {:?})",
+                super::reader::preview(nb)
+            )),
+            info_at,
+        )
+    })?;
+    r.ctx = Ctx::Tensor {
+        index,
+        name: Some(name),
+        part: "n_dims",
+    };
+    Ok(name)
+}
+
+/// The rules on one name that llama.cpp has: a bounded length, and no NUL byte (it reads
+/// the name up to it).
+fn check_name(at: TensorAt<'_>, diags: &mut Diagnostics, not_loadable: &mut Vec<&'static str>) {
+    let TensorAt {
+        index,
+        name,
+        info_at,
+    } = at;
+    if name.len() > MAX_TENSOR_NAME_LEN {
+        diags.warning(
+            "gguf.tensor.name-too-long",
+            format!(
+                "tensor {index} '{name}' (at byte {info_at}): name of {} bytes; llama.cpp allows at most {MAX_TENSOR_NAME_LEN}",
+                name.len()
+            ),
+        );
+        not_loadable.push("gguf.tensor.name-too-long");
+    }
+    if name.contains('\0') {
+        diags.warning(
+            "gguf.tensor.name-nul",
+            format!(
+                "tensor {index} '{}' (at byte {info_at}): NUL byte in the name; llama.cpp reads it as '{}'",
+                name.escape_debug(),
+                name.split('\0').next().unwrap_or("").escape_debug()
+            ),
+        );
+    }
+}
+
+/// Reads a tensor's dimension count and its dimensions: more than can be stored is an
+/// error that ends the read; more than ggml allows, or a dimension negative as ggml's
+/// int64, is reported.
+fn read_shape<'a>(
+    r: &mut Reader<'a>,
+    at: TensorAt<'a>,
+    diags: &mut Diagnostics,
+) -> Result<Vec<u64>, FormatError> {
+    let TensorAt {
+        index,
+        name,
+        info_at,
+    } = at;
+    let ndims_at = r.pos;
+    let n_dims = u64::from(r.u32()?);
+    let dim_width = if r.v1 { 4 } else { 8 };
+    r.check_fits("n_dims", n_dims, Some(n_dims * dim_width), ndims_at)?;
+    if n_dims > MAX_STORED_DIMS {
+        return Err(FormatError::new(
+            FormatErrorKind::Other(format!(
+                "tensor {index} '{name}' has {n_dims} dimensions; ggml allows at most {GGML_MAX_DIMS}"
+            )),
+            ndims_at as u64,
+        ));
+    }
+    if n_dims > GGML_MAX_DIMS {
+        diags.error(
+            "gguf.tensor.too-many-dims",
+            format!(
+                "tensor {index} '{name}' (at byte {info_at}) has {n_dims} dimensions; ggml allows at most {GGML_MAX_DIMS}"
+            ),
+        );
+    }
+    r.ctx = Ctx::Tensor {
+        index,
+        name: Some(name),
+        part: "dimensions",
+    };
+    let mut shape = Vec::with_capacity(n_dims as usize);
+    for d in 0..n_dims {
+        let dim = r.count()?;
+        if dim > i64::MAX as u64 {
+            diags.error(
+                "gguf.tensor.negative-dim",
+                format!(
+                    "tensor {index} '{name}' (at byte {info_at}): dimension {d} is {dim}, which is negative ({}) as ggml's int64",
+                    dim as i64
+                ),
+            );
+        }
+        shape.push(dim);
+    }
+    Ok(shape)
+}
+
+/// The byte size of a tensor of type `ty` and `shape`, when they define one: a removed type
+/// is reported and sized by its last layout; none when a dimension is negative, the element
+/// count or the size overflows, or the first dimension is not a whole number of blocks
+/// (each reported, except a negative dimension, reported as it was read).
+fn tensor_size(
+    ty: GgmlType,
+    shape: &[u64],
+    at: TensorAt<'_>,
+    diags: &mut Diagnostics,
+) -> Option<u64> {
+    let TensorAt {
+        index,
+        name,
+        info_at,
+    } = at;
+    let removed = match ty.status() {
+        TypeStatus::Removed(when) => {
+            diags.error(
+                "gguf.tensor.removed-type",
+                format!(
+                    "tensor {index} '{name}' (at byte {info_at}) uses {}, {when}",
+                    ty.name()
+                ),
+            );
+            true
+        }
+        TypeStatus::Current => false,
+    };
+    if shape.iter().any(|&d| d > i64::MAX as u64) {
+        return None;
+    }
+    let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    match elements {
+        Some(n) if n <= i64::MAX as u64 => {
+            if removed {
+                legacy_bytes(ty, shape)
+            } else {
+                match ty.tensor_bytes(shape) {
+                    Ok(b) => Some(b),
+                    Err(SizeError::NotBlockMultiple { ne0, block }) => {
+                        diags.error(
+                            "gguf.tensor.not-block-multiple",
+                            format!(
+                                "tensor {index} '{name}' (at byte {info_at}) of type {}: ne[0] = {ne0} is not a multiple of the block size {block}",
+                                ty.name()
+                            ),
+                        );
+                        None
+                    }
+                    Err(SizeError::Overflow) => {
+                        diags.error(
+                            "gguf.tensor.overflow",
+                            format!(
+                                "tensor {index} '{name}' (at byte {info_at}) of type {} with shape {shape:?}: byte size overflows 64 bits",
+                                ty.name()
+                            ),
+                        );
+                        None
+                    }
+                    Err(SizeError::Removed) => None,
+                }
+            }
+        }
+        _ => {
+            diags.error(
+                "gguf.tensor.overflow",
+                format!(
+                    "tensor {index} '{name}' (at byte {info_at}) with shape {shape:?}: element count overflows {} (a product that wraps, e.g. to 0, is not an empty tensor)",
+                    if elements.is_some() { "i64::MAX" } else { "64 bits" }
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// llama.cpp keeps names as C strings: names equal up to a NUL collide there.

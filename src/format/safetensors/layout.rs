@@ -34,9 +34,32 @@ pub(super) fn check_layout(
     // the same offset, as in the reference reader.
     entries.sort_by_key(|e| e.offsets);
 
+    walk_offsets(&entries, data_offset, data_len, header.file_size, diags);
+
+    // Per-tensor rules, in offset order.
+    let mut tensors = Vec::with_capacity(entries.len());
+    for e in entries {
+        let file_size = header.file_size;
+        if let Some(t) = tensor_info(e, data_offset, data_len, file_size, diags) {
+            tensors.push(t);
+        }
+    }
+    header.tensors = tensors;
+}
+
+/// Walks the `entries`, sorted by offsets, through the data buffer of `data_len` bytes (at
+/// `data_offset` in a file of `file_size` bytes): a hole before an entry, an entry starting
+/// inside the one before, and bytes after the last one are errors.
+fn walk_offsets(
+    entries: &[RawEntry<'_>],
+    data_offset: u64,
+    data_len: u64,
+    file_size: u64,
+    diags: &mut Diagnostics,
+) {
     let mut cursor = 0u64;
     let mut last: Option<(&str, u64, u64)> = None;
-    for e in &entries {
+    for e in entries {
         let (begin, end) = e.offsets;
         if begin > cursor {
             let after = match last {
@@ -82,82 +105,88 @@ pub(super) fn check_layout(
                  8 + header + data (a polyglot file hides content there)",
                 data_len - cursor,
                 data_offset.saturating_add(cursor),
-                file_size = header.file_size,
             ),
         ));
     }
+}
 
-    // Per-tensor rules, in offset order.
-    let mut tensors = Vec::with_capacity(entries.len());
-    for e in entries {
-        let (begin, end) = e.offsets;
-        let name = e.name;
-        if end > data_len {
-            diags.push(Diagnostic::error(
-                "safetensors.out-of-bounds",
-                format!(
-                    "tensor '{name}': data_offsets [{begin}, {end}] end past the {data_len}-byte \
-                     data buffer (file size {})",
-                    header.file_size
-                ),
-            ));
-            continue;
-        }
-        let (Some(dtype), Some(shape)) = (e.dtype, e.shape) else {
-            continue;
-        };
-        let Some(n_elements) = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)) else {
-            diags.push(Diagnostic::error(
-                "safetensors.overflow",
-                format!(
-                    "tensor '{name}' [{begin}, {end}]: element count of shape {shape:?} \
-                     overflows 64 bits"
-                ),
-            ));
-            continue;
-        };
-        let Some(bits) = n_elements.checked_mul(u64::from(dtype.bits())) else {
-            diags.push(Diagnostic::error(
-                "safetensors.overflow",
-                format!(
-                    "tensor '{name}' [{begin}, {end}]: {n_elements} elements of {dtype} ({} bits) \
-                     overflow 64 bits",
-                    dtype.bits()
-                ),
-            ));
-            continue;
-        };
-        if bits % 8 != 0 {
-            diags.push(Diagnostic::error(
-                "safetensors.partial-byte",
-                format!(
-                    "tensor '{name}' [{begin}, {end}]: {n_elements} elements of {dtype} are {bits} \
-                     bits, not a whole number of bytes"
-                ),
-            ));
-            continue;
-        }
-        let n_bytes = bits / 8;
-        if end - begin != n_bytes {
-            diags.push(Diagnostic::error(
-                "safetensors.size-mismatch",
-                format!(
-                    "tensor '{name}': data_offsets [{begin}, {end}] span {} bytes but shape \
-                     {shape:?} of {dtype} needs {n_bytes}",
-                    end - begin
-                ),
-            ));
-            continue;
-        }
-        tensors.push(TensorInfo {
-            name: name.into_owned(),
-            dtype: DType::Safetensors(dtype),
-            shape,
-            offset: data_offset + begin,
-            n_bytes,
-        });
+/// The per-tensor rules on the entry `e`: its bytes within the data buffer (of `data_len`
+/// bytes, at `data_offset` in a file of `file_size`), its element count and size without
+/// overflow, whole bytes, and exactly its offsets' span. The tensor when its dtype and shape
+/// were read and it passes them.
+fn tensor_info(
+    e: RawEntry<'_>,
+    data_offset: u64,
+    data_len: u64,
+    file_size: u64,
+    diags: &mut Diagnostics,
+) -> Option<TensorInfo> {
+    let (begin, end) = e.offsets;
+    let name = e.name;
+    if end > data_len {
+        diags.push(Diagnostic::error(
+            "safetensors.out-of-bounds",
+            format!(
+                "tensor '{name}': data_offsets [{begin}, {end}] end past the {data_len}-byte \
+                 data buffer (file size {})",
+                file_size
+            ),
+        ));
+        return None;
     }
-    header.tensors = tensors;
+    let (Some(dtype), Some(shape)) = (e.dtype, e.shape) else {
+        return None;
+    };
+    let Some(n_elements) = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)) else {
+        diags.push(Diagnostic::error(
+            "safetensors.overflow",
+            format!(
+                "tensor '{name}' [{begin}, {end}]: element count of shape {shape:?} \
+                 overflows 64 bits"
+            ),
+        ));
+        return None;
+    };
+    let Some(bits) = n_elements.checked_mul(u64::from(dtype.bits())) else {
+        diags.push(Diagnostic::error(
+            "safetensors.overflow",
+            format!(
+                "tensor '{name}' [{begin}, {end}]: {n_elements} elements of {dtype} ({} bits) \
+                 overflow 64 bits",
+                dtype.bits()
+            ),
+        ));
+        return None;
+    };
+    if bits % 8 != 0 {
+        diags.push(Diagnostic::error(
+            "safetensors.partial-byte",
+            format!(
+                "tensor '{name}' [{begin}, {end}]: {n_elements} elements of {dtype} are {bits} \
+                 bits, not a whole number of bytes"
+            ),
+        ));
+        return None;
+    }
+    let n_bytes = bits / 8;
+    if end - begin != n_bytes {
+        diags.push(Diagnostic::error(
+            "safetensors.size-mismatch",
+            format!(
+                "tensor '{name}': data_offsets [{begin}, {end}] span {} bytes but shape \
+                 {shape:?} of {dtype} needs {n_bytes}",
+                end - begin
+            ),
+        ));
+        return None;
+    }
+    Some(TensorInfo {
+        name: name.into_owned(),
+        dtype: DType::Safetensors(dtype),
+        shape,
+        offset: data_offset + begin,
+        n_bytes,
+    })
 }
 
 pub(super) fn misaligned_warning(header: &SafetensorsHeader, diags: &mut Diagnostics) {

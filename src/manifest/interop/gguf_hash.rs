@@ -63,22 +63,106 @@ struct Entry {
     model: Option<Sha256Hex>,
 }
 
+/// One line of `llama-gguf-hash` output, its fields checked.
+struct HashLine<'a> {
+    /// One of [`KINDS`].
+    kind: &'static str,
+    /// Its digest, of the kind's length and characters.
+    digest: &'a str,
+    /// The file, a safe relative path (a leading `./` dropped).
+    file: &'a str,
+    /// The tensor, when the line is for one.
+    tensor: Option<&'a str>,
+}
+
+impl<'a> HashLine<'a> {
+    /// Reads `line`, the `nth` line that is not blank; the error says why it is not a
+    /// `llama-gguf-hash` line (and, for the first, that the document is no other manifest).
+    fn parse(line: &'a str, nth: usize) -> Result<HashLine<'a>, String> {
+        let mut tokens = line.split_ascii_whitespace();
+        let (Some(kind), Some(digest), Some(name), None) =
+            (tokens.next(), tokens.next(), tokens.next(), tokens.next())
+        else {
+            return Err(format!(
+                "'{}' is not a llama-gguf-hash line (KIND  DIGEST  FILE[:TENSOR]){}",
+                shown(line, 80),
+                if nth == 1 {
+                    " — and the document is no other manifest this program reads"
+                } else {
+                    ""
+                }
+            ));
+        };
+        let Some(&(kind, len)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+            return Err(format!(
+                "unknown hash kind '{}' (llama-gguf-hash writes sha256, sha1, xxh64, xxh3 \
+                 and uuid)",
+                shown(kind, 20)
+            ));
+        };
+        let digest_ok = digest.len() == len
+            && digest.bytes().enumerate().all(|(j, b)| {
+                if kind == "uuid" && matches!(j, 8 | 13 | 18 | 23) {
+                    b == b'-'
+                } else {
+                    b.is_ascii_hexdigit()
+                }
+            });
+        if !digest_ok {
+            return Err(format!(
+                "'{}' is not a {kind} digest ({len} characters)",
+                shown(digest, 80)
+            ));
+        }
+        let mut name = name;
+        while let Some(rest) = name.strip_prefix("./") {
+            name = rest;
+        }
+        let (file, tensor) = match name.split_once(':') {
+            Some((f, t)) => (f, Some(t)),
+            None => (name, None),
+        };
+        check_repo_path(file).map_err(|why| format!("file name '{}': {why}", shown(file, 200)))?;
+        if let Some(t) = tensor {
+            if t.is_empty() || t.len() > MAX_TENSOR_NAME || t.chars().any(char::is_control) {
+                return Err(format!(
+                    "tensor name '{}' is empty, longer than {MAX_TENSOR_NAME} bytes or holds \
+                     a control character",
+                    shown(t, 80)
+                ));
+            }
+        }
+        Ok(HashLine {
+            kind,
+            digest,
+            file,
+            tensor,
+        })
+    }
+}
+
+/// The document as text: bytes that are not UTF-8 are no manifest this program reads, and the
+/// error names the line they are on.
+fn utf8_text(bytes: &[u8]) -> Result<&str, ManifestError> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let line = bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
+        ManifestError::invalid(format!(
+            "not a manifest this program reads: line {line} is not UTF-8 text (a \
+             weight-inspect manifest, an OpenSSF model-signing bundle or statement, or \
+             llama-gguf-hash lines)"
+        ))
+    })
+}
+
 impl GgufHashDocument {
     /// Parses `llama-gguf-hash` output (see the module docs). Blank lines are skipped; any other
     /// line that is not `KIND  DIGEST  FILE[:TENSOR]` is an error naming its line number.
     pub fn parse(bytes: &[u8]) -> Result<GgufHashDocument, ManifestError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            let line = bytes[..e.valid_up_to()]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count()
-                + 1;
-            ManifestError::invalid(format!(
-                "not a manifest this program reads: line {line} is not UTF-8 text (a \
-                 weight-inspect manifest, an OpenSSF model-signing bundle or statement, or \
-                 llama-gguf-hash lines)"
-            ))
-        })?;
+        let text = utf8_text(bytes)?;
         let mut files: BTreeMap<String, Entry> = BTreeMap::new();
         let mut folded: HashMap<String, String> = HashMap::new();
         let mut other_only: BTreeMap<String, &'static str> = BTreeMap::new();
@@ -93,60 +177,12 @@ impl GgufHashDocument {
             }
             lines += 1;
             let bad = |why: String| ManifestError::invalid(format!("line {n}: {why}"));
-            let mut tokens = line.split_ascii_whitespace();
-            let (Some(kind), Some(digest), Some(name), None) =
-                (tokens.next(), tokens.next(), tokens.next(), tokens.next())
-            else {
-                return Err(bad(format!(
-                    "'{}' is not a llama-gguf-hash line (KIND  DIGEST  FILE[:TENSOR]){}",
-                    shown(line, 80),
-                    if lines == 1 {
-                        " — and the document is no other manifest this program reads"
-                    } else {
-                        ""
-                    }
-                )));
-            };
-            let Some(&(kind, len)) = KINDS.iter().find(|(k, _)| *k == kind) else {
-                return Err(bad(format!(
-                    "unknown hash kind '{}' (llama-gguf-hash writes sha256, sha1, xxh64, xxh3 \
-                     and uuid)",
-                    shown(kind, 20)
-                )));
-            };
-            let digest_ok = digest.len() == len
-                && digest.bytes().enumerate().all(|(j, b)| {
-                    if kind == "uuid" && matches!(j, 8 | 13 | 18 | 23) {
-                        b == b'-'
-                    } else {
-                        b.is_ascii_hexdigit()
-                    }
-                });
-            if !digest_ok {
-                return Err(bad(format!(
-                    "'{}' is not a {kind} digest ({len} characters)",
-                    shown(digest, 80)
-                )));
-            }
-            let mut name = name;
-            while let Some(rest) = name.strip_prefix("./") {
-                name = rest;
-            }
-            let (file, tensor) = match name.split_once(':') {
-                Some((f, t)) => (f, Some(t)),
-                None => (name, None),
-            };
-            check_repo_path(file)
-                .map_err(|why| bad(format!("file name '{}': {why}", shown(file, 200))))?;
-            if let Some(t) = tensor {
-                if t.is_empty() || t.len() > MAX_TENSOR_NAME || t.chars().any(char::is_control) {
-                    return Err(bad(format!(
-                        "tensor name '{}' is empty, longer than {MAX_TENSOR_NAME} bytes or holds \
-                         a control character",
-                        shown(t, 80)
-                    )));
-                }
-            }
+            let HashLine {
+                kind,
+                digest,
+                file,
+                tensor,
+            } = HashLine::parse(line, lines).map_err(bad)?;
             let key = case_fold(file);
             match folded.get(&key) {
                 Some(seen) if seen != file => {
