@@ -10,7 +10,6 @@ use super::integrity::{self, Expect};
 use super::run::Job;
 use super::{FetchError, Fetcher, FileReport};
 use crate::hub::HubError;
-use crate::manifest::Source;
 use crate::names::escape;
 use crate::transfer::{LockedPartial, TransferSpec};
 
@@ -206,13 +205,7 @@ impl Fetcher {
                 &format!("the file is in place, but its finished resume state stays: {e}"),
             );
         }
-        let source = Source {
-            repo: repo.to_string(),
-            revision: Some(repo.revision.clone()),
-            commit: job.commit.to_string(),
-            url: Some(url),
-        };
-        if let Err(e) = integrity::record(store, source, f, &out) {
+        if let Err(e) = integrity::record(store, job.source(url), f, &out) {
             notice(
                 rep,
                 Some(&f.path),

@@ -6,9 +6,10 @@
 use super::gate::{notice, Gate};
 use super::integrity::{self, Expect, Origin, VerifyLevel, MAX_SIDECAR_BYTES};
 use super::lock::LockedFile;
+use super::run::Job;
 use super::{FetchError, Fetcher, FileReport, PlannedFile, RepoRef};
 use crate::cache::Store;
-use crate::manifest::{Document, Sha256Hex, Source};
+use crate::manifest::{Document, Sha256Hex};
 use crate::names::escape;
 
 impl Fetcher {
@@ -17,20 +18,12 @@ impl Fetcher {
     /// the lock file's pin.
     pub(super) async fn manifest_of(
         &self,
-        repo: &RepoRef,
-        commit: &str,
-        store: &Store,
-        f: &PlannedFile,
-        pin: Option<&LockedFile>,
+        job: &Job<'_>,
         mut report: FileReport,
     ) -> Result<FileReport, FetchError> {
-        let (store2, f2, local) = (store.clone(), f.clone(), report.local_path.clone());
-        let source = Source {
-            repo: repo.to_string(),
-            revision: Some(repo.revision.clone()),
-            commit: commit.to_string(),
-            url: Some(self.hub.resolve_url(repo, commit, &f.path)),
-        };
+        let (f, pin) = (job.f, job.pin);
+        let (store2, f2, local) = (job.store.clone(), f.clone(), report.local_path.clone());
+        let source = job.source(self.hub.resolve_url(job.repo, job.commit, &f.path));
         let ensure = (self.ensure_manifests || pin.is_some()) && self.writes();
         let chunk_size = pin.map_or(self.engine.config().chunk_size, |p| p.chunk_size);
         let m = tokio::task::spawn_blocking(move || match integrity::recorded(&store2, &f2) {

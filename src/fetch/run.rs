@@ -68,6 +68,17 @@ pub(super) struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// Where the file's bytes came from, for the manifest recorded beside it (`url`: its
+    /// resolve URL).
+    pub(super) fn source(&self, url: String) -> crate::manifest::Source {
+        crate::manifest::Source {
+            repo: self.repo.to_string(),
+            revision: Some(self.repo.revision.clone()),
+            commit: self.commit.to_string(),
+            url: Some(url),
+        }
+    }
+
     /// The file's download stopped on request, with what its resume state records.
     pub(super) fn stopped(&self) -> FetchError {
         FetchError::Transfer(TransferError::Interrupted {
@@ -309,10 +320,7 @@ impl Fetcher {
         }
         let done = match self.job(round, f).await {
             Ok(job) => match self.carry_out(&job).await {
-                Ok(report) => {
-                    self.manifest_of(round.repo, round.commit, round.store, f, job.pin, report)
-                        .await
-                }
+                Ok(report) => self.manifest_of(&job, report).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
