@@ -19,9 +19,9 @@ cache="$root/demo-cache"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 bin="$target_dir/debug"
 echo "== building wi-fetch, weight-inspect and mock-hub into $bin"
-echo "   (the first time compiles every dependency, several minutes on two cores; cargo prints"
-echo "   each crate as it starts, and is quiet for up to a minute on the longest ones: aws-lc-sys,"
-echo "   object_store, weight-inspect itself)"
+echo "   (the first time compiles every dependency: about two and a half minutes on two cores,"
+echo "   BENCHMARKS.md says how it was measured; cargo prints each crate as it starts, and is"
+echo "   quiet for up to a minute on the longest ones: object_store, weight-inspect itself)"
 cargo build -p weight-inspect -p mock-server --bins
 
 echo "== demo repositories in $data"
