@@ -45,6 +45,9 @@ use object_store::{
     WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
+
+mod lease;
+pub use lease::{now_ms, Claim, Lease, LeaseRecord};
 use tokio::io::AsyncReadExt;
 
 use crate::manifest::{ManifestFile, Sha256Hex};

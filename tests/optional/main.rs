@@ -53,6 +53,8 @@ fn main() -> std::process::ExitCode {
         Garage: remote_cache::garage_is_filled_once_and_credentials_stay_secret,
         Garage: remote_cache::a_bucket_that_does_not_exist_is_said_once_with_how_to_create_it,
         Garage: remote_cache::a_node_killed_mid_upload_leaves_nothing_in_garage,
+        Garage: remote_cache::garage_ignores_conditional_writes_and_the_probe_says_so,
+        Python: remote_cache::moto_honours_conditional_writes_and_one_of_eight_nodes_leads,
         MiniLm: safetensors::real_minilm_checkpoint,
         Python: safetensors::files_written_by_the_reference_writer,
         Python: serve_changes::huggingface_hub_never_takes_a_damaged_blob,

@@ -1,4 +1,5 @@
-//! The remote cache against a real S3-compatible server: Garage (`WI_GARAGE`), on loopback.
+//! The remote cache against real S3-compatible servers on loopback: Garage (`WI_GARAGE`), and
+//! moto's server (`WI_PYTHON` with `moto[server]`), which honours conditional writes.
 
 use crate::support::cli::{
     demo_file, expect_code, hub_builder, run, start, stderr, stdout, Sandbox, REPO,
@@ -108,4 +109,81 @@ pub fn a_node_killed_mid_upload_leaves_nothing_in_garage() {
         killed_mid_upload(&cache).await;
         drop(garage);
     })
+}
+
+/// The lease of [`RemoteCache::claim`], as issue 39's coordination uses it, for this long.
+const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Nodes that start together coordinate through the bucket's own conditional writes: on a
+/// store that honours them (moto's S3 server), the probe says so; of eight nodes claiming the
+/// lease on one blob at once, exactly one wins and the seven others are told who holds it; the
+/// holder renews it; once lapsed, of two nodes taking it over at once one wins, and the old
+/// holder's renewal is refused; released, it is claimed at once.
+pub fn moto_honours_conditional_writes_and_one_of_eight_nodes_leads() {
+    use crate::support::moto::{Moto, BUCKET};
+    use weight_inspect::manifest::Sha256Hex;
+    use weight_inspect::remote_cache::{now_ms, Claim, Lease, RemoteCache};
+    let moto = Moto::start();
+    crate::block_on(async {
+        let url = format!("s3://{BUCKET}/team");
+        let cache = RemoteCache::open_with_options(&url, moto.options()).unwrap();
+        assert!(cache.conditional_writes("node-0").await.unwrap());
+        let key = RemoteCache::lease_key(&Sha256Hex([7; 32]));
+        let names: Vec<String> = (0..8).map(|n| format!("node-{n}")).collect();
+        let now = now_ms();
+        let claims =
+            futures::future::join_all(names.iter().map(|n| cache.claim(&key, n, LEASE_TTL, now)))
+                .await;
+        let mut won: Vec<Lease> = Vec::new();
+        let mut held = Vec::new();
+        for c in claims {
+            match c.unwrap() {
+                Claim::Won(l) => won.push(l),
+                Claim::Held(r) => held.push(r),
+            }
+        }
+        assert_eq!((won.len(), held.len()), (1, 7), "{won:?} {held:?}");
+        let mut leader = won.pop().unwrap();
+        assert!(held.iter().all(|r| r.holder == leader.holder()), "{held:?}");
+        assert!(cache
+            .renew(&mut leader, LEASE_TTL, now + 1_000)
+            .await
+            .unwrap());
+        // Lapsed (the leader stopped renewing): one of two followers takes it over.
+        let later = leader.expires_ms() + 1;
+        let (a, b) = futures::join!(
+            cache.claim(&key, "node-8", LEASE_TTL, later),
+            cache.claim(&key, "node-9", LEASE_TTL, later)
+        );
+        let mut took: Vec<Lease> = [a.unwrap(), b.unwrap()]
+            .into_iter()
+            .filter_map(|c| match c {
+                Claim::Won(l) => Some(l),
+                Claim::Held(_) => None,
+            })
+            .collect();
+        assert_eq!(took.len(), 1);
+        assert!(!cache.renew(&mut leader, LEASE_TTL, later).await.unwrap());
+        cache.release(took.pop().unwrap()).await.unwrap();
+        assert!(matches!(
+            cache
+                .claim(&key, "node-10", LEASE_TTL, later)
+                .await
+                .unwrap(),
+            Claim::Won(_)
+        ));
+    });
+}
+
+/// Garage 2.5 ignores `If-None-Match`: the probe finds it out, so that nodes fall back to each
+/// fetching what it lacks instead of two of them believing they lead.
+pub fn garage_ignores_conditional_writes_and_the_probe_says_so() {
+    use crate::support::garage::{Garage, BUCKET};
+    use weight_inspect::remote_cache::RemoteCache;
+    let garage = Garage::start();
+    crate::block_on(async {
+        let url = format!("s3://{BUCKET}/team");
+        let cache = RemoteCache::open_with_options(&url, garage.options()).unwrap();
+        assert!(!cache.conditional_writes("node-0").await.unwrap());
+    });
 }

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod garage;
 pub mod manifest;
+pub mod moto;
 pub mod optional;
 pub mod remote_cache;
 pub mod serve;

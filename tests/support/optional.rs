@@ -24,8 +24,8 @@ pub enum Input {
     /// `../shared/data` beside the checkout: real GGUF files written by other tools (llama.cpp,
     /// gguf-py). Only CI has it.
     SharedData,
-    /// `WI_PYTHON`: a Python with huggingface_hub, gguf, safetensors, numpy, jsonschema and
-    /// model-signing.
+    /// `WI_PYTHON`: a Python with huggingface_hub, gguf, safetensors, numpy, jsonschema,
+    /// model-signing and moto's server (`moto[server]`).
     Python,
     /// The real all-MiniLM-L6-v2 `model.safetensors`: `WI_MINILM`, or where
     /// `mock-server/scripts/fetch-minilm.sh target/minilm` (the demo, `.ci/run`) puts it.
@@ -51,8 +51,8 @@ impl Input {
                  these files beside the checkout; on your clone this test is ignored"
             }
             Input::Python => {
-                "needs WI_PYTHON, a Python with huggingface_hub, gguf, safetensors, jsonschema \
-                 and model-signing (see docs/developing.md; .ci/run sets it)"
+                "needs WI_PYTHON, a Python with huggingface_hub, gguf, safetensors, jsonschema, \
+                 model-signing and moto[server] (see docs/developing.md; .ci/run sets it)"
             }
             Input::MiniLm => {
                 "needs the real all-MiniLM-L6-v2 checkpoint: `bash \
