@@ -325,15 +325,9 @@ mod tests {
     async fn of_nodes_claiming_at_once_one_wins_and_the_others_see_it() {
         let cache = honouring();
         let key = "leases/sha256/x.json";
-        let claims = futures::future::join_all((0..8).map(|n| {
-            cache.claim(
-                key,
-                Box::leak(format!("node-{n}").into_boxed_str()),
-                TTL,
-                1_000,
-            )
-        }))
-        .await;
+        let names: Vec<String> = (0..8).map(|n| format!("node-{n}")).collect();
+        let claims =
+            futures::future::join_all(names.iter().map(|n| cache.claim(key, n, TTL, 1_000))).await;
         let winners: Vec<&Lease> = claims
             .iter()
             .filter_map(|c| match c.as_ref().unwrap() {
