@@ -304,6 +304,65 @@ impl RemoteCache {
     }
 }
 
+/// A lease kept renewed while its work goes on ([`RemoteCache::keep`]).
+#[derive(Debug)]
+pub struct LeaseKeeper {
+    lost: tokio_util::sync::CancellationToken,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Option<Lease>>,
+}
+
+impl LeaseKeeper {
+    /// Cancelled when the lease is lost: another node took it over (it lapsed), or it could
+    /// not be renewed before it lapsed. The work it covered is another node's from then on.
+    pub fn lost(&self) -> tokio_util::sync::CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Stops renewing; the lease, when it is still held (to [`release`](RemoteCache::release)
+    /// once the work is done).
+    pub async fn stop(self) -> Option<Lease> {
+        self.stop.cancel();
+        self.task.await.ok().flatten()
+    }
+}
+
+impl RemoteCache {
+    /// Keeps `lease` renewed for `ttl` every third of it, waiting on `clock`, until
+    /// [`LeaseKeeper::stop`]; a renewal refused (the lease lost) or failing until the lease
+    /// lapsed cancels [`LeaseKeeper::lost`]. Needs a tokio runtime.
+    pub fn keep(&self, lease: Lease, ttl: Duration, clock: crate::net::SharedClock) -> LeaseKeeper {
+        let (lost, stop) = (
+            tokio_util::sync::CancellationToken::new(),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let (cache, lost2, stop2) = (self.clone(), lost.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut lease = lease;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stop2.cancelled() => return Some(lease),
+                    () = clock.sleep(ttl / 3) => {}
+                }
+                let now = now_ms();
+                match cache.renew(&mut lease, ttl, now).await {
+                    Ok(true) => {}
+                    // Lost, or not renewed in time: the work is no longer this node's.
+                    Ok(false) => break,
+                    Err(_) if now >= lease.expires_ms() => break,
+                    // A passing failure: tried again at the next third.
+                    Err(_) => {}
+                }
+                tokio::task::yield_now().await;
+            }
+            lost2.cancel();
+            None
+        });
+        LeaseKeeper { lost, stop, task }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -415,6 +474,60 @@ mod tests {
             .unwrap();
         let e = cache.claim(key, "node-1", TTL, 0).await.unwrap_err();
         assert!(e.to_string().contains(key), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kept_lease_is_renewed_and_its_loss_is_said() {
+        let cache = honouring();
+        let key = "leases/sha256/k.json";
+        let Claim::Won(lease) = cache.claim(key, "node-1", TTL, now_ms()).await.unwrap() else {
+            panic!("the first claim wins");
+        };
+        // Waits recorded, not waited: the keeper renews as fast as the store answers.
+        let clock = std::sync::Arc::new(crate::net::RecordingClock::new());
+        let keeper = cache.keep(lease, TTL, clock.clone());
+        let renewed = async {
+            while clock.waits().len() < 3 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), renewed)
+            .await
+            .expect("three renewals");
+        assert!(!keeper.lost().is_cancelled());
+        // Another node writes over it (a takeover): the next renewal is refused, the loss said.
+        let other = LeaseRecord {
+            holder: "node-2".into(),
+            expires_ms: u64::MAX,
+        };
+        cache
+            .store
+            .put(
+                &ObjectPath::from(key),
+                PutPayload::from(serde_json::to_vec(&other).unwrap()),
+            )
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(30), keeper.lost().cancelled())
+            .await
+            .expect("the loss is said");
+        assert!(keeper.stop().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_keeper_hands_the_lease_back_to_release() {
+        let cache = honouring();
+        let key = "leases/sha256/s.json";
+        let Claim::Won(lease) = cache.claim(key, "node-1", TTL, now_ms()).await.unwrap() else {
+            panic!("the first claim wins");
+        };
+        let keeper = cache.keep(lease, TTL, crate::net::SystemClock::shared());
+        let lease = keeper.stop().await.expect("still held");
+        cache.release(lease).await.unwrap();
+        assert!(matches!(
+            cache.claim(key, "node-2", TTL, now_ms()).await.unwrap(),
+            Claim::Won(_)
+        ));
     }
 
     fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -47,7 +47,7 @@ use object_store::{
 use serde::{Deserialize, Serialize};
 
 mod lease;
-pub use lease::{now_ms, Claim, Lease, LeaseRecord};
+pub use lease::{now_ms, Claim, Lease, LeaseKeeper, LeaseRecord};
 use tokio::io::AsyncReadExt;
 
 use crate::manifest::{ManifestFile, Sha256Hex};
