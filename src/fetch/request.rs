@@ -256,8 +256,10 @@ impl FetchRequest {
             b = b.metadata_timeout(t);
         }
         if self.retry_delay.is_some() || self.retry_max_delay.is_some() {
-            let min = self.retry_delay.unwrap_or(Duration::from_millis(500));
-            let max = self.retry_max_delay.unwrap_or(Duration::from_secs(30));
+            // The one not given keeps the engine's default.
+            let defaults = crate::transfer::EngineConfig::default();
+            let min = self.retry_delay.unwrap_or(defaults.base_delay);
+            let max = self.retry_max_delay.unwrap_or(defaults.max_delay);
             if min > max {
                 return Err(invalid("retry_delay", "is longer than retry_max_delay"));
             }
@@ -300,34 +302,34 @@ impl FetchRequest {
         self.remote(b)
     }
 
-    /// The remote cache named (or `WI_REMOTE_CACHE`), opened, with the upload settings.
+    /// The remote cache named (`None`: `WI_REMOTE_CACHE`; empty: none), opened, with the
+    /// upload settings.
     fn remote(&self, b: FetcherBuilder) -> Result<FetcherBuilder, FetchError> {
-        let url = match &self.remote_cache {
-            Some(u) => Some(u.trim().to_string()).filter(|u| !u.is_empty()),
-            None => std::env::var("WI_REMOTE_CACHE")
-                .ok()
-                .map(|u| u.trim().to_string())
-                .filter(|u| !u.is_empty()),
-        };
-        let Some(url) = url else {
-            return Ok(b);
-        };
+        let given = self.remote_cache.as_deref().map(str::trim);
         #[cfg(feature = "remote-cache")]
         {
-            let remote = crate::remote_cache::RemoteCache::open(&url)
-                .map_err(|e| FetchError::Invalid(e.to_string()))?;
+            use crate::remote_cache::RemoteCache;
+            let remote = match given {
+                Some("") => None,
+                Some(url) => Some(RemoteCache::open(url)),
+                None => RemoteCache::from_env(),
+            };
+            let Some(remote) = remote else {
+                return Ok(b);
+            };
+            let remote = remote.map_err(|e| FetchError::Invalid(e.to_string()))?;
             Ok(b.remote_cache(Some(remote))
                 .upload(self.upload)
                 .upload_cached(self.upload_cached))
         }
         #[cfg(not(feature = "remote-cache"))]
-        {
-            let _ = b;
-            Err(FetchError::Invalid(format!(
+        match given {
+            Some(url) if !url.is_empty() => Err(FetchError::Invalid(format!(
                 "remote cache {}: this build has no remote-cache support (the `remote-cache` \
                  feature)",
-                escape(&url)
-            )))
+                escape(url)
+            ))),
+            _ => Ok(b),
         }
     }
 

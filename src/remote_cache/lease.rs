@@ -18,16 +18,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use super::{RemoteCache, RemoteCacheError};
 use crate::manifest::Sha256Hex;
 use crate::names::escape;
-
-/// Largest lease object read (a few hundred bytes are written).
-const MAX_LEASE_BYTES: usize = 4096;
 
 /// What a lease object holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,13 +149,9 @@ impl RemoteCache {
     /// Gives the lease up (its work done, or abandoned): the object deleted, so the next claim
     /// creates it at once.
     pub async fn release(&self, lease: Lease) -> Result<(), RemoteCacheError> {
-        match self
-            .store
-            .delete(&ObjectPath::from(lease.key.as_str()))
-            .await
-        {
+        match self.store.delete(&self.object(&lease.key)?).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.error("delete", &lease.key, e)),
+            Err(e) => Err(self.fail("delete", &lease.key, e)),
         }
     }
 
@@ -195,7 +187,9 @@ impl RemoteCache {
                 && self.stale_update_refused(&key, &record).await?)
         }
         .await;
-        let _ = self.store.delete(&ObjectPath::from(key.as_str())).await;
+        if let Ok(path) = self.object(&key) {
+            let _ = self.store.delete(&path).await;
+        }
         match honoured {
             Err(RemoteCacheError::Store { source, .. })
                 if matches!(
@@ -242,17 +236,15 @@ impl RemoteCache {
         record: &LeaseRecord,
         mode: PutMode,
     ) -> Result<Option<UpdateVersion>, RemoteCacheError> {
-        let body = serde_json::to_vec(record).map_err(|e| RemoteCacheError::Invalid {
-            store: self.url.clone(),
-            reason: format!("cannot write the lease {}: {e}", escape(key)),
-        })?;
+        let body = serde_json::to_vec(record)
+            .map_err(|e| self.invalid(format!("cannot write the lease {}: {e}", escape(key))))?;
         let opts = PutOptions {
             mode,
             ..PutOptions::default()
         };
         match self
             .store
-            .put_opts(&ObjectPath::from(key), PutPayload::from(body), opts)
+            .put_opts(&self.object(key)?, PutPayload::from(body), opts)
             .await
         {
             Ok(r) => Ok(Some(r.into())),
@@ -260,47 +252,22 @@ impl RemoteCache {
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
             ) => Ok(None),
-            Err(e) => Err(self.error("write", key, e)),
+            Err(e) => Err(self.fail("write", key, e)),
         }
     }
 
-    /// The lease at `key` and its version, or `None` when there is none.
+    /// The lease at `key` and its version, or `None` when there is none (read bounded, as
+    /// every small object of the store).
     async fn read_lease(
         &self,
         key: &str,
     ) -> Result<Option<(LeaseRecord, UpdateVersion)>, RemoteCacheError> {
-        let got = match self.store.get(&ObjectPath::from(key)).await {
-            Ok(g) => g,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.error("read", key, e)),
+        let Some((bytes, version)) = self.read_small_versioned(key).await? else {
+            return Ok(None);
         };
-        let version = UpdateVersion {
-            e_tag: got.meta.e_tag.clone(),
-            version: got.meta.version.clone(),
-        };
-        if got.meta.size > MAX_LEASE_BYTES as u64 {
-            return Err(self.invalid_lease(key, format!("{} bytes", got.meta.size)));
-        }
-        let bytes = got.bytes().await.map_err(|e| self.error("read", key, e))?;
         let record: LeaseRecord = serde_json::from_slice(&bytes)
-            .map_err(|e| self.invalid_lease(key, format!("not a lease ({e})")))?;
+            .map_err(|e| self.invalid(format!("{}: not a lease ({e})", escape(key))))?;
         Ok(Some((record, version)))
-    }
-
-    fn invalid_lease(&self, key: &str, why: String) -> RemoteCacheError {
-        RemoteCacheError::Invalid {
-            store: self.url.clone(),
-            reason: format!("{}: {why}", escape(key)),
-        }
-    }
-
-    fn error(&self, action: &'static str, key: &str, e: object_store::Error) -> RemoteCacheError {
-        RemoteCacheError::Store {
-            store: self.url.clone(),
-            action,
-            key: escape(key).into_owned(),
-            source: Box::new(e),
-        }
     }
 }
 
@@ -366,6 +333,8 @@ impl RemoteCache {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use object_store::path::Path as ObjectPath;
 
     use super::*;
 

@@ -1018,10 +1018,25 @@ impl RemoteCache {
 
     /// A small object (at most [`MAX_ENTRY_BYTES`]), or `None` when there is none.
     async fn read_small(&self, key: &str) -> Result<Option<Vec<u8>>, RemoteCacheError> {
+        Ok(self
+            .read_small_versioned(key)
+            .await?
+            .map(|(bytes, _)| bytes))
+    }
+
+    /// [`read_small`](Self::read_small), with the version read (to replace only that one).
+    async fn read_small_versioned(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Vec<u8>, object_store::UpdateVersion)>, RemoteCacheError> {
         let got = match self.store.get(&self.object(key)?).await {
             Ok(g) => g,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.fail("read", key, e)),
+        };
+        let version = object_store::UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
         };
         let mut body = got.into_stream();
         let mut bytes = Vec::new();
@@ -1035,7 +1050,7 @@ impl RemoteCache {
             }
             bytes.extend_from_slice(&piece);
         }
-        Ok(Some(bytes))
+        Ok(Some((bytes, version)))
     }
 
     /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
