@@ -1081,7 +1081,7 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation, anchors: &[usize]) {
     let len = bytes.len();
     // Half of the positioned mutations hit a structural field start.
     let pos = |i: usize| {
-        if i % 2 == 0 && !anchors.is_empty() {
+        if i.is_multiple_of(2) && !anchors.is_empty() {
             anchors[(i / 2) % anchors.len()]
         } else {
             i % len.max(1)

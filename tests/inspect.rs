@@ -400,7 +400,9 @@ fn typed_views_check_dtype_alignment_and_byte_order() {
     // safetensors guarantees no alignment: pad the header so that F32 data is misaligned.
     let base = StWriter::new().zeros("w", "F32", &[4]);
     let json_len = base.header_json().len();
-    let spaces = (0..4).find(|s| (8 + json_len + s) % 4 != 0).unwrap();
+    let spaces = (0..4)
+        .find(|s| !(8 + json_len + s).is_multiple_of(4))
+        .unwrap();
     let p = dir.path().join("odd.safetensors");
     base.padding(st_writer::Padding::Spaces(spaces))
         .write(&p)

@@ -172,7 +172,7 @@ fn the_table_says_only_the_header_was_read() {
         let s = n.to_string();
         let mut g = String::new();
         for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
                 g.push(',');
             }
             g.push(c);

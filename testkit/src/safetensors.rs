@@ -68,7 +68,7 @@ pub fn tensor_bytes(dtype: &str, shape: &[u64]) -> u64 {
     let n: u64 = shape.iter().product();
     let total = n.checked_mul(bits).expect("tensor size overflows");
     assert!(
-        total % 8 == 0,
+        total.is_multiple_of(8),
         "{n} elements of {dtype} are not whole bytes"
     );
     total / 8
