@@ -5,6 +5,7 @@
 mod support;
 
 mod cache_manage;
+mod fleet;
 mod gguf;
 mod hostile;
 mod inspect;

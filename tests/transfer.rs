@@ -1663,6 +1663,7 @@ impl TestMirror {
             MirrorUse {
                 mirror: Arc::new(self),
                 fallback,
+                fill: None,
             },
             served,
         )

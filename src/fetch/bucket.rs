@@ -40,6 +40,9 @@ pub(super) struct FromBucket {
     pub chunks: Option<Arc<ExpectedChunks>>,
     /// What is wrong with what the bucket holds besides the blob (its manifest).
     pub damaged: Option<String>,
+    /// Filling the blob with the nodes that started together: `mirror` is its pieces.
+    #[cfg(feature = "remote-cache")]
+    pub fill: Option<crate::remote_cache::BucketFill>,
 }
 
 impl FromBucket {
@@ -76,8 +79,9 @@ impl FromBucket {
 enum Found {
     /// Its blob, to read first.
     Blob(FromBucket),
-    /// Nothing usable: no blob (or one of another size, what is wrong with it said).
-    Missing(Option<String>),
+    /// Nothing usable: no blob of this SHA-256 (or one of another size, what is wrong with it
+    /// said).
+    Missing(Sha256Hex, Option<String>),
     /// The file's SHA-256 is not known (a small file's ETag is its git blob id; a lock file's
     /// pin or the bucket's index gives it), so no blob can be named.
     Unnamed,
@@ -124,7 +128,7 @@ async fn lookup(
             manifest,
             damaged,
         } => (blob, manifest, damaged),
-        Lookup::Missing { damaged } => return Ok(Found::Missing(damaged)),
+        Lookup::Missing { damaged } => return Ok(Found::Missing(sha, damaged)),
     };
     let chunks = match manifest {
         _ if trusted_chunks => None,
@@ -149,9 +153,11 @@ async fn lookup(
         mirror: MirrorUse {
             mirror: blob,
             fallback: online == Online::Yes,
+            fill: None,
         },
         chunks,
         damaged,
+        fill: None,
     }))
 }
 
@@ -180,42 +186,11 @@ impl Fetcher {
                 Err(e) if self.offline => return Err(e.into()),
                 Err(e) => {
                     notice(rep, Some(&f.path), &format!("{e}; fetching from the Hub"));
-                    Found::Missing(None)
+                    Found::Unnamed
                 }
             };
             match found {
-                Found::Blob(b) => {
-                    match self.download_via(job, reuse, Some(&b)).await {
-                        // The bucket's bytes, or the bucket's manifest, are wrong (a manifest
-                        // of the fetch's own that the Hub's bytes fail is not the bucket's
-                        // fault: that error stands).
-                        Err(FetchError::Transfer(e))
-                            if b.mirror.fallback
-                                && (matches!(e, TransferError::MirrorMismatch { .. })
-                                    || (e.is_integrity() && b.chunks.is_some())) =>
-                        {
-                            let damaged = e.to_string();
-                            notice(
-                                rep,
-                                Some(&f.path),
-                                &format!(
-                                    "{damaged}: the copy in the bucket is damaged; downloading \
-                                     the file from the Hub"
-                                ),
-                            );
-                            let mut r = self.download_via(job, &Reuse::Nothing, None).await?;
-                            r.remote_read = Some(super::RemoteRead {
-                                from: b.mirror.mirror.name().to_string(),
-                                bytes: 0,
-                                damaged: Some(damaged),
-                                left: Some("its bytes did not make the file".into()),
-                                damaged_chunks: 0,
-                            });
-                            return Ok(r);
-                        }
-                        r => return r,
-                    }
-                }
+                Found::Blob(b) => return self.via_bucket(job, reuse, &b).await,
                 _ if self.offline => {
                     return Err(FetchError::NotCached {
                         what: format!(
@@ -227,7 +202,7 @@ impl Fetcher {
                         offline: true,
                     })
                 }
-                Found::Missing(Some(d)) => {
+                Found::Missing(_, Some(d)) => {
                     let mut r = self.download_via(job, reuse, None).await?;
                     r.remote_read = Some(super::RemoteRead {
                         from: remote.url().to_string(),
@@ -238,10 +213,66 @@ impl Fetcher {
                     });
                     return Ok(r);
                 }
-                Found::Missing(None) | Found::Unnamed => {}
+                Found::Missing(sha, None) => {
+                    if let Some(b) = self.fill_for(remote, &sha, job).await {
+                        let r = self.via_bucket(job, reuse, &b).await;
+                        let part = match &b.fill {
+                            Some(fill) => Some(fill.settle().await),
+                            None => None,
+                        };
+                        return r.map(|mut r| {
+                            r.fill = part;
+                            r
+                        });
+                    }
+                }
+                Found::Unnamed => {}
             }
         }
         self.download_via(job, reuse, None).await
+    }
+
+    /// [`download_via`](Self::download_via) reading the bucket first (`b`). Bytes from it that
+    /// fail the whole file's check (or a manifest it gave) are thrown away and the file is
+    /// downloaded from the Hub; its copy is named as damaged in the report.
+    #[cfg(feature = "remote-cache")]
+    async fn via_bucket(
+        &self,
+        job: &Job<'_>,
+        reuse: &Reuse,
+        b: &FromBucket,
+    ) -> Result<FileReport, FetchError> {
+        let (f, rep) = (job.f, job.rep);
+        match self.download_via(job, reuse, Some(b)).await {
+            // The bucket's bytes, or the bucket's manifest, are wrong (a manifest of the
+            // fetch's own that the Hub's bytes fail is not the bucket's fault: that error
+            // stands).
+            Err(FetchError::Transfer(e))
+                if b.mirror.fallback
+                    && (matches!(e, TransferError::MirrorMismatch { .. })
+                        || (e.is_integrity() && b.chunks.is_some())) =>
+            {
+                let damaged = e.to_string();
+                notice(
+                    rep,
+                    Some(&f.path),
+                    &format!(
+                        "{damaged}: the copy in the bucket is damaged; downloading the file \
+                         from the Hub"
+                    ),
+                );
+                let mut r = self.download_via(job, &Reuse::Nothing, None).await?;
+                r.remote_read = Some(super::RemoteRead {
+                    from: b.mirror.mirror.name().to_string(),
+                    bytes: 0,
+                    damaged: Some(damaged),
+                    left: Some("its bytes did not make the file".into()),
+                    damaged_chunks: 0,
+                });
+                Ok(r)
+            }
+            r => r,
+        }
     }
 
     /// Uploads every file downloaded in this run and found valid to the remote cache, one after
@@ -302,6 +333,30 @@ impl Fetcher {
                 r.upload = Some(failed(id, &r.path, error));
                 continue;
             };
+            // Filled together with other nodes: the one that wins the blob's lease uploads it.
+            let uploader = match &r.fill {
+                Some(_) => self.uploader(remote, &manifest.sha256).await,
+                None => super::fleet::Uploader::Anyone,
+            };
+            if let super::fleet::Uploader::Other(holder) = &uploader {
+                let message = format!(
+                    "filled together with other nodes: {} uploads it to {remote}",
+                    escape(holder)
+                );
+                sink.on_event(&Event::Notice {
+                    id: Some(id),
+                    file: Some(&r.path),
+                    message: &message,
+                });
+                r.upload = Some(UploadReport {
+                    to: remote.url().to_string(),
+                    outcome: "another_node".into(),
+                    bytes: 0,
+                    indexed: false,
+                    error: None,
+                });
+                continue;
+            }
             sink.on_event(&Event::UploadStart {
                 id,
                 file: &r.path,
@@ -334,6 +389,19 @@ impl Fetcher {
                 () = self.cancel.cancelled() => None,
                 r = remote.upload(&up, &progress) => Some(r),
             };
+            if let super::fleet::Uploader::This(keeper) = uploader {
+                let complete = matches!(uploaded, Some(Ok(_)));
+                if let Some(trouble) = self
+                    .uploaded(remote, &manifest.sha256, keeper, complete)
+                    .await
+                {
+                    sink.on_event(&Event::Notice {
+                        id: Some(id),
+                        file: Some(&r.path),
+                        message: &trouble,
+                    });
+                }
+            }
             let Some(uploaded) = uploaded else {
                 let error = "stopped on request: nothing of it is visible in the bucket";
                 r.upload = Some(failed(id, &r.path, error));

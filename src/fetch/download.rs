@@ -237,6 +237,8 @@ impl Fetcher {
             upload: None,
             remote_read: bucket.map(|b| b.read(out.mirror.as_ref())),
             remote_check: None,
+            #[cfg(feature = "remote-cache")]
+            fill: None,
         })
     }
 }

@@ -66,6 +66,8 @@ mod download;
 mod entry;
 pub(crate) mod error;
 mod expect;
+#[cfg(feature = "remote-cache")]
+mod fleet;
 mod gate;
 mod integrity;
 pub mod lock;
@@ -142,6 +144,33 @@ pub struct FetcherBuilder {
     upload: bool,
     #[cfg(feature = "remote-cache")]
     upload_cached: bool,
+    #[cfg(feature = "remote-cache")]
+    coordination: Option<Coordination>,
+}
+
+/// How a fetcher fills a blob the remote cache lacks together with the nodes that start with
+/// it (see [`crate::remote_cache::BucketFill`]): each chunk fetched from the Hub by one node,
+/// read from the bucket by the others. Only on a bucket that honours conditional writes (found
+/// out once, by a probe); elsewhere each node fetches what it lacks.
+#[cfg(feature = "remote-cache")]
+#[derive(Debug, Clone)]
+pub struct Coordination {
+    /// This node's name in the bucket's leases and pieces, and in the other nodes' reports
+    /// (`WI_NODE_NAME`, else the host's name and the process's id).
+    pub node: String,
+    /// How long a chunk's lease holds without renewal: a node that stops has its chunks taken
+    /// over this long after its last renewal ([`FILL_LEASE`](crate::remote_cache::FILL_LEASE)).
+    pub lease: Duration,
+}
+
+#[cfg(feature = "remote-cache")]
+impl Default for Coordination {
+    fn default() -> Self {
+        Coordination {
+            node: crate::remote_cache::node_name(),
+            lease: crate::remote_cache::FILL_LEASE,
+        }
+    }
 }
 
 impl std::fmt::Debug for FetcherBuilder {
@@ -181,6 +210,8 @@ impl Default for FetcherBuilder {
             upload: true,
             #[cfg(feature = "remote-cache")]
             upload_cached: false,
+            #[cfg(feature = "remote-cache")]
+            coordination: Some(Coordination::default()),
             force_download: false,
             check_only: false,
             strict: false,
@@ -355,6 +386,16 @@ impl FetcherBuilder {
         self
     }
 
+    /// How this node fills a blob the remote cache lacks together with the nodes that start
+    /// with it; `None`: alone (it fetches what it lacks from the Hub, as the others do).
+    /// Default [`Coordination::default`] (`wi-fetch --node-name`, `--fill-lease`,
+    /// `--no-coordinate`).
+    #[cfg(feature = "remote-cache")]
+    pub fn coordinate(mut self, how: Option<Coordination>) -> Self {
+        self.coordination = how;
+        self
+    }
+
     /// Also upload the files taken from the cache, not only those downloaded (`wi-fetch cache
     /// push`: with [`check_only`](Self::check_only), every selected file is checked, then
     /// uploaded). A file without a recorded manifest gets one made from its bytes. Default
@@ -515,6 +556,8 @@ impl FetcherBuilder {
             .build()
             .map_err(|e| FetchError::Hub(HubError::Client(e)))?;
         let cancel = self.engine.cancel.clone();
+        #[cfg(feature = "remote-cache")]
+        let clock = self.engine.retry_clock.clone();
         let engine = Engine::new(client, self.engine);
         Ok(Fetcher {
             cancel,
@@ -540,6 +583,12 @@ impl FetcherBuilder {
             upload_to: self.remote_cache.filter(|_| self.upload),
             #[cfg(feature = "remote-cache")]
             upload_cached: self.upload_cached,
+            #[cfg(feature = "remote-cache")]
+            coordination: self.coordination.map(|how| fleet::Coordinating {
+                how,
+                clock,
+                probed: tokio::sync::OnceCell::new(),
+            }),
             fallback,
         })
     }
@@ -582,6 +631,9 @@ pub struct Fetcher {
     /// Whether files taken from the cache are uploaded too.
     #[cfg(feature = "remote-cache")]
     upload_cached: bool,
+    /// Filling a missing blob with the nodes that start together.
+    #[cfg(feature = "remote-cache")]
+    coordination: Option<fleet::Coordinating>,
     /// With [`FetcherBuilder::cache_fallback`]: the same fetcher with metadata asked once, and
     /// offline.
     fallback: Option<Box<Fallback>>,

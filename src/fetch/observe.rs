@@ -114,6 +114,8 @@ impl Fetcher {
             upload: None,
             remote_read: None,
             remote_check: None,
+            #[cfg(feature = "remote-cache")]
+            fill: None,
         }))
     }
 

@@ -213,6 +213,11 @@ pub struct FileReport {
     /// The check of the remote cache's copy (`cache verify --remote-cache`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_check: Option<RemoteCheck>,
+    /// This node's part in filling the file's blob together with the nodes that started with
+    /// it, when the remote cache lacked it and honours conditional writes.
+    #[cfg(feature = "remote-cache")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<crate::remote_cache::FillReport>,
 }
 
 /// What `cache verify --remote-cache` found of a file's copy in the remote cache.
@@ -274,7 +279,8 @@ pub struct UploadReport {
     /// The store, by its URL (never with credentials).
     pub to: String,
     /// `sent` (the blob was uploaded), `already_there` (only its index entry was written, if
-    /// `indexed`) or `failed`.
+    /// `indexed`), `another_node` (filled together with other nodes, one of which uploads it)
+    /// or `failed`.
     pub outcome: String,
     /// Bytes of the blob sent.
     pub bytes: u64,

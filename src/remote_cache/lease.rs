@@ -33,6 +33,10 @@ pub struct LeaseRecord {
     pub holder: String,
     /// Until when, in milliseconds since the Unix epoch, by the holder's clock.
     pub expires_ms: u64,
+    /// The work is done, and this is what it made (a fill's piece: its object's key): the
+    /// lease then never lapses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<String>,
 }
 
 /// A lease this node holds.
@@ -90,6 +94,7 @@ impl RemoteCache {
         let record = LeaseRecord {
             holder: holder.to_string(),
             expires_ms: now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+            done: None,
         };
         if let Some(version) = self.put_lease(key, &record, PutMode::Create).await? {
             return Ok(Claim::Won(self.lease(key, version, record)));
@@ -103,12 +108,13 @@ impl RemoteCache {
                     LeaseRecord {
                         holder: "another node".into(),
                         expires_ms: record.expires_ms,
+                        done: None,
                     },
                     |(r, _)| r,
                 ))),
             };
         };
-        if current.expires_ms > now_ms {
+        if current.expires_ms > now_ms || current.done.is_some() {
             return Ok(Claim::Held(current));
         }
         // Lapsed: replaced only if it is still the version read.
@@ -134,6 +140,7 @@ impl RemoteCache {
         let record = LeaseRecord {
             holder: lease.record.holder.clone(),
             expires_ms: now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+            done: None,
         };
         let mode = PutMode::Update(lease.version.clone());
         match self.put_lease(&lease.key, &record, mode).await? {
@@ -144,6 +151,19 @@ impl RemoteCache {
             }
             None => Ok(false),
         }
+    }
+
+    /// Marks the work of `lease` done, naming what it made (`done`): the lease stays, never to
+    /// lapse, so that a node claiming it later learns at once where the result is. `Ok(false)`:
+    /// the lease was lost before (another node took it over).
+    pub async fn finish(&self, lease: Lease, done: &str) -> Result<bool, RemoteCacheError> {
+        let record = LeaseRecord {
+            holder: lease.record.holder.clone(),
+            expires_ms: u64::MAX,
+            done: Some(done.to_string()),
+        };
+        let mode = PutMode::Update(lease.version.clone());
+        Ok(self.put_lease(&lease.key, &record, mode).await?.is_some())
     }
 
     /// Gives the lease up (its work done, or abandoned): the object deleted, so the next claim
@@ -165,6 +185,7 @@ impl RemoteCache {
         let record = LeaseRecord {
             holder: probe_name.to_string(),
             expires_ms: 0,
+            done: None,
         };
         let honoured = async {
             let Some(first) = self.put_lease(&key, &record, PutMode::Create).await? else {
@@ -468,6 +489,7 @@ mod tests {
         let other = LeaseRecord {
             holder: "node-2".into(),
             expires_ms: u64::MAX,
+            done: None,
         };
         cache
             .store

@@ -46,7 +46,9 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
+mod fill;
 mod lease;
+pub use fill::{node_name, BucketFill, FillReport, FILL_LEASE};
 pub use lease::{now_ms, Claim, Lease, LeaseKeeper, LeaseRecord};
 use tokio::io::AsyncReadExt;
 
@@ -512,6 +514,17 @@ impl RemoteCache {
             local_root,
             url: escape(shown.as_str().trim_end_matches('/')).into_owned(),
         })
+    }
+
+    /// A store in this process's memory, shared by the clones of the value returned (the
+    /// tests' bucket: it honours conditional writes as S3 does).
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn in_memory() -> RemoteCache {
+        RemoteCache {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            url: "memory://bucket".into(),
+            local_root: None,
+        }
     }
 
     /// The remote cache `WI_REMOTE_CACHE` names, if it names one (what `wi-fetch` and the

@@ -71,6 +71,42 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// Under a fill, asks where chunk `index` comes from (once per chunk): `false` when another
+    /// node is fetching it (the part is then set aside by the caller). Without a fill, or once
+    /// asked, `true` at once.
+    pub(crate) async fn assign(&self, index: usize) -> bool {
+        let Some(m) = &self.mirror else { return true };
+        let Some(fill) = m.fill() else { return true };
+        if m.is_assigned(index) {
+            return true;
+        }
+        let a = tokio::select! {
+            biased;
+            // The worker finds the stop itself.
+            () = self.stop.cancelled() => return true,
+            a = fill.assign(index) => a,
+        };
+        if let super::Assigned::Mirror { sha256 } = a {
+            self.chunks.lock().expect_copy(index, Some(sha256));
+        }
+        m.assigned(index, a);
+        a != super::Assigned::Wait
+    }
+
+    /// Under a fill, chunk `index` just became done: shared when this node fetched it for the
+    /// others.
+    pub(crate) fn chunk_done(&self, index: usize) {
+        let Some(m) = &self.mirror else { return };
+        let Some(fill) = m.fill().filter(|_| m.fetches_for_others(index)) else {
+            return;
+        };
+        let (Some(range), Some(digest)) = (self.plan.chunk(index), self.chunks.lock().digest(index))
+        else {
+            return;
+        };
+        fill.fetched(index, range.start..range.end(), digest, self.file.clone());
+    }
+
     /// A failed request will be retried after `delay` (attempt `attempt` failed, for `cause`):
     /// counted, logged (a `retry` event) and told to the reporter.
     pub(crate) fn retrying(

@@ -193,6 +193,9 @@ pub(crate) async fn download(
         )
         .await?;
     let plan = opened.plan;
+    if let Some(fill) = spec.mirror.as_ref().and_then(|m| m.fill.as_ref()) {
+        fill.begin(plan.chunk_size);
+    }
     let (hasher, boundaries) = opened.prefix;
     let data_path = partial.paths().data.clone();
     let ctx = Ctx {

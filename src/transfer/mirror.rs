@@ -6,12 +6,21 @@
 //! every later request goes to the resolve URL; a chunk whose bytes came (even in part) from the
 //! mirror and fail the manifest's check is fetched again from the resolve URL, alone, and named
 //! as damaged. Without a fallback the mirror is the only source.
+//!
+//! With a [`Fill`] (nodes filling the file together), each chunk comes from where the fill
+//! assigned it ([`MirrorState::assigned`]); a failure of the mirror sends that chunk alone to
+//! the resolve URL, and the mirror stays in use for the others.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::events::Events;
-use super::source::MirrorUse;
+use super::source::{Assigned, Fill, MirrorUse};
+
+/// A chunk's source under a fill: not asked yet, the resolve URL, the mirror.
+const UNASKED: u8 = 0;
+const ORIGIN: u8 = 1;
+const MIRROR: u8 = 2;
 
 /// What a download read from a mirror (see [`super::TransferOutcome::mirror`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,8 +32,14 @@ pub struct MirrorReport {
     /// Chunks it served that did not match the manifest (each then came from the resolve URL):
     /// its copy is damaged.
     pub damaged_chunks: Vec<usize>,
-    /// Why it was left before the end (the rest came from the resolve URL).
+    /// Why it was left before the end (the rest came from the resolve URL); under a fill,
+    /// why the first chunk it failed came from the resolve URL.
     pub left: Option<String>,
+    /// Chunks whose bytes (some or all) came from it.
+    pub chunks: usize,
+    /// Under a fill: chunks this node fetched from the resolve URL for the others, as the fill
+    /// assigned them.
+    pub fetched_for_others: usize,
 }
 
 /// See the module docs.
@@ -38,6 +53,10 @@ pub(crate) struct MirrorState {
     served: Mutex<Vec<bool>>,
     damaged: Mutex<Vec<usize>>,
     bytes: AtomicU64,
+    /// Per chunk, under a fill: where it comes from ([`UNASKED`], [`ORIGIN`], [`MIRROR`]).
+    assigned: Mutex<Vec<u8>>,
+    /// Chunks some of whose bytes came from the mirror (kept when a copy is rejected).
+    ever_served: Mutex<Vec<bool>>,
 }
 
 impl MirrorState {
@@ -50,7 +69,37 @@ impl MirrorState {
             served: Mutex::new(vec![false; chunks]),
             damaged: Mutex::new(Vec::new()),
             bytes: AtomicU64::new(0),
+            assigned: Mutex::new(vec![UNASKED; chunks]),
+            ever_served: Mutex::new(vec![false; chunks]),
         }
+    }
+
+    /// The fill that assigns each chunk its source, if there is one.
+    pub(crate) fn fill(&self) -> Option<&std::sync::Arc<dyn Fill>> {
+        self.use_.fill.as_ref()
+    }
+
+    /// Whether chunk `index` was assigned a source (under a fill; always without one).
+    pub(crate) fn is_assigned(&self, index: usize) -> bool {
+        self.fill().is_none() || lock(&self.assigned).get(index).is_some_and(|&a| a != UNASKED)
+    }
+
+    /// Records where the fill said chunk `index` comes from (`Wait` records nothing).
+    pub(crate) fn assigned(&self, index: usize, a: Assigned) {
+        let v = match a {
+            Assigned::Origin => ORIGIN,
+            Assigned::Mirror { .. } => MIRROR,
+            Assigned::Wait => return,
+        };
+        if let Some(slot) = lock(&self.assigned).get_mut(index) {
+            *slot = v;
+        }
+    }
+
+    /// Whether this node fetches chunk `index` for the others (the fill assigned it the resolve
+    /// URL), so shares it once it is on disk.
+    pub(crate) fn fetches_for_others(&self, index: usize) -> bool {
+        self.fill().is_some() && lock(&self.assigned).get(index) == Some(&ORIGIN)
     }
 
     /// The mirror's name.
@@ -60,6 +109,10 @@ impl MirrorState {
 
     /// Whether chunk `index` is asked of the mirror.
     pub(crate) fn serves(&self, index: usize) -> bool {
+        if self.fill().is_some() {
+            return lock(&self.assigned).get(index) == Some(&MIRROR)
+                && !lock(&self.hub_only).get(index).copied().unwrap_or(true);
+        }
         if !self.use_.fallback {
             return true;
         }
@@ -69,9 +122,24 @@ impl MirrorState {
 
     /// Leaves the mirror (with a fallback), saying why once. `false` without a fallback: the
     /// mirror is the only source, and the failure is retried as any other.
-    pub(crate) fn leave(&self, why: &str, events: &Events<'_>) -> bool {
+    pub(crate) fn leave(&self, index: usize, why: &str, events: &Events<'_>) -> bool {
         if !self.use_.fallback {
             return false;
+        }
+        if self.fill().is_some() {
+            // Only this chunk goes to the resolve URL; the first such failure is said.
+            if let Some(h) = lock(&self.hub_only).get_mut(index) {
+                *h = true;
+            }
+            let mut first = lock(&self.why_left);
+            if first.is_none() {
+                *first = Some(format!("chunk {index}: {why}"));
+                events.notice(&format!(
+                    "{}: chunk {index}: {why}; that chunk comes from the Hub",
+                    self.name()
+                ));
+            }
+            return true;
         }
         if !self.left.swap(true, Ordering::AcqRel) {
             *lock(&self.why_left) = Some(why.to_string());
@@ -87,6 +155,9 @@ impl MirrorState {
     pub(crate) fn received(&self, index: usize, n: u64) {
         self.bytes.fetch_add(n, Ordering::Relaxed);
         if let Some(s) = lock(&self.served).get_mut(index) {
+            *s = true;
+        }
+        if let Some(s) = lock(&self.ever_served).get_mut(index) {
             *s = true;
         }
     }
@@ -106,6 +177,9 @@ impl MirrorState {
             *h = true;
         }
         lock(&self.damaged).push(index);
+        if let Some(fill) = self.fill() {
+            fill.damaged(index);
+        }
         true
     }
 
@@ -123,6 +197,8 @@ impl MirrorState {
             bytes: self.bytes.load(Ordering::Relaxed),
             damaged_chunks,
             left: lock(&self.why_left).clone(),
+            chunks: lock(&self.ever_served).iter().filter(|&&s| s).count(),
+            fetched_for_others: lock(&self.assigned).iter().filter(|&&a| a == ORIGIN).count(),
         }
     }
 }

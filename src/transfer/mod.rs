@@ -188,7 +188,7 @@ pub use gauge::{ConnectionReading, ConnectionUse};
 pub use mirror::MirrorReport;
 pub use pace::{ConnectionPath, Settled};
 pub use partial::{LockedPartial, PartialInfo};
-pub use source::{Mirror, MirrorBody, MirrorUse};
+pub use source::{Assigned, Fill, Mirror, MirrorBody, MirrorUse};
 
 /// One file to download.
 #[derive(Debug, Clone)]

@@ -73,7 +73,9 @@ pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure
             match from_mirror(ctx, m, index, first, last, &requested).await {
                 Ok(answer) => return Ok(answer),
                 Err(f) => {
-                    if matches!(f.kind, FailKind::Fatal(_)) || !m.leave(&f.message, &ctx.events) {
+                    if matches!(f.kind, FailKind::Fatal(_))
+                        || !m.leave(index, &f.message, &ctx.events)
+                    {
                         return Err(f);
                     }
                     // Left: the same range, from the resolve URL, at once.
@@ -242,9 +244,9 @@ async fn from_mirror(
 
 /// A failed attempt on an answer from the mirror: with a fallback the mirror is left, and the
 /// range is asked of the resolve URL at once ([`FailKind::Mirror`]).
-fn mirror_failed(ctx: &Ctx<'_>, f: Failure) -> Failure {
+fn mirror_failed(ctx: &Ctx<'_>, index: usize, f: Failure) -> Failure {
     let Some(m) = &ctx.mirror else { return f };
-    if matches!(f.kind, FailKind::Fatal(_)) || !m.leave(&f.message, &ctx.events) {
+    if matches!(f.kind, FailKind::Fatal(_)) || !m.leave(index, &f.message, &ctx.events) {
         return f;
     }
     Failure {
@@ -449,10 +451,10 @@ async fn one_request(
     let asked = Instant::now();
     let answer = request(ctx, Want::Span { first, last }).await?;
     ctx.pace.answered(ctx.permits, asked.elapsed());
-    if answer.mirror_chunk.is_some() {
+    if let Some(index) = answer.mirror_chunk {
         return stream_answer(ctx, sink, answer, upto, may_yield)
             .await
-            .map_err(|f| mirror_failed(ctx, f));
+            .map_err(|f| mirror_failed(ctx, index, f));
     }
     stream_answer(ctx, sink, answer, upto, may_yield).await
 }

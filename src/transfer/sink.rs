@@ -228,6 +228,7 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                 Released::Done => {
                     ctx.chunks.notify_done();
                     ctx.checkpoint.changed();
+                    ctx.chunk_done(index);
                 }
                 Released::PartDone => ctx.checkpoint.changed(),
                 Released::Pending => ctx.chunks.notify_waiting(),
@@ -261,14 +262,23 @@ impl<'c, 'a> PartialSink<'c, 'a> {
                         .as_ref()
                         .filter(|m| m.rejected(index))
                         .map(|m| m.name());
+                    let against = if ctx.chunks.lock().has_manifest() {
+                        "the manifest"
+                    } else {
+                        "the digest its writer recorded"
+                    };
+                    if mirror.is_some() {
+                        // The copy's recorded digest goes with the copy.
+                        ctx.chunks.lock().expect_copy(index, None);
+                    }
                     let cause = match verdict {
                         Rejection::Again if mirror.is_some() => {
                             ctx.events.discarded(
                                 r.len,
                                 &format!(
                                     "chunk {index} (bytes {}-{}) read from {} does not match \
-                                     the manifest: that copy is damaged; fetching the chunk \
-                                     from the Hub",
+                                     {against}: that copy is damaged; fetching the chunk from \
+                                     the Hub",
                                     r.start,
                                     r.end() - 1,
                                     mirror.unwrap_or_default()

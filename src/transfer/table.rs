@@ -272,6 +272,11 @@ pub(crate) struct ChunkTable {
     /// may be before the download gives up ([`super::corrupt_budget`]).
     discarded: u64,
     corrupt_budget: u64,
+    /// Parts set aside while another node fetches their chunk (see [`ChunkTable::park`]).
+    parked: Vec<(usize, u64)>,
+    /// Digests recorded by the writers of chunks read from a fill's mirror, checked when no
+    /// manifest gives one (see [`ChunkTable::expect_copy`]).
+    copies: std::collections::HashMap<usize, [u8; 32]>,
 }
 
 /// Moves `p.at` to `at`, keeping `missing` (the table's bytes not on disk) in step.
@@ -348,14 +353,67 @@ impl ChunkTable {
             workers: 1,
             discarded: 0,
             corrupt_budget: super::corrupt_budget(plan.size, plan.chunk_size, DEFAULT_MIN_COPIES),
+            parked: Vec::new(),
+            copies: std::collections::HashMap::new(),
         };
         t.missing = t.bytes_missing_counted();
         t
     }
 
-    /// What chunk `index` must hash to, when a manifest says.
+    /// What chunk `index` must hash to, when a manifest says (or, without one, the digest its
+    /// copy's writer recorded: see [`expect_copy`](Self::expect_copy)).
     pub(super) fn expected(&self, index: usize) -> Option<[u8; 32]> {
-        self.expected.as_ref()?.sha256.get(index).copied()
+        match &self.expected {
+            Some(e) => e.sha256.get(index).copied(),
+            None => self.copies.get(&index).copied(),
+        }
+    }
+
+    /// Chunk `index` is read from a copy whose writer recorded this digest (`None`: it is not,
+    /// any more): without a manifest, its bytes must match it to be done.
+    pub(super) fn expect_copy(&mut self, index: usize, sha256: Option<[u8; 32]>) {
+        match sha256 {
+            Some(d) => self.copies.insert(index, d),
+            None => self.copies.remove(&index),
+        };
+    }
+
+    /// Sets held part `claim` aside, untouched, while another node fetches its chunk: it is not
+    /// handed out again until [`unpark`](Self::unpark).
+    pub(super) fn park(&mut self, claim: Claim) {
+        let index = claim.range.index;
+        let Some(p) = self.chunks.get_mut(index).and_then(|c| c.part(claim.from)) else {
+            return;
+        };
+        if !p.held {
+            return;
+        }
+        p.held = false;
+        p.since = None;
+        p.reserved = p.at;
+        p.hasher = Some(claim.hasher);
+        self.held -= 1;
+        self.parked.push((index, claim.from));
+    }
+
+    /// Puts every part set aside back in line (first); returns how many.
+    pub(super) fn unpark(&mut self) -> usize {
+        let n = self.parked.len();
+        for part in self.parked.drain(..).rev() {
+            self.queue.push_front(part);
+        }
+        n
+    }
+
+    /// Whether parts are set aside.
+    pub(super) fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
+    /// The digest of done chunk `index`.
+    pub(super) fn digest(&self, index: usize) -> Option<[u8; 32]> {
+        let c = self.chunks.get(index)?;
+        (c.status == Status::Done).then_some(c.sha256)
     }
 
     /// Whether the chunks are checked against a manifest.

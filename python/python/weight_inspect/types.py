@@ -117,7 +117,8 @@ class UploadReport(TypedDict):
 
     #: The store, by its URL.
     to: str
-    #: ``sent``, ``already_there`` or ``failed``.
+    #: ``sent``, ``already_there``, ``another_node`` (filled together with other nodes, one of
+    #: which uploads it) or ``failed``.
     outcome: str
     bytes: int
     #: Whether its index entry and ref were written (never offline).
@@ -140,6 +141,25 @@ RemoteRead = TypedDict(
         "damaged_chunks": NotRequired[int],
     },
 )
+
+
+class FillReport(TypedDict):
+    """This node's part in filling a file's blob together with the nodes that started with it."""
+
+    #: This node's name.
+    node: str
+    #: Chunks this node fetched from the Hub for the fleet.
+    fetched: int
+    #: Of those, chunks taken over from a node that stopped renewing its lease.
+    taken_over: int
+    #: Pieces this node wrote to the bucket.
+    shared: int
+    #: The nodes whose pieces this node read, with how many each.
+    read_from: dict[str, int]
+    #: Pieces found damaged (deleted from the bucket), by key.
+    damaged: list[str]
+    #: Why coordinating stopped early, or why a piece could not be shared.
+    trouble: NotRequired[str]
 
 
 class RemoteCheck(TypedDict):
@@ -232,6 +252,8 @@ class FetchedFile(TypedDict):
     remote_read: NotRequired[RemoteRead]
     #: The check of the remote cache's copy (``cache verify --remote-cache``).
     remote_check: NotRequired[RemoteCheck]
+    #: This node's part in filling the blob with the nodes that started with it.
+    fill: NotRequired[FillReport]
 
 
 class FetchSummary(TypedDict):

@@ -25,6 +25,15 @@ pub(crate) async fn run(ctx: &Ctx<'_>, workers: usize) -> Result<(), TransferErr
         }
         r
     }));
+    // Under a fill, parts set aside while other nodes fetch their chunks come back in line
+    // when the fill says so; this ends with the workers.
+    let all = async {
+        tokio::select! {
+            biased;
+            r = all => r,
+            () = watch_fill(ctx) => unreachable!("watching a fill never ends on its own"),
+        }
+    };
     futures::pin_mut!(all);
     // One poll: every worker has taken a connection or waits for one in the budget's queue;
     // only now may the next download be admitted (on a connection none of them waits for).
@@ -76,6 +85,13 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 () = ctx.chunks.until_changed(IDLE_RECHECK) => continue,
             }
         };
+        if !ctx.assign(claim.range.index).await {
+            // Another node fetches this chunk: set aside until the fill says to ask again.
+            ctx.chunks.lock().park(claim);
+            ctx.chunks.notify_waiting();
+            drop(permit);
+            continue;
+        }
         let mut sink = PartialSink::new(ctx, claim);
         match fill(ctx, &mut sink, Some(permit), true).await {
             Ok(suspicion) => {
@@ -108,6 +124,25 @@ async fn worker(ctx: &Ctx<'_>) -> Result<(), TransferError> {
                 let _ = sink.release().await;
                 return Err(e);
             }
+        }
+    }
+}
+
+/// Under a fill, puts the parts set aside back in line each time the fill says a chunk told
+/// to wait may be asked again; without one, waits forever (the workers end the download).
+async fn watch_fill(ctx: &Ctx<'_>) {
+    let Some(fill) = ctx.mirror.as_ref().and_then(|m| m.fill()) else {
+        return std::future::pending().await;
+    };
+    loop {
+        if !ctx.chunks.lock().has_parked() {
+            // Nothing waits: look again when a part is given back or set aside.
+            ctx.chunks.until_changed(IDLE_RECHECK).await;
+            continue;
+        }
+        fill.changed().await;
+        if ctx.chunks.lock().unpark() > 0 {
+            ctx.chunks.notify_waiting();
         }
     }
 }

@@ -1,0 +1,796 @@
+//! Nodes that start together fill a missing blob from the Hub once, through the bucket itself.
+//!
+//! Each chunk of the file (as the engine cuts it) has a lease of its own
+//! (`fills/sha256/{sha}/{chunk_size}/lease-{index}.json`, see [`super::lease`]): the node that
+//! wins it fetches the chunk from the Hub and, once the chunk is on disk and its digest known,
+//! writes it as a piece (`…/piece-{index}-{sha256 of the chunk}.{node}`) and marks the lease
+//! done, naming the piece. A node that finds a chunk's lease held waits (its other connections
+//! take other chunks: the fleet's connections are its bandwidth) and reads the piece once it
+//! lands; a chunk whose holder stopped renewing is taken over once its lease lapses, and what
+//! the holder had shared is not fetched again. Followers learn what landed by listing the
+//! fill's folder with backoff (100 ms doubling to 2 s while nothing changes), never in a busy
+//! loop.
+//!
+//! Trust stays where it was: a piece is read as the bucket's blob is (every chunk checked
+//! against the fetch's manifest, or else the digest its writer recorded, and the whole file
+//! against the Hub's digest or the lock file's before anything is committed). A piece that does
+//! not match is deleted and named, and its chunk fetched from the Hub.
+//!
+//! Once a node has the whole file, verified, it uploads the blob (one node: the blob's own
+//! lease decides, see `fetch`) and removes the fill's folder; a piece read after that comes
+//! from the blob instead.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
+use object_store::{GetOptions, GetRange, ObjectStoreExt, PutPayload};
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use super::{Claim, LeaseKeeper, RemoteCache, RemoteCacheError};
+use crate::manifest::Sha256Hex;
+use crate::names::escape;
+use crate::net::SharedClock;
+use crate::transfer::{Assigned, BoxError, Fill, Mirror, MirrorBody};
+
+/// How long a chunk's lease holds without renewal: a node that stops (killed, cut off) has its
+/// chunks taken over this long after its last renewal, plus at most one listing's wait.
+pub const FILL_LEASE: Duration = Duration::from_secs(10);
+
+/// The first wait between two listings of a fill's folder, doubled while nothing changes.
+const FIRST_POLL: Duration = Duration::from_millis(100);
+/// The longest wait between two listings.
+const LAST_POLL: Duration = Duration::from_secs(2);
+/// Pieces written at once by one node.
+const PUBLISHING: usize = 2;
+/// A piece up to this size is written in one request; a larger one in parts.
+const ONE_REQUEST: u64 = 32 << 20;
+/// The most objects a fill's folder is read for when it is removed: a lease and a piece for
+/// each of the most chunks a file is cut into (2^18), for two chunk sizes.
+const MOST_IN_FOLDER: usize = 1 << 20;
+
+/// This node's name in leases and pieces: `WI_NODE_NAME`, else the host's name and the
+/// process's id. Kept to letters, digits, `.`, `_` and `-` (at most 64 of them).
+pub fn node_name() -> String {
+    let raw = std::env::var("WI_NODE_NAME")
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| {
+            let host = rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned();
+            format!("{host}-{}", std::process::id())
+        });
+    clean_name(&raw)
+}
+
+/// `raw` kept to the characters a node's name may have in an object's key.
+fn clean_name(raw: &str) -> String {
+    let name: String = raw
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "node".into()
+    } else {
+        name
+    }
+}
+
+/// What a node's part in a fill was (see [`BucketFill::report`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct FillReport {
+    /// This node's name.
+    pub node: String,
+    /// Chunks this node fetched from the Hub for the fleet (their leases won).
+    pub fetched: u64,
+    /// Of those, chunks taken over from a node that stopped renewing its lease.
+    pub taken_over: u64,
+    /// Pieces this node wrote to the bucket.
+    pub shared: u64,
+    /// The nodes whose pieces this node read, with how many each.
+    pub read_from: BTreeMap<String, u64>,
+    /// Pieces found damaged (deleted from the bucket), by key.
+    pub damaged: Vec<String>,
+    /// Why coordinating stopped early (the rest came from the Hub), or why a piece could not be
+    /// shared; `None` when all went as planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trouble: Option<String>,
+}
+
+/// A chunk's piece in the bucket.
+#[derive(Debug, Clone)]
+struct Piece {
+    key: String,
+    sha256: [u8; 32],
+    node: String,
+}
+
+/// A chunk's lease as the last listing saw it: its version, and since when (on this node's
+/// clock) it has not changed.
+#[derive(Debug, Clone)]
+struct Seen {
+    e_tag: Option<String>,
+    since: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    pieces: HashMap<usize, Piece>,
+    leases: HashMap<usize, Seen>,
+    /// Chunks told to wait.
+    waiting: HashSet<usize>,
+    /// Leases this node holds, kept renewed until their piece is shared.
+    held: HashMap<usize, LeaseKeeper>,
+    report: FillReport,
+}
+
+/// One node's part in filling one blob (see the module docs): the transfer engine's [`Fill`]
+/// and the [`Mirror`] its pieces are read from.
+#[derive(Clone)]
+pub struct BucketFill {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cache: RemoteCache,
+    sha256: Sha256Hex,
+    size: u64,
+    ttl: Duration,
+    clock: SharedClock,
+    name: String,
+    chunk_size: OnceLock<u64>,
+    state: Mutex<State>,
+    sharing: Mutex<tokio::task::JoinSet<()>>,
+    slots: tokio::sync::Semaphore,
+}
+
+impl std::fmt::Debug for BucketFill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.inner.name)
+    }
+}
+
+impl BucketFill {
+    /// This node's (`node`) part in filling the blob of `sha256` (`size` bytes) in `cache`,
+    /// its leases held for `ttl` and renewed on `clock`.
+    pub fn new(
+        cache: &RemoteCache,
+        sha256: Sha256Hex,
+        size: u64,
+        node: &str,
+        ttl: Duration,
+        clock: SharedClock,
+    ) -> Self {
+        let name = format!("{}/fills/sha256/{sha256}", cache.url());
+        BucketFill {
+            inner: Arc::new(Inner {
+                cache: cache.clone(),
+                sha256,
+                size,
+                ttl,
+                clock,
+                name,
+                chunk_size: OnceLock::new(),
+                state: Mutex::new(State {
+                    report: FillReport {
+                        node: clean_name(node),
+                        ..FillReport::default()
+                    },
+                    ..State::default()
+                }),
+                sharing: Mutex::new(tokio::task::JoinSet::new()),
+                slots: tokio::sync::Semaphore::new(PUBLISHING),
+            }),
+        }
+    }
+
+    /// The folder of every fill of the blob of `sha256`.
+    pub fn folder(sha256: &Sha256Hex) -> String {
+        format!("fills/sha256/{sha256}")
+    }
+
+    /// Waits until every piece this node fetched is shared, and gives up the leases of chunks
+    /// it won but did not fetch (a download that failed or was stopped): other nodes take them
+    /// at once instead of waiting for them to lapse. Then what this node's part was.
+    pub async fn settle(&self) -> FillReport {
+        let mut sharing = std::mem::take(&mut *lock(&self.inner.sharing));
+        while sharing.join_next().await.is_some() {}
+        let held: Vec<LeaseKeeper> = lock(&self.inner.state)
+            .held
+            .drain()
+            .map(|(_, k)| k)
+            .collect();
+        for keeper in held {
+            if let Some(lease) = keeper.stop().await {
+                let _ = self.inner.cache.release(lease).await;
+            }
+        }
+        lock(&self.inner.state).report.clone()
+    }
+
+    /// What this node's part was so far.
+    pub fn report(&self) -> FillReport {
+        lock(&self.inner.state).report.clone()
+    }
+
+    /// Removes the fill's folder (every chunk size's leases and pieces): the blob is complete
+    /// in the bucket. Objects that are not a fill's are not touched.
+    pub async fn remove(cache: &RemoteCache, sha256: &Sha256Hex) -> Result<u64, RemoteCacheError> {
+        let folder = Self::folder(sha256);
+        let keys = cache.list_keys(&folder, MOST_IN_FOLDER).await?;
+        cache.delete_keys(keys).await
+    }
+}
+
+impl Inner {
+    fn chunk_size(&self) -> u64 {
+        self.chunk_size.get().copied().unwrap_or(u64::MAX)
+    }
+
+    fn chunks(&self) -> usize {
+        usize::try_from(self.size.div_ceil(self.chunk_size().max(1))).unwrap_or(usize::MAX)
+    }
+
+    fn prefix(&self) -> String {
+        format!("{}/{}", BucketFill::folder(&self.sha256), self.chunk_size())
+    }
+
+    fn lease_key(&self, index: usize) -> String {
+        format!("{}/lease-{index}.json", self.prefix())
+    }
+
+    fn piece_key(&self, index: usize, sha256: &[u8; 32], node: &str) -> String {
+        format!(
+            "{}/piece-{index}-{}.{node}",
+            self.prefix(),
+            hex::encode(sha256)
+        )
+    }
+
+    /// Coordinating stopped: every chunk not yet assigned comes from the Hub.
+    fn trouble(&self, why: String) {
+        let mut s = lock(&self.state);
+        if s.report.trouble.is_none() {
+            tracing::warn!(fill = self.name.as_str(), "{why}");
+            s.report.trouble = Some(why);
+        }
+    }
+
+    /// A piece named by a lease marked done (or by a listing), if its key is a piece of chunk
+    /// `index` of this fill.
+    fn parse_piece(&self, index: usize, key: &str) -> Option<Piece> {
+        let rest = key.strip_prefix(&format!("{}/piece-", self.prefix()))?;
+        let (i, rest) = rest.split_once('-')?;
+        let (digest, node) = rest.split_once('.')?;
+        if i.parse::<usize>().ok()? != index || clean_name(node) != node {
+            return None;
+        }
+        let mut sha256 = [0u8; 32];
+        hex::decode_to_slice(digest, &mut sha256).ok()?;
+        Some(Piece {
+            key: key.to_string(),
+            sha256,
+            node: node.to_string(),
+        })
+    }
+
+    /// Lists the fill's folder once: which pieces landed, which leases changed.
+    async fn look(&self) -> Result<(), RemoteCacheError> {
+        let prefix = self.prefix();
+        let count = self.chunks();
+        let objects = self.cache.list_meta(&prefix, 4 * count + 16).await?;
+        let now = self.clock.now();
+        let mut s = lock(&self.state);
+        let mut leases = HashMap::new();
+        for (key, e_tag) in objects {
+            let Some(name) = key.strip_prefix(&prefix).and_then(|k| k.strip_prefix('/')) else {
+                continue;
+            };
+            if let Some(i) = name
+                .strip_prefix("lease-")
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&i| i < count)
+            {
+                let since = match s.leases.get(&i) {
+                    Some(seen) if seen.e_tag == e_tag => seen.since,
+                    _ => now,
+                };
+                leases.insert(i, Seen { e_tag, since });
+            } else if let Some(i) = name
+                .strip_prefix("piece-")
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(i, _)| i.parse::<usize>().ok())
+                .filter(|&i| i < count)
+            {
+                if let Some(p) = self.parse_piece(i, &key) {
+                    s.pieces.entry(i).or_insert(p);
+                }
+            }
+        }
+        s.leases = leases;
+        Ok(())
+    }
+
+    /// Whether a chunk told to wait may be asked again: its piece landed, its lease is gone
+    /// (given up), or its lease has not changed for longer than it holds (its holder stopped).
+    fn any_ready(&self) -> bool {
+        let now = self.clock.now();
+        let s = lock(&self.state);
+        s.waiting.iter().any(|i| {
+            s.pieces.contains_key(i)
+                || s.leases
+                    .get(i)
+                    .is_none_or(|seen| now.saturating_duration_since(seen.since) > self.ttl)
+        })
+    }
+
+    async fn assign(self: Arc<Self>, index: usize) -> Assigned {
+        if lock(&self.state).report.trouble.is_some() {
+            return Assigned::Origin;
+        }
+        if let Some(p) = lock(&self.state).pieces.get(&index) {
+            return Assigned::Mirror { sha256: p.sha256 };
+        }
+        let key = self.lease_key(index);
+        let node = lock(&self.state).report.node.clone();
+        let lapsed = lock(&self.state).leases.contains_key(&index);
+        match self
+            .cache
+            .claim(&key, &node, self.ttl, super::now_ms())
+            .await
+        {
+            Ok(Claim::Won(lease)) => {
+                let keeper = self.cache.keep(lease, self.ttl, self.clock.clone());
+                let mut s = lock(&self.state);
+                s.waiting.remove(&index);
+                s.held.insert(index, keeper);
+                s.report.fetched += 1;
+                if lapsed {
+                    s.report.taken_over += 1;
+                }
+                Assigned::Origin
+            }
+            Ok(Claim::Held(record)) => {
+                let mut s = lock(&self.state);
+                if let Some(p) = record
+                    .done
+                    .as_deref()
+                    .and_then(|k| self.parse_piece(index, k))
+                {
+                    s.waiting.remove(&index);
+                    let sha256 = p.sha256;
+                    s.pieces.insert(index, p);
+                    return Assigned::Mirror { sha256 };
+                }
+                s.waiting.insert(index);
+                s.leases.entry(index).or_insert(Seen {
+                    e_tag: None,
+                    since: self.clock.now(),
+                });
+                Assigned::Wait
+            }
+            Err(e) => {
+                self.trouble(format!("{e}; the rest comes from the Hub"));
+                Assigned::Origin
+            }
+        }
+    }
+
+    async fn changed(self: Arc<Self>) {
+        let mut wait = FIRST_POLL;
+        loop {
+            self.clock.sleep(wait).await;
+            if let Err(e) = self.look().await {
+                // Waiting on a bucket that cannot be listed would never end: what waits comes
+                // from the Hub.
+                self.trouble(format!("{e}; the rest comes from the Hub"));
+                return;
+            }
+            if self.any_ready() {
+                return;
+            }
+            wait = (wait * 2).min(LAST_POLL);
+        }
+    }
+
+    /// Shares chunk `index` (bytes `range` of `file`, digest `sha256`): its piece written, its
+    /// lease marked done. A copy that no longer matches on disk is not shared (the lease is
+    /// given up for another node to fetch it).
+    async fn share(
+        self: Arc<Self>,
+        index: usize,
+        range: std::ops::Range<u64>,
+        sha256: [u8; 32],
+        file: Arc<std::fs::File>,
+    ) {
+        let _slot = self.slots.acquire().await;
+        let node = lock(&self.state).report.node.clone();
+        let key = self.piece_key(index, &sha256, &node);
+        let written = self
+            .cache
+            .put_range(&key, file, range, &sha256, ONE_REQUEST)
+            .await;
+        let keeper = lock(&self.state).held.remove(&index);
+        let lease = match keeper {
+            Some(k) => k.stop().await,
+            None => None,
+        };
+        match written {
+            Ok(()) => {
+                lock(&self.state).report.shared += 1;
+                if let Some(lease) = lease {
+                    if let Err(e) = self.cache.finish(lease, &key).await {
+                        self.trouble(format!("chunk {index} shared, but its lease: {e}"));
+                    }
+                }
+            }
+            Err(e) => {
+                self.trouble(format!("chunk {index} could not be shared: {e}"));
+                if let Some(lease) = lease {
+                    let _ = self.cache.release(lease).await;
+                }
+            }
+        }
+    }
+}
+
+impl Mirror for BucketFill {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn get_range(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, Result<MirrorBody, BoxError>> {
+        Box::pin(async move {
+            let cs = self.inner.chunk_size();
+            let index = usize::try_from(range.start / cs)?;
+            let piece = lock(&self.inner.state).pieces.get(&index).cloned();
+            let Some(piece) = piece else {
+                return Err(format!("no piece of chunk {index}").into());
+            };
+            let base = index as u64 * cs;
+            let within = range.start - base..range.end - base;
+            let store = &self.inner.cache.store;
+            let opts = |r: std::ops::Range<u64>| GetOptions {
+                range: Some(GetRange::Bounded(r)),
+                ..Default::default()
+            };
+            let got = match store
+                .get_opts(&self.inner.cache.object(&piece.key)?, opts(within))
+                .await
+            {
+                // The fill is over and its folder removed: the blob is complete.
+                Err(object_store::Error::NotFound { .. }) => {
+                    let blob = RemoteCache::blob_key(&self.inner.sha256);
+                    store
+                        .get_opts(&self.inner.cache.object(&blob)?, opts(range))
+                        .await?
+                }
+                r => r?,
+            };
+            let mut s = lock(&self.inner.state);
+            *s.report.read_from.entry(piece.node).or_insert(0) += 1;
+            drop(s);
+            Ok(got.into_stream().map_err(BoxError::from).boxed())
+        })
+    }
+}
+
+impl Fill for BucketFill {
+    fn begin(&self, chunk_size: u64) {
+        let _ = self.inner.chunk_size.set(chunk_size);
+    }
+
+    fn assign(&self, index: usize) -> BoxFuture<'_, Assigned> {
+        Box::pin(self.inner.clone().assign(index))
+    }
+
+    fn changed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.inner.clone().changed())
+    }
+
+    fn fetched(
+        &self,
+        index: usize,
+        range: std::ops::Range<u64>,
+        sha256: [u8; 32],
+        file: Arc<std::fs::File>,
+    ) {
+        let inner = self.inner.clone();
+        lock(&self.inner.sharing).spawn(inner.share(index, range, sha256, file));
+    }
+
+    fn damaged(&self, index: usize) {
+        let Some(piece) = lock(&self.inner.state).pieces.remove(&index) else {
+            return;
+        };
+        let shown = escape(&piece.key).into_owned();
+        lock(&self.inner.state).report.damaged.push(shown);
+        let cache = self.inner.cache.clone();
+        lock(&self.inner.sharing).spawn(async move {
+            if let Ok(path) = cache.object(&piece.key) {
+                let _ = cache.store.delete(&path).await;
+            }
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RemoteCache {
+    /// Keys and versions of the objects below `prefix`, at most `most` of them (a folder that
+    /// holds more is read no further).
+    pub(crate) async fn list_meta(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Vec<(String, Option<String>)>, RemoteCacheError> {
+        let path = self.object(prefix)?;
+        let mut listed = self.store.list(Some(&path));
+        let mut out = Vec::new();
+        while let Some(meta) = listed.next().await {
+            match meta {
+                Ok(m) => out.push((m.location.to_string(), m.e_tag)),
+                Err(object_store::Error::NotFound { .. }) => break,
+                Err(e) => return Err(self.fail("list", prefix, e)),
+            }
+            if out.len() >= most {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keys of the objects below `prefix`, at most `most` of them.
+    pub(crate) async fn list_keys(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Vec<String>, RemoteCacheError> {
+        Ok(self
+            .list_meta(prefix, most)
+            .await?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    /// Deletes `keys` (those already gone count as deleted); how many.
+    pub(crate) async fn delete_keys(&self, keys: Vec<String>) -> Result<u64, RemoteCacheError> {
+        let mut n = 0;
+        for key in keys {
+            match self.store.delete(&self.object(&key)?).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => n += 1,
+                Err(e) => return Err(self.fail("delete", &key, e)),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Writes bytes `range` of `file` as the object `key`, only if they still hash to
+    /// `sha256` (read back from disk): in one request up to `one_request` bytes, else in parts
+    /// (a part at a time in memory; the upload aborted if the bytes turn out wrong).
+    pub(crate) async fn put_range(
+        &self,
+        key: &str,
+        file: Arc<std::fs::File>,
+        range: std::ops::Range<u64>,
+        sha256: &[u8; 32],
+        one_request: u64,
+    ) -> Result<(), RemoteCacheError> {
+        use std::os::unix::fs::FileExt;
+        let location = self.object(key)?;
+        let len = range.end - range.start;
+        let read = |at: u64, n: usize| {
+            let file = file.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let mut buf = vec![0u8; n];
+                    file.read_exact_at(&mut buf, at).map(|()| buf)
+                })
+                .await
+                .map_err(std::io::Error::other)?
+            }
+        };
+        let changed = || {
+            self.invalid(format!(
+                "{}: the chunk changed on disk before it was shared; not shared",
+                escape(key)
+            ))
+        };
+        let local = |e: std::io::Error| self.invalid(format!("{}: {e}", escape(key)));
+        if len <= one_request {
+            let bytes = read(range.start, usize::try_from(len).unwrap_or(usize::MAX))
+                .await
+                .map_err(local)?;
+            if <[u8; 32]>::from(Sha256::digest(&bytes)) != *sha256 {
+                return Err(changed());
+            }
+            self.store
+                .put(&location, PutPayload::from(bytes))
+                .await
+                .map_err(|e| self.fail("upload", key, e))?;
+            return Ok(());
+        }
+        let upload = self
+            .store
+            .put_multipart(&location)
+            .await
+            .map_err(|e| self.fail("start uploading", key, e))?;
+        let mut writer =
+            object_store::WriteMultipart::new_with_chunk_size(upload, super::PART_SIZE);
+        let mut hasher = Sha256::new();
+        let mut at = range.start;
+        let result: Result<(), RemoteCacheError> = async {
+            while at < range.end {
+                let n = (range.end - at).min(super::PART_SIZE as u64) as usize;
+                let buf = read(at, n).await.map_err(local)?;
+                hasher.update(&buf);
+                writer
+                    .wait_for_capacity(super::PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.fail("upload", key, e))?;
+                writer.write(&buf);
+                at += n as u64;
+            }
+            if <[u8; 32]>::from(hasher.finalize()) != *sha256 {
+                return Err(changed());
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => writer
+                .finish()
+                .await
+                .map(|_| ())
+                .map_err(|e| self.fail("finish uploading", key, e)),
+            Err(e) => {
+                let _ = writer.abort().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::net::SystemClock;
+
+    const CHUNK: u64 = 64 << 10;
+
+    fn file_of(bytes: &[u8]) -> Arc<std::fs::File> {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        Arc::new(f)
+    }
+
+    fn fill(cache: &RemoteCache, bytes: &[u8], node: &str, ttl: Duration) -> BucketFill {
+        let sha: Sha256Hex = hex::encode(Sha256::digest(bytes)).parse().unwrap();
+        let f = BucketFill::new(
+            cache,
+            sha,
+            bytes.len() as u64,
+            node,
+            ttl,
+            SystemClock::shared(),
+        );
+        f.begin(CHUNK);
+        f
+    }
+
+    async fn read(f: &BucketFill, range: std::ops::Range<u64>) -> Vec<u8> {
+        let mut body = f.get_range(range).await.unwrap();
+        let mut out = Vec::new();
+        while let Some(b) = body.next().await {
+            out.extend_from_slice(&b.unwrap());
+        }
+        out
+    }
+
+    /// One node wins a chunk and fetches it; the other waits, learns when its piece lands,
+    /// and reads it, checked against the digest its writer recorded.
+    #[tokio::test]
+    async fn one_node_fetches_a_chunk_the_other_reads_its_piece() {
+        let bytes: Vec<u8> = (0..3 * CHUNK).map(|i| (i * 7 % 251) as u8).collect();
+        let cache = RemoteCache::in_memory();
+        let (a, b) = (
+            fill(&cache, &bytes, "node-a", FILL_LEASE),
+            fill(&cache, &bytes, "node b/../x", FILL_LEASE),
+        );
+        assert_eq!(a.assign(1).await, Assigned::Origin);
+        assert_eq!(b.assign(1).await, Assigned::Wait);
+        assert_eq!(
+            b.assign(2).await,
+            Assigned::Origin,
+            "the others' connections take other chunks"
+        );
+        let digest: [u8; 32] = Sha256::digest(&bytes[CHUNK as usize..2 * CHUNK as usize]).into();
+        a.fetched(1, CHUNK..2 * CHUNK, digest, file_of(&bytes));
+        let waited = tokio::time::timeout(Duration::from_secs(30), b.changed()).await;
+        waited.expect("the piece's landing is seen");
+        assert_eq!(b.assign(1).await, Assigned::Mirror { sha256: digest });
+        assert_eq!(
+            read(&b, CHUNK + 5..CHUNK + 9).await,
+            bytes[CHUNK as usize + 5..CHUNK as usize + 9]
+        );
+        let (pa, pb) = (a.settle().await, b.settle().await);
+        assert_eq!((pa.fetched, pa.shared), (1, 1));
+        assert_eq!(pb.read_from.get("node-a"), Some(&1));
+        assert_eq!(
+            pb.node, "nodeb..x",
+            "a node's name is kept to safe characters"
+        );
+        // A third node, later: the done lease names the piece at once, no wait.
+        let c = fill(&cache, &bytes, "node-c", FILL_LEASE);
+        assert_eq!(c.assign(1).await, Assigned::Mirror { sha256: digest });
+        // b gave its unfetched chunk back when it settled: c wins it at once.
+        assert_eq!(c.assign(2).await, Assigned::Origin);
+        c.settle().await;
+        let sha = bytes_sha(&bytes);
+        assert!(BucketFill::remove(&cache, &sha).await.unwrap() >= 2);
+        assert_eq!(BucketFill::remove(&cache, &sha).await.unwrap(), 0);
+    }
+
+    fn bytes_sha(bytes: &[u8]) -> Sha256Hex {
+        hex::encode(Sha256::digest(bytes)).parse().unwrap()
+    }
+
+    /// A node that stops renewing (killed) has its chunk taken over once its lease lapses.
+    #[tokio::test]
+    async fn a_chunk_whose_holder_stopped_is_taken_over() {
+        let bytes = vec![3u8; 2 * CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let ttl = Duration::from_millis(300);
+        let b = fill(&cache, &bytes, "node-b", ttl);
+        // node-a claims chunk 0 and dies: nothing renews it.
+        let key = format!("fills/sha256/{}/{CHUNK}/lease-0.json", bytes_sha(&bytes));
+        let won = cache
+            .claim(&key, "node-a", ttl, crate::remote_cache::now_ms())
+            .await
+            .unwrap();
+        assert!(matches!(won, Claim::Won(_)));
+        assert_eq!(b.assign(0).await, Assigned::Wait);
+        tokio::time::timeout(Duration::from_secs(30), b.changed())
+            .await
+            .expect("the lapse is seen");
+        assert_eq!(b.assign(0).await, Assigned::Origin);
+        let part = b.settle().await;
+        assert_eq!((part.fetched, part.taken_over), (1, 1));
+    }
+
+    /// A chunk whose bytes on disk no longer match what the engine hashed is not shared, and
+    /// its lease is given back for another node to fetch it.
+    #[tokio::test]
+    async fn a_chunk_changed_on_disk_is_not_shared() {
+        let bytes = vec![5u8; CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let a = fill(&cache, &bytes, "node-a", FILL_LEASE);
+        assert_eq!(a.assign(0).await, Assigned::Origin);
+        a.fetched(0, 0..CHUNK, [9; 32], file_of(&bytes));
+        let part = a.settle().await;
+        assert_eq!(part.shared, 0);
+        assert!(part.trouble.unwrap().contains("changed on disk"));
+        let b = fill(&cache, &bytes, "node-b", FILL_LEASE);
+        assert_eq!(
+            b.assign(0).await,
+            Assigned::Origin,
+            "the lease was given back"
+        );
+    }
+}

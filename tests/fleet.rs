@@ -1,0 +1,107 @@
+//! Nodes that start together fill a blob the bucket lacks from the Hub once: each chunk
+//! fetched by one node (the one that wins its lease), read by the others from the bucket as it
+//! lands, every node's file checked whole before it is committed (see
+//! `remote_cache::BucketFill`). The judge is mock-hub's byte counter.
+
+use weight_inspect::fetch::{Coordination, FetchSummary, Fetcher, RepoRef};
+use weight_inspect::remote_cache::{BucketFill, RemoteCache};
+use weight_inspect::selection::Selection;
+
+use crate::support::{data, sha256_hex};
+
+const REPO: &str = "org/fleet";
+const FILE: &str = "model.bin";
+const CHUNK: u64 = 256 << 10;
+
+/// A Hub serving one 4 MiB file, each connection capped so that the nodes overlap.
+async fn hub(bytes: &[u8]) -> mock_server::MockHub {
+    mock_server::MockHub::builder()
+        .file(REPO, FILE, bytes.to_vec())
+        .lfs_threshold(1 << 20)
+        .bandwidth(8 << 20)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Node `n` of a fleet sharing `bucket`: its own cache, two connections.
+fn node(
+    hub: &mock_server::MockHub,
+    bucket: &RemoteCache,
+    dir: &std::path::Path,
+    n: usize,
+) -> Fetcher {
+    Fetcher::builder()
+        .endpoint(hub.url())
+        .cache_dir(dir.join(format!("node-{n}")))
+        .connections(2)
+        .chunk_size(CHUNK)
+        .remote_cache(Some(bucket.clone()))
+        .coordinate(Some(Coordination {
+            node: format!("node-{n}"),
+            ..Coordination::default()
+        }))
+        .build()
+        .unwrap()
+}
+
+async fn fetch_all(nodes: &[Fetcher]) -> Vec<FetchSummary> {
+    let repo = RepoRef::model(REPO);
+    let files = Selection::files([FILE]);
+    futures::future::join_all(nodes.iter().map(|f| f.fetch(&repo, &files)))
+        .await
+        .into_iter()
+        .map(|r| r.expect("every node gets the file"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_nodes_started_together_fetch_the_file_from_the_hub_once() {
+    let bytes = data(4 << 20, 39);
+    let hub = hub(&bytes).await;
+    let bucket = RemoteCache::in_memory();
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<Fetcher> = (0..8).map(|n| node(&hub, &bucket, dir.path(), n)).collect();
+    let summaries = fetch_all(&nodes).await;
+
+    let from_hub = hub.stats().file(REPO, FILE).bytes_sent;
+    let size = bytes.len() as u64;
+    assert!(
+        from_hub * 100 <= size * 105,
+        "the Hub served {from_hub} bytes for a {size}-byte file"
+    );
+    let mut fetched = 0;
+    for s in &summaries {
+        let f = &s.files[0];
+        assert_eq!(std::fs::read(&f.local_path).unwrap(), bytes, "{}", f.path);
+        let part = f.fill.as_ref().expect("each node took part in the fill");
+        assert!(
+            part.damaged.is_empty() && part.trouble.is_none(),
+            "{part:?}"
+        );
+        fetched += part.fetched;
+    }
+    assert_eq!(
+        fetched,
+        size.div_ceil(CHUNK),
+        "each chunk fetched by one node"
+    );
+    // One node uploaded the blob; the fill's pieces and leases are gone.
+    let sha = sha256_hex(&bytes).parse().unwrap();
+    assert!(bucket.has_blob(&sha, size).await.unwrap());
+    let uploaders = summaries
+        .iter()
+        .filter(|s| {
+            s.files[0]
+                .upload
+                .as_ref()
+                .is_some_and(|u| u.outcome == "sent")
+        })
+        .count();
+    assert_eq!(uploaders, 1, "one node uploads the blob");
+    assert_eq!(
+        BucketFill::remove(&bucket, &sha).await.unwrap(),
+        0,
+        "nothing of the fill left"
+    );
+}
