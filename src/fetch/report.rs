@@ -268,6 +268,7 @@ impl RemoteRead {
     pub fn store(&self) -> &str {
         self.from
             .rsplit_once("/blobs/sha256/")
+            .or_else(|| self.from.rsplit_once("/fills/sha256/"))
             .map_or(self.from.as_str(), |(store, _)| store)
     }
 }

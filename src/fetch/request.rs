@@ -142,6 +142,16 @@ pub struct FetchRequest {
     pub upload: bool,
     /// Upload the files taken from the cache too (`cache push`).
     pub upload_cached: bool,
+    /// Fill a file the remote cache lacks together with the nodes that start at the same
+    /// time (each chunk fetched from the Hub by one of them). Default true.
+    pub coordinate: bool,
+    /// This node's name in the bucket's leases and pieces. Default `WI_NODE_NAME`, else the
+    /// host's name and the process's id.
+    pub node_name: Option<String>,
+    /// How long a chunk's lease holds without renewal, in seconds. Default 10.
+    #[serde(with = "seconds")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
+    pub fill_lease: Option<Duration>,
 }
 
 impl Default for FetchRequest {
@@ -184,6 +194,9 @@ impl Default for FetchRequest {
             remote_cache: None,
             upload: true,
             upload_cached: false,
+            coordinate: true,
+            node_name: None,
+            fill_lease: None,
         }
     }
 }
@@ -318,9 +331,25 @@ impl FetchRequest {
                 return Ok(b);
             };
             let remote = remote.map_err(|e| FetchError::Invalid(e.to_string()))?;
+            let coordination = if self.coordinate {
+                let mut how = super::Coordination::default();
+                if let Some(n) = self.node_name.as_deref().map(str::trim) {
+                    if n.is_empty() {
+                        return Err(invalid("node_name", "must not be empty"));
+                    }
+                    how.node = n.to_string();
+                }
+                if let Some(t) = positive("fill_lease", self.fill_lease)? {
+                    how.lease = t;
+                }
+                Some(how)
+            } else {
+                None
+            };
             Ok(b.remote_cache(Some(remote))
                 .upload(self.upload)
-                .upload_cached(self.upload_cached))
+                .upload_cached(self.upload_cached)
+                .coordinate(coordination))
         }
         #[cfg(not(feature = "remote-cache"))]
         match given {

@@ -220,6 +220,25 @@ impl BucketFill {
         lock(&self.inner.state).report.clone()
     }
 
+    /// How many pieces of the blob of `sha256` the bucket holds (every chunk size's): how far
+    /// a fill has come.
+    pub async fn pieces(
+        cache: &RemoteCache,
+        sha256: &Sha256Hex,
+    ) -> Result<usize, RemoteCacheError> {
+        let keys = cache
+            .list_keys(&Self::folder(sha256), MOST_IN_FOLDER)
+            .await?;
+        Ok(keys
+            .iter()
+            .filter(|k| {
+                k.rsplit('/')
+                    .next()
+                    .is_some_and(|n| n.starts_with("piece-"))
+            })
+            .count())
+    }
+
     /// Removes the fill's folder (every chunk size's leases and pieces): the blob is complete
     /// in the bucket. Objects that are not a fill's are not touched.
     pub async fn remove(cache: &RemoteCache, sha256: &Sha256Hex) -> Result<u64, RemoteCacheError> {

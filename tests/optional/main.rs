@@ -55,6 +55,8 @@ fn main() -> std::process::ExitCode {
         Garage: remote_cache::a_node_killed_mid_upload_leaves_nothing_in_garage,
         Garage: remote_cache::garage_ignores_conditional_writes_and_the_probe_says_so,
         Python: remote_cache::moto_honours_conditional_writes_and_one_of_eight_nodes_leads,
+        Python: remote_cache::eight_wi_fetch_nodes_started_together_fill_from_the_hub_once,
+        Python: remote_cache::a_leader_killed_at_30_percent_is_taken_over,
         MiniLm: safetensors::real_minilm_checkpoint,
         Python: safetensors::files_written_by_the_reference_writer,
         Python: serve_changes::huggingface_hub_never_takes_a_damaged_blob,

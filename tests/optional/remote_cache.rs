@@ -23,6 +23,15 @@ pub fn garage_is_filled_once_and_credentials_stay_secret() {
     let (o, up) = fetch_uploading(&sb, &hub, &url, &[], |c| garage.env(c));
     assert_eq!(up["outcome"], "sent", "{up} {}", stderr(&o));
     assert_eq!(up["bytes"], size);
+    // Garage ignores If-None-Match: found out by the probe, said once, today's way kept.
+    assert_eq!(
+        stderr(&o)
+            .matches("does not honour conditional writes")
+            .count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
 
     // Cold fleet: the next node gets every byte from the bucket, none from the Hub.
     let sb2 = Sandbox::new();
@@ -186,4 +195,174 @@ pub fn garage_ignores_conditional_writes_and_the_probe_says_so() {
         let cache = RemoteCache::open_with_options(&url, garage.options()).unwrap();
         assert!(!cache.conditional_writes("node-0").await.unwrap());
     });
+}
+
+/// The fleet tests' repository and file: 12 MiB, no published manifest, cut in 1 MiB chunks.
+const FLEET_REPO: &str = "org/fleet";
+const FLEET_FILE: &str = "model.bin";
+
+/// A Hub serving the fleet's file, each connection capped at `rate` bytes a second.
+fn fleet_hub(rate: u64) -> (mock_server::BackgroundHub, Vec<u8>) {
+    let bytes = crate::support::data(12 << 20, 41);
+    let hub = start(
+        mock_server::MockHub::builder()
+            .lfs_threshold(64 << 10)
+            .file(FLEET_REPO, FLEET_FILE, bytes.clone())
+            .bandwidth(rate),
+    );
+    (hub, bytes)
+}
+
+/// `wi-fetch` in `sb` against `hub`, reading and filling `s3://wi-fleet/team` on `moto`, as
+/// node `name`, in 1 MiB chunks over two connections, leases of two seconds.
+fn fleet_node(
+    sb: &Sandbox,
+    hub: &mock_server::MockHub,
+    moto: &crate::support::moto::Moto,
+    name: &str,
+) -> std::process::Command {
+    let mut c = sb.cmd(hub);
+    moto.env(&mut c);
+    c.args([FLEET_REPO, FLEET_FILE, "--json", "--remote-cache"])
+        .arg(format!("s3://{}/team", crate::support::moto::BUCKET))
+        .args([
+            "--node-name",
+            name,
+            "--chunk-size",
+            "1MiB",
+            "--connections",
+            "2",
+        ])
+        .args(["--fill-lease", "2s"]);
+    c
+}
+
+/// Eight `wi-fetch` processes started together on an empty bucket that honours conditional
+/// writes (moto): the Hub serves the file about once (not eight times), every node's file is
+/// right, each says who fetched what, one node uploads the blob (the others find it there or
+/// leave it to that node) and the fill's pieces are gone.
+pub fn eight_wi_fetch_nodes_started_together_fill_from_the_hub_once() {
+    use crate::support::moto::Moto;
+    let moto = Moto::start();
+    let (hub, bytes) = fleet_hub(4 << 20);
+    let size = bytes.len() as u64;
+    let boxes: Vec<Sandbox> = (0..8).map(|_| Sandbox::new()).collect();
+    let children: Vec<std::process::Child> = boxes
+        .iter()
+        .enumerate()
+        .map(|(n, sb)| {
+            let mut c = fleet_node(sb, &hub, &moto, &format!("node-{n}"));
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let outputs: Vec<std::process::Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut fetched = 0;
+    let mut sent = 0;
+    for o in &outputs {
+        expect_code(o, 0);
+        let f = &json(o)["files"][0];
+        assert_eq!(
+            std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+            bytes
+        );
+        fetched += f["fill"]["fetched"].as_u64().expect("each node took part");
+        match f["upload"]["outcome"].as_str() {
+            Some("sent") => sent += 1,
+            Some("another_node" | "already_there") => {}
+            _ => panic!("{f}"),
+        }
+        assert!(
+            stderr(o).contains("filled with other nodes:"),
+            "{}",
+            stderr(o)
+        );
+    }
+    let from_hub = hub.stats().file(FLEET_REPO, FLEET_FILE).bytes_sent;
+    assert!(
+        from_hub * 100 <= size * 105,
+        "the Hub served {from_hub} bytes for a {size}-byte file to eight nodes"
+    );
+    assert_eq!(
+        fetched,
+        size.div_ceil(1 << 20),
+        "each chunk fetched by one node"
+    );
+    assert_eq!(sent, 1, "one node uploads the blob");
+    let cache = weight_inspect::remote_cache::RemoteCache::open_with_options(
+        &format!("s3://{}/team", crate::support::moto::BUCKET),
+        moto.options(),
+    )
+    .unwrap();
+    let sha = crate::support::sha256_hex(&bytes).parse().unwrap();
+    crate::block_on(async {
+        assert!(cache.has_blob(&sha, size).await.unwrap());
+        assert_eq!(
+            weight_inspect::remote_cache::BucketFill::pieces(&cache, &sha)
+                .await
+                .unwrap(),
+            0
+        );
+    });
+}
+
+/// The node filling a file alone is killed (SIGKILL) once 30% of its pieces are in the
+/// bucket: the next node reads those pieces, takes over the chunks the dead node held once
+/// their leases lapse, and the Hub serves nothing twice but what was in flight at the kill.
+pub fn a_leader_killed_at_30_percent_is_taken_over() {
+    use crate::support::moto::Moto;
+    use weight_inspect::remote_cache::{BucketFill, RemoteCache};
+    let moto = Moto::start();
+    let (hub, bytes) = fleet_hub(1 << 20);
+    let size = bytes.len() as u64;
+    let chunks = size.div_ceil(1 << 20) as usize;
+    let cache = RemoteCache::open_with_options(
+        &format!("s3://{}/team", crate::support::moto::BUCKET),
+        moto.options(),
+    )
+    .unwrap();
+    let sha = crate::support::sha256_hex(&bytes).parse().unwrap();
+    let (a, b) = (Sandbox::new(), Sandbox::new());
+    let mut leader = fleet_node(&a, &hub, &moto, "node-a");
+    leader
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut leader = leader.spawn().unwrap();
+    crate::support::cli::wait_for(
+        "30% of the pieces in the bucket",
+        std::time::Duration::from_secs(120),
+        || {
+            crate::block_on(async { BucketFill::pieces(&cache, &sha).await.unwrap() })
+                >= chunks * 3 / 10
+        },
+    );
+    leader.kill().unwrap();
+    leader.wait().unwrap();
+    let shared = crate::block_on(async { BucketFill::pieces(&cache, &sha).await.unwrap() });
+    let before = hub.stats().file(FLEET_REPO, FLEET_FILE).bytes_sent;
+    let o = run(fleet_node(&b, &hub, &moto, "node-b"));
+    expect_code(&o, 0);
+    let f = &json(&o)["files"][0];
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    let part = &f["fill"];
+    assert!(part["taken_over"].as_u64().unwrap() >= 1, "{part}");
+    assert_eq!(
+        part["read_from"]["node-a"].as_u64(),
+        Some(shared as u64),
+        "{part}"
+    );
+    // Every chunk once from the Hub, but those the leader had in flight (two connections).
+    let total = hub.stats().file(FLEET_REPO, FLEET_FILE).bytes_sent;
+    assert!(
+        total <= size + 2 * (1 << 20),
+        "the Hub served {total} bytes ({before} before the kill) for a {size}-byte file"
+    );
+    assert!(stderr(&o).contains("taken over"), "{}", stderr(&o));
 }

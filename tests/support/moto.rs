@@ -62,6 +62,14 @@ impl Moto {
         moto
     }
 
+    /// Points `cmd` (a `wi-fetch`) at it, as the AWS tools read their settings.
+    pub fn env(&self, cmd: &mut std::process::Command) {
+        cmd.env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", &self.endpoint);
+    }
+
     /// The settings of `RemoteCache::open_with_options` for it (moto takes any credentials).
     pub fn options(&self) -> Vec<(&'static str, String)> {
         vec![

@@ -76,6 +76,12 @@ class FetchRequest(TypedDict, total=False):
     remote_cache: str | None
     upload: bool
     upload_cached: bool
+    #: Fill a file the remote cache lacks together with the nodes that start at the same time.
+    coordinate: bool
+    #: This node's name in the bucket's leases and pieces.
+    node_name: str | None
+    #: How long a chunk's lease holds without renewal, in seconds.
+    fill_lease: float | None
 
 
 class Verification(TypedDict):

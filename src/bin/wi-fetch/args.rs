@@ -156,6 +156,19 @@ pub(super) struct FetchArgs {
     /// With --remote-cache: upload nothing (a read-only node).
     #[arg(long)]
     pub(super) no_upload: bool,
+    /// With --remote-cache: do not fill a file the bucket lacks together with the nodes that
+    /// start at the same time (by default each chunk is fetched from the Hub by one of them and
+    /// read by the others from the bucket, on a bucket that honours conditional writes).
+    #[arg(long)]
+    pub(super) no_coordinate: bool,
+    /// This node's name in the bucket's leases and pieces, and in the other nodes' reports
+    /// (default: the host's name and the process's id).
+    #[arg(long, value_name = "NAME", env = "WI_NODE_NAME")]
+    pub(super) node_name: Option<String>,
+    /// How long a chunk's lease in the bucket holds without renewal: a node that stops has its
+    /// chunks taken over this long after its last renewal.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10s")]
+    pub(super) fill_lease: Duration,
     /// Resolve and show what would be fetched; download nothing.
     #[arg(long)]
     pub(super) dry_run: bool,
@@ -295,6 +308,9 @@ impl FetchArgs {
             remote_cache: Some(self.remote_cache.clone().unwrap_or_default()),
             upload: !self.no_upload,
             upload_cached: self.push,
+            coordinate: !self.no_coordinate,
+            node_name: self.node_name.clone(),
+            fill_lease: Some(self.fill_lease),
         }
     }
 }

@@ -219,10 +219,52 @@ pub(super) fn print_summary(s: &FetchSummary) {
     }
     eprintln!("{line}");
     for f in &s.files {
+        if let Some(part) = &f.fill {
+            eprintln!("wi-fetch: {}: {}", escape(&f.path), fill_line(part));
+        }
         if let Some(v) = f.verification.as_ref().filter(|v| v.covered_by.is_none()) {
             for w in &v.warnings {
                 eprintln!("wi-fetch: warning: {}: {}", escape(&f.path), escape(w));
             }
         }
     }
+}
+
+/// A file filled together with other nodes: who fetched what from the Hub, who read what from
+/// the bucket ("filled with other nodes: 3 chunk(s) fetched from the Hub by node-1 (this node),
+/// 9 read from the bucket (node-3: 5, node-2: 4)").
+fn fill_line(part: &weight_inspect::remote_cache::FillReport) -> String {
+    let read: u64 = part.read_from.values().sum();
+    let mut line = format!(
+        "filled with other nodes: {} chunk(s) fetched from the Hub by {} (this node)",
+        part.fetched,
+        escape(&part.node)
+    );
+    if part.taken_over > 0 {
+        line.push_str(&format!(
+            ", {} of them taken over from a node that stopped",
+            part.taken_over
+        ));
+    }
+    if read > 0 {
+        let who: Vec<String> = part
+            .read_from
+            .iter()
+            .map(|(n, c)| format!("{}: {c}", escape(n)))
+            .collect();
+        line.push_str(&format!(
+            ", {read} read from the bucket ({})",
+            who.join(", ")
+        ));
+    }
+    if !part.damaged.is_empty() {
+        line.push_str(&format!(
+            "; damaged pieces deleted: {}",
+            part.damaged.join(", ")
+        ));
+    }
+    if let Some(t) = &part.trouble {
+        line.push_str(&format!("; {}", escape(t)));
+    }
+    line
 }
