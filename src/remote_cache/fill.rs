@@ -131,8 +131,8 @@ struct State {
     report: FillReport,
 }
 
-/// One node's part in filling one blob (see the module docs): the transfer engine's [`Fill`]
-/// and the [`Mirror`] its pieces are read from.
+/// One node's part in filling one blob (see the module docs): it tells the transfer engine
+/// where each chunk comes from, and is the mirror the engine reads the others' pieces from.
 #[derive(Clone)]
 pub struct BucketFill {
     inner: Arc<Inner>,
