@@ -3,6 +3,8 @@
 //! lands, every node's file checked whole before it is committed (see
 //! `remote_cache::BucketFill`). The judge is mock-hub's byte counter.
 
+use std::sync::Arc;
+
 use weight_inspect::fetch::{Coordination, FetchSummary, Fetcher, RepoRef};
 use weight_inspect::remote_cache::{BucketFill, RemoteCache};
 use weight_inspect::selection::Selection;
@@ -101,6 +103,72 @@ async fn eight_nodes_started_together_fetch_the_file_from_the_hub_once() {
     assert_eq!(uploaders, 1, "one node uploads the blob");
     assert_eq!(
         BucketFill::remove(&bucket, &sha).await.unwrap(),
+        0,
+        "nothing of the fill left"
+    );
+}
+
+/// A node lies: its piece of chunk 2 holds other bytes, named by their own digest (so the
+/// chunk's check passes). Every node's whole-file check fails, each fetches the file from the
+/// Hub instead and commits only the right bytes, and the lying piece is found (its recorded
+/// digest against the Hub's chunk), deleted from the bucket and named with the node that
+/// wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_piece_is_found_deleted_and_named() {
+    use std::io::Write;
+    use weight_inspect::transfer::Fill;
+    let bytes = data(2 << 20, 43);
+    let hub = hub(&bytes).await;
+    let bucket = RemoteCache::in_memory();
+    let sha = sha256_hex(&bytes).parse().unwrap();
+    let size = bytes.len() as u64;
+    // The liar: wins chunk 2, shares other bytes under their own digest.
+    let liar = BucketFill::new(
+        &bucket,
+        sha,
+        size,
+        "liar",
+        weight_inspect::remote_cache::FILL_LEASE,
+        weight_inspect::fetch::SystemClock::shared(),
+    );
+    liar.begin(CHUNK);
+    assert_eq!(
+        liar.assign(2).await,
+        weight_inspect::transfer::Assigned::Origin
+    );
+    let mut wrong = bytes.clone();
+    let range = (2 * CHUNK) as usize..(3 * CHUNK) as usize;
+    wrong[range.clone()].iter_mut().for_each(|b| *b ^= 0x5a);
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(&wrong).unwrap();
+    liar.fetched(
+        2,
+        2 * CHUNK..3 * CHUNK,
+        crate::support::sha256(&wrong[range]),
+        Arc::new(file),
+    );
+    assert_eq!(liar.settle().await.shared, 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<Fetcher> = (0..3).map(|n| node(&hub, &bucket, dir.path(), n)).collect();
+    let summaries = fetch_all(&nodes).await;
+    for s in &summaries {
+        let f = &s.files[0];
+        assert_eq!(
+            std::fs::read(&f.local_path).unwrap(),
+            bytes,
+            "only the right bytes"
+        );
+        let part = f.fill.as_ref().unwrap();
+        assert!(
+            part.damaged
+                .iter()
+                .any(|d| d.contains("/piece-2-") && d.contains("written by liar")),
+            "{part:?}"
+        );
+    }
+    assert_eq!(
+        BucketFill::pieces(&bucket, &sha).await.unwrap(),
         0,
         "nothing of the fill left"
     );

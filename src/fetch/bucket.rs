@@ -262,6 +262,9 @@ impl Fetcher {
                     ),
                 );
                 let mut r = self.download_via(job, &Reuse::Nothing, None).await?;
+                if let Some(fill) = &b.fill {
+                    self.condemn_pieces(job, fill, &r).await;
+                }
                 r.remote_read = Some(super::RemoteRead {
                     from: b.mirror.mirror.name().to_string(),
                     bytes: 0,

@@ -13,7 +13,7 @@ use crate::transfer::MirrorUse;
 use super::bucket::FromBucket;
 use super::gate::notice;
 use super::run::Job;
-use super::{Coordination, Fetcher, SharedClock};
+use super::{Coordination, Fetcher, FileReport, SharedClock};
 
 /// A fetcher's way of filling with others: how, the clock its leases are renewed on, and
 /// whether the bucket honours conditional writes (probed once).
@@ -81,6 +81,25 @@ impl Fetcher {
             damaged: None,
             fill: Some(fill),
         })
+    }
+
+    /// The file made of the fill's pieces failed its whole-file check and `r` was fetched from
+    /// the Hub instead: the pieces whose recorded digest is not the Hub's chunk (the file's
+    /// recorded manifest) are found, deleted from the bucket and named.
+    pub(super) async fn condemn_pieces(&self, job: &Job<'_>, fill: &BucketFill, r: &FileReport) {
+        let Some(m) =
+            super::integrity::recorded_file(job.store, &r.path, &r.etag, r.size, &r.sha256)
+        else {
+            return;
+        };
+        let chunks: Vec<[u8; 32]> = m.chunks.iter().map(|d| d.0).collect();
+        for named in fill.condemn(m.chunk_size, &chunks).await {
+            notice(
+                job.rep,
+                Some(&r.path),
+                &format!("a piece in the bucket is not the file's bytes: {named}; deleted"),
+            );
+        }
     }
 
     /// Who uploads the blob of `sha`, filled together: the node that wins its lease.

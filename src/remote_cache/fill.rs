@@ -128,6 +128,8 @@ struct State {
     waiting: HashSet<usize>,
     /// Leases this node holds, kept renewed until their piece is shared.
     held: HashMap<usize, LeaseKeeper>,
+    /// Chunks whose bytes this node read from a piece.
+    read: HashSet<usize>,
     report: FillReport,
 }
 
@@ -213,6 +215,35 @@ impl BucketFill {
             }
         }
         lock(&self.inner.state).report.clone()
+    }
+
+    /// After the file made of the pieces failed its whole-file check and was fetched from the
+    /// Hub instead: every piece this node read whose recorded digest is not the Hub's chunk
+    /// (`chunks`, cut by `chunk_size`) lied. Each is deleted from the bucket and named (its
+    /// key, and the node that wrote it) in the report and the answer.
+    pub async fn condemn(&self, chunk_size: u64, chunks: &[[u8; 32]]) -> Vec<String> {
+        if chunk_size != self.inner.chunk_size() {
+            return Vec::new();
+        }
+        let liars: Vec<Piece> = {
+            let s = lock(&self.inner.state);
+            s.read
+                .iter()
+                .filter_map(|i| s.pieces.get(i).map(|p| (i, p)))
+                .filter(|(i, p)| chunks.get(**i).is_some_and(|d| *d != p.sha256))
+                .map(|(_, p)| p.clone())
+                .collect()
+        };
+        let mut named = Vec::new();
+        for p in liars {
+            if let Ok(path) = self.inner.cache.object(&p.key) {
+                let _ = self.inner.cache.store.delete(&path).await;
+            }
+            let shown = format!("{} (written by {})", escape(&p.key), p.node);
+            lock(&self.inner.state).report.damaged.push(shown.clone());
+            named.push(shown);
+        }
+        named
     }
 
     /// What this node's part was so far.
@@ -498,7 +529,9 @@ impl Mirror for BucketFill {
                 r => r?,
             };
             let mut s = lock(&self.inner.state);
-            *s.report.read_from.entry(piece.node).or_insert(0) += 1;
+            if s.read.insert(index) {
+                *s.report.read_from.entry(piece.node).or_insert(0) += 1;
+            }
             drop(s);
             Ok(got.into_stream().map_err(BoxError::from).boxed())
         })
@@ -533,7 +566,7 @@ impl Fill for BucketFill {
         let Some(piece) = lock(&self.inner.state).pieces.remove(&index) else {
             return;
         };
-        let shown = escape(&piece.key).into_owned();
+        let shown = format!("{} (written by {})", escape(&piece.key), piece.node);
         lock(&self.inner.state).report.damaged.push(shown);
         let cache = self.inner.cache.clone();
         lock(&self.inner.sharing).spawn(async move {
