@@ -873,3 +873,89 @@ fn the_lines_say_the_bytes_came_from_the_bucket() {
         "{e}"
     );
 }
+
+/// `cache prune --remote-cache URL` removes what fills left behind: a fill whose blob is
+/// complete in the bucket, a fill untouched for longer than `--abandoned-after`, a lease on an
+/// upload nobody renews; a fill under way (changed a moment ago) stays. `--dry-run` removes
+/// nothing and says the same.
+#[test]
+fn cache_prune_removes_abandoned_fills_from_the_bucket() {
+    let sb = Sandbox::new();
+    fs::create_dir_all(sb.cache()).unwrap();
+    let bucket = tempfile::tempdir().unwrap();
+    let root = bucket.path();
+    let shas: Vec<String> = (0..4).map(|i| sha256_hex(&[i])).collect();
+    let put = |key: &str, bytes: &[u8], hours_ago: u64| {
+        let p = root.join(key);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, bytes).unwrap();
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(hours_ago * 3600);
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    };
+    let piece = |sha: &str| {
+        format!(
+            "fills/sha256/{sha}/262144/piece-0-{}.node-a",
+            "ab".repeat(32)
+        )
+    };
+    // Complete: its blob is there (the fill changed a moment ago, yet it is done).
+    put(&piece(&shas[0]), b"piece", 0);
+    put(&format!("blobs/sha256/{}", shas[0]), b"blob", 0);
+    // Abandoned: untouched for two hours.
+    put(&piece(&shas[1]), b"piece1", 2);
+    put(
+        &format!("fills/sha256/{}/262144/lease-1.json", shas[1]),
+        b"{}",
+        2,
+    );
+    // Under way: changed a moment ago.
+    put(&piece(&shas[2]), b"piece2", 0);
+    // An upload's lease nobody renews.
+    put(&format!("leases/sha256/{}.json", shas[3]), b"{}", 2);
+    let url = file_url(root);
+    let prune = |extra: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_wi-fetch"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", sb.dir.path())
+            .args(["cache", "prune", "--json", "--cache-dir"])
+            .arg(sb.cache())
+            .args(["--remote-cache", &url])
+            .args(extra);
+        let o = run(c);
+        expect_code(&o, 0);
+        json(&o)
+    };
+    let keys = |doc: &Value| -> Vec<String> {
+        let mut k: Vec<String> = doc["remote_cache"]["abandoned"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["key"].as_str().unwrap().to_string())
+            .collect();
+        k.sort();
+        k
+    };
+    let mut want = vec![
+        format!("fills/sha256/{}", shas[0]),
+        format!("fills/sha256/{}", shas[1]),
+        format!("leases/sha256/{}.json", shas[3]),
+    ];
+    want.sort();
+    let before = objects(root);
+    let dry = prune(&["--dry-run"]);
+    assert_eq!(keys(&dry), want);
+    assert_eq!(objects(root), before, "a dry run removes nothing");
+    let done = prune(&[]);
+    assert_eq!(keys(&done), want);
+    let mut left = objects(root);
+    left.sort();
+    let mut kept = vec![format!("blobs/sha256/{}", shas[0]), piece(&shas[2])];
+    kept.sort();
+    assert_eq!(left, kept, "only the blob and the fill under way stay");
+}

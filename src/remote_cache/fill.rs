@@ -577,24 +577,128 @@ impl Fill for BucketFill {
     }
 }
 
+/// `d` as hours, minutes or seconds (`1h`, `90s`).
+fn humantime_secs(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 && s % 3600 == 0 {
+        format!("{}h", s / 3600)
+    } else if s >= 60 && s % 60 == 0 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A fill nobody finishes, or one whose blob is complete and whose pieces were left behind
+/// (see [`RemoteCache::abandoned_fills`]), or a lease on uploading a blob whose holder stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Abandoned {
+    /// The folder (`fills/sha256/{sha}`) or the lease (`leases/sha256/{sha}.json`).
+    pub key: String,
+    /// Objects in it.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Why it is abandoned: the blob is complete in the bucket, or nothing in it changed for
+    /// longer than asked.
+    pub why: String,
+}
+
 impl RemoteCache {
-    /// Keys and versions of the objects below `prefix`, at most `most` of them (a folder that
-    /// holds more is read no further).
-    pub(crate) async fn list_meta(
+    /// Fills left behind: every `fills/sha256/{sha}` folder whose blob is complete in the
+    /// bucket, or none of whose objects changed for `untouched_for` (a fill under way renews
+    /// its leases every few seconds), and every lease on uploading a blob unchanged as long.
+    /// Listed at most [`MOST_IN_FOLDER`] objects of each kind.
+    pub async fn abandoned_fills(
+        &self,
+        untouched_for: Duration,
+    ) -> Result<Vec<Abandoned>, RemoteCacheError> {
+        let now = std::time::SystemTime::now();
+        let stale = |m: &object_store::ObjectMeta| {
+            let t: std::time::SystemTime = m.last_modified.into();
+            now.duration_since(t).is_ok_and(|age| age > untouched_for)
+        };
+        let age = humantime_secs(untouched_for);
+        let mut fills: BTreeMap<String, (u64, u64, bool)> = BTreeMap::new();
+        for m in self.list_objects("fills/sha256", MOST_IN_FOLDER).await? {
+            let key = m.location.to_string();
+            let Some(sha) = key
+                .strip_prefix("fills/sha256/")
+                .and_then(|k| k.split('/').next())
+                .filter(|s| s.parse::<Sha256Hex>().is_ok())
+            else {
+                continue;
+            };
+            let e = fills.entry(sha.to_string()).or_insert((0, 0, true));
+            e.0 += 1;
+            e.1 += m.size;
+            e.2 &= stale(&m);
+        }
+        let mut out = Vec::new();
+        for (sha, (objects, bytes, untouched)) in fills {
+            let Ok(sha) = sha.parse::<Sha256Hex>() else {
+                continue;
+            };
+            let blob = Self::blob_key(&sha);
+            let complete = match self.store.head(&self.object(&blob)?).await {
+                Ok(_) => true,
+                Err(object_store::Error::NotFound { .. }) => false,
+                Err(e) => return Err(self.fail("read", &blob, e)),
+            };
+            let why = if complete {
+                "its blob is complete in the bucket".to_string()
+            } else if untouched {
+                format!("nothing in it changed for {age}")
+            } else {
+                continue;
+            };
+            out.push(Abandoned {
+                key: BucketFill::folder(&sha),
+                objects,
+                bytes,
+                why,
+            });
+        }
+        for m in self.list_objects("leases/sha256", MOST_IN_FOLDER).await? {
+            if stale(&m) {
+                out.push(Abandoned {
+                    key: m.location.to_string(),
+                    objects: 1,
+                    bytes: m.size,
+                    why: format!("its holder stopped renewing it {age} ago or more"),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes what [`abandoned_fills`](Self::abandoned_fills) found; the objects removed.
+    pub async fn remove_abandoned(&self, found: &Abandoned) -> Result<u64, RemoteCacheError> {
+        let keys = if found.key.ends_with(".json") {
+            vec![found.key.clone()]
+        } else {
+            self.list_keys(&found.key, MOST_IN_FOLDER).await?
+        };
+        self.delete_keys(keys).await
+    }
+
+    /// The objects below `prefix`, at most `most` of them (a folder that holds more is read
+    /// no further).
+    async fn list_objects(
         &self,
         prefix: &str,
         most: usize,
-    ) -> Result<Vec<(String, Option<String>)>, RemoteCacheError> {
+    ) -> Result<Vec<object_store::ObjectMeta>, RemoteCacheError> {
         let path = self.object(prefix)?;
         let mut listed = self.store.list(Some(&path));
         let mut out = Vec::new();
         while let Some(meta) = listed.next().await {
             match meta {
-                Ok(m) => out.push((m.location.to_string(), m.e_tag)),
+                Ok(m) => out.push(m),
                 Err(object_store::Error::NotFound { .. }) => break,
                 Err(e) => return Err(self.fail("list", prefix, e)),
             }
@@ -603,6 +707,20 @@ impl RemoteCache {
             }
         }
         Ok(out)
+    }
+
+    /// Keys and versions of the objects below `prefix`, at most `most` of them.
+    pub(crate) async fn list_meta(
+        &self,
+        prefix: &str,
+        most: usize,
+    ) -> Result<Vec<(String, Option<String>)>, RemoteCacheError> {
+        Ok(self
+            .list_objects(prefix, most)
+            .await?
+            .into_iter()
+            .map(|m| (m.location.to_string(), m.e_tag))
+            .collect())
     }
 
     /// Keys of the objects below `prefix`, at most `most` of them.

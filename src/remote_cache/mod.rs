@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 
 mod fill;
 mod lease;
-pub use fill::{node_name, BucketFill, FillReport, FILL_LEASE};
+pub use fill::{node_name, Abandoned, BucketFill, FillReport, FILL_LEASE};
 pub use lease::{now_ms, Claim, Lease, LeaseKeeper, LeaseRecord};
 use tokio::io::AsyncReadExt;
 

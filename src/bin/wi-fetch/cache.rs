@@ -128,11 +128,22 @@ Removes detached revisions (snapshots no ref names, as `hf cache prune` does) an
 only they used; blobs no snapshot links to; partial downloads of an older version of a file \
 whose newer version is complete (and their resume states); manifests, saved listings and \
 .no_exist markers nothing uses any more; lock files no process holds. A partial download \
-whose lock is held (a running download) is never touched.")]
+whose lock is held (a running download) is never touched.
+
+With --remote-cache URL, also what nodes filling a file together left in that bucket: a fill \
+whose blob is complete there (its pieces and leases), a fill none of whose objects changed for \
+--abandoned-after (its nodes stopped), a lease on uploading a blob unchanged as long.")]
 struct PruneArgs {
     /// Only these repositories.
     #[arg(value_name = "REPO")]
     repos: Vec<String>,
+    /// Also remove the abandoned fills of this remote cache (s3://, gs://, az://, file://).
+    #[arg(long, value_name = "URL")]
+    remote_cache: Option<String>,
+    /// With --remote-cache: a fill none of whose objects changed for this long is abandoned (a
+    /// fill under way renews its leases every few seconds).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "1h")]
+    abandoned_after: Duration,
     /// Show what would be removed and how many bytes it frees; remove nothing.
     #[arg(long)]
     dry_run: bool,
@@ -623,6 +634,78 @@ fn cache_prune(a: PruneArgs) -> Result<u8, Failure> {
         Some(l) => plan.merge(manage::execute(l)),
         None => plan,
     };
-    print_removal(&plan, a.common.json, "removed")?;
+    let Some(url) = &a.remote_cache else {
+        print_removal(&plan, a.common.json, "removed")?;
+        return Ok(0);
+    };
+    let remote = prune_remote(url, a.abandoned_after, a.dry_run)?;
+    if a.common.json {
+        let mut doc = serde_json::to_value(&plan).map_err(|e| (e.to_string(), 1))?;
+        doc["remote_cache"] = serde_json::json!({
+            "url": remote.0,
+            "dry_run": a.dry_run,
+            "abandoned": remote.1,
+        });
+        let s = serde_json::to_string_pretty(&doc).map_err(|e| (e.to_string(), 1))?;
+        write_stdout(|out| writeln!(out, "{s}"))?;
+        return Ok(0);
+    }
+    print_removal(&plan, false, "removed")?;
+    let (url, found) = remote;
+    write_stdout(|out| {
+        for f in &found {
+            writeln!(
+                out,
+                "  {:<13} {:>10}  {url}/{}  ({} object(s): {})",
+                "remote-fill",
+                human_bytes(f.bytes),
+                escape(&f.key),
+                f.objects,
+                f.why
+            )?;
+        }
+        let bytes: u64 = found.iter().map(|f| f.bytes).sum();
+        let verb = if a.dry_run {
+            "would be removed"
+        } else {
+            "removed"
+        };
+        writeln!(
+            out,
+            "Remote cache {url}: {} abandoned fill(s) {verb} ({}).",
+            found.len(),
+            human_bytes(bytes)
+        )
+    })?;
     Ok(0)
+}
+
+/// `cache prune --remote-cache URL`: the bucket's abandoned fills, removed unless `dry_run`;
+/// the store's URL (without credentials) and what was found.
+fn prune_remote(
+    url: &str,
+    untouched_for: Duration,
+    dry_run: bool,
+) -> Result<(String, Vec<weight_inspect::remote_cache::Abandoned>), Failure> {
+    use weight_inspect::remote_cache::RemoteCache;
+    let cache = RemoteCache::open(url.trim()).map_err(|e| fail(e.into()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| (format!("cannot start the async runtime: {e}"), 1))?;
+    rt.block_on(async {
+        let found = cache
+            .abandoned_fills(untouched_for)
+            .await
+            .map_err(|e| fail(e.into()))?;
+        if !dry_run {
+            for f in &found {
+                cache
+                    .remove_abandoned(f)
+                    .await
+                    .map_err(|e| fail(e.into()))?;
+            }
+        }
+        Ok((cache.url().to_string(), found))
+    })
 }
