@@ -14,6 +14,7 @@
 //! | `weight_inspect_fetch_chunks_checked_total`: chunks read back into their file's hash | — |
 //! | `weight_inspect_fetch_chunks_failed_total`: copies of chunks that failed their manifest | — |
 //! | `weight_inspect_fetch_files_total`: files, by how their fetch ended | `outcome`: `cached`, `fetched`, `failed`, `stopped` |
+//! | `weight_inspect_fetch_fill_chunks_total`: chunks of files filled together with other nodes | `outcome`: `fetched` (from the Hub, for the fleet), `taken_over` (of those, from a node that stopped), `shared` (written to the bucket), `read` (another node's piece), `damaged` (a piece found wrong, deleted) |
 //! | `weight_inspect_serve_requests_total`: requests answered | `route`, `status` |
 //! | `weight_inspect_serve_response_bytes_total`: body bytes answered (`Content-Length`) | `route` |
 //! | `weight_inspect_serve_request_duration_seconds`: time to the answer's head | `route` |
@@ -72,6 +73,7 @@ pub struct Metrics {
     chunks_checked: Counter,
     chunks_failed: Counter,
     files: Family<Outcome, Counter>,
+    fill_chunks: Family<Outcome, Counter>,
     requests: Family<RouteStatus, Counter>,
     response_bytes: Family<Route, Counter>,
     duration: Family<Route, Histogram>,
@@ -105,6 +107,7 @@ impl Metrics {
             chunks_checked: Counter::default(),
             chunks_failed: Counter::default(),
             files: Family::default(),
+            fill_chunks: Family::default(),
             requests: Family::default(),
             response_bytes: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
@@ -148,6 +151,11 @@ impl Metrics {
             "fetch_files",
             "Files, by how their fetch ended",
             m.files.clone(),
+        );
+        registry.register(
+            "fetch_fill_chunks",
+            "Chunks of files filled together with other nodes, by what this node did with them",
+            m.fill_chunks.clone(),
         );
         registry.register(
             "serve_requests",
@@ -237,6 +245,12 @@ impl Metrics {
 
     /// A file's fetch ended: `cached`, `fetched`, `failed` or `stopped`.
     #[cfg_attr(not(feature = "net"), allow(dead_code))]
+    /// A chunk of a file filled together with other nodes: `fetched`, `taken_over`, `shared`,
+    /// `read` or `damaged`.
+    pub(crate) fn fill_chunk(&self, outcome: &'static str) {
+        self.fill_chunks.get_or_create(&Outcome { outcome }).inc();
+    }
+
     pub(crate) fn file(&self, outcome: &'static str) {
         self.files.get_or_create(&Outcome { outcome }).inc();
     }

@@ -88,6 +88,24 @@ async fn eight_nodes_started_together_fetch_the_file_from_the_hub_once() {
         size.div_ceil(CHUNK),
         "each chunk fetched by one node"
     );
+    // The metrics carry the same (this process's registry: at least these nodes' counts).
+    let metrics = weight_inspect::metrics::encode();
+    let count = |outcome: &str| -> u64 {
+        let line = format!("weight_inspect_fetch_fill_chunks_total{{outcome=\"{outcome}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        count("fetched") >= fetched && count("shared") >= fetched,
+        "{metrics}"
+    );
+    assert!(
+        count("read") >= 7 * fetched / 2,
+        "the others read most chunks: {metrics}"
+    );
     // One node uploaded the blob; the fill's pieces and leases are gone.
     let sha = sha256_hex(&bytes).parse().unwrap();
     assert!(bucket.has_blob(&sha, size).await.unwrap());

@@ -241,6 +241,7 @@ impl BucketFill {
             }
             let shown = format!("{} (written by {})", escape(&p.key), p.node);
             lock(&self.inner.state).report.damaged.push(shown.clone());
+            crate::metrics::global().fill_chunk("damaged");
             named.push(shown);
         }
         named
@@ -403,8 +404,10 @@ impl Inner {
                 s.waiting.remove(&index);
                 s.held.insert(index, keeper);
                 s.report.fetched += 1;
+                crate::metrics::global().fill_chunk("fetched");
                 if lapsed {
                     s.report.taken_over += 1;
+                    crate::metrics::global().fill_chunk("taken_over");
                 }
                 Assigned::Origin
             }
@@ -476,6 +479,7 @@ impl Inner {
         match written {
             Ok(()) => {
                 lock(&self.state).report.shared += 1;
+                crate::metrics::global().fill_chunk("shared");
                 if let Some(lease) = lease {
                     if let Err(e) = self.cache.finish(lease, &key).await {
                         self.trouble(format!("chunk {index} shared, but its lease: {e}"));
@@ -531,6 +535,7 @@ impl Mirror for BucketFill {
             let mut s = lock(&self.inner.state);
             if s.read.insert(index) {
                 *s.report.read_from.entry(piece.node).or_insert(0) += 1;
+                crate::metrics::global().fill_chunk("read");
             }
             drop(s);
             Ok(got.into_stream().map_err(BoxError::from).boxed())
@@ -568,6 +573,7 @@ impl Fill for BucketFill {
         };
         let shown = format!("{} (written by {})", escape(&piece.key), piece.node);
         lock(&self.inner.state).report.damaged.push(shown);
+        crate::metrics::global().fill_chunk("damaged");
         let cache = self.inner.cache.clone();
         lock(&self.inner.sharing).spawn(async move {
             if let Ok(path) = cache.object(&piece.key) {
