@@ -387,8 +387,21 @@ impl Inner {
         if lock(&self.state).report.trouble.is_some() {
             return Assigned::Origin;
         }
-        if let Some(p) = lock(&self.state).pieces.get(&index) {
-            return Assigned::Mirror { sha256: p.sha256 };
+        {
+            let mut s = lock(&self.state);
+            if let Some(sha256) = s.pieces.get(&index).map(|p| p.sha256) {
+                s.waiting.remove(&index);
+                return Assigned::Mirror { sha256 };
+            }
+            // Held, by the last listing, and renewed within its time: no request to learn it.
+            let now = self.clock.now();
+            let live = s
+                .leases
+                .get(&index)
+                .is_some_and(|seen| now.saturating_duration_since(seen.since) <= self.ttl);
+            if live && s.waiting.contains(&index) {
+                return Assigned::Wait;
+            }
         }
         let key = self.lease_key(index);
         let node = lock(&self.state).report.node.clone();
@@ -424,10 +437,16 @@ impl Inner {
                     return Assigned::Mirror { sha256 };
                 }
                 s.waiting.insert(index);
-                s.leases.entry(index).or_insert(Seen {
-                    e_tag: None,
-                    since: self.clock.now(),
-                });
+                // Asked again once its holder's record says it lapses (a listing that sees it
+                // renewed first moves that on): never a claim per listing.
+                let now = self.clock.now();
+                let left = Duration::from_millis(record.expires_ms.saturating_sub(super::now_ms()));
+                let since = now
+                    .checked_add(left)
+                    .and_then(|t| t.checked_sub(self.ttl))
+                    .unwrap_or(now);
+                let seen = s.leases.entry(index).or_insert(Seen { e_tag: None, since });
+                seen.since = since;
                 Assigned::Wait
             }
             Err(e) => {
