@@ -191,3 +191,36 @@ async fn a_lying_piece_is_found_deleted_and_named() {
         "nothing of the fill left"
     );
 }
+
+/// Nodes told not to coordinate (`--no-coordinate`) each fetch what they lack from the Hub, as
+/// before: the Hub serves the file once per node, and no fill is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_do_not_coordinate_each_fetch_alone() {
+    let bytes = data(1 << 20, 45);
+    let hub = hub(&bytes).await;
+    let bucket = RemoteCache::in_memory();
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<Fetcher> = (0..3)
+        .map(|n| {
+            Fetcher::builder()
+                .endpoint(hub.url())
+                .cache_dir(dir.path().join(format!("alone-{n}")))
+                .chunk_size(CHUNK)
+                .remote_cache(Some(bucket.clone()))
+                .coordinate(None)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let summaries = fetch_all(&nodes).await;
+    for s in &summaries {
+        assert_eq!(std::fs::read(&s.files[0].local_path).unwrap(), bytes);
+        assert!(s.files[0].fill.is_none());
+    }
+    let from_hub = hub.stats().file(REPO, FILE).bytes_sent;
+    assert_eq!(
+        from_hub,
+        3 * bytes.len() as u64,
+        "each node fetched the whole file"
+    );
+}

@@ -59,6 +59,21 @@ fn a_verified_download_fills_the_bucket_once() {
         "{}",
         stderr(&o)
     );
+    // A folder cannot coordinate nodes that start together (no If-Match): found by the probe,
+    // said once, and the probe leaves nothing behind.
+    assert_eq!(
+        stderr(&o)
+            .matches("does not honour conditional writes")
+            .count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bucket
+        .path()
+        .join("leases/probe")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some()));
 
     let blob = bucket.path().join(format!("blobs/sha256/{sha}"));
     assert_eq!(fs::read(&blob).unwrap(), want);
