@@ -35,7 +35,8 @@ pub(super) enum Uploader {
 
 impl Fetcher {
     /// This node's part in filling the blob of `sha` (the job's file) with the nodes that
-    /// start with it, when this fetcher coordinates and the bucket honours conditional writes.
+    /// start with it, when this fetcher coordinates, uploads, and the bucket honours
+    /// conditional writes.
     pub(super) async fn fill_for(
         &self,
         remote: &RemoteCache,
@@ -43,6 +44,9 @@ impl Fetcher {
         job: &Job<'_>,
     ) -> Option<FromBucket> {
         let c = self.coordination.as_ref()?;
+        // A node that writes nothing to the bucket (`--no-upload`) cannot share what it
+        // fetches: it fetches alone.
+        self.upload_to.as_ref()?;
         let honoured = *c
             .probed
             .get_or_init(|| async {
