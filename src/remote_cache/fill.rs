@@ -762,13 +762,22 @@ impl RemoteCache {
             .collect())
     }
 
-    /// Deletes `keys` (those already gone count as deleted); how many.
+    /// Deletes `keys` (those already gone count as deleted), in bulk where the store can (S3's
+    /// `DeleteObjects`: a thousand keys a request); how many.
     pub(crate) async fn delete_keys(&self, keys: Vec<String>) -> Result<u64, RemoteCacheError> {
+        let first = keys.first().cloned().unwrap_or_default();
+        let paths = keys
+            .iter()
+            .map(|k| self.object(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut deleted = self
+            .store
+            .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed());
         let mut n = 0;
-        for key in keys {
-            match self.store.delete(&self.object(&key)?).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => n += 1,
-                Err(e) => return Err(self.fail("delete", &key, e)),
+        while let Some(r) = deleted.next().await {
+            match r {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => n += 1,
+                Err(e) => return Err(self.fail("delete", &first, e)),
             }
         }
         Ok(n)
