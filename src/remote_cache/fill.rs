@@ -225,20 +225,21 @@ impl BucketFill {
         if chunk_size != self.inner.chunk_size() {
             return Vec::new();
         }
-        let liars: Vec<Piece> = {
+        let liars: Vec<(usize, Piece)> = {
             let s = lock(&self.inner.state);
             s.read
                 .iter()
-                .filter_map(|i| s.pieces.get(i).map(|p| (i, p)))
-                .filter(|(i, p)| chunks.get(**i).is_some_and(|d| *d != p.sha256))
-                .map(|(_, p)| p.clone())
+                .filter_map(|&i| s.pieces.get(&i).map(|p| (i, p)))
+                .filter(|(i, p)| chunks.get(*i).is_some_and(|d| *d != p.sha256))
+                .map(|(i, p)| (i, p.clone()))
                 .collect()
         };
         let mut named = Vec::new();
-        for p in liars {
-            if let Ok(path) = self.inner.cache.object(&p.key) {
-                let _ = self.inner.cache.store.delete(&path).await;
-            }
+        for (index, p) in liars {
+            // The piece, and the lease that names it (the next node to claim the chunk
+            // fetches it from the Hub).
+            let keys = vec![p.key.clone(), self.inner.lease_key(index)];
+            let _ = self.inner.cache.delete_keys(keys).await;
             let shown = format!("{} (written by {})", escape(&p.key), p.node);
             lock(&self.inner.state).report.damaged.push(shown.clone());
             crate::metrics::global().fill_chunk("damaged");
