@@ -224,3 +224,29 @@ async fn nodes_that_do_not_coordinate_each_fetch_alone() {
         "each node fetched the whole file"
     );
 }
+
+/// One node alone on an empty bucket, chunks of the default size (16 MiB, fetched in several
+/// ranges each, split between connections): it fills the bucket by itself and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_alone_fills_chunks_fetched_in_several_ranges() {
+    let bytes = data(24 << 20, 47);
+    let hub = hub(&bytes).await;
+    let bucket = RemoteCache::in_memory();
+    let dir = tempfile::tempdir().unwrap();
+    let alone = Fetcher::builder()
+        .endpoint(hub.url())
+        .cache_dir(dir.path().join("alone"))
+        .remote_cache(Some(bucket.clone()))
+        .build()
+        .unwrap();
+    let done = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        fetch_all(std::slice::from_ref(&alone)),
+    )
+    .await
+    .expect("the fill ends");
+    let f = &done[0].files[0];
+    assert_eq!(std::fs::read(&f.local_path).unwrap(), bytes);
+    assert_eq!(f.fill.as_ref().unwrap().fetched, 2);
+    assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, bytes.len() as u64);
+}

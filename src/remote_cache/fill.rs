@@ -390,6 +390,9 @@ impl Inner {
         }
         {
             let mut s = lock(&self.state);
+            if s.held.contains_key(&index) {
+                return Assigned::Origin;
+            }
             if let Some(sha256) = s.pieces.get(&index).map(|p| p.sha256) {
                 s.waiting.remove(&index);
                 return Assigned::Mirror { sha256 };
@@ -423,6 +426,11 @@ impl Inner {
                     s.report.taken_over += 1;
                     crate::metrics::global().fill_chunk("taken_over");
                 }
+                Assigned::Origin
+            }
+            // This node holds it: another part of the same chunk (split between connections)
+            // asked while the first part's claim was on its way.
+            Ok(Claim::Held(record)) if record.holder == node && record.done.is_none() => {
                 Assigned::Origin
             }
             Ok(Claim::Held(record)) => {
@@ -484,6 +492,11 @@ impl Inner {
         sha256: [u8; 32],
         file: Arc<std::fs::File>,
     ) {
+        // Only a chunk this node holds the lease of is shared (not one fetched after the
+        // bucket failed, nor one another node took over meanwhile).
+        let Some(keeper) = lock(&self.state).held.remove(&index) else {
+            return;
+        };
         let _slot = self.slots.acquire().await;
         let node = lock(&self.state).report.node.clone();
         let key = self.piece_key(index, &sha256, &node);
@@ -491,11 +504,7 @@ impl Inner {
             .cache
             .put_range(&key, file, range, &sha256, ONE_REQUEST)
             .await;
-        let keeper = lock(&self.state).held.remove(&index);
-        let lease = match keeper {
-            Some(k) => k.stop().await,
-            None => None,
-        };
+        let lease = keeper.stop().await;
         match written {
             Ok(()) => {
                 lock(&self.state).report.shared += 1;
@@ -954,6 +963,19 @@ mod tests {
 
     fn bytes_sha(bytes: &[u8]) -> Sha256Hex {
         hex::encode(Sha256::digest(bytes)).parse().unwrap()
+    }
+
+    /// Two parts of one chunk (split between this node's connections) asking at once: both
+    /// are this node's to fetch, never one waiting on the other's lease.
+    #[tokio::test]
+    async fn parts_of_one_chunk_asking_at_once_are_both_this_nodes() {
+        let bytes = vec![1u8; 2 * CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let a = fill(&cache, &bytes, "node-a", FILL_LEASE);
+        let (x, y) = futures::join!(a.assign(0), a.assign(0));
+        assert_eq!((x, y), (Assigned::Origin, Assigned::Origin));
+        assert_eq!(a.assign(0).await, Assigned::Origin, "and again, once held");
+        assert_eq!(a.settle().await.fetched, 1);
     }
 
     /// A node that stops renewing (killed) has its chunk taken over once its lease lapses.
