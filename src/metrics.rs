@@ -243,14 +243,15 @@ impl Metrics {
         self.chunks_failed.inc();
     }
 
-    /// A file's fetch ended: `cached`, `fetched`, `failed` or `stopped`.
-    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     /// A chunk of a file filled together with other nodes: `fetched`, `taken_over`, `shared`,
     /// `read` or `damaged`.
+    #[cfg(feature = "remote-cache")]
     pub(crate) fn fill_chunk(&self, outcome: &'static str) {
         self.fill_chunks.get_or_create(&Outcome { outcome }).inc();
     }
 
+    /// A file's fetch ended: `cached`, `fetched`, `failed` or `stopped`.
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn file(&self, outcome: &'static str) {
         self.files.get_or_create(&Outcome { outcome }).inc();
     }

@@ -120,10 +120,17 @@ async fn eight_nodes_started_together_fetch_the_file_from_the_hub_once() {
         .count();
     assert_eq!(uploaders, 1, "one node uploads the blob");
     assert_eq!(
-        BucketFill::remove(&bucket, &sha).await.unwrap(),
+        BucketFill::pieces(&bucket, &sha).await.unwrap(),
         0,
-        "nothing of the fill left"
+        "the fill's pieces are gone"
     );
+    // A node arriving late (the fill over, its pieces removed) reads the blob: not a byte more
+    // from the Hub.
+    hub.reset_stats();
+    let late = node(&hub, &bucket, dir.path(), 9);
+    let s = fetch_all(std::slice::from_ref(&late)).await;
+    assert_eq!(std::fs::read(&s[0].files[0].local_path).unwrap(), bytes);
+    assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0);
 }
 
 /// A node lies: its piece of chunk 2 holds other bytes, named by their own digest (so the

@@ -130,7 +130,8 @@ impl Fetcher {
     }
 
     /// After this node's upload of a blob filled together: the fill's pieces removed once the
-    /// blob is complete, and the blob's lease given up. A failure only leaves objects behind
+    /// blob is complete (its leases, marked done, stay for the nodes still on their way), and
+    /// the blob's lease given up. A failure only leaves objects behind
     /// (`cache prune --remote-cache` removes them).
     pub(super) async fn uploaded(
         &self,
@@ -141,7 +142,7 @@ impl Fetcher {
     ) -> Option<String> {
         let mut trouble = None;
         if complete {
-            if let Err(e) = BucketFill::remove(remote, sha).await {
+            if let Err(e) = BucketFill::remove_pieces(remote, sha).await {
                 trouble = Some(format!("the pieces of its fill stay in the bucket: {e}"));
             }
         }

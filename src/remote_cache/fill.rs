@@ -17,7 +17,8 @@
 //! not match is deleted and named, and its chunk fetched from the Hub.
 //!
 //! Once a node has the whole file, verified, it uploads the blob (one node: the blob's own
-//! lease decides, see `fetch`) and removes the fill's folder; a piece read after that comes
+//! lease decides, see `fetch`) and removes the fill's pieces (its leases stay, marked done, for
+//! the nodes still on their way); a piece read after that comes
 //! from the blob instead.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -48,6 +49,10 @@ const LAST_POLL: Duration = Duration::from_secs(2);
 const PUBLISHING: usize = 2;
 /// A piece up to this size is written in one request; a larger one in parts.
 const ONE_REQUEST: u64 = 32 << 20;
+/// Written in a fill's folder once its blob is complete in the bucket, before its pieces are
+/// removed: a node still waiting for a piece then knows to read the blob.
+const COMPLETE: &str = "/complete";
+
 /// The most objects a fill's folder is read for when it is removed: a lease and a piece for
 /// each of the most chunks a file is cut into (2^18), for two chunk sizes.
 const MOST_IN_FOLDER: usize = 1 << 20;
@@ -128,6 +133,8 @@ struct State {
     waiting: HashSet<usize>,
     /// Leases this node holds, kept renewed until their piece is shared.
     held: HashMap<usize, LeaseKeeper>,
+    /// The blob is complete in the bucket (its uploader said so in the fill's folder).
+    complete: bool,
     /// Chunks whose bytes this node read from a piece.
     read: HashSet<usize>,
     report: FillReport,
@@ -279,6 +286,33 @@ impl BucketFill {
         let keys = cache.list_keys(&folder, MOST_IN_FOLDER).await?;
         cache.delete_keys(keys).await
     }
+
+    /// The blob is complete in the bucket: says so in the fill's folder (a node still waiting
+    /// for a piece then reads the blob), then removes the fill's pieces (its bytes). Its leases
+    /// stay, each marked done: a node of the fleet still on its way that claims a chunk learns
+    /// it is done and reads it from the blob, rather than winning a lease nobody holds any more
+    /// and fetching the chunk from the Hub again. They are a few hundred bytes each; `cache
+    /// prune --remote-cache` removes them ([`RemoteCache::abandoned_fills`]).
+    pub async fn remove_pieces(
+        cache: &RemoteCache,
+        sha256: &Sha256Hex,
+    ) -> Result<u64, RemoteCacheError> {
+        let marker = format!("{}{COMPLETE}", Self::folder(sha256));
+        cache
+            .put_small(&marker, b"the blob is complete\n".to_vec())
+            .await?;
+        let keys = cache
+            .list_keys(&Self::folder(sha256), MOST_IN_FOLDER)
+            .await?
+            .into_iter()
+            .filter(|k| {
+                k.rsplit('/')
+                    .next()
+                    .is_some_and(|n| n.starts_with("piece-"))
+            })
+            .collect();
+        cache.delete_keys(keys).await
+    }
 }
 
 impl Inner {
@@ -336,12 +370,17 @@ impl Inner {
     /// Lists the fill's folder once: which pieces landed, which leases changed.
     async fn look(&self) -> Result<(), RemoteCacheError> {
         let prefix = self.prefix();
+        let folder = BucketFill::folder(&self.sha256);
         let count = self.chunks();
-        let objects = self.cache.list_meta(&prefix, 4 * count + 16).await?;
+        let objects = self.cache.list_meta(&folder, 4 * count + 16).await?;
         let now = self.clock.now();
         let mut s = lock(&self.state);
         let mut leases = HashMap::new();
         for (key, e_tag) in objects {
+            if key.strip_prefix(&folder) == Some(COMPLETE) {
+                s.complete = true;
+                continue;
+            }
             let Some(name) = key.strip_prefix(&prefix).and_then(|k| k.strip_prefix('/')) else {
                 continue;
             };
@@ -377,7 +416,9 @@ impl Inner {
         let now = self.clock.now();
         let s = lock(&self.state);
         s.waiting.iter().any(|i| {
-            s.pieces.contains_key(i)
+            // The blob is complete: its pieces may be gone, its leases say where each chunk is.
+            s.complete
+                || s.pieces.contains_key(i)
                 || s.leases
                     .get(i)
                     .is_none_or(|seen| now.saturating_duration_since(seen.since) > self.ttl)
@@ -403,7 +444,7 @@ impl Inner {
                 .leases
                 .get(&index)
                 .is_some_and(|seen| now.saturating_duration_since(seen.since) <= self.ttl);
-            if live && s.waiting.contains(&index) {
+            if live && !s.complete && s.waiting.contains(&index) {
                 return Assigned::Wait;
             }
         }
@@ -647,7 +688,7 @@ impl RemoteCache {
     /// Fills left behind: every `fills/sha256/{sha}` folder whose blob is complete in the
     /// bucket, or none of whose objects changed for `untouched_for` (a fill under way renews
     /// its leases every few seconds), and every lease on uploading a blob unchanged as long.
-    /// Listed at most [`MOST_IN_FOLDER`] objects of each kind.
+    /// At most 2^20 objects of each kind are listed.
     pub async fn abandoned_fills(
         &self,
         untouched_for: Duration,
@@ -809,13 +850,15 @@ impl RemoteCache {
         let len = range.end - range.start;
         let read = |at: u64, n: usize| {
             let file = file.clone();
+            // Allocated here, on the runtime's thread, not on the blocking thread that fills
+            // it: the allocator keeps freed memory in the arena of the thread that took it,
+            // and pieces read on ever other blocking threads would leave a chunk's worth in
+            // each of their arenas.
+            let mut buf = vec![0u8; n];
             async move {
-                tokio::task::spawn_blocking(move || {
-                    let mut buf = vec![0u8; n];
-                    file.read_exact_at(&mut buf, at).map(|()| buf)
-                })
-                .await
-                .map_err(std::io::Error::other)?
+                tokio::task::spawn_blocking(move || file.read_exact_at(&mut buf, at).map(|()| buf))
+                    .await
+                    .map_err(std::io::Error::other)?
             }
         };
         let changed = || {

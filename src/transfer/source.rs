@@ -53,6 +53,7 @@ pub struct MirrorUse {
 
 impl MirrorUse {
     /// A fill's use: each chunk where [`Fill::assign`] says, the resolve URL as the fallback.
+    #[cfg_attr(not(feature = "remote-cache"), allow(dead_code))]
     pub fn fill(fill: std::sync::Arc<dyn Fill>) -> Self {
         MirrorUse {
             mirror: fill.clone(),
@@ -64,6 +65,7 @@ impl MirrorUse {
 
 /// Where one chunk of a download comes from, as a [`Fill`] decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "remote-cache"), allow(dead_code))]
 pub enum Assigned {
     /// This node fetches it from the resolve URL (and shares it once it is on disk:
     /// [`Fill::fetched`]).
