@@ -1021,6 +1021,36 @@ mod tests {
         assert_eq!(a.settle().await.fetched, 1);
     }
 
+    /// A node still waiting for a piece when the fill ends (the blob uploaded, the pieces
+    /// removed) learns it from the fill's folder at its next listing, not after a lease's
+    /// time, and reads the chunk from the blob.
+    #[tokio::test]
+    async fn a_node_still_waiting_when_the_fill_ends_reads_the_blob() {
+        let bytes: Vec<u8> = (0..2 * CHUNK).map(|i| (i % 253) as u8).collect();
+        let cache = RemoteCache::in_memory();
+        let (a, b) = (
+            fill(&cache, &bytes, "node-a", FILL_LEASE),
+            fill(&cache, &bytes, "node-b", FILL_LEASE),
+        );
+        assert_eq!(a.assign(0).await, Assigned::Origin);
+        assert_eq!(b.assign(0).await, Assigned::Wait);
+        let digest: [u8; 32] = Sha256::digest(&bytes[..CHUNK as usize]).into();
+        a.fetched(0, 0..CHUNK, digest, file_of(&bytes));
+        a.settle().await;
+        let sha = bytes_sha(&bytes);
+        cache
+            .put_small(&RemoteCache::blob_key(&sha), bytes.clone())
+            .await
+            .unwrap();
+        BucketFill::remove_pieces(&cache, &sha).await.unwrap();
+        assert_eq!(BucketFill::pieces(&cache, &sha).await.unwrap(), 0);
+        tokio::time::timeout(FILL_LEASE / 2, b.changed())
+            .await
+            .expect("the end of the fill is seen before any lease could lapse");
+        assert_eq!(b.assign(0).await, Assigned::Mirror { sha256: digest });
+        assert_eq!(read(&b, 10..20).await, bytes[10..20]);
+    }
+
     /// A node that stops renewing (killed) has its chunk taken over once its lease lapses.
     #[tokio::test]
     async fn a_chunk_whose_holder_stopped_is_taken_over() {
