@@ -48,8 +48,10 @@ use serde::{Deserialize, Serialize};
 
 mod fill;
 mod lease;
-pub use fill::{node_name, Abandoned, BucketFill, FillReport, FILL_LEASE};
+mod objects;
+pub use fill::{node_name, BucketFill, FillReport, FILL_LEASE};
 pub use lease::{now_ms, Claim, Lease, LeaseKeeper, LeaseRecord};
+pub use objects::Abandoned;
 use tokio::io::AsyncReadExt;
 
 use crate::manifest::{ManifestFile, Sha256Hex};
@@ -1212,14 +1214,24 @@ impl RemoteCache {
             }
         }
         .await;
-        match result {
+        self.end_upload(key, writer, result).await
+    }
+
+    /// Completes a multipart upload whose parts were all written (`written` is `Ok`), or aborts
+    /// it: never completed, so never visible, and no parts left.
+    async fn end_upload(
+        &self,
+        key: &str,
+        writer: WriteMultipart,
+        written: Result<(), RemoteCacheError>,
+    ) -> Result<(), RemoteCacheError> {
+        match written {
             Ok(()) => writer
                 .finish()
                 .await
                 .map(|_| ())
                 .map_err(|e| self.fail("finish uploading", key, e)),
             Err(e) => {
-                // Never completed, so never visible; aborted so that no parts are left.
                 let _ = writer.abort().await;
                 Err(e)
             }

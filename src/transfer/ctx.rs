@@ -80,6 +80,16 @@ impl<'a> Ctx<'a> {
         if m.is_assigned(index) {
             return true;
         }
+        // Another part of this chunk may be asking: it answers for both.
+        let turn = m.asking(index);
+        let _turn = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return true,
+            t = turn.lock() => t,
+        };
+        if m.is_assigned(index) {
+            return true;
+        }
         let a = tokio::select! {
             biased;
             // The worker finds the stop itself.

@@ -35,11 +35,6 @@ pub struct MirrorReport {
     /// Why it was left before the end (the rest came from the resolve URL); under a fill,
     /// why the first chunk it failed came from the resolve URL.
     pub left: Option<String>,
-    /// Chunks whose bytes (some or all) came from it.
-    pub chunks: usize,
-    /// Under a fill: chunks this node fetched from the resolve URL for the others, as the fill
-    /// assigned them.
-    pub fetched_for_others: usize,
 }
 
 /// See the module docs.
@@ -55,8 +50,9 @@ pub(crate) struct MirrorState {
     bytes: AtomicU64,
     /// Per chunk, under a fill: where it comes from ([`UNASKED`], [`ORIGIN`], [`MIRROR`]).
     assigned: Mutex<Vec<u8>>,
-    /// Chunks some of whose bytes came from the mirror (kept when a copy is rejected).
-    ever_served: Mutex<Vec<bool>>,
+    /// Per chunk being asked of the fill: the parts of one chunk (split between connections)
+    /// ask one after the other, so the fill is asked once per chunk.
+    asking: Mutex<std::collections::HashMap<usize, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl MirrorState {
@@ -70,7 +66,7 @@ impl MirrorState {
             damaged: Mutex::new(Vec::new()),
             bytes: AtomicU64::new(0),
             assigned: Mutex::new(vec![UNASKED; chunks]),
-            ever_served: Mutex::new(vec![false; chunks]),
+            asking: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -82,6 +78,11 @@ impl MirrorState {
     /// Whether chunk `index` was assigned a source (under a fill; always without one).
     pub(crate) fn is_assigned(&self, index: usize) -> bool {
         self.fill().is_none() || lock(&self.assigned).get(index).is_some_and(|&a| a != UNASKED)
+    }
+
+    /// The turn of chunk `index`'s parts to ask the fill where it comes from.
+    pub(crate) fn asking(&self, index: usize) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        lock(&self.asking).entry(index).or_default().clone()
     }
 
     /// Records where the fill said chunk `index` comes from (`Wait` records nothing).
@@ -157,9 +158,6 @@ impl MirrorState {
         if let Some(s) = lock(&self.served).get_mut(index) {
             *s = true;
         }
-        if let Some(s) = lock(&self.ever_served).get_mut(index) {
-            *s = true;
-        }
     }
 
     /// Chunk `index` did not match the manifest: when the mirror served it and there is a
@@ -197,8 +195,6 @@ impl MirrorState {
             bytes: self.bytes.load(Ordering::Relaxed),
             damaged_chunks,
             left: lock(&self.why_left).clone(),
-            chunks: lock(&self.ever_served).iter().filter(|&&s| s).count(),
-            fetched_for_others: lock(&self.assigned).iter().filter(|&&a| a == ORIGIN).count(),
         }
     }
 }

@@ -366,3 +366,62 @@ pub fn a_leader_killed_at_30_percent_is_taken_over() {
     );
     assert!(stderr(&o).contains("taken over"), "{}", stderr(&o));
 }
+
+/// One node alone on an empty bucket that honours conditional writes, wi-fetch's own chunk
+/// size (16 MiB, each chunk fetched in several ranges, split between connections): it fills
+/// the bucket by itself and finishes. (Before the engine asked the fill once per chunk, the
+/// second part of a chunk waited on the lease its first part had just taken, for ever.)
+pub fn one_node_alone_fills_with_chunks_fetched_in_several_ranges() {
+    use crate::support::moto::Moto;
+    let moto = Moto::start();
+    let bytes = crate::support::data(24 << 20, 49);
+    let hub = start(
+        mock_server::MockHub::builder()
+            .lfs_threshold(64 << 10)
+            .file(FLEET_REPO, FLEET_FILE, bytes.clone())
+            .bandwidth(20 << 20),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    moto.env(&mut c);
+    c.args([FLEET_REPO, FLEET_FILE, "--json", "--remote-cache"])
+        .arg(format!("s3://{}/alone", crate::support::moto::BUCKET))
+        .args(["--node-name", "node-a"]);
+    let o = run_within(c, std::time::Duration::from_secs(120));
+    expect_code(&o, 0);
+    let f = &json(&o)["files"][0];
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    assert_eq!(f["fill"]["fetched"], 2, "{f}");
+    assert_eq!(
+        hub.stats().file(FLEET_REPO, FLEET_FILE).bytes_sent,
+        bytes.len() as u64
+    );
+}
+
+/// Runs `c` to the end, killing it (and failing) if it is still running after `most`.
+fn run_within(mut c: std::process::Command, most: std::time::Duration) -> std::process::Output {
+    use std::process::Stdio;
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().expect("start wi-fetch");
+    let pid = child.id().to_string();
+    let (done, ended) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let late = ended.recv_timeout(most).is_err();
+        if late {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid])
+                .status();
+        }
+        late
+    });
+    let o = child.wait_with_output().expect("wait for wi-fetch");
+    let _ = done.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "still running after {most:?}: killed"
+    );
+    o
+}
