@@ -93,6 +93,8 @@ internal! {
     mod safe_fs;
 }
 pub mod selection;
+#[cfg(feature = "signature")]
+pub mod signature;
 #[cfg(feature = "otlp")]
 pub mod telemetry;
 pub mod units;

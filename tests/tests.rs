@@ -25,6 +25,7 @@ mod schema;
 mod serve;
 mod serve_changes;
 mod serve_conn;
+mod signature;
 mod telemetry;
 mod transfer;
 mod trust;

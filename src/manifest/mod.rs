@@ -53,12 +53,13 @@
 //! model-signing manifests (a Sigstore bundle or its in-toto statement), detected from their
 //! content, into one shape ([`FileExpectation`]); [`check_document`] checks files against any of
 //! them. [`create_gguf_hash`] and [`create_in_toto`] write the other two formats (see
-//! [`interop`]). A Sigstore signature is never verified: only digests are checked, and
-//! [`Document::notes`] says so.
+//! [`interop`]). A Sigstore signature is not verified here (the `signature` module does): only
+//! digests are checked, and [`Document::notes`] says so.
 
 mod check;
 mod chunked;
 mod create;
+pub(crate) use create::select;
 mod digest;
 mod error;
 mod expect;
@@ -73,7 +74,9 @@ pub use create::{create, CreateOptions};
 pub use digest::Sha256Hex;
 pub use error::ManifestError;
 pub use expect::{ChunkDigests, Document, FileExpectation, RangeDigest, TensorExpectation};
-pub use interop::{create_gguf_hash, create_in_toto, GgufHashDocument, OpenSsfDocument};
+pub use interop::{
+    create_gguf_hash, create_in_toto, create_in_toto_ignoring, GgufHashDocument, OpenSsfDocument,
+};
 
 use std::path::Path;
 

@@ -11,6 +11,7 @@ pub mod moto;
 pub mod optional;
 pub mod remote_cache;
 pub mod serve;
+pub mod signature;
 pub mod transfer;
 
 use std::path::PathBuf;

@@ -816,7 +816,8 @@ def manifest_check(
     """``weight-inspect manifest check --json MANIFEST [PATH...]``: the verdicts, as a dict.
 
     ``manifest`` is a weight-inspect manifest, llama-gguf-hash lines, or an OpenSSF
-    model-signing bundle or statement (its signature is never verified: ``notes`` says so).
+    model-signing bundle or statement (its signature is not verified here: ``notes`` says so;
+    ``weight-inspect signature verify`` verifies it).
     ``paths``: the model's folder (default: beside the manifest) or some of its files. The
     result has ``format``, ``files`` (each ``path`` and ``verdict``: ``match``, ``missing``,
     ``unreadable`` or ``differs`` with the chunks and tensors that differ) and ``all_match``.

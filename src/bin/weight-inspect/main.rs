@@ -78,6 +78,10 @@ enum Command {
     /// A file named `manifest` is inspected as `weight-inspect ./manifest`.
     #[command(after_help = manifest::AFTER_HELP)]
     Manifest(manifest::ManifestArgs),
+    /// Verify or write OpenSSF model signatures (model_signing's model.sig): with a public key
+    /// or a certificate chain.
+    #[command(after_help = signature::AFTER_HELP)]
+    Signature(signature::SignatureArgs),
     /// Serve verified models' tensors over HTTP, each with its SHA-256 (`X-Weight-SHA256`).
     #[command(after_help = serve::SERVE_HELP)]
     Serve(serve::ServeArgs),
@@ -109,6 +113,7 @@ fn main() -> ExitCode {
     let _telemetry = logging::init_with(cli.verbose, "weight-inspect", quiet);
     match cli.command {
         Some(Command::Manifest(args)) => return manifest::run(args),
+        Some(Command::Signature(args)) => return signature::run(args),
         Some(Command::Serve(args)) => return serve::serve(args),
         Some(Command::Get(args)) => return serve::get(args),
         None => {}
@@ -213,6 +218,7 @@ fn main() -> ExitCode {
 
 mod manifest;
 mod serve;
+mod signature;
 
 /// Prints one report (a table, or a JSON line); `Err` is the exit code to stop with (a broken
 /// pipe ends quietly).

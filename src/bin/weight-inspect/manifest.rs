@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use weight_inspect::manifest::{
-    self, CreateOptions, DigestKind, Document, FileVerdict, DEFAULT_CHUNK_SIZE,
+    self, CheckReport, CreateOptions, DigestKind, Document, FileExpectation, FileVerdict,
+    DEFAULT_CHUNK_SIZE,
 };
 use weight_inspect::names::escape as esc;
 
@@ -17,7 +18,8 @@ pub(super) const AFTER_HELP: &str =
     "The manifest format is documented in docs/manifests.md and described by \
 schema/manifest.schema.json. `check` also reads llama-gguf-hash lines and OpenSSF model-signing \
 manifests (a Sigstore bundle such as model.sig, or its in-toto statement), detected from their \
-content; of these only the digests are checked: a Sigstore signature is never verified.\n\n\
+content; of these only the digests are checked: `weight-inspect signature verify` verifies \
+the signature.\n\n\
 Exit codes: 0 done (check: every file matches); 2 some file differs or is missing; 1 usage or \
 I/O error, or a manifest that cannot be read or trusted.";
 
@@ -81,7 +83,7 @@ enum Cmd {
 }
 
 /// `16M`, `1MiB`, `65536`: K/M/G are powers of 1024.
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(super) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -97,12 +99,12 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size '{s}' too large"))
 }
 
-fn fail(msg: impl std::fmt::Display) -> ExitCode {
+pub(super) fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("weight-inspect: error: {}", esc(&msg.to_string()));
     ExitCode::from(EXIT_USAGE_OR_IO)
 }
 
-fn write_out(text: &str) -> Result<(), ExitCode> {
+pub(super) fn write_out(text: &str) -> Result<(), ExitCode> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
@@ -201,65 +203,12 @@ fn check(path: &Path, paths: &[PathBuf], json: bool) -> ExitCode {
     } else {
         "chunk"
     };
-    let mut text = String::new();
+    let mut text;
     if json {
         text = serde_json::to_string_pretty(&report).unwrap_or_default();
         text.push('\n');
     } else {
-        for f in &report.files {
-            let name = esc(&f.path);
-            match &f.verdict {
-                FileVerdict::Match => {}
-                FileVerdict::Missing => text.push_str(&format!("{name}: missing\n")),
-                FileVerdict::Unreadable { error } => {
-                    text.push_str(&format!("{name}: unreadable: {}\n", esc(error)))
-                }
-                FileVerdict::Differs {
-                    size,
-                    chunks,
-                    tensors,
-                    digests,
-                    absent_tensors,
-                } => {
-                    let want = expected
-                        .iter()
-                        .find(|x| x.path == f.path)
-                        .and_then(|x| x.size);
-                    if let Some(want) = want.filter(|w| w != size) {
-                        text.push_str(&format!("{name}: {size} bytes instead of {want}\n"));
-                    }
-                    for c in chunks {
-                        // Inclusive, as wi-fetch and HTTP ranges say them.
-                        text.push_str(&format!(
-                            "{name}: {piece} {} (bytes {}-{}) differs\n",
-                            c.index,
-                            c.start,
-                            c.end.saturating_sub(1)
-                        ));
-                    }
-                    for d in digests {
-                        text.push_str(&match d {
-                            DigestKind::FileSha256 => {
-                                format!("{name}: the file's SHA-256 differs\n")
-                            }
-                            DigestKind::TensorDataSha256 => format!(
-                                "{name}: the SHA-256 of all its tensor data (the model \
-                                 line) differs\n"
-                            ),
-                        });
-                    }
-                    for t in tensors {
-                        text.push_str(&format!("{name}: tensor '{}' differs\n", esc(t)));
-                    }
-                    for t in absent_tensors {
-                        text.push_str(&format!(
-                            "{name}: tensor '{}' is not in the file's header\n",
-                            esc(t)
-                        ));
-                    }
-                }
-            }
-        }
+        text = differences(&report, &expected, piece);
         let shown = esc(&path.display().to_string()).into_owned();
         text.push_str(&report.summary(&shown, &base));
         text.push('\n');
@@ -275,4 +224,71 @@ fn check(path: &Path, paths: &[PathBuf], json: bool) -> ExitCode {
     } else {
         ExitCode::from(EXIT_INVALID)
     }
+}
+
+/// One line per way each file differs from what the document says (nothing for a file that
+/// matches): missing, unreadable, its size, each chunk (or shard) by index and byte range, the
+/// whole-file digests, the tensors; names escaped.
+pub(super) fn differences(
+    report: &CheckReport,
+    expected: &[FileExpectation],
+    piece: &str,
+) -> String {
+    let mut text = String::new();
+    for f in &report.files {
+        let name = esc(&f.path);
+        match &f.verdict {
+            FileVerdict::Match => {}
+            FileVerdict::Missing => text.push_str(&format!("{name}: missing\n")),
+            FileVerdict::Unreadable { error } => {
+                text.push_str(&format!("{name}: unreadable: {}\n", esc(error)))
+            }
+            FileVerdict::Differs {
+                size,
+                chunks,
+                tensors,
+                digests,
+                absent_tensors,
+            } => {
+                let want = expected
+                    .iter()
+                    .find(|x| x.path == f.path)
+                    .and_then(|x| x.size);
+                if let Some(want) = want.filter(|w| w != size) {
+                    text.push_str(&format!("{name}: {size} bytes instead of {want}\n"));
+                }
+                for c in chunks {
+                    // Inclusive, as wi-fetch and HTTP ranges say them.
+                    text.push_str(&format!(
+                        "{name}: {piece} {} (bytes {}-{}) differs\n",
+                        c.index,
+                        c.start,
+                        c.end.saturating_sub(1)
+                    ));
+                }
+                for d in digests {
+                    text.push_str(&match d {
+                        DigestKind::FileSha256 => {
+                            format!("{name}: the file's SHA-256 differs\n")
+                        }
+                        DigestKind::TensorDataSha256 => format!(
+                            "{name}: the SHA-256 of all its tensor data (the model \
+                                 line) differs\n"
+                        ),
+                    });
+                }
+                for t in tensors {
+                    text.push_str(&format!("{name}: tensor '{}' differs\n", esc(t)));
+                }
+                for t in absent_tensors {
+                    text.push_str(&format!(
+                        "{name}: tensor '{}' is not in the file's header\n",
+                        esc(t)
+                    ));
+                }
+            }
+        }
+    }
+
+    text
 }

@@ -8,13 +8,14 @@
 //! safe repository path (`crate::names::check_repo_path`), every digest this program checks a
 //! SHA-256, and an error names the line or the resource at fault. What a document holds that
 //! cannot be checked here (another hash kind) is refused or reported, never passed in silence;
-//! and a signature is never verified: [`super::Document::notes`] says so in every report.
+//! and a signature is not verified here (the `signature` module does): [`super::Document::notes`]
+//! says so in every report.
 
 pub mod gguf_hash;
 pub mod openssf;
 
 pub use gguf_hash::{create_gguf_hash, GgufHashDocument};
-pub use openssf::{create_in_toto, OpenSsfDocument};
+pub use openssf::{create_in_toto, create_in_toto_ignoring, OpenSsfDocument};
 
 use std::fmt;
 use std::marker::PhantomData;

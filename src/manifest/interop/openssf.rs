@@ -33,8 +33,8 @@
 //!
 //! Only SHA-256 digests are checked: a statement of `blake2b` or `blake3` digests is refused
 //! with that reason. The bundle's signature (and certificate, transparency log entry…) is
-//! **not** verified: [`Document::notes`](crate::manifest::Document::notes) says so, and the
-//! reports print it.
+//! **not** verified here (the `signature` module verifies it):
+//! [`Document::notes`](crate::manifest::Document::notes) says so, and the reports print it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -63,6 +63,8 @@ pub const PREDICATE_TYPE_V0_1: &str = "https://model_signing/Digests/v0.1";
 /// The paths `model_signing` leaves out by default, written in `ignore_paths` (with `.cache`,
 /// the Hugging Face tools' bookkeeping folder, which this program never describes).
 const IGNORE_PATHS: [&str; 5] = [".cache", ".git", ".gitattributes", ".github", ".gitignore"];
+/// Most `ignore_paths` a statement may list.
+const MAX_IGNORE_PATHS: usize = 4096;
 /// Largest shard size read exactly from a float (2^53).
 const MAX_FLOAT_INT: f64 = 9_007_199_254_740_992.0;
 
@@ -74,6 +76,8 @@ pub struct OpenSsfDocument {
     predicate_type: String,
     model_name: String,
     shard_size: Option<u64>,
+    ignore_paths: Vec<String>,
+    single_file: bool,
     files: Vec<FileExpectation>,
 }
 
@@ -130,6 +134,8 @@ struct Serialization {
     hash_type: String,
     #[serde(default)]
     shard_size: Option<serde_json::Number>,
+    #[serde(default)]
+    ignore_paths: Bounded<String, MAX_IGNORE_PATHS>,
 }
 
 #[derive(Deserialize)]
@@ -216,6 +222,8 @@ impl OpenSsfDocument {
             predicate_type: pt.to_string(),
             model_name: String::new(),
             shard_size: None,
+            ignore_paths: Vec::new(),
+            single_file: false,
             files: Vec::new(),
         };
         if pt == PREDICATE_TYPE_V0_1 {
@@ -262,6 +270,7 @@ impl OpenSsfDocument {
             }
         };
         doc.shard_size = shard_size;
+        doc.ignore_paths = ser.ignore_paths.0.clone();
         let sharded_alg = shard_size.map(|n| format!("sha256-sharded-{n}"));
         let mut rooted = Sha256::new();
         let mut digests = Vec::with_capacity(pred.resources.0.len());
@@ -294,6 +303,11 @@ impl OpenSsfDocument {
             None => files_of(&doc.model_name, &pred.resources.0, &digests)?,
             Some(n) => shards_of(&doc.model_name, n, &pred.resources.0, &digests)?,
         };
+        doc.single_file = pred
+            .resources
+            .0
+            .iter()
+            .any(|r| r.name == "." || r.name.starts_with(".:"));
         Ok(doc)
     }
 
@@ -318,6 +332,18 @@ impl OpenSsfDocument {
         self.shard_size
     }
 
+    /// The paths the signer left out (`serialization.ignore_paths`: relative to the model's
+    /// folder, as `model_signing` writes them), which a verifier leaves out too.
+    pub fn ignore_paths(&self) -> &[String] {
+        &self.ignore_paths
+    }
+
+    /// Whether it signs a model of one file (named `.`, the file's name in the subject): such a
+    /// statement holds for that file's bytes under any name.
+    pub fn is_single_file(&self) -> bool {
+        self.single_file
+    }
+
     /// What each file must be, by path.
     pub fn files(&self) -> &[FileExpectation] {
         &self.files
@@ -327,7 +353,7 @@ impl OpenSsfDocument {
     pub(crate) fn notes(&self) -> Vec<String> {
         vec![if self.bundle {
             "only the digests were checked: the Sigstore signature of this bundle was NOT \
-             verified (verify it with model_signing verify)"
+             verified (verify it with weight-inspect signature verify)"
                 .to_string()
         } else {
             "only the digests were checked: an in-toto statement alone carries no signature, and \
@@ -582,6 +608,17 @@ fn v0_1_files(subjects: &[Subject]) -> Result<Vec<FileExpectation>, ManifestErro
 /// name, as `model_signing` names it. The statement is not signed: `model_signing` can sign it,
 /// and this program can check files against it.
 pub fn create_in_toto(paths: &[PathBuf], shard_size: Option<u64>) -> Result<String, ManifestError> {
+    create_in_toto_ignoring(paths, shard_size, &[])
+}
+
+/// [`create_in_toto`], leaving out `ignore` too: paths relative to the model's folder (a file,
+/// or a folder and everything below it), listed in `ignore_paths` after the defaults; a
+/// signature written inside the folder is one.
+pub fn create_in_toto_ignoring(
+    paths: &[PathBuf],
+    shard_size: Option<u64>,
+    ignore: &[String],
+) -> Result<String, ManifestError> {
     if let Some(n) = shard_size {
         if n < MIN_CHUNK_SIZE || n > MAX_FLOAT_INT as u64 {
             return Err(ManifestError::Input(format!(
@@ -592,7 +629,7 @@ pub fn create_in_toto(paths: &[PathBuf], shard_size: Option<u64>) -> Result<Stri
     let sel = crate::manifest::create::select(paths)?;
     let ignored = |rel: &str| {
         let top = rel.split('/').next().unwrap_or(rel);
-        IGNORE_PATHS.contains(&top)
+        IGNORE_PATHS.contains(&top) || ignore.iter().any(|i| is_within(rel, i))
     };
     let named: Vec<&(String, PathBuf)> = sel.named.iter().filter(|(r, _)| !ignored(r)).collect();
     if named.is_empty() {
@@ -649,7 +686,14 @@ pub fn create_in_toto(paths: &[PathBuf], shard_size: Option<u64>) -> Result<Stri
         serialization["shard_size"] = n.into();
     }
     serialization["allow_symlinks"] = symlinks.into();
-    serialization["ignore_paths"] = serde_json::json!(IGNORE_PATHS);
+    let mut listed: Vec<&str> = IGNORE_PATHS.to_vec();
+    listed.extend(
+        ignore
+            .iter()
+            .map(String::as_str)
+            .filter(|i| !IGNORE_PATHS.contains(i)),
+    );
+    serialization["ignore_paths"] = serde_json::json!(listed);
     let statement = serde_json::json!({
         "_type": STATEMENT_TYPE,
         "subject": [{"name": model_name, "digest": {"sha256": root.to_string()}}],
@@ -659,6 +703,13 @@ pub fn create_in_toto(paths: &[PathBuf], shard_size: Option<u64>) -> Result<Stri
     let mut s = serde_json::to_string_pretty(&statement).unwrap_or_default();
     s.push('\n');
     Ok(s)
+}
+
+/// Whether the relative path `rel` is `prefix` or below it (`prefix` a relative path, `/`
+/// separated; a trailing `/` and a leading `./` ignored).
+pub(crate) fn is_within(rel: &str, prefix: &str) -> bool {
+    let p = prefix.trim_start_matches("./").trim_end_matches('/');
+    !p.is_empty() && (rel == p || rel.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
 }
 
 /// The final component of a folder (of its absolute form for `.`), as `model_signing` names a

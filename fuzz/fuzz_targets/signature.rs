@@ -1,0 +1,35 @@
+//! Any bytes as a model signature (`signature::verify_signature`): as the bundle itself, checked
+//! with a key; and as the signing certificate of a bundle checked with Mozilla's roots (the
+//! X.509 parser and the path check on hostile DER). `Ok` is impossible without the key's private
+//! half, so every input must come back as `Err`, never a panic; peak heap within
+//! `fuzz_support::within_budget`'s bound.
+#![no_main]
+
+use base64::Engine as _;
+use libfuzzer_sys::fuzz_target;
+use weight_inspect::signature::{verify_signature, CertificateRoots, PublicKey, TrustPolicy};
+
+/// A P-256 public key whose private half was thrown away.
+const KEY: &[u8] = b"-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEeLzfO7KYMfJQY5+plJw8Pg8HZl78
+ZUwLpcYI5IEmlx4RJuV9UcxdOxdMDPUVD2xUovrui9c4NoyIOwyJm1R/Dg==
+-----END PUBLIC KEY-----
+";
+
+fuzz_target!(|data: &[u8]| {
+    fuzz_support::within_budget(data, |data| {
+        let key = TrustPolicy::Key(PublicKey::from_pem(KEY).expect("the key"));
+        assert!(verify_signature(data, &key).is_err());
+        let cert = base64::engine::general_purpose::STANDARD.encode(data);
+        let bundle = format!(
+            "{{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\",\
+             \"verificationMaterial\":{{\"x509CertificateChain\":{{\"certificates\":\
+             [{{\"rawBytes\":\"{cert}\"}}]}}}},\
+             \"dsseEnvelope\":{{\"payload\":\"e30=\",\
+             \"payloadType\":\"application/vnd.in-toto+json\",\"signatures\":[{{\"sig\":\"MAA=\"}}]}}}}"
+        );
+        drop(cert);
+        let roots = TrustPolicy::Certificates(CertificateRoots::mozilla());
+        assert!(verify_signature(bundle.as_bytes(), &roots).is_err());
+    });
+});

@@ -1,0 +1,209 @@
+//! A model's folder (or file) against a signature: verified, or signed.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{
+    read_signature, sign_statement, verify_signature, SignatureError, Signer, SigningKey,
+    TrustPolicy,
+};
+use crate::manifest::interop::openssf::is_within;
+use crate::manifest::{check_expectations, CheckReport, Document, FileExpectation, ManifestError};
+use crate::names::escape;
+
+/// The paths `model_signing` leaves out by default (`--ignore-git-paths`), always left out here.
+const GIT_PATHS: [&str; 4] = [".git", ".gitattributes", ".github", ".gitignore"];
+
+/// How a model is compared with its signature (`model_signing verify`'s options). Git's own
+/// files (`.git`, `.gitattributes`, `.github`, `.gitignore`) are always left out, as
+/// `model_signing` leaves them out by default, and so are `.cache` folders (the Hugging Face
+/// tools' bookkeeping).
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// Paths left out of the model, relative to its folder (or absolute, inside it), besides
+    /// those the signer left out (`ignore_paths` in the statement) and the signature itself.
+    pub ignore_paths: Vec<PathBuf>,
+    /// Accept files the signature does not name (they are listed, not refused).
+    pub ignore_unsigned_files: bool,
+}
+
+/// What [`verify_model`] found: who signed, every signed file's verdict, and the files present
+/// that the signature does not name.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelVerdict {
+    /// Who signed (the signature itself held).
+    pub signer: Signer,
+    /// The model's name in the statement.
+    pub model_name: String,
+    /// Every file the statement names, checked.
+    pub report: CheckReport,
+    /// What the statement says of each file (the report's files, in its order).
+    #[serde(skip)]
+    pub expected: Vec<FileExpectation>,
+    /// Files in the model's folder the statement does not name, by path relative to it.
+    pub unsigned: Vec<String>,
+    /// Whether unsigned files were accepted ([`VerifyOptions::ignore_unsigned_files`]).
+    pub unsigned_accepted: bool,
+    /// What the reader should know.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl ModelVerdict {
+    /// Whether the model is what was signed: every named file matches, and no file is present
+    /// that the signature does not name (unless those were accepted).
+    pub fn verified(&self) -> bool {
+        self.report.all_match() && (self.unsigned_accepted || self.unsigned.is_empty())
+    }
+}
+
+/// `path` relative to `base` as a `/`-separated string, when it is inside it.
+fn relative(path: &Path, base: &Path) -> Option<String> {
+    let abs = |p: &Path| std::path::absolute(p).ok();
+    let (p, b) = (abs(path)?, abs(base)?);
+    let rel = p.strip_prefix(&b).ok()?;
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// Verifies the model at `model` (its folder, or its one file) against the signature at
+/// `signature` under `policy`: the signature first ([`verify_signature`]), then every file it
+/// names re-hashed, and the folder listed for files it does not name.
+pub fn verify_model(
+    model: &Path,
+    signature: &Path,
+    policy: &TrustPolicy,
+    opts: &VerifyOptions,
+) -> Result<ModelVerdict, SignatureError> {
+    let bytes = read_signature(signature)?;
+    let verified = verify_signature(&bytes, policy)?;
+    let st = &verified.statement;
+    let mut expected: Vec<FileExpectation> = st.files().to_vec();
+    let base = if model.is_dir() {
+        if st.is_single_file() {
+            return Err(SignatureError::Model(ManifestError::Input(format!(
+                "the signature is of one file ('{}'), and {} is a folder: give that file",
+                escape(st.model_name()),
+                model.display()
+            ))));
+        }
+        model.to_path_buf()
+    } else {
+        if !st.is_single_file() {
+            return Err(SignatureError::Model(ManifestError::Input(format!(
+                "the signature is of a folder of {} file(s) ('{}'), and {} is one file: give the \
+                 folder",
+                expected.len(),
+                escape(st.model_name()),
+                model.display()
+            ))));
+        }
+        // A model of one file is signed as `.`: its bytes, whatever its name.
+        let name = model
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for f in &mut expected {
+            f.path.clone_from(&name);
+        }
+        model.parent().unwrap_or(Path::new(".")).to_path_buf()
+    };
+    let mut report = check_expectations(&expected, &base);
+    report.format = Document::OpenSsf(st.clone()).kind().to_string();
+    report.signature_verified = Some(true);
+    report.notes = verified.notes.clone();
+    let mut unsigned = Vec::new();
+    if model.is_dir() {
+        let mut ignored: Vec<String> = verified.statement.ignore_paths().to_vec();
+        ignored.extend(GIT_PATHS.iter().map(|s| s.to_string()));
+        for p in &opts.ignore_paths {
+            if p.is_absolute() {
+                ignored.extend(relative(p, model));
+            } else {
+                ignored.push(p.to_string_lossy().replace('\\', "/"));
+            }
+        }
+        ignored.extend(relative(signature, model));
+        let named: std::collections::HashSet<&str> =
+            expected.iter().map(|f| f.path.as_str()).collect();
+        let sel = crate::manifest::select(&[model.to_path_buf()]).map_err(SignatureError::Model)?;
+        // Shards cut an empty file into nothing: a sharded statement cannot name one.
+        let sharded = st.shard_size().is_some();
+        unsigned = sel
+            .named
+            .into_iter()
+            .filter(|(rel, _)| !named.contains(rel.as_str()))
+            .filter(|(rel, _)| !ignored.iter().any(|i| is_within(rel, i)))
+            .filter(|(_, path)| !(sharded && std::fs::metadata(path).is_ok_and(|m| m.len() == 0)))
+            .map(|(rel, _)| rel)
+            .collect();
+    }
+    Ok(ModelVerdict {
+        signer: verified.signer,
+        model_name: verified.statement.model_name().to_string(),
+        report,
+        expected,
+        unsigned,
+        unsigned_accepted: opts.ignore_unsigned_files,
+        notes: verified.notes,
+    })
+}
+
+/// How a model is signed.
+#[derive(Debug, Clone, Default)]
+pub struct SignOptions {
+    /// Cut files into shards of this many bytes (`model_signing`'s `shards` serialization);
+    /// whole files (`files`) when `None`.
+    pub shard_size: Option<u64>,
+    /// Paths left out, relative to the model's folder (the signature itself is left out when
+    /// it is written inside the folder).
+    pub ignore_paths: Vec<PathBuf>,
+    /// The signing certificate then the rest of its chain (PEM files): the bundle carries the
+    /// chain instead of the key's hint (`model_signing sign certificate`).
+    pub certificate_chain: Option<(PathBuf, Vec<PathBuf>)>,
+}
+
+/// Signs the model at `model` (its folder, or one file) with `key`, writing the bundle to
+/// `signature` (replaced atomically); who signed.
+pub fn sign_model(
+    model: &Path,
+    signature: &Path,
+    key: &SigningKey,
+    opts: &SignOptions,
+) -> Result<Signer, SignatureError> {
+    let certificates = match &opts.certificate_chain {
+        Some((leaf, rest)) => Some(super::chain::read_chain(leaf, rest)?),
+        None => None,
+    };
+    let mut ignore: Vec<String> = Vec::new();
+    for p in &opts.ignore_paths {
+        if p.is_absolute() {
+            ignore.extend(relative(p, model));
+        } else {
+            ignore.push(p.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    if model.is_dir() {
+        ignore.extend(relative(signature, model));
+    }
+    let statement =
+        crate::manifest::create_in_toto_ignoring(&[model.to_path_buf()], opts.shard_size, &ignore)
+            .map_err(SignatureError::Model)?;
+    let signer = match &certificates {
+        Some(ders) => Signer::Certificate(super::chain::describe(ders)?),
+        None => Signer::Key {
+            fingerprint: key.public_key().fingerprint(),
+            curve: key.public_key().curve().name(),
+        },
+    };
+    let json = sign_statement(statement.as_bytes(), key, certificates)?;
+    let tmp = crate::safe_fs::tempfile(signature).map_err(|e| SignatureError::io(signature, e))?;
+    std::fs::write(tmp.path(), json.as_bytes()).map_err(|e| SignatureError::io(signature, e))?;
+    tmp.persist(signature)
+        .map_err(|e| SignatureError::io(signature, e.error))?;
+    Ok(signer)
+}

@@ -1,0 +1,433 @@
+//! OpenSSF model signatures against the reference tool, `model_signing` (PyPI `model-signing`):
+//! it signs (keys on three curves, files and shards, a certificate chain made here), this
+//! program verifies; this program signs, it verifies; and for each way a signature or a model
+//! can be wrong, both give the same verdict.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::manifest::{poke, run, signing_model_dir, stderr, stdout};
+
+/// Keys, a PKI (a root, an intermediate, signing certificates: good, expired since, unable to
+/// sign, issued after its intermediate expired; another root) and `model_signing`'s signatures.
+const FIXTURES: &str = r#"
+import datetime, pathlib, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID, ExtendedKeyUsageOID
+from model_signing import signing, hashing
+
+out, model, other = (pathlib.Path(a) for a in sys.argv[1:4])
+def key(name, curve):
+    k = ec.generate_private_key(curve)
+    (out / f"{name}.pem").write_bytes(k.private_bytes(serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (out / f"{name}.pub.pem").write_bytes(k.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return k
+for n, c in [("p256", ec.SECP256R1()), ("p384", ec.SECP384R1()), ("p521", ec.SECP521R1())]:
+    key(n, c)
+now = datetime.datetime.now(datetime.timezone.utc)
+day = datetime.timedelta(days=1)
+def name(cn):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+def cert(file, k, subject, issuer, issuer_key, ca, start, end, can_sign=True):
+    b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+         .public_key(k.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(start).not_valid_after(end)
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+         .add_extension(x509.KeyUsage(digital_signature=not ca and can_sign, content_commitment=False,
+             key_encipherment=not ca and not can_sign, data_encipherment=False, key_agreement=False,
+             key_cert_sign=ca, crl_sign=ca, encipher_only=False, decipher_only=False), critical=True))
+    if not ca:
+        b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING if can_sign
+            else ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    (out / f"{file}.crt").write_bytes(b.sign(issuer_key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM))
+ever, never = now - 3000 * day, now + 3000 * day
+root = ec.generate_private_key(ec.SECP384R1())
+cert("root", root, "wi test root", "wi test root", root, True, ever, never)
+inter = ec.generate_private_key(ec.SECP256R1())
+cert("inter", inter, "wi test intermediate", "wi test root", root, True, ever, never)
+leaf = key("leaf", ec.SECP256R1())
+cert("leaf", leaf, "wi test signer", "wi test intermediate", inter, False, now - day, now + 365 * day)
+cert("leaf-expired", leaf, "wi test old signer", "wi test intermediate", inter, False,
+     now - 800 * day, now - 400 * day)
+cert("leaf-nosign", leaf, "wi test server", "wi test intermediate", inter, False, now - day,
+     now + 365 * day, can_sign=False)
+stranger = ec.generate_private_key(ec.SECP256R1())
+cert("other-root", stranger, "wi other root", "wi other root", stranger, True, ever, never)
+old_inter = ec.generate_private_key(ec.SECP256R1())
+cert("inter-expired", old_inter, "wi test old intermediate", "wi test root", root, True,
+     now - 900 * day, now - 500 * day)
+cert("leaf-late", leaf, "wi test late signer", "wi test old intermediate", old_inter, False,
+     now - 100 * day, now + 100 * day)
+
+files = hashing.Config().use_file_serialization
+for n in ["p256", "p384", "p521"]:
+    signing.Config().use_elliptic_key_signer(private_key=out / f"{n}.pem") \
+        .set_hashing_config(files()).sign(model, out / f"theirs-{n}.sig")
+signing.Config().use_elliptic_key_signer(private_key=out / "p384.pem") \
+    .set_hashing_config(hashing.Config().use_shard_serialization(shard_size=65536)) \
+    .sign(model, out / "theirs-p384-shards.sig")
+signing.Config().use_elliptic_key_signer(private_key=out / "p256.pem") \
+    .set_hashing_config(files()).sign(other, out / "theirs-other-model.sig")
+for c, chain in [("leaf", "inter"), ("leaf-expired", "inter"), ("leaf-nosign", "inter"),
+                 ("leaf-late", "inter-expired")]:
+    signing.Config().use_certificate_signer(private_key=out / "leaf.pem",
+        signing_certificate=out / f"{c}.crt", certificate_chain=[out / f"{chain}.crt"]) \
+        .set_hashing_config(files()).sign(model, out / f"theirs-{c}.sig")
+"#;
+
+/// `model_signing`'s verdict on each case: "ok" or "refused: …". A sharded signature is verified
+/// with the shard size given: `model_signing` 1.1.1 fails on its own sharded signatures otherwise
+/// (its guess of the hashing configuration reads the shard size as a float and raises
+/// `TypeError`; its command line hashes whole files and finds every shard missing: checked).
+const VERIFY: &str = r#"
+import json, pathlib, sys
+from model_signing import hashing, verifying
+verdicts = []
+for case in json.load(open(sys.argv[1])):
+    try:
+        c = verifying.Config()
+        if case["shard_size"]:
+            c = c.set_hashing_config(hashing.Config().use_shard_serialization(
+                shard_size=case["shard_size"]))
+        if case["method"] == "key":
+            c = c.use_elliptic_key_verifier(public_key=pathlib.Path(case["material"]))
+        else:
+            c = c.use_certificate_verifier(certificate_chain=[pathlib.Path(case["material"])])
+        c.verify(pathlib.Path(case["model"]), pathlib.Path(case["signature"]))
+        verdicts.append("ok")
+    except Exception as e:
+        verdicts.append(f"refused: {type(e).__name__}: {e}")
+print(json.dumps(verdicts))
+"#;
+
+struct Case {
+    what: &'static str,
+    model: PathBuf,
+    signature: PathBuf,
+    /// `--public-key` or `--certificate-chain`.
+    flag: &'static str,
+    material: PathBuf,
+    /// The verdict both must give: `None` verified, else a piece of this program's reason.
+    refused: Option<&'static str>,
+}
+
+fn ours(c: &Case) -> (Option<i32>, String) {
+    let o = run(
+        &[
+            "signature",
+            "verify",
+            "--signature",
+            c.signature.to_str().unwrap(),
+            c.flag,
+            c.material.to_str().unwrap(),
+        ],
+        &[&c.model],
+    );
+    (o.status.code(), format!("{}{}", stdout(&o), stderr(&o)))
+}
+
+fn theirs(python: &str, dir: &Path, cases: &[Case]) -> Vec<String> {
+    let list: Vec<serde_json::Value> = cases
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "method": if c.flag == "--public-key" { "key" } else { "certificate" },
+                "material": c.material, "model": c.model, "signature": c.signature,
+                "shard_size": c.signature.to_string_lossy().contains("shards").then_some(65536),
+            })
+        })
+        .collect();
+    let file = dir.join("cases.json");
+    fs::write(&file, serde_json::to_string(&list).unwrap()).unwrap();
+    let o = Command::new(python)
+        .args(["-c", VERIFY])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Both tools on every case: the same verdict, and the one expected.
+fn agree(python: &str, dir: &Path, cases: &[Case]) {
+    let verdicts = theirs(python, dir, cases);
+    for (c, theirs) in cases.iter().zip(verdicts) {
+        let (code, text) = ours(c);
+        match c.refused {
+            None => {
+                assert_eq!(code, Some(0), "{}: ours: {text}", c.what);
+                assert_eq!(theirs, "ok", "{}: model_signing", c.what);
+            }
+            Some(why) => {
+                assert_eq!(code, Some(2), "{}: ours: {text}", c.what);
+                assert!(text.contains(why), "{}: ours: {text}", c.what);
+                assert!(
+                    theirs.starts_with("refused"),
+                    "{}: model_signing: {theirs}",
+                    c.what
+                );
+            }
+        }
+    }
+}
+
+pub fn model_signing_and_this_program_verify_each_others_signatures() {
+    let python = crate::support::required_env("WI_PYTHON");
+    let (d, model) = signing_model_dir();
+    let out = d.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let other = d.path().join("other");
+    fs::create_dir(&other).unwrap();
+    fs::write(other.join("x.bin"), b"another model").unwrap();
+    let o = Command::new(&python)
+        .args(["-c", FIXTURES])
+        .args([&out, &model, &other])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = |n: &str| out.join(n);
+    let case = |what, model: &Path, sig: &str, flag, material: &str, refused| Case {
+        what,
+        model: model.to_path_buf(),
+        signature: f(sig),
+        flag,
+        material: f(material),
+        refused,
+    };
+
+    // This program signs: keys on each curve, files and shards, and a certificate chain.
+    let sign = |sig: &str, extra: &[&str]| {
+        let mut args = vec!["signature", "sign", "--signature"];
+        let path = f(sig);
+        args.push(path.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let o = run(&args, &[&model]);
+        assert_eq!(o.status.code(), Some(0), "{sig}: {}", stderr(&o));
+    };
+    for n in ["p256", "p384", "p521"] {
+        let key = f(&format!("{n}.pem"));
+        sign(
+            &format!("ours-{n}.sig"),
+            &["--private-key", key.to_str().unwrap()],
+        );
+    }
+    let p384 = f("p384.pem");
+    sign(
+        "ours-p384-shards.sig",
+        &[
+            "--private-key",
+            p384.to_str().unwrap(),
+            "--shard-size",
+            "64K",
+        ],
+    );
+    let (leaf_key, leaf, inter) = (f("leaf.pem"), f("leaf.crt"), f("inter.crt"));
+    sign(
+        "ours-leaf.sig",
+        &[
+            "--private_key",
+            leaf_key.to_str().unwrap(),
+            "--signing_certificate",
+            leaf.to_str().unwrap(),
+            "--certificate_chain",
+            inter.to_str().unwrap(),
+        ],
+    );
+
+    // Models that are not what was signed.
+    let (_t, tampered) = signing_model_dir();
+    poke(&tampered.join("sub/w.bin"), 70_000);
+    let (_e, extra) = signing_model_dir();
+    fs::write(extra.join("added.bin"), b"not signed").unwrap();
+    let (_m, missing) = signing_model_dir();
+    fs::remove_file(missing.join("sub/w.bin")).unwrap();
+    // A statement edited after signing: the first file's digest replaced.
+    let edited = {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut b: serde_json::Value =
+            serde_json::from_slice(&fs::read(f("theirs-p256.sig")).unwrap()).unwrap();
+        let payload = b64
+            .decode(b["dsseEnvelope"]["payload"].as_str().unwrap())
+            .unwrap();
+        let mut st: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        st["predicate"]["resources"][0]["digest"] = "ab".repeat(32).into();
+        b["dsseEnvelope"]["payload"] = b64.encode(serde_json::to_vec(&st).unwrap()).into();
+        fs::write(f("edited.sig"), b.to_string()).unwrap();
+        "edited.sig"
+    };
+
+    let key = "--public-key";
+    let chain = "--certificate-chain";
+    let cases = vec![
+        case(
+            "theirs, P-256",
+            &model,
+            "theirs-p256.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "theirs, P-384",
+            &model,
+            "theirs-p384.sig",
+            key,
+            "p384.pub.pem",
+            None,
+        ),
+        case(
+            "theirs, P-521",
+            &model,
+            "theirs-p521.sig",
+            key,
+            "p521.pub.pem",
+            None,
+        ),
+        case(
+            "theirs, shards",
+            &model,
+            "theirs-p384-shards.sig",
+            key,
+            "p384.pub.pem",
+            None,
+        ),
+        case(
+            "theirs, certificate",
+            &model,
+            "theirs-leaf.sig",
+            chain,
+            "root.crt",
+            None,
+        ),
+        case(
+            "ours, P-256",
+            &model,
+            "ours-p256.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "ours, P-384",
+            &model,
+            "ours-p384.sig",
+            key,
+            "p384.pub.pem",
+            None,
+        ),
+        case(
+            "ours, P-521",
+            &model,
+            "ours-p521.sig",
+            key,
+            "p521.pub.pem",
+            None,
+        ),
+        case(
+            "ours, shards",
+            &model,
+            "ours-p384-shards.sig",
+            key,
+            "p384.pub.pem",
+            None,
+        ),
+        case(
+            "ours, certificate",
+            &model,
+            "ours-leaf.sig",
+            chain,
+            "root.crt",
+            None,
+        ),
+        // Checked at the moment the signing certificate's validity began, as model_signing
+        // checks it: a certificate expired since still verifies what it signed.
+        case(
+            "expired since",
+            &model,
+            "theirs-leaf-expired.sig",
+            chain,
+            "root.crt",
+            None,
+        ),
+        case(
+            "a tampered file",
+            &tampered,
+            "theirs-p256.sig",
+            key,
+            "p256.pub.pem",
+            Some("sub/w.bin: the file's SHA-256 differs"),
+        ),
+        case(
+            "a file not signed",
+            &extra,
+            "ours-p256.sig",
+            key,
+            "p256.pub.pem",
+            Some("added.bin: present but not signed"),
+        ),
+        case(
+            "a missing file",
+            &missing,
+            "theirs-p384-shards.sig",
+            key,
+            "p384.pub.pem",
+            Some("sub/w.bin: missing"),
+        ),
+        case(
+            "the wrong key",
+            &model,
+            "theirs-p384.sig",
+            key,
+            "p256.pub.pem",
+            Some("key mismatch"),
+        ),
+        case(
+            "the wrong CA",
+            &model,
+            "theirs-leaf.sig",
+            chain,
+            "other-root.crt",
+            Some("no path to a trusted certificate"),
+        ),
+        case(
+            "a certificate that may not sign",
+            &model,
+            "theirs-leaf-nosign.sig",
+            chain,
+            "root.crt",
+            Some("may not sign"),
+        ),
+        case(
+            "issued after its issuer expired",
+            &model,
+            "theirs-leaf-late.sig",
+            chain,
+            "root.crt",
+            Some("had expired"),
+        ),
+        case(
+            "another model's signature",
+            &model,
+            "theirs-other-model.sig",
+            key,
+            "p256.pub.pem",
+            Some("x.bin: missing"),
+        ),
+        case(
+            "a statement edited after signing",
+            &model,
+            edited,
+            key,
+            "p256.pub.pem",
+            Some("does not verify with the given key"),
+        ),
+    ];
+    agree(&python, d.path(), &cases);
+}

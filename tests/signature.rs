@@ -1,0 +1,181 @@
+//! `weight-inspect signature sign|verify`: OpenSSF model signatures made and checked here (the
+//! reference tool's side is in tests/optional/signature.rs).
+
+use std::fs;
+use std::path::Path;
+
+use crate::support::manifest::{poke, run, signing_model_dir, stderr, stdout};
+use crate::support::signature::key_pair;
+
+fn sign(model: &Path, key: &Path, extra: &[&str]) {
+    let mut args = vec!["signature", "sign", "--private-key", key.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = run(&args, &[model]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("signed by the key"), "{}", stderr(&o));
+}
+
+fn verify(model: &Path, public: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "signature",
+        "verify",
+        "--public-key",
+        public.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(&args, &[model])
+}
+
+#[test]
+fn a_signed_folder_verifies_and_a_changed_shard_is_named() {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 384);
+    sign(&model, &private, &["--shard-size", "64K"]);
+    assert!(model.join("model.sig").is_file());
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // The empty file has no shard: a sharded statement names the two others.
+    assert!(
+        stdout(&o).contains("(2 file(s)) is what the key"),
+        "{}",
+        stdout(&o)
+    );
+
+    poke(&model.join("sub/w.bin"), 140_000);
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("sub/w.bin: shard 2 (bytes 131072-149999) differs"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("NOT verified") && stdout(&o).contains("1 of 2 signed file(s)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn files_present_but_not_signed_and_files_missing_are_refused() {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    sign(&model, &private, &[]);
+    // Git's files are left out by default, as model_signing leaves them out.
+    fs::create_dir(model.join(".git")).unwrap();
+    fs::write(model.join(".git/config"), b"[core]").unwrap();
+    fs::write(model.join(".gitattributes"), b"*.gguf filter=lfs").unwrap();
+    assert_eq!(verify(&model, &public, &[]).status.code(), Some(0));
+
+    fs::write(model.join("extra.bin"), b"not signed").unwrap();
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stdout(&o).contains("extra.bin: present but not signed\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("1 file(s) present but not signed (--ignore-unsigned-files"),
+        "{}",
+        stdout(&o)
+    );
+    let o = verify(&model, &public, &["--ignore_unsigned_files"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("extra.bin: present but not signed (accepted)"));
+    let o = verify(&model, &public, &["--ignore-paths", "extra.bin"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+
+    fs::remove_file(model.join("sub/w.bin")).unwrap();
+    let o = verify(&model, &public, &["--ignore-unsigned-files"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).contains("sub/w.bin: missing"), "{}", stdout(&o));
+}
+
+#[test]
+fn another_key_an_edited_statement_and_a_broken_bundle_exit_2() {
+    use base64::Engine as _;
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    let (_, other) = key_pair(d.path(), "other", 256);
+    sign(&model, &private, &[]);
+    let o = verify(&model, &other, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("signature refused: key mismatch"),
+        "{}",
+        stderr(&o)
+    );
+
+    // The statement edited after signing: a file's digest replaced by the digest of other bytes.
+    let sig = model.join("model.sig");
+    let original = fs::read_to_string(&sig).unwrap();
+    let mut b: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let payload = b64
+        .decode(b["dsseEnvelope"]["payload"].as_str().unwrap())
+        .unwrap();
+    let mut st: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    st["predicate"]["resources"][0]["digest"] = "00".repeat(32).into();
+    b["dsseEnvelope"]["payload"] = b64.encode(st.to_string()).into();
+    fs::write(&sig, b.to_string()).unwrap();
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("does not verify with the given key"),
+        "{}",
+        stderr(&o)
+    );
+
+    fs::write(&sig, "{\"mediaType\": 1").unwrap();
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("malformed Sigstore bundle"),
+        "{}",
+        stderr(&o)
+    );
+
+    // What the user gave cannot be read: exit 1, the file named.
+    fs::write(&sig, original).unwrap();
+    let o = verify(&model, &d.path().join("absent.pem"), &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("absent.pem"), "{}", stderr(&o));
+    let o = verify(&model, &sig, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not a PEM public key"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["signature", "verify"], &[&model]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--public-key PEM"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_model_of_one_file_and_the_json_verdict() {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 521);
+    let file = model.join("m.gguf");
+    let sig = d.path().join("one.sig");
+    sign(&file, &private, &["--signature", sig.to_str().unwrap()]);
+    let o = verify(
+        &file,
+        &public,
+        &["--signature", sig.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verified"], true);
+    assert_eq!(v["signer"]["method"], "key");
+    assert_eq!(v["signer"]["curve"], "secp521r1");
+    assert_eq!(v["model_name"], "m.gguf");
+    assert_eq!(v["report"]["files"][0]["verdict"], "match");
+    assert_eq!(v["report"]["signature_verified"], true);
+
+    // The signature of one model does not pass for another.
+    let other = model.join("sub/w.bin");
+    let o = verify(&other, &public, &["--signature", sig.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+}
