@@ -179,3 +179,218 @@ fn a_model_of_one_file_and_the_json_verdict() {
     let o = verify(&other, &public, &["--signature", sig.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
 }
+
+/// A mock Hub serving `acme/signed` (the signing test model, signed with the key of `bits`
+/// by this program, shards of 64 KiB, `model.sig` at its root) and `acme/unsigned` (the same
+/// files, no signature); the hub, the folder and the key pair.
+fn signed_hub(
+    extra: &[&str],
+) -> (
+    mock_server::BackgroundHub,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    let mut args = vec!["--shard-size", "64K"];
+    args.extend_from_slice(extra);
+    sign(&model, &private, &args);
+    let root = d.path().join("hub");
+    fs::create_dir_all(root.join("acme")).unwrap();
+    fs::rename(&model, root.join("acme/signed")).unwrap();
+    let (keep, again) = signing_model_dir();
+    fs::rename(&again, root.join("acme/unsigned")).unwrap();
+    drop(keep);
+    let hub = mock_server::MockHub::builder()
+        .root(&root)
+        .lfs_threshold(64 << 10)
+        .hash_cache(false)
+        .start_in_background()
+        .unwrap();
+    (hub, d, private, public)
+}
+
+fn wi_fetch(
+    sb: &crate::support::cli::Sandbox,
+    hub: &mock_server::MockHub,
+    args: &[&str],
+) -> std::process::Output {
+    let mut c = sb.cmd(hub);
+    c.args(args);
+    c.output().unwrap()
+}
+
+/// The files of `repo`'s snapshots in the sandbox's cache, by path.
+fn snapshot_files(sb: &crate::support::cli::Sandbox, repo: &str) -> Vec<String> {
+    let snaps = sb.repo_dir(repo).join("snapshots");
+    let mut out = Vec::new();
+    for c in fs::read_dir(&snaps).into_iter().flatten().flatten() {
+        let mut stack = vec![c.path()];
+        while let Some(dir) = stack.pop() {
+            for e in fs::read_dir(&dir).unwrap().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.push(
+                        e.path()
+                            .strip_prefix(c.path())
+                            .unwrap()
+                            .display()
+                            .to_string(),
+                    );
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn wi_fetch_checks_the_model_signature_before_any_file() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let files = ["m.gguf", "sub/w.bin"];
+
+    let sb = Sandbox::new();
+    let mut args = vec!["acme/signed", "--public-key", key];
+    args.extend_from_slice(&files);
+    let o = wi_fetch(&sb, &hub, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("every file checked against the model's signature, made by the key"),
+        "{}",
+        stderr(&o)
+    );
+    // The signature is kept beside the files: the snapshot verifies as a model on its own.
+    assert_eq!(
+        snapshot_files(&sb, "acme/signed"),
+        ["m.gguf", "model.sig", "sub/w.bin"]
+    );
+    let snap = fs::read_dir(sb.repo_dir("acme/signed").join("snapshots"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let o2 = verify(&snap, &public, &[]);
+    assert_eq!(o2.status.code(), Some(0), "{}", stdout(&o2));
+    assert!(
+        stdout(&o2).contains("(2 file(s)) is what the key"),
+        "{}",
+        stdout(&o2)
+    );
+    // Offline, the signature comes from the cache.
+    let mut off = args.clone();
+    off.push("--offline");
+    let o = wi_fetch(&sb, &hub, &off);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // `cache verify` re-checks every file against it, without the network: a blob changed on
+    // disk is named.
+    let check = |sb: &Sandbox, key: &str| {
+        let mut c = crate::support::cli::cache_cmd(sb, &hub, &["verify", "acme/signed"]);
+        c.args(files).args(["--offline", "--public-key", key]);
+        c.output().unwrap()
+    };
+    let o = check(&sb, key);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (_, stranger) = key_pair(d.path(), "stranger", 256);
+    let o = check(&sb, stranger.to_str().unwrap());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("key mismatch"), "{}", stderr(&o));
+    poke(&snap.join("sub/w.bin"), 1_000);
+    let o = check(&sb, key);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sub/w.bin"), "{}", stderr(&o));
+
+    // Another key: refused before any file, nothing kept.
+    let (_, other) = key_pair(d.path(), "other", 256);
+    let sb = Sandbox::new();
+    let mut args = vec!["acme/signed", "--public-key", other.to_str().unwrap()];
+    args.extend_from_slice(&files);
+    let o = wi_fetch(&sb, &hub, &args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("key mismatch"), "{}", stderr(&o));
+    assert!(snapshot_files(&sb, "acme/signed").is_empty());
+
+    // A file the signature does not name: refused, the others kept.
+    hub.mutate_file("acme/signed", "README.md", &b"added after signing"[..])
+        .unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &["acme/signed", "--public-key", key, "m.gguf", "README.md"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("README.md: FAILED: not named by the model's signature"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(snapshot_files(&sb, "acme/signed"), ["m.gguf", "model.sig"]);
+
+    // One byte changed on the server: exit 2, the file named, nothing of it kept.
+    let mut w = fs::read(d.path().join("hub/acme/signed/sub/w.bin")).unwrap();
+    w[70_000] ^= 1;
+    hub.mutate_file("acme/signed", "sub/w.bin", w).unwrap();
+    let sb = Sandbox::new();
+    let mut args = vec!["acme/signed", "--public-key", key];
+    args.extend_from_slice(&files);
+    let o = wi_fetch(&sb, &hub, &args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sub/w.bin"), "{}", stderr(&o));
+    assert!(
+        !snapshot_files(&sb, "acme/signed").contains(&"sub/w.bin".to_string()),
+        "{:?}",
+        snapshot_files(&sb, "acme/signed")
+    );
+}
+
+#[test]
+fn a_repository_without_a_signature_is_said_or_refused() {
+    use crate::support::cli::Sandbox;
+    let (hub, _d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &["acme/unsigned", "m.gguf", "--public-key", key]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the repository has no signature 'model.sig'"),
+        "{}",
+        stderr(&o)
+    );
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &[
+            "acme/unsigned",
+            "m.gguf",
+            "--public-key",
+            key,
+            "--require-signature",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no signature 'model.sig'") && stderr(&o).contains("it is required"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(snapshot_files(&sb, "acme/unsigned").is_empty());
+    // Required without saying whom from: a usage error.
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &["acme/unsigned", "m.gguf", "--require-signature"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("require_signature needs"),
+        "{}",
+        stderr(&o)
+    );
+}

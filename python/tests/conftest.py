@@ -32,6 +32,13 @@ def need(path: Optional[Path], why: str) -> Path:
     pytest.skip(why)
 
 
+def cli() -> Path:
+    """The `weight-inspect` binary the tests compare with (`WI_CLI`, else the debug build)."""
+    env = os.environ.get("WI_CLI")
+    p = Path(env) if env else ROOT / "target" / "debug" / "weight-inspect"
+    return need(p, f"no weight-inspect binary at {p} (cargo build, or set WI_CLI)")
+
+
 @pytest.fixture(scope="session")
 def shared_ggufs() -> list[Path]:
     d = need(SHARED_DATA / "gguf-vocab", f"{SHARED_DATA} (real GGUF files) is not beside the checkout")

@@ -20,7 +20,7 @@ import pytest
 import safetensors.numpy as stnp
 
 import weight_inspect as wi
-from conftest import ROOT, need
+from conftest import ROOT, cli, need
 
 SIZE = 8 << 20  # bytes of the model's tensor
 
@@ -277,3 +277,60 @@ def test_ctrl_c_stops_the_fetch_cleanly_and_the_next_call_resumes(repos: Path, t
         assert f["sha256"] == hashlib.sha256(data).hexdigest()
     finally:
         slow.stop()
+
+
+def _key_pair(d: Path, name: str) -> tuple[Path, Path]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    k = ec.generate_private_key(ec.SECP256R1())
+    private, public = d / f"{name}.pem", d / f"{name}.pub.pem"
+    private.write_bytes(
+        k.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    public.write_bytes(
+        k.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return private, public
+
+
+def test_a_signed_model_is_checked_against_its_signature(tmp_path: Path) -> None:
+    root = tmp_path / "hub"
+    repo = root / "acme" / "signed"
+    repo.mkdir(parents=True)
+    (repo / "weights.bin").write_bytes(np.random.default_rng(5).bytes(300_000))
+    (repo / "config.json").write_text('{"model_type": "tiny"}\n')
+    private, public = _key_pair(tmp_path, "signer")
+    subprocess.run(
+        [str(cli()), "signature", "sign", str(repo), "--private-key", str(private)], check=True, capture_output=True
+    )
+    h = Hub(root)
+    try:
+        s = wi.fetch(
+            "acme/signed",
+            files=["weights.bin", "config.json"],
+            endpoint=h.url,
+            cache_dir=tmp_path / "cache",
+            public_key=public,
+            require_signature=True,
+        )
+        assert s["signer"]["method"] == "key"
+        pem = public.read_bytes()
+        assert s["signer"]["fingerprint"] == hashlib.sha256(pem).hexdigest()
+        assert {f["path"] for f in s["files"]} == {"weights.bin", "config.json"}
+
+        _, other = _key_pair(tmp_path, "other")
+        with pytest.raises(wi.IntegrityError) as e:
+            wi.fetch(
+                "acme/signed",
+                files=["weights.bin"],
+                endpoint=h.url,
+                cache_dir=tmp_path / "cache2",
+                public_key=other,
+            )
+        assert "key mismatch" in str(e.value) and e.value.exit_code == 2
+        assert not list((tmp_path / "cache2").rglob("weights.bin"))
+    finally:
+        h.stop()

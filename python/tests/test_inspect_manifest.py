@@ -15,13 +15,7 @@ import safetensors.numpy as stnp
 from gguf import GGUFWriter
 
 import weight_inspect as wi
-from conftest import ROOT, need
-
-
-def _cli() -> Path:
-    env = os.environ.get("WI_CLI")
-    p = Path(env) if env else ROOT / "target" / "debug" / "weight-inspect"
-    return need(p, f"no weight-inspect binary at {p} (cargo build, or set WI_CLI)")
+from conftest import ROOT, cli, need
 
 
 @pytest.fixture()
@@ -68,11 +62,11 @@ def test_inspect_of_a_folder_is_one_report_per_model(model_dir: Path) -> None:
 
 
 def test_inspect_equals_the_cli_json(model_dir: Path) -> None:
-    cli = _cli()
+    exe = cli()
     for name in ("model.safetensors", "m.gguf"):
         p = model_dir / name
         out = subprocess.run(
-            [str(cli), "--json", "--verify", str(p)], capture_output=True, text=True, check=True
+            [str(exe), "--json", "--verify", str(p)], capture_output=True, text=True, check=True
         ).stdout
         assert wi.inspect(p, verify=True) == [json.loads(out)]
 
@@ -148,13 +142,13 @@ def test_the_readme_example_and_missing_files_named(model_dir: Path, tmp_path: P
 
 
 def test_manifest_check_equals_the_cli_json(model_dir: Path, tmp_path: Path) -> None:
-    cli = _cli()
+    exe = cli()
     out = tmp_path / "m.json"
     wi.manifest_create(model_dir, output=out)
     (model_dir / "m.gguf").unlink()
     ours = wi.manifest_check(out, model_dir)
     run = subprocess.run(
-        [str(cli), "manifest", "check", "--json", str(out), str(model_dir)],
+        [str(exe), "manifest", "check", "--json", str(out), str(model_dir)],
         capture_output=True,
         text=True,
     )
@@ -232,11 +226,11 @@ def test_a_model_on_the_hub_is_inspected_from_its_header_as_the_cli_does(remote_
         assert ours["remote"] is True and ours["hashed"] is False and ours["valid"], ours
         got = ours["header_only"]
         assert got["bytes_read"] < ours["file_size"] and got["requests"] >= 1
-        cli = subprocess.run(
-            [str(_cli()), "--json", "--verify", "--endpoint", url, spec], capture_output=True, text=True
+        theirs_run = subprocess.run(
+            [str(cli()), "--json", "--verify", "--endpoint", url, spec], capture_output=True, text=True
         )
-        assert cli.returncode == 0, cli.stderr
-        theirs = json.loads(cli.stdout)
+        assert theirs_run.returncode == 0, theirs_run.stderr
+        theirs = json.loads(theirs_run.stdout)
         assert ours == theirs, spec
     # A repository: the model fetch would pick, as a list; the choice is logged.
     docs = wi.inspect("demo/mixed", endpoint=url)

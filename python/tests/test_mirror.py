@@ -14,19 +14,13 @@ import pytest
 import safetensors.numpy as stnp
 
 import weight_inspect as wi
-from conftest import ROOT, need
+from conftest import ROOT, cli, need
 from test_fetch import Hub
 
 hf = pytest.importorskip("huggingface_hub")
 import huggingface_hub.errors as hf_errors  # noqa: E402
 
 REPO = "demo/tiny"
-
-
-def _cli() -> Path:
-    env = os.environ.get("WI_CLI")
-    p = Path(env) if env else ROOT / "target" / "debug" / "weight-inspect"
-    return need(p, f"no weight-inspect binary at {p} (cargo build, or set WI_CLI)")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +39,7 @@ def _serve(*args: str) -> "tuple[subprocess.Popen[str], str]":
     """`weight-inspect serve ARGS… --addr 127.0.0.1:0`, once it says where it listens."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
     proc = subprocess.Popen(
-        [str(_cli()), "serve", *args, "--addr", "127.0.0.1:0"],
+        [str(cli()), "serve", *args, "--addr", "127.0.0.1:0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

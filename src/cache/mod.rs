@@ -525,6 +525,15 @@ impl Store {
         }
     }
 
+    /// Where the file at `path` of `commit` is read: its snapshot link in the cache, the file
+    /// itself in a local folder (whatever commit it came from).
+    pub fn snapshot_file(&self, commit: &str, path: &str) -> PathBuf {
+        match self {
+            Store::Cache(r) => r.snapshot_path(commit, path),
+            Store::Local(l) => l.file_path(path),
+        }
+    }
+
     /// The file that holds `key`'s bytes when it is complete: its blob in the cache (not the
     /// snapshot's link to it), the file itself in a local folder. Nothing is linked.
     pub fn data_path(&self, key: &FileKey) -> Option<PathBuf> {

@@ -171,6 +171,26 @@ pub enum FetchError {
     /// or used.
     #[error("{0}")]
     Manifest(#[from] crate::manifest::ManifestError),
+    /// The model's signature does not hold (another signer, an edited statement, an untrusted
+    /// certificate), or cannot be read.
+    #[error("the model's signature: {0}")]
+    Signature(crate::signature::SignatureError),
+    /// A signature is required and the repository has none.
+    #[error("{repo}: no signature '{path}' ({why}); it is required")]
+    Unsigned {
+        /// The repository.
+        repo: String,
+        /// The signature's path in it.
+        path: String,
+        /// Why it was not found.
+        why: String,
+    },
+    /// A file the model's signature does not name: nothing of it is committed.
+    #[error("{file}: not named by the model's signature, so it cannot be checked; nothing of it is kept")]
+    NotSigned {
+        /// Path in the repository.
+        file: String,
+    },
     /// The manifest and the Hub disagree on what a file is (its size or its SHA-256): nothing
     /// is downloaded.
     #[error("{file}: {what}")]
@@ -301,6 +321,9 @@ impl FetchError {
             | FetchError::Locked { .. }
             | FetchError::RemoteDamaged { .. } => ExitClass::Integrity,
             FetchError::Manifest(_) => ExitClass::Local,
+            FetchError::Signature(e) if e.is_refusal() => ExitClass::Integrity,
+            FetchError::Signature(_) => ExitClass::Local,
+            FetchError::Unsigned { .. } | FetchError::NotSigned { .. } => ExitClass::Integrity,
             FetchError::Several { first, .. } => first.exit_class(),
             FetchError::Unfetched { .. } => ExitClass::Network,
             FetchError::Unreachable { error, .. } => error.exit_class(),

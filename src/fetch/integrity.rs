@@ -84,6 +84,8 @@ pub(super) enum Origin {
     Sidecar,
     /// The manifest recorded when the file was verified.
     Recorded,
+    /// The model's signature, verified.
+    Signed,
 }
 
 impl Origin {
@@ -92,6 +94,7 @@ impl Origin {
             Origin::Given => "the manifest given",
             Origin::Sidecar => "the manifest published beside it",
             Origin::Recorded => "the manifest recorded when it was verified",
+            Origin::Signed => "the model's signature",
         }
     }
 }

@@ -76,6 +76,7 @@ mod report;
 mod request;
 mod resolve;
 mod run;
+mod signed;
 #[doc(no_inline)]
 use crate::selection;
 mod space;
@@ -89,6 +90,7 @@ pub use report::{
 };
 pub use request::FetchRequest;
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
+pub use signed::SignaturePolicy;
 pub use verification::Verification;
 
 pub use blocking::{get, BlockingFetcher};
@@ -131,6 +133,7 @@ pub struct FetcherBuilder {
     verify: bool,
     verify_level: VerifyLevel,
     manifest: Option<Arc<crate::manifest::Document>>,
+    signature: Option<SignaturePolicy>,
     sidecars: bool,
     ensure_manifests: bool,
     force_download: bool,
@@ -202,6 +205,7 @@ impl Default for FetcherBuilder {
             verify: true,
             verify_level: VerifyLevel::Fast,
             manifest: None,
+            signature: None,
             sidecars: true,
             ensure_manifests: false,
             #[cfg(feature = "remote-cache")]
@@ -349,6 +353,18 @@ impl FetcherBuilder {
     /// against it. Default none.
     pub fn manifest(mut self, manifest: crate::manifest::Document) -> Self {
         self.manifest = Some(Arc::new(manifest));
+        self
+    }
+
+    /// Whom the model's signature must come from (an OpenSSF model signature, the repository's
+    /// `model.sig`; see [`SignaturePolicy`]). Before any file of a commit, the signature at that
+    /// commit is read and verified — a signature that does not hold fails the fetch, nothing
+    /// downloaded — and its statement becomes what every file must be: each chunk checked as
+    /// it arrives, nothing committed that differs, and a file the signature does not name
+    /// refused ([`FetchError::NotSigned`]). It takes the place of a manifest given. Default
+    /// none.
+    pub fn signature(mut self, policy: Option<SignaturePolicy>) -> Self {
+        self.signature = policy;
         self
     }
 
@@ -571,6 +587,7 @@ impl FetcherBuilder {
             verify: self.verify,
             verify_level: self.verify_level,
             manifest: self.manifest,
+            signature: self.signature,
             sidecars: self.sidecars,
             ensure_manifests: self.ensure_manifests,
             force_download: self.force_download,
@@ -614,6 +631,7 @@ pub struct Fetcher {
     verify: bool,
     verify_level: VerifyLevel,
     manifest: Option<Arc<crate::manifest::Document>>,
+    signature: Option<SignaturePolicy>,
     sidecars: bool,
     ensure_manifests: bool,
     force_download: bool,

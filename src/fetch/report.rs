@@ -316,6 +316,10 @@ pub struct FetchSummary {
     /// See [`Plan::unlisted`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlisted: Vec<String>,
+    /// Who signed the model, when its signature was checked
+    /// ([`FetcherBuilder::signature`](super::FetcherBuilder::signature)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signer: Option<crate::signature::Signer>,
     /// Wall time.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
     #[cfg_attr(feature = "schema", schemars(with = "f64"))]

@@ -125,6 +125,17 @@ pub struct FetchRequest {
     /// A manifest the files must match: a file or an `http(s)://` URL (read when the fetcher is
     /// made, see [`FetchRequest::blocking_fetcher`]).
     pub manifest: Option<String>,
+    /// The public key (a PEM file) the model's signature (its OpenSSF `model.sig`) must verify
+    /// with: a repository that ships one is checked against it before any file, and its
+    /// statement is what every file must be (see
+    /// [`FetcherBuilder::signature`](super::FetcherBuilder::signature)).
+    pub signature_public_key: Option<PathBuf>,
+    /// Instead of a key: the certificates (PEM files) the signature's certificate must chain to.
+    pub signature_certificate_chain: Vec<PathBuf>,
+    /// Fail a repository that has no signature (needs a key or certificates).
+    pub require_signature: bool,
+    /// The signature's path in the repository. Default `model.sig`.
+    pub signature_path: Option<String>,
     /// Use the manifest a repository publishes beside a model file. Default true.
     pub sidecars: bool,
     /// Record a manifest for every file that has none (for a lock file).
@@ -187,6 +198,10 @@ impl Default for FetchRequest {
             verify: true,
             verify_level: None,
             manifest: None,
+            signature_public_key: None,
+            signature_certificate_chain: Vec::new(),
+            require_signature: false,
+            signature_path: None,
             sidecars: true,
             ensure_manifests: false,
             check_only: false,
@@ -248,6 +263,7 @@ impl FetchRequest {
             .check_only(self.check_only)
             .strict(self.strict)
             .cache_fallback(self.cache_fallback);
+        b = b.signature(self.signature_policy()?);
         if let Some(e) = self.endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
             b = b.endpoint(e);
         }
@@ -360,6 +376,42 @@ impl FetchRequest {
             ))),
             _ => Ok(b),
         }
+    }
+
+    /// The signature policy the request's `signature_*` fields describe, the key or
+    /// certificates read.
+    fn signature_policy(&self) -> Result<Option<super::SignaturePolicy>, FetchError> {
+        use crate::signature::{CertificateRoots, PublicKey, TrustPolicy};
+        let trust = match (
+            &self.signature_public_key,
+            &self.signature_certificate_chain[..],
+        ) {
+            (Some(_), [_, ..]) => {
+                return Err(invalid(
+                    "signature_public_key",
+                    "and signature_certificate_chain are two ways to say who signs: give one",
+                ))
+            }
+            (Some(k), []) => TrustPolicy::Key(PublicKey::read(k).map_err(FetchError::Signature)?),
+            (None, chain @ [_, ..]) => TrustPolicy::Certificates(
+                CertificateRoots::read(chain).map_err(FetchError::Signature)?,
+            ),
+            (None, []) if self.require_signature => {
+                return Err(invalid(
+                    "require_signature",
+                    "needs whom the signature must come from: signature_public_key or \
+                     signature_certificate_chain",
+                ))
+            }
+            (None, []) => return Ok(None),
+        };
+        let mut policy = super::SignaturePolicy::new(trust, self.require_signature);
+        if let Some(p) = &self.signature_path {
+            crate::names::check_repo_path(p)
+                .map_err(|why| invalid("signature_path", &format!("'{}': {why}", escape(p))))?;
+            policy.path.clone_from(p);
+        }
+        Ok(Some(policy))
     }
 
     /// The fetcher this request describes, on its own runtime: [`builder`](Self::builder),

@@ -36,6 +36,8 @@ struct Round<'a> {
     store: &'a Store,
     stale: &'a StalePartials,
     pins: Option<&'a LockedRepo>,
+    /// The model's signature, verified: what every file must be.
+    signed: Option<&'a super::signed::Signed>,
     rep: &'a Gate<'a>,
     on_change: OnChange,
 }
@@ -123,6 +125,7 @@ impl Fetcher {
                 errors.push(e);
             }
         }
+        let signed = self.signed(repo, &plan.commit, &store, rep).await?;
         let stale = StalePartials::of(&store, &plan);
         let round = Round {
             repo,
@@ -130,6 +133,7 @@ impl Fetcher {
             store: &store,
             stale: &stale,
             pins,
+            signed: signed.as_deref(),
             rep,
             on_change,
         };
@@ -188,6 +192,7 @@ impl Fetcher {
             notice: plan.notice,
             witness: plan.witness,
             unlisted: plan.unlisted,
+            signer: signed.map(|s| s.signer.clone()),
             elapsed: start.elapsed(),
             connections: Default::default(),
             files_at_once: Default::default(),
@@ -380,9 +385,13 @@ impl Fetcher {
         if let Some(p) = pin {
             integrity::check_pin(p, f)?;
         }
-        let expect = self
-            .expectation(round.repo, round.commit, round.store, f, pin, round.rep)
-            .await?;
+        let expect = match round.signed {
+            Some(s) => Self::signed_expectation(s, f)?,
+            None => {
+                self.expectation(round.repo, round.commit, round.store, f, pin, round.rep)
+                    .await?
+            }
+        };
         Ok(Job {
             repo: round.repo,
             commit: round.commit,

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, UnixTime};
-use sha2::{Digest as _, Sha256};
 use webpki::{EndEntityCert, KeyPurposeIdIter};
 use x509_cert::der::asn1::ObjectIdentifier;
 use x509_cert::der::{Decode as _, Encode as _};
@@ -19,7 +18,7 @@ use x509_cert::ext::pkix::{ExtendedKeyUsage, KeyUsage};
 use x509_cert::Certificate;
 
 use super::key::{read_small, PublicKey};
-use super::SignatureError;
+use super::{SignatureError, Signer};
 
 const CODE_SIGNING: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.3");
 
@@ -58,13 +57,12 @@ impl CertificateRoots {
 
 /// Who signed, by certificate.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CertificateSigner {
     /// The signing certificate's subject (RFC 4514).
     pub subject: String,
     /// Its issuer (RFC 4514).
     pub issuer: String,
-    /// The hex SHA-256 of its DER.
-    pub fingerprint: String,
     /// The subject of the trusted certificate the path ends at.
     pub root: String,
 }
@@ -96,7 +94,7 @@ fn parse(der: &[u8], what: &str) -> Result<Certificate, SignatureError> {
 pub(crate) fn verify_chain(
     ders: &[Vec<u8>],
     roots: &CertificateRoots,
-) -> Result<(PublicKey, CertificateSigner), SignatureError> {
+) -> Result<(PublicKey, Signer), SignatureError> {
     let Some((leaf_der, rest)) = ders.split_first() else {
         return Err(SignatureError::bundle("an empty certificate chain"));
     };
@@ -143,15 +141,16 @@ pub(crate) fn verify_chain(
         .map_err(|e| SignatureError::bundle(format!("the signing certificate's key: {e}")))?;
     let key = PublicKey::from_spki(&spki)
         .map_err(|why| untrusted(format!("the signing certificate's key: {why}")))?;
-    Ok((
-        key,
+    let who = Signer::certificate(
+        &key,
+        leaf_der,
         CertificateSigner {
             subject: tbs.subject.to_string(),
             issuer: tbs.issuer.to_string(),
-            fingerprint: hex::encode(Sha256::digest(leaf_der)),
             root: root_subject,
         },
-    ))
+    );
+    Ok((key, who))
 }
 
 /// What a failed path means, in words (webpki's errors print as Rust debug output).
@@ -242,21 +241,22 @@ pub(crate) fn read_chain(
 
 /// Who signs with the chain `ders` (the signing certificate first; the root named is the
 /// chain's last certificate's subject, as the signer gave it: nothing is checked here).
-pub(crate) fn describe(ders: &[Vec<u8>]) -> Result<CertificateSigner, SignatureError> {
-    let leaf = parse(
-        ders.first().map_or(&[][..], Vec::as_slice),
-        "the signing certificate",
-    )?;
+pub(crate) fn describe(ders: &[Vec<u8>], key: &PublicKey) -> Result<Signer, SignatureError> {
+    let leaf_der = ders.first().map_or(&[][..], Vec::as_slice);
+    let leaf = parse(leaf_der, "the signing certificate")?;
     let last = match ders.last() {
         Some(d) => parse(d, "the chain's last certificate")?,
         None => leaf.clone(),
     };
-    Ok(CertificateSigner {
-        subject: leaf.tbs_certificate.subject.to_string(),
-        issuer: leaf.tbs_certificate.issuer.to_string(),
-        fingerprint: hex::encode(Sha256::digest(&ders[0])),
-        root: last.tbs_certificate.subject.to_string(),
-    })
+    Ok(Signer::certificate(
+        key,
+        leaf_der,
+        CertificateSigner {
+            subject: leaf.tbs_certificate.subject.to_string(),
+            issuer: leaf.tbs_certificate.issuer.to_string(),
+            root: last.tbs_certificate.subject.to_string(),
+        },
+    ))
 }
 
 /// The public key of a certificate (DER).

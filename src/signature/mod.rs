@@ -54,27 +54,62 @@ pub enum TrustPolicy {
     Certificates(CertificateRoots),
 }
 
+/// How a model was signed (`model_signing`'s methods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SigningMethod {
+    /// A bare public key.
+    Key,
+    /// A key with its certificate, checked to a trusted one.
+    Certificate,
+}
+
 /// Who signed, as the signature showed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "method", rename_all = "snake_case")]
-pub enum Signer {
-    /// A public key.
-    Key {
-        /// Its fingerprint ([`PublicKey::fingerprint`], `model_signing`'s key hint).
-        fingerprint: String,
-        /// Its curve.
-        curve: &'static str,
-    },
-    /// A certificate, checked to a trusted one.
-    Certificate(CertificateSigner),
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Signer {
+    /// How.
+    pub method: SigningMethod,
+    /// The key's fingerprint ([`PublicKey::fingerprint`], `model_signing`'s key hint), or the
+    /// hex SHA-256 of the signing certificate's DER.
+    pub fingerprint: String,
+    /// The signing key's curve (`secp256r1`, `secp384r1`, `secp521r1`).
+    pub curve: String,
+    /// With a certificate: whose, and the trusted certificate it chains to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<CertificateSigner>,
+}
+
+impl Signer {
+    /// A signer by bare key.
+    pub fn key(k: &PublicKey) -> Signer {
+        Signer {
+            method: SigningMethod::Key,
+            fingerprint: k.fingerprint(),
+            curve: k.curve().name().to_string(),
+            certificate: None,
+        }
+    }
+
+    /// A signer by certificate (`leaf_der` the signing certificate's DER, `k` its key).
+    pub(crate) fn certificate(k: &PublicKey, leaf_der: &[u8], who: CertificateSigner) -> Signer {
+        use sha2::Digest as _;
+        Signer {
+            method: SigningMethod::Certificate,
+            fingerprint: hex::encode(sha2::Sha256::digest(leaf_der)),
+            curve: k.curve().name().to_string(),
+            certificate: Some(who),
+        }
+    }
 }
 
 impl std::fmt::Display for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use crate::names::escape;
-        match self {
-            Signer::Key { fingerprint, .. } => write!(f, "the key {fingerprint}"),
-            Signer::Certificate(c) => write!(
+        match &self.certificate {
+            None => write!(f, "the key {}", self.fingerprint),
+            Some(c) => write!(
                 f,
                 "the certificate '{}' (issued by '{}', trusted through '{}')",
                 escape(&c.subject),
@@ -133,10 +168,7 @@ pub fn verify_signature(
             }
             let hash = k.curve().hash();
             check(k, &b, hash, hash, "the given key")?;
-            Signer::Key {
-                fingerprint: given,
-                curve: k.curve().name(),
-            }
+            Signer::key(k)
         }
         (TrustPolicy::Certificates(roots), Material::Certificates(ders)) => {
             let (k, who) = chain::verify_chain(ders, roots)?;
@@ -148,7 +180,7 @@ pub fn verify_signature(
                 Hash::Sha256,
                 "the signing certificate's key",
             )?;
-            Signer::Certificate(who)
+            who
         }
         (TrustPolicy::Key(_), Material::Certificates(_)) => {
             return Err(SignatureError::Method {
@@ -273,13 +305,8 @@ mod tests {
             let k = key(curve);
             let bundle = sign_statement(st.as_bytes(), &k, None).unwrap();
             let v = verify_signature(bundle.as_bytes(), &policy(&k)).unwrap();
-            assert_eq!(
-                v.signer,
-                Signer::Key {
-                    fingerprint: k.public_key().fingerprint(),
-                    curve: curve.name()
-                }
-            );
+            assert_eq!(v.signer, Signer::key(k.public_key()));
+            assert_eq!(v.signer.curve, curve.name());
             assert_eq!(v.statement.files()[0].path, "w.bin");
             assert!(v.notes.is_empty());
             // Another key on the same curve: refused by the hint, before any signature check.

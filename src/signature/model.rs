@@ -194,11 +194,8 @@ pub fn sign_model(
         crate::manifest::create_in_toto_ignoring(&[model.to_path_buf()], opts.shard_size, &ignore)
             .map_err(SignatureError::Model)?;
     let signer = match &certificates {
-        Some(ders) => Signer::Certificate(super::chain::describe(ders)?),
-        None => Signer::Key {
-            fingerprint: key.public_key().fingerprint(),
-            curve: key.public_key().curve().name(),
-        },
+        Some(ders) => super::chain::describe(ders, key.public_key())?,
+        None => Signer::key(key.public_key()),
     };
     let json = sign_statement(statement.as_bytes(), key, certificates)?;
     let tmp = crate::safe_fs::tempfile(signature).map_err(|e| SignatureError::io(signature, e))?;

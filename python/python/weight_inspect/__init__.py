@@ -862,6 +862,9 @@ def fetch(
     headers: dict[str, str] | None = None,
     remote_cache: str | None = None,
     upload: bool = True,
+    public_key: PathLike | None = None,
+    certificate_chain: Sequence[PathLike] | None = None,
+    require_signature: bool = False,
     dry_run: Literal[False] = False,
 ) -> FetchSummary: ...
 
@@ -886,6 +889,9 @@ def fetch(
     headers: dict[str, str] | None = None,
     remote_cache: str | None = None,
     upload: bool = True,
+    public_key: PathLike | None = None,
+    certificate_chain: Sequence[PathLike] | None = None,
+    require_signature: bool = False,
     dry_run: Literal[True],
 ) -> Plan: ...
 
@@ -909,6 +915,9 @@ def fetch(
     headers: dict[str, str] | None = None,
     remote_cache: str | None = None,
     upload: bool = True,
+    public_key: PathLike | None = None,
+    certificate_chain: Sequence[PathLike] | None = None,
+    require_signature: bool = False,
     dry_run: bool = False,
 ) -> FetchSummary | Plan:
     """``wi-fetch REPO[:QUANT] [FILES...]``: download files of a repository; the summary, a
@@ -931,7 +940,12 @@ def fetch(
     the ``AWS_*`` variables, or ``file:///PATH``; default ``WI_REMOTE_CACHE``): every file
     downloaded and verified is uploaded to it afterwards (each file's ``upload`` in the
     summary says how it went; a failed upload never fails the fetch), unless ``upload=False``.
-    ``dry_run=True`` downloads nothing and returns the plan, as
+    ``public_key`` (a PEM file; or ``certificate_chain``, the certificates its certificate must
+    chain to): the model's OpenSSF signature (the repository's ``model.sig``) is verified before
+    any file and its digests are what every chunk is checked against; a file it does not name,
+    or a signature that does not hold, raises :class:`IntegrityError`, nothing of it kept, and
+    the summary's ``signer`` says who signed; ``require_signature=True`` fails a repository
+    without one. ``dry_run=True`` downloads nothing and returns the plan, as
     ``wi-fetch --dry-run --json``: ``repo``, ``revision``, ``commit``, ``folder`` (the
     snapshot folder or ``local_dir``), ``files`` (each
     ``path``, ``size``, ``etag``, ``local_path``, ``cached``, ``partial_bytes``), ``notice``,
@@ -977,6 +991,9 @@ def fetch(
         "headers": sorted((headers or {}).items()),
         "remote_cache": remote_cache,
         "upload": upload,
+        "signature_public_key": None if public_key is None else os.fspath(public_key),
+        "signature_certificate_chain": [os.fspath(c) for c in certificate_chain or []],
+        "require_signature": require_signature,
     }
     result: FetchSummary | Plan = _native.fetch(request, progress=progress, dry_run=dry_run)
     return result

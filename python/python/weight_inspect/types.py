@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
+    "CertificateSigner",
     "ConnectionPath",
     "ConnectionUse",
     "FetchRequest",
@@ -27,6 +28,7 @@ __all__ = [
     "RemoteRead",
     "ResidencyStats",
     "RetryCauses",
+    "Signer",
     "UploadReport",
     "Verification",
     "Witness",
@@ -69,6 +71,15 @@ class FetchRequest(TypedDict, total=False):
     verify: bool
     verify_level: str | None
     manifest: str | None
+    #: The public key (a PEM file) the model's signature (its OpenSSF ``model.sig``) must verify
+    #: with: checked before any file, its statement then what every file must be.
+    signature_public_key: str | None
+    #: Instead of a key: the certificates (PEM files) the signing certificate must chain to.
+    signature_certificate_chain: list[str]
+    #: Fail a repository that has no signature.
+    require_signature: bool
+    #: The signature's path in the repository (``model.sig``).
+    signature_path: str | None
     sidecars: bool
     ensure_manifests: bool
     check_only: bool
@@ -262,6 +273,27 @@ class FetchedFile(TypedDict):
     fill: NotRequired[FillReport]
 
 
+class CertificateSigner(TypedDict):
+    """Whose certificate signed a model (:attr:`Signer.certificate`)."""
+
+    #: The signing certificate's subject (RFC 4514).
+    subject: str
+    issuer: str
+    #: The subject of the trusted certificate the path ends at.
+    root: str
+
+
+class Signer(TypedDict):
+    """Who signed a model, as its verified signature shows (:attr:`FetchSummary.signer`)."""
+
+    method: Literal["key", "certificate"]
+    #: The key's fingerprint (model_signing's key hint), or the SHA-256 of the signing
+    #: certificate's DER.
+    fingerprint: str
+    curve: str
+    certificate: NotRequired[CertificateSigner]
+
+
 class FetchSummary(TypedDict):
     """What :func:`weight_inspect.fetch` returns (``wi-fetch --json``)."""
 
@@ -280,6 +312,8 @@ class FetchSummary(TypedDict):
     witness: NotRequired[Witness]
     #: Checking: files in the snapshot folder no listing or lock file knows (escaped).
     unlisted: NotRequired[list[str]]
+    #: Who signed the model, when its signature was checked (``signature_public_key``…).
+    signer: NotRequired[Signer]
     elapsed_secs: float
     #: How many connections were used, and files at once.
     connections: ConnectionUse

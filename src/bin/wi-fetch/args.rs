@@ -197,6 +197,34 @@ pub(super) struct FetchArgs {
     /// the moment it arrives.
     #[arg(long, value_name = "FILE|URL")]
     pub(super) manifest: Option<String>,
+    /// Check the model's OpenSSF signature (the repository's model.sig, as model_signing writes
+    /// it) with this public key (PEM) before any file: a signature that does not hold fails the
+    /// fetch (exit 2) with nothing downloaded; its digests are what every chunk is checked
+    /// against as it arrives, nothing that differs is kept, and a file it does not name is
+    /// refused. A repository without one is fetched as before, said in a notice (unless
+    /// --require-signature). Takes the place of --manifest.
+    #[arg(
+        long,
+        alias = "public_key",
+        value_name = "PEM",
+        env = "WI_SIGNATURE_KEY"
+    )]
+    pub(super) public_key: Option<PathBuf>,
+    /// Instead of --public-key: certificates (PEM) the signature's signing certificate must
+    /// chain to (repeated for several files).
+    #[arg(
+        long,
+        alias = "certificate_chain",
+        value_name = "PEM",
+        conflicts_with = "public_key"
+    )]
+    pub(super) certificate_chain: Vec<PathBuf>,
+    /// Fail a repository that ships no signature (needs --public-key or --certificate-chain).
+    #[arg(long)]
+    pub(super) require_signature: bool,
+    /// The signature's path in the repository.
+    #[arg(long, value_name = "PATH", default_value = "model.sig")]
+    pub(super) signature: String,
     /// Ignore the manifest a repository publishes beside a model file ({file}.wi-manifest.json).
     #[arg(long)]
     pub(super) no_sidecar: bool,
@@ -301,6 +329,10 @@ impl FetchArgs {
             verify: !self.no_verify,
             verify_level: Some(self.level().into()),
             manifest: self.manifest.clone(),
+            signature_public_key: self.public_key.clone(),
+            signature_certificate_chain: self.certificate_chain.clone(),
+            require_signature: self.require_signature,
+            signature_path: Some(self.signature.clone()),
             sidecars: !self.no_sidecar,
             ensure_manifests: self.write_lock.is_some(),
             check_only: self.check_only,

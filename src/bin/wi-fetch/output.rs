@@ -217,6 +217,11 @@ pub(super) fn print_summary(s: &FetchSummary) {
     } else {
         line.push_str("; no model file to verify");
     }
+    if let Some(signer) = &s.signer {
+        line.push_str(&format!(
+            "; every file checked against the model's signature, made by {signer}"
+        ));
+    }
     eprintln!("{line}");
     for f in &s.files {
         if let Some(part) = &f.fill {

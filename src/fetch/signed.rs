@@ -1,0 +1,218 @@
+//! A model's signature checked before any of its files (see [`FetcherBuilder::signature`]): the
+//! repository's `model.sig` at the commit being fetched, verified against the caller's
+//! [`SignaturePolicy`], its statement then what every file must be.
+//!
+//! [`FetcherBuilder::signature`]: super::FetcherBuilder::signature
+
+use std::sync::Arc;
+
+use sha1::{Digest as _, Sha1};
+
+use super::gate::{notice, Gate};
+use super::integrity::{Expect, Origin};
+use super::{FetchError, Fetcher, RepoRef};
+use crate::cache::Store;
+use crate::key::FileKey;
+use crate::manifest::Document;
+use crate::names::escape;
+use crate::signature::{verify_signature, Signer, MAX_SIGNATURE_BYTES};
+
+/// A signature that held: who signed, and the statement as the document every file is checked
+/// against.
+pub(super) struct Signed {
+    /// Who signed.
+    pub signer: Signer,
+    /// The signed statement.
+    pub doc: Document,
+    /// The signature's path in the repository (a file that needs no other check).
+    pub path: String,
+}
+
+/// Whom a model's signature must come from, and where the repository keeps it.
+#[derive(Debug, Clone)]
+pub struct SignaturePolicy {
+    /// Who must have signed: a public key, or the certificates the signing certificate must
+    /// chain to.
+    pub trust: crate::signature::TrustPolicy,
+    /// The signature's path in the repository (`model_signing`'s default, `model.sig`).
+    pub path: String,
+    /// Whether a repository without it fails (`wi-fetch --require-signature`); otherwise one
+    /// that ships it is checked against it, and one that does not is fetched as before, said
+    /// in a notice.
+    pub required: bool,
+}
+
+impl SignaturePolicy {
+    /// A policy for `model.sig`.
+    pub fn new(trust: crate::signature::TrustPolicy, required: bool) -> SignaturePolicy {
+        SignaturePolicy {
+            trust,
+            path: "model.sig".to_string(),
+            required,
+        }
+    }
+}
+
+/// The id the Hub gives a file kept in git (not LFS): the SHA-1 of `blob {len}\0` and its bytes.
+fn git_blob_id(bytes: &[u8]) -> String {
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", bytes.len()).as_bytes());
+    h.update(bytes);
+    hex::encode(h.finalize())
+}
+
+impl Fetcher {
+    /// The repository's signature at `commit`, verified: `None` without a policy, or when the
+    /// repository does not ship one and none is required. Online it is read from the Hub and
+    /// kept in the store beside the files (so that an offline run, and `model_signing verify`
+    /// on the snapshot, find it); offline, from the store.
+    pub(super) async fn signed(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        rep: &Gate<'_>,
+    ) -> Result<Option<Arc<Signed>>, FetchError> {
+        let Some(p) = &self.signature else {
+            return Ok(None);
+        };
+        let unsigned = |why: String| FetchError::Unsigned {
+            repo: repo.id.clone(),
+            path: p.path.clone(),
+            why,
+        };
+        let bytes = if self.offline {
+            let file = store.snapshot_file(commit, &p.path);
+            match crate::signature::read_signature(&file) {
+                Ok(b) => b,
+                Err(crate::signature::SignatureError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    if p.required {
+                        return Err(unsigned(format!(
+                            "not in the cache at commit {commit} (fetch it online first)"
+                        )));
+                    }
+                    notice(
+                        rep,
+                        None,
+                        &format!(
+                            "no signature '{}' in the cache at commit {commit}: not checked",
+                            escape(&p.path)
+                        ),
+                    );
+                    return Ok(None);
+                }
+                Err(e) => return Err(FetchError::Signature(e)),
+            }
+        } else {
+            let url = self.hub.resolve_url(repo, commit, &p.path);
+            let limit = usize::try_from(MAX_SIGNATURE_BYTES).unwrap_or(usize::MAX);
+            match self
+                .hub
+                .get_small(&url, Some((repo, commit, &p.path)), limit)
+                .await
+            {
+                Ok(b) => b,
+                Err(e) if e.is_not_found_or_denied() => {
+                    if p.required {
+                        return Err(unsigned(format!(
+                            "the repository has no such file at commit {commit}"
+                        )));
+                    }
+                    notice(
+                        rep,
+                        None,
+                        &format!(
+                            "the repository has no signature '{}': its files are not checked \
+                             against one",
+                            escape(&p.path)
+                        ),
+                    );
+                    return Ok(None);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let verified = verify_signature(&bytes, &p.trust).map_err(FetchError::Signature)?;
+        if !self.offline && self.writes() {
+            if let Err(e) = keep(store, repo, commit, &p.path, &bytes) {
+                notice(
+                    rep,
+                    None,
+                    &format!(
+                        "the signature '{}' could not be kept in the cache: {e}",
+                        escape(&p.path)
+                    ),
+                );
+            }
+        }
+        for n in &verified.notes {
+            notice(rep, None, n);
+        }
+        Ok(Some(Arc::new(Signed {
+            signer: verified.signer,
+            doc: Document::OpenSsf(verified.statement),
+            path: p.path.clone(),
+        })))
+    }
+}
+
+impl Fetcher {
+    /// What `f` must be under a verified signature: what the statement says of its path; the
+    /// signature itself needs nothing more; a file it does not name is refused.
+    pub(super) fn signed_expectation(
+        s: &Signed,
+        f: &super::PlannedFile,
+    ) -> Result<Option<Expect>, FetchError> {
+        if f.path == s.path {
+            return Ok(None);
+        }
+        let Some(e) = Expect::from_document(&s.doc, &f.path, Origin::Signed) else {
+            return Err(FetchError::NotSigned {
+                file: f.path.clone(),
+            });
+        };
+        e.agrees_with(f)?;
+        Ok(Some(e))
+    }
+}
+
+/// Puts the signature's bytes in the store as the Hub names a file kept in git.
+fn keep(
+    store: &Store,
+    repo: &RepoRef,
+    commit: &str,
+    path: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let key = FileKey::new(
+        &repo.id,
+        commit,
+        path,
+        git_blob_id(bytes),
+        bytes.len() as u64,
+    );
+    if store.has_complete(&key) {
+        return Ok(());
+    }
+    store.prepare_for(&key)?;
+    let partial = store.partial(&key).data;
+    let tmp = crate::safe_fs::tempfile(&partial)?;
+    std::fs::write(tmp.path(), bytes)?;
+    let tmp_path = tmp.into_temp_path();
+    tmp_path.persist(&partial).map_err(|e| e.error)?;
+    store.commit(&partial, &key, &repo.revision).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn git_blob_ids_are_gits() {
+        // `printf 'hello\n' | git hash-object --stdin`
+        assert_eq!(
+            super::git_blob_id(b"hello\n"),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
+    }
+}
