@@ -394,3 +394,69 @@ fn a_repository_without_a_signature_is_said_or_refused() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_lock_file_pins_who_signed() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let lock = d.path().join("wi.lock");
+    let lock_s = lock.to_str().unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &[
+            "acme/signed",
+            "m.gguf",
+            "--public-key",
+            key,
+            "--write-lock",
+            lock_s,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let pinned: serde_json::Value = serde_json::from_slice(&fs::read(&lock).unwrap()).unwrap();
+    let sig = &pinned["repos"][0]["signature"];
+    assert_eq!(sig["path"], "model.sig");
+    assert_eq!(sig["signer"]["method"], "key");
+    let fingerprint = sig["signer"]["fingerprint"].as_str().unwrap().to_string();
+    assert!(stderr(&o).contains(&fingerprint), "{}", stderr(&o));
+
+    // The same signer, checked again with the key given: fetched.
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &["--locked", lock_s, "--public-key", key]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // No key given: the lock file's pin cannot be checked, exit 2, nothing fetched.
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &["--locked", lock_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the lock file pins the model's signature"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(snapshot_files(&sb, "acme/signed").is_empty());
+    // A lock file that pins another signer: the signature holds, but it is not theirs.
+    let mut other = pinned.clone();
+    other["repos"][0]["signature"]["signer"]["fingerprint"] = "ab".repeat(32).into();
+    let other_lock = d.path().join("other.lock");
+    fs::write(&other_lock, other.to_string()).unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &[
+            "--locked",
+            other_lock.to_str().unwrap(),
+            "--public-key",
+            key,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("where the lock file pins the key abab"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -316,9 +316,10 @@ def test_a_signed_model_is_checked_against_its_signature(tmp_path: Path) -> None
             public_key=public,
             require_signature=True,
         )
-        assert s["signer"]["method"] == "key"
+        assert s["signature"]["path"] == "model.sig"
+        assert s["signature"]["signer"]["method"] == "key"
         pem = public.read_bytes()
-        assert s["signer"]["fingerprint"] == hashlib.sha256(pem).hexdigest()
+        assert s["signature"]["signer"]["fingerprint"] == hashlib.sha256(pem).hexdigest()
         assert {f["path"] for f in s["files"]} == {"weights.bin", "config.json"}
 
         _, other = _key_pair(tmp_path, "other")

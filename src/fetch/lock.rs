@@ -32,6 +32,11 @@
 //! for each repository at its commit, refuses a file whose size or SHA-256 the Hub reports
 //! differently before downloading it, fetches in the locked chunk size, and checks the SHA-256
 //! and the manifest digest of every file it ends with ([`FetchError::Locked`], exit 2).
+//!
+//! A repository whose model signature was checked when it was locked also pins who signed it
+//! (`"signature": {"path": "model.sig", "signer": {"method": "key", "fingerprint": …}}`): a
+//! locked fetch verifies the signature again, with the key or certificates the user gives, and
+//! fails unless the same signer made it.
 
 use std::path::Path;
 
@@ -77,6 +82,11 @@ pub struct LockedRepo {
     pub commit: String,
     /// The files, by path.
     pub files: Vec<LockedFile>,
+    /// The model's signature and who made it, when it was checked: a locked fetch checks it
+    /// again (with the key or certificates the user gives) and fails unless the same signer
+    /// made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<super::SignatureCheck>,
 }
 
 /// One file of a lock file.
@@ -194,6 +204,17 @@ impl LockFile {
             if files > MAX_LOCKED_FILES {
                 return Err(LockError::TooManyFiles);
             }
+            if let Some(s) = &r.signature {
+                check_repo_path(&s.path)
+                    .map_err(|e| pin(format!("signature path '{}': {e}", escape(&s.path))))?;
+                let hex = &s.signer.fingerprint;
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(pin(format!(
+                        "the signer's fingerprint '{}' is not a SHA-256",
+                        escape(hex)
+                    )));
+                }
+            }
             for f in &r.files {
                 check_repo_path(&f.path)
                     .map_err(|e| pin(format!("path '{}': {e}", escape(&f.path))))?;
@@ -283,6 +304,7 @@ impl LockedRepo {
             revision: summary.revision.clone(),
             commit: summary.commit.clone(),
             files,
+            signature: summary.signature.clone(),
         })
     }
 }
@@ -308,6 +330,7 @@ mod tests {
             revision: "main".into(),
             commit: commit.to_string().repeat(40),
             files: files.iter().map(|p| file(p)).collect(),
+            signature: None,
         }
     }
 

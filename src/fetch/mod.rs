@@ -86,7 +86,8 @@ mod verification;
 pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
 pub use report::{
-    FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, UploadReport, Witness,
+    FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, SignatureCheck,
+    UploadReport, Witness,
 };
 pub use request::FetchRequest;
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};

@@ -316,10 +316,11 @@ pub struct FetchSummary {
     /// See [`Plan::unlisted`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlisted: Vec<String>,
-    /// Who signed the model, when its signature was checked
-    /// ([`FetcherBuilder::signature`](super::FetcherBuilder::signature)).
+    /// The model's signature, when it was checked
+    /// ([`FetcherBuilder::signature`](super::FetcherBuilder::signature)): where, and who
+    /// signed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub signer: Option<crate::signature::Signer>,
+    pub signature: Option<SignatureCheck>,
     /// Wall time.
     #[serde(rename = "elapsed_secs", serialize_with = "secs")]
     #[cfg_attr(feature = "schema", schemars(with = "f64"))]
@@ -332,6 +333,17 @@ pub struct FetchSummary {
     /// The path the adaptive connection count took: start, peak, each change, and why it
     /// settled (the engine's, since the fetcher was built).
     pub connection_path: crate::transfer::ConnectionPath,
+}
+
+/// A model's signature that held (see [`FetchSummary::signature`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SignatureCheck {
+    /// The signature's path in the repository.
+    pub path: String,
+    /// Who signed.
+    pub signer: crate::signature::Signer,
 }
 
 impl FetchSummary {

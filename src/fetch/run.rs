@@ -125,7 +125,7 @@ impl Fetcher {
                 errors.push(e);
             }
         }
-        let signed = self.signed(repo, &plan.commit, &store, rep).await?;
+        let signed = self.signed(repo, &plan.commit, &store, pins, rep).await?;
         let stale = StalePartials::of(&store, &plan);
         let round = Round {
             repo,
@@ -192,7 +192,10 @@ impl Fetcher {
             notice: plan.notice,
             witness: plan.witness,
             unlisted: plan.unlisted,
-            signer: signed.map(|s| s.signer.clone()),
+            signature: signed.map(|s| super::SignatureCheck {
+                path: s.path.clone(),
+                signer: s.signer.clone(),
+            }),
             elapsed: start.elapsed(),
             connections: Default::default(),
             files_at_once: Default::default(),

@@ -10,6 +10,7 @@ use sha1::{Digest as _, Sha1};
 
 use super::gate::{notice, Gate};
 use super::integrity::{Expect, Origin};
+use super::lock::LockedRepo;
 use super::{FetchError, Fetcher, RepoRef};
 use crate::cache::Store;
 use crate::key::FileKey;
@@ -71,11 +72,30 @@ impl Fetcher {
         repo: &RepoRef,
         commit: &str,
         store: &Store,
+        pins: Option<&LockedRepo>,
         rep: &Gate<'_>,
     ) -> Result<Option<Arc<Signed>>, FetchError> {
-        let Some(p) = &self.signature else {
-            return Ok(None);
+        let locked = pins.and_then(|p| p.signature.as_ref());
+        let policy = match (&self.signature, locked) {
+            (None, None) => return Ok(None),
+            (None, Some(l)) => {
+                return Err(FetchError::Locked {
+                    file: l.path.clone(),
+                    what: format!(
+                        "the lock file pins the model's signature, made by {}: say whom it must \
+                         come from (--public-key, WI_SIGNATURE_KEY or --certificate-chain)",
+                        l.signer
+                    ),
+                })
+            }
+            (Some(p), None) => p.clone(),
+            (Some(p), Some(l)) => SignaturePolicy {
+                path: l.path.clone(),
+                required: true,
+                ..p.clone()
+            },
         };
+        let p = &policy;
         let unsigned = |why: String| FetchError::Unsigned {
             repo: repo.id.clone(),
             path: p.path.clone(),
@@ -135,6 +155,15 @@ impl Fetcher {
             }
         };
         let verified = verify_signature(&bytes, &p.trust).map_err(FetchError::Signature)?;
+        if let Some(l) = locked.filter(|l| !verified.signer.same_as(&l.signer)) {
+            return Err(FetchError::Locked {
+                file: p.path.clone(),
+                what: format!(
+                    "signed by {}, where the lock file pins {}",
+                    verified.signer, l.signer
+                ),
+            });
+        }
         if !self.offline && self.writes() {
             if let Err(e) = keep(store, repo, commit, &p.path, &bytes) {
                 notice(

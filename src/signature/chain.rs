@@ -56,8 +56,9 @@ impl CertificateRoots {
 }
 
 /// Who signed, by certificate.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct CertificateSigner {
     /// The signing certificate's subject (RFC 4514).
     pub subject: String,

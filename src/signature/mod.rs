@@ -55,7 +55,7 @@ pub enum TrustPolicy {
 }
 
 /// How a model was signed (`model_signing`'s methods).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SigningMethod {
@@ -66,8 +66,9 @@ pub enum SigningMethod {
 }
 
 /// Who signed, as the signature showed it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Signer {
     /// How.
     pub method: SigningMethod,
@@ -77,7 +78,7 @@ pub struct Signer {
     /// The signing key's curve (`secp256r1`, `secp384r1`, `secp521r1`).
     pub curve: String,
     /// With a certificate: whose, and the trusted certificate it chains to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<CertificateSigner>,
 }
 
@@ -100,6 +101,18 @@ impl Signer {
             fingerprint: hex::encode(sha2::Sha256::digest(leaf_der)),
             curve: k.curve().name().to_string(),
             certificate: Some(who),
+        }
+    }
+}
+
+impl Signer {
+    /// Whether `other` is the same signer: the same key, or a certificate of the same subject
+    /// chaining to the same trusted certificate (a renewed certificate is the same signer).
+    pub fn same_as(&self, other: &Signer) -> bool {
+        match (&self.certificate, &other.certificate) {
+            (None, None) => self.fingerprint.eq_ignore_ascii_case(&other.fingerprint),
+            (Some(a), Some(b)) => a.subject == b.subject && a.root == b.root,
+            _ => false,
         }
     }
 }

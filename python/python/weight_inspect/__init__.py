@@ -944,7 +944,7 @@ def fetch(
     chain to): the model's OpenSSF signature (the repository's ``model.sig``) is verified before
     any file and its digests are what every chunk is checked against; a file it does not name,
     or a signature that does not hold, raises :class:`IntegrityError`, nothing of it kept, and
-    the summary's ``signer`` says who signed; ``require_signature=True`` fails a repository
+    the summary's ``signature`` says who signed; ``require_signature=True`` fails a repository
     without one. ``dry_run=True`` downloads nothing and returns the plan, as
     ``wi-fetch --dry-run --json``: ``repo``, ``revision``, ``commit``, ``folder`` (the
     snapshot folder or ``local_dir``), ``files`` (each

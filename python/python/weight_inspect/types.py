@@ -28,6 +28,7 @@ __all__ = [
     "RemoteRead",
     "ResidencyStats",
     "RetryCauses",
+    "SignatureCheck",
     "Signer",
     "UploadReport",
     "Verification",
@@ -284,7 +285,7 @@ class CertificateSigner(TypedDict):
 
 
 class Signer(TypedDict):
-    """Who signed a model, as its verified signature shows (:attr:`FetchSummary.signer`)."""
+    """Who signed a model, as its verified signature shows (:attr:`SignatureCheck.signer`)."""
 
     method: Literal["key", "certificate"]
     #: The key's fingerprint (model_signing's key hint), or the SHA-256 of the signing
@@ -292,6 +293,14 @@ class Signer(TypedDict):
     fingerprint: str
     curve: str
     certificate: NotRequired[CertificateSigner]
+
+
+class SignatureCheck(TypedDict):
+    """A model's signature that held (:attr:`FetchSummary.signature`)."""
+
+    #: Its path in the repository.
+    path: str
+    signer: Signer
 
 
 class FetchSummary(TypedDict):
@@ -312,8 +321,8 @@ class FetchSummary(TypedDict):
     witness: NotRequired[Witness]
     #: Checking: files in the snapshot folder no listing or lock file knows (escaped).
     unlisted: NotRequired[list[str]]
-    #: Who signed the model, when its signature was checked (``signature_public_key``…).
-    signer: NotRequired[Signer]
+    #: The model's signature and who signed it, when it was checked (``signature_public_key``…).
+    signature: NotRequired[SignatureCheck]
     elapsed_secs: float
     #: How many connections were used, and files at once.
     connections: ConnectionUse

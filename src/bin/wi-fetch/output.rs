@@ -217,9 +217,10 @@ pub(super) fn print_summary(s: &FetchSummary) {
     } else {
         line.push_str("; no model file to verify");
     }
-    if let Some(signer) = &s.signer {
+    if let Some(sig) = &s.signature {
         line.push_str(&format!(
-            "; every file checked against the model's signature, made by {signer}"
+            "; every file checked against the model's signature, made by {}",
+            sig.signer
         ));
     }
     eprintln!("{line}");
