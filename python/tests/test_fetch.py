@@ -321,6 +321,19 @@ def test_a_signed_model_is_checked_against_its_signature(tmp_path: Path) -> None
         pem = public.read_bytes()
         assert s["signature"]["signer"]["fingerprint"] == hashlib.sha256(pem).hexdigest()
         assert {f["path"] for f in s["files"]} == {"weights.bin", "config.json"}
+        # huggingface_hub's drop-in takes the same policy; the signature is part of the snapshot.
+        folder = Path(
+            str(
+                wi.snapshot_download(
+                    "acme/signed",
+                    endpoint=h.url,
+                    cache_dir=tmp_path / "cache3",
+                    public_key=public,
+                    require_signature=True,
+                )
+            )
+        )
+        assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.sig", "weights.bin"]
 
         _, other = _key_pair(tmp_path, "other")
         with pytest.raises(wi.IntegrityError) as e:

@@ -67,6 +67,7 @@ from .hub import (
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
+    _signature,
     hf_hub_download,
     snapshot_download,
 )
@@ -991,9 +992,7 @@ def fetch(
         "headers": sorted((headers or {}).items()),
         "remote_cache": remote_cache,
         "upload": upload,
-        "signature_public_key": None if public_key is None else os.fspath(public_key),
-        "signature_certificate_chain": [os.fspath(c) for c in certificate_chain or []],
-        "require_signature": require_signature,
     }
+    request.update(_signature(public_key, list(certificate_chain or []), require_signature))
     result: FetchSummary | Plan = _native.fetch(request, progress=progress, dry_run=dry_run)
     return result
