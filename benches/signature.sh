@@ -29,6 +29,7 @@ RUNS="${RUNS:-3}"
 MS="$(dirname "$PY")/model_signing"
 [[ -x "$MS" ]] || { echo "signature.sh: no model_signing beside $PY (set WI_PYTHON to a venv with model-signing)" >&2; exit 1; }
 [[ -x /usr/bin/time ]] || { echo "signature.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
+command -v openssl > /dev/null || { echo "signature.sh: needs openssl" >&2; exit 1; }
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
 	cargo build --release --quiet --bin weight-inspect --manifest-path "$REPO_DIR/Cargo.toml"
 fi
@@ -89,6 +90,25 @@ row "weight-inspect signature verify (its own signature)" "$(time_it ours-verify
 row "weight-inspect signature verify (model_signing's)" "$(time_it ours-verify-theirs "$BIN" signature verify "$model" --signature "$theirs_sig" --public-key "$BENCH_DIR/k.pub.pem")"
 row "model_signing verify key (its own signature)" "$(time_it theirs-verify "$MS" verify key "$model" --signature "$theirs_sig" --public_key "$BENCH_DIR/k.pub.pem")"
 row "model_signing verify key (weight-inspect's)" "$(time_it theirs-verify-ours "$MS" verify key "$model" --signature "$ours_sig" --public_key "$BENCH_DIR/k.pub.pem")"
-single=$(echo "scale=0; $big / 1000000 / $(time_it sha256sum sha256sum "$model/model-00001-of-00002.safetensors" | cut -d' ' -f1)" | bc -l)
+# anon_peak CMD...: the peak of the process's anonymous memory (heap, stacks: not the model's
+# pages it maps from the page cache, which peak RSS counts), sampled every 10 ms from /proc, in kB.
+anon_peak() {
+	"$@" > /dev/null 2>&1 &
+	local pid=$! max=0 a
+	while kill -0 "$pid" 2>/dev/null; do
+		a=$(awk '/^RssAnon/{print $2}' "/proc/$pid/status" 2>/dev/null || true)
+		[[ -n "$a" ]] && (( a > max )) && max=$a
+		sleep 0.01
+	done
+	wait "$pid"
+	echo "$max"
+}
+sign_anon=$(anon_peak "$BIN" signature sign "$model" --private-key "$BENCH_DIR/k.pem" --signature "$BENCH_DIR/again.sig")
+verify_anon=$(anon_peak "$BIN" signature verify "$model" --signature "$ours_sig" --public-key "$BENCH_DIR/k.pub.pem")
+theirs_anon=$(anon_peak "$MS" verify key "$model" --signature "$theirs_sig" --public_key "$BENCH_DIR/k.pub.pem")
 echo
-echo "$(nproc) cores; one core's SHA-256 (sha256sum over the largest file): about $single MB/s; model-signing $("$PY" -c 'import importlib.metadata as m; print(m.version("model-signing"))'); $(date -u '+%Y-%m-%d %H:%M UTC')."
+echo "Peak anonymous memory (RssAnon, sampled every 10 ms): weight-inspect sign ${sign_anon} kB, verify ${verify_anon} kB; model_signing verify ${theirs_anon} kB. weight-inspect's peak RSS counts the model's pages it maps from the page cache (shared, file-backed); model_signing reads the files through buffers."
+# One core's SHA-256 (OpenSSL, which uses the CPU's SHA instructions where there are some).
+single=$(echo "scale=0; $big / 1000000 / $(time_it openssl-sha256 openssl dgst -sha256 "$model/model-00001-of-00002.safetensors" | cut -d' ' -f1)" | bc -l)
+echo
+echo "$(nproc) cores; one core's SHA-256 (openssl dgst -sha256 over the largest file): about $single MB/s; model-signing $("$PY" -c 'import importlib.metadata as m; print(m.version("model-signing"))'); $(date -u '+%Y-%m-%d %H:%M UTC')."
