@@ -389,7 +389,7 @@ fn a_repository_without_a_signature_is_said_or_refused() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("require_signature needs"),
+        stderr(&o).contains("a signature is required, but not whom it must come from"),
         "{}",
         stderr(&o)
     );
@@ -459,4 +459,52 @@ fn a_lock_file_pins_who_signed() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A pull-through mirror with a signature policy: clients get the signed files, and nothing
+/// else — a file changed on the upstream since it was signed is never served whole nor cached.
+#[test]
+fn a_mirror_serves_only_what_the_signature_names() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let mirror_cache = d.path().join("mirror-cache");
+    let mirror = crate::support::serve::mirror(
+        &hub.url(),
+        &mirror_cache,
+        &["--public-key", key, "--metadata-ttl", "0"],
+        &[],
+    );
+    let through = |sb: &Sandbox, files: &[&str]| {
+        let mut c = sb.cmd(&hub);
+        c.env("HF_ENDPOINT", &mirror.base)
+            .arg("acme/signed")
+            .args(files);
+        c.output().unwrap()
+    };
+    // A client without any policy of its own gets the signed files.
+    let sb = Sandbox::new();
+    let o = through(&sb, &["m.gguf", "sub/w.bin"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // The upstream changes a signed file: the mirror refuses it, its cache keeps nothing of it.
+    let mut w = fs::read(d.path().join("hub/acme/signed/sub/w.bin")).unwrap();
+    w[10] ^= 1;
+    let commit = hub.mutate_file("acme/signed", "sub/w.bin", w).unwrap();
+    let sb = Sandbox::new();
+    let o = through(&sb, &["sub/w.bin"]);
+    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    // (The mirror's pull failed on the signature: the client is told the upstream failed.)
+    assert!(stderr(&o).contains("502"), "{}", stderr(&o));
+    let snap = mirror_cache
+        .join("models--acme--signed/snapshots")
+        .join(&commit);
+    assert!(!snap.join("sub/w.bin").exists());
+    // And a file the signature does not name.
+    hub.mutate_file("acme/signed", "README.md", &b"added after signing"[..])
+        .unwrap();
+    let sb = Sandbox::new();
+    let o = through(&sb, &["README.md"]);
+    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("502"), "{}", stderr(&o));
 }

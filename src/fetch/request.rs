@@ -381,31 +381,14 @@ impl FetchRequest {
     /// The signature policy the request's `signature_*` fields describe, the key or
     /// certificates read.
     fn signature_policy(&self) -> Result<Option<super::SignaturePolicy>, FetchError> {
-        use crate::signature::{CertificateRoots, PublicKey, TrustPolicy};
-        let trust = match (
-            &self.signature_public_key,
-            &self.signature_certificate_chain[..],
-        ) {
-            (Some(_), [_, ..]) => {
-                return Err(invalid(
-                    "signature_public_key",
-                    "and signature_certificate_chain are two ways to say who signs: give one",
-                ))
-            }
-            (Some(k), []) => TrustPolicy::Key(PublicKey::read(k).map_err(FetchError::Signature)?),
-            (None, chain @ [_, ..]) => TrustPolicy::Certificates(
-                CertificateRoots::read(chain).map_err(FetchError::Signature)?,
-            ),
-            (None, []) if self.require_signature => {
-                return Err(invalid(
-                    "require_signature",
-                    "needs whom the signature must come from: signature_public_key or \
-                     signature_certificate_chain",
-                ))
-            }
-            (None, []) => return Ok(None),
+        let policy = super::SignaturePolicy::from_files(
+            self.signature_public_key.as_deref(),
+            &self.signature_certificate_chain,
+            self.require_signature,
+        )?;
+        let Some(mut policy) = policy else {
+            return Ok(None);
         };
-        let mut policy = super::SignaturePolicy::new(trust, self.require_signature);
         if let Some(p) = &self.signature_path {
             crate::names::check_repo_path(p)
                 .map_err(|why| invalid("signature_path", &format!("'{}': {why}", escape(p))))?;

@@ -52,6 +52,37 @@ impl SignaturePolicy {
             required,
         }
     }
+
+    /// The policy of a public key file or of certificate files (one of the two), as the tools'
+    /// options give them: `None` when neither is given and none is `required` (asking for a
+    /// signature without saying whom from is an error, as is giving both).
+    pub fn from_files(
+        public_key: Option<&std::path::Path>,
+        certificate_chain: &[std::path::PathBuf],
+        required: bool,
+    ) -> Result<Option<SignaturePolicy>, FetchError> {
+        use crate::signature::{CertificateRoots, PublicKey, TrustPolicy};
+        let trust =
+            match (public_key, certificate_chain) {
+                (Some(_), [_, ..]) => return Err(FetchError::Invalid(
+                    "a public key and a certificate chain are two ways to say who signs: give one"
+                        .into(),
+                )),
+                (Some(k), []) => {
+                    TrustPolicy::Key(PublicKey::read(k).map_err(FetchError::Signature)?)
+                }
+                (None, chain @ [_, ..]) => TrustPolicy::Certificates(
+                    CertificateRoots::read(chain).map_err(FetchError::Signature)?,
+                ),
+                (None, []) if required => return Err(FetchError::Invalid(
+                    "a signature is required, but not whom it must come from: give a public key \
+                     or a certificate chain"
+                        .into(),
+                )),
+                (None, []) => return Ok(None),
+            };
+        Ok(Some(SignaturePolicy::new(trust, required)))
+    }
 }
 
 /// The id the Hub gives a file kept in git (not LFS): the SHA-1 of `blob {len}\0` and its bytes.

@@ -112,6 +112,26 @@ pub(super) struct ServeArgs {
     /// match it (else 503, named in /models/MODEL), from the start.
     #[arg(long, value_name = "FILE")]
     manifest: Vec<PathBuf>,
+    /// With --upstream: check every file pulled through against its model's OpenSSF signature
+    /// (the repository's model.sig) with this public key (PEM) before it is served or cached:
+    /// a signature that does not hold, a file it does not name, or bytes that differ from it
+    /// end the answer short and leave nothing in the cache. A repository without a signature is
+    /// served as before (unless --require-signature).
+    #[arg(long, alias = "public_key", value_name = "PEM", requires = "upstream")]
+    public_key: Option<PathBuf>,
+    /// With --upstream, instead of --public-key: certificates (PEM) the signature's signing
+    /// certificate must chain to (repeated for several files).
+    #[arg(
+        long,
+        alias = "certificate_chain",
+        value_name = "PEM",
+        requires = "upstream",
+        conflicts_with = "public_key"
+    )]
+    certificate_chain: Vec<PathBuf>,
+    /// With --upstream: refuse the files of a repository that ships no signature.
+    #[arg(long, requires = "upstream")]
+    require_signature: bool,
 }
 
 /// `--check-blobs`.
@@ -160,6 +180,13 @@ fn upstream(args: &ServeArgs, url: &str) -> Result<weight_inspect::serve::Upstre
     if let Some(n) = args.upstream_connections {
         builder = builder.connections(n as usize);
     }
+    let policy = weight_inspect::fetch::SignaturePolicy::from_files(
+        args.public_key.as_deref(),
+        &args.certificate_chain,
+        args.require_signature,
+    )
+    .map_err(|e| e.to_string())?;
+    builder = builder.signature(policy);
     Ok(weight_inspect::serve::Upstream::new(builder)
         .map_err(|e| e.to_string())?
         .ttl(std::time::Duration::from_secs(args.metadata_ttl))
