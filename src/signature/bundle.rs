@@ -1,7 +1,8 @@
-//! The Sigstore bundle `model_signing` writes for its key and certificate methods (media type
-//! `application/vnd.dev.sigstore.bundle.v0.3+json`): a DSSE envelope of the in-toto statement,
-//! signed over DSSE's pre-authentication encoding (PAE), with the public key's hint or the
-//! certificate chain as verification material, and no transparency-log entry.
+//! The Sigstore bundle (media types v0.1 to v0.3): a DSSE envelope of an in-toto statement,
+//! signed over DSSE's pre-authentication encoding (PAE), with a public key's hint, a certificate
+//! chain or one certificate as verification material, and the transparency-log entries of a
+//! keyless signature (`tlogEntries`). `model_signing` writes v0.3 for its key and certificate
+//! methods, without a log entry.
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
@@ -15,6 +16,15 @@ use crate::manifest::interop::{shown, Bounded};
 
 /// The bundle media type `model_signing` writes and accepts for keys and certificates.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+/// The older bundle media types, read for keyless signatures.
+const OLDER_MEDIA_TYPES: [&str; 2] = [
+    "application/vnd.dev.sigstore.bundle+json;version=0.1",
+    "application/vnd.dev.sigstore.bundle+json;version=0.2",
+];
+/// Most transparency-log entries a bundle may hold.
+const MAX_TLOG_ENTRIES: usize = 8;
+/// Most hashes of an inclusion proof (a tree of 2^64 leaves needs 64).
+const MAX_PROOF_HASHES: usize = 64;
 /// Most certificates a bundle's chain may hold.
 const MAX_CHAIN: usize = 16;
 
@@ -39,6 +49,102 @@ struct RawMaterial {
     x509_certificate_chain: Option<RawChain>,
     #[serde(default)]
     certificate: Option<RawCert>,
+    #[serde(default)]
+    tlog_entries: Bounded<RawTlogEntry, MAX_TLOG_ENTRIES>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTlogEntry {
+    log_index: Int,
+    log_id: RawLogId,
+    kind_version: RawKindVersion,
+    integrated_time: Int,
+    #[serde(default)]
+    inclusion_promise: Option<RawPromise>,
+    #[serde(default)]
+    inclusion_proof: Option<RawProof>,
+    canonicalized_body: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawLogId {
+    key_id: String,
+}
+
+#[derive(Deserialize)]
+struct RawKindVersion {
+    kind: String,
+    version: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawPromise {
+    signed_entry_timestamp: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawProof {
+    log_index: Int,
+    root_hash: String,
+    tree_size: Int,
+    #[serde(default)]
+    hashes: Bounded<String, MAX_PROOF_HASHES>,
+    checkpoint: RawCheckpoint,
+}
+
+#[derive(Deserialize)]
+struct RawCheckpoint {
+    envelope: String,
+}
+
+/// A protobuf int64 as JSON writes it: a string of digits (or a number).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Int {
+    Text(String),
+    Number(u64),
+}
+
+impl Int {
+    fn get(&self, what: &str) -> Result<u64, SignatureError> {
+        match self {
+            Int::Number(n) => Ok(*n),
+            Int::Text(s) => s.parse().map_err(|_| {
+                SignatureError::bundle(format!("{what} '{}' is not a number", shown(s, 40)))
+            }),
+        }
+    }
+}
+
+/// One transparency-log entry of a bundle, decoded.
+#[derive(Debug, Clone)]
+pub(crate) struct TlogEntry {
+    pub log_index: u64,
+    /// The log's id: the SHA-256 of its public key (DER).
+    pub log_id: Vec<u8>,
+    pub kind: String,
+    pub version: String,
+    pub integrated_time: u64,
+    /// The log's signature over the entry (its "signed entry timestamp").
+    pub promise: Option<Vec<u8>>,
+    pub proof: Option<InclusionProof>,
+    /// The entry as the log holds it (its JSON), and as the bundle wrote it (base64).
+    pub body: Vec<u8>,
+    pub body_b64: String,
+}
+
+/// A proof that an entry is in the log's tree, with the log's signed checkpoint of that tree.
+#[derive(Debug, Clone)]
+pub(crate) struct InclusionProof {
+    pub log_index: u64,
+    pub root_hash: Vec<u8>,
+    pub tree_size: u64,
+    pub hashes: Vec<Vec<u8>>,
+    pub checkpoint: String,
 }
 
 #[derive(Deserialize)]
@@ -86,10 +192,13 @@ pub(crate) enum Material {
 /// A bundle read: its material, and the envelope's payload and signature.
 #[derive(Debug)]
 pub(crate) struct Bundle {
+    /// Whether its media type is v0.3, the one `model_signing` writes.
+    pub v0_3: bool,
     pub material: Material,
     pub payload_type: String,
     pub payload: Vec<u8>,
     pub signature: Vec<u8>,
+    pub tlog_entries: Vec<TlogEntry>,
 }
 
 fn b64(s: &str, what: &str) -> Result<Vec<u8>, SignatureError> {
@@ -109,7 +218,8 @@ impl Bundle {
     pub(crate) fn parse(bytes: &[u8]) -> Result<Bundle, SignatureError> {
         let raw: RawBundle = serde_json::from_slice(bytes)
             .map_err(|e| SignatureError::bundle(format!("malformed Sigstore bundle ({e})")))?;
-        if raw.media_type != BUNDLE_MEDIA_TYPE {
+        let v0_3 = raw.media_type == BUNDLE_MEDIA_TYPE;
+        if !v0_3 && !OLDER_MEDIA_TYPES.contains(&raw.media_type.as_str()) {
             return Err(SignatureError::bundle(format!(
                 "media type '{}', not {BUNDLE_MEDIA_TYPE}",
                 shown(&raw.media_type, 80)
@@ -140,6 +250,40 @@ impl Bundle {
         let Some(m) = raw.verification_material else {
             return Err(SignatureError::bundle("no verificationMaterial"));
         };
+        let mut tlog_entries = Vec::with_capacity(m.tlog_entries.0.len());
+        for (i, e) in m.tlog_entries.0.iter().enumerate() {
+            let what = |f: &str| format!("transparency-log entry {i}: {f}");
+            let proof = match &e.inclusion_proof {
+                None => None,
+                Some(p) => Some(InclusionProof {
+                    log_index: p.log_index.get(&what("the proof's logIndex"))?,
+                    root_hash: b64(&p.root_hash, &what("rootHash"))?,
+                    tree_size: p.tree_size.get(&what("treeSize"))?,
+                    hashes: p
+                        .hashes
+                        .0
+                        .iter()
+                        .map(|h| b64(h, &what("a proof hash")))
+                        .collect::<Result<_, _>>()?,
+                    checkpoint: p.checkpoint.envelope.clone(),
+                }),
+            };
+            tlog_entries.push(TlogEntry {
+                log_index: e.log_index.get(&what("logIndex"))?,
+                log_id: b64(&e.log_id.key_id, &what("logId"))?,
+                kind: e.kind_version.kind.clone(),
+                version: e.kind_version.version.clone(),
+                integrated_time: e.integrated_time.get(&what("integratedTime"))?,
+                promise: e
+                    .inclusion_promise
+                    .as_ref()
+                    .map(|p| b64(&p.signed_entry_timestamp, &what("signedEntryTimestamp")))
+                    .transpose()?,
+                proof,
+                body: b64(&e.canonicalized_body, &what("canonicalizedBody"))?,
+                body_b64: e.canonicalized_body.clone(),
+            });
+        }
         let material = match (m.public_key, m.x509_certificate_chain, m.certificate) {
             (Some(k), None, None) => Material::Key { hint: k.hint },
             (None, Some(chain), None) => {
@@ -167,10 +311,12 @@ impl Bundle {
             }
         };
         Ok(Bundle {
+            v0_3,
             material,
             payload_type: env.payload_type,
             payload,
             signature,
+            tlog_entries,
         })
     }
 

@@ -69,7 +69,7 @@ pub struct CertificateSigner {
 }
 
 /// Accepts any extended key usage: the signing use is checked apart (see the module docs).
-struct AnyUsage;
+pub(super) struct AnyUsage;
 
 impl webpki::ExtendedKeyUsageValidator for AnyUsage {
     fn validate(&self, iter: KeyPurposeIdIter<'_, '_>) -> Result<(), webpki::Error> {

@@ -18,14 +18,16 @@
 //! [`crate::manifest::create_in_toto`], signed with an EC key (P-256, P-384, P-521), with the
 //! key's hint or the certificate chain as the bundle's material.
 //!
-//! Sigstore's keyless method (a Fulcio certificate and a Rekor entry) is not verified here yet:
-//! such a bundle is refused with that reason.
+//! Sigstore's keyless method (a Fulcio certificate for an OIDC identity and a Rekor entry) is
+//! verified offline against a trusted root and an identity policy ([`KeylessPolicy`]; see the
+//! `sigstore` module's steps).
 
 mod bundle;
 mod chain;
 mod error;
 mod key;
 mod model;
+mod sigstore;
 
 use std::path::Path;
 
@@ -36,6 +38,7 @@ pub use chain::{CertificateRoots, CertificateSigner};
 pub use error::SignatureError;
 pub use key::{Curve, PublicKey, SigningKey};
 pub use model::{sign_model, verify_model, ModelVerdict, SignOptions, VerifyOptions};
+pub use sigstore::{KeylessPolicy, TrustedRoot};
 
 use crate::manifest::{OpenSsfDocument, MAX_MANIFEST_BYTES};
 use bundle::{pae, pae_v0_2, Bundle, Material};
@@ -52,6 +55,9 @@ pub enum TrustPolicy {
     /// Signed by a certificate that chains to one of these (`model_signing verify certificate
     /// --certificate_chain`).
     Certificates(CertificateRoots),
+    /// Signed keyless through Sigstore by an identity (`model_signing verify sigstore
+    /// --identity --identity_provider`), checked offline against a trusted root.
+    Sigstore(KeylessPolicy),
 }
 
 /// How a model was signed (`model_signing`'s methods).
@@ -63,6 +69,9 @@ pub enum SigningMethod {
     Key,
     /// A key with its certificate, checked to a trusted one.
     Certificate,
+    /// Keyless, through Sigstore: a short-lived certificate for an identity, and a
+    /// transparency-log entry.
+    Sigstore,
 }
 
 /// Who signed, as the signature showed it.
@@ -77,7 +86,8 @@ pub struct Signer {
     pub fingerprint: String,
     /// The signing key's curve (`secp256r1`, `secp384r1`, `secp521r1`).
     pub curve: String,
-    /// With a certificate: whose, and the trusted certificate it chains to.
+    /// With a certificate: whose, and the trusted certificate it chains to (keyless: the
+    /// identity as `subject` and its OIDC issuer as `issuer`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<CertificateSigner>,
 }
@@ -109,9 +119,21 @@ impl Signer {
     /// Whether `other` is the same signer: the same key, or a certificate of the same subject
     /// chaining to the same trusted certificate (a renewed certificate is the same signer).
     pub fn same_as(&self, other: &Signer) -> bool {
-        match (&self.certificate, &other.certificate) {
-            (None, None) => self.fingerprint.eq_ignore_ascii_case(&other.fingerprint),
-            (Some(a), Some(b)) => a.subject == b.subject && a.root == b.root,
+        match (
+            self.method,
+            &self.certificate,
+            other.method,
+            &other.certificate,
+        ) {
+            (SigningMethod::Key, _, SigningMethod::Key, _) => {
+                self.fingerprint.eq_ignore_ascii_case(&other.fingerprint)
+            }
+            (SigningMethod::Certificate, Some(a), SigningMethod::Certificate, Some(b)) => {
+                a.subject == b.subject && a.root == b.root
+            }
+            (SigningMethod::Sigstore, Some(a), SigningMethod::Sigstore, Some(b)) => {
+                a.subject == b.subject && a.issuer == b.issuer
+            }
             _ => false,
         }
     }
@@ -120,15 +142,21 @@ impl Signer {
 impl std::fmt::Display for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use crate::names::escape;
-        match &self.certificate {
-            None => write!(f, "the key {}", self.fingerprint),
-            Some(c) => write!(
+        match (&self.certificate, self.method) {
+            (Some(c), SigningMethod::Sigstore) => write!(
+                f,
+                "'{}' (vouched for by '{}', keyless through Sigstore)",
+                escape(&c.subject),
+                escape(&c.issuer)
+            ),
+            (Some(c), _) => write!(
                 f,
                 "the certificate '{}' (issued by '{}', trusted through '{}')",
                 escape(&c.subject),
                 escape(&c.issuer),
                 escape(&c.root)
             ),
+            (None, _) => write!(f, "the key {}", self.fingerprint),
         }
     }
 }
@@ -149,12 +177,26 @@ pub fn read_signature(path: &Path) -> Result<Vec<u8>, SignatureError> {
     key::read_at_most(path, MAX_SIGNATURE_BYTES)
 }
 
-/// Checks a signature's bytes (a `model.sig`) against `policy`; the signed statement when it
-/// holds (see the module docs). The model itself is not looked at ([`verify_model`] does).
-pub fn verify_signature(
+/// A DSSE envelope whose signature holds: who signed, and what (see [`verify_envelope`]).
+#[derive(Debug, Clone)]
+pub struct VerifiedEnvelope {
+    /// Who signed.
+    pub signer: Signer,
+    /// The envelope's payload type (`application/vnd.in-toto+json`).
+    pub payload_type: String,
+    /// The signed payload: an in-toto statement.
+    pub payload: Vec<u8>,
+    /// What the reader should know (a bundle in `model_signing`'s older format).
+    pub notes: Vec<String>,
+}
+
+/// Checks a Sigstore bundle's DSSE envelope against `policy`, whatever statement it carries
+/// (a model's, or another in-toto statement such as a package's attestation); the payload when
+/// the signature holds. [`verify_signature`] reads the payload as a model's statement.
+pub fn verify_envelope(
     bytes: &[u8],
     policy: &TrustPolicy,
-) -> Result<VerifiedSignature, SignatureError> {
+) -> Result<VerifiedEnvelope, SignatureError> {
     if bytes.len() as u64 > MAX_SIGNATURE_BYTES {
         return Err(SignatureError::bundle(format!(
             "larger than {MAX_SIGNATURE_BYTES} bytes"
@@ -162,7 +204,13 @@ pub fn verify_signature(
     }
     let b = Bundle::parse(bytes)?;
     let mut notes = Vec::new();
+    if !b.v0_3 && !matches!(policy, TrustPolicy::Sigstore(_)) {
+        return Err(SignatureError::bundle(format!(
+            "an older Sigstore bundle: model_signing's keys and certificates write {BUNDLE_MEDIA_TYPE}"
+        )));
+    }
     let signer = match (policy, &b.material) {
+        (TrustPolicy::Sigstore(p), _) => sigstore::verify(&b, p)?,
         (TrustPolicy::Key(k), Material::Key { hint }) => {
             let given = k.fingerprint();
             match hint {
@@ -198,7 +246,7 @@ pub fn verify_signature(
         (TrustPolicy::Key(_), Material::Certificates(_)) => {
             return Err(SignatureError::Method {
                 reason: "it was signed with a certificate, not a bare key: verify it with the \
-                         certificates it must chain to"
+                         certificates it must chain to (or, keyless, with the signer's identity)"
                     .into(),
             })
         }
@@ -210,12 +258,27 @@ pub fn verify_signature(
             })
         }
     };
-    let statement =
-        OpenSsfDocument::parse_statement(&b.payload, true).map_err(SignatureError::Statement)?;
-    Ok(VerifiedSignature {
+    Ok(VerifiedEnvelope {
         signer,
-        statement,
+        payload_type: b.payload_type,
+        payload: b.payload,
         notes,
+    })
+}
+
+/// Checks a signature's bytes (a `model.sig`) against `policy`; the signed statement when it
+/// holds (see the module docs). The model itself is not looked at ([`verify_model`] does).
+pub fn verify_signature(
+    bytes: &[u8],
+    policy: &TrustPolicy,
+) -> Result<VerifiedSignature, SignatureError> {
+    let v = verify_envelope(bytes, policy)?;
+    let statement =
+        OpenSsfDocument::parse_statement(&v.payload, true).map_err(SignatureError::Statement)?;
+    Ok(VerifiedSignature {
+        signer: v.signer,
+        statement,
+        notes: v.notes,
     })
 }
 
@@ -275,10 +338,12 @@ pub fn sign_statement(
         });
     }
     Ok(Bundle {
+        v0_3: true,
         material,
         payload_type: crate::manifest::interop::openssf::PAYLOAD_TYPE.to_string(),
         payload: statement.to_vec(),
         signature,
+        tlog_entries: Vec::new(),
     }
     .to_json())
 }

@@ -431,3 +431,176 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
     ];
     agree(&python, d.path(), &cases);
 }
+
+/// Real keyless signatures (pypi-attestations' test assets: Sigstore bundles and PEP 740
+/// attestations of known files, by known identities, on the public-good and staging instances),
+/// verified offline against the trusted roots the `sigstore` package ships: each with its
+/// identity and issuer; refused with another identity, another issuer, the other instance's
+/// root, or one byte of the bundle changed; and the statement's digest is the file's own (one
+/// byte of the file changed: another digest).
+pub fn real_keyless_signatures_verify_offline() {
+    use base64::Engine as _;
+    use sha2::{Digest as _, Sha256};
+    use weight_inspect::signature::{verify_envelope, KeylessPolicy, TrustPolicy, TrustedRoot};
+    let dir = PathBuf::from(crate::support::required_env("WI_SIGSTORE_ASSETS"));
+    let assets = dir.join("pypi_attestations-0.0.31/test/assets");
+    let store = dir.join("sigstore-4.5.1/sigstore/_store");
+    let root = |host: &str| TrustedRoot::read(&store.join(host).join("trusted_root.json")).unwrap();
+    let (public_good, staging) = (
+        root("https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"),
+        root("https%3A%2F%2Ftuf-repo-cdn.sigstage.dev"),
+    );
+    let policy = |root: &TrustedRoot, identity: &str, issuer: &str| {
+        TrustPolicy::Sigstore(KeylessPolicy {
+            root: root.clone(),
+            identity: identity.into(),
+            issuer: issuer.into(),
+        })
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    // A PEP 740 attestation as the Sigstore bundle it stands for.
+    let bundle_of_attestation = |a: &Path| -> Vec<u8> {
+        let a: serde_json::Value = serde_json::from_slice(&fs::read(a).unwrap()).unwrap();
+        let vm = &a["verification_material"];
+        serde_json::to_vec(&serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {
+                "certificate": {"rawBytes": vm["certificate"]},
+                "tlogEntries": vm["transparency_entries"],
+            },
+            "dsseEnvelope": {
+                "payload": a["envelope"]["statement"],
+                "payloadType": "application/vnd.in-toto+json",
+                "signatures": [{"sig": a["envelope"]["signature"]}],
+            },
+        }))
+        .unwrap()
+    };
+    struct Real {
+        file: &'static str,
+        root: usize,
+        identity: &'static str,
+        issuer: &'static str,
+    }
+    let cases = [
+        Real {
+            file: "rfc8785-0.1.2-py3-none-any.whl",
+            root: 1,
+            identity: "william@yossarian.net",
+            issuer: "https://github.com/login/oauth",
+        },
+        Real {
+            file: "pypi_attestation_models-0.0.4a2.tar.gz",
+            root: 0,
+            identity: "https://github.com/trailofbits/pypi-attestation-models/.github/workflows/release.yml@refs/tags/v0.0.4a2",
+            issuer: "https://token.actions.githubusercontent.com",
+        },
+    ];
+    let roots = [&public_good, &staging];
+    for c in &cases {
+        let artifact = fs::read(assets.join(c.file)).unwrap();
+        let digest = hex::encode(Sha256::digest(&artifact));
+        let bundles = [
+            fs::read(assets.join(format!("{}.sigstore", c.file))).unwrap(),
+            bundle_of_attestation(&assets.join(format!("{}.attestation", c.file))),
+        ];
+        for (k, bundle) in bundles.iter().enumerate() {
+            let what = format!("{} ({})", c.file, ["bundle", "attestation"][k]);
+            let right = policy(roots[c.root], c.identity, c.issuer);
+            let v = verify_envelope(bundle, &right).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(v.signer.certificate.as_ref().unwrap().subject, c.identity);
+            let st: serde_json::Value = serde_json::from_slice(&v.payload).unwrap();
+            assert_eq!(
+                st["subject"][0]["digest"]["sha256"],
+                digest.as_str(),
+                "{what}"
+            );
+            let mut changed = artifact.clone();
+            changed[100] ^= 1;
+            assert_ne!(hex::encode(Sha256::digest(&changed)), digest);
+
+            let refused = |p: &TrustPolicy, b: &[u8], why: &str| {
+                let e = verify_envelope(b, p)
+                    .err()
+                    .unwrap_or_else(|| panic!("{what}: {why}: verified"));
+                assert!(e.is_refusal(), "{what}: {why}: {e}");
+                assert!(e.to_string().contains(why), "{what}: {why}: {e}");
+            };
+            refused(
+                &policy(roots[c.root], "someone@example.com", c.issuer),
+                bundle,
+                "not by 'someone@example.com'",
+            );
+            refused(
+                &policy(roots[c.root], c.identity, "https://accounts.google.com"),
+                bundle,
+                "vouched for by",
+            );
+            refused(
+                &policy(roots[1 - c.root], c.identity, c.issuer),
+                bundle,
+                "not in the trusted root",
+            );
+            // One byte of the bundle changed, where each check looks.
+            let mut b: serde_json::Value = serde_json::from_slice(bundle).unwrap();
+            let flip = |s: &str| {
+                let mut raw = b64.decode(s).unwrap();
+                let mid = raw.len() / 2;
+                raw[mid] ^= 1;
+                serde_json::Value::from(b64.encode(raw))
+            };
+            let with = |f: &dyn Fn(&mut serde_json::Value)| {
+                let mut x = b.clone();
+                f(&mut x);
+                serde_json::to_vec(&x).unwrap()
+            };
+            let sig = b["dsseEnvelope"]["signatures"][0]["sig"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            refused(
+                &right,
+                &with(&|x| x["dsseEnvelope"]["signatures"][0]["sig"] = flip(&sig)),
+                "another signature",
+            );
+            let payload = b["dsseEnvelope"]["payload"].as_str().unwrap().to_string();
+            refused(
+                &right,
+                &with(&|x| x["dsseEnvelope"]["payload"] = flip(&payload)),
+                "another payload",
+            );
+            let entry = b["verificationMaterial"]["tlogEntries"][0].clone();
+            let time = entry["integratedTime"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+            refused(
+                &right,
+                &with(&|x| {
+                    x["verificationMaterial"]["tlogEntries"][0]["integratedTime"] =
+                        (time + 1).to_string().into()
+                }),
+                "promise",
+            );
+            let h = entry["inclusionProof"]["hashes"][0]
+                .as_str()
+                .unwrap()
+                .to_string();
+            refused(
+                &right,
+                &with(&|x| {
+                    x["verificationMaterial"]["tlogEntries"][0]["inclusionProof"]["hashes"][0] =
+                        flip(&h)
+                }),
+                "inclusion proof",
+            );
+            b["verificationMaterial"]["tlogEntries"] = serde_json::json!([]);
+            refused(
+                &right,
+                &serde_json::to_vec(&b).unwrap(),
+                "no transparency-log entry",
+            );
+        }
+    }
+}

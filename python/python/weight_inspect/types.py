@@ -275,7 +275,8 @@ class FetchedFile(TypedDict):
 
 
 class CertificateSigner(TypedDict):
-    """Whose certificate signed a model (:attr:`Signer.certificate`)."""
+    """Whose certificate signed a model (:attr:`Signer.certificate`); keyless, the identity as
+    ``subject`` and the OIDC issuer that vouched for it as ``issuer``."""
 
     #: The signing certificate's subject (RFC 4514).
     subject: str
@@ -287,7 +288,7 @@ class CertificateSigner(TypedDict):
 class Signer(TypedDict):
     """Who signed a model, as its verified signature shows (:attr:`SignatureCheck.signer`)."""
 
-    method: Literal["key", "certificate"]
+    method: Literal["key", "certificate", "sigstore"]
     #: The key's fingerprint (model_signing's key hint), or the SHA-256 of the signing
     #: certificate's DER.
     fingerprint: str

@@ -20,7 +20,7 @@ pub(super) const AFTER_HELP: &str = "A signature is a Sigstore bundle as OpenSSF
 SHA-256, signed with an elliptic-curve key (P-256, P-384, P-521) alone or with its certificate \
 chain; model_signing verifies what `sign` writes, and `verify` what model_signing signs. Options \
 are spelt as model_signing's (its underscores accepted too). Sigstore keyless signatures (an OIDC \
-identity) are not verified yet.\n\n\
+identity) are verified offline with --identity, --identity-provider and --trust-config.\n\n\
 Exit codes: 0 verified (sign: written); 2 the signature does not hold (another key, an altered \
 statement, an untrusted certificate) or the model is not what was signed (a file differs, is \
 missing, or is present but not signed); 1 usage or I/O error.";
@@ -59,6 +59,28 @@ enum Cmd {
         /// certificates (what model_signing trusts by default).
         #[arg(long, conflicts_with_all = ["public_key", "certificate_chain"])]
         mozilla_roots: bool,
+        /// Keyless (Sigstore): the identity that must have signed, an email or a URI, compared
+        /// exactly with the signing certificate's (the `sigstore` method).
+        #[arg(long, value_name = "ID", requires_all = ["identity_provider", "trust_config"], conflicts_with_all = ["public_key", "certificate_chain", "mozilla_roots"])]
+        identity: Option<String>,
+        /// Keyless: the OIDC issuer that must have vouched for the identity
+        /// (https://accounts.google.com, https://token.actions.githubusercontent.com…).
+        #[arg(
+            long,
+            alias = "identity_provider",
+            value_name = "URL",
+            requires = "identity"
+        )]
+        identity_provider: Option<String>,
+        /// Keyless: the Sigstore instance's trusted root (trusted_root.json; the public-good
+        /// instance's ships in the sigstore Python package), checked offline.
+        #[arg(
+            long,
+            alias = "trust_config",
+            value_name = "JSON",
+            requires = "identity"
+        )]
+        trust_config: Option<PathBuf>,
         /// Paths to leave out of the model, relative to its folder (besides those the signer
         /// left out, the signature itself, and git's files: .git, .gitattributes, .github,
         /// .gitignore); repeated for several.
@@ -115,11 +137,30 @@ pub(super) fn run(args: SignatureArgs) -> ExitCode {
             public_key,
             certificate_chain,
             mozilla_roots,
+            identity,
+            identity_provider,
+            trust_config,
             ignore_paths,
             ignore_unsigned_files,
             json,
         } => {
+            let keyless = match (identity, identity_provider, trust_config) {
+                (Some(identity), Some(issuer), Some(root)) => {
+                    match weight_inspect::signature::TrustedRoot::read(&root) {
+                        Ok(root) => Some(TrustPolicy::Sigstore(
+                            weight_inspect::signature::KeylessPolicy {
+                                root,
+                                identity,
+                                issuer,
+                            },
+                        )),
+                        Err(e) => return error(&e),
+                    }
+                }
+                _ => None,
+            };
             let policy = match (public_key, certificate_chain.is_empty(), mozilla_roots) {
+                _ if keyless.is_some() => Ok(keyless.expect("checked")),
                 (Some(k), true, false) => PublicKey::read(&k).map(TrustPolicy::Key),
                 (None, false, false) => {
                     CertificateRoots::read(&certificate_chain).map(TrustPolicy::Certificates)
@@ -127,8 +168,9 @@ pub(super) fn run(args: SignatureArgs) -> ExitCode {
                 (None, true, true) => Ok(TrustPolicy::Certificates(CertificateRoots::mozilla())),
                 _ => {
                     return fail(
-                        "say whom the signature must come from: --public-key PEM, or \
-                         --certificate-chain PEM… (or --mozilla-roots)",
+                        "say whom the signature must come from: --public-key PEM, \
+                         --certificate-chain PEM… (or --mozilla-roots), or --identity ID \
+                         --identity-provider URL --trust-config JSON",
                     )
                 }
             };

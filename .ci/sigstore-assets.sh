@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Real Sigstore keyless signatures for the tests, taken from PyPI packages (never copied into
+# this repository): the pypi-attestations sdist's test assets (bundles and PEP 740 attestations
+# with the files they sign, made by known identities on Sigstore's public-good and staging
+# instances) and the sigstore wheel's trusted roots of both instances.
+#
+# Usage: .ci/sigstore-assets.sh DIR [PYTHON]       then WI_SIGSTORE_ASSETS=DIR
+set -euo pipefail
+dir=${1:?usage: .ci/sigstore-assets.sh DIR [PYTHON]}
+py=${2:-python3}
+mkdir -p "$dir"
+cd "$dir"
+if [ ! -d pypi_attestations-0.0.31/test/assets ]; then
+    "$py" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+        'pypi-attestations==0.0.31' -d .
+    tar xzf pypi_attestations-0.0.31.tar.gz
+fi
+if [ ! -d sigstore-4.5.1/sigstore/_store ]; then
+    "$py" -m pip download --quiet --disable-pip-version-check --no-deps 'sigstore==4.5.1' -d .
+    rm -rf sigstore-4.5.1.tmp
+    "$py" -m zipfile -e sigstore-4.5.1-py3-none-any.whl sigstore-4.5.1.tmp
+    mv sigstore-4.5.1.tmp sigstore-4.5.1
+fi

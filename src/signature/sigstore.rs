@@ -1,0 +1,640 @@
+//! Sigstore's keyless signatures, verified offline: a Fulcio certificate for an OIDC identity,
+//! and a Rekor transparency-log entry proving the signature was logged while the certificate was
+//! valid — checked against a trusted root (the instance's `trusted_root.json`) without asking
+//! Fulcio or Rekor anything.
+//!
+//! In order, for the bundle's first log entry:
+//! 1. The log: its key is the trusted root's log whose id the entry names, valid at the entry's
+//!    time. The entry's signed promise (the log's signature over its body, time, id and index,
+//!    as canonical JSON) must verify with it; its inclusion proof must lead from the entry's
+//!    leaf hash to the proof's root, and the checkpoint (a signed note naming that tree size and
+//!    root) must be signed by the same log. An entry with neither is refused.
+//! 2. The entry is this signature: a `dsse` 0.0.1 entry whose payload hash is the SHA-256 of
+//!    the envelope's payload, whose one signature is the envelope's, and whose verifier is the
+//!    bundle's signing certificate.
+//! 3. The certificate: it chains, through the trusted root's certificate authorities, to one
+//!    of their roots at the moment the entry was logged (the certificate lives minutes; the log
+//!    says when it was used), and may sign code (extended key usage `codeSigning`).
+//! 4. The identity: its subject alternative name (an email or a URI) is the identity asked for,
+//!    and its OIDC issuer extension (1.3.6.1.4.1.57264.1.8, or the older .1.1) the issuer asked
+//!    for; both compared exactly.
+//! 5. The envelope's signature verifies with the certificate's key.
+//!
+//! The certificate's embedded certificate-transparency timestamps are not checked yet (the log
+//! entry, checked above, already proves the certificate was used while valid).
+
+use std::path::Path;
+
+use base64::Engine as _;
+use rustls_pki_types::{CertificateDer, UnixTime};
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+use x509_cert::der::asn1::{Ia5StringRef, ObjectIdentifier, Utf8StringRef};
+use x509_cert::der::{Decode as _, Encode as _};
+use x509_cert::ext::pkix::name::GeneralName;
+use x509_cert::ext::pkix::{ExtendedKeyUsage, SubjectAltName};
+use x509_cert::Certificate;
+
+use super::bundle::{Bundle, Material, TlogEntry};
+use super::key::{read_at_most, Hash, PublicKey};
+use super::{CertificateSigner, SignatureError, Signer, SigningMethod};
+use crate::manifest::interop::{shown, Bounded};
+
+const CODE_SIGNING: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.3");
+const FULCIO_ISSUER_V2: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.57264.1.8");
+const FULCIO_ISSUER_V1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.57264.1.1");
+/// The largest trusted root read.
+const MAX_TRUSTED_ROOT_BYTES: u64 = 4 << 20;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRoot {
+    #[serde(default)]
+    tlogs: Bounded<RawLog, 64>,
+    #[serde(default)]
+    certificate_authorities: Bounded<RawCa, 64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawLog {
+    public_key: RawKey,
+    log_id: RawKeyId,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawKey {
+    raw_bytes: String,
+    #[serde(default)]
+    valid_for: Option<RawValidity>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawKeyId {
+    key_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawCa {
+    cert_chain: RawChain,
+    #[serde(default)]
+    valid_for: Option<RawValidity>,
+}
+
+#[derive(Deserialize)]
+struct RawChain {
+    certificates: Bounded<RawCert, 16>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawCert {
+    raw_bytes: String,
+}
+
+#[derive(Deserialize)]
+struct RawValidity {
+    #[serde(default)]
+    start: Option<String>,
+    #[serde(default)]
+    end: Option<String>,
+}
+
+/// When something in a trusted root may be used: seconds since the epoch, either end open.
+#[derive(Debug, Clone, Copy, Default)]
+struct Validity {
+    start: Option<u64>,
+    end: Option<u64>,
+}
+
+impl Validity {
+    fn read(v: Option<&RawValidity>) -> Result<Validity, String> {
+        let at = |s: &Option<String>| -> Result<Option<u64>, String> {
+            s.as_deref()
+                .map(|t| {
+                    humantime::parse_rfc3339_weak(t.trim_end_matches('Z'))
+                        .map_err(|e| format!("time '{}': {e}", shown(t, 40)))
+                        .and_then(|t| {
+                            t.duration_since(std::time::UNIX_EPOCH)
+                                .map(|d| d.as_secs())
+                                .map_err(|e| e.to_string())
+                        })
+                })
+                .transpose()
+        };
+        Ok(match v {
+            None => Validity::default(),
+            Some(v) => Validity {
+                start: at(&v.start)?,
+                end: at(&v.end)?,
+            },
+        })
+    }
+
+    fn covers(&self, t: u64) -> bool {
+        self.start.is_none_or(|s| s <= t) && self.end.is_none_or(|e| t <= e)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Log {
+    id: Vec<u8>,
+    key: PublicKey,
+    valid: Validity,
+}
+
+#[derive(Debug, Clone)]
+struct Authority {
+    /// The chain, the issuing certificate first and the root last.
+    chain: Vec<Vec<u8>>,
+    valid: Validity,
+}
+
+/// A Sigstore instance's trusted root (`trusted_root.json`): its transparency logs' keys and
+/// its certificate authorities, each with when it may be used.
+#[derive(Debug, Clone)]
+pub struct TrustedRoot {
+    logs: Vec<Log>,
+    authorities: Vec<Authority>,
+}
+
+fn b64(s: &str) -> Result<Vec<u8>, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|e| format!("not base64 ({e})"))
+}
+
+impl TrustedRoot {
+    /// Reads a trusted root file (at most 4 MiB).
+    pub fn read(path: &Path) -> Result<TrustedRoot, SignatureError> {
+        let bytes = read_at_most(path, MAX_TRUSTED_ROOT_BYTES)?;
+        TrustedRoot::parse(&bytes).map_err(|why| SignatureError::material(path, why))
+    }
+
+    /// Parses a trusted root's JSON; the reason when it cannot be used.
+    pub fn parse(bytes: &[u8]) -> Result<TrustedRoot, String> {
+        let raw: RawRoot = serde_json::from_slice(bytes)
+            .map_err(|e| format!("not a Sigstore trusted root ({e})"))?;
+        let mut logs = Vec::new();
+        for l in &raw.tlogs.0 {
+            // A log whose key is not an EC key this program checks (Rekor v2's Ed25519) is left
+            // out: its entries are refused as those of a log the root does not hold.
+            let Ok(key) = PublicKey::from_spki(&b64(&l.public_key.raw_bytes)?) else {
+                continue;
+            };
+            logs.push(Log {
+                id: b64(&l.log_id.key_id)?,
+                key,
+                valid: Validity::read(l.public_key.valid_for.as_ref())?,
+            });
+        }
+        let mut authorities = Vec::new();
+        for ca in &raw.certificate_authorities.0 {
+            let chain = ca
+                .cert_chain
+                .certificates
+                .0
+                .iter()
+                .map(|c| b64(&c.raw_bytes))
+                .collect::<Result<Vec<_>, _>>()?;
+            if !chain.is_empty() {
+                authorities.push(Authority {
+                    chain,
+                    valid: Validity::read(ca.valid_for.as_ref())?,
+                });
+            }
+        }
+        if logs.is_empty() || authorities.is_empty() {
+            return Err(
+                "a trusted root without a transparency log (with an EC key) or a certificate \
+                 authority"
+                    .into(),
+            );
+        }
+        Ok(TrustedRoot { logs, authorities })
+    }
+}
+
+/// Whom a keyless signature must come from: an identity, as its OIDC issuer vouched for it,
+/// under a trusted root.
+#[derive(Debug, Clone)]
+pub struct KeylessPolicy {
+    /// The instance's trusted root.
+    pub root: TrustedRoot,
+    /// The identity: an email address, or a URI (a CI workflow's).
+    pub identity: String,
+    /// The OIDC issuer that vouched for it (`https://accounts.google.com`,
+    /// `https://token.actions.githubusercontent.com`…).
+    pub issuer: String,
+}
+
+fn refused(reason: impl Into<String>) -> SignatureError {
+    SignatureError::Untrusted {
+        reason: reason.into(),
+    }
+}
+
+/// Verifies a keyless bundle against `policy` (see the module docs): the signer, once every
+/// check holds.
+pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, SignatureError> {
+    let Material::Certificates(ders) = &b.material else {
+        return Err(SignatureError::Method {
+            reason: "it was signed with a bare key, not by an identity: verify it with the \
+                     public key"
+                .into(),
+        });
+    };
+    let leaf_der = &ders[0];
+    let Some(entry) = b.tlog_entries.first() else {
+        return Err(refused(
+            "no transparency-log entry: a keyless signature must have been logged",
+        ));
+    };
+    let log = check_entry(entry, &policy.root)?;
+    check_body(entry, b, leaf_der)?;
+    let time = entry.integrated_time;
+    let leaf = Certificate::from_der(leaf_der)
+        .map_err(|e| SignatureError::bundle(format!("the signing certificate: {e}")))?;
+    let root_subject = check_chain(leaf_der, &ders[1..], &policy.root, time)?;
+    let tbs = &leaf.tbs_certificate;
+    let eku = tbs.get::<ExtendedKeyUsage>().map_err(|e| {
+        SignatureError::bundle(format!("the signing certificate's extended key usage: {e}"))
+    })?;
+    if !eku.is_some_and(|(_, u)| u.0.contains(&CODE_SIGNING)) {
+        return Err(refused(
+            "the signing certificate may not sign code (no codeSigning usage)",
+        ));
+    }
+    let (identity, issuer) = identity_of(&leaf)?;
+    if identity != policy.identity {
+        return Err(refused(format!(
+            "signed by '{}', not by '{}'",
+            shown(&identity, 200),
+            shown(&policy.identity, 200)
+        )));
+    }
+    if issuer != policy.issuer {
+        return Err(refused(format!(
+            "the identity was vouched for by '{}', not by '{}'",
+            shown(&issuer, 200),
+            shown(&policy.issuer, 200)
+        )));
+    }
+    let spki = tbs
+        .subject_public_key_info
+        .to_der()
+        .map_err(|e| SignatureError::bundle(format!("the signing certificate's key: {e}")))?;
+    let key = PublicKey::from_spki(&spki)
+        .map_err(|why| refused(format!("the signing certificate's key: {why}")))?;
+    if !key.verifies(
+        &super::bundle::pae(&b.payload),
+        &b.signature,
+        key.curve().hash(),
+    ) {
+        return Err(SignatureError::Invalid {
+            with: "the signing certificate's key".into(),
+        });
+    }
+    let _ = log;
+    Ok(Signer {
+        method: SigningMethod::Sigstore,
+        fingerprint: hex::encode(Sha256::digest(leaf_der)),
+        curve: key.curve().name().to_string(),
+        certificate: Some(CertificateSigner {
+            subject: identity,
+            issuer,
+            root: root_subject,
+        }),
+    })
+}
+
+/// The log entry holds: its log is trusted at its time, its promise and its inclusion proof
+/// verify. The log.
+fn check_entry<'r>(e: &TlogEntry, root: &'r TrustedRoot) -> Result<&'r Log, SignatureError> {
+    let log = root.logs.iter().find(|l| l.id == e.log_id).ok_or_else(|| {
+        refused("the transparency log that holds the entry is not in the trusted root")
+    })?;
+    if !log.valid.covers(e.integrated_time) {
+        return Err(refused(
+            "the transparency log's key was not valid when the entry was logged",
+        ));
+    }
+    if e.promise.is_none() && e.proof.is_none() {
+        return Err(refused(
+            "the log entry has neither a signed promise nor an inclusion proof",
+        ));
+    }
+    if let Some(set) = &e.promise {
+        // The canonical JSON (RFC 8785) of four fields: keys sorted, no whitespace.
+        let signed = format!(
+            "{{\"body\":{},\"integratedTime\":{},\"logID\":\"{}\",\"logIndex\":{}}}",
+            serde_json::to_string(&e.body_b64).unwrap_or_default(),
+            e.integrated_time,
+            hex::encode(&e.log_id),
+            e.log_index
+        );
+        if !log.key.verifies(signed.as_bytes(), set, Hash::Sha256) {
+            return Err(refused(
+                "the log's signed promise of the entry does not verify",
+            ));
+        }
+    }
+    if let Some(p) = &e.proof {
+        let mut leaf = vec![0u8];
+        leaf.extend_from_slice(&e.body);
+        let leaf: [u8; 32] = Sha256::digest(&leaf).into();
+        let root_hash = root_from_inclusion_proof(p.log_index, p.tree_size, leaf, &p.hashes)
+            .ok_or_else(|| refused("the entry's inclusion proof is malformed"))?;
+        if root_hash[..] != p.root_hash[..] {
+            return Err(refused(
+                "the entry's inclusion proof does not lead to the tree's root",
+            ));
+        }
+        check_checkpoint(&p.checkpoint, log, p.tree_size, &p.root_hash)?;
+    }
+    Ok(log)
+}
+
+/// RFC 9162's root of a tree of `size` leaves from the inclusion proof of leaf `index`.
+fn root_from_inclusion_proof(
+    index: u64,
+    size: u64,
+    leaf: [u8; 32],
+    proof: &[Vec<u8>],
+) -> Option<[u8; 32]> {
+    if index >= size {
+        return None;
+    }
+    let node = |l: &[u8], r: &[u8]| -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update([1u8]);
+        h.update(l);
+        h.update(r);
+        h.finalize().into()
+    };
+    let (mut f, mut s) = (index, size - 1);
+    let mut r = leaf;
+    for p in proof {
+        if p.len() != 32 || s == 0 {
+            return None;
+        }
+        if f & 1 == 1 || f == s {
+            r = node(p, &r);
+            while f & 1 == 0 && f != 0 {
+                f >>= 1;
+                s >>= 1;
+            }
+        } else {
+            r = node(&r, p);
+        }
+        f >>= 1;
+        s >>= 1;
+    }
+    (s == 0).then_some(r)
+}
+
+/// The checkpoint is a signed note of the log naming `size` and `root`: its text (origin, size,
+/// base64 root, then optional lines) ends at a blank line, after which come signature lines
+/// `— NAME BASE64(4-byte key hint || signature)`; one whose hint is the log's must verify.
+fn check_checkpoint(note: &str, log: &Log, size: u64, root: &[u8]) -> Result<(), SignatureError> {
+    let bad = |why: &str| refused(format!("the log's checkpoint {why}"));
+    let Some(split) = note.find("\n\n") else {
+        return Err(bad("is malformed (no signature)"));
+    };
+    let (text, sigs) = (&note[..=split], &note[split + 2..]);
+    let mut lines = text.lines();
+    let (_origin, n, r) = (lines.next(), lines.next(), lines.next());
+    if n.and_then(|n| n.parse::<u64>().ok()) != Some(size) {
+        return Err(bad("is of another tree size than the proof"));
+    }
+    if r.and_then(|r| b64(r).ok()).as_deref() != Some(root) {
+        return Err(bad("names another root than the proof"));
+    }
+    for line in sigs.lines() {
+        let Some(rest) = line.strip_prefix("\u{2014} ") else {
+            continue;
+        };
+        let Some((_, sig)) = rest.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(raw) = b64(sig) else { continue };
+        if raw.len() > 4 && raw[..4] == log.id[..4.min(log.id.len())] {
+            if log.key.verifies(text.as_bytes(), &raw[4..], Hash::Sha256) {
+                return Ok(());
+            }
+            return Err(bad("signature does not verify"));
+        }
+    }
+    Err(bad("is not signed by the log"))
+}
+
+#[derive(Deserialize)]
+struct DsseBody {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    spec: DsseSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DsseSpec {
+    payload_hash: HashValue,
+    signatures: Bounded<DsseSignature, 16>,
+}
+
+#[derive(Deserialize)]
+struct HashValue {
+    algorithm: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct DsseSignature {
+    signature: String,
+    verifier: String,
+}
+
+/// The log entry is this bundle's signature: a `dsse` 0.0.1 entry of its payload, its one
+/// signature and its signing certificate.
+fn check_body(e: &TlogEntry, b: &Bundle, leaf_der: &[u8]) -> Result<(), SignatureError> {
+    if e.kind != "dsse" || e.version != "0.0.1" {
+        return Err(refused(format!(
+            "a log entry of kind {} {}: only dsse 0.0.1 entries are read",
+            shown(&e.kind, 40),
+            shown(&e.version, 20)
+        )));
+    }
+    let body: DsseBody = serde_json::from_slice(&e.body)
+        .map_err(|err| refused(format!("the log entry's body is malformed ({err})")))?;
+    if body.kind != "dsse" || body.api_version != "0.0.1" {
+        return Err(refused(
+            "the log entry's body is not the dsse 0.0.1 entry it says it is",
+        ));
+    }
+    let payload_hash = hex::encode(Sha256::digest(&b.payload));
+    if body.spec.payload_hash.algorithm != "sha256" || body.spec.payload_hash.value != payload_hash
+    {
+        return Err(refused(
+            "the log entry is of another payload than the bundle's",
+        ));
+    }
+    let [sig] = body.spec.signatures.0.as_slice() else {
+        return Err(refused("the log entry holds other than one signature"));
+    };
+    if b64(&sig.signature).ok().as_deref() != Some(&b.signature[..]) {
+        return Err(refused(
+            "the log entry holds another signature than the bundle's",
+        ));
+    }
+    let verifier =
+        b64(&sig.verifier).map_err(|why| refused(format!("the log entry's verifier: {why}")))?;
+    let logged: Vec<CertificateDer<'static>> = {
+        use rustls_pki_types::pem::PemObject as _;
+        CertificateDer::pem_slice_iter(&verifier)
+            .filter_map(Result::ok)
+            .collect()
+    };
+    if logged.first().map(|c| c.as_ref()) != Some(leaf_der) {
+        return Err(refused(
+            "the log entry names another certificate than the bundle's",
+        ));
+    }
+    Ok(())
+}
+
+/// The leaf chains to a trusted authority's root at `time`; the root's subject.
+fn check_chain(
+    leaf_der: &[u8],
+    extra: &[Vec<u8>],
+    root: &TrustedRoot,
+    time: u64,
+) -> Result<String, SignatureError> {
+    let leaf = CertificateDer::from(leaf_der);
+    let ee = webpki::EndEntityCert::try_from(&leaf)
+        .map_err(|e| refused(format!("the signing certificate cannot be used: {e:?}")))?;
+    let mut last = None;
+    for ca in root.authorities.iter().filter(|a| a.valid.covers(time)) {
+        let Some((root_der, intermediates)) = ca.chain.split_last() else {
+            continue;
+        };
+        let root_cert = CertificateDer::from(root_der.as_slice());
+        let Ok(anchor) = webpki::anchor_from_trusted_cert(&root_cert) else {
+            continue;
+        };
+        let mut inter: Vec<CertificateDer<'_>> = intermediates
+            .iter()
+            .map(|d| CertificateDer::from(d.as_slice()))
+            .collect();
+        inter.extend(extra.iter().map(|d| CertificateDer::from(d.as_slice())));
+        match ee.verify_for_usage(
+            webpki::ALL_VERIFICATION_ALGS,
+            &[anchor],
+            &inter,
+            UnixTime::since_unix_epoch(std::time::Duration::from_secs(time)),
+            super::chain::AnyUsage,
+            None,
+            None,
+        ) {
+            Ok(_) => {
+                return Ok(Certificate::from_der(root_der)
+                    .map(|c| c.tbs_certificate.subject.to_string())
+                    .unwrap_or_default())
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(refused(match last {
+        Some(webpki::Error::CertExpired { .. } | webpki::Error::CertNotValidYet { .. }) => {
+            "the signing certificate was not valid when the signature was logged".to_string()
+        }
+        Some(e) => format!("the signing certificate does not chain to a trusted authority ({e:?})"),
+        None => {
+            "no certificate authority of the trusted root was valid when the signature was logged"
+                .to_string()
+        }
+    }))
+}
+
+/// The certificate's identity (its subject alternative name: an email or a URI) and the OIDC
+/// issuer that vouched for it (Fulcio's extension).
+fn identity_of(cert: &Certificate) -> Result<(String, String), SignatureError> {
+    let tbs = &cert.tbs_certificate;
+    let san = tbs
+        .get::<SubjectAltName>()
+        .map_err(|e| SignatureError::bundle(format!("the signing certificate's names: {e}")))?
+        .ok_or_else(|| refused("the signing certificate names no identity"))?
+        .1;
+    let identity = san
+        .0
+        .iter()
+        .find_map(|n| match n {
+            GeneralName::Rfc822Name(s) => Some(s.to_string()),
+            GeneralName::UniformResourceIdentifier(s) => Some(s.to_string()),
+            _ => None,
+        })
+        .ok_or_else(|| refused("the signing certificate names no email or URI identity"))?;
+    let mut issuer = None;
+    for ext in tbs.extensions.iter().flatten() {
+        let v = ext.extn_value.as_bytes();
+        if ext.extn_id == FULCIO_ISSUER_V2 {
+            issuer = Utf8StringRef::from_der(v)
+                .map(|s| s.as_str().to_string())
+                .ok()
+                .or_else(|| {
+                    Ia5StringRef::from_der(v)
+                        .map(|s| s.as_str().to_string())
+                        .ok()
+                });
+            break;
+        }
+        if ext.extn_id == FULCIO_ISSUER_V1 {
+            issuer = std::str::from_utf8(v).ok().map(str::to_string);
+        }
+    }
+    let issuer = issuer.ok_or_else(|| refused("the signing certificate names no OIDC issuer"))?;
+    Ok((identity, issuer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(i: u8) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update([0u8, i]);
+        h.finalize().into()
+    }
+
+    fn node(l: &[u8; 32], r: &[u8; 32]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update([1u8]);
+        h.update(l);
+        h.update(r);
+        h.finalize().into()
+    }
+
+    #[test]
+    fn inclusion_proofs_of_a_tree_of_five() {
+        // The tree of RFC 9162 with 5 leaves: ((0 1) (2 3)) 4.
+        let l: Vec<[u8; 32]> = (0..5).map(leaf).collect();
+        let (a, b) = (node(&l[0], &l[1]), node(&l[2], &l[3]));
+        let ab = node(&a, &b);
+        let root = node(&ab, &l[4]);
+        let proof_2 = vec![l[3].to_vec(), a.to_vec(), l[4].to_vec()];
+        assert_eq!(root_from_inclusion_proof(2, 5, l[2], &proof_2), Some(root));
+        let proof_4 = vec![ab.to_vec()];
+        assert_eq!(root_from_inclusion_proof(4, 5, l[4], &proof_4), Some(root));
+        // Another leaf, another index, a short or long proof: not this root.
+        assert_ne!(root_from_inclusion_proof(2, 5, l[1], &proof_2), Some(root));
+        assert_ne!(root_from_inclusion_proof(3, 5, l[2], &proof_2), Some(root));
+        assert_eq!(root_from_inclusion_proof(2, 5, l[2], &proof_2[..2]), None);
+        let mut long = proof_2.clone();
+        long.push(l[0].to_vec());
+        assert_eq!(root_from_inclusion_proof(2, 5, l[2], &long), None);
+        assert_eq!(root_from_inclusion_proof(5, 5, l[4], &proof_4), None);
+    }
+}
