@@ -132,7 +132,14 @@ pub struct FetchRequest {
     pub signature_public_key: Option<PathBuf>,
     /// Instead of a key: the certificates (PEM files) the signature's certificate must chain to.
     pub signature_certificate_chain: Vec<PathBuf>,
-    /// Fail a repository that has no signature (needs a key or certificates).
+    /// Instead of a key: the identity (an email or a URI) that must have signed keyless,
+    /// through Sigstore.
+    pub signature_identity: Option<String>,
+    /// With `signature_identity`: the OIDC issuer that must have vouched for it.
+    pub signature_identity_provider: Option<String>,
+    /// With `signature_identity`: the Sigstore instance's trusted root (`trusted_root.json`).
+    pub signature_trust_config: Option<PathBuf>,
+    /// Fail a repository that has no signature (needs a key, certificates or an identity).
     pub require_signature: bool,
     /// The signature's path in the repository. Default `model.sig`.
     pub signature_path: Option<String>,
@@ -200,6 +207,9 @@ impl Default for FetchRequest {
             manifest: None,
             signature_public_key: None,
             signature_certificate_chain: Vec::new(),
+            signature_identity: None,
+            signature_identity_provider: None,
+            signature_trust_config: None,
             require_signature: false,
             signature_path: None,
             sidecars: true,
@@ -381,11 +391,14 @@ impl FetchRequest {
     /// The signature policy the request's `signature_*` fields describe, the key or
     /// certificates read.
     fn signature_policy(&self) -> Result<Option<super::SignaturePolicy>, FetchError> {
-        let policy = super::SignaturePolicy::from_files(
-            self.signature_public_key.as_deref(),
-            &self.signature_certificate_chain,
-            self.require_signature,
-        )?;
+        let trust = super::SignatureTrust {
+            public_key: self.signature_public_key.clone(),
+            certificate_chain: self.signature_certificate_chain.clone(),
+            identity: self.signature_identity.clone(),
+            identity_provider: self.signature_identity_provider.clone(),
+            trust_config: self.signature_trust_config.clone(),
+        };
+        let policy = super::SignaturePolicy::from_trust(&trust, self.require_signature)?;
         let Some(mut policy) = policy else {
             return Ok(None);
         };

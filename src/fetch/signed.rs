@@ -53,36 +53,80 @@ impl SignaturePolicy {
         }
     }
 
-    /// The policy of a public key file or of certificate files (one of the two), as the tools'
-    /// options give them: `None` when neither is given and none is `required` (asking for a
-    /// signature without saying whom from is an error, as is giving both).
-    pub fn from_files(
-        public_key: Option<&std::path::Path>,
-        certificate_chain: &[std::path::PathBuf],
+    /// The policy the tools' options describe ([`SignatureTrust`]): `None` when they name
+    /// nobody and no signature is `required` (asking for one without saying whom from is an
+    /// error, as is naming the signer two ways).
+    pub fn from_trust(
+        t: &SignatureTrust,
         required: bool,
     ) -> Result<Option<SignaturePolicy>, FetchError> {
-        use crate::signature::{CertificateRoots, PublicKey, TrustPolicy};
-        let trust =
-            match (public_key, certificate_chain) {
-                (Some(_), [_, ..]) => return Err(FetchError::Invalid(
-                    "a public key and a certificate chain are two ways to say who signs: give one"
+        use crate::signature::{
+            CertificateRoots, KeylessPolicy, PublicKey, TrustPolicy, TrustedRoot,
+        };
+        let ways = usize::from(t.public_key.is_some())
+            + usize::from(!t.certificate_chain.is_empty())
+            + usize::from(t.identity.is_some());
+        if ways > 1 {
+            return Err(FetchError::Invalid(
+                "a public key, a certificate chain and an identity are three ways to say who \
+                 signs: give one"
+                    .into(),
+            ));
+        }
+        let trust = if let Some(k) = &t.public_key {
+            TrustPolicy::Key(PublicKey::read(k).map_err(FetchError::Signature)?)
+        } else if !t.certificate_chain.is_empty() {
+            TrustPolicy::Certificates(
+                CertificateRoots::read(&t.certificate_chain).map_err(FetchError::Signature)?,
+            )
+        } else if let Some(identity) = &t.identity {
+            let (Some(issuer), Some(root)) = (&t.identity_provider, &t.trust_config) else {
+                return Err(FetchError::Invalid(
+                    "a keyless signer's identity needs its identity provider (the OIDC issuer) \
+                     and the instance's trusted root (trust config)"
                         .into(),
-                )),
-                (Some(k), []) => {
-                    TrustPolicy::Key(PublicKey::read(k).map_err(FetchError::Signature)?)
-                }
-                (None, chain @ [_, ..]) => TrustPolicy::Certificates(
-                    CertificateRoots::read(chain).map_err(FetchError::Signature)?,
-                ),
-                (None, []) if required => return Err(FetchError::Invalid(
-                    "a signature is required, but not whom it must come from: give a public key \
-                     or a certificate chain"
-                        .into(),
-                )),
-                (None, []) => return Ok(None),
+                ));
             };
+            TrustPolicy::Sigstore(KeylessPolicy {
+                root: TrustedRoot::read(root).map_err(FetchError::Signature)?,
+                identity: identity.clone(),
+                issuer: issuer.clone(),
+            })
+        } else if required {
+            return Err(FetchError::Invalid(
+                "a signature is required, but not whom it must come from: give a public key, a \
+                 certificate chain or an identity"
+                    .into(),
+            ));
+        } else {
+            return Ok(None);
+        };
         Ok(Some(SignaturePolicy::new(trust, required)))
     }
+}
+
+impl SignatureTrust {
+    /// Whether it names no signer.
+    pub fn is_empty(&self) -> bool {
+        self.public_key.is_none() && self.certificate_chain.is_empty() && self.identity.is_none()
+    }
+}
+
+/// Whom a model's signature must come from, as the tools' options say it: one of a public key
+/// file, certificate files, or a keyless identity with its OIDC issuer and the instance's
+/// trusted root.
+#[derive(Debug, Clone, Default)]
+pub struct SignatureTrust {
+    /// A public key (PEM file).
+    pub public_key: Option<std::path::PathBuf>,
+    /// Certificates (PEM files) the signing certificate must chain to.
+    pub certificate_chain: Vec<std::path::PathBuf>,
+    /// Keyless: the identity (an email or a URI).
+    pub identity: Option<String>,
+    /// Keyless: the OIDC issuer that must have vouched for it.
+    pub identity_provider: Option<String>,
+    /// Keyless: the Sigstore instance's trusted root (`trusted_root.json`).
+    pub trust_config: Option<std::path::PathBuf>,
 }
 
 /// The id the Hub gives a file kept in git (not LFS): the SHA-1 of `blob {len}\0` and its bytes.

@@ -64,6 +64,7 @@ fn main() -> std::process::ExitCode {
         Python: serve_changes::huggingface_hub_never_takes_a_damaged_blob,
         Python: signature::model_signing_and_this_program_verify_each_others_signatures,
         SigstoreAssets: signature::real_keyless_signatures_verify_offline,
+        SigstoreAssets: signature::wi_fetch_checks_a_keyless_signature,
         Tmpfs: transfer::a_full_disk_names_the_file_and_the_local_path,
         Tmpfs: wi_fetch::disk_full_fails_up_front,
         Tmpfs: wi_fetch::disk_fills_up_mid_download_then_resumes,

@@ -604,3 +604,57 @@ pub fn real_keyless_signatures_verify_offline() {
         }
     }
 }
+
+/// `wi-fetch --identity …` reaches the keyless check: a repository whose `model.sig` is a real
+/// keyless bundle (a package's attestation, not a model's statement) is refused after its
+/// signature verified, for what it signs; with another identity, for who signed.
+pub fn wi_fetch_checks_a_keyless_signature() {
+    use crate::support::cli::Sandbox;
+    let dir = PathBuf::from(crate::support::required_env("WI_SIGSTORE_ASSETS"));
+    let assets = dir.join("pypi_attestations-0.0.31/test/assets");
+    let staging = dir.join(
+        "sigstore-4.5.1/sigstore/_store/https%3A%2F%2Ftuf-repo-cdn.sigstage.dev/trusted_root.json",
+    );
+    let file = "rfc8785-0.1.2-py3-none-any.whl";
+    let root = tempfile::tempdir().unwrap();
+    let repo = root.path().join("acme/attested");
+    fs::create_dir_all(&repo).unwrap();
+    fs::copy(assets.join(file), repo.join(file)).unwrap();
+    fs::copy(
+        assets.join(format!("{file}.sigstore")),
+        repo.join("model.sig"),
+    )
+    .unwrap();
+    let hub = mock_server::MockHub::builder()
+        .root(root.path())
+        .start_in_background()
+        .unwrap();
+    let fetch = |identity: &str| {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args(["acme/attested", file, "--identity", identity])
+            .args(["--identity-provider", "https://github.com/login/oauth"])
+            .arg("--trust-config")
+            .arg(&staging);
+        let o = c.output().unwrap();
+        let blobs = sb.repo_dir("acme/attested").join("blobs");
+        let kept = fs::read_dir(blobs).map(|d| d.count()).unwrap_or(0);
+        (o, kept)
+    };
+    let (o, kept) = fetch("william@yossarian.net");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the signed statement") && stderr(&o).contains("pypi.org"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(kept, 0);
+    let (o, kept) = fetch("someone@example.com");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not by 'someone@example.com'"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(kept, 0);
+}

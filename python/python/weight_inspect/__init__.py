@@ -865,6 +865,9 @@ def fetch(
     upload: bool = True,
     public_key: PathLike | None = None,
     certificate_chain: Sequence[PathLike] | None = None,
+    identity: str | None = None,
+    identity_provider: str | None = None,
+    trust_config: PathLike | None = None,
     require_signature: bool = False,
     dry_run: Literal[False] = False,
 ) -> FetchSummary: ...
@@ -892,6 +895,9 @@ def fetch(
     upload: bool = True,
     public_key: PathLike | None = None,
     certificate_chain: Sequence[PathLike] | None = None,
+    identity: str | None = None,
+    identity_provider: str | None = None,
+    trust_config: PathLike | None = None,
     require_signature: bool = False,
     dry_run: Literal[True],
 ) -> Plan: ...
@@ -918,6 +924,9 @@ def fetch(
     upload: bool = True,
     public_key: PathLike | None = None,
     certificate_chain: Sequence[PathLike] | None = None,
+    identity: str | None = None,
+    identity_provider: str | None = None,
+    trust_config: PathLike | None = None,
     require_signature: bool = False,
     dry_run: bool = False,
 ) -> FetchSummary | Plan:
@@ -942,7 +951,8 @@ def fetch(
     downloaded and verified is uploaded to it afterwards (each file's ``upload`` in the
     summary says how it went; a failed upload never fails the fetch), unless ``upload=False``.
     ``public_key`` (a PEM file; or ``certificate_chain``, the certificates its certificate must
-    chain to): the model's OpenSSF signature (the repository's ``model.sig``) is verified before
+    chain to; or, keyless through Sigstore, ``identity`` with ``identity_provider`` and
+    ``trust_config``, the instance's ``trusted_root.json``): the model's OpenSSF signature (the repository's ``model.sig``) is verified before
     any file and its digests are what every chunk is checked against; a file it does not name,
     or a signature that does not hold, raises :class:`IntegrityError`, nothing of it kept, and
     the summary's ``signature`` says who signed; ``require_signature=True`` fails a repository
@@ -993,6 +1003,10 @@ def fetch(
         "remote_cache": remote_cache,
         "upload": upload,
     }
-    request.update(_signature(public_key, list(certificate_chain or []), require_signature))
+    request.update(
+        _signature(
+            public_key, list(certificate_chain or []), identity, identity_provider, trust_config, require_signature
+        )
+    )
     result: FetchSummary | Plan = _native.fetch(request, progress=progress, dry_run=dry_run)
     return result

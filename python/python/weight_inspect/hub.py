@@ -314,12 +314,20 @@ def _fetch_args(
 
 
 def _signature(
-    public_key: PathLike | None, certificate_chain: list[PathLike] | None, required: bool
+    public_key: PathLike | None,
+    certificate_chain: list[PathLike] | None,
+    identity: str | None,
+    identity_provider: str | None,
+    trust_config: PathLike | None,
+    required: bool,
 ) -> FetchRequest:
     """The request's signature policy (see :func:`weight_inspect.fetch`)."""
     return {
         "signature_public_key": None if public_key is None else os.fspath(public_key),
         "signature_certificate_chain": [os.fspath(c) for c in certificate_chain or []],
+        "signature_identity": identity,
+        "signature_identity_provider": identity_provider,
+        "signature_trust_config": None if trust_config is None else os.fspath(trust_config),
         "require_signature": required,
     }
 
@@ -347,6 +355,9 @@ def hf_hub_download(
     remote_cache: str | None = None,
     public_key: PathLike | None = None,
     certificate_chain: list[PathLike] | None = None,
+    identity: str | None = None,
+    identity_provider: str | None = None,
+    trust_config: PathLike | None = None,
     require_signature: bool = False,
 ) -> str | DryRunFileInfo:
     """Download one file of a repository, as ``huggingface_hub.hf_hub_download``: its path.
@@ -373,8 +384,9 @@ def hf_hub_download(
     when it is installed). Accepted and ignored: ``tqdm_class`` (no progress bar). Ours beyond
     huggingface_hub's: ``remote_cache``, a team's object store that receives every file
     downloaded and verified (see :func:`weight_inspect.fetch`; default ``WI_REMOTE_CACHE``);
-    ``public_key`` (or ``certificate_chain``) and ``require_signature``, the model's OpenSSF
-    signature checked before any file (see :func:`weight_inspect.fetch`).
+    ``public_key`` (or ``certificate_chain``, or ``identity`` with ``identity_provider`` and
+    ``trust_config``) and ``require_signature``, the model's OpenSSF signature checked before
+    any file (see :func:`weight_inspect.fetch`).
 
     Raises :class:`RepositoryNotFoundError`, :class:`GatedRepoError`,
     :class:`RevisionNotFoundError`, :class:`RemoteEntryNotFoundError` (the file is not in the
@@ -390,7 +402,9 @@ def hf_hub_download(
         etag_timeout, [filename], [], [], None, headers,
         _user_agent(library_name, library_version, user_agent), remote_cache,
     )
-    args.update(_signature(public_key, certificate_chain, require_signature))
+    args.update(
+        _signature(public_key, certificate_chain, identity, identity_provider, trust_config, require_signature)
+    )
     summary = _run(args, local_files_only, dry_run)
     if dry_run:
         f = summary["files"][0]
@@ -450,6 +464,9 @@ def snapshot_download(
     remote_cache: str | None = None,
     public_key: PathLike | None = None,
     certificate_chain: list[PathLike] | None = None,
+    identity: str | None = None,
+    identity_provider: str | None = None,
+    trust_config: PathLike | None = None,
     require_signature: bool = False,
 ) -> str | list[DryRunFileInfo]:
     """Download every file of a repository (or those the patterns pick), as
@@ -470,7 +487,7 @@ def snapshot_download(
 
     ``headers``, ``library_name``, ``library_version`` and ``user_agent`` as in
     :func:`hf_hub_download`; accepted and ignored: ``tqdm_class``; ``remote_cache``,
-    ``public_key``, ``certificate_chain`` and ``require_signature`` as in
+    the signature's options as in
     :func:`hf_hub_download`. ``dry_run=True`` downloads
     nothing (the listing it asks for is kept, as a download keeps it) and returns one ``DryRunFileInfo`` per selected file; offline or with
     the Hub unreachable it raises :class:`DryRunError`, as huggingface_hub does. Patterns that
@@ -500,7 +517,9 @@ def snapshot_download(
         etag_timeout, [], include, listed(ignore_patterns), max_workers, headers,
         _user_agent(library_name, library_version, user_agent), remote_cache,
     )
-    args.update(_signature(public_key, certificate_chain, require_signature))
+    args.update(
+        _signature(public_key, certificate_chain, identity, identity_provider, trust_config, require_signature)
+    )
     try:
         summary = _run(args, local_files_only, dry_run, fallback=not dry_run)
     except NetworkError as e:

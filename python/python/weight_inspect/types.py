@@ -77,6 +77,12 @@ class FetchRequest(TypedDict, total=False):
     signature_public_key: str | None
     #: Instead of a key: the certificates (PEM files) the signing certificate must chain to.
     signature_certificate_chain: list[str]
+    #: Keyless, through Sigstore: the identity (an email or a URI) that must have signed.
+    signature_identity: str | None
+    #: The OIDC issuer that must have vouched for it.
+    signature_identity_provider: str | None
+    #: The Sigstore instance's trusted root (``trusted_root.json``).
+    signature_trust_config: str | None
     #: Fail a repository that has no signature.
     require_signature: bool
     #: The signature's path in the repository (``model.sig``).

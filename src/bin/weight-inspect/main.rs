@@ -94,6 +94,9 @@ enum Command {
 const EXIT_INVALID: u8 = 2;
 const EXIT_USAGE_OR_IO: u8 = 1;
 
+#[path = "../common/signer.rs"]
+mod signer;
+
 #[path = "../common/logging.rs"]
 mod logging;
 

@@ -113,22 +113,12 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     manifest: Vec<PathBuf>,
     /// With --upstream: check every file pulled through against its model's OpenSSF signature
-    /// (the repository's model.sig) with this public key (PEM) before it is served or cached:
+    /// (the repository's model.sig), as coming from this signer, before it is served or cached:
     /// a signature that does not hold, a file it does not name, or bytes that differ from it
     /// end the answer short and leave nothing in the cache. A repository without a signature is
     /// served as before (unless --require-signature).
-    #[arg(long, alias = "public_key", value_name = "PEM", requires = "upstream")]
-    public_key: Option<PathBuf>,
-    /// With --upstream, instead of --public-key: certificates (PEM) the signature's signing
-    /// certificate must chain to (repeated for several files).
-    #[arg(
-        long,
-        alias = "certificate_chain",
-        value_name = "PEM",
-        requires = "upstream",
-        conflicts_with = "public_key"
-    )]
-    certificate_chain: Vec<PathBuf>,
+    #[command(flatten)]
+    signer: crate::signer::SignerArgs,
     /// With --upstream: refuse the files of a repository that ships no signature.
     #[arg(long, requires = "upstream")]
     require_signature: bool,
@@ -180,9 +170,8 @@ fn upstream(args: &ServeArgs, url: &str) -> Result<weight_inspect::serve::Upstre
     if let Some(n) = args.upstream_connections {
         builder = builder.connections(n as usize);
     }
-    let policy = weight_inspect::fetch::SignaturePolicy::from_files(
-        args.public_key.as_deref(),
-        &args.certificate_chain,
+    let policy = weight_inspect::fetch::SignaturePolicy::from_trust(
+        &args.signer.trust(),
         args.require_signature,
     )
     .map_err(|e| e.to_string())?;
@@ -275,6 +264,13 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+    }
+    if args.upstream.is_none() && (!args.signer.trust().is_empty() || args.require_signature) {
+        eprintln!(
+            "weight-inspect: error: a signer (--public-key, --certificate-chain, --identity) or \
+             --require-signature is for what --upstream pulls through: give --upstream"
+        );
+        return ExitCode::from(1);
     }
     let opened = match &args.upstream {
         Some(url) => match rt.block_on(async { upstream(&args, url) }) {

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use weight_inspect::fetch::{FetchError, SignaturePolicy};
 use weight_inspect::names::escape as esc;
 use weight_inspect::signature::{
-    self, CertificateRoots, PublicKey, SignOptions, SignatureError, SigningKey, TrustPolicy,
-    VerifyOptions,
+    self, CertificateRoots, SignOptions, SignatureError, SigningKey, TrustPolicy, VerifyOptions,
 };
 
 use super::manifest::{differences, fail, parse_size, write_out};
@@ -43,44 +43,13 @@ enum Cmd {
         /// The signature (default: model.sig in the model's folder, or beside its one file).
         #[arg(long, value_name = "PATH")]
         signature: Option<PathBuf>,
-        /// The signer's public key (PEM): the `key` method.
-        #[arg(
-            long,
-            alias = "public_key",
-            value_name = "PEM",
-            conflicts_with = "certificate_chain"
-        )]
-        public_key: Option<PathBuf>,
-        /// Certificates the signing certificate must chain to (PEM; each one trusted; the
-        /// option repeated for several files): the `certificate` method.
-        #[arg(long, alias = "certificate_chain", value_name = "PEM")]
-        certificate_chain: Vec<PathBuf>,
+        /// Whom the signature must come from.
+        #[command(flatten)]
+        signer: crate::signer::SignerArgs,
         /// With the certificate method and no --certificate-chain: trust Mozilla's root
         /// certificates (what model_signing trusts by default).
-        #[arg(long, conflicts_with_all = ["public_key", "certificate_chain"])]
+        #[arg(long, conflicts_with_all = ["public_key", "certificate_chain", "identity"])]
         mozilla_roots: bool,
-        /// Keyless (Sigstore): the identity that must have signed, an email or a URI, compared
-        /// exactly with the signing certificate's (the `sigstore` method).
-        #[arg(long, value_name = "ID", requires_all = ["identity_provider", "trust_config"], conflicts_with_all = ["public_key", "certificate_chain", "mozilla_roots"])]
-        identity: Option<String>,
-        /// Keyless: the OIDC issuer that must have vouched for the identity
-        /// (https://accounts.google.com, https://token.actions.githubusercontent.com…).
-        #[arg(
-            long,
-            alias = "identity_provider",
-            value_name = "URL",
-            requires = "identity"
-        )]
-        identity_provider: Option<String>,
-        /// Keyless: the Sigstore instance's trusted root (trusted_root.json; the public-good
-        /// instance's ships in the sigstore Python package), checked offline.
-        #[arg(
-            long,
-            alias = "trust_config",
-            value_name = "JSON",
-            requires = "identity"
-        )]
-        trust_config: Option<PathBuf>,
         /// Paths to leave out of the model, relative to its folder (besides those the signer
         /// left out, the signature itself, and git's files: .git, .gitattributes, .github,
         /// .gitignore); repeated for several.
@@ -134,49 +103,25 @@ pub(super) fn run(args: SignatureArgs) -> ExitCode {
         Cmd::Verify {
             model,
             signature,
-            public_key,
-            certificate_chain,
+            signer,
             mozilla_roots,
-            identity,
-            identity_provider,
-            trust_config,
             ignore_paths,
             ignore_unsigned_files,
             json,
         } => {
-            let keyless = match (identity, identity_provider, trust_config) {
-                (Some(identity), Some(issuer), Some(root)) => {
-                    match weight_inspect::signature::TrustedRoot::read(&root) {
-                        Ok(root) => Some(TrustPolicy::Sigstore(
-                            weight_inspect::signature::KeylessPolicy {
-                                root,
-                                identity,
-                                issuer,
-                            },
-                        )),
-                        Err(e) => return error(&e),
-                    }
-                }
-                _ => None,
-            };
-            let policy = match (public_key, certificate_chain.is_empty(), mozilla_roots) {
-                _ if keyless.is_some() => Ok(keyless.expect("checked")),
-                (Some(k), true, false) => PublicKey::read(&k).map(TrustPolicy::Key),
-                (None, false, false) => {
-                    CertificateRoots::read(&certificate_chain).map(TrustPolicy::Certificates)
-                }
-                (None, true, true) => Ok(TrustPolicy::Certificates(CertificateRoots::mozilla())),
-                _ => {
-                    return fail(
-                        "say whom the signature must come from: --public-key PEM, \
-                         --certificate-chain PEM… (or --mozilla-roots), or --identity ID \
-                         --identity-provider URL --trust-config JSON",
-                    )
-                }
+            let policy = if mozilla_roots {
+                Ok(Some(SignaturePolicy::new(
+                    TrustPolicy::Certificates(CertificateRoots::mozilla()),
+                    true,
+                )))
+            } else {
+                SignaturePolicy::from_trust(&signer.trust(), true)
             };
             let policy = match policy {
-                Ok(p) => p,
-                Err(e) => return error(&e),
+                Ok(Some(p)) => p.trust,
+                Ok(None) => return fail("say whom the signature must come from"),
+                Err(FetchError::Signature(e)) => return error(&e),
+                Err(e) => return fail(e),
             };
             let opts = VerifyOptions {
                 ignore_paths,

@@ -198,28 +198,15 @@ pub(super) struct FetchArgs {
     #[arg(long, value_name = "FILE|URL")]
     pub(super) manifest: Option<String>,
     /// Check the model's OpenSSF signature (the repository's model.sig, as model_signing writes
-    /// it) with this public key (PEM) before any file: a signature that does not hold fails the
-    /// fetch (exit 2) with nothing downloaded; its digests are what every chunk is checked
+    /// it) before any file, as coming from this signer: a signature that does not hold fails
+    /// the fetch (exit 2) with nothing downloaded; its digests are what every chunk is checked
     /// against as it arrives, nothing that differs is kept, and a file it does not name is
     /// refused. A repository without one is fetched as before, said in a notice (unless
     /// --require-signature). Takes the place of --manifest.
-    #[arg(
-        long,
-        alias = "public_key",
-        value_name = "PEM",
-        env = "WI_SIGNATURE_KEY"
-    )]
-    pub(super) public_key: Option<PathBuf>,
-    /// Instead of --public-key: certificates (PEM) the signature's signing certificate must
-    /// chain to (repeated for several files).
-    #[arg(
-        long,
-        alias = "certificate_chain",
-        value_name = "PEM",
-        conflicts_with = "public_key"
-    )]
-    pub(super) certificate_chain: Vec<PathBuf>,
-    /// Fail a repository that ships no signature (needs --public-key or --certificate-chain).
+    #[command(flatten)]
+    pub(super) signer: crate::signer::SignerArgs,
+    /// Fail a repository that ships no signature (needs --public-key, --certificate-chain or
+    /// --identity).
     #[arg(long)]
     pub(super) require_signature: bool,
     /// The signature's path in the repository.
@@ -296,6 +283,7 @@ impl FetchArgs {
     /// The library's request for these arguments (the one place they become fetch options).
     /// With `--locked`, the repository and files come from the lock file instead.
     pub(super) fn request(&self) -> FetchRequest {
+        let signer = self.signer.trust();
         FetchRequest {
             repo: self.repo.clone().unwrap_or_default(),
             // The reference's type wins over the default of --repo-type.
@@ -329,8 +317,11 @@ impl FetchArgs {
             verify: !self.no_verify,
             verify_level: Some(self.level().into()),
             manifest: self.manifest.clone(),
-            signature_public_key: self.public_key.clone(),
-            signature_certificate_chain: self.certificate_chain.clone(),
+            signature_public_key: signer.public_key,
+            signature_certificate_chain: signer.certificate_chain,
+            signature_identity: signer.identity,
+            signature_identity_provider: signer.identity_provider,
+            signature_trust_config: signer.trust_config,
             require_signature: self.require_signature,
             signature_path: Some(self.signature.clone()),
             sidecars: !self.no_sidecar,

@@ -36,6 +36,9 @@ use cache::{cache_main, CacheCli};
 use output::*;
 use progress::{Mode, Progress};
 
+#[path = "../common/signer.rs"]
+mod signer;
+
 #[path = "../common/logging.rs"]
 mod logging;
 
