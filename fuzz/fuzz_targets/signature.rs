@@ -1,13 +1,16 @@
 //! Any bytes as a model signature (`signature::verify_signature`): as the bundle itself, checked
-//! with a key; and as the signing certificate of a bundle checked with Mozilla's roots (the
-//! X.509 parser and the path check on hostile DER). `Ok` is impossible without the key's private
+//! with a key and, keyless, with a trusted root whose log is that key (the log entries, their
+//! inclusion proofs, checkpoints and bodies on hostile input); and as the signing certificate of
+//! a bundle checked with Mozilla's roots (the X.509 parser and the path check on hostile DER). `Ok` is impossible without the key's private
 //! half, so every input must come back as `Err`, never a panic; peak heap within
 //! `fuzz_support::within_budget`'s bound.
 #![no_main]
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use weight_inspect::signature::{verify_signature, CertificateRoots, PublicKey, TrustPolicy};
+use weight_inspect::signature::{
+    verify_signature, CertificateRoots, KeylessPolicy, PublicKey, TrustPolicy, TrustedRoot,
+};
 
 /// A P-256 public key whose private half was thrown away.
 const KEY: &[u8] = b"-----BEGIN PUBLIC KEY-----
@@ -16,10 +19,20 @@ ZUwLpcYI5IEmlx4RJuV9UcxdOxdMDPUVD2xUovrui9c4NoyIOwyJm1R/Dg==
 -----END PUBLIC KEY-----
 ";
 
+/// A trusted root whose one log is `KEY` (its id the key's SHA-256), and a certificate
+/// authority that is no certificate.
+const ROOT: &str = r#"{"tlogs": [{"publicKey": {"rawBytes": "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEeLzfO7KYMfJQY5+plJw8Pg8HZl78ZUwLpcYI5IEmlx4RJuV9UcxdOxdMDPUVD2xUovrui9c4NoyIOwyJm1R/Dg=="}, "logId": {"keyId": "1lY5S1xeVoO9M/8un9nBBIv8e8FVs1SGk5G++6ymv2Q="}}], "certificateAuthorities": [{"certChain": {"certificates": [{"rawBytes": "MAA="}]}}]}"#;
+
 fuzz_target!(|data: &[u8]| {
     fuzz_support::within_budget(data, |data| {
         let key = TrustPolicy::Key(PublicKey::from_pem(KEY).expect("the key"));
         assert!(verify_signature(data, &key).is_err());
+        let keyless = TrustPolicy::Sigstore(KeylessPolicy {
+            root: TrustedRoot::parse(ROOT.as_bytes()).expect("the root"),
+            identity: "someone@example.com".into(),
+            issuer: "https://accounts.example.com".into(),
+        });
+        assert!(verify_signature(data, &keyless).is_err());
         let cert = base64::engine::general_purpose::STANDARD.encode(data);
         let bundle = format!(
             "{{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\",\

@@ -14,14 +14,15 @@
 //!    bundle's signing certificate.
 //! 3. The certificate: it chains, through the trusted root's certificate authorities, to one
 //!    of their roots at the moment the entry was logged (the certificate lives minutes; the log
-//!    says when it was used), and may sign code (extended key usage `codeSigning`).
+//!    says when it was used), and may sign code (extended key usage `codeSigning`); one of its
+//!    embedded certificate-transparency timestamps (SCTs) is signed by a CT log of the trusted
+//!    root, over the certificate as it was submitted (the precertificate's TBS).
 //! 4. The identity: its subject alternative name (an email or a URI) is the identity asked for,
 //!    and its OIDC issuer extension (1.3.6.1.4.1.57264.1.8, or the older .1.1) the issuer asked
 //!    for; both compared exactly.
 //! 5. The envelope's signature verifies with the certificate's key.
 //!
-//! The certificate's embedded certificate-transparency timestamps are not checked yet (the log
-//! entry, checked above, already proves the certificate was used while valid).
+//! RFC 3161 timestamps are not read: the time is the log entry's, vouched for by the log.
 
 use std::path::Path;
 
@@ -43,6 +44,7 @@ use crate::manifest::interop::{shown, Bounded};
 const CODE_SIGNING: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.3");
 const FULCIO_ISSUER_V2: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.57264.1.8");
 const FULCIO_ISSUER_V1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.57264.1.1");
+const SCT_LIST: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.11129.2.4.2");
 /// The largest trusted root read.
 const MAX_TRUSTED_ROOT_BYTES: u64 = 4 << 20;
 
@@ -53,6 +55,8 @@ struct RawRoot {
     tlogs: Bounded<RawLog, 64>,
     #[serde(default)]
     certificate_authorities: Bounded<RawCa, 64>,
+    #[serde(default)]
+    ctlogs: Bounded<RawLog, 64>,
 }
 
 #[derive(Deserialize)]
@@ -159,6 +163,7 @@ struct Authority {
 pub struct TrustedRoot {
     logs: Vec<Log>,
     authorities: Vec<Authority>,
+    ct_logs: Vec<Log>,
 }
 
 fn b64(s: &str) -> Result<Vec<u8>, String> {
@@ -178,19 +183,24 @@ impl TrustedRoot {
     pub fn parse(bytes: &[u8]) -> Result<TrustedRoot, String> {
         let raw: RawRoot = serde_json::from_slice(bytes)
             .map_err(|e| format!("not a Sigstore trusted root ({e})"))?;
-        let mut logs = Vec::new();
-        for l in &raw.tlogs.0 {
-            // A log whose key is not an EC key this program checks (Rekor v2's Ed25519) is left
-            // out: its entries are refused as those of a log the root does not hold.
-            let Ok(key) = PublicKey::from_spki(&b64(&l.public_key.raw_bytes)?) else {
-                continue;
-            };
-            logs.push(Log {
-                id: b64(&l.log_id.key_id)?,
-                key,
-                valid: Validity::read(l.public_key.valid_for.as_ref())?,
-            });
-        }
+        // A log whose key is not an EC key this program checks (Rekor v2's Ed25519) is left
+        // out: its entries are refused as those of a log the root does not hold.
+        let logs_of = |raw: &[RawLog]| -> Result<Vec<Log>, String> {
+            let mut out = Vec::new();
+            for l in raw {
+                let Ok(key) = PublicKey::from_spki(&b64(&l.public_key.raw_bytes)?) else {
+                    continue;
+                };
+                out.push(Log {
+                    id: b64(&l.log_id.key_id)?,
+                    key,
+                    valid: Validity::read(l.public_key.valid_for.as_ref())?,
+                });
+            }
+            Ok(out)
+        };
+        let logs = logs_of(&raw.tlogs.0)?;
+        let ct_logs = logs_of(&raw.ctlogs.0)?;
         let mut authorities = Vec::new();
         for ca in &raw.certificate_authorities.0 {
             let chain = ca
@@ -214,7 +224,11 @@ impl TrustedRoot {
                     .into(),
             );
         }
-        Ok(TrustedRoot { logs, authorities })
+        Ok(TrustedRoot {
+            logs,
+            authorities,
+            ct_logs,
+        })
     }
 }
 
@@ -258,7 +272,8 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
     let time = entry.integrated_time;
     let leaf = Certificate::from_der(leaf_der)
         .map_err(|e| SignatureError::bundle(format!("the signing certificate: {e}")))?;
-    let root_subject = check_chain(leaf_der, &ders[1..], &policy.root, time)?;
+    let (root_subject, issuer_der) = check_chain(leaf_der, &ders[1..], &policy.root, time)?;
+    check_scts(&leaf, &issuer_der, &policy.root)?;
     let tbs = &leaf.tbs_certificate;
     let eku = tbs.get::<ExtendedKeyUsage>().map_err(|e| {
         SignatureError::bundle(format!("the signing certificate's extended key usage: {e}"))
@@ -506,13 +521,14 @@ fn check_body(e: &TlogEntry, b: &Bundle, leaf_der: &[u8]) -> Result<(), Signatur
     Ok(())
 }
 
-/// The leaf chains to a trusted authority's root at `time`; the root's subject.
+/// The leaf chains to a trusted authority's root at `time`; the root's subject, and the
+/// certificate that issued the leaf.
 fn check_chain(
     leaf_der: &[u8],
     extra: &[Vec<u8>],
     root: &TrustedRoot,
     time: u64,
-) -> Result<String, SignatureError> {
+) -> Result<(String, Vec<u8>), SignatureError> {
     let leaf = CertificateDer::from(leaf_der);
     let ee = webpki::EndEntityCert::try_from(&leaf)
         .map_err(|e| refused(format!("the signing certificate cannot be used: {e:?}")))?;
@@ -539,10 +555,15 @@ fn check_chain(
             None,
             None,
         ) {
-            Ok(_) => {
-                return Ok(Certificate::from_der(root_der)
+            Ok(path) => {
+                let issuer = path
+                    .intermediate_certificates()
+                    .next()
+                    .map_or_else(|| root_der.clone(), |c| c.der().to_vec());
+                let subject = Certificate::from_der(root_der)
                     .map(|c| c.tbs_certificate.subject.to_string())
-                    .unwrap_or_default())
+                    .unwrap_or_default();
+                return Ok((subject, issuer));
             }
             Err(e) => last = Some(e),
         }
@@ -557,6 +578,128 @@ fn check_chain(
                 .to_string()
         }
     }))
+}
+
+/// One of the certificate's embedded SCTs is signed by a CT log of the trusted root over the
+/// precertificate (RFC 6962 §3.2: the TBS without the SCT list, and the issuer's key hash).
+fn check_scts(
+    leaf: &Certificate,
+    issuer_der: &[u8],
+    root: &TrustedRoot,
+) -> Result<(), SignatureError> {
+    let none = || {
+        refused("the signing certificate has no certificate-transparency timestamp signed by a trusted CT log")
+    };
+    let tbs = &leaf.tbs_certificate;
+    let Some(ext) = tbs
+        .extensions
+        .iter()
+        .flatten()
+        .find(|e| e.extn_id == SCT_LIST)
+    else {
+        return Err(none());
+    };
+    let list = x509_cert::der::asn1::OctetStringRef::from_der(ext.extn_value.as_bytes())
+        .map_err(|e| refused(format!("the certificate's SCT list: {e}")))?;
+    let issuer = Certificate::from_der(issuer_der)
+        .map_err(|e| refused(format!("the issuing certificate: {e}")))?;
+    let issuer_key = issuer
+        .tbs_certificate
+        .subject_public_key_info
+        .to_der()
+        .map_err(|e| refused(format!("the issuing certificate's key: {e}")))?;
+    let mut pre = tbs.clone();
+    if let Some(exts) = pre.extensions.as_mut() {
+        exts.retain(|e| e.extn_id != SCT_LIST);
+    }
+    let pre = pre
+        .to_der()
+        .map_err(|e| refused(format!("the precertificate: {e}")))?;
+    let pre_len = u32::try_from(pre.len())
+        .ok()
+        .filter(|&n| n < 1 << 24)
+        .ok_or_else(none)?;
+    for sct in sct_list(list.as_bytes())
+        .ok_or_else(|| refused("the certificate's SCT list is malformed"))?
+    {
+        let Some(log) = root.ct_logs.iter().find(|l| l.id[..] == sct.log_id[..]) else {
+            continue;
+        };
+        let mut signed = vec![0u8, 0u8];
+        signed.extend_from_slice(&sct.timestamp.to_be_bytes());
+        signed.extend_from_slice(&[0, 1]);
+        signed.extend_from_slice(&Sha256::digest(&issuer_key));
+        signed.extend_from_slice(&pre_len.to_be_bytes()[1..]);
+        signed.extend_from_slice(&pre);
+        signed.extend_from_slice(
+            &u16::try_from(sct.extensions.len())
+                .unwrap_or(u16::MAX)
+                .to_be_bytes(),
+        );
+        signed.extend_from_slice(sct.extensions);
+        let hash = match sct.hash {
+            4 => Hash::Sha256,
+            5 => Hash::Sha384,
+            6 => Hash::Sha512,
+            _ => continue,
+        };
+        if sct.signature_algorithm == 3
+            && log.valid.covers(sct.timestamp / 1000)
+            && log.key.verifies(&signed, sct.signature, hash)
+        {
+            return Ok(());
+        }
+    }
+    Err(none())
+}
+
+/// One signed certificate timestamp, as RFC 6962 §3.2 lays it out.
+struct Sct<'a> {
+    log_id: &'a [u8],
+    timestamp: u64,
+    extensions: &'a [u8],
+    hash: u8,
+    signature_algorithm: u8,
+    signature: &'a [u8],
+}
+
+/// The SCTs of a TLS-encoded `SignedCertificateTimestampList`; `None` when it is malformed.
+fn sct_list(b: &[u8]) -> Option<Vec<Sct<'_>>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        *b = rest;
+        Some(head)
+    }
+    fn u16_of(b: &mut &[u8]) -> Option<usize> {
+        take(b, 2).map(|x| usize::from(u16::from_be_bytes([x[0], x[1]])))
+    }
+    let mut b = b;
+    let total = u16_of(&mut b)?;
+    let mut list = take(&mut b, total)?;
+    let mut out = Vec::new();
+    while !list.is_empty() && out.len() < 16 {
+        let n = u16_of(&mut list)?;
+        let mut s = take(&mut list, n)?;
+        if take(&mut s, 1)? != [0] {
+            continue; // another SCT version
+        }
+        let log_id = take(&mut s, 32)?;
+        let timestamp = u64::from_be_bytes(take(&mut s, 8)?.try_into().ok()?);
+        let ext_len = u16_of(&mut s)?;
+        let extensions = take(&mut s, ext_len)?;
+        let alg = take(&mut s, 2)?;
+        let sig_len = u16_of(&mut s)?;
+        let signature = take(&mut s, sig_len)?;
+        out.push(Sct {
+            log_id,
+            timestamp,
+            extensions,
+            hash: alg[0],
+            signature_algorithm: alg[1],
+            signature,
+        });
+    }
+    Some(out)
 }
 
 /// The certificate's identity (its subject alternative name: an email or a URI) and the OIDC

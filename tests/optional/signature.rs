@@ -436,7 +436,8 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
 /// attestations of known files, by known identities, on the public-good and staging instances),
 /// verified offline against the trusted roots the `sigstore` package ships: each with its
 /// identity and issuer; refused with another identity, another issuer, the other instance's
-/// root, or one byte of the bundle changed; and the statement's digest is the file's own (one
+/// root, a root without the CT logs that signed its certificate's timestamps, or one byte of
+/// the bundle changed; and the statement's digest is the file's own (one
 /// byte of the file changed: another digest).
 pub fn real_keyless_signatures_verify_offline() {
     use base64::Engine as _;
@@ -450,6 +451,18 @@ pub fn real_keyless_signatures_verify_offline() {
         root("https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"),
         root("https%3A%2F%2Ftuf-repo-cdn.sigstage.dev"),
     );
+    let without_ct: Vec<TrustedRoot> = [
+        "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev",
+        "https%3A%2F%2Ftuf-repo-cdn.sigstage.dev",
+    ]
+    .iter()
+    .map(|host| {
+        let bytes = fs::read(store.join(host).join("trusted_root.json")).unwrap();
+        let mut j: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        j["ctlogs"] = serde_json::json!([]);
+        TrustedRoot::parse(&serde_json::to_vec(&j).unwrap()).unwrap()
+    })
+    .collect();
     let policy = |root: &TrustedRoot, identity: &str, issuer: &str| {
         TrustPolicy::Sigstore(KeylessPolicy {
             root: root.clone(),
@@ -540,6 +553,12 @@ pub fn real_keyless_signatures_verify_offline() {
                 &policy(roots[1 - c.root], c.identity, c.issuer),
                 bundle,
                 "not in the trusted root",
+            );
+            // The root without its CT logs: the certificate's timestamps are no one's.
+            refused(
+                &policy(&without_ct[c.root], c.identity, c.issuer),
+                bundle,
+                "certificate-transparency",
             );
             // One byte of the bundle changed, where each check looks.
             let mut b: serde_json::Value = serde_json::from_slice(bundle).unwrap();
