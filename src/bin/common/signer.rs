@@ -26,7 +26,7 @@ pub(crate) struct SignerArgs {
     #[arg(long, value_name = "ID")]
     pub(crate) identity: Option<String>,
     /// Keyless: the OIDC issuer that must have vouched for the identity
-    /// (https://accounts.google.com, https://token.actions.githubusercontent.com…).
+    /// (<https://accounts.google.com>, <https://token.actions.githubusercontent.com>…).
     #[arg(long, alias = "identity_provider", value_name = "URL")]
     pub(crate) identity_provider: Option<String>,
     /// Keyless: the Sigstore instance's trusted root (trusted_root.json; the public-good
