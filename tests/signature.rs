@@ -512,3 +512,49 @@ fn a_mirror_serves_only_what_the_signature_names() {
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("502"), "{}", stderr(&o));
 }
+
+/// The bucket keeps the signature beside the files it signs: a node that reads the bucket
+/// offline checks its files against it, and refuses them when another key is given.
+#[test]
+fn a_node_reading_the_bucket_offline_checks_the_signature_it_keeps() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let bucket = format!("file://{}", d.path().join("bucket").display());
+    fs::create_dir_all(d.path().join("bucket")).unwrap();
+    let files = ["m.gguf", "sub/w.bin"];
+    let sb = Sandbox::new();
+    let mut args = vec![
+        "acme/signed",
+        "--public-key",
+        key,
+        "--remote-cache",
+        &bucket,
+    ];
+    args.extend_from_slice(&files);
+    let o = wi_fetch(&sb, &hub, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    let mut offline = args.clone();
+    offline.push("--offline");
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &offline);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("every file checked against the model's signature"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        snapshot_files(&sb, "acme/signed"),
+        ["m.gguf", "model.sig", "sub/w.bin"]
+    );
+
+    let (_, other) = key_pair(d.path(), "other", 256);
+    let mut wrong = offline.clone();
+    wrong[2] = other.to_str().unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &wrong);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("key mismatch"), "{}", stderr(&o));
+}

@@ -176,13 +176,29 @@ impl Fetcher {
             path: p.path.clone(),
             why,
         };
+        let mut from_bucket = false;
         let bytes = if self.offline {
             let file = store.snapshot_file(commit, &p.path);
-            match crate::signature::read_signature(&file) {
-                Ok(b) => b,
+            let found = match crate::signature::read_signature(&file) {
+                Ok(b) => Some(b),
                 Err(crate::signature::SignatureError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {
+                    None
+                }
+                Err(e) => return Err(FetchError::Signature(e)),
+            };
+            let found = match found {
+                Some(b) => Some(b),
+                None => {
+                    let b = self.signature_from_bucket(repo, commit, &p.path).await?;
+                    from_bucket = b.is_some();
+                    b
+                }
+            };
+            match found {
+                Some(b) => b,
+                None => {
                     if p.required {
                         return Err(unsigned(format!(
                             "not in the cache at commit {commit} (fetch it online first)"
@@ -198,7 +214,6 @@ impl Fetcher {
                     );
                     return Ok(None);
                 }
-                Err(e) => return Err(FetchError::Signature(e)),
             }
         } else {
             let url = self.hub.resolve_url(repo, commit, &p.path);
@@ -239,18 +254,27 @@ impl Fetcher {
                 ),
             });
         }
-        if !self.offline && self.writes() {
-            if let Err(e) = keep(store, repo, commit, &p.path, &bytes) {
-                notice(
+        let mut kept = None;
+        if (!self.offline || from_bucket) && self.writes() {
+            match keep(store, repo, commit, &p.path, &bytes) {
+                Ok(key) => kept = store.data_path(&key),
+                Err(e) => notice(
                     rep,
                     None,
                     &format!(
                         "the signature '{}' could not be kept in the cache: {e}",
                         escape(&p.path)
                     ),
-                );
+                ),
             }
         }
+        #[cfg(feature = "remote-cache")]
+        if let Some(local) = kept.as_deref().filter(|_| !self.offline) {
+            self.signature_to_bucket(repo, commit, local, &p.path, &bytes, rep)
+                .await;
+        }
+        #[cfg(not(feature = "remote-cache"))]
+        let _ = kept;
         for n in &verified.notes {
             notice(rep, None, n);
         }
@@ -282,6 +306,85 @@ impl Fetcher {
     }
 }
 
+impl Fetcher {
+    /// Offline with a remote cache: the signature the bucket keeps beside the files of
+    /// `commit` (its index entry names its blob; the blob is checked against its name, the
+    /// signature then against the policy like any other).
+    async fn signature_from_bucket(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, FetchError> {
+        #[cfg(feature = "remote-cache")]
+        if let Some(remote) = &self.read_from {
+            let Some(entry) = remote
+                .index_entry(repo.repo_type, &repo.id, commit, path)
+                .await?
+            else {
+                return Ok(None);
+            };
+            return Ok(remote.read_blob(&entry.sha256, MAX_SIGNATURE_BYTES).await?);
+        }
+        let _ = (repo, commit, path);
+        Ok(None)
+    }
+
+    /// Online with a remote cache to fill: the signature uploaded beside the files it signs
+    /// (blob, manifest, index entry), so that nodes reading the bucket offline check their
+    /// files against it. A failure is a notice.
+    #[cfg(feature = "remote-cache")]
+    async fn signature_to_bucket(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        local: &std::path::Path,
+        path: &str,
+        bytes: &[u8],
+        rep: &Gate<'_>,
+    ) {
+        let Some(remote) = &self.upload_to else {
+            return;
+        };
+        let chunk_size = self.engine.config().chunk_size;
+        let manifest = crate::manifest::ManifestFile {
+            path: path.to_string(),
+            size: bytes.len() as u64,
+            sha256: crate::manifest::Sha256Hex(sha2::Sha256::digest(bytes).into()),
+            chunk_size,
+            chunks: bytes
+                .chunks(usize::try_from(chunk_size).unwrap_or(usize::MAX).max(1))
+                .map(|c| crate::manifest::Sha256Hex(sha2::Sha256::digest(c).into()))
+                .collect(),
+            model: None,
+            tensors: Vec::new(),
+        };
+        let etag = git_blob_id(bytes);
+        let up = crate::remote_cache::Upload {
+            repo_type: repo.repo_type,
+            repo_id: &repo.id,
+            commit,
+            revision: &repo.revision,
+            path,
+            etag: &etag,
+            local,
+            manifest: &manifest,
+            replace: false,
+            index: true,
+        };
+        if let Err(e) = remote.upload(&up, &|_| {}).await {
+            notice(
+                rep,
+                None,
+                &format!(
+                    "the signature '{}' could not be kept in {remote}: {e}",
+                    escape(path)
+                ),
+            );
+        }
+    }
+}
+
 /// Puts the signature's bytes in the store as the Hub names a file kept in git.
 fn keep(
     store: &Store,
@@ -289,7 +392,7 @@ fn keep(
     commit: &str,
     path: &str,
     bytes: &[u8],
-) -> std::io::Result<()> {
+) -> std::io::Result<FileKey> {
     let key = FileKey::new(
         &repo.id,
         commit,
@@ -298,7 +401,7 @@ fn keep(
         bytes.len() as u64,
     );
     if store.has_complete(&key) {
-        return Ok(());
+        return Ok(key);
     }
     store.prepare_for(&key)?;
     let partial = store.partial(&key).data;
@@ -306,7 +409,8 @@ fn keep(
     std::fs::write(tmp.path(), bytes)?;
     let tmp_path = tmp.into_temp_path();
     tmp_path.persist(&partial).map_err(|e| e.error)?;
-    store.commit(&partial, &key, &repo.revision).map(|_| ())
+    store.commit(&partial, &key, &repo.revision)?;
+    Ok(key)
 }
 
 #[cfg(test)]

@@ -1039,10 +1039,37 @@ impl RemoteCache {
             .map(|(bytes, _)| bytes))
     }
 
+    /// A small blob read whole (at most `limit` bytes) and checked against its name: `None`
+    /// when the store does not have it (a model's signature, kept beside the files it signs).
+    pub async fn read_blob(
+        &self,
+        sha256: &Sha256Hex,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, RemoteCacheError> {
+        let key = Self::blob_key(sha256);
+        let Some((bytes, _)) = self.read_bounded_versioned(&key, limit).await? else {
+            return Ok(None);
+        };
+        use sha2::{Digest as _, Sha256};
+        if crate::manifest::Sha256Hex(Sha256::digest(&bytes).into()) != *sha256 {
+            return Err(self.invalid(format!("{} is not the bytes its name says", escape(&key))));
+        }
+        Ok(Some(bytes))
+    }
+
     /// [`read_small`](Self::read_small), with the version read (to replace only that one).
     async fn read_small_versioned(
         &self,
         key: &str,
+    ) -> Result<Option<(Vec<u8>, object_store::UpdateVersion)>, RemoteCacheError> {
+        self.read_bounded_versioned(key, MAX_ENTRY_BYTES).await
+    }
+
+    /// An object read whole, refused past `limit` bytes; `None` when there is none.
+    async fn read_bounded_versioned(
+        &self,
+        key: &str,
+        limit: u64,
     ) -> Result<Option<(Vec<u8>, object_store::UpdateVersion)>, RemoteCacheError> {
         let got = match self.store.get(&self.object(key)?).await {
             Ok(g) => g,
@@ -1057,11 +1084,8 @@ impl RemoteCache {
         let mut bytes = Vec::new();
         while let Some(piece) = body.next().await {
             let piece = piece.map_err(|e| self.fail("read", key, e))?;
-            if (bytes.len() + piece.len()) as u64 > MAX_ENTRY_BYTES {
-                return Err(self.invalid(format!(
-                    "{} is larger than {MAX_ENTRY_BYTES} bytes",
-                    escape(key)
-                )));
+            if (bytes.len() + piece.len()) as u64 > limit {
+                return Err(self.invalid(format!("{} is larger than {limit} bytes", escape(key))));
             }
             bytes.extend_from_slice(&piece);
         }
