@@ -558,3 +558,49 @@ fn a_node_reading_the_bucket_offline_checks_the_signature_it_keeps() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("key mismatch"), "{}", stderr(&o));
 }
+
+/// A small file kept in git (its ETag a SHA-1, so the Hub says nothing of its SHA-256): the
+/// signature's SHA-256 is checked before it is put in place. (It was not: found this session.)
+#[test]
+fn a_small_file_kept_in_git_is_checked_against_the_signature_too() {
+    use crate::support::cli::Sandbox;
+    let d = tempfile::tempdir().unwrap();
+    let repo = d.path().join("hub/acme/small");
+    fs::create_dir_all(&repo).unwrap();
+    fs::write(repo.join("config.json"), br#"{"model_type": "tiny"}"#).unwrap();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    sign(&repo, &private, &[]);
+    let hub = mock_server::MockHub::builder()
+        .root(d.path().join("hub"))
+        .lfs_threshold(64 << 10)
+        .hash_cache(false)
+        .start_in_background()
+        .unwrap();
+    let key = public.to_str().unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &["acme/small", "config.json", "--public-key", key],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    hub.mutate_file(
+        "acme/small",
+        "config.json",
+        &br#"{"model_type": "evil"}"#[..],
+    )
+    .unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &["acme/small", "config.json", "--public-key", key],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("config.json: FAILED: it matches the Hub's digest, but its SHA-256: not as the model's signature says"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!snapshot_files(&sb, "acme/small").contains(&"config.json".to_string()));
+}

@@ -94,7 +94,15 @@ def test_signatures_match_huggingface_hub() -> None:
         theirs = inspect.signature(getattr(hf, name)).parameters
         ours = inspect.signature(getattr(wi, name)).parameters
         # huggingface_hub's, in its order, then ours (keyword-only, off by default).
-        assert list(ours) == list(theirs) + ["remote_cache"], name
+        assert list(ours) == list(theirs) + [
+            "remote_cache",
+            "public_key",
+            "certificate_chain",
+            "identity",
+            "identity_provider",
+            "trust_config",
+            "require_signature",
+        ], name
         for p in theirs.values():
             assert ours[p.name].kind == p.kind, (name, p.name)
             assert ours[p.name].default == p.default, (name, p.name)

@@ -78,11 +78,16 @@ impl Fetcher {
         // the file is put in place: bytes that fail a check asked for never reach the snapshot.
         // The download stays complete at its partial name, so a rerun checks it again without a
         // transfer (and fails again, unless the manifest changed).
-        if let Some(e) = expect.filter(|e| e.has_more()) {
-            let (l, e2) = (finished.data_path().to_path_buf(), e.clone());
-            let extra = tokio::task::spawn_blocking(move || integrity::extra_damage(&l, &e2))
-                .await
-                .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?;
+        if let Some(e) = expect.filter(|e| e.has_more() || e.whole_unchecked(&f.etag)) {
+            let (l, e2, etag) = (
+                finished.data_path().to_path_buf(),
+                e.clone(),
+                f.etag.clone(),
+            );
+            let extra =
+                tokio::task::spawn_blocking(move || integrity::extra_damage(&l, &e2, &etag))
+                    .await
+                    .map_err(|e| FetchError::Invalid(format!("verification task failed: {e}")))?;
             if let Some(what) = extra {
                 return Err(FetchError::ManifestMismatch {
                     file: f.path.clone(),

@@ -260,6 +260,16 @@ impl Expect {
             || self.chunks_unusable_by_the_engine()
     }
 
+    /// Whether the expectation's whole-file SHA-256 is one the transfer does not check: it
+    /// gives no chunks, and the Hub's ETag is not that SHA-256 (a file kept in git, named by
+    /// its SHA-1). Such a file is hashed once more before it is put in place.
+    pub(super) fn whole_unchecked(&self, etag: &str) -> bool {
+        match (self.file.sha256, &self.file.chunks) {
+            (Some(want), None) => Digest::from_etag(etag) != Some(Digest::Sha256(want.0)),
+            _ => false,
+        }
+    }
+
     /// Chunks the engine cannot cut the file into (an OpenSSF manifest's shards of less than
     /// 64 KiB or more than 4 GiB): checked after the download instead.
     fn chunks_unusable_by_the_engine(&self) -> bool {
@@ -273,9 +283,9 @@ impl Expect {
 
 /// What in the file at `local` differs from what `e` says beyond its chunks (its tensors, its
 /// ranges, its tensor data): `None` when all of it matches.
-pub(super) fn extra_damage(local: &Path, e: &Expect) -> Option<String> {
+pub(super) fn extra_damage(local: &Path, e: &Expect, etag: &str) -> Option<String> {
     use crate::manifest::FileVerdict;
-    if !e.has_more() {
+    if !e.has_more() && !e.whole_unchecked(etag) {
         return None;
     }
     let (dir, name) = (local.parent()?, local.file_name()?.to_str()?);
@@ -316,10 +326,21 @@ pub(super) fn extra_damage(local: &Path, e: &Expect) -> Option<String> {
                 parts.push(format!("{} tensor(s) absent", absent_tensors.len()));
             }
             if !digests.is_empty() {
-                parts.push(format!("{digests:?}"));
+                parts.push(
+                    digests
+                        .iter()
+                        .map(|d| match d {
+                            crate::manifest::DigestKind::FileSha256 => "its SHA-256",
+                            crate::manifest::DigestKind::TensorDataSha256 => {
+                                "the SHA-256 of its tensor data"
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
             }
             Some(format!(
-                "{} differ from {}",
+                "{}: not as {} says",
                 parts.join("; "),
                 e.origin.name()
             ))
@@ -344,7 +365,7 @@ pub(super) fn damage(
     if level == VerifyLevel::Fast {
         return Ok(None);
     }
-    if let Some(d) = expect.and_then(|e| extra_damage(local, e)) {
+    if let Some(d) = expect.and_then(|e| extra_damage(local, e, &f.etag)) {
         return Ok(Some(d));
     }
     if let Some((e, chunks)) = expect.and_then(|e| Some((e, e.file.chunks.as_ref()?))) {
