@@ -353,10 +353,12 @@ pub fn a_leader_killed_at_30_percent_is_taken_over() {
     );
     let part = &f["fill"];
     assert!(part["taken_over"].as_u64().unwrap() >= 1, "{part}");
-    assert_eq!(
-        part["read_from"]["node-a"].as_u64(),
-        Some(shared as u64),
-        "{part}"
+    // Every piece it shared is read; a piece whose PUT was on its way when it was killed can
+    // still land (the server finishes a request it received whole): at most one per connection.
+    let read = part["read_from"]["node-a"].as_u64().unwrap_or(0);
+    assert!(
+        (shared as u64..=shared as u64 + 2).contains(&read),
+        "{shared} pieces counted after the kill: {part}"
     );
     // Every chunk once from the Hub, but those the leader had in flight (two connections).
     let total = hub.stats().file(FLEET_REPO, FLEET_FILE).bytes_sent;
