@@ -151,7 +151,7 @@ fn another_key_an_edited_statement_and_a_broken_bundle_exit_2() {
     let o = run(&["signature", "verify"], &[&model]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("not whom it must come from"),
+        stderr(&o).contains("whom the signature must come from is not said: give --public-key"),
         "{}",
         stderr(&o)
     );

@@ -109,6 +109,13 @@ pub(super) fn run(args: SignatureArgs) -> ExitCode {
             ignore_unsigned_files,
             json,
         } => {
+            if !mozilla_roots && signer.trust().is_empty() {
+                return fail(
+                    "whom the signature must come from is not said: give --public-key PEM, \
+                     --certificate-chain PEM (or --mozilla-roots), or --identity ID with \
+                     --identity-provider URL and --trust-config JSON",
+                );
+            }
             let policy = if mozilla_roots {
                 Ok(Some(SignaturePolicy::new(
                     TrustPolicy::Certificates(CertificateRoots::mozilla()),
