@@ -525,12 +525,29 @@ impl Store {
         }
     }
 
-    /// Where the file at `path` of `commit` is read: its snapshot link in the cache, the file
-    /// itself in a local folder (whatever commit it came from).
-    pub fn snapshot_file(&self, commit: &str, path: &str) -> PathBuf {
+    /// The committed file at `path` of `commit`, opened without following a link the store did
+    /// not make: in the cache, the blob its snapshot link names (the link read, never followed;
+    /// the blob opened as a file of the store's own), in a local folder the file itself
+    /// (whatever commit it came from). `NotFound` when there is none.
+    pub fn open_committed(&self, commit: &str, path: &str) -> io::Result<std::fs::File> {
         match self {
-            Store::Cache(r) => r.snapshot_path(commit, path),
-            Store::Local(l) => l.file_path(path),
+            Store::Cache(r) => {
+                let link = r.snapshot_path(commit, path);
+                safe_fs::check_dirs_below(self.root(), link.parent().unwrap_or(self.root()))?;
+                let target = fs::read_link(&link)?;
+                let etag = target
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .filter(|e| etag_kind(e).is_some())
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("{} does not name a blob", link.display()),
+                        )
+                    })?;
+                self.open_own(&r.blob_path(etag))
+            }
+            Store::Local(l) => self.open_own(&l.file_path(path)),
         }
     }
 

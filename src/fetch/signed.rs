@@ -178,15 +178,25 @@ impl Fetcher {
         };
         let mut from_bucket = false;
         let bytes = if self.offline {
-            let file = store.snapshot_file(commit, &p.path);
-            let found = match crate::signature::read_signature(&file) {
+            let read = store.open_committed(commit, &p.path).and_then(|f| {
+                crate::safe_fs::read_limited(f, MAX_SIGNATURE_BYTES).map_err(|e| match e {
+                    crate::safe_fs::Limited::Io(e) => e,
+                    crate::safe_fs::Limited::TooLarge(n) => std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{n} bytes or more, past the {MAX_SIGNATURE_BYTES} read"),
+                    ),
+                })
+            });
+            let found = match read {
                 Ok(b) => Some(b),
-                Err(crate::signature::SignatureError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    None
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    return Err(FetchError::io(
+                        "read the signature in",
+                        store.root().to_path_buf(),
+                        e,
+                    ))
                 }
-                Err(e) => return Err(FetchError::Signature(e)),
             };
             let found = match found {
                 Some(b) => Some(b),

@@ -102,11 +102,12 @@ pub(crate) fn verify_chain(
     let leaf = parse(leaf_der, "the signing certificate")?;
     let tbs = &leaf.tbs_certificate;
     let not_before = tbs.validity.not_before.to_unix_duration();
-    let anchors: Vec<_> = roots
+    // Each anchor beside the certificate it was read from (to name the one the path ends at).
+    let (anchors, anchor_certs): (Vec<_>, Vec<_>) = roots
         .anchors
         .iter()
-        .filter_map(|c| webpki::anchor_from_trusted_cert(c).ok())
-        .collect();
+        .filter_map(|c| webpki::anchor_from_trusted_cert(c).ok().map(|a| (a, c)))
+        .unzip();
     let leaf_cert = CertificateDer::from(leaf_der.as_slice());
     let ee = EndEntityCert::try_from(&leaf_cert)
         .map_err(|e| untrusted(format!("the signing certificate cannot be used: {e}")))?;
@@ -125,14 +126,10 @@ pub(crate) fn verify_chain(
             None,
         )
         .map_err(|e| untrusted(path_error(&e, not_before)))?;
-    let root_subject = roots
-        .anchors
+    let root_subject = anchors
         .iter()
-        .find(|c| {
-            webpki::anchor_from_trusted_cert(c)
-                .is_ok_and(|a| a.subject.as_ref() == path.anchor().subject.as_ref())
-        })
-        .and_then(|c| Certificate::from_der(c).ok())
+        .position(|a| a.subject.as_ref() == path.anchor().subject.as_ref())
+        .and_then(|i| Certificate::from_der(anchor_certs[i]).ok())
         .map(|c| c.tbs_certificate.subject.to_string())
         .unwrap_or_default();
     may_sign(&leaf)?;

@@ -9,7 +9,7 @@ use super::{
     TrustPolicy,
 };
 use crate::manifest::interop::openssf::is_within;
-use crate::manifest::{check_expectations, CheckReport, Document, FileExpectation, ManifestError};
+use crate::manifest::{check_expectations, CheckReport, FileExpectation, ManifestError};
 use crate::names::escape;
 
 /// The paths `model_signing` leaves out by default (`--ignore-git-paths`), always left out here.
@@ -113,7 +113,7 @@ pub fn verify_model(
         model.parent().unwrap_or(Path::new(".")).to_path_buf()
     };
     let mut report = check_expectations(&expected, &base);
-    report.format = Document::OpenSsf(st.clone()).kind().to_string();
+    report.format = "OpenSSF model-signing bundle".to_string();
     report.signature_verified = Some(true);
     report.notes = verified.notes.clone();
     let mut unsigned = Vec::new();

@@ -635,13 +635,21 @@ pub fn create_in_toto_ignoring(
     if named.is_empty() {
         return Err(ManifestError::Input("no file to describe".into()));
     }
-    let chunk = shard_size.unwrap_or(crate::manifest::DEFAULT_CHUNK_SIZE);
-    let mut files = Vec::with_capacity(named.len());
-    let mut symlinks = false;
-    for (rel, path) in &named {
-        symlinks |= std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-        files.push(crate::manifest::create::describe(rel, path, chunk, false)?);
-    }
+    use rayon::prelude::*;
+    let symlinks = named
+        .iter()
+        .any(|(_, path)| std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()));
+    // Files in parallel, each hashed once: whole for `files`, by shard for `shards`.
+    let mut files = named
+        .par_iter()
+        .map(|(rel, path)| {
+            crate::manifest::create::file_digests(path, shard_size).map(|(size, digests)| Hashed {
+                path: rel.clone(),
+                size,
+                digests,
+            })
+        })
+        .collect::<Result<Vec<Hashed>, ManifestError>>()?;
     // model_signing orders resources by path segments, then offsets.
     files.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
     let model_name = if sel.single_file {
@@ -659,14 +667,17 @@ pub fn create_in_toto_ignoring(
         };
         match shard_size {
             None => {
-                rooted.update(f.sha256.0);
-                resources.push(serde_json::json!({
-                    "name": name, "algorithm": "sha256", "digest": f.sha256.to_string()
-                }));
+                for d in &f.digests {
+                    rooted.update(d.0);
+                    resources.push(serde_json::json!({
+                        "name": name, "algorithm": "sha256", "digest": d.to_string()
+                    }));
+                }
             }
             Some(n) => {
-                for (i, d) in f.chunks.iter().enumerate() {
-                    let r = f.chunk_range(i);
+                for (i, d) in f.digests.iter().enumerate() {
+                    let start = i as u64 * n;
+                    let r = start..(start + n).min(f.size);
                     rooted.update(d.0);
                     resources.push(serde_json::json!({
                         "name": format!("{name}:{}:{}", r.start, r.end),
@@ -703,6 +714,13 @@ pub fn create_in_toto_ignoring(
     let mut s = serde_json::to_string_pretty(&statement).unwrap_or_default();
     s.push('\n');
     Ok(s)
+}
+
+/// A file of a statement being written: its size, and its one digest (`files`) or its shards'.
+struct Hashed {
+    path: String,
+    size: u64,
+    digests: Vec<Sha256Hex>,
 }
 
 /// Whether the relative path `rel` is `prefix` or below it (`prefix` a relative path, `/`
