@@ -262,7 +262,7 @@ fn hostile_interop_documents_are_refused_with_exit_1() {
         ),
         (
             with(&|rs| rs[0]["algorithm"] = "blake2b-sharded-65536".into()),
-            "only SHA-256",
+            "algorithm 'blake2b-sharded-65536' in a statement of sha256 digests",
         ),
         (bundle_of(b"not json"), "malformed"),
         (

@@ -598,9 +598,99 @@ fn a_small_file_kept_in_git_is_checked_against_the_signature_too() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("config.json: FAILED: it matches the Hub's digest, but its SHA-256: not as the model's signature says"),
+        stderr(&o).contains("config.json: FAILED: it matches the Hub's digest, but the file's SHA-256: not as the model's signature says"),
         "{}",
         stderr(&o)
     );
     assert!(!snapshot_files(&sb, "acme/small").contains(&"config.json".to_string()));
+}
+
+/// BLAKE2b and BLAKE3 statements (`--hash-algorithm`): verified, a changed byte named by its
+/// algorithm or shard; and wi-fetch checks a download against a BLAKE3 signature before the
+/// file is put in place (the engine hashes SHA-256 as bytes arrive; the BLAKE3 is checked on
+/// the complete file).
+#[test]
+fn blake2b_and_blake3_signatures_are_checked_locally_and_when_fetching() {
+    use crate::support::cli::Sandbox;
+    for (alg, extra, said) in [
+        ("blake3", None, "sub/w.bin: the file's BLAKE3 differs"),
+        ("blake2b", None, "sub/w.bin: the file's BLAKE2b differs"),
+        (
+            "blake2",
+            Some("64K"),
+            "sub/w.bin: shard 2 (bytes 131072-149999) differs",
+        ),
+    ] {
+        let (d, model) = signing_model_dir();
+        let (private, public) = key_pair(d.path(), "k", 256);
+        let mut args = vec!["--hash-algorithm", alg];
+        if let Some(n) = extra {
+            args.extend(["--shard-size", n]);
+        }
+        sign(&model, &private, &args);
+        let sig = fs::read_to_string(model.join("model.sig")).unwrap();
+        assert!(!sig.contains("sha256-sharded"), "{alg}");
+        let o = verify(&model, &public, &[]);
+        assert_eq!(o.status.code(), Some(0), "{alg}: {}", stdout(&o));
+        poke(&model.join("sub/w.bin"), 140_000);
+        let o = verify(&model, &public, &[]);
+        assert_eq!(o.status.code(), Some(2), "{alg}: {}", stdout(&o));
+        assert!(stdout(&o).contains(said), "{alg}: {}", stdout(&o));
+    }
+    // model_signing writes BLAKE3 by file only.
+    let (d, model) = signing_model_dir();
+    let (private, _) = key_pair(d.path(), "k", 256);
+    let o = run(
+        &[
+            "signature",
+            "sign",
+            "--private-key",
+            private.to_str().unwrap(),
+            "--hash-algorithm",
+            "blake3",
+            "--shard-size",
+            "64K",
+        ],
+        &[&model],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("BLAKE3 digests are written by file"));
+
+    // Fetched against a BLAKE3 signature: verified; one byte changed on the server is found
+    // before the file is kept.
+    let d = tempfile::tempdir().unwrap();
+    let repo = d.path().join("hub/acme/b3");
+    let (_m, model) = signing_model_dir();
+    fs::create_dir_all(repo.parent().unwrap()).unwrap();
+    fs::rename(&model, &repo).unwrap();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    sign(&repo, &private, &["--hash-algorithm", "blake3"]);
+    let hub = mock_server::MockHub::builder()
+        .root(d.path().join("hub"))
+        .lfs_threshold(64 << 10)
+        .hash_cache(false)
+        .start_in_background()
+        .unwrap();
+    let key = public.to_str().unwrap();
+    let args = ["acme/b3", "m.gguf", "sub/w.bin", "--public-key", key];
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        snapshot_files(&sb, "acme/b3"),
+        ["m.gguf", "model.sig", "sub/w.bin"]
+    );
+    let mut w = fs::read(repo.join("sub/w.bin")).unwrap();
+    w[70_000] ^= 1;
+    hub.mutate_file("acme/b3", "sub/w.bin", w).unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("sub/w.bin: FAILED")
+            && stderr(&o).contains("the file's BLAKE3: not as the model's signature says"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(snapshot_files(&sb, "acme/b3"), ["m.gguf", "model.sig"]);
 }

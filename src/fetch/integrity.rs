@@ -249,13 +249,15 @@ pub(super) fn record(
 
 impl Expect {
     /// Whether it says more than its chunks and whole-file digest (which the engine checks):
-    /// tensors, byte ranges of other sizes, the digest of all tensor data.
+    /// tensors, byte ranges of other sizes, the digest of all tensor data, digests of another
+    /// algorithm than SHA-256.
     pub(super) fn has_more(&self) -> bool {
         // Tensor digests are checked even when the chunks and the SHA-256 matched: a manifest
         // whose tensors contradict its own chunks is wrong about the file (and it was given,
         // or published, to be checked).
         !self.file.tensors.is_empty()
             || !self.file.ranges.is_empty()
+            || self.file.other.is_some()
             || self.file.tensor_data_sha256.is_some()
             || self.chunks_unusable_by_the_engine()
     }
@@ -329,12 +331,7 @@ pub(super) fn extra_damage(local: &Path, e: &Expect, etag: &str) -> Option<Strin
                 parts.push(
                     digests
                         .iter()
-                        .map(|d| match d {
-                            crate::manifest::DigestKind::FileSha256 => "its SHA-256",
-                            crate::manifest::DigestKind::TensorDataSha256 => {
-                                "the SHA-256 of its tensor data"
-                            }
-                        })
+                        .map(|d| d.describe())
                         .collect::<Vec<_>>()
                         .join(", "),
                 );

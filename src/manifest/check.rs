@@ -146,6 +146,32 @@ pub enum DigestKind {
     /// The SHA-256 of every tensor's bytes in the header's order (`llama-gguf-hash`'s line for
     /// a whole model).
     TensorDataSha256,
+    /// The BLAKE2b of the whole file (an OpenSSF statement's `blake2b`).
+    FileBlake2b,
+    /// The BLAKE3 of the whole file (an OpenSSF statement's `blake3`).
+    FileBlake3,
+}
+
+impl DigestKind {
+    /// The whole-file digest of `algorithm`.
+    pub fn of_file(algorithm: super::HashAlgorithm) -> DigestKind {
+        match algorithm {
+            super::HashAlgorithm::Sha256 => DigestKind::FileSha256,
+            super::HashAlgorithm::Blake2b => DigestKind::FileBlake2b,
+            super::HashAlgorithm::Blake3 => DigestKind::FileBlake3,
+        }
+    }
+
+    /// What differs, for a message about the file: `the file's SHA-256`, `the SHA-256 of all
+    /// its tensor data`, `the file's BLAKE3`…
+    pub fn describe(self) -> &'static str {
+        match self {
+            DigestKind::FileSha256 => "the file's SHA-256",
+            DigestKind::TensorDataSha256 => "the SHA-256 of all its tensor data",
+            DigestKind::FileBlake2b => "the file's BLAKE2b",
+            DigestKind::FileBlake3 => "the file's BLAKE3",
+        }
+    }
 }
 
 /// A chunk (or range) that differs.
@@ -262,6 +288,23 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
             })
         })
         .collect();
+    // Ranges in another algorithm (a BLAKE2b sharded statement), indexed after the SHA-256 ones.
+    if let Some(o) = &f.other {
+        chunks.extend(
+            o.ranges
+                .par_iter()
+                .enumerate()
+                .filter_map(|(i, (r, d))| {
+                    let same = slice(r).is_some_and(|b| o.algorithm.digest(b) == *d);
+                    (!same).then_some(ChunkDiff {
+                        index: pieces.len() + i,
+                        start: r.start,
+                        end: r.end,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
     chunks.sort_by_key(|c| c.index);
     let size_differs = f.size.is_some_and(|s| s != size);
 
@@ -270,6 +313,15 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
     if let Some(want) = f.sha256.filter(|_| !f.covered()) {
         if sha(bytes) != want.0 {
             digests.push(DigestKind::FileSha256);
+        }
+    }
+    if let Some((alg, want)) = f
+        .other
+        .as_ref()
+        .and_then(|o| Some((o.algorithm, o.whole.as_ref()?)))
+    {
+        if alg.digest(bytes) != *want {
+            digests.push(DigestKind::of_file(alg));
         }
     }
 

@@ -244,28 +244,26 @@ fn sha256(b: &[u8]) -> Sha256Hex {
     Sha256Hex(Sha256::digest(b).into())
 }
 
-/// One file's entry: whole-file and chunk digests (side by side), and its tensors (when
-/// `with_tensors`).
-/// A file's size and digests, from a memory map, hashing only what is asked for: its SHA-256
-/// whole (`None`, one digest), or the SHA-256 of each `shard`-byte piece (in parallel).
+/// A file's size and digests in `algorithm`, from a memory map, hashing only what is asked
+/// for: the whole file (`shard` `None`, one digest), or each `shard`-byte piece (in parallel).
 pub(crate) fn file_digests(
     path: &Path,
     shard: Option<u64>,
-) -> Result<(u64, Vec<Sha256Hex>), ManifestError> {
+    algorithm: super::HashAlgorithm,
+) -> Result<(u64, Vec<Vec<u8>>), ManifestError> {
     let file = crate::safe_fs::open_read_following(path).map_err(|e| ManifestError::io(path, e))?;
     let map = Mmap::open(&file).map_err(|e| ManifestError::io(path, e))?;
     map.advise_sequential();
     let bytes = map.as_bytes();
     let digests = match shard {
-        None => vec![sha256(bytes)],
-        Some(n) => bytes
-            .par_chunks(usize::try_from(n).unwrap_or(usize::MAX).max(1))
-            .map(sha256)
-            .collect(),
+        None => vec![algorithm.digest(bytes)],
+        Some(n) => algorithm.digest_pieces(bytes, usize::try_from(n).unwrap_or(usize::MAX)),
     };
     Ok((bytes.len() as u64, digests))
 }
 
+/// One file's entry: whole-file and chunk digests (side by side), and its tensors (when
+/// `with_tensors`).
 pub(crate) fn describe(
     rel: &str,
     path: &Path,

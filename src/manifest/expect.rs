@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::interop::{GgufHashDocument, OpenSsfDocument};
-use super::{Manifest, ManifestError, Sha256Hex, MAX_MANIFEST_BYTES};
+use super::{Manifest, ManifestError, OtherDigests, Sha256Hex, MAX_MANIFEST_BYTES};
 
 /// A manifest document, in one of the formats read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,13 +252,18 @@ pub struct FileExpectation {
     pub tensor_data_sha256: Option<Sha256Hex>,
     /// The SHA-256 of tensors, by name.
     pub tensors: Vec<TensorExpectation>,
+    /// Digests of another algorithm than SHA-256, when the document gives those instead (an
+    /// OpenSSF statement of BLAKE2b or BLAKE3 digests).
+    pub other: Option<OtherDigests>,
 }
 
 impl FileExpectation {
     /// Whether the chunks or the ranges cover every byte of the file (so a tensor whose bytes
     /// changed lies in a chunk or range that differs).
     pub fn covered(&self) -> bool {
-        self.chunks.is_some() || !self.ranges.is_empty()
+        self.chunks.is_some()
+            || !self.ranges.is_empty()
+            || self.other.as_ref().is_some_and(|o| !o.ranges.is_empty())
     }
 }
 

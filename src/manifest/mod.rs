@@ -63,6 +63,7 @@ pub(crate) use create::select;
 mod digest;
 mod error;
 mod expect;
+mod hash;
 pub mod interop;
 
 pub use check::{
@@ -74,8 +75,10 @@ pub use create::{create, CreateOptions};
 pub use digest::Sha256Hex;
 pub use error::ManifestError;
 pub use expect::{ChunkDigests, Document, FileExpectation, RangeDigest, TensorExpectation};
+pub use hash::{HashAlgorithm, OtherDigests};
 pub use interop::{
-    create_gguf_hash, create_in_toto, create_in_toto_ignoring, GgufHashDocument, OpenSsfDocument,
+    create_gguf_hash, create_in_toto, create_in_toto_with, GgufHashDocument, InTotoOptions,
+    OpenSsfDocument,
 };
 
 use std::path::Path;

@@ -159,6 +159,9 @@ pub struct SignOptions {
     /// Cut files into shards of this many bytes (`model_signing`'s `shards` serialization);
     /// whole files (`files`) when `None`.
     pub shard_size: Option<u64>,
+    /// The digests' algorithm: SHA-256 (the default, and what a download checks as each shard
+    /// arrives), BLAKE2b or BLAKE3 (by file only, as `model_signing` writes it).
+    pub algorithm: crate::manifest::HashAlgorithm,
     /// Paths left out, relative to the model's folder (the signature itself is left out when
     /// it is written inside the folder).
     pub ignore_paths: Vec<PathBuf>,
@@ -190,9 +193,15 @@ pub fn sign_model(
     if model.is_dir() {
         ignore.extend(relative(signature, model));
     }
-    let statement =
-        crate::manifest::create_in_toto_ignoring(&[model.to_path_buf()], opts.shard_size, &ignore)
-            .map_err(SignatureError::Model)?;
+    let statement = crate::manifest::create_in_toto_with(
+        &[model.to_path_buf()],
+        &crate::manifest::InTotoOptions {
+            shard_size: opts.shard_size,
+            algorithm: opts.algorithm,
+            ignore,
+        },
+    )
+    .map_err(SignatureError::Model)?;
     let signer = match &certificates {
         Some(ders) => super::chain::describe(ders, key.public_key())?,
         None => Signer::key(key.public_key()),

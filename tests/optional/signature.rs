@@ -74,6 +74,11 @@ signing.Config().use_elliptic_key_signer(private_key=out / "p384.pem") \
     .sign(model, out / "theirs-p384-shards.sig")
 signing.Config().use_elliptic_key_signer(private_key=out / "p256.pem") \
     .set_hashing_config(files()).sign(other, out / "theirs-other-model.sig")
+for alg, shard in [("blake2", None), ("blake2", 65536), ("blake3", None)]:
+    h = (hashing.Config().use_shard_serialization(hashing_algorithm=alg, shard_size=shard)
+         if shard else hashing.Config().use_file_serialization(hashing_algorithm=alg))
+    signing.Config().use_elliptic_key_signer(private_key=out / "p256.pem") \
+        .set_hashing_config(h).sign(model, out / f"theirs-{alg}{'-shards' if shard else ''}.sig")
 for c, chain in [("leaf", "inter"), ("leaf-expired", "inter"), ("leaf-nosign", "inter"),
                  ("leaf-late", "inter-expired")]:
     signing.Config().use_certificate_signer(private_key=out / "leaf.pem",
@@ -81,8 +86,9 @@ for c, chain in [("leaf", "inter"), ("leaf-expired", "inter"), ("leaf-nosign", "
         .set_hashing_config(files()).sign(model, out / f"theirs-{c}.sig")
 "#;
 
-/// `model_signing`'s verdict on each case: "ok" or "refused: …". A sharded signature is verified
-/// with the shard size given: `model_signing` 1.1.1 fails on its own sharded signatures otherwise
+/// `model_signing`'s verdict on each case: "ok" or "refused: …". A sharded signature, or one of
+/// BLAKE2b or BLAKE3 digests, is verified with its hashing configuration given (its command line
+/// hashes SHA-256 whatever the statement says: checked). For shards, the size must be given: `model_signing` 1.1.1 fails on its own sharded signatures otherwise
 /// (its guess of the hashing configuration reads the shard size as a float and raises
 /// `TypeError`; its command line hashes whole files and finds every shard missing: checked).
 const VERIFY: &str = r#"
@@ -94,7 +100,10 @@ for case in json.load(open(sys.argv[1])):
         c = verifying.Config()
         if case["shard_size"]:
             c = c.set_hashing_config(hashing.Config().use_shard_serialization(
-                shard_size=case["shard_size"]))
+                hashing_algorithm=case["hash"], shard_size=case["shard_size"]))
+        elif case["hash"] != "sha256":
+            c = c.set_hashing_config(hashing.Config().use_file_serialization(
+                hashing_algorithm=case["hash"]))
         if case["method"] == "key":
             c = c.use_elliptic_key_verifier(public_key=pathlib.Path(case["material"]))
         else:
@@ -136,10 +145,16 @@ fn theirs(python: &str, dir: &Path, cases: &[Case]) -> Vec<String> {
     let list: Vec<serde_json::Value> = cases
         .iter()
         .map(|c| {
+            let name = c.signature.to_string_lossy();
+            let hash = ["blake2", "blake3"]
+                .into_iter()
+                .find(|a| name.contains(a))
+                .unwrap_or("sha256");
             serde_json::json!({
                 "method": if c.flag == "--public-key" { "key" } else { "certificate" },
                 "material": c.material, "model": c.model, "signature": c.signature,
                 "shard_size": c.signature.to_string_lossy().contains("shards").then_some(65536),
+                "hash": hash,
             })
         })
         .collect();
@@ -227,6 +242,23 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
             "64K",
         ],
     );
+    let p256 = f("p256.pem");
+    for (sig, alg, shard) in [
+        ("ours-blake2.sig", "blake2b", None),
+        ("ours-blake2-shards.sig", "blake2", Some("64K")),
+        ("ours-blake3.sig", "blake3", None),
+    ] {
+        let mut extra = vec![
+            "--private-key",
+            p256.to_str().unwrap(),
+            "--hash-algorithm",
+            alg,
+        ];
+        if let Some(n) = shard {
+            extra.extend(["--shard-size", n]);
+        }
+        sign(sig, &extra);
+    }
     let (leaf_key, leaf, inter) = (f("leaf.pem"), f("leaf.crt"), f("inter.crt"));
     sign(
         "ours-leaf.sig",
@@ -345,6 +377,70 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
             chain,
             "root.crt",
             None,
+        ),
+        case(
+            "theirs, BLAKE2b",
+            &model,
+            "theirs-blake2.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "theirs, BLAKE2b shards",
+            &model,
+            "theirs-blake2-shards.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "theirs, BLAKE3",
+            &model,
+            "theirs-blake3.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "ours, BLAKE2b",
+            &model,
+            "ours-blake2.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "ours, BLAKE2b shards",
+            &model,
+            "ours-blake2-shards.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "ours, BLAKE3",
+            &model,
+            "ours-blake3.sig",
+            key,
+            "p256.pub.pem",
+            None,
+        ),
+        case(
+            "a tampered file, BLAKE3",
+            &tampered,
+            "theirs-blake3.sig",
+            key,
+            "p256.pub.pem",
+            Some("sub/w.bin: the file's BLAKE3 differs"),
+        ),
+        case(
+            "a tampered shard, BLAKE2b",
+            &tampered,
+            "theirs-blake2-shards.sig",
+            key,
+            "p256.pub.pem",
+            Some("sub/w.bin: shard 1 (bytes 65536-131071) differs"),
         ),
         // Checked at the moment the signing certificate's validity began, as model_signing
         // checks it: a certificate expired since still verifies what it signed.

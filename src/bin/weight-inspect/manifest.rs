@@ -268,13 +268,11 @@ pub(super) fn differences(
                 }
                 for d in digests {
                     text.push_str(&match d {
-                        DigestKind::FileSha256 => {
-                            format!("{name}: the file's SHA-256 differs\n")
-                        }
                         DigestKind::TensorDataSha256 => format!(
                             "{name}: the SHA-256 of all its tensor data (the model \
                                  line) differs\n"
                         ),
+                        other => format!("{name}: {} differs\n", other.describe()),
                     });
                 }
                 for t in tensors {

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use weight_inspect::fetch::{FetchError, SignaturePolicy};
+use weight_inspect::manifest::HashAlgorithm;
 use weight_inspect::names::escape as esc;
 use weight_inspect::signature::{
     self, CertificateRoots, SignOptions, SignatureError, SigningKey, TrustPolicy, VerifyOptions,
@@ -62,8 +63,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Sign a model (its folder, or one file): a statement of every file's SHA-256 (or of its
-    /// shards), signed with an elliptic-curve private key, written as model_signing writes it.
+    /// Sign a model (its folder, or one file): a statement of every file's digest (or of its
+    /// shards'), signed with an elliptic-curve private key, written as model_signing writes it.
     Sign {
         /// The model's folder, or its one file.
         model: PathBuf,
@@ -91,6 +92,15 @@ enum Cmd {
         /// least 64K); whole files by default.
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         shard_size: Option<u64>,
+        /// The digests' algorithm: sha256 (what wi-fetch checks as each shard arrives), blake2b
+        /// or blake3 (by file only, as model_signing writes it; checked on the whole file).
+        #[arg(
+            long,
+            alias = "hash_algorithm",
+            value_name = "ALGORITHM",
+            default_value = "sha256"
+        )]
+        hash_algorithm: HashAlgorithm,
         /// Paths to leave out, relative to the model's folder (repeated for several).
         #[arg(long, alias = "ignore_paths", value_name = "PATH")]
         ignore_paths: Vec<PathBuf>,
@@ -144,6 +154,7 @@ pub(super) fn run(args: SignatureArgs) -> ExitCode {
             signing_certificate,
             certificate_chain,
             shard_size,
+            hash_algorithm,
             ignore_paths,
         } => {
             let key = match SigningKey::read(&private_key) {
@@ -152,6 +163,7 @@ pub(super) fn run(args: SignatureArgs) -> ExitCode {
             };
             let opts = SignOptions {
                 shard_size,
+                algorithm: hash_algorithm,
                 ignore_paths,
                 certificate_chain: signing_certificate.map(|c| (c, certificate_chain)),
             };

@@ -15,7 +15,7 @@ pub mod gguf_hash;
 pub mod openssf;
 
 pub use gguf_hash::{create_gguf_hash, GgufHashDocument};
-pub use openssf::{create_in_toto, create_in_toto_ignoring, OpenSsfDocument};
+pub use openssf::{create_in_toto, create_in_toto_with, InTotoOptions, OpenSsfDocument};
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -31,8 +31,11 @@
 //!   statement where it does not match is refused, as `model_signing` refuses it.
 //! - the older `https://model_signing/Digests/v0.1` predicate lists the files as subjects.
 //!
-//! Only SHA-256 digests are checked: a statement of `blake2b` or `blake3` digests is refused
-//! with that reason. The bundle's signature (and certificate, transparency log entry…) is
+//! Digests are SHA-256 (`hash_type` `sha256`), BLAKE2b (`blake2b`: 64 bytes, unkeyed) or
+//! BLAKE3 (`blake3`, which `model_signing` writes by file only). SHA-256 digests fill the
+//! expectation's SHA-256 fields (so a download checks each shard as it arrives); the others fill
+//! [`FileExpectation::other`], checked on the complete file. The subject's digest is SHA-256
+//! whatever the resources' algorithm. The bundle's signature (and certificate, transparency log entry…) is
 //! **not** verified here (the `signature` module verifies it):
 //! [`Document::notes`](crate::manifest::Document::notes) says so, and the reports print it.
 
@@ -47,8 +50,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::{shown, Bounded};
 use crate::manifest::{
-    ChunkDigests, FileExpectation, ManifestError, RangeDigest, Sha256Hex, MAX_CHUNKS, MAX_FILES,
-    MIN_CHUNK_SIZE,
+    ChunkDigests, FileExpectation, HashAlgorithm, ManifestError, OtherDigests, RangeDigest,
+    Sha256Hex, MAX_CHUNKS, MAX_FILES, MIN_CHUNK_SIZE,
 };
 use crate::names::{case_fold, check_repo_path, escape};
 
@@ -78,6 +81,7 @@ pub struct OpenSsfDocument {
     shard_size: Option<u64>,
     ignore_paths: Vec<String>,
     single_file: bool,
+    algorithm: HashAlgorithm,
     files: Vec<FileExpectation>,
 }
 
@@ -224,6 +228,7 @@ impl OpenSsfDocument {
             shard_size: None,
             ignore_paths: Vec::new(),
             single_file: false,
+            algorithm: HashAlgorithm::Sha256,
             files: Vec::new(),
         };
         if pt == PREDICATE_TYPE_V0_1 {
@@ -252,13 +257,17 @@ impl OpenSsfDocument {
         let Some(ser) = &pred.serialization else {
             return Err(invalid("no predicate.serialization".into()));
         };
-        if ser.hash_type != "sha256" {
-            return Err(invalid(format!(
-                "its digests are {}: this program checks only SHA-256 digests (sign with \
-                 hash_type sha256), so nothing in it could be checked",
-                shown(&ser.hash_type, 40)
-            )));
-        }
+        let algorithm = match ser.hash_type.as_str() {
+            "sha256" => HashAlgorithm::Sha256,
+            "blake2b" => HashAlgorithm::Blake2b,
+            "blake3" => HashAlgorithm::Blake3,
+            other => {
+                return Err(invalid(format!(
+                    "hash_type '{}' (model signing writes sha256, blake2b or blake3)",
+                    shown(other, 40)
+                )))
+            }
+        };
         let shard_size = match ser.method.as_str() {
             "files" => None,
             "shards" => Some(shard_size(ser.shard_size.as_ref())?),
@@ -271,25 +280,33 @@ impl OpenSsfDocument {
         };
         doc.shard_size = shard_size;
         doc.ignore_paths = ser.ignore_paths.0.clone();
-        let sharded_alg = shard_size.map(|n| format!("sha256-sharded-{n}"));
+        doc.algorithm = algorithm;
+        let sharded_alg = shard_size.map(|n| format!("{algorithm}-sharded-{n}"));
         let mut rooted = Sha256::new();
         let mut digests = Vec::with_capacity(pred.resources.0.len());
         for (i, r) in pred.resources.0.iter().enumerate() {
             let what = || format!("resource {i} ('{}')", shown(&r.name, 200));
-            let alg_ok = r.algorithm == "sha256" || Some(&r.algorithm) == sharded_alg.as_ref();
+            let alg_ok =
+                r.algorithm == algorithm.name() || Some(&r.algorithm) == sharded_alg.as_ref();
             if !alg_ok {
                 return Err(invalid(format!(
-                    "{}: algorithm '{}': this program checks only SHA-256 digests{}",
+                    "{}: algorithm '{}' in a statement of {algorithm} digests{}",
                     what(),
                     shown(&r.algorithm, 40),
                     sharded_alg
                         .as_ref()
-                        .map(|a| format!(" (here sha256 or {a})"))
+                        .map(|a| format!(" (here {algorithm} or {a})"))
                         .unwrap_or_default()
                 )));
             }
-            let d = hex256(&r.digest, &what)?;
-            rooted.update(d.0);
+            let d = algorithm.parse_hex(&r.digest).map_err(|e| {
+                invalid(format!(
+                    "{}: digest '{}': {e}",
+                    what(),
+                    shown(&r.digest, 80)
+                ))
+            })?;
+            rooted.update(&d);
             digests.push(d);
         }
         if rooted.finalize()[..] != root.0[..] {
@@ -300,8 +317,8 @@ impl OpenSsfDocument {
             ));
         }
         doc.files = match shard_size {
-            None => files_of(&doc.model_name, &pred.resources.0, &digests)?,
-            Some(n) => shards_of(&doc.model_name, n, &pred.resources.0, &digests)?,
+            None => files_of(&doc.model_name, algorithm, &pred.resources.0, &digests)?,
+            Some(n) => shards_of(&doc.model_name, n, algorithm, &pred.resources.0, &digests)?,
         };
         doc.single_file = pred
             .resources
@@ -330,6 +347,12 @@ impl OpenSsfDocument {
     /// The shard size of a `shards` manifest.
     pub fn shard_size(&self) -> Option<u64> {
         self.shard_size
+    }
+
+    /// The algorithm of its digests (`serialization.hash_type`; SHA-256 for the v0.1
+    /// predicate).
+    pub fn algorithm(&self) -> HashAlgorithm {
+        self.algorithm
     }
 
     /// The paths the signer left out (`serialization.ignore_paths`: relative to the model's
@@ -427,10 +450,18 @@ fn resource_path<'a>(
     Ok(name)
 }
 
+/// A digest read for `algorithm` as SHA-256 (its length was checked when it was read).
+fn as_sha256(d: &[u8]) -> Result<Sha256Hex, ManifestError> {
+    <[u8; 32]>::try_from(d)
+        .map(Sha256Hex)
+        .map_err(|_| invalid(format!("a SHA-256 of {} bytes", d.len())))
+}
+
 fn files_of(
     model: &str,
+    algorithm: HashAlgorithm,
     resources: &[Resource],
-    digests: &[Sha256Hex],
+    digests: &[Vec<u8>],
 ) -> Result<Vec<FileExpectation>, ManifestError> {
     let mut names = Names(HashMap::new());
     let mut out = Vec::with_capacity(resources.len().min(MAX_FILES));
@@ -444,11 +475,20 @@ fn files_of(
         }
         let path = resource_path(&r.name, model, &what)?;
         names.add(path, &what)?;
-        out.push(FileExpectation {
+        let mut f = FileExpectation {
             path: path.to_string(),
-            sha256: Some(*d),
             ..FileExpectation::default()
-        });
+        };
+        if algorithm == HashAlgorithm::Sha256 {
+            f.sha256 = Some(as_sha256(d)?);
+        } else {
+            f.other = Some(OtherDigests {
+                algorithm,
+                whole: Some(d.clone()),
+                ranges: Vec::new(),
+            });
+        }
+        out.push(f);
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
@@ -457,13 +497,14 @@ fn files_of(
 fn shards_of(
     model: &str,
     shard_size: u64,
+    algorithm: HashAlgorithm,
     resources: &[Resource],
-    digests: &[Sha256Hex],
+    digests: &[Vec<u8>],
 ) -> Result<Vec<FileExpectation>, ManifestError> {
-    struct Shard {
+    struct Shard<'a> {
         start: u64,
         end: u64,
-        digest: Sha256Hex,
+        digest: &'a [u8],
         index: usize,
     }
     let mut by_file: BTreeMap<&str, Vec<Shard>> = BTreeMap::new();
@@ -509,7 +550,7 @@ fn shards_of(
         list.push(Shard {
             start,
             end,
-            digest: *d,
+            digest: d,
             index: i,
         });
     }
@@ -557,19 +598,33 @@ fn shards_of(
             size: Some(at),
             ..FileExpectation::default()
         };
-        if uniform {
+        if algorithm != HashAlgorithm::Sha256 {
+            f.other = Some(OtherDigests {
+                algorithm,
+                whole: None,
+                ranges: shards
+                    .iter()
+                    .map(|s| (s.start..s.end, s.digest.to_vec()))
+                    .collect(),
+            });
+        } else if uniform {
             f.chunks = Some(ChunkDigests {
                 chunk_size: shard_size,
-                digests: shards.iter().map(|s| s.digest).collect(),
+                digests: shards
+                    .iter()
+                    .map(|s| as_sha256(s.digest))
+                    .collect::<Result<_, _>>()?,
             });
         } else {
             f.ranges = shards
                 .iter()
-                .map(|s| RangeDigest {
-                    range: s.start..s.end,
-                    sha256: s.digest,
+                .map(|s| {
+                    Ok(RangeDigest {
+                        range: s.start..s.end,
+                        sha256: as_sha256(s.digest)?,
+                    })
                 })
-                .collect();
+                .collect::<Result<_, ManifestError>>()?;
         }
         out.push(f);
     }
@@ -608,17 +663,42 @@ fn v0_1_files(subjects: &[Subject]) -> Result<Vec<FileExpectation>, ManifestErro
 /// name, as `model_signing` names it. The statement is not signed: `model_signing` can sign it,
 /// and this program can check files against it.
 pub fn create_in_toto(paths: &[PathBuf], shard_size: Option<u64>) -> Result<String, ManifestError> {
-    create_in_toto_ignoring(paths, shard_size, &[])
+    create_in_toto_with(
+        paths,
+        &InTotoOptions {
+            shard_size,
+            ..InTotoOptions::default()
+        },
+    )
 }
 
-/// [`create_in_toto`], leaving out `ignore` too: paths relative to the model's folder (a file,
-/// or a folder and everything below it), listed in `ignore_paths` after the defaults; a
-/// signature written inside the folder is one.
-pub fn create_in_toto_ignoring(
+/// How [`create_in_toto_with`] writes a statement.
+#[derive(Debug, Clone, Default)]
+pub struct InTotoOptions {
+    /// Cut files into shards of this many bytes (`shards` serialization); `None`, `files`.
+    pub shard_size: Option<u64>,
+    /// The digests' algorithm (`model_signing` writes BLAKE3 by file only: with a shard size,
+    /// refused).
+    pub algorithm: HashAlgorithm,
+    /// Paths relative to the model's folder to leave out too (a file, or a folder and
+    /// everything below it), listed in `ignore_paths` after the defaults; a signature written
+    /// inside the folder is one.
+    pub ignore: Vec<String>,
+}
+
+/// [`create_in_toto`], as `opts` say.
+pub fn create_in_toto_with(
     paths: &[PathBuf],
-    shard_size: Option<u64>,
-    ignore: &[String],
+    opts: &InTotoOptions,
 ) -> Result<String, ManifestError> {
+    let (shard_size, algorithm, ignore) = (opts.shard_size, opts.algorithm, &opts.ignore);
+    if algorithm == HashAlgorithm::Blake3 && shard_size.is_some() {
+        return Err(ManifestError::Input(
+            "BLAKE3 digests are written by file (model_signing reads no BLAKE3 shards: it hashes \
+             a whole file on every core instead); leave out the shard size"
+                .into(),
+        ));
+    }
     if let Some(n) = shard_size {
         if n < MIN_CHUNK_SIZE || n > MAX_FLOAT_INT as u64 {
             return Err(ManifestError::Input(format!(
@@ -643,11 +723,13 @@ pub fn create_in_toto_ignoring(
     let mut files = named
         .par_iter()
         .map(|(rel, path)| {
-            crate::manifest::create::file_digests(path, shard_size).map(|(size, digests)| Hashed {
-                path: rel.clone(),
-                size,
-                digests,
-            })
+            crate::manifest::create::file_digests(path, shard_size, algorithm).map(
+                |(size, digests)| Hashed {
+                    path: rel.clone(),
+                    size,
+                    digests,
+                },
+            )
         })
         .collect::<Result<Vec<Hashed>, ManifestError>>()?;
     // model_signing orders resources by path segments, then offsets.
@@ -668,9 +750,9 @@ pub fn create_in_toto_ignoring(
         match shard_size {
             None => {
                 for d in &f.digests {
-                    rooted.update(d.0);
+                    rooted.update(d);
                     resources.push(serde_json::json!({
-                        "name": name, "algorithm": "sha256", "digest": d.to_string()
+                        "name": name, "algorithm": algorithm.name(), "digest": hex::encode(d)
                     }));
                 }
             }
@@ -678,11 +760,11 @@ pub fn create_in_toto_ignoring(
                 for (i, d) in f.digests.iter().enumerate() {
                     let start = i as u64 * n;
                     let r = start..(start + n).min(f.size);
-                    rooted.update(d.0);
+                    rooted.update(d);
                     resources.push(serde_json::json!({
                         "name": format!("{name}:{}:{}", r.start, r.end),
-                        "algorithm": format!("sha256-sharded-{n}"),
-                        "digest": d.to_string(),
+                        "algorithm": format!("{algorithm}-sharded-{n}"),
+                        "digest": hex::encode(d),
                     }));
                 }
             }
@@ -691,7 +773,7 @@ pub fn create_in_toto_ignoring(
     let root = Sha256Hex(rooted.finalize().into());
     let mut serialization = serde_json::json!({
         "method": if shard_size.is_some() { "shards" } else { "files" },
-        "hash_type": "sha256",
+        "hash_type": algorithm.name(),
     });
     if let Some(n) = shard_size {
         serialization["shard_size"] = n.into();
@@ -720,7 +802,7 @@ pub fn create_in_toto_ignoring(
 struct Hashed {
     path: String,
     size: u64,
-    digests: Vec<Sha256Hex>,
+    digests: Vec<Vec<u8>>,
 }
 
 /// Whether the relative path `rel` is `prefix` or below it (`prefix` a relative path, `/`
@@ -835,6 +917,63 @@ mod tests {
         assert_eq!(w.size, Some(30));
     }
 
+    /// A statement of BLAKE2b (files, shards) or BLAKE3 digests: read into
+    /// [`FileExpectation::other`], the subject still the SHA-256 of the digests.
+    #[test]
+    fn blake2b_and_blake3_statements_are_read_as_other_digests() {
+        let b2 = |b: u8| hex::encode([b; 64]);
+        let b3 = hex::encode([3u8; 32]);
+        let mk = |method: &str, hash: &str, shard: Value, res: Vec<(String, String, String)>| {
+            let mut h = Sha256::new();
+            for (_, _, x) in &res {
+                h.update(hex::decode(x).unwrap());
+            }
+            json!({
+                "_type": STATEMENT_TYPE,
+                "subject": [{"name": "m", "digest": {"sha256": hex::encode(h.finalize())}}],
+                "predicateType": PREDICATE_TYPE,
+                "predicate": {
+                    "serialization": {"method": method, "hash_type": hash, "shard_size": shard},
+                    "resources": res.iter().map(|(n, a, x)| json!({
+                        "name": n, "algorithm": a, "digest": x})).collect::<Vec<_>>(),
+                },
+            })
+        };
+        let parse =
+            |v: &Value| OpenSsfDocument::parse_statement(v.to_string().as_bytes(), false).unwrap();
+        let doc = parse(&mk(
+            "files",
+            "blake3",
+            Value::Null,
+            vec![("a".into(), "blake3".into(), b3.clone())],
+        ));
+        assert_eq!(doc.algorithm(), HashAlgorithm::Blake3);
+        let f = &doc.files()[0];
+        assert_eq!((f.sha256, f.chunks.is_some()), (None, false));
+        let o = f.other.as_ref().unwrap();
+        assert_eq!(o.algorithm, HashAlgorithm::Blake3);
+        assert_eq!(o.whole.as_deref(), Some(&[3u8; 32][..]));
+        let alg = "blake2b-sharded-10".to_string();
+        let doc = parse(&mk(
+            "shards",
+            "blake2b",
+            json!(10.0),
+            vec![
+                ("w:0:10".into(), alg.clone(), b2(1)),
+                ("w:10:15".into(), alg, b2(2)),
+            ],
+        ));
+        let f = &doc.files()[0];
+        assert_eq!(f.size, Some(15));
+        assert!(f.covered() && f.ranges.is_empty() && f.chunks.is_none());
+        let o = f.other.as_ref().unwrap();
+        assert_eq!(o.whole, None);
+        assert_eq!(
+            o.ranges,
+            vec![(0..10, vec![1u8; 64]), (10..15, vec![2u8; 64])]
+        );
+    }
+
     #[test]
     fn hostile_statements_are_refused() {
         let shards = |r: &[(&str, Sha256Hex)]| statement("shards", json!(10.0), r);
@@ -858,11 +997,16 @@ mod tests {
         v["subject"][0]["digest"]["sha256"] = d(9).to_string().into();
         assert!(err(&v).contains("inconsistent"));
         let mut v = files(&[("a", d(1))]);
-        v["predicate"]["serialization"]["hash_type"] = "blake2b".into();
-        assert!(err(&v).contains("only SHA-256"));
+        v["predicate"]["serialization"]["hash_type"] = "md5".into();
+        assert!(err(&v).contains("hash_type 'md5'"));
+        // A resource of another algorithm than the statement's, or of the wrong length.
         let mut v = files(&[("a", d(1))]);
         v["predicate"]["resources"][0]["algorithm"] = "blake3".into();
-        assert!(err(&v).contains("only SHA-256"));
+        assert!(err(&v).contains("algorithm 'blake3' in a statement of sha256 digests"));
+        let mut v = files(&[("a", d(1))]);
+        v["predicate"]["serialization"]["hash_type"] = "blake2b".into();
+        v["predicate"]["resources"][0]["algorithm"] = "blake2b".into();
+        assert!(err(&v).contains("a BLAKE2b has 128 hex digits, not 64"));
         let mut v = files(&[("a", d(1))]);
         v["predicate"]["resources"][0]["digest"] = "zz".into();
         assert!(err(&v).contains("resource 0 ('a')"));
