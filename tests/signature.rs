@@ -300,6 +300,11 @@ fn wi_fetch_checks_the_model_signature_before_any_file() {
     };
     let o = check(&sb, key);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("every file checked against the model's signature, made by the key"),
+        "{}",
+        stderr(&o)
+    );
     let (_, stranger) = key_pair(d.path(), "stranger", 256);
     let o = check(&sb, stranger.to_str().unwrap());
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -497,9 +502,19 @@ fn a_mirror_serves_only_what_the_signature_names() {
     let commit = hub.mutate_file("acme/signed", "sub/w.bin", w).unwrap();
     let sb = Sandbox::new();
     let o = through(&sb, &["sub/w.bin"]);
-    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
-    // (The mirror's pull failed on the signature: the client is told the upstream failed.)
-    assert!(stderr(&o).contains("502"), "{}", stderr(&o));
+    // The mirror's pull failed on the signature: the client is told why, asks once (the same
+    // answer would come again), and exits as for any integrity failure.
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "sub/w.bin: FAILED: the mirror refused what its upstream served: fetching \
+             'sub/w.bin' from the upstream failed: sub/w.bin: chunk 0 (bytes 0-65535) does not \
+             match the manifest"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("attempt"), "{}", stderr(&o));
     let snap = mirror_cache
         .join("models--acme--signed/snapshots")
         .join(&commit);
@@ -509,8 +524,25 @@ fn a_mirror_serves_only_what_the_signature_names() {
         .unwrap();
     let sb = Sandbox::new();
     let o = through(&sb, &["README.md"]);
-    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).contains("502"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not named by the model's signature"),
+        "{}",
+        stderr(&o)
+    );
+    // huggingface_hub's clients read the reason from X-Error-Message.
+    let url = format!("{}/acme/signed/resolve/main/README.md", mirror.base);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt
+        .block_on(crate::support::serve::client().get(url).send())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 502);
+    assert_eq!(r.headers()["x-error-code"], "UpstreamContentRefused");
+    let said = r.headers()["x-error-message"].to_str().unwrap().to_string();
+    assert!(
+        said.contains("not named by the model's signature"),
+        "{said}"
+    );
 }
 
 /// The bucket keeps the signature beside the files it signs: a node that reads the bucket

@@ -31,7 +31,8 @@ impl Attempt {
     fn retryable(&self) -> bool {
         match self {
             Attempt::Transport(e) => net::transience(e) == Transience::Transient,
-            Attempt::Status(_) => true,
+            // A mirror that refused what its upstream served answers the same again.
+            Attempt::Status(r) => net::mirror_refusal(r.headers()).is_none(),
         }
     }
 
@@ -104,7 +105,9 @@ impl HubClient {
             Attempt::Status(r) => {
                 let status = r.status().as_u16();
                 let (_, mut message) = error_code_and_message(r.headers(), None);
-                if let Some(says) = net::error_code_says(r.headers()) {
+                if let Some(refused) = net::mirror_refusal(r.headers()) {
+                    message = refused;
+                } else if let Some(says) = net::error_code_says(r.headers()) {
                     message = if message.is_empty() {
                         says.to_string()
                     } else {

@@ -42,6 +42,39 @@ pub(crate) use retry::cause;
 /// cannot reach its upstream for what it does not hold.
 pub const UPSTREAM_UNREACHABLE: &str = "UpstreamUnreachable";
 
+/// The `X-Error-Code` a mirror answers its 502s with when what its upstream served was refused
+/// by its own checks (a model signature that does not hold, a file it does not name, bytes that
+/// differ from it or from the upstream's digest): asking again gets the same answer, so a
+/// client gives up at once and says why ([`mirror_refusal`]).
+pub const UPSTREAM_REFUSED: &str = "UpstreamContentRefused";
+
+/// Why a mirror refused what its upstream served, when the answer says so
+/// ([`UPSTREAM_REFUSED`]): its `X-Error-Message` (first line, at most 300 bytes, escaped: it
+/// comes from the network).
+pub fn mirror_refusal(h: &reqwest::header::HeaderMap) -> Option<String> {
+    if header_str(h, "x-error-code")? != UPSTREAM_REFUSED {
+        return None;
+    }
+    let message = header_str(h, "x-error-message").unwrap_or("");
+    let mut line = message.lines().next().unwrap_or("").to_string();
+    if line.len() > 300 {
+        let mut cut = 300;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+        line.push('…');
+    }
+    Some(if line.is_empty() {
+        "the mirror refused what its upstream served".to_string()
+    } else {
+        format!(
+            "the mirror refused what its upstream served: {}",
+            crate::names::escape(&line)
+        )
+    })
+}
+
 /// What an error answer's `X-Error-Code` means, for a message, when it is one a client is told
 /// about in words: [`UPSTREAM_UNREACHABLE`].
 pub fn error_code_says(h: &reqwest::header::HeaderMap) -> Option<&'static str> {

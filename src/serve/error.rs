@@ -75,6 +75,12 @@ impl Refusal {
         Refusal::new(StatusCode::BAD_GATEWAY, message)
     }
 
+    /// 502 with [`crate::net::UPSTREAM_REFUSED`]: what the upstream served was refused by the
+    /// mirror's own checks; asking again gets the same answer.
+    pub fn upstream_refused(message: impl Into<String>) -> Refusal {
+        Refusal::new(StatusCode::BAD_GATEWAY, message).code(crate::net::UPSTREAM_REFUSED)
+    }
+
     /// 503: what was asked is not served now (a model changed on disk).
     pub fn unavailable(message: impl Into<String>) -> Refusal {
         Refusal::new(StatusCode::SERVICE_UNAVAILABLE, message)
@@ -101,6 +107,23 @@ impl IntoResponse for Refusal {
         let h = r.headers_mut();
         if let Some(v) = self.code.and_then(|c| HeaderValue::from_str(c).ok()) {
             h.insert("x-error-code", v);
+        }
+        // The message where the Hub's clients read it (huggingface_hub shows it): one line of
+        // visible ASCII, bounded (a header holds nothing else).
+        let line: String = self
+            .message
+            .chars()
+            .take(400)
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        if let Ok(v) = HeaderValue::from_str(&line) {
+            h.insert("x-error-message", v);
         }
         if let Some(v) = self.commit.and_then(|c| HeaderValue::from_str(&c).ok()) {
             h.insert("x-repo-commit", v);

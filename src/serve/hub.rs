@@ -874,6 +874,8 @@ async fn resolve(
                     );
                     return Err(if why.network {
                         Refusal::gateway_timeout(message)
+                    } else if why.refused {
+                        Refusal::upstream_refused(message)
                     } else {
                         Refusal::bad_gateway(message)
                     });

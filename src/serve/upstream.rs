@@ -744,6 +744,7 @@ impl Upstream {
             // ends the answers short, never complete with other bytes.
             let r = r.map_err(|e| PullError {
                 network: e.exit_class() == crate::exit::ExitClass::Network,
+                refused: e.exit_class() == crate::exit::ExitClass::Integrity,
                 message: e.to_string(),
             });
             let r =
@@ -752,10 +753,12 @@ impl Upstream {
                         Some(f) if f.size == want.size && f.etag == want.etag() => Ok(()),
                         Some(f) => Err(PullError {
                             network: false,
+                            refused: false,
                             message: disagreement(&want, f.size, &f.etag),
                         }),
                         None => Err(PullError {
                             network: false,
+                            refused: false,
                             message: format!(
                                 "'{}' was not fetched",
                                 crate::names::escape(&want.path)
@@ -799,6 +802,9 @@ pub(crate) fn disagreement(want: &Entry, size: u64, etag: &str) -> String {
 pub(crate) struct PullError {
     /// The upstream could not be reached (else it answered wrongly, or the cache failed).
     pub network: bool,
+    /// What it served was refused by the mirror's checks (a signature that does not hold, a
+    /// file it does not name, bytes that differ): the same again if asked again.
+    pub refused: bool,
     pub message: String,
 }
 
@@ -874,6 +880,7 @@ impl Pull {
             if rx.changed().await.is_err() {
                 return Err(PullError {
                     network: false,
+                    refused: false,
                     message: "the fetch ended".into(),
                 });
             }

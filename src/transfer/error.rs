@@ -325,6 +325,17 @@ pub enum TransferError {
         /// The digest of the bytes read.
         actual: String,
     },
+    /// A mirror refused what its upstream served for this file (its answer's `X-Error-Code`
+    /// is `UpstreamContentRefused`): asked once, not again.
+    #[error("{file}: {reason} ({url})")]
+    MirrorRefused {
+        /// Path in the repository.
+        file: String,
+        /// The URL asked for.
+        url: String,
+        /// The mirror's reason, escaped.
+        reason: String,
+    },
     /// The request itself is unusable (an unparsable URL…).
     #[error("{file}: invalid transfer: {reason}")]
     InvalidSpec {
@@ -336,7 +347,7 @@ pub enum TransferError {
 }
 
 impl TransferError {
-    /// The downloaded bytes are wrong (exit code 2).
+    /// The downloaded bytes are wrong, or a mirror found its upstream's wrong (exit code 2).
     pub fn is_integrity(&self) -> bool {
         matches!(
             self,
@@ -344,6 +355,7 @@ impl TransferError {
                 | TransferError::ChunkMismatch { .. }
                 | TransferError::ManifestDisagrees { .. }
                 | TransferError::MirrorMismatch { .. }
+                | TransferError::MirrorRefused { .. }
         )
     }
 
@@ -432,6 +444,7 @@ impl TransferError {
             | TransferError::Auth { file, .. }
             | TransferError::NotFound { file, .. }
             | TransferError::InvalidSpec { file, .. }
+            | TransferError::MirrorRefused { file, .. }
             | TransferError::LockTimeout { file, .. }
             | TransferError::Redirect { file, .. } => file,
         }

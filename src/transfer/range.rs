@@ -274,6 +274,13 @@ fn check_status(ctx: &Ctx<'_>, resp: &reqwest::Response, from_hub: bool) -> Resu
     }
     let code = status.as_u16();
     let url = redact(resp.url());
+    if let Some(reason) = net::mirror_refusal(resp.headers()) {
+        return Err(Failure {
+            message: format!("HTTP {status} from {url}: {reason}"),
+            kind: FailKind::Fatal(Box::new(TransferError::MirrorRefused { file, url, reason })),
+            retry_after: None,
+        });
+    }
     let kind = match code {
         401 | 403 | 404 | 410 if !from_hub => FailKind::Cdn {
             status: code,
