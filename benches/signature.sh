@@ -2,7 +2,7 @@
 # OpenSSF model signatures (issue 40): signing and verifying one model of SIZE_MB with
 # `weight-inspect signature` and with the reference tool, `model_signing` (PyPI model-signing),
 # in the same run, each on the other's signature too. An EC P-256 key; `files` serialization
-# (model_signing's command line default); the page cache warm (every file read once before the
+# (model_signing's command line default), with SHA-256 then BLAKE3 digests; the page cache warm (every file read once before the
 # first timing); wall time and peak RSS from /usr/bin/time.
 #
 # Usage: benches/signature.sh [SIZE_MB]            (default 1024; MB = 10^6 bytes)
@@ -90,6 +90,26 @@ row "weight-inspect signature verify (its own signature)" "$(time_it ours-verify
 row "weight-inspect signature verify (model_signing's)" "$(time_it ours-verify-theirs "$BIN" signature verify "$model" --signature "$theirs_sig" --public-key "$BENCH_DIR/k.pub.pem")"
 row "model_signing verify key (its own signature)" "$(time_it theirs-verify "$MS" verify key "$model" --signature "$theirs_sig" --public_key "$BENCH_DIR/k.pub.pem")"
 row "model_signing verify key (weight-inspect's)" "$(time_it theirs-verify-ours "$MS" verify key "$model" --signature "$ours_sig" --public_key "$BENCH_DIR/k.pub.pem")"
+# BLAKE3 (files: model_signing writes it by file only) through model_signing's Python API: its
+# command line signs and verifies SHA-256 only.
+MS_API='
+import pathlib, sys
+from model_signing import hashing, signing, verifying
+op, model, sig, d = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]), pathlib.Path(sys.argv[4])
+h = hashing.Config().use_file_serialization(hashing_algorithm="blake3")
+if op == "sign":
+    signing.Config().use_elliptic_key_signer(private_key=d / "k.pem").set_hashing_config(h).sign(model, sig)
+else:
+    verifying.Config().use_elliptic_key_verifier(public_key=d / "k.pub.pem").set_hashing_config(h).verify(model, sig)
+'
+ours_b3="$BENCH_DIR/ours-b3.sig"
+theirs_b3="$BENCH_DIR/theirs-b3.sig"
+row "weight-inspect signature sign --hash-algorithm blake3" "$(time_it ours-sign-b3 "$BIN" signature sign "$model" --private-key "$BENCH_DIR/k.pem" --signature "$ours_b3" --hash-algorithm blake3)"
+row "model_signing sign, BLAKE3 (its Python API)" "$(time_it theirs-sign-b3 "$PY" -c "$MS_API" sign "$model" "$theirs_b3" "$BENCH_DIR")"
+row "weight-inspect signature verify, BLAKE3 (its own)" "$(time_it ours-verify-b3 "$BIN" signature verify "$model" --signature "$ours_b3" --public-key "$BENCH_DIR/k.pub.pem")"
+row "weight-inspect signature verify, BLAKE3 (model_signing's)" "$(time_it ours-verify-theirs-b3 "$BIN" signature verify "$model" --signature "$theirs_b3" --public-key "$BENCH_DIR/k.pub.pem")"
+row "model_signing verify, BLAKE3 (its own; its Python API)" "$(time_it theirs-verify-b3 "$PY" -c "$MS_API" verify "$model" "$theirs_b3" "$BENCH_DIR")"
+row "model_signing verify, BLAKE3 (weight-inspect's; its Python API)" "$(time_it theirs-verify-ours-b3 "$PY" -c "$MS_API" verify "$model" "$ours_b3" "$BENCH_DIR")"
 # anon_peak CMD...: the peak of the process's anonymous memory (heap, stacks: not the model's
 # pages it maps from the page cache, which peak RSS counts), sampled every 10 ms from /proc, in kB.
 anon_peak() {
