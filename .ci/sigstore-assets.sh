@@ -2,7 +2,10 @@
 # Real Sigstore keyless signatures for the tests, taken from PyPI packages (never copied into
 # this repository): the pypi-attestations sdist's test assets (bundles and PEP 740 attestations
 # with the files they sign, made by known identities on Sigstore's public-good and staging
-# instances) and the sigstore wheel's trusted roots of both instances.
+# instances), the sigstore wheel's trusted roots of both instances, and from crates.io two
+# published crates of sigstore-rust that carry cases of Sigstore's conformance suite
+# (sigstore-bundle's happy-path DSSE bundle; sigstore-verify's copy of the suite's "a.txt", the
+# artifact that bundle signs).
 #
 # Usage: .ci/sigstore-assets.sh DIR [PYTHON]       then WI_SIGSTORE_ASSETS=DIR
 set -euo pipefail
@@ -21,3 +24,13 @@ if [ ! -d sigstore-4.5.1/sigstore/_store ]; then
     "$py" -m zipfile -e sigstore-4.5.1-py3-none-any.whl sigstore-4.5.1.tmp
     mv sigstore-4.5.1.tmp sigstore-4.5.1
 fi
+for c in sigstore-bundle-0.15.1 sigstore-verify-0.15.1; do
+    if [ ! -d "$c" ]; then
+        name=${c%-*}
+        "$py" -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+            "https://static.crates.io/crates/$name/$c.crate" "$c.crate"
+        rm -rf "$c.tmp" && mkdir "$c.tmp"
+        tar xzf "$c.crate" -C "$c.tmp"
+        mv "$c.tmp/$c" "$c" && rm -rf "$c.tmp" "$c.crate"
+    fi
+done

@@ -2,7 +2,8 @@
 //! llama-gguf-hash lines, an OpenSSF in-toto statement), and the same bytes as the payload of a
 //! Sigstore bundle (so the statement parser is reached through the bundle too): `Ok` or `Err`,
 //! never a panic; every expectation of an accepted document names a safe path, its chunks fit
-//! its size, its ranges are contiguous from 0; peak heap within `fuzz_support::within_budget`'s
+//! its size, its ranges (and another algorithm's: BLAKE2b, BLAKE3) are contiguous from 0, of
+//! their algorithm's length; peak heap within `fuzz_support::within_budget`'s
 //! bound.
 #![no_main]
 
@@ -40,6 +41,23 @@ fn checked(doc: &Document) {
             assert_eq!(f.size, Some(at));
         }
         chunks += f.ranges.len();
+        if let Some(o) = &f.other {
+            // Another algorithm's digests: of its length, whole or contiguous ranges from 0.
+            let len = o.algorithm.digest_len();
+            assert!(o.whole.as_ref().is_none_or(|d| d.len() == len));
+            assert!(o.whole.is_none() || o.ranges.is_empty());
+            let mut at = 0;
+            for (r, d) in &o.ranges {
+                assert_eq!((r.start, d.len()), (at, len));
+                assert!(r.end > r.start);
+                at = r.end;
+            }
+            if !o.ranges.is_empty() {
+                assert_eq!(f.size, Some(at));
+            }
+            assert!(f.sha256.is_none() && f.chunks.is_none() && f.ranges.is_empty());
+            chunks += o.ranges.len();
+        }
         tensors += f.tensors.len();
         assert_eq!(
             doc.expectation(&f.path).as_ref().map(|e| &e.path),

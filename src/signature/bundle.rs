@@ -16,10 +16,13 @@ use crate::manifest::interop::{shown, Bounded};
 
 /// The bundle media type `model_signing` writes and accepts for keys and certificates.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
-/// The older bundle media types, read for keyless signatures.
-const OLDER_MEDIA_TYPES: [&str; 2] = [
-    "application/vnd.dev.sigstore.bundle+json;version=0.1",
-    "application/vnd.dev.sigstore.bundle+json;version=0.2",
+/// The bundle media types read, and the minor version of the format each names (v0.1 and v0.2
+/// for keyless signatures only; v0.3 also in its older spelling).
+const MEDIA_TYPES: [(&str, u8); 4] = [
+    (BUNDLE_MEDIA_TYPE, 3),
+    ("application/vnd.dev.sigstore.bundle+json;version=0.3", 3),
+    ("application/vnd.dev.sigstore.bundle+json;version=0.2", 2),
+    ("application/vnd.dev.sigstore.bundle+json;version=0.1", 1),
 ];
 /// Most transparency-log entries a bundle may hold.
 const MAX_TLOG_ENTRIES: usize = 8;
@@ -192,8 +195,8 @@ pub(crate) enum Material {
 /// A bundle read: its material, and the envelope's payload and signature.
 #[derive(Debug)]
 pub(crate) struct Bundle {
-    /// Whether its media type is v0.3, the one `model_signing` writes.
-    pub v0_3: bool,
+    /// The minor version of its format (1, 2 or 3: v0.3 is what `model_signing` writes).
+    pub version: u8,
     pub material: Material,
     pub payload_type: String,
     pub payload: Vec<u8>,
@@ -218,13 +221,12 @@ impl Bundle {
     pub(crate) fn parse(bytes: &[u8]) -> Result<Bundle, SignatureError> {
         let raw: RawBundle = serde_json::from_slice(bytes)
             .map_err(|e| SignatureError::bundle(format!("malformed Sigstore bundle ({e})")))?;
-        let v0_3 = raw.media_type == BUNDLE_MEDIA_TYPE;
-        if !v0_3 && !OLDER_MEDIA_TYPES.contains(&raw.media_type.as_str()) {
+        let Some(&(_, version)) = MEDIA_TYPES.iter().find(|(t, _)| *t == raw.media_type) else {
             return Err(SignatureError::bundle(format!(
                 "media type '{}', not {BUNDLE_MEDIA_TYPE}",
                 shown(&raw.media_type, 80)
             )));
-        }
+        };
         let Some(env) = raw.dsse_envelope else {
             let what = if raw.message_signature.is_some() {
                 "it signs a blob (messageSignature), not a model's statement"
@@ -311,7 +313,7 @@ impl Bundle {
             }
         };
         Ok(Bundle {
-            v0_3,
+            version,
             material,
             payload_type: env.payload_type,
             payload,

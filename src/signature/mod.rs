@@ -204,7 +204,7 @@ pub fn verify_envelope(
     }
     let b = Bundle::parse(bytes)?;
     let mut notes = Vec::new();
-    if !b.v0_3 && !matches!(policy, TrustPolicy::Sigstore(_)) {
+    if b.version < 3 && !matches!(policy, TrustPolicy::Sigstore(_)) {
         return Err(SignatureError::bundle(format!(
             "an older Sigstore bundle: model_signing's keys and certificates write {BUNDLE_MEDIA_TYPE}"
         )));
@@ -338,7 +338,7 @@ pub fn sign_statement(
         });
     }
     Ok(Bundle {
-        v0_3: true,
+        version: 3,
         material,
         payload_type: crate::manifest::interop::openssf::PAYLOAD_TYPE.to_string(),
         payload: statement.to_vec(),

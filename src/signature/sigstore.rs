@@ -131,6 +131,10 @@ impl Validity {
         };
         Ok(match v {
             None => Validity::default(),
+            // A period is from a time on: one without its start says nothing usable.
+            Some(RawValidity { start: None, .. }) => {
+                return Err("a validity period (validFor) without its start".into())
+            }
             Some(v) => Validity {
                 start: at(&v.start)?,
                 end: at(&v.end)?,
@@ -267,7 +271,7 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
             "no transparency-log entry: a keyless signature must have been logged",
         ));
     };
-    let log = check_entry(entry, &policy.root)?;
+    let log = check_entry(entry, &policy.root, b.version)?;
     check_body(entry, b, leaf_der)?;
     let time = entry.integrated_time;
     let leaf = Certificate::from_der(leaf_der)
@@ -326,9 +330,16 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
     })
 }
 
+/// How far past this machine's clock a log entry's time may be (clocks differ a little).
+const MAX_CLOCK_SKEW_SECS: u64 = 60;
+
 /// The log entry holds: its log is trusted at its time, its promise and its inclusion proof
-/// verify. The log.
-fn check_entry<'r>(e: &TlogEntry, root: &'r TrustedRoot) -> Result<&'r Log, SignatureError> {
+/// verify (a bundle of v0.1 must carry the promise, one of v0.2 or later the proof). The log.
+fn check_entry<'r>(
+    e: &TlogEntry,
+    root: &'r TrustedRoot,
+    version: u8,
+) -> Result<&'r Log, SignatureError> {
     let log = root.logs.iter().find(|l| l.id == e.log_id).ok_or_else(|| {
         refused("the transparency log that holds the entry is not in the trusted root")
     })?;
@@ -340,6 +351,26 @@ fn check_entry<'r>(e: &TlogEntry, root: &'r TrustedRoot) -> Result<&'r Log, Sign
     if e.promise.is_none() && e.proof.is_none() {
         return Err(refused(
             "the log entry has neither a signed promise nor an inclusion proof",
+        ));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if e.integrated_time > now.saturating_add(MAX_CLOCK_SKEW_SECS) {
+        return Err(refused(format!(
+            "the log entry is dated {}, after this machine's clock: a log does not record the \
+             future",
+            e.integrated_time
+        )));
+    }
+    if version >= 2 && e.proof.is_none() {
+        return Err(refused(format!(
+            "the log entry has no inclusion proof, which a bundle of v0.{version} must carry"
+        )));
+    }
+    if version < 2 && e.promise.is_none() {
+        return Err(refused(
+            "the log entry has no signed promise, which a bundle of v0.1 must carry",
         ));
     }
     if let Some(set) = &e.promise {
@@ -522,13 +553,28 @@ fn check_body(e: &TlogEntry, b: &Bundle, leaf_der: &[u8]) -> Result<(), Signatur
 }
 
 /// The leaf chains to a trusted authority's root at `time`; the root's subject, and the
-/// certificate that issued the leaf.
+/// certificate that issued the leaf. The bundle's own chain (`extra`, after the leaf) may hold
+/// intermediates only: a root there (self-issued, or one of the trusted root's) is refused, as
+/// Sigstore's verifiers refuse it — trust comes from the trusted root, never from the bundle.
 fn check_chain(
     leaf_der: &[u8],
     extra: &[Vec<u8>],
     root: &TrustedRoot,
     time: u64,
 ) -> Result<(String, Vec<u8>), SignatureError> {
+    for (i, der) in extra.iter().enumerate() {
+        let anchor = root.authorities.iter().any(|a| a.chain.last() == Some(der));
+        let self_issued = Certificate::from_der(der)
+            .map(|c| c.tbs_certificate.subject == c.tbs_certificate.issuer)
+            .map_err(|e| refused(format!("certificate {} of the bundle's chain: {e}", i + 1)))?;
+        if anchor || self_issued {
+            return Err(refused(format!(
+                "the bundle's certificate chain holds a root certificate (certificate {}): \
+                 roots come from the trusted root, not from the bundle",
+                i + 1
+            )));
+        }
+    }
     let leaf = CertificateDer::from(leaf_der);
     let ee = webpki::EndEntityCert::try_from(&leaf)
         .map_err(|e| refused(format!("the signing certificate cannot be used: {e:?}")))?;
@@ -745,6 +791,23 @@ fn identity_of(cert: &Certificate) -> Result<(String, String), SignatureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_validity_period_needs_its_start_and_its_end_is_inclusive() {
+        let raw = |start: Option<&str>, end: Option<&str>| RawValidity {
+            start: start.map(str::to_string),
+            end: end.map(str::to_string),
+        };
+        let err = Validity::read(Some(&raw(None, Some("2030-01-01T00:00:00Z")))).unwrap_err();
+        assert!(err.contains("without its start"), "{err}");
+        let v = Validity::read(Some(&raw(
+            Some("1970-01-01T00:00:10Z"),
+            Some("1970-01-01T00:00:20Z"),
+        )))
+        .unwrap();
+        assert!(!v.covers(9) && v.covers(10) && v.covers(20) && !v.covers(21));
+        assert!(Validity::read(None).unwrap().covers(0));
+    }
 
     fn leaf(i: u8) -> [u8; 32] {
         let mut h = Sha256::new();

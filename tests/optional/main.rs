@@ -65,6 +65,7 @@ fn main() -> std::process::ExitCode {
         Python: signature::model_signing_and_this_program_verify_each_others_signatures,
         SigstoreAssets: signature::real_keyless_signatures_verify_offline,
         SigstoreAssets: signature::wi_fetch_checks_a_keyless_signature,
+        SigstoreAssets: signature::sigstore_conformance_cases_of_a_dsse_bundle,
         Tmpfs: transfer::a_full_disk_names_the_file_and_the_local_path,
         Tmpfs: wi_fetch::disk_full_fails_up_front,
         Tmpfs: wi_fetch::disk_fills_up_mid_download_then_resumes,

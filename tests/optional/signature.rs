@@ -720,6 +720,224 @@ pub fn real_keyless_signatures_verify_offline() {
     }
 }
 
+/// Cases of Sigstore's conformance suite (sigstore/sigstore-conformance, `bundle-verify`) for a
+/// DSSE bundle, built from what packages publish (never copied here): the suite's
+/// `happy-path-intoto-in-dsse-v3` bundle as sigstore-bundle 0.15.1 ships it, the artifact it
+/// signs (`a.txt`) as sigstore-verify 0.15.1 ships it, the public-good root from the sigstore
+/// wheel; the other cases are that bundle or root changed as the suite's case is. Each is named
+/// after the suite's case it follows.
+pub fn sigstore_conformance_cases_of_a_dsse_bundle() {
+    use base64::Engine as _;
+    use sha2::{Digest as _, Sha256};
+    use weight_inspect::signature::{verify_envelope, KeylessPolicy, TrustPolicy, TrustedRoot};
+    let dir = PathBuf::from(crate::support::required_env("WI_SIGSTORE_ASSETS"));
+    let bundle: serde_json::Value = serde_json::from_slice(
+        &fs::read(dir.join("sigstore-bundle-0.15.1/tests/fixtures/happy-path.json")).unwrap(),
+    )
+    .unwrap();
+    let artifact =
+        fs::read(dir.join("sigstore-verify-0.15.1/test_data/managed-key/artifact.txt")).unwrap();
+    let root_json: serde_json::Value = serde_json::from_slice(
+        &fs::read(dir.join(
+            "sigstore-4.5.1/sigstore/_store/https%3A%2F%2Ftuf-repo-cdn.sigstore.dev/trusted_root.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    // The suite's default signer: its beacon workflow, through GitHub Actions' OIDC issuer.
+    let identity =
+        "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/\
+                    .github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
+    let policy = |root: &serde_json::Value| {
+        TrustPolicy::Sigstore(KeylessPolicy {
+            root: TrustedRoot::parse(&serde_json::to_vec(root).unwrap()).unwrap(),
+            identity: identity.into(),
+            issuer: "https://token.actions.githubusercontent.com".into(),
+        })
+    };
+    let good = policy(&root_json);
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut b = bundle.clone();
+        f(&mut b);
+        serde_json::to_vec(&b).unwrap()
+    };
+    let verified = |what: &str, b: &[u8], p: &TrustPolicy| {
+        verify_envelope(b, p).unwrap_or_else(|e| panic!("{what}: {e}"))
+    };
+    let refused = |what: &str, b: &[u8], p: &TrustPolicy, why: &str| {
+        let e = verify_envelope(b, p)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: verified"));
+        assert!(e.is_refusal(), "{what}: {e}");
+        assert!(e.to_string().contains(why), "{what}: {e}");
+    };
+
+    // happy-path-intoto-in-dsse-v3: verified, and its statement names a.txt by its digest.
+    let v = verified("happy-path-intoto-in-dsse-v3", &with(&|_| {}), &good);
+    let st: serde_json::Value = serde_json::from_slice(&v.payload).unwrap();
+    assert_eq!(st["subject"][0]["name"], "a.txt");
+    assert_eq!(
+        st["subject"][0]["digest"]["sha256"],
+        hex::encode(Sha256::digest(&artifact))
+    );
+    // happy-path-v0.3 spells the media type the older way.
+    verified(
+        "happy-path-v0.3",
+        &with(&|b| b["mediaType"] = "application/vnd.dev.sigstore.bundle+json;version=0.3".into()),
+        &good,
+    );
+    // dsse-mismatch-sig / dsse-invalid-sig, dsse-mismatch-envelope.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let flip = |v: &serde_json::Value| {
+        let mut raw = b64.decode(v.as_str().unwrap()).unwrap();
+        let mid = raw.len() / 2;
+        raw[mid] ^= 1;
+        serde_json::Value::from(b64.encode(raw))
+    };
+    refused(
+        "dsse-invalid-sig",
+        &with(&|b| {
+            let s = flip(&b["dsseEnvelope"]["signatures"][0]["sig"]);
+            b["dsseEnvelope"]["signatures"][0]["sig"] = s;
+        }),
+        &good,
+        "another signature",
+    );
+    refused(
+        "dsse-mismatch-envelope",
+        &with(&|b| {
+            let p = flip(&b["dsseEnvelope"]["payload"]);
+            b["dsseEnvelope"]["payload"] = p;
+        }),
+        &good,
+        "another payload",
+    );
+    // bundle-from-wrong-instance: the staging root.
+    let staging: serde_json::Value = serde_json::from_slice(
+        &fs::read(dir.join(
+            "sigstore-4.5.1/sigstore/_store/https%3A%2F%2Ftuf-repo-cdn.sigstage.dev/trusted_root.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    refused(
+        "bundle-from-wrong-instance",
+        &with(&|_| {}),
+        &policy(&staging),
+        "not in the trusted root",
+    );
+    // invalid-inclusion-proof / the rule behind it: from v0.2 on, an entry carries its
+    // inclusion proof (the signed promise alone is v0.1's); v0.1 carries the promise.
+    let entry = |b: &mut serde_json::Value| -> serde_json::Value {
+        b["verificationMaterial"]["tlogEntries"][0].clone()
+    };
+    refused(
+        "v0.3 without an inclusion proof",
+        &with(&|b| {
+            let mut e = entry(b);
+            e.as_object_mut().unwrap().remove("inclusionProof");
+            b["verificationMaterial"]["tlogEntries"][0] = e;
+        }),
+        &good,
+        "no inclusion proof, which a bundle of v0.3 must carry",
+    );
+    let as_v0_1 = |b: &mut serde_json::Value, chain: Vec<serde_json::Value>| {
+        b["mediaType"] = "application/vnd.dev.sigstore.bundle+json;version=0.1".into();
+        let vm = b["verificationMaterial"].as_object_mut().unwrap();
+        vm.remove("certificate");
+        vm.insert(
+            "x509CertificateChain".into(),
+            serde_json::json!({ "certificates": chain }),
+        );
+    };
+    let leaf = bundle["verificationMaterial"]["certificate"].clone();
+    verified(
+        "happy-path-v0.1 (the promise, no proof)",
+        &with(&|b| {
+            as_v0_1(b, vec![leaf.clone()]);
+            let mut e = entry(b);
+            e.as_object_mut().unwrap().remove("inclusionProof");
+            b["verificationMaterial"]["tlogEntries"][0] = e;
+        }),
+        &good,
+    );
+    refused(
+        "v0.1 without the signed promise",
+        &with(&|b| {
+            as_v0_1(b, vec![leaf.clone()]);
+            let mut e = entry(b);
+            e.as_object_mut().unwrap().remove("inclusionPromise");
+            b["verificationMaterial"]["tlogEntries"][0] = e;
+        }),
+        &good,
+        "no signed promise",
+    );
+    // bundle-with-root-cert: a chain that holds its root is refused; one of intermediates is
+    // read (the leaf, then the Fulcio intermediate of the authority that issued it).
+    let mut intermediates_only = 0;
+    for ca in root_json["certificateAuthorities"].as_array().unwrap() {
+        let certs: Vec<serde_json::Value> = ca["certChain"]["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| serde_json::json!({ "rawBytes": c["rawBytes"] }))
+            .collect();
+        let mut chain = vec![leaf.clone()];
+        chain.extend(certs.iter().cloned());
+        refused(
+            "bundle-with-root-cert",
+            &with(&|b| as_v0_1(b, chain.clone())),
+            &good,
+            "holds a root certificate",
+        );
+        let mut chain = vec![leaf.clone()];
+        chain.extend(certs[..certs.len() - 1].iter().cloned());
+        if verify_envelope(&with(&|b| as_v0_1(b, chain.clone())), &good).is_ok() {
+            intermediates_only += 1;
+        }
+    }
+    assert!(intermediates_only >= 1, "no intermediate chain verified");
+    // trust-root-tlog-missing-validity-start: a root whose log has no start is refused.
+    let mut no_start = root_json.clone();
+    for l in no_start["tlogs"].as_array_mut().unwrap() {
+        l["publicKey"]["validFor"]
+            .as_object_mut()
+            .unwrap()
+            .remove("start");
+    }
+    let e = TrustedRoot::parse(&serde_json::to_vec(&no_start).unwrap()).unwrap_err();
+    assert!(e.contains("without its start"), "{e}");
+    // trust-root-tlog-validity-end-inclusive: a log valid until the entry's very second holds
+    // it; one that ended the second before does not.
+    let time: u64 = bundle["verificationMaterial"]["tlogEntries"][0]["integratedTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ending = |at: u64| {
+        let mut r = root_json.clone();
+        let stamp = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(at),
+        )
+        .to_string();
+        for l in r["tlogs"].as_array_mut().unwrap() {
+            l["publicKey"]["validFor"]["end"] = stamp.clone().into();
+        }
+        policy(&r)
+    };
+    verified(
+        "trust-root-tlog-validity-end-inclusive",
+        &with(&|_| {}),
+        &ending(time),
+    );
+    refused(
+        "a log that ended before the entry",
+        &with(&|_| {}),
+        &ending(time - 1),
+        "not valid when the entry was logged",
+    );
+}
+
 /// `wi-fetch --identity …` reaches the keyless check: a repository whose `model.sig` is a real
 /// keyless bundle (a package's attestation, not a model's statement) is refused after its
 /// signature verified, for what it signs; with another identity, for who signed.
