@@ -206,13 +206,18 @@ fn signed_hub(
     let (keep, again) = signing_model_dir();
     fs::rename(&again, root.join("acme/unsigned")).unwrap();
     drop(keep);
-    let hub = mock_server::MockHub::builder()
-        .root(&root)
+    let hub = hub_at(&root);
+    (hub, d, private, public)
+}
+
+/// A mock Hub serving the repositories below `root` (files of 64 KiB or more in LFS).
+fn hub_at(root: &Path) -> mock_server::BackgroundHub {
+    mock_server::MockHub::builder()
+        .root(root)
         .lfs_threshold(64 << 10)
         .hash_cache(false)
         .start_in_background()
-        .unwrap();
-    (hub, d, private, public)
+        .unwrap()
 }
 
 fn wi_fetch(
@@ -602,12 +607,7 @@ fn a_small_file_kept_in_git_is_checked_against_the_signature_too() {
     fs::write(repo.join("config.json"), br#"{"model_type": "tiny"}"#).unwrap();
     let (private, public) = key_pair(d.path(), "k", 256);
     sign(&repo, &private, &[]);
-    let hub = mock_server::MockHub::builder()
-        .root(d.path().join("hub"))
-        .lfs_threshold(64 << 10)
-        .hash_cache(false)
-        .start_in_background()
-        .unwrap();
+    let hub = hub_at(&d.path().join("hub"));
     let key = public.to_str().unwrap();
     let sb = Sandbox::new();
     let o = wi_fetch(
@@ -697,12 +697,7 @@ fn blake2b_and_blake3_signatures_are_checked_locally_and_when_fetching() {
     fs::rename(&model, &repo).unwrap();
     let (private, public) = key_pair(d.path(), "k", 256);
     sign(&repo, &private, &["--hash-algorithm", "blake3"]);
-    let hub = mock_server::MockHub::builder()
-        .root(d.path().join("hub"))
-        .lfs_threshold(64 << 10)
-        .hash_cache(false)
-        .start_in_background()
-        .unwrap();
+    let hub = hub_at(&d.path().join("hub"));
     let key = public.to_str().unwrap();
     let args = ["acme/b3", "m.gguf", "sub/w.bin", "--public-key", key];
     let sb = Sandbox::new();
