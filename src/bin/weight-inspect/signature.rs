@@ -18,7 +18,7 @@ use super::{EXIT_INVALID, EXIT_USAGE_OR_IO};
 /// What `weight-inspect signature --help` says after the options.
 pub(super) const AFTER_HELP: &str = "A signature is a Sigstore bundle as OpenSSF model signing \
 (the model_signing tool) writes it: an in-toto statement of the model's files or shards and their \
-SHA-256, signed with an elliptic-curve key (P-256, P-384, P-521) alone or with its certificate \
+SHA-256 (or BLAKE2b, or BLAKE3), signed with an elliptic-curve key (P-256, P-384, P-521) alone or with its certificate \
 chain; model_signing verifies what `sign` writes, and `verify` what model_signing signs. Options \
 are spelt as model_signing's (its underscores accepted too). Sigstore keyless signatures (an OIDC \
 identity) are verified offline with --identity, --identity-provider and --trust-config.\n\n\
