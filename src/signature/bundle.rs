@@ -28,6 +28,8 @@ const MEDIA_TYPES: [(&str, u8); 4] = [
 const MAX_TLOG_ENTRIES: usize = 8;
 /// Most hashes of an inclusion proof (a tree of 2^64 leaves needs 64).
 const MAX_PROOF_HASHES: usize = 64;
+/// Most RFC 3161 timestamps a bundle may hold.
+const MAX_TIMESTAMPS: usize = 8;
 /// Most certificates a bundle's chain may hold.
 const MAX_CHAIN: usize = 16;
 
@@ -54,6 +56,21 @@ struct RawMaterial {
     certificate: Option<RawCert>,
     #[serde(default)]
     tlog_entries: Bounded<RawTlogEntry, MAX_TLOG_ENTRIES>,
+    #[serde(default)]
+    timestamp_verification_data: Option<RawTimestamps>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTimestamps {
+    #[serde(default)]
+    rfc3161_timestamps: Bounded<RawTimestamp, MAX_TIMESTAMPS>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTimestamp {
+    signed_timestamp: String,
 }
 
 #[derive(Deserialize)]
@@ -62,7 +79,9 @@ struct RawTlogEntry {
     log_index: Int,
     log_id: RawLogId,
     kind_version: RawKindVersion,
-    integrated_time: Int,
+    /// Absent in Rekor v2 (its time comes from timestamps).
+    #[serde(default)]
+    integrated_time: Option<Int>,
     #[serde(default)]
     inclusion_promise: Option<RawPromise>,
     #[serde(default)]
@@ -131,7 +150,8 @@ pub(crate) struct TlogEntry {
     pub log_id: Vec<u8>,
     pub kind: String,
     pub version: String,
-    pub integrated_time: u64,
+    /// When the log recorded it (Rekor v1; Rekor v2 records no time).
+    pub integrated_time: Option<u64>,
     /// The log's signature over the entry (its "signed entry timestamp").
     pub promise: Option<Vec<u8>>,
     pub proof: Option<InclusionProof>,
@@ -202,6 +222,8 @@ pub(crate) struct Bundle {
     pub payload: Vec<u8>,
     pub signature: Vec<u8>,
     pub tlog_entries: Vec<TlogEntry>,
+    /// RFC 3161 timestamps of the signature (DER `TimeStampResp`s).
+    pub timestamps: Vec<Vec<u8>>,
 }
 
 fn b64(s: &str, what: &str) -> Result<Vec<u8>, SignatureError> {
@@ -275,7 +297,11 @@ impl Bundle {
                 log_id: b64(&e.log_id.key_id, &what("logId"))?,
                 kind: e.kind_version.kind.clone(),
                 version: e.kind_version.version.clone(),
-                integrated_time: e.integrated_time.get(&what("integratedTime"))?,
+                integrated_time: e
+                    .integrated_time
+                    .as_ref()
+                    .map(|t| t.get(&what("integratedTime")))
+                    .transpose()?,
                 promise: e
                     .inclusion_promise
                     .as_ref()
@@ -286,6 +312,13 @@ impl Bundle {
                 body_b64: e.canonicalized_body.clone(),
             });
         }
+        let timestamps = m
+            .timestamp_verification_data
+            .iter()
+            .flat_map(|t| t.rfc3161_timestamps.0.iter())
+            .enumerate()
+            .map(|(i, t)| b64(&t.signed_timestamp, &format!("timestamp {i}")))
+            .collect::<Result<Vec<_>, _>>()?;
         let material = match (m.public_key, m.x509_certificate_chain, m.certificate) {
             (Some(k), None, None) => Material::Key { hint: k.hint },
             (None, Some(chain), None) => {
@@ -319,6 +352,7 @@ impl Bundle {
             payload,
             signature,
             tlog_entries,
+            timestamps,
         })
     }
 

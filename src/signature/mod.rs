@@ -28,6 +28,7 @@ mod error;
 mod key;
 mod model;
 mod sigstore;
+mod timestamp;
 
 use std::path::Path;
 
@@ -344,6 +345,7 @@ pub fn sign_statement(
         payload: statement.to_vec(),
         signature,
         tlog_entries: Vec::new(),
+        timestamps: Vec::new(),
     }
     .to_json())
 }

@@ -4,17 +4,23 @@
 //! Fulcio or Rekor anything.
 //!
 //! In order, for the bundle's first log entry:
-//! 1. The log: its key is the trusted root's log whose id the entry names, valid at the entry's
-//!    time. The entry's signed promise (the log's signature over its body, time, id and index,
-//!    as canonical JSON) must verify with it; its inclusion proof must lead from the entry's
-//!    leaf hash to the proof's root, and the checkpoint (a signed note naming that tree size and
-//!    root) must be signed by the same log. An entry with neither is refused.
-//! 2. The entry is this signature: a `dsse` 0.0.1 entry whose payload hash is the SHA-256 of
-//!    the envelope's payload, whose one signature is the envelope's, and whose verifier is the
-//!    bundle's signing certificate.
+//! 1. The log: its key (ECDSA for Rekor v1, Ed25519 for Rekor v2) is the trusted root's log
+//!    whose id the entry names, valid when the signature was made: the entry's time (Rekor v1),
+//!    or, for a Rekor v2 entry, which records none, the times its RFC 3161 timestamps vouch for
+//!    (`timestamp.rs`: each must hold, against the trusted root's timestamping authorities).
+//!    The entry's signed promise (the log's signature over its body, time, id and index, as
+//!    canonical JSON) must verify with it; its inclusion proof must lead from the entry's leaf
+//!    hash to the proof's root, and the checkpoint (a signed note naming that tree size and
+//!    root; witnesses' cosignatures beside the log's are left aside) must be signed by the same
+//!    log. A bundle of v0.1 must carry the promise, one of v0.2 or later the proof.
+//! 2. The entry is this signature: a `dsse` 0.0.1 entry (Rekor v1) whose payload hash is the
+//!    SHA-256 of the envelope's payload, whose one signature is the envelope's, and whose
+//!    verifier is the bundle's signing certificate; or a `hashedrekord` 0.0.2 entry (Rekor v2)
+//!    of the SHA-256 of the envelope's PAE, its signature and its certificate.
 //! 3. The certificate: it chains, through the trusted root's certificate authorities, to one
-//!    of their roots at the moment the entry was logged (the certificate lives minutes; the log
-//!    says when it was used), and may sign code (extended key usage `codeSigning`); one of its
+//!    of their roots at each time the signature was made (the certificate lives minutes; the
+//!    log or the timestamps say when it was used), and may sign code (extended key usage
+//!    `codeSigning`); one of its
 //!    embedded certificate-transparency timestamps (SCTs) is signed by a CT log of the trusted
 //!    root, over the certificate as it was submitted (the precertificate's TBS).
 //! 4. The identity: its subject alternative name (an email or a URI) is the identity asked for,
@@ -22,7 +28,8 @@
 //!    for; both compared exactly.
 //! 5. The envelope's signature verifies with the certificate's key.
 //!
-//! RFC 3161 timestamps are not read: the time is the log entry's, vouched for by the log.
+//! The RFC 3161 timestamps of a Rekor v1 bundle are not read: its time is the log entry's,
+//! vouched for by the log.
 
 use std::path::Path;
 
@@ -57,6 +64,8 @@ struct RawRoot {
     certificate_authorities: Bounded<RawCa, 64>,
     #[serde(default)]
     ctlogs: Bounded<RawLog, 64>,
+    #[serde(default)]
+    timestamp_authorities: Bounded<RawCa, 64>,
 }
 
 #[derive(Deserialize)]
@@ -109,7 +118,7 @@ struct RawValidity {
 
 /// When something in a trusted root may be used: seconds since the epoch, either end open.
 #[derive(Debug, Clone, Copy, Default)]
-struct Validity {
+pub(super) struct Validity {
     start: Option<u64>,
     end: Option<u64>,
 }
@@ -142,23 +151,65 @@ impl Validity {
         })
     }
 
-    fn covers(&self, t: u64) -> bool {
+    pub(super) fn covers(&self, t: u64) -> bool {
         self.start.is_none_or(|s| s <= t) && self.end.is_none_or(|e| t <= e)
+    }
+}
+
+/// A log's key: ECDSA (Rekor v1, CT logs) or Ed25519 (Rekor v2).
+#[derive(Debug, Clone)]
+enum LogKey {
+    Ec(PublicKey),
+    Ed25519(Vec<u8>),
+}
+
+/// Ed25519's OID (RFC 8410).
+const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
+
+impl LogKey {
+    fn from_spki(der: &[u8]) -> Result<LogKey, String> {
+        match PublicKey::from_spki(der) {
+            Ok(k) => Ok(LogKey::Ec(k)),
+            Err(why) => {
+                let spki = x509_cert::spki::SubjectPublicKeyInfoRef::from_der(der)
+                    .map_err(|e| format!("not a DER SubjectPublicKeyInfo ({e})"))?;
+                match spki.subject_public_key.as_bytes() {
+                    Some(raw) if spki.algorithm.oid == ED25519 && raw.len() == 32 => {
+                        Ok(LogKey::Ed25519(raw.to_vec()))
+                    }
+                    _ => Err(why),
+                }
+            }
+        }
+    }
+
+    /// Whether `signature` is this key's over `message` (`hash`: ECDSA's digest).
+    fn verifies(&self, message: &[u8], signature: &[u8], hash: Hash) -> bool {
+        match self {
+            LogKey::Ec(k) => k.verifies(message, signature, hash),
+            LogKey::Ed25519(raw) => {
+                use aws_lc_rs::signature::{UnparsedPublicKey, ED25519 as ED25519_ALG};
+                UnparsedPublicKey::new(&ED25519_ALG, raw)
+                    .verify(message, signature)
+                    .is_ok()
+            }
+        }
     }
 }
 
 #[derive(Debug, Clone)]
 struct Log {
     id: Vec<u8>,
-    key: PublicKey,
+    key: LogKey,
     valid: Validity,
 }
 
+/// A certificate authority (Fulcio) or a timestamping authority of the trusted root.
 #[derive(Debug, Clone)]
-struct Authority {
-    /// The chain, the issuing certificate first and the root last.
-    chain: Vec<Vec<u8>>,
-    valid: Validity,
+pub(super) struct Authority {
+    /// The chain, the issuing (or timestamping) certificate first and the root last.
+    pub(super) chain: Vec<Vec<u8>>,
+    pub(super) valid: Validity,
 }
 
 /// A Sigstore instance's trusted root (`trusted_root.json`): its transparency logs' keys and
@@ -168,6 +219,7 @@ pub struct TrustedRoot {
     logs: Vec<Log>,
     authorities: Vec<Authority>,
     ct_logs: Vec<Log>,
+    timestamp_authorities: Vec<Authority>,
 }
 
 fn b64(s: &str) -> Result<Vec<u8>, String> {
@@ -187,12 +239,12 @@ impl TrustedRoot {
     pub fn parse(bytes: &[u8]) -> Result<TrustedRoot, String> {
         let raw: RawRoot = serde_json::from_slice(bytes)
             .map_err(|e| format!("not a Sigstore trusted root ({e})"))?;
-        // A log whose key is not an EC key this program checks (Rekor v2's Ed25519) is left
-        // out: its entries are refused as those of a log the root does not hold.
+        // A log whose key is neither an EC nor an Ed25519 key is left out: its entries are
+        // refused as those of a log the root does not hold.
         let logs_of = |raw: &[RawLog]| -> Result<Vec<Log>, String> {
             let mut out = Vec::new();
             for l in raw {
-                let Ok(key) = PublicKey::from_spki(&b64(&l.public_key.raw_bytes)?) else {
+                let Ok(key) = LogKey::from_spki(&b64(&l.public_key.raw_bytes)?) else {
                     continue;
                 };
                 out.push(Log {
@@ -205,26 +257,31 @@ impl TrustedRoot {
         };
         let logs = logs_of(&raw.tlogs.0)?;
         let ct_logs = logs_of(&raw.ctlogs.0)?;
-        let mut authorities = Vec::new();
-        for ca in &raw.certificate_authorities.0 {
-            let chain = ca
-                .cert_chain
-                .certificates
-                .0
-                .iter()
-                .map(|c| b64(&c.raw_bytes))
-                .collect::<Result<Vec<_>, _>>()?;
-            if !chain.is_empty() {
-                authorities.push(Authority {
-                    chain,
-                    valid: Validity::read(ca.valid_for.as_ref())?,
-                });
+        let authorities_of = |raw: &[RawCa]| -> Result<Vec<Authority>, String> {
+            let mut out = Vec::new();
+            for ca in raw {
+                let chain = ca
+                    .cert_chain
+                    .certificates
+                    .0
+                    .iter()
+                    .map(|c| b64(&c.raw_bytes))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if !chain.is_empty() {
+                    out.push(Authority {
+                        chain,
+                        valid: Validity::read(ca.valid_for.as_ref())?,
+                    });
+                }
             }
-        }
+            Ok(out)
+        };
+        let authorities = authorities_of(&raw.certificate_authorities.0)?;
+        let timestamp_authorities = authorities_of(&raw.timestamp_authorities.0)?;
         if logs.is_empty() || authorities.is_empty() {
             return Err(
-                "a trusted root without a transparency log (with an EC key) or a certificate \
-                 authority"
+                "a trusted root without a transparency log (with an EC or Ed25519 key) or a \
+                 certificate authority"
                     .into(),
             );
         }
@@ -232,6 +289,7 @@ impl TrustedRoot {
             logs,
             authorities,
             ct_logs,
+            timestamp_authorities,
         })
     }
 }
@@ -271,12 +329,19 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
             "no transparency-log entry: a keyless signature must have been logged",
         ));
     };
-    let log = check_entry(entry, &policy.root, b.version)?;
+    let log = log_of(entry, &policy.root)?;
+    let times = signed_at(entry, b, &policy.root)?;
+    check_entry(entry, log, b.version, times[0])?;
     check_body(entry, b, leaf_der)?;
-    let time = entry.integrated_time;
     let leaf = Certificate::from_der(leaf_der)
         .map_err(|e| SignatureError::bundle(format!("the signing certificate: {e}")))?;
-    let (root_subject, issuer_der) = check_chain(leaf_der, &ders[1..], &policy.root, time)?;
+    let mut chained = None;
+    for &time in &times {
+        chained = Some(check_chain(leaf_der, &ders[1..], &policy.root, time)?);
+    }
+    let Some((root_subject, issuer_der)) = chained else {
+        return Err(refused("no time the signature was made at"));
+    };
     check_scts(&leaf, &issuer_der, &policy.root)?;
     let tbs = &leaf.tbs_certificate;
     let eku = tbs.get::<ExtendedKeyUsage>().map_err(|e| {
@@ -317,7 +382,6 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
             with: "the signing certificate's key".into(),
         });
     }
-    let _ = log;
     Ok(Signer {
         method: SigningMethod::Sigstore,
         fingerprint: hex::encode(Sha256::digest(leaf_der)),
@@ -330,37 +394,59 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
     })
 }
 
+/// When the signature was made, as the bundle proves it: the log's time for a Rekor v1 entry;
+/// for a Rekor v2 entry, which records none, the times its RFC 3161 timestamps vouch for
+/// (every timestamp must hold, and there must be one). The certificate must have been valid at
+/// each.
+fn signed_at(e: &TlogEntry, b: &Bundle, root: &TrustedRoot) -> Result<Vec<u64>, SignatureError> {
+    if let Some(t) = e.integrated_time {
+        return Ok(vec![t]);
+    }
+    if b.timestamps.is_empty() {
+        return Err(refused(
+            "the log entry records no time (Rekor v2) and the bundle carries no RFC 3161 \
+             timestamp to say when it was signed",
+        ));
+    }
+    b.timestamps
+        .iter()
+        .enumerate()
+        .map(|(i, ts)| {
+            super::timestamp::verify(ts, &b.signature, &root.timestamp_authorities)
+                .map_err(|why| refused(format!("timestamp {i} does not hold: {why}")))
+        })
+        .collect()
+}
+
 /// How far past this machine's clock a log entry's time may be (clocks differ a little).
 const MAX_CLOCK_SKEW_SECS: u64 = 60;
 
-/// The log entry holds: its log is trusted at its time, its promise and its inclusion proof
-/// verify (a bundle of v0.1 must carry the promise, one of v0.2 or later the proof). The log.
-fn check_entry<'r>(
-    e: &TlogEntry,
-    root: &'r TrustedRoot,
-    version: u8,
-) -> Result<&'r Log, SignatureError> {
-    let log = root.logs.iter().find(|l| l.id == e.log_id).ok_or_else(|| {
+/// The trusted root's log that holds the entry.
+fn log_of<'r>(e: &TlogEntry, root: &'r TrustedRoot) -> Result<&'r Log, SignatureError> {
+    root.logs.iter().find(|l| l.id == e.log_id).ok_or_else(|| {
         refused("the transparency log that holds the entry is not in the trusted root")
-    })?;
-    if !log.valid.covers(e.integrated_time) {
+    })
+}
+
+/// The log entry holds: its log is trusted at `time` (when the signature was made), its promise
+/// and its inclusion proof verify (a bundle of v0.1 must carry the promise, one of v0.2 or
+/// later the proof). The log.
+fn check_entry(e: &TlogEntry, log: &Log, version: u8, time: u64) -> Result<(), SignatureError> {
+    if !log.valid.covers(time) {
         return Err(refused(
             "the transparency log's key was not valid when the entry was logged",
-        ));
-    }
-    if e.promise.is_none() && e.proof.is_none() {
-        return Err(refused(
-            "the log entry has neither a signed promise nor an inclusion proof",
         ));
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    if e.integrated_time > now.saturating_add(MAX_CLOCK_SKEW_SECS) {
+    if let Some(t) = e
+        .integrated_time
+        .filter(|&t| t > now.saturating_add(MAX_CLOCK_SKEW_SECS))
+    {
         return Err(refused(format!(
-            "the log entry is dated {}, after this machine's clock: a log does not record the \
-             future",
-            e.integrated_time
+            "the log entry is dated {t}, after this machine's clock: a log does not record the \
+             future"
         )));
     }
     if version >= 2 && e.proof.is_none() {
@@ -374,11 +460,14 @@ fn check_entry<'r>(
         ));
     }
     if let Some(set) = &e.promise {
+        let Some(integrated_time) = e.integrated_time else {
+            return Err(refused("the log's signed promise names no time"));
+        };
         // The canonical JSON (RFC 8785) of four fields: keys sorted, no whitespace.
         let signed = format!(
             "{{\"body\":{},\"integratedTime\":{},\"logID\":\"{}\",\"logIndex\":{}}}",
             serde_json::to_string(&e.body_b64).unwrap_or_default(),
-            e.integrated_time,
+            integrated_time,
             hex::encode(&e.log_id),
             e.log_index
         );
@@ -401,7 +490,7 @@ fn check_entry<'r>(
         }
         check_checkpoint(&p.checkpoint, log, p.tree_size, &p.root_hash)?;
     }
-    Ok(log)
+    Ok(())
 }
 
 /// RFC 9162's root of a tree of `size` leaves from the inclusion proof of leaf `index`.
@@ -504,15 +593,66 @@ struct DsseSignature {
     verifier: String,
 }
 
-/// The log entry is this bundle's signature: a `dsse` 0.0.1 entry of its payload, its one
-/// signature and its signing certificate.
+/// A Rekor v2 `hashedrekord` 0.0.2 entry (for a DSSE envelope: of the SHA-256 of its PAE).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HashedRekordBody {
+    kind: String,
+    api_version: String,
+    spec: HashedRekordSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HashedRekordSpec {
+    hashed_rekord_v002: HashedRekordV002,
+}
+
+#[derive(Deserialize)]
+struct HashedRekordV002 {
+    data: HashedRekordData,
+    signature: HashedRekordSignature,
+}
+
+#[derive(Deserialize)]
+struct HashedRekordData {
+    algorithm: String,
+    digest: String,
+}
+
+#[derive(Deserialize)]
+struct HashedRekordSignature {
+    content: String,
+    verifier: HashedRekordVerifier,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HashedRekordVerifier {
+    x509_certificate: Option<HashedRekordCert>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HashedRekordCert {
+    raw_bytes: String,
+}
+
+/// The log entry is this bundle's signature: a `dsse` 0.0.1 entry (Rekor v1) of its payload,
+/// its one signature and its signing certificate, or a `hashedrekord` 0.0.2 entry (Rekor v2) of
+/// the SHA-256 of the envelope's PAE, its signature and its signing certificate.
 fn check_body(e: &TlogEntry, b: &Bundle, leaf_der: &[u8]) -> Result<(), SignatureError> {
-    if e.kind != "dsse" || e.version != "0.0.1" {
-        return Err(refused(format!(
-            "a log entry of kind {} {}: only dsse 0.0.1 entries are read",
-            shown(&e.kind, 40),
-            shown(&e.version, 20)
-        )));
+    match (e.kind.as_str(), e.version.as_str()) {
+        ("dsse", "0.0.1") => {}
+        ("hashedrekord", "0.0.2") => return check_hashedrekord(e, b, leaf_der),
+        _ => {
+            return Err(refused(format!(
+                "a log entry of kind {} {}: only dsse 0.0.1 (Rekor v1) and hashedrekord 0.0.2 \
+                 (Rekor v2) entries are read",
+                shown(&e.kind, 40),
+                shown(&e.version, 20)
+            )))
+        }
     }
     let body: DsseBody = serde_json::from_slice(&e.body)
         .map_err(|err| refused(format!("the log entry's body is malformed ({err})")))?;
@@ -545,6 +685,43 @@ fn check_body(e: &TlogEntry, b: &Bundle, leaf_der: &[u8]) -> Result<(), Signatur
             .collect()
     };
     if logged.first().map(|c| c.as_ref()) != Some(leaf_der) {
+        return Err(refused(
+            "the log entry names another certificate than the bundle's",
+        ));
+    }
+    Ok(())
+}
+
+/// A Rekor v2 entry of the envelope: see [`check_body`].
+fn check_hashedrekord(e: &TlogEntry, b: &Bundle, leaf_der: &[u8]) -> Result<(), SignatureError> {
+    let body: HashedRekordBody = serde_json::from_slice(&e.body)
+        .map_err(|err| refused(format!("the log entry's body is malformed ({err})")))?;
+    if body.kind != "hashedrekord" || body.api_version != "0.0.2" {
+        return Err(refused(
+            "the log entry's body is not the hashedrekord 0.0.2 entry it says it is",
+        ));
+    }
+    let v = &body.spec.hashed_rekord_v002;
+    let pae = super::bundle::pae(&b.payload);
+    if v.data.algorithm != "SHA2_256"
+        || b64(&v.data.digest).ok() != Some(Sha256::digest(&pae).to_vec())
+    {
+        return Err(refused(
+            "the log entry is of another envelope than the bundle's",
+        ));
+    }
+    if b64(&v.signature.content).ok().as_deref() != Some(&b.signature[..]) {
+        return Err(refused(
+            "the log entry holds another signature than the bundle's",
+        ));
+    }
+    let logged = v
+        .signature
+        .verifier
+        .x509_certificate
+        .as_ref()
+        .and_then(|c| b64(&c.raw_bytes).ok());
+    if logged.as_deref() != Some(leaf_der) {
         return Err(refused(
             "the log entry names another certificate than the bundle's",
         ));

@@ -936,6 +936,111 @@ pub fn sigstore_conformance_cases_of_a_dsse_bundle() {
         &ending(time - 1),
         "not valid when the entry was logged",
     );
+
+    // Rekor v2 (the suite's rekor2-dsse-* cases): the same envelope logged as a hashedrekord
+    // 0.0.2 entry in an Ed25519 log of the staging instance, its checkpoint cosigned by
+    // witnesses, its time from an RFC 3161 timestamp; sigstore-python's fixture, as
+    // sigstore-verify 0.15.1 ships it.
+    let v2: serde_json::Value = serde_json::from_slice(
+        &fs::read(dir.join(
+            "sigstore-verify-0.15.1/test_data/upstream/sigstore-python/a.dsse.staging-rekor-v2.txt.sigstore.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let on_staging = policy(&staging);
+    let v2_with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut b = v2.clone();
+        f(&mut b);
+        serde_json::to_vec(&b).unwrap()
+    };
+    let v = verified("rekor2-dsse-happy-path", &v2_with(&|_| {}), &on_staging);
+    let st: serde_json::Value = serde_json::from_slice(&v.payload).unwrap();
+    assert_eq!(
+        st["subject"][0]["digest"]["sha256"],
+        hex::encode(Sha256::digest(&artifact))
+    );
+    refused(
+        "rekor2-dsse-invalid-sig",
+        &v2_with(&|b| {
+            let s = flip(&b["dsseEnvelope"]["signatures"][0]["sig"]);
+            b["dsseEnvelope"]["signatures"][0]["sig"] = s;
+        }),
+        &on_staging,
+        "another signature",
+    );
+    refused(
+        "rekor2-dsse-mismatch-envelope",
+        &v2_with(&|b| {
+            let p = flip(&b["dsseEnvelope"]["payload"]);
+            b["dsseEnvelope"]["payload"] = p;
+        }),
+        &on_staging,
+        "another envelope",
+    );
+    refused(
+        "rekor2-no-timestamp",
+        &v2_with(&|b| {
+            b["verificationMaterial"]
+                .as_object_mut()
+                .unwrap()
+                .remove("timestampVerificationData");
+        }),
+        &on_staging,
+        "no RFC 3161 timestamp",
+    );
+    refused(
+        "rekor2-timestamp-payload-mismatch",
+        &v2_with(&|b| {
+            let t = &mut b["verificationMaterial"]["timestampVerificationData"]
+                ["rfc3161Timestamps"][0]["signedTimestamp"];
+            let flipped = flip(t);
+            *t = flipped;
+        }),
+        &on_staging,
+        "timestamp 0 does not hold",
+    );
+    let mut no_tsa = staging.clone();
+    no_tsa["timestampAuthorities"] = serde_json::json!([]);
+    refused(
+        "rekor2-timestamp-untrusted-tsa",
+        &v2_with(&|_| {}),
+        &policy(&no_tsa),
+        "timestamp 0 does not hold: no certificate of the timestamping authority",
+    );
+    refused(
+        "rekor2-no-inclusion-proof",
+        &v2_with(&|b| {
+            b["verificationMaterial"]["tlogEntries"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("inclusionProof");
+        }),
+        &on_staging,
+        "no inclusion proof",
+    );
+    refused(
+        "rekor2-checkpoint-missing-log-signature",
+        &v2_with(&|b| {
+            let c = &mut b["verificationMaterial"]["tlogEntries"][0]["inclusionProof"]
+                ["checkpoint"]["envelope"];
+            let kept: Vec<&str> = c
+                .as_str()
+                .unwrap()
+                .lines()
+                .filter(|l| !l.starts_with("\u{2014} log2025"))
+                .collect();
+            *c = format!("{}\n", kept.join("\n")).into();
+        }),
+        &on_staging,
+        "not signed by the log",
+    );
+    refused(
+        "rekor2 against the public-good root",
+        &v2_with(&|_| {}),
+        &good,
+        "not in the trusted root",
+    );
 }
 
 /// `wi-fetch --identity …` reaches the keyless check: a repository whose `model.sig` is a real
