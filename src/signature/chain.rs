@@ -13,7 +13,7 @@ use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use webpki::{EndEntityCert, KeyPurposeIdIter};
 use x509_cert::der::asn1::ObjectIdentifier;
-use x509_cert::der::{Decode as _, Encode as _};
+use x509_cert::der::Encode as _;
 use x509_cert::ext::pkix::{ExtendedKeyUsage, KeyUsage};
 use x509_cert::Certificate;
 
@@ -87,7 +87,7 @@ fn untrusted(reason: impl Into<String>) -> SignatureError {
 }
 
 fn parse(der: &[u8], what: &str) -> Result<Certificate, SignatureError> {
-    Certificate::from_der(der).map_err(|e| SignatureError::bundle(format!("{what}: {e}")))
+    super::der::certificate(der).map_err(|e| SignatureError::bundle(format!("{what}: {e}")))
 }
 
 /// Checks the bundle's chain (`ders[0]` the signing certificate) to `roots`; the signing key
@@ -129,7 +129,7 @@ pub(crate) fn verify_chain(
     let root_subject = anchors
         .iter()
         .position(|a| a.subject.as_ref() == path.anchor().subject.as_ref())
-        .and_then(|i| Certificate::from_der(anchor_certs[i]).ok())
+        .and_then(|i| super::der::certificate(anchor_certs[i]).ok())
         .map(|c| c.tbs_certificate.subject.to_string())
         .unwrap_or_default();
     may_sign(&leaf)?;
@@ -187,17 +187,15 @@ fn path_error(e: &webpki::Error, at: std::time::Duration) -> String {
 /// Whether the certificate may sign: `digitalSignature` in its key usage, or `codeSigning` in
 /// its extended key usage.
 fn may_sign(cert: &Certificate) -> Result<(), SignatureError> {
-    let tbs = &cert.tbs_certificate;
-    let ku = tbs
-        .get::<KeyUsage>()
+    let ku = super::der::extension::<KeyUsage>(cert)
         .map_err(|e| SignatureError::bundle(format!("the signing certificate's key usage: {e}")))?;
-    if ku.is_some_and(|(_, ku)| ku.digital_signature()) {
+    if ku.is_some_and(|ku| ku.digital_signature()) {
         return Ok(());
     }
-    let eku = tbs.get::<ExtendedKeyUsage>().map_err(|e| {
+    let eku = super::der::extension::<ExtendedKeyUsage>(cert).map_err(|e| {
         SignatureError::bundle(format!("the signing certificate's extended key usage: {e}"))
     })?;
-    if eku.is_some_and(|(_, eku)| eku.0.contains(&CODE_SIGNING)) {
+    if eku.is_some_and(|eku| eku.0.contains(&CODE_SIGNING)) {
         return Ok(());
     }
     Err(untrusted(
@@ -213,7 +211,7 @@ fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Signat
     for c in CertificateDer::pem_slice_iter(&pem) {
         let c =
             c.map_err(|e| SignatureError::material(path, format!("not PEM certificates: {e}")))?;
-        Certificate::from_der(&c).map_err(|e| {
+        super::der::certificate(&c).map_err(|e| {
             SignatureError::material(path, format!("a certificate that cannot be read: {e}"))
         })?;
         out.push(c);
@@ -259,7 +257,7 @@ pub(crate) fn describe(ders: &[Vec<u8>], key: &PublicKey) -> Result<Signer, Sign
 
 /// The public key of a certificate (DER).
 pub(crate) fn certificate_key(der: &[u8]) -> Result<PublicKey, String> {
-    let cert = Certificate::from_der(der).map_err(|e| e.to_string())?;
+    let cert = super::der::certificate(der)?;
     let spki = cert
         .tbs_certificate
         .subject_public_key_info

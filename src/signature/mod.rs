@@ -24,6 +24,7 @@
 
 mod bundle;
 mod chain;
+mod der;
 mod error;
 mod key;
 mod model;

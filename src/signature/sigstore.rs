@@ -5,9 +5,10 @@
 //!
 //! In order, for the bundle's first log entry:
 //! 1. The log: its key (ECDSA for Rekor v1, Ed25519 for Rekor v2) is the trusted root's log
-//!    whose id the entry names, valid when the signature was made: the entry's time (Rekor v1),
-//!    or, for a Rekor v2 entry, which records none, the times its RFC 3161 timestamps vouch for
-//!    (`timestamp.rs`: each must hold, against the trusted root's timestamping authorities).
+//!    whose id the entry names, valid when the signature was made: the times the bundle's RFC
+//!    3161 timestamps vouch for (`timestamp.rs`: each must hold, against the trusted root's
+//!    timestamping authorities) and the entry's time when its promise signs it (Rekor v1; the
+//!    inclusion proof does not cover the time) — at least one.
 //!    The entry's signed promise (the log's signature over its body, time, id and index, as
 //!    canonical JSON) must verify with it; its inclusion proof must lead from the entry's leaf
 //!    hash to the proof's root, and the checkpoint (a signed note naming that tree size and
@@ -27,9 +28,6 @@
 //!    and its OIDC issuer extension (1.3.6.1.4.1.57264.1.8, or the older .1.1) the issuer asked
 //!    for; both compared exactly.
 //! 5. The envelope's signature verifies with the certificate's key.
-//!
-//! The RFC 3161 timestamps of a Rekor v1 bundle are not read: its time is the log entry's,
-//! vouched for by the log.
 
 use std::path::Path;
 
@@ -331,9 +329,9 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
     };
     let log = log_of(entry, &policy.root)?;
     let times = signed_at(entry, b, &policy.root)?;
-    check_entry(entry, log, b.version, times[0])?;
+    check_entry(entry, log, b.version, &times)?;
     check_body(entry, b, leaf_der)?;
-    let leaf = Certificate::from_der(leaf_der)
+    let leaf = super::der::certificate(leaf_der)
         .map_err(|e| SignatureError::bundle(format!("the signing certificate: {e}")))?;
     let mut chained = None;
     for &time in &times {
@@ -344,10 +342,10 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
     };
     check_scts(&leaf, &issuer_der, &policy.root)?;
     let tbs = &leaf.tbs_certificate;
-    let eku = tbs.get::<ExtendedKeyUsage>().map_err(|e| {
+    let eku = super::der::extension::<ExtendedKeyUsage>(&leaf).map_err(|e| {
         SignatureError::bundle(format!("the signing certificate's extended key usage: {e}"))
     })?;
-    if !eku.is_some_and(|(_, u)| u.0.contains(&CODE_SIGNING)) {
+    if !eku.is_some_and(|u| u.0.contains(&CODE_SIGNING)) {
         return Err(refused(
             "the signing certificate may not sign code (no codeSigning usage)",
         ));
@@ -394,28 +392,34 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
     })
 }
 
-/// When the signature was made, as the bundle proves it: the log's time for a Rekor v1 entry;
-/// for a Rekor v2 entry, which records none, the times its RFC 3161 timestamps vouch for
-/// (every timestamp must hold, and there must be one). The certificate must have been valid at
-/// each.
+/// When the signature was made, as the bundle proves it: the times its RFC 3161 timestamps
+/// vouch for (each must hold), and the log entry's time when the log signed it (its promise,
+/// verified with the entry: the inclusion proof does not cover the time). At least one; the
+/// log and the certificate must have been valid at each. A Rekor v2 entry records no time, so
+/// its time is its timestamps'.
 fn signed_at(e: &TlogEntry, b: &Bundle, root: &TrustedRoot) -> Result<Vec<u64>, SignatureError> {
-    if let Some(t) = e.integrated_time {
-        return Ok(vec![t]);
+    let mut times = Vec::with_capacity(b.timestamps.len() + 1);
+    for (i, ts) in b.timestamps.iter().enumerate() {
+        if b.timestamps[..i].contains(ts) {
+            return Err(refused(format!("timestamp {i} is there twice")));
+        }
+        let t = super::timestamp::verify(ts, &b.signature, &root.timestamp_authorities)
+            .map_err(|why| refused(format!("timestamp {i} does not hold: {why}")))?;
+        times.push(t);
     }
-    if b.timestamps.is_empty() {
-        return Err(refused(
+    if let (Some(t), Some(_)) = (e.integrated_time, &e.promise) {
+        times.push(t);
+    }
+    if times.is_empty() {
+        return Err(refused(if e.integrated_time.is_some() {
+            "nothing proves when it was signed: the log entry's time is signed only by its \
+             promise, which the bundle lacks, and it carries no RFC 3161 timestamp"
+        } else {
             "the log entry records no time (Rekor v2) and the bundle carries no RFC 3161 \
-             timestamp to say when it was signed",
-        ));
+             timestamp to say when it was signed"
+        }));
     }
-    b.timestamps
-        .iter()
-        .enumerate()
-        .map(|(i, ts)| {
-            super::timestamp::verify(ts, &b.signature, &root.timestamp_authorities)
-                .map_err(|why| refused(format!("timestamp {i} does not hold: {why}")))
-        })
-        .collect()
+    Ok(times)
 }
 
 /// How far past this machine's clock a log entry's time may be (clocks differ a little).
@@ -428,11 +432,11 @@ fn log_of<'r>(e: &TlogEntry, root: &'r TrustedRoot) -> Result<&'r Log, Signature
     })
 }
 
-/// The log entry holds: its log is trusted at `time` (when the signature was made), its promise
+/// The log entry holds: its log is trusted at `times` (when the signature was made), its promise
 /// and its inclusion proof verify (a bundle of v0.1 must carry the promise, one of v0.2 or
 /// later the proof). The log.
-fn check_entry(e: &TlogEntry, log: &Log, version: u8, time: u64) -> Result<(), SignatureError> {
-    if !log.valid.covers(time) {
+fn check_entry(e: &TlogEntry, log: &Log, version: u8, times: &[u64]) -> Result<(), SignatureError> {
+    if !times.iter().all(|&t| log.valid.covers(t)) {
         return Err(refused(
             "the transparency log's key was not valid when the entry was logged",
         ));
@@ -741,7 +745,7 @@ fn check_chain(
 ) -> Result<(String, Vec<u8>), SignatureError> {
     for (i, der) in extra.iter().enumerate() {
         let anchor = root.authorities.iter().any(|a| a.chain.last() == Some(der));
-        let self_issued = Certificate::from_der(der)
+        let self_issued = super::der::certificate(der)
             .map(|c| c.tbs_certificate.subject == c.tbs_certificate.issuer)
             .map_err(|e| refused(format!("certificate {} of the bundle's chain: {e}", i + 1)))?;
         if anchor || self_issued {
@@ -783,7 +787,7 @@ fn check_chain(
                     .intermediate_certificates()
                     .next()
                     .map_or_else(|| root_der.clone(), |c| c.der().to_vec());
-                let subject = Certificate::from_der(root_der)
+                let subject = super::der::certificate(root_der)
                     .map(|c| c.tbs_certificate.subject.to_string())
                     .unwrap_or_default();
                 return Ok((subject, issuer));
@@ -824,7 +828,7 @@ fn check_scts(
     };
     let list = x509_cert::der::asn1::OctetStringRef::from_der(ext.extn_value.as_bytes())
         .map_err(|e| refused(format!("the certificate's SCT list: {e}")))?;
-    let issuer = Certificate::from_der(issuer_der)
+    let issuer = super::der::certificate(issuer_der)
         .map_err(|e| refused(format!("the issuing certificate: {e}")))?;
     let issuer_key = issuer
         .tbs_certificate
@@ -929,11 +933,9 @@ fn sct_list(b: &[u8]) -> Option<Vec<Sct<'_>>> {
 /// issuer that vouched for it (Fulcio's extension).
 fn identity_of(cert: &Certificate) -> Result<(String, String), SignatureError> {
     let tbs = &cert.tbs_certificate;
-    let san = tbs
-        .get::<SubjectAltName>()
+    let san = super::der::extension::<SubjectAltName>(cert)
         .map_err(|e| SignatureError::bundle(format!("the signing certificate's names: {e}")))?
-        .ok_or_else(|| refused("the signing certificate names no identity"))?
-        .1;
+        .ok_or_else(|| refused("the signing certificate names no identity"))?;
     let identity = san
         .0
         .iter()

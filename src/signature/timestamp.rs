@@ -64,6 +64,11 @@ pub(super) fn verify(
     signature: &[u8],
     authorities: &[Authority],
 ) -> Result<u64, String> {
+    if !super::der::lengths_fit(resp) {
+        return Err(
+            "not a TimeStampResp (malformed DER: a length past the end of what holds it)".into(),
+        );
+    }
     let resp = TimeStampResp::from_der(resp).map_err(|e| format!("not a TimeStampResp ({e})"))?;
     if (resp.status.status as u8) > 1 {
         return Err("the timestamping authority did not grant it".into());
@@ -87,6 +92,9 @@ pub(super) fn verify(
         .decode_as::<OctetString>()
         .map_err(|e| format!("its TSTInfo is malformed ({e})"))?;
     let tst_der = tst_der.as_bytes();
+    if !super::der::lengths_fit(tst_der) {
+        return Err("its TSTInfo is malformed (a length past the end of what holds it)".into());
+    }
     let tst = TstInfo::from_der(tst_der).map_err(|e| format!("its TSTInfo is malformed ({e})"))?;
     let imprint = &tst.message_imprint;
     if digest(&imprint.hash_algorithm.oid, signature)? != imprint.hashed_message.as_bytes() {
@@ -112,7 +120,7 @@ pub(super) fn verify(
                     carries none, and the trusted root's are others)"
         .to_string();
     for der in carried.iter().cloned().chain(own) {
-        let Ok(cert) = Certificate::from_der(&der) else {
+        let Ok(cert) = super::der::certificate(&der) else {
             continue;
         };
         if !names(&signer.sid, &cert) {
@@ -160,12 +168,12 @@ fn names(sid: &SignerIdentifier, cert: &Certificate) -> bool {
             i.issuer == cert.tbs_certificate.issuer
                 && i.serial_number == cert.tbs_certificate.serial_number
         }
-        SignerIdentifier::SubjectKeyIdentifier(ski) => cert
-            .tbs_certificate
-            .get::<SubjectKeyIdentifier>()
-            .ok()
-            .flatten()
-            .is_some_and(|(_, own)| own == *ski),
+        SignerIdentifier::SubjectKeyIdentifier(ski) => {
+            super::der::extension::<SubjectKeyIdentifier>(cert)
+                .ok()
+                .flatten()
+                .is_some_and(|own| own == *ski)
+        }
     }
 }
 
@@ -205,11 +213,9 @@ fn check_signer(
     if !key.verifies(&attrs, signer.signature.as_bytes(), hash) {
         return Err("its signature does not verify".into());
     }
-    let eku = cert
-        .tbs_certificate
-        .get::<ExtendedKeyUsage>()
+    let eku = super::der::extension::<ExtendedKeyUsage>(cert)
         .map_err(|e| format!("the timestamping certificate's extended key usage: {e}"))?;
-    if !eku.is_some_and(|(_, u)| u.0.contains(&TIME_STAMPING)) {
+    if !eku.is_some_and(|u| u.0.contains(&TIME_STAMPING)) {
         return Err("its certificate may not stamp time (no timeStamping usage)".into());
     }
     let leaf = CertificateDer::from(der);

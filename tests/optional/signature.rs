@@ -870,7 +870,20 @@ pub fn sigstore_conformance_cases_of_a_dsse_bundle() {
             b["verificationMaterial"]["tlogEntries"][0] = e;
         }),
         &good,
-        "no signed promise",
+        "promise",
+    );
+    // The inclusion proof does not cover the entry's time, only the promise does: without the
+    // promise (and without a timestamp) nothing says when it was signed, so a time moved into
+    // the certificate's few minutes proves nothing.
+    refused(
+        "v0.3 with its proof, without its promise",
+        &with(&|b| {
+            let mut e = entry(b);
+            e.as_object_mut().unwrap().remove("inclusionPromise");
+            b["verificationMaterial"]["tlogEntries"][0] = e;
+        }),
+        &good,
+        "nothing proves when it was signed",
     );
     // bundle-with-root-cert: a chain that holds its root is refused; one of intermediates is
     // read (the leaf, then the Fulcio intermediate of the authority that issued it).
