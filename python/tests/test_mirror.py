@@ -15,7 +15,7 @@ import safetensors.numpy as stnp
 
 import weight_inspect as wi
 from conftest import ROOT, cli, need
-from test_fetch import Hub
+from test_fetch import Hub, _key_pair
 
 hf = pytest.importorskip("huggingface_hub")
 import huggingface_hub.errors as hf_errors  # noqa: E402
@@ -102,6 +102,38 @@ def test_huggingface_hub_through_a_pull_through_mirror(repos: Path, tmp_path: Pa
         hub.stop()
         p = hf.hf_hub_download(REPO, "config.json", endpoint=url, cache_dir=tmp_path / "d")
         assert Path(p).read_text() == '{"model_type": "tiny"}\n'
+    finally:
+        proc.kill()
+        proc.wait()
+        hub.stop()
+
+
+def test_huggingface_hub_is_told_why_a_signed_mirror_refuses(tmp_path: Path) -> None:
+    """A pull-through mirror that checks signatures (`--public-key`) serves what the signature
+    names; a file it does not name is a 502 whose reason huggingface_hub shows (the mirror's
+    ``X-Error-Message``), and the mirror keeps nothing of it."""
+    root = tmp_path / "hub"
+    repo = root / "acme" / "signed"
+    repo.mkdir(parents=True)
+    (repo / "weights.bin").write_bytes(np.random.default_rng(7).bytes(200_000))
+    private, public = _key_pair(tmp_path, "signer")
+    subprocess.run(
+        [str(cli()), "signature", "sign", str(repo), "--private-key", str(private)], check=True, capture_output=True
+    )
+    (repo / "added.txt").write_text("added after signing\n")
+    hub = Hub(root)
+    proc, url = _serve(
+        "--upstream", hub.url, "--cache-dir", str(tmp_path / "mirror"), "--public-key", str(public)
+    )
+    try:
+        p = hf.hf_hub_download("acme/signed", "weights.bin", endpoint=url, cache_dir=tmp_path / "a")
+        assert Path(p).read_bytes() == (repo / "weights.bin").read_bytes()
+        with pytest.raises(hf_errors.HfHubHTTPError) as e:
+            hf.hf_hub_download("acme/signed", "added.txt", endpoint=url, cache_dir=tmp_path / "b")
+        assert e.value.response is not None and e.value.response.status_code == 502
+        assert e.value.response.headers["X-Error-Code"] == "UpstreamContentRefused"
+        assert "not named by the model's signature" in str(e.value), str(e.value)
+        assert not list((tmp_path / "mirror").rglob("added.txt"))
     finally:
         proc.kill()
         proc.wait()
