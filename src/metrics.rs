@@ -18,7 +18,7 @@
 //! | `weight_inspect_serve_requests_total`: requests answered | `route`, `status` |
 //! | `weight_inspect_serve_response_bytes_total`: body bytes answered (`Content-Length`) | `route` |
 //! | `weight_inspect_serve_request_duration_seconds`: time to the answer's head | `route` |
-//! | `weight_inspect_serve_upstream_fetches_total`: pull-through fetches | `outcome`: `started`, `done`, `failed` |
+//! | `weight_inspect_serve_upstream_fetches_total`: pull-through fetches | `outcome`: `started`, `done`, `failed`, `refused_again` (a file the mirror refused less than `--metadata-ttl` ago, answered without fetching it again) |
 //! | `weight_inspect_residency_hits_total`: tensors read that were recorded as resident | — |
 //! | `weight_inspect_residency_misses_total`: tensors read that were not | — |
 //! | `weight_inspect_residency_evictions_total`: tensors released to stay under a residency limit | — |

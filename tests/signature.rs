@@ -721,3 +721,50 @@ fn blake2b_and_blake3_signatures_are_checked_locally_and_when_fetching() {
     );
     assert_eq!(snapshot_files(&sb, "acme/b3"), ["m.gguf", "model.sig"]);
 }
+
+/// What the mirror refused is answered the same for `--metadata-ttl` without fetching the file
+/// from the upstream again for each client that asks (a fleet asking at once costs the upstream
+/// one download, not one per node).
+#[test]
+fn a_file_the_mirror_refused_is_not_fetched_again_for_every_client() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let mut w = fs::read(d.path().join("hub/acme/signed/sub/w.bin")).unwrap();
+    w[10] ^= 1;
+    hub.mutate_file("acme/signed", "sub/w.bin", w).unwrap();
+    let mirror = crate::support::serve::mirror(
+        &hub.url(),
+        &d.path().join("mirror-cache"),
+        &[
+            "--public-key",
+            public.to_str().unwrap(),
+            "--metadata-ttl",
+            "600",
+        ],
+        &[],
+    );
+    let ask = || {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.env("HF_ENDPOINT", &mirror.base)
+            .args(["acme/signed", "sub/w.bin"]);
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("the mirror refused what its upstream served")
+                && stderr(&o).contains("does not match the manifest"),
+            "{}",
+            stderr(&o)
+        );
+    };
+    ask();
+    let sent = hub.stats().file("acme/signed", "sub/w.bin").bytes_sent;
+    assert!(sent > 0);
+    ask();
+    ask();
+    assert_eq!(
+        hub.stats().file("acme/signed", "sub/w.bin").bytes_sent,
+        sent,
+        "fetched from the upstream again"
+    );
+}

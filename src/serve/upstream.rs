@@ -203,6 +203,12 @@ impl Weight for std::collections::HashMap<String, (String, u64)> {
     }
 }
 
+impl Weight for String {
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
 impl Weight for bool {
     fn weight(&self) -> usize {
         1
@@ -259,6 +265,8 @@ impl<K: std::hash::Hash + Eq + Clone, T: Weight> Memory<K, T> {
 type ListingKey = (RepoType, String, String, Asker);
 type RefsKey = (RepoType, String, Asker);
 type PullKey = (RepoType, String, String);
+/// A file at a commit (kind, repository, commit, path, ETag).
+type RefusedKey = (RepoType, String, String, String, String);
 type RepoKey = (RepoType, String);
 type GrantKey = (RepoType, String, Asker);
 
@@ -278,6 +286,10 @@ pub struct Upstream {
     /// The fetchers of anonymous clients under `--forward-token` (no token).
     anonymous: Arc<Clients>,
     pulls: Mutex<HashMap<PullKey, Arc<Pull>>>,
+    /// Files whose pull the mirror's own checks refused (a signature that does not hold or
+    /// name them, bytes that differ), by commit and path: the same answer for [`Upstream::ttl`]
+    /// without fetching the file from the upstream again for every client that asks.
+    refused: Memory<RefusedKey, String>,
     for_tokens: Mutex<HashMap<[u8; 16], Arc<Clients>>>,
     /// When the upstream last failed to answer (see [`DOWN_PAUSE`]).
     down_since: Mutex<Option<Instant>>,
@@ -334,6 +346,7 @@ impl Upstream {
             grants: Memory::new(),
             public: Memory::new(),
             pulls: Mutex::new(HashMap::new()),
+            refused: Memory::new(),
             for_tokens: Mutex::new(HashMap::new()),
             down_since: Mutex::new(None),
             own_token,
@@ -708,10 +721,13 @@ impl Upstream {
     ) -> Result<Arc<Pull>, Failure> {
         let clients = who.clients.clone();
         let key = (kind, id.to_string(), entry.etag().to_string());
-        let mut pulls = self.pulls.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = pulls.get(&key) {
-            return Ok(p.clone());
-        }
+        let refused_key = (
+            kind,
+            id.to_string(),
+            commit.to_string(),
+            entry.path.clone(),
+            entry.etag().to_string(),
+        );
         let repo_cache = self.cache().repo(kind, id);
         let (tx, _) = watch::channel(PullState::default());
         let pull = Arc::new(Pull {
@@ -721,6 +737,25 @@ impl Upstream {
             root: self.cache().root().to_path_buf(),
             size: entry.size,
         });
+        if let Some((why, _)) = self
+            .refused
+            .get(&refused_key)
+            .filter(|(_, age)| *age < self.ttl)
+        {
+            crate::metrics::global().upstream("refused_again");
+            pull.state.send_modify(|s| {
+                s.end = Some(Err(PullError {
+                    network: false,
+                    refused: true,
+                    message: (*why).clone(),
+                }))
+            });
+            return Ok(pull);
+        }
+        let mut pulls = self.pulls.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pulls.get(&key) {
+            return Ok(p.clone());
+        }
         pulls.insert(key.clone(), pull.clone());
         drop(pulls);
         crate::metrics::global().upstream("started");
@@ -767,6 +802,11 @@ impl Upstream {
                     },
                 );
             crate::metrics::global().upstream(if r.is_ok() { "done" } else { "failed" });
+            if let Err(e) = &r {
+                if e.refused && up.ttl > Duration::ZERO {
+                    up.refused.put(refused_key, Arc::new(e.message.clone()));
+                }
+            }
             if r.is_ok() {
                 for branch in up.branches_at(kind, &id, &commit) {
                     // (A ref that cannot be written only costs an offline answer for it.)
