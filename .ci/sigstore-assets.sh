@@ -24,11 +24,17 @@ if [ ! -d sigstore-4.5.1/sigstore/_store ]; then
     "$py" -m zipfile -e sigstore-4.5.1-py3-none-any.whl sigstore-4.5.1.tmp
     mv sigstore-4.5.1.tmp sigstore-4.5.1
 fi
-for c in sigstore-bundle-0.15.1 sigstore-verify-0.15.1; do
+# Each crate checked against the SHA-256 crates.io's index records for it.
+for pinned in \
+    sigstore-bundle-0.15.1:442bc4f672eef040397e65d4ae34ca1b1dc8140b1a35b1246e0b219ce5f4e571 \
+    sigstore-verify-0.15.1:465f37d73c80fc6a2fa519d1337befab2026fce47f490181f72842aa56d401e1; do
+    c=${pinned%%:*}
+    sum=${pinned#*:}
     if [ ! -d "$c" ]; then
         name=${c%-*}
         "$py" -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
             "https://static.crates.io/crates/$name/$c.crate" "$c.crate"
+        echo "$sum  $c.crate" | sha256sum -c --quiet -
         rm -rf "$c.tmp" && mkdir "$c.tmp"
         tar xzf "$c.crate" -C "$c.tmp"
         mv "$c.tmp/$c" "$c" && rm -rf "$c.tmp" "$c.crate"

@@ -13,7 +13,6 @@ use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use webpki::{EndEntityCert, KeyPurposeIdIter};
 use x509_cert::der::asn1::ObjectIdentifier;
-use x509_cert::der::Encode as _;
 use x509_cert::ext::pkix::{ExtendedKeyUsage, KeyUsage};
 use x509_cert::Certificate;
 
@@ -133,11 +132,7 @@ pub(crate) fn verify_chain(
         .map(|c| c.tbs_certificate.subject.to_string())
         .unwrap_or_default();
     may_sign(&leaf)?;
-    let spki = tbs
-        .subject_public_key_info
-        .to_der()
-        .map_err(|e| SignatureError::bundle(format!("the signing certificate's key: {e}")))?;
-    let key = PublicKey::from_spki(&spki)
+    let key = super::der::certificate_key(&leaf)
         .map_err(|why| untrusted(format!("the signing certificate's key: {why}")))?;
     let who = Signer::certificate(
         &key,
@@ -257,11 +252,5 @@ pub(crate) fn describe(ders: &[Vec<u8>], key: &PublicKey) -> Result<Signer, Sign
 
 /// The public key of a certificate (DER).
 pub(crate) fn certificate_key(der: &[u8]) -> Result<PublicKey, String> {
-    let cert = super::der::certificate(der)?;
-    let spki = cert
-        .tbs_certificate
-        .subject_public_key_info
-        .to_der()
-        .map_err(|e| e.to_string())?;
-    PublicKey::from_spki(&spki)
+    super::der::certificate_key(&super::der::certificate(der)?)
 }

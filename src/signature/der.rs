@@ -68,6 +68,17 @@ pub(super) fn certificate(der: &[u8]) -> Result<Certificate, String> {
     Certificate::from_der(der).map_err(|e| e.to_string())
 }
 
+/// The public key of `cert` (an EC key: what model signing and Sigstore sign with).
+pub(super) fn certificate_key(cert: &Certificate) -> Result<super::key::PublicKey, String> {
+    use x509_cert::der::Encode as _;
+    let spki = cert
+        .tbs_certificate
+        .subject_public_key_info
+        .to_der()
+        .map_err(|e| e.to_string())?;
+    super::key::PublicKey::from_spki(&spki)
+}
+
 /// The extension `T` of `cert` (`None` when it has none), its value's lengths checked before it
 /// is decoded; one named twice is refused (RFC 5280).
 pub(super) fn extension<T>(cert: &Certificate) -> Result<Option<T>, String>

@@ -341,7 +341,6 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
         return Err(refused("no time the signature was made at"));
     };
     check_scts(&leaf, &issuer_der, &policy.root)?;
-    let tbs = &leaf.tbs_certificate;
     let eku = super::der::extension::<ExtendedKeyUsage>(&leaf).map_err(|e| {
         SignatureError::bundle(format!("the signing certificate's extended key usage: {e}"))
     })?;
@@ -365,11 +364,7 @@ pub(crate) fn verify(b: &Bundle, policy: &KeylessPolicy) -> Result<Signer, Signa
             shown(&policy.issuer, 200)
         )));
     }
-    let spki = tbs
-        .subject_public_key_info
-        .to_der()
-        .map_err(|e| SignatureError::bundle(format!("the signing certificate's key: {e}")))?;
-    let key = PublicKey::from_spki(&spki)
+    let key = super::der::certificate_key(&leaf)
         .map_err(|why| refused(format!("the signing certificate's key: {why}")))?;
     if !key.verifies(
         &super::bundle::pae(&b.payload),

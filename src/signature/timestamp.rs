@@ -25,7 +25,7 @@ use x509_cert::ext::pkix::{ExtendedKeyUsage, SubjectKeyIdentifier};
 use x509_cert::Certificate;
 use x509_tsp::{TimeStampResp, TstInfo};
 
-use super::key::{Hash, PublicKey};
+use super::key::Hash;
 use super::sigstore::Authority;
 
 const SIGNED_DATA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.7.2");
@@ -197,12 +197,7 @@ fn check_signer(
             ))
         }
     };
-    let spki = cert
-        .tbs_certificate
-        .subject_public_key_info
-        .to_der()
-        .map_err(|e| e.to_string())?;
-    let key = PublicKey::from_spki(&spki)
+    let key = super::der::certificate_key(cert)
         .map_err(|why| format!("the timestamping authority's key: {why}"))?;
     let attrs = signer
         .signed_attrs
