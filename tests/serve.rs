@@ -114,11 +114,78 @@ async fn one_range_per_request_with_the_digest_of_the_bytes_sent() {
         r.headers()["content-range"],
         format!("bytes */{len}").as_str()
     );
-    for bad in ["bytes=0-1,4-5", "bytes=x-", "bytes=5-1"] {
-        let r = get(bad.to_string()).await;
-        assert_eq!(r.status(), 400, "{bad}");
-        let e: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
-        assert!(e["error"].is_string(), "{e}");
+    let r = get("bytes=0-1,4-5".to_string()).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert!(e["error"].is_string(), "{e}");
+    range_rules(&url, &want).await;
+}
+
+/// What RFC 9110 says of `Range` and `If-Range`, for a body `want` served at `url` (a tensor, a
+/// file of the mirror): numbers of any size are numbers (a first position past the end is 416
+/// with `Content-Range: bytes */LEN`, an end or a suffix past it is cut to it); a `Range` that
+/// is not a valid byte range is ignored (the whole body, 200); under an `If-Range` that is not
+/// the answer's strong `ETag` (another tag, a weak one, a date) the whole body too.
+async fn range_rules(url: &str, want: &[u8]) {
+    let len = want.len();
+    let get = |range: String, if_range: Option<String>| {
+        let mut r = client().get(url).header("range", range);
+        if let Some(v) = if_range {
+            r = r.header("if-range", v);
+        }
+        async move { r.send().await.unwrap() }
+    };
+    let huge = "99999999999999999999999";
+    for range in [format!("bytes={huge}-"), format!("bytes={huge}-{huge}")] {
+        let r = get(range.clone(), None).await;
+        assert_eq!(r.status(), 416, "{range}");
+        assert_eq!(
+            r.headers()["content-range"],
+            format!("bytes */{len}").as_str(),
+            "{range}"
+        );
+    }
+    for (range, part) in [
+        (format!("bytes=3-{huge}"), 3..len),
+        (format!("bytes=-{huge}"), 0..len),
+    ] {
+        let r = get(range.clone(), None).await;
+        assert_eq!(r.status(), 206, "{range}");
+        assert_eq!(
+            r.headers()["content-range"],
+            format!("bytes {}-{}/{len}", part.start, part.end - 1).as_str(),
+            "{range}"
+        );
+        assert!(r.bytes().await.unwrap() == want[part], "{range}");
+    }
+    for bad in ["bytes=x-", "bytes=5-1", "bytes=1", "bytes 0-3"] {
+        let r = get(bad.to_string(), None).await;
+        assert_eq!(r.status(), 200, "{bad}");
+        assert!(r.headers().get("content-range").is_none(), "{bad}");
+        assert!(r.bytes().await.unwrap() == want, "{bad}");
+    }
+    let etag = client().head(url).send().await.unwrap().headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(etag.starts_with('"'), "a strong tag: {etag}");
+    let r = get("bytes=0-9".into(), Some(etag.clone())).await;
+    assert_eq!(r.status(), 206);
+    assert!(r.bytes().await.unwrap() == want[..10]);
+    for other in [
+        format!("\"{}\"", "0".repeat(64)),
+        format!("W/{etag}"),
+        "Wed, 21 Oct 2015 07:28:00 GMT".to_string(),
+    ] {
+        let r = get("bytes=0-9".into(), Some(other.clone())).await;
+        assert_eq!(r.status(), 200, "If-Range: {other}");
+        assert!(r.headers().get("content-range").is_none(), "{other}");
+        assert_eq!(
+            r.headers()["content-length"],
+            len.to_string().as_str(),
+            "{other}"
+        );
+        assert!(r.bytes().await.unwrap() == want, "If-Range: {other}");
     }
 }
 
@@ -322,6 +389,12 @@ fn a_cache_is_a_hub_mirror_for_wi_fetch() {
             commit.as_str(),
             "{refs}"
         );
+
+        range_rules(
+            &mirror.url(&format!("/{REPO}/resolve/main/config.json")),
+            &crate::support::cli::demo_file("config.json"),
+        )
+        .await;
 
         for (path, code) in [
             (

@@ -721,42 +721,62 @@ pub(crate) enum RangeReq {
 }
 
 /// Parses `Range` against a file of `total` bytes. Multi-range and malformed headers are
-/// ignored (answered 200 with the whole file), as RFC 9110 allows.
+/// ignored (answered 200 with the whole file), as RFC 9110 allows; a valid range is valid
+/// whatever the size of its numbers (a first position past any `u64` is past the end: 416; a
+/// last position or suffix past it is cut to the file).
 pub(crate) fn parse_range(h: Option<&str>, total: u64) -> RangeReq {
-    let Some(spec) = h.and_then(|h| h.trim().strip_prefix("bytes=")) else {
+    let Some((unit, spec)) = h.and_then(|h| h.trim().split_once('=')) else {
         return RangeReq::Full;
     };
-    if spec.contains(',') {
+    if !unit.trim().eq_ignore_ascii_case("bytes") || spec.contains(',') {
         return RangeReq::Full;
     }
     let Some((a, b)) = spec.trim().split_once('-') else {
         return RangeReq::Full;
     };
     let (a, b) = (a.trim(), b.trim());
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    // A number of any size: u64::MAX when larger (no file is that long).
+    let number = |s: &str| s.parse::<u64>().unwrap_or(u64::MAX);
     if a.is_empty() {
-        let Ok(n) = b.parse::<u64>() else {
+        if !digits(b) {
             return RangeReq::Full;
-        };
+        }
+        let n = number(b);
         if n == 0 || total == 0 {
             return RangeReq::Unsatisfiable;
         }
         return RangeReq::Span(total - n.min(total), total - 1);
     }
-    let Ok(start) = a.parse::<u64>() else {
+    if !digits(a) || !(b.is_empty() || digits(b)) {
         return RangeReq::Full;
+    }
+    // B < A (compared exactly, whatever their size) makes the range invalid.
+    let exact = |s: &str| {
+        let s = s.trim_start_matches('0');
+        (s.len(), s.to_string())
     };
-    let end = if b.is_empty() {
-        u64::MAX
-    } else {
-        match b.parse::<u64>() {
-            Ok(e) if e >= start => e,
-            _ => return RangeReq::Full,
-        }
-    };
+    if !b.is_empty() && exact(b) < exact(a) {
+        return RangeReq::Full;
+    }
+    let start = number(a);
     if start >= total {
         return RangeReq::Unsatisfiable;
     }
+    let end = if b.is_empty() { u64::MAX } else { number(b) };
     RangeReq::Span(start, end.min(total - 1))
+}
+
+/// Whether a `Range` may be answered under the request's `If-Range` (RFC 9110 §13.1.5): none,
+/// or exactly the strong `ETag` of the answer (`etag`). A weak tag, another tag or a date (no
+/// `Last-Modified` is sent) means the whole file, 200.
+fn if_range_holds(req_headers: &HeaderMap, etag: Option<&HeaderValue>) -> bool {
+    let mut values = req_headers.get_all(header::IF_RANGE).iter();
+    let Some(v) = values.next() else {
+        return true;
+    };
+    let strong = etag.filter(|e| !e.as_bytes().starts_with(b"W/"));
+    values.next().is_none() && strong.is_some_and(|e| v.as_bytes().trim_ascii() == e.as_bytes())
 }
 
 /// A 500 saying a header value asked for by a fault cannot be sent.
@@ -780,7 +800,7 @@ async fn serve_file(
 ) -> Response {
     let total = entry.size;
     let range_header = req_headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let range = if plan.ignore_range {
+    let range = if plan.ignore_range || !if_range_holds(req_headers, h.get(header::ETAG)) {
         RangeReq::Full
     } else {
         parse_range(range_header, total)
@@ -1579,6 +1599,16 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=3-1"), 10), RangeReq::Full);
         assert_eq!(parse_range(Some("bytes=0-1,4-5"), 10), RangeReq::Full);
         assert_eq!(parse_range(Some("items=0-1"), 10), RangeReq::Full);
+        assert_eq!(parse_range(Some("bytes=x-"), 10), RangeReq::Full);
+        assert_eq!(parse_range(Some("bytes=1-x"), 10), RangeReq::Full);
+        let huge = "99999999999999999999999";
+        let p = |r: String| parse_range(Some(&r), 10);
+        assert_eq!(p(format!("bytes={huge}-")), RangeReq::Unsatisfiable);
+        assert_eq!(p(format!("bytes={huge}-{huge}")), RangeReq::Unsatisfiable);
+        assert_eq!(p(format!("bytes=2-{huge}")), RangeReq::Span(2, 9));
+        assert_eq!(p(format!("bytes=-{huge}")), RangeReq::Span(0, 9));
+        assert_eq!(p(format!("bytes={huge}9-{huge}")), RangeReq::Full);
+        assert_eq!(p("bytes=003-0004".into()), RangeReq::Span(3, 4));
     }
 
     #[test]

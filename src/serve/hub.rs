@@ -795,7 +795,7 @@ async fn resolve(
             Some(commit),
         ));
     };
-    let part = range::requested(headers, f.size, "the file")?;
+    let part = range::requested(headers, f.size, "the file", &format!("\"{}\"", f.etag()))?;
     let (from, to) = part.as_ref().map_or((0, f.size), |r| (r.start, r.end));
     let resp = file_headers(f, commit, part.as_ref());
     // A blob of any size is looked at (a damaged one is named, not taken for missing); a link

@@ -710,10 +710,10 @@ async fn tensor(
     let info = &s.model.files()[fi].tensors()[ti];
     let len = info.n_bytes;
     let start = info.offset;
-    let part = range::requested(&headers, len, "the tensor")?;
     // Under a residency limit, the tensor is held until its answer has been sent.
     let hold = s.model.hold_at(fi, info).map(Arc::new);
-    // The whole tensor's digest: known, or computed now from the file's bytes.
+    // The whole tensor's digest (its entity tag, which an `If-Range` is compared with): known,
+    // or computed now from the file's bytes.
     let digest = match s.sha[s.slot[&(fi, ti)]].get() {
         Some(d) => *d,
         None => {
@@ -724,6 +724,8 @@ async fn tensor(
                 .map_err(Refusal::unavailable)?
         }
     };
+    let etag = format!("\"{}\"", hex::encode(digest));
+    let part = range::requested(&headers, len, "the tensor", &etag)?;
     let (from, to) = match &part {
         Some(r) => (r.start, r.end),
         None => (0, len),
@@ -733,7 +735,7 @@ async fn tensor(
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::CONTENT_LENGTH, to - from)
-        .header(header::ETAG, format!("\"{}\"", hex::encode(digest)))
+        .header(header::ETAG, etag)
         .header(SHA256_HEADER, hex::encode(digest));
     if let Some(r) = &part {
         resp = resp.status(StatusCode::PARTIAL_CONTENT).header(

@@ -290,12 +290,16 @@ async fn cdn_rejects_authorization_and_unknown_signatures() {
 
 async fn check_ranges(c: &reqwest::Client, url: &str, data: &[u8]) {
     let n = data.len();
+    // Numbers of any size are numbers: an end or suffix past u64 is cut to the file.
+    let huge = "99999999999999999999999";
     for (range, s, e) in [
         ("bytes=0-9".to_string(), 0, 9),
         (format!("bytes=5-{}", n + 100), 5, n - 1),
         ("bytes=7-".to_string(), 7, n - 1),
         ("bytes=-4".to_string(), n - 4, n - 1),
         (format!("bytes=-{}", n + 5), 0, n - 1),
+        (format!("bytes=5-{huge}"), 5, n - 1),
+        (format!("bytes=-{huge}"), 0, n - 1),
     ] {
         let r = c.get(url).header("range", &range).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT, "{range}");
@@ -311,6 +315,7 @@ async fn check_ranges(c: &reqwest::Client, url: &str, data: &[u8]) {
         format!("bytes={n}-"),
         "bytes=-0".into(),
         format!("bytes={}-{}", n + 1, n + 9),
+        format!("bytes={huge}-"),
     ] {
         let r = c.get(url).header("range", &range).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE, "{range}");
@@ -321,6 +326,29 @@ async fn check_ranges(c: &reqwest::Client, url: &str, data: &[u8]) {
         let r = c.get(url).header("range", range).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK, "{range}");
         assert_eq!(r.bytes().await.unwrap().len(), n);
+    }
+    // If-Range: the range only for the file whose strong ETag it names (RFC 9110 §13.1.5),
+    // else the whole file.
+    let etag = h(&c.head(url).send().await.unwrap(), "etag");
+    assert!(etag.starts_with('"'), "{etag}");
+    let ranged = |if_range: String| {
+        c.get(url)
+            .header("range", "bytes=0-9")
+            .header("if-range", if_range)
+            .send()
+    };
+    let r = ranged(etag.clone()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(r.bytes().await.unwrap(), &data[..10]);
+    for other in [
+        "\"another\"".to_string(),
+        format!("W/{etag}"),
+        "Wed, 21 Oct 2015 07:28:00 GMT".to_string(),
+    ] {
+        let r = ranged(other.clone()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{other}");
+        assert!(h(&r, "content-range").is_empty(), "{other}");
+        assert_eq!(r.bytes().await.unwrap(), data, "{other}");
     }
 }
 
