@@ -3,9 +3,13 @@
 //!
 //! The path is built and checked by `rustls-webpki` (signatures, validity, basic constraints,
 //! name constraints), at the moment the signing certificate's validity begins, as
-//! `model_signing` checks it (an OpenSSL store set to that time). Every certificate the user
-//! gives is a trust anchor. The signing certificate must allow signing: its key usage has
-//! `digitalSignature`, or its extended key usage `codeSigning`.
+//! `model_signing` checks it (an OpenSSL store set to that time), and then held to the rules of
+//! OpenSSL's verification that webpki leaves out (see [`openssl_rules`]): a trust anchor is a
+//! self-issued certificate the user gives (an intermediate given is used to build the path,
+//! never trusted alone), it must be a CA (basicConstraints CA=true, or no basicConstraints with
+//! keyCertSign, or a version 1 certificate), valid at that moment, and its pathLen holds; every
+//! issuer's key usage, when it has one, allows keyCertSign. The signing certificate must allow
+//! signing: its key usage has `digitalSignature`, or its extended key usage `codeSigning`.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +17,7 @@ use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use webpki::{EndEntityCert, KeyPurposeIdIter};
 use x509_cert::der::asn1::ObjectIdentifier;
-use x509_cert::ext::pkix::{ExtendedKeyUsage, KeyUsage};
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
 use x509_cert::Certificate;
 
 use super::key::{read_small, PublicKey};
@@ -24,13 +28,21 @@ const CODE_SIGNING: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5
 /// The certificates a signing certificate must chain to.
 #[derive(Debug, Clone)]
 pub struct CertificateRoots {
+    /// The self-issued certificates given: the trust anchors.
     anchors: Vec<CertificateDer<'static>>,
+    /// The other certificates given (intermediates): used to build a path to an anchor, never
+    /// trusted alone (as OpenSSL's store, without its partial-chain flag, trusts them).
+    intermediates: Vec<CertificateDer<'static>>,
 }
 
 impl CertificateRoots {
-    /// Every certificate in the PEM files `paths` (a root, or an intermediate trusted as one).
+    /// Every certificate in the PEM files `paths`: roots (self-issued), and intermediates that
+    /// lead to one.
     pub fn read(paths: &[PathBuf]) -> Result<CertificateRoots, SignatureError> {
-        let mut anchors = Vec::new();
+        let mut roots = CertificateRoots {
+            anchors: Vec::new(),
+            intermediates: Vec::new(),
+        };
         for path in paths {
             for c in read_certificates(path)? {
                 webpki::anchor_from_trusted_cert(&c).map_err(|e| {
@@ -39,10 +51,17 @@ impl CertificateRoots {
                         format!("a certificate that cannot be trusted: {e}"),
                     )
                 })?;
-                anchors.push(c);
+                let tbs = super::der::certificate(&c)
+                    .map_err(|e| SignatureError::material(path, e))?
+                    .tbs_certificate;
+                if tbs.subject == tbs.issuer {
+                    roots.anchors.push(c);
+                } else {
+                    roots.intermediates.push(c);
+                }
             }
         }
-        Ok(CertificateRoots { anchors })
+        Ok(roots)
     }
 
     /// Mozilla's root certificates (what `model_signing` trusts when no chain is given: the
@@ -50,6 +69,7 @@ impl CertificateRoots {
     pub fn mozilla() -> CertificateRoots {
         CertificateRoots {
             anchors: webpki_root_certs::TLS_SERVER_ROOT_CERTS.to_vec(),
+            intermediates: Vec::new(),
         }
     }
 }
@@ -101,7 +121,14 @@ pub(crate) fn verify_chain(
     let leaf = parse(leaf_der, "the signing certificate")?;
     let tbs = &leaf.tbs_certificate;
     let not_before = tbs.validity.not_before.to_unix_duration();
-    // Each anchor beside the certificate it was read from (to name the one the path ends at).
+    if roots.anchors.is_empty() {
+        return Err(untrusted(
+            "none of the certificates given is a root (self-issued): an intermediate is \
+             trusted only through its root, as model_signing trusts it; give the root",
+        ));
+    }
+    // Each anchor beside the certificate it was read from (its constraints are checked here,
+    // and it names the root the path ends at).
     let (anchors, anchor_certs): (Vec<_>, Vec<_>) = roots
         .anchors
         .iter()
@@ -113,7 +140,27 @@ pub(crate) fn verify_chain(
     let intermediates: Vec<CertificateDer<'_>> = rest
         .iter()
         .map(|d| CertificateDer::from(d.as_slice()))
+        .chain(roots.intermediates.iter().cloned())
         .collect();
+    let anchor_index =
+        |a: &rustls_pki_types::TrustAnchor<'_>| anchors.iter().position(|x| std::ptr::eq(x, a));
+    // Why the last path webpki found was refused by OpenSSL's rules (webpki then tries others).
+    let refused: std::cell::RefCell<Option<String>> = std::cell::RefCell::new(None);
+    let check = |path: &webpki::VerifiedPath<'_>| -> Result<(), webpki::Error> {
+        let issuers: Vec<CertificateDer<'_>> =
+            path.intermediate_certificates().map(|c| c.der()).collect();
+        let Some(anchor) = anchor_index(path.anchor()).map(|i| anchor_certs[i]) else {
+            *refused.borrow_mut() = Some("the path ends at no certificate given".into());
+            return Err(webpki::Error::UnknownIssuer);
+        };
+        match openssl_rules(&issuers, anchor, not_before) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                *refused.borrow_mut() = Some(why);
+                Err(webpki::Error::UnknownIssuer)
+            }
+        }
+    };
     let path = ee
         .verify_for_usage(
             webpki::ALL_VERIFICATION_ALGS,
@@ -122,12 +169,13 @@ pub(crate) fn verify_chain(
             UnixTime::since_unix_epoch(not_before),
             AnyUsage,
             None,
-            None,
+            Some(&check),
         )
-        .map_err(|e| untrusted(path_error(&e, not_before)))?;
-    let root_subject = anchors
-        .iter()
-        .position(|a| a.subject.as_ref() == path.anchor().subject.as_ref())
+        .map_err(|e| match refused.borrow_mut().take() {
+            Some(why) => untrusted(why),
+            None => untrusted(path_error(&e, not_before)),
+        })?;
+    let root_subject = anchor_index(path.anchor())
         .and_then(|i| super::der::certificate(anchor_certs[i]).ok())
         .map(|c| c.tbs_certificate.subject.to_string())
         .unwrap_or_default();
@@ -144,6 +192,100 @@ pub(crate) fn verify_chain(
         },
     );
     Ok((key, who))
+}
+
+/// What OpenSSL's verification (`model_signing`'s `X509Store`, default flags) asks of a path
+/// that webpki does not: `issuers` the path's intermediates from the signing certificate's
+/// issuer up, `anchor` the root it ends at, `at` the moment it is checked at.
+///
+/// - every issuer's key usage, when it has one, allows `keyCertSign` (OpenSSL's
+///   `X509_V_ERR_KEYUSAGE_NO_CERTSIGN`, or "invalid CA certificate");
+/// - the root is a CA: basicConstraints CA=true; without basicConstraints, a key usage (which
+///   then allows keyCertSign) or a version 1 certificate ("invalid CA certificate");
+/// - the root's pathLen, when it has one, is at least the number of intermediates that are not
+///   self-issued below it ("path length constraint exceeded");
+/// - the root was valid at `at`.
+///
+/// webpki checks the intermediates' basicConstraints, pathLen and validity itself, and trusts
+/// an anchor for its name and key alone.
+fn openssl_rules(
+    issuers: &[CertificateDer<'_>],
+    anchor: &[u8],
+    at: std::time::Duration,
+) -> Result<(), String> {
+    let read = |der: &[u8]| {
+        super::der::certificate(der).map_err(|e| format!("a certificate of the chain: {e}"))
+    };
+    let root = read(anchor)?;
+    let mut below = Vec::with_capacity(issuers.len());
+    for der in issuers {
+        below.push(read(der)?);
+    }
+    for c in below.iter().chain(std::iter::once(&root)) {
+        let ku = super::der::extension::<KeyUsage>(c)
+            .map_err(|e| format!("the key usage of '{}': {e}", c.tbs_certificate.subject))?;
+        if ku.is_some_and(|ku| !ku.key_cert_sign()) {
+            return Err(format!(
+                "'{}' issued a certificate of the chain, and its key usage does not allow it \
+                 (no keyCertSign)",
+                c.tbs_certificate.subject
+            ));
+        }
+    }
+    let name = root.tbs_certificate.subject.to_string();
+    let bc = super::der::extension::<BasicConstraints>(&root)
+        .map_err(|e| format!("the basic constraints of '{name}': {e}"))?;
+    match &bc {
+        Some(bc) if !bc.ca => {
+            return Err(format!(
+                "the root '{name}' is not a CA (its basicConstraints say CA=false)"
+            ))
+        }
+        Some(_) => {}
+        None => {
+            let v1 = root.tbs_certificate.version == x509_cert::Version::V1;
+            let has_ku = super::der::extension::<KeyUsage>(&root)
+                .ok()
+                .flatten()
+                .is_some();
+            if !v1 && !has_ku {
+                return Err(format!(
+                    "the root '{name}' is not a CA (no basicConstraints, and no key usage \
+                     allowing keyCertSign)"
+                ));
+            }
+        }
+    }
+    if let Some(limit) = bc.and_then(|bc| bc.path_len_constraint) {
+        let cas = below
+            .iter()
+            .filter(|c| c.tbs_certificate.subject != c.tbs_certificate.issuer)
+            .count();
+        if cas > usize::from(limit) {
+            return Err(format!(
+                "the root '{name}' allows {limit} intermediate(s) below it (pathLen), and the \
+                 chain has {cas}"
+            ));
+        }
+    }
+    let validity = &root.tbs_certificate.validity;
+    let (start, end) = (
+        validity.not_before.to_unix_duration(),
+        validity.not_after.to_unix_duration(),
+    );
+    if at < start || at > end {
+        let date = |d: std::time::Duration| {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + d).to_string()
+        };
+        return Err(format!(
+            "the root '{name}' was not valid ({} to {}) when the signing certificate was \
+             issued ({})",
+            date(start),
+            date(end),
+            date(at)
+        ));
+    }
+    Ok(())
 }
 
 /// What a failed path means, in words (webpki's errors print as Rust debug output).
@@ -174,6 +316,9 @@ fn path_error(e: &webpki::Error, at: std::time::Duration) -> String {
         webpki::Error::CaUsedAsEndEntity => "the signing certificate is a CA certificate".into(),
         webpki::Error::EndEntityUsedAsCa => {
             "a certificate that is not a CA issued another in the chain".into()
+        }
+        webpki::Error::PathLenConstraintViolated => {
+            "an intermediate allows fewer certificates below it (pathLen) than the chain has".into()
         }
         other => format!("the chain is not valid ({other:?})"),
     }
@@ -253,4 +398,288 @@ pub(crate) fn describe(ders: &[Vec<u8>], key: &PublicKey) -> Result<Signer, Sign
 /// The public key of a certificate (DER).
 pub(crate) fn certificate_key(der: &[u8]) -> Result<PublicKey, String> {
     super::der::certificate_key(&super::der::certificate(der)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lc_rs::encoding::AsDer as _;
+    use aws_lc_rs::signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_ASN1_SIGNING};
+    use std::str::FromStr as _;
+    use std::time::{Duration, SystemTime};
+    use x509_cert::der::asn1::{BitString, OctetString};
+    use x509_cert::der::{Decode as _, Encode as _};
+    use x509_cert::ext::Extension;
+    use x509_cert::name::Name;
+    use x509_cert::serial_number::SerialNumber;
+    use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
+    use x509_cert::time::{Time, Validity};
+
+    const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn key() -> EcdsaKeyPair {
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref()).unwrap()
+    }
+
+    /// What a test certificate says of itself.
+    #[derive(Clone)]
+    struct Spec {
+        subject: &'static str,
+        /// basicConstraints: `None` for none, else (CA, pathLen).
+        bc: Option<(bool, Option<u8>)>,
+        /// Key usage: `None` for none.
+        ku: Option<KeyUsage>,
+        /// Validity, from now.
+        from: i64,
+        to: i64,
+        v1: bool,
+    }
+
+    use x509_cert::ext::pkix::KeyUsages;
+
+    fn ca(subject: &'static str) -> Spec {
+        Spec {
+            subject,
+            bc: Some((true, None)),
+            ku: Some(KeyUsage(KeyUsages::KeyCertSign | KeyUsages::CRLSign)),
+            from: -100,
+            to: 100,
+            v1: false,
+        }
+    }
+
+    fn signer() -> Spec {
+        Spec {
+            subject: "CN=signer",
+            bc: Some((false, None)),
+            ku: Some(KeyUsage(KeyUsages::DigitalSignature.into())),
+            from: -1,
+            to: 10,
+            v1: false,
+        }
+    }
+
+    fn time(days: i64) -> Time {
+        let now = SystemTime::now();
+        let t = if days >= 0 {
+            now + DAY * days as u32
+        } else {
+            now - DAY * (-days) as u32
+        };
+        Time::try_from(t).unwrap()
+    }
+
+    fn ext<T: x509_cert::der::Encode>(oid: ObjectIdentifier, critical: bool, v: &T) -> Extension {
+        Extension {
+            extn_id: oid,
+            critical,
+            extn_value: OctetString::new(v.to_der().unwrap()).unwrap(),
+        }
+    }
+
+    /// The certificate of `spec` for `subject_key`, issued by `issuer` (its name and key).
+    fn cert(spec: &Spec, subject_key: &EcdsaKeyPair, issuer: (&str, &EcdsaKeyPair)) -> Vec<u8> {
+        use x509_cert::der::oid::AssociatedOid as _;
+        let mut exts = Vec::new();
+        if let Some((is_ca, path_len)) = spec.bc {
+            let bc = BasicConstraints {
+                ca: is_ca,
+                path_len_constraint: path_len,
+            };
+            exts.push(ext(BasicConstraints::OID, true, &bc));
+        }
+        if let Some(ku) = &spec.ku {
+            exts.push(ext(KeyUsage::OID, true, ku));
+        }
+        let spki = subject_key.public_key().as_der().unwrap();
+        let alg = AlgorithmIdentifierOwned {
+            oid: ECDSA_WITH_SHA256,
+            parameters: None,
+        };
+        let tbs = x509_cert::TbsCertificate {
+            version: if spec.v1 {
+                x509_cert::Version::V1
+            } else {
+                x509_cert::Version::V3
+            },
+            serial_number: SerialNumber::new(&[1, 2, 3]).unwrap(),
+            signature: alg.clone(),
+            issuer: Name::from_str(issuer.0).unwrap(),
+            validity: Validity {
+                not_before: time(spec.from),
+                not_after: time(spec.to),
+            },
+            subject: Name::from_str(spec.subject).unwrap(),
+            subject_public_key_info: SubjectPublicKeyInfoOwned::from_der(spki.as_ref()).unwrap(),
+            issuer_unique_id: None,
+            subject_unique_id: None,
+            extensions: (!spec.v1).then_some(exts),
+        };
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let sig = issuer.1.sign(&rng, &tbs.to_der().unwrap()).unwrap();
+        Certificate {
+            tbs_certificate: tbs,
+            signature_algorithm: alg,
+            signature: BitString::from_bytes(sig.as_ref()).unwrap(),
+        }
+        .to_der()
+        .unwrap()
+    }
+
+    fn roots(certs: &[&[u8]]) -> CertificateRoots {
+        let d = tempfile::tempdir().unwrap();
+        let pem: String = certs
+            .iter()
+            .map(|c| {
+                let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, c);
+                format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+            })
+            .collect();
+        let path = d.path().join("roots.pem");
+        std::fs::write(&path, pem).unwrap();
+        CertificateRoots::read(&[path]).unwrap()
+    }
+
+    /// The verdict on a chain root → intermediate → signer (or root → signer without
+    /// `inter`), with the root given as trusted: `Ok(root's subject)` or the refusal.
+    fn chain(root: &Spec, inter: Option<&Spec>, leaf: &Spec) -> Result<String, String> {
+        let (rk, ik, lk) = (key(), key(), key());
+        let root_der = cert(root, &rk, (root.subject, &rk));
+        let mut ders = Vec::new();
+        match inter {
+            Some(i) => {
+                ders.push(cert(leaf, &lk, (i.subject, &ik)));
+                ders.push(cert(i, &ik, (root.subject, &rk)));
+            }
+            None => ders.push(cert(leaf, &lk, (root.subject, &rk))),
+        }
+        verify_chain(&ders, &roots(&[&root_der]))
+            .map(|(_, who)| who.certificate.unwrap().root)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_good_chain_is_trusted_through_its_root() {
+        assert_eq!(
+            chain(&ca("CN=root"), Some(&ca("CN=inter")), &signer()).unwrap(),
+            "CN=root"
+        );
+        assert_eq!(chain(&ca("CN=root"), None, &signer()).unwrap(), "CN=root");
+        // No basicConstraints, but a key usage with keyCertSign: OpenSSL takes it as a CA.
+        let no_bc = Spec {
+            bc: None,
+            ..ca("CN=root")
+        };
+        assert!(chain(&no_bc, Some(&ca("CN=inter")), &signer()).is_ok());
+        // A pathLen of 0 allows the signing certificate directly below.
+        let pl0 = Spec {
+            bc: Some((true, Some(0))),
+            ..ca("CN=root")
+        };
+        assert!(chain(&pl0, None, &signer()).is_ok());
+    }
+
+    #[test]
+    fn an_issuer_without_key_cert_sign_is_refused() {
+        let no_sign = |s| Spec {
+            ku: Some(KeyUsage(KeyUsages::CRLSign.into())),
+            ..ca(s)
+        };
+        let e = chain(&ca("CN=root"), Some(&no_sign("CN=inter")), &signer()).unwrap_err();
+        assert!(
+            e.contains("'CN=inter' issued") && e.contains("keyCertSign"),
+            "{e}"
+        );
+        let e = chain(&no_sign("CN=root"), None, &signer()).unwrap_err();
+        assert!(
+            e.contains("'CN=root' issued") && e.contains("keyCertSign"),
+            "{e}"
+        );
+        // Nor may the root issue the intermediate.
+        let e = chain(&no_sign("CN=root"), Some(&ca("CN=inter")), &signer()).unwrap_err();
+        assert!(e.contains("'CN=root' issued"), "{e}");
+    }
+
+    #[test]
+    fn a_roots_path_length_holds() {
+        let pl0 = Spec {
+            bc: Some((true, Some(0))),
+            ..ca("CN=root")
+        };
+        let e = chain(&pl0, Some(&ca("CN=inter")), &signer()).unwrap_err();
+        assert!(
+            e.contains("allows 0 intermediate(s)") && e.contains("has 1"),
+            "{e}"
+        );
+        let pl1 = Spec {
+            bc: Some((true, Some(1))),
+            ..ca("CN=root")
+        };
+        assert!(chain(&pl1, Some(&ca("CN=inter")), &signer()).is_ok());
+    }
+
+    #[test]
+    fn a_root_that_is_not_a_ca_is_refused() {
+        let not_ca = Spec {
+            bc: Some((false, None)),
+            ..ca("CN=root")
+        };
+        for inter in [None, Some(&ca("CN=inter"))] {
+            let e = chain(&not_ca, inter, &signer()).unwrap_err();
+            assert!(
+                e.contains("'CN=root' is not a CA") && e.contains("CA=false"),
+                "{e}"
+            );
+        }
+        let bare = Spec {
+            bc: None,
+            ku: None,
+            ..ca("CN=root")
+        };
+        let e = chain(&bare, Some(&ca("CN=inter")), &signer()).unwrap_err();
+        assert!(e.contains("not a CA (no basicConstraints"), "{e}");
+        // A version 1 root (no extensions at all) is a CA to OpenSSL.
+        let v1 = Spec {
+            v1: true,
+            ..ca("CN=root")
+        };
+        assert!(chain(&v1, Some(&ca("CN=inter")), &signer()).is_ok());
+    }
+
+    #[test]
+    fn a_root_expired_when_the_certificate_was_issued_is_refused() {
+        let old = Spec {
+            from: -100,
+            to: -50,
+            ..ca("CN=root")
+        };
+        let inter = Spec {
+            from: -100,
+            to: 100,
+            ..ca("CN=inter")
+        };
+        let e = chain(&old, Some(&inter), &signer()).unwrap_err();
+        assert!(e.contains("the root 'CN=root' was not valid"), "{e}");
+    }
+
+    #[test]
+    fn an_intermediate_given_alone_is_not_trusted() {
+        let (rk, ik, lk) = (key(), key(), key());
+        let root = cert(&ca("CN=root"), &rk, ("CN=root", &rk));
+        let inter = cert(&ca("CN=inter"), &ik, ("CN=root", &rk));
+        let leaf = cert(&signer(), &lk, ("CN=inter", &ik));
+        let e = verify_chain(std::slice::from_ref(&leaf), &roots(&[&inter])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("none of the certificates given is a root"),
+            "{e}"
+        );
+        // Given with its root, it builds the path (the bundle carries the signing
+        // certificate alone).
+        let (_, who) = verify_chain(&[leaf], &roots(&[&inter, &root])).unwrap();
+        assert_eq!(who.certificate.unwrap().root, "CN=root");
+    }
 }

@@ -116,7 +116,7 @@ print(json.dumps(verdicts))
 "#;
 
 struct Case {
-    what: &'static str,
+    what: String,
     model: PathBuf,
     signature: PathBuf,
     /// `--public-key` or `--certificate-chain`.
@@ -207,8 +207,8 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let f = |n: &str| out.join(n);
-    let case = |what, model: &Path, sig: &str, flag, material: &str, refused| Case {
-        what,
+    let case = |what: &str, model: &Path, sig: &str, flag, material: &str, refused| Case {
+        what: what.to_string(),
         model: model.to_path_buf(),
         signature: f(sig),
         flag,
@@ -525,6 +525,150 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
             Some("does not verify with the given key"),
         ),
     ];
+    agree(&python, d.path(), &cases);
+}
+
+/// Certificate chains that OpenSSL (`model_signing`'s `X509Store`) refuses and webpki alone
+/// accepts, and their good neighbours: each case's signing certificate, the chain the bundle
+/// carries, and the certificate trusted. Made with `cryptography`; `model_signing` signs each.
+const CHAINS: &str = r#"
+import datetime, json, pathlib, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID, ExtendedKeyUsageOID
+from model_signing import signing, hashing
+
+out, model = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+now = datetime.datetime.now(datetime.timezone.utc)
+day = datetime.timedelta(days=1)
+leaf_key = ec.generate_private_key(ec.SECP256R1())
+(out / "leaf.pem").write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM,
+    serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+def cert(file, key, subject, issuer, issuer_key, bc=(True, None), cert_sign=True, ku=True,
+         leaf=False, days=(-10, 100)):
+    n = lambda cn: x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    b = (x509.CertificateBuilder().subject_name(n(subject)).issuer_name(n(issuer))
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now + days[0] * day).not_valid_after(now + days[1] * day))
+    if bc is not None:
+        b = b.add_extension(x509.BasicConstraints(ca=bc[0], path_length=bc[1]), critical=True)
+    if ku:
+        b = b.add_extension(x509.KeyUsage(digital_signature=leaf, content_commitment=False,
+            key_encipherment=False, data_encipherment=False, key_agreement=False,
+            key_cert_sign=not leaf and cert_sign, crl_sign=not leaf, encipher_only=False,
+            decipher_only=False), critical=True)
+    if leaf:
+        b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+    (out / f"{file}.crt").write_bytes(b.sign(issuer_key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM))
+K = lambda: ec.generate_private_key(ec.SECP256R1())
+cases = []
+def chain(case, root_opts=None, inter_opts=None, direct=False):
+    # root -> (intermediate ->) signer; the bundle carries the intermediate (or the root).
+    r, i = K(), K()
+    cert(f"{case}-root", r, f"{case} root", f"{case} root", r, **(root_opts or {}))
+    if direct:
+        cert(f"{case}-leaf", leaf_key, "signer", f"{case} root", r, bc=(False, None), leaf=True)
+        carried = f"{case}-root"
+    else:
+        cert(f"{case}-inter", i, f"{case} inter", f"{case} root", r, **(inter_opts or {}))
+        cert(f"{case}-leaf", leaf_key, "signer", f"{case} inter", i, bc=(False, None), leaf=True)
+        carried = f"{case}-inter"
+    cases.append({"case": case, "chain": f"{carried}.crt", "trusted": f"{case}-root.crt"})
+chain("good")
+chain("good-direct", direct=True)
+chain("inter-no-certsign", inter_opts={"cert_sign": False})
+chain("root-no-certsign", root_opts={"cert_sign": False}, direct=True)
+chain("root-pathlen0", root_opts={"bc": (True, 0)})
+chain("root-pathlen0-direct", root_opts={"bc": (True, 0)}, direct=True)
+chain("root-not-ca", root_opts={"bc": (False, None)})
+chain("root-not-ca-direct", root_opts={"bc": (False, None)}, direct=True)
+chain("root-no-bc", root_opts={"bc": None})
+chain("root-no-bc-no-ku", root_opts={"bc": None, "ku": False})
+chain("root-expired", root_opts={"days": (-100, -50)}, inter_opts={"days": (-60, 100)})
+# The intermediate of the good chain trusted alone (without its root).
+cases.append({"case": "inter-trusted-alone", "chain": "good-inter.crt", "trusted": "good-inter.crt",
+              "leaf": "good-leaf"})
+for c in cases:
+    signing.Config().use_certificate_signer(private_key=out / "leaf.pem",
+        signing_certificate=out / f"{c.get('leaf', c['case'] + '-leaf')}.crt",
+        certificate_chain=[out / c["chain"]]) \
+        .set_hashing_config(hashing.Config().use_file_serialization()) \
+        .sign(model, out / f"theirs-{c['case']}.sig")
+print(json.dumps(cases))
+"#;
+
+/// `--certificate-chain` judges a chain as `model_signing` does (OpenSSL's rules, not only
+/// webpki's): an issuer without keyCertSign, a root whose pathLen an intermediate exceeds, a
+/// root that is not a CA (CA=false, or neither basicConstraints nor key usage), a root expired
+/// when the signing certificate was issued, and an intermediate trusted without its root are
+/// refused; a good chain, a root with pathLen 0 right above the signing certificate and a root
+/// with a key usage but no basicConstraints are trusted. Each case is signed by both tools and
+/// both verify both signatures.
+pub fn certificate_chains_are_judged_as_model_signing_judges_them() {
+    let python = crate::support::required_env("WI_PYTHON");
+    let (d, model) = signing_model_dir();
+    let out = d.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let o = Command::new(&python)
+        .args(["-c", CHAINS])
+        .args([&out, &model])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let made: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let expected = |case: &str| -> Option<&'static str> {
+        match case {
+            "good" | "good-direct" | "root-pathlen0-direct" | "root-no-bc" => None,
+            "inter-no-certsign" => Some("'CN=inter-no-certsign inter' issued"),
+            "root-no-certsign" => Some("'CN=root-no-certsign root' issued"),
+            "root-pathlen0" => Some("allows 0 intermediate(s) below it (pathLen)"),
+            "root-not-ca" | "root-not-ca-direct" => Some("is not a CA (its basicConstraints"),
+            "root-no-bc-no-ku" => Some("is not a CA (no basicConstraints"),
+            "root-expired" => Some("root' was not valid"),
+            "inter-trusted-alone" => Some("none of the certificates given is a root"),
+            other => panic!("no verdict for {other}"),
+        }
+    };
+    let mut cases = Vec::new();
+    for c in &made {
+        let name = c["case"].as_str().unwrap();
+        let leaf = out.join(format!(
+            "{}.crt",
+            c.get("leaf")
+                .and_then(|l| l.as_str())
+                .map_or(format!("{name}-leaf"), str::to_string)
+        ));
+        let ours = out.join(format!("ours-{name}.sig"));
+        let o = run(
+            &[
+                "signature",
+                "sign",
+                "--signature",
+                ours.to_str().unwrap(),
+                "--private-key",
+                out.join("leaf.pem").to_str().unwrap(),
+                "--signing-certificate",
+                leaf.to_str().unwrap(),
+                "--certificate-chain",
+                out.join(c["chain"].as_str().unwrap()).to_str().unwrap(),
+            ],
+            &[&model],
+        );
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        for sig in [out.join(format!("theirs-{name}.sig")), ours] {
+            cases.push(Case {
+                what: name.to_string(),
+                model: model.clone(),
+                signature: sig,
+                flag: "--certificate-chain",
+                material: out.join(c["trusted"].as_str().unwrap()),
+                refused: expected(name),
+            });
+        }
+    }
+    assert_eq!(cases.len(), 24);
     agree(&python, d.path(), &cases);
 }
 
