@@ -177,6 +177,14 @@ def test_verified_downloads_fill_a_remote_cache(
     with pytest.raises(wi.LocalError, match="unsupported scheme 'ftp'"):
         wi.snapshot_download("demo/tiny", endpoint=hub.url, cache_dir=tmp_path / "e",
                              remote_cache="ftp://x/y")
+    # A node may not ask for leases that hold its chunks for ages if it stops (the others
+    # would wait on them): the request the native module takes refuses it.
+    from weight_inspect import _native
+
+    with pytest.raises(wi.LocalError, match="fill_lease must be at most 120 seconds"):
+        _native.fetch({"repo": "demo/tiny", "files": ["config.json"], "endpoint": hub.url,
+                       "cache_dir": os.fspath(tmp_path / "f"), "remote_cache": url,
+                       "fill_lease": 1e18})
 
 
 def test_fetch_into_a_local_dir(hub: Hub, tmp_path: Path) -> None:

@@ -113,18 +113,13 @@ impl Fetcher {
         };
         let key = RemoteCache::lease_key(sha);
         match remote
-            .claim(
-                &key,
-                &c.how.node,
-                c.how.lease,
-                crate::remote_cache::now_ms(),
-            )
+            .claim(&key, &c.how.node, c.how.lease, remote.bucket_now_ms())
             .await
         {
             Ok(Claim::Won(lease)) => {
                 Uploader::This(remote.keep(lease, c.how.lease, c.clock.clone()))
             }
-            Ok(Claim::Held(r)) => Uploader::Other(r.holder),
+            Ok(Claim::Held(h)) => Uploader::Other(h.record.holder),
             Err(_) => Uploader::Anyone,
         }
     }

@@ -166,7 +166,8 @@ pub struct FetchRequest {
     /// This node's name in the bucket's leases and pieces. Default `WI_NODE_NAME`, else the
     /// host's name and the process's id.
     pub node_name: Option<String>,
-    /// How long a chunk's lease holds without renewal, in seconds. Default 10.
+    /// How long a chunk's lease holds without renewal, in seconds. Default 10, at most 120
+    /// ([`MAX_LEASE`](crate::remote_cache::MAX_LEASE)).
     #[serde(with = "seconds")]
     #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub fill_lease: Option<Duration>,
@@ -366,6 +367,15 @@ impl FetchRequest {
                     how.node = n.to_string();
                 }
                 if let Some(t) = positive("fill_lease", self.fill_lease)? {
+                    if t > crate::remote_cache::MAX_LEASE {
+                        return Err(invalid(
+                            "fill_lease",
+                            &format!(
+                                "must be at most {} seconds (a node that stops holds its chunks that long)",
+                                crate::remote_cache::MAX_LEASE.as_secs()
+                            ),
+                        ));
+                    }
                     how.lease = t;
                 }
                 Some(how)
@@ -559,5 +569,30 @@ mod tests {
             assert_eq!(e.exit_class(), crate::exit::ExitClass::Local, "{e}");
         }
         assert!(FetchRequest::new("hf://org").target().is_err());
+    }
+
+    /// A node may not ask for a lease that would hold its chunks for ages if it stopped (the
+    /// other nodes would wait for them: issue 48).
+    #[cfg(feature = "remote-cache")]
+    #[test]
+    fn a_fill_lease_past_the_bound_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = url::Url::from_directory_path(dir.path()).unwrap();
+        let r = |secs: u64| FetchRequest {
+            remote_cache: Some(bucket.to_string()),
+            fill_lease: Some(Duration::from_secs(secs)),
+            ..FetchRequest::new("a/b")
+        };
+        let e = r(1_000_000_000_000_000_000)
+            .builder()
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("fill_lease must be at most 120 seconds"),
+            "{e}"
+        );
+        assert_eq!(e.exit_class(), crate::exit::ExitClass::Local, "{e}");
+        assert!(r(120).builder().is_ok());
     }
 }

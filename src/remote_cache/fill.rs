@@ -8,8 +8,18 @@
 //! take other chunks: the fleet's connections are its bandwidth) and reads the piece once it
 //! lands; a chunk whose holder stopped renewing is taken over once its lease lapses, and what
 //! the holder had shared is not fetched again. Followers learn what landed by listing the
-//! fill's folder with backoff (100 ms doubling to 2 s while nothing changes), never in a busy
-//! loop.
+//! fill's folder with backoff (100 ms doubling to 2 s while nothing changes, kept between
+//! waits), never in a busy loop.
+//!
+//! **No wait is without a bound, whatever the bucket holds.** A lease lapses once it has not
+//! been rewritten for its term — judged by the store's clock (its `Last-Modified`), or, where
+//! this node does not know that clock, by this node watching the same version for that long —
+//! and its term is bounded ([`super::lease::MAX_LEASE`]), so an expiry in the far future, a
+//! holder whose clock runs ahead, or one that asked for a term of ages and died, holds nobody
+//! for long. A lease marked done is believed only while the piece it names is a piece of that
+//! chunk and is in the bucket (or the blob is complete); otherwise it is taken over. A chunk
+//! waited on for longer than [`WAIT_BOUND_TERMS`] terms (a holder that renews for ever and
+//! never shares) is fetched from the Hub by this node, which says why, once.
 //!
 //! Trust stays where it was: a piece is read as the bucket's blob is (every chunk checked
 //! against the fetch's manifest, or else the digest its writer recorded, and the whole file
@@ -39,6 +49,11 @@ use crate::transfer::{Assigned, BoxError, Fill, Mirror, MirrorBody};
 /// How long a chunk's lease holds without renewal: a node that stops (killed, cut off) has its
 /// chunks taken over this long after its last renewal, plus at most one listing's wait.
 pub const FILL_LEASE: Duration = Duration::from_secs(10);
+
+/// A chunk is waited on for at most this many terms of this node's lease (5 minutes at the
+/// default [`FILL_LEASE`]; never less than twice [`MAX_LEASE`](super::MAX_LEASE)): past that,
+/// this node fetches it from the Hub itself.
+pub const WAIT_BOUND_TERMS: u32 = 30;
 
 /// The first wait between two listings of a fill's folder, doubled while nothing changes.
 const FIRST_POLL: Duration = Duration::from_millis(100);
@@ -102,6 +117,11 @@ pub struct FillReport {
     pub read_from: BTreeMap<String, u64>,
     /// Pieces found damaged (deleted from the bucket), by key.
     pub damaged: Vec<String>,
+    /// Chunks this node fetched from the Hub itself, without their lease, after waiting for
+    /// another node's piece for longer than the bound ([`WAIT_BOUND_TERMS`] terms of its
+    /// lease).
+    #[serde(default)]
+    pub waited_out: u64,
     /// Why coordinating stopped early (the rest came from the Hub), or why a piece could not be
     /// shared; `None` when all went as planned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,20 +136,34 @@ struct Piece {
     node: String,
 }
 
-/// A chunk's lease as the last listing saw it: its version, and since when (on this node's
-/// clock) it has not changed.
+/// A chunk's lease as this node last saw it: its version, since when (on this node's clock,
+/// moved back by its age on the store's clock when that is known) it has not been rewritten,
+/// and the term it is judged by.
 #[derive(Debug, Clone)]
 struct Seen {
     e_tag: Option<String>,
     since: Instant,
+    term: Duration,
+}
+
+impl Seen {
+    fn lapsed(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) > self.term
+    }
 }
 
 #[derive(Default)]
 struct State {
     pieces: HashMap<usize, Piece>,
     leases: HashMap<usize, Seen>,
-    /// Chunks told to wait.
-    waiting: HashSet<usize>,
+    /// Chunks told to wait, with when they were first told.
+    waiting: HashMap<usize, Instant>,
+    /// Said to the user, not yet handed to the engine ([`Fill::notices`]).
+    notices: Vec<String>,
+    /// Whether a chunk fetched after a wait past its bound was said (once a fill).
+    said_waited_out: bool,
+    /// The wait before the next listing.
+    poll: Option<Duration>,
     /// Leases this node holds, kept renewed until their piece is shared.
     held: HashMap<usize, LeaseKeeper>,
     /// The blob is complete in the bucket (its uploader said so in the fill's folder).
@@ -366,17 +400,21 @@ impl Inner {
         })
     }
 
-    /// Lists the fill's folder once: which pieces landed, which leases changed.
-    async fn look(&self) -> Result<(), RemoteCacheError> {
+    /// Lists the fill's folder once: which pieces landed, which leases changed. Whether a
+    /// piece landed since the last listing.
+    async fn look(&self) -> Result<bool, RemoteCacheError> {
         let prefix = self.prefix();
         let folder = BucketFill::folder(&self.sha256);
         let count = self.chunks();
-        let objects = self.cache.list_meta(&folder, 4 * count + 16).await?;
+        let objects = self.cache.list_objects(&folder, 4 * count + 16).await?;
         let now = self.clock.now();
         let mut s = lock(&self.state);
         let mut leases = HashMap::new();
-        for (key, e_tag) in objects {
+        let mut landed = false;
+        for meta in objects {
+            let key = meta.location.to_string();
             if key.strip_prefix(&folder) == Some(COMPLETE) {
+                landed |= !s.complete;
                 s.complete = true;
                 continue;
             }
@@ -389,11 +427,16 @@ impl Inner {
                 .and_then(|n| n.parse::<usize>().ok())
                 .filter(|&i| i < count)
             {
-                let since = match s.leases.get(&i) {
-                    Some(seen) if seen.e_tag == e_tag => seen.since,
-                    _ => now,
+                let seen = match s.leases.get(&i) {
+                    Some(seen) if seen.e_tag == meta.e_tag => seen.clone(),
+                    // A new version: unchanged since the store wrote it.
+                    previous => Seen {
+                        e_tag: meta.e_tag.clone(),
+                        since: self.since(now, self.cache.age_of(&meta), previous),
+                        term: previous.map_or(self.ttl, |p| p.term),
+                    },
                 };
-                leases.insert(i, Seen { e_tag, since });
+                leases.insert(i, seen);
             } else if let Some(i) = name
                 .strip_prefix("piece-")
                 .and_then(|n| n.split_once('-'))
@@ -401,26 +444,49 @@ impl Inner {
                 .filter(|&i| i < count)
             {
                 if let Some(p) = self.parse_piece(i, &key) {
-                    s.pieces.entry(i).or_insert(p);
+                    if let std::collections::hash_map::Entry::Vacant(e) = s.pieces.entry(i) {
+                        landed = true;
+                        e.insert(p);
+                    }
                 }
             }
         }
         s.leases = leases;
-        Ok(())
+        Ok(landed)
+    }
+
+    /// Since when a lease version first seen `now`, written `age` ago by the store's clock, has
+    /// been unchanged (never further back than its term: a node that has just arrived still
+    /// gives a holder that lapsed long ago its term from the write).
+    fn since(&self, now: Instant, age: Option<Duration>, previous: Option<&Seen>) -> Instant {
+        let term = previous.map_or(self.ttl, |p| p.term);
+        let age = age
+            .unwrap_or(Duration::ZERO)
+            .min(term + Duration::from_secs(1));
+        now.checked_sub(age).unwrap_or(now)
+    }
+
+    /// The longest this node waits for another's piece of a chunk: [`WAIT_BOUND_TERMS`] terms
+    /// of its own lease, and at least twice the longest term any lease may have (a lease that
+    /// is not renewed lapses first).
+    fn wait_bound(&self) -> Duration {
+        self.ttl
+            .saturating_mul(WAIT_BOUND_TERMS)
+            .max(2 * super::MAX_LEASE)
     }
 
     /// Whether a chunk told to wait may be asked again: its piece landed, its lease is gone
-    /// (given up), or its lease has not changed for longer than it holds (its holder stopped).
+    /// (given up), its lease has not changed for longer than its term (its holder stopped), or
+    /// it has waited for longer than the bound.
     fn any_ready(&self) -> bool {
         let now = self.clock.now();
         let s = lock(&self.state);
-        s.waiting.iter().any(|i| {
+        s.waiting.iter().any(|(i, since)| {
             // The blob is complete: its pieces may be gone, its leases say where each chunk is.
             s.complete
                 || s.pieces.contains_key(i)
-                || s.leases
-                    .get(i)
-                    .is_none_or(|seen| now.saturating_duration_since(seen.since) > self.ttl)
+                || s.leases.get(i).is_none_or(|seen| seen.lapsed(now))
+                || now.saturating_duration_since(*since) > self.wait_bound()
         })
     }
 
@@ -428,6 +494,7 @@ impl Inner {
         if lock(&self.state).report.trouble.is_some() {
             return Assigned::Origin;
         }
+        let now = self.clock.now();
         {
             let mut s = lock(&self.state);
             // Asked again while this node holds it (the engine asks once per chunk; a caller
@@ -439,28 +506,42 @@ impl Inner {
                 s.waiting.remove(&index);
                 return Assigned::Mirror { sha256 };
             }
-            // Held, by the last listing, and renewed within its time: no request to learn it.
-            let now = self.clock.now();
-            let live = s
-                .leases
+            // Waited on past the bound: this node's, from the Hub, without a lease.
+            if let Some(waited) = s
+                .waiting
                 .get(&index)
-                .is_some_and(|seen| now.saturating_duration_since(seen.since) <= self.ttl);
-            if live && !s.complete && s.waiting.contains(&index) {
+                .map(|since| now.saturating_duration_since(*since))
+                .filter(|w| *w > self.wait_bound())
+            {
+                let why = format!(
+                    "chunk {index} waited {} for the node holding its lease to share it",
+                    secs(waited)
+                );
+                return self.waited_out(&mut s, index, &why);
+            }
+            // Held, by the last listing, and rewritten within its term: no request to learn it.
+            let live = s.leases.get(&index).is_some_and(|seen| !seen.lapsed(now));
+            if live && !s.complete && s.waiting.contains_key(&index) {
                 return Assigned::Wait;
             }
         }
         let key = self.lease_key(index);
         let node = lock(&self.state).report.node.clone();
-        let lapsed = lock(&self.state).leases.contains_key(&index);
-        match self
+        let claimed = self
             .cache
-            .claim(&key, &node, self.ttl, super::now_ms())
-            .await
-        {
+            .claim(&key, &node, self.ttl, self.cache.bucket_now_ms())
+            .await;
+        let claimed = match claimed {
+            Ok(Claim::Held(held)) => self.judge(index, &key, &node, held).await,
+            other => other,
+        };
+        match claimed {
             Ok(Claim::Won(lease)) => {
+                let taken_over = lease.taken_over();
                 let keeper = self.cache.keep(lease, self.ttl, self.clock.clone());
                 let mut s = lock(&self.state);
                 s.waiting.remove(&index);
+                let lapsed = taken_over || s.leases.contains_key(&index);
                 s.held.insert(index, keeper);
                 s.report.fetched += 1;
                 crate::metrics::global().fill_chunk("fetched");
@@ -470,29 +551,30 @@ impl Inner {
                 }
                 Assigned::Origin
             }
-            Ok(Claim::Held(record)) => {
+            Ok(Claim::Held(held)) => {
                 let mut s = lock(&self.state);
-                if let Some(p) = record
+                if let Some(p) = held
+                    .record
                     .done
                     .as_deref()
                     .and_then(|k| self.parse_piece(index, k))
                 {
+                    // Judged there (listed, found, or the blob complete).
                     s.waiting.remove(&index);
                     let sha256 = p.sha256;
                     s.pieces.insert(index, p);
                     return Assigned::Mirror { sha256 };
                 }
-                s.waiting.insert(index);
-                // Asked again once its holder's record says it lapses (a listing that sees it
-                // renewed first moves that on): never a claim per listing.
-                let now = self.clock.now();
-                let left = Duration::from_millis(record.expires_ms.saturating_sub(super::now_ms()));
-                let since = now
-                    .checked_add(left)
-                    .and_then(|t| t.checked_sub(self.ttl))
-                    .unwrap_or(now);
-                let seen = s.leases.entry(index).or_insert(Seen { e_tag: None, since });
-                seen.since = since;
+                s.waiting.entry(index).or_insert(now);
+                // Asked again once its term has passed without a rewrite (a listing that sees
+                // it rewritten first moves that on): never a claim per listing.
+                let previous = s.leases.get(&index).filter(|p| p.e_tag == held.e_tag());
+                let seen = Seen {
+                    e_tag: held.e_tag(),
+                    since: previous.map_or_else(|| self.since(now, held.age, None), |p| p.since),
+                    term: held.record.term(self.ttl),
+                };
+                s.leases.insert(index, seen);
                 Assigned::Wait
             }
             Err(e) => {
@@ -502,20 +584,117 @@ impl Inner {
         }
     }
 
-    async fn changed(self: Arc<Self>) {
-        let mut wait = FIRST_POLL;
-        loop {
-            self.clock.sleep(wait).await;
-            if let Err(e) = self.look().await {
-                // Waiting on a bucket that cannot be listed would never end: what waits comes
-                // from the Hub.
-                self.trouble(format!("{e}; the rest comes from the Hub"));
-                return;
+    /// A lease another node holds on chunk `index`, judged: taken over when this node has
+    /// watched the same version for longer than its term (the store's clock unknown, or the
+    /// holder's write older than the store said), or when it is marked done but names no piece
+    /// of this chunk that the bucket holds; else left as it is.
+    async fn judge(
+        &self,
+        index: usize,
+        key: &str,
+        node: &str,
+        held: super::Held,
+    ) -> Result<Claim, RemoteCacheError> {
+        let now = self.clock.now();
+        if let Some(done) = held.record.done.clone() {
+            let Some(piece) = self.parse_piece(index, &done) else {
+                let why = format!(
+                    "its lease names '{}', which is not a piece of it",
+                    escape(&done)
+                );
+                return self.take_over(index, key, node, &held, Some(&why)).await;
+            };
+            let (listed, complete) = {
+                let s = lock(&self.state);
+                (s.pieces.contains_key(&index), s.complete)
+            };
+            if listed || complete || self.cache.exists(&piece.key).await? {
+                return Ok(Claim::Held(held));
             }
+            let why = format!(
+                "its lease names the piece '{}', which is not in the bucket",
+                escape(&done)
+            );
+            return self.take_over(index, key, node, &held, Some(&why)).await;
+        }
+        let watched = lock(&self.state)
+            .leases
+            .get(&index)
+            .filter(|seen| seen.e_tag.is_some() && seen.e_tag == held.e_tag())
+            .is_some_and(|seen| {
+                now.saturating_duration_since(seen.since) > held.record.term(self.ttl)
+            });
+        if watched {
+            return self.take_over(index, key, node, &held, None).await;
+        }
+        Ok(Claim::Held(held))
+    }
+
+    /// Takes the lease `held` on chunk `index` over (from that version only), for `why` when
+    /// it did not lapse.
+    async fn take_over(
+        &self,
+        index: usize,
+        key: &str,
+        node: &str,
+        held: &super::Held,
+        why: Option<&str>,
+    ) -> Result<Claim, RemoteCacheError> {
+        if let Some(why) = why {
+            tracing::info!(
+                fill = self.name.as_str(),
+                index,
+                "chunk {index}: {why}; taken over"
+            );
+        }
+        self.cache
+            .take_over(key, held, node, self.ttl, self.cache.bucket_now_ms())
+            .await
+    }
+
+    /// Chunk `index` comes from the Hub, fetched by this node without a lease after waiting
+    /// past the bound (`why`): counted, and said once a fill.
+    fn waited_out(&self, s: &mut State, index: usize, why: &str) -> Assigned {
+        s.waiting.remove(&index);
+        s.report.waited_out += 1;
+        crate::metrics::global().fill_chunk("waited_out");
+        if !s.said_waited_out {
+            s.said_waited_out = true;
+            let line = format!(
+                "{}: {why}, past the bound of {}; this node fetches it from the Hub itself \
+                 (and any other chunk it has waited on as long)",
+                self.name,
+                secs(self.wait_bound())
+            );
+            tracing::warn!(fill = self.name.as_str(), "{line}");
+            s.notices.push(line);
+        }
+        Assigned::Origin
+    }
+
+    async fn changed(self: Arc<Self>) {
+        loop {
+            let wait = lock(&self.state).poll.unwrap_or(FIRST_POLL);
+            self.clock.sleep(wait).await;
+            let landed = match self.look().await {
+                Ok(landed) => landed,
+                Err(e) => {
+                    // Waiting on a bucket that cannot be listed would never end: what waits
+                    // comes from the Hub.
+                    self.trouble(format!("{e}; the rest comes from the Hub"));
+                    return;
+                }
+            };
+            // The wait between listings grows while nothing lands, across calls: a chunk
+            // asked again and told to wait again does not start the backoff over.
+            lock(&self.state).poll = Some(if landed {
+                FIRST_POLL
+            } else {
+                (wait * 2).min(LAST_POLL)
+            });
             if self.any_ready() {
                 return;
             }
-            wait = (wait * 2).min(LAST_POLL);
         }
     }
 
@@ -633,6 +812,10 @@ impl Fill for BucketFill {
         lock(&self.inner.sharing).spawn(inner.share(index, range, sha256, file));
     }
 
+    fn notices(&self) -> Vec<String> {
+        std::mem::take(&mut lock(&self.inner.state).notices)
+    }
+
     fn damaged(&self, index: usize) {
         let Some(piece) = lock(&self.inner.state).pieces.remove(&index) else {
             return;
@@ -647,6 +830,11 @@ impl Fill for BucketFill {
             }
         });
     }
+}
+
+/// A duration as people read it in a notice.
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -804,6 +992,184 @@ mod tests {
         assert_eq!(b.assign(0).await, Assigned::Origin);
         let part = b.settle().await;
         assert_eq!((part.fetched, part.taken_over), (1, 1));
+    }
+
+    /// A fill of `bytes` for `node` whose waits are recorded, not waited (virtual time).
+    fn virtual_fill(
+        cache: &RemoteCache,
+        bytes: &[u8],
+        node: &str,
+    ) -> (BucketFill, Arc<crate::net::RecordingClock>) {
+        let clock = Arc::new(crate::net::RecordingClock::new());
+        let f = BucketFill::new(
+            cache,
+            bytes_sha(bytes),
+            bytes.len() as u64,
+            node,
+            FILL_LEASE,
+            clock.clone(),
+        );
+        f.begin(CHUNK);
+        (f, clock)
+    }
+
+    fn lease_key(bytes: &[u8], index: usize) -> String {
+        format!(
+            "fills/sha256/{}/{CHUNK}/lease-{index}.json",
+            bytes_sha(bytes)
+        )
+    }
+
+    /// Writes a lease object as a hostile or careless node would, unconditionally.
+    async fn plant(cache: &RemoteCache, key: &str, record: &crate::remote_cache::LeaseRecord) {
+        cache
+            .store
+            .put(
+                &cache.object(key).unwrap(),
+                serde_json::to_vec(record).unwrap().into(),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Asks for chunk `index` until it is not told to wait, waiting for a change in between
+    /// (each wait bounded: a wait that never ends fails the test).
+    async fn until_assigned(f: &BucketFill, index: usize) -> Assigned {
+        for _ in 0..100 {
+            match f.assign(index).await {
+                Assigned::Wait => {
+                    tokio::time::timeout(Duration::from_secs(30), f.changed())
+                        .await
+                        .expect("a change is seen");
+                }
+                a => return a,
+            }
+        }
+        panic!("chunk {index} is still waited on after 100 changes");
+    }
+
+    /// A lease whose holder says it holds for ever (an expiry of `u64::MAX`, no time to live:
+    /// an older node, or a hostile one) and is never rewritten lapses after the fleet's term.
+    #[tokio::test]
+    async fn a_lease_that_says_it_holds_for_ever_lapses() {
+        let bytes = vec![7u8; 2 * CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let record = crate::remote_cache::LeaseRecord {
+            holder: "forever".into(),
+            expires_ms: u64::MAX,
+            ttl_ms: Some(u64::MAX),
+            done: None,
+        };
+        plant(&cache, &lease_key(&bytes, 0), &record).await;
+        let (b, clock) = virtual_fill(&cache, &bytes, "node-b");
+        assert_eq!(until_assigned(&b, 0).await, Assigned::Origin);
+        let part = b.settle().await;
+        assert_eq!((part.fetched, part.taken_over), (1, 1));
+        // Judged by what this node saw: not rewritten for the longest term a lease may have.
+        assert!(
+            clock.elapsed() > crate::remote_cache::MAX_LEASE,
+            "{:?}",
+            clock.elapsed()
+        );
+        assert!(
+            clock.elapsed() < crate::remote_cache::MAX_LEASE + 4 * LAST_POLL,
+            "{:?}",
+            clock.elapsed()
+        );
+    }
+
+    /// A lease marked done that names no piece of its chunk, or a piece that is not in the
+    /// bucket, is taken over at once: this node fetches the chunk.
+    #[tokio::test]
+    async fn a_done_mark_is_believed_only_with_its_piece() {
+        let bytes = vec![8u8; 3 * CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let sha = bytes_sha(&bytes);
+        let gone = format!(
+            "fills/sha256/{sha}/{CHUNK}/piece-1-{}.node-a",
+            hex::encode([0u8; 32])
+        );
+        let other_chunk = format!(
+            "fills/sha256/{sha}/{CHUNK}/piece-2-{}.node-a",
+            hex::encode([0u8; 32])
+        );
+        for (index, named) in [(0, "blobs/sha256/elsewhere"), (1, &gone), (0, &other_chunk)] {
+            let record = crate::remote_cache::LeaseRecord {
+                holder: "node-a".into(),
+                expires_ms: u64::MAX,
+                ttl_ms: None,
+                done: Some(named.to_string()),
+            };
+            plant(&cache, &lease_key(&bytes, index), &record).await;
+            let (b, clock) = virtual_fill(&cache, &bytes, "node-b");
+            assert_eq!(b.assign(index).await, Assigned::Origin, "{named}");
+            assert!(clock.waits().is_empty(), "no wait for {named}");
+            let part = b.settle().await;
+            assert_eq!((part.fetched, part.taken_over), (1, 1), "{named}");
+        }
+    }
+
+    /// A holder that renews its lease for ever and never shares the chunk is waited on for the
+    /// bound, then this node fetches the chunk from the Hub itself, and says why once.
+    #[tokio::test]
+    async fn a_chunk_is_waited_on_at_most_the_bound() {
+        let bytes = vec![9u8; 2 * CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let key = lease_key(&bytes, 0);
+        let mut record = crate::remote_cache::LeaseRecord {
+            holder: "node-a".into(),
+            expires_ms: u64::MAX,
+            ttl_ms: Some(10_000),
+            done: None,
+        };
+        plant(&cache, &key, &record).await;
+        let (b, clock) = virtual_fill(&cache, &bytes, "node-b");
+        assert_eq!(b.assign(0).await, Assigned::Wait);
+        // Rewritten every few seconds (it never lapses), while virtual time passes the bound.
+        let bound = FILL_LEASE * WAIT_BOUND_TERMS;
+        while clock.elapsed() <= bound {
+            record.expires_ms -= 1;
+            plant(&cache, &key, &record).await;
+            crate::net::RetryClock::sleep(&*clock, Duration::from_secs(3)).await;
+        }
+        assert_eq!(until_assigned(&b, 0).await, Assigned::Origin);
+        let notices = Fill::notices(&b);
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(notices[0].contains("chunk 0 waited"), "{}", notices[0]);
+        assert!(Fill::notices(&b).is_empty(), "said once");
+        let part = b.settle().await;
+        assert_eq!((part.fetched, part.waited_out), (0, 1));
+    }
+
+    /// The wait between two listings keeps growing across the engine's calls while nothing
+    /// lands: a chunk asked again and told to wait again does not start it over.
+    #[tokio::test]
+    async fn the_backoff_between_listings_is_kept_across_waits() {
+        let bytes = vec![4u8; 2 * CHUNK as usize];
+        let cache = RemoteCache::in_memory();
+        let key = lease_key(&bytes, 0);
+        let mut record = crate::remote_cache::LeaseRecord {
+            holder: "node-a".into(),
+            expires_ms: 1,
+            ttl_ms: Some(10_000),
+            done: None,
+        };
+        plant(&cache, &key, &record).await;
+        let (b, clock) = virtual_fill(&cache, &bytes, "node-b");
+        assert_eq!(b.assign(0).await, Assigned::Wait);
+        tokio::time::timeout(Duration::from_secs(30), b.changed())
+            .await
+            .expect("a lapse is seen");
+        let first = clock.waits().len();
+        // Renewed just in time: told to wait again.
+        record.expires_ms += 1;
+        plant(&cache, &key, &record).await;
+        assert_eq!(b.assign(0).await, Assigned::Wait);
+        tokio::time::timeout(Duration::from_secs(30), b.changed())
+            .await
+            .expect("a lapse is seen");
+        let waits = clock.waits();
+        assert_eq!(waits[first], LAST_POLL, "{waits:?}");
     }
 
     /// A chunk whose bytes on disk no longer match what the engine hashed is not shared, and

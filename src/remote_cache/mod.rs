@@ -49,8 +49,8 @@ use serde::{Deserialize, Serialize};
 mod fill;
 mod lease;
 mod objects;
-pub use fill::{node_name, BucketFill, FillReport, FILL_LEASE};
-pub use lease::{now_ms, Claim, Lease, LeaseKeeper, LeaseRecord};
+pub use fill::{node_name, BucketFill, FillReport, FILL_LEASE, WAIT_BOUND_TERMS};
+pub use lease::{now_ms, Claim, Held, Lease, LeaseKeeper, LeaseRecord, MAX_LEASE};
 pub use objects::Abandoned;
 use tokio::io::AsyncReadExt;
 
@@ -183,6 +183,8 @@ pub struct RemoteCache {
     url: String,
     /// The folder of a `file://` store, which is listed by hand (see [`RemoteCache::index`]).
     local_root: Option<std::path::PathBuf>,
+    /// The store's clock, as far as this node knows it (leases are judged by it).
+    clock: Arc<lease::BucketClock>,
 }
 
 impl fmt::Debug for RemoteCache {
@@ -498,7 +500,7 @@ impl RemoteCache {
                 return Err(bad(format!(
                     "unsupported scheme '{}' (s3://, gs://, az:// or file://)",
                     escape(other)
-                )))
+                )));
             }
         };
         let prefix = prefix.trim_matches('/');
@@ -515,6 +517,7 @@ impl RemoteCache {
             store,
             local_root,
             url: escape(shown.as_str().trim_end_matches('/')).into_owned(),
+            clock: Arc::default(),
         })
     }
 
@@ -526,6 +529,7 @@ impl RemoteCache {
             store: Arc::new(object_store::memory::InMemory::new()),
             url: "memory://bucket".into(),
             local_root: None,
+            clock: Arc::default(),
         }
     }
 
@@ -616,10 +620,10 @@ impl RemoteCache {
                         "{}/{key} has {} bytes, not {size}",
                         self.url, meta.size
                     )),
-                })
+                });
             }
             Err(object_store::Error::NotFound { .. }) => {
-                return Ok(Lookup::Missing { damaged: None })
+                return Ok(Lookup::Missing { damaged: None });
             }
             Err(e) => return Err(self.fail("look up", &key, e)),
         }
@@ -721,7 +725,7 @@ impl RemoteCache {
                 return Ok(BlobCheck::Damaged(format!(
                     "{}/{key} holds more than {size} bytes",
                     self.url
-                )))
+                )));
             }
             None => {}
         }
@@ -1071,15 +1075,31 @@ impl RemoteCache {
         key: &str,
         limit: u64,
     ) -> Result<Option<(Vec<u8>, object_store::UpdateVersion)>, RemoteCacheError> {
+        Ok(self
+            .read_bounded_meta(key, limit)
+            .await?
+            .map(|(bytes, meta)| {
+                let version = object_store::UpdateVersion {
+                    e_tag: meta.e_tag,
+                    version: meta.version,
+                };
+                (bytes, version)
+            }))
+    }
+
+    /// An object read whole with what the store says of it (its version, when it was last
+    /// written by the store's clock), refused past `limit` bytes; `None` when there is none.
+    async fn read_bounded_meta(
+        &self,
+        key: &str,
+        limit: u64,
+    ) -> Result<Option<(Vec<u8>, object_store::ObjectMeta)>, RemoteCacheError> {
         let got = match self.store.get(&self.object(key)?).await {
             Ok(g) => g,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.fail("read", key, e)),
         };
-        let version = object_store::UpdateVersion {
-            e_tag: got.meta.e_tag.clone(),
-            version: got.meta.version.clone(),
-        };
+        let meta = got.meta.clone();
         let mut body = got.into_stream();
         let mut bytes = Vec::new();
         while let Some(piece) = body.next().await {
@@ -1089,7 +1109,7 @@ impl RemoteCache {
             }
             bytes.extend_from_slice(&piece);
         }
-        Ok(Some((bytes, version)))
+        Ok(Some((bytes, meta)))
     }
 
     /// Uploads a verified file: its blob (unless the store has it), its manifest, its index
@@ -1347,8 +1367,12 @@ mod tests {
         let other = s3_404("<Error><Code>NoSuchKey</Code></Error>");
         assert_eq!(other.missing_bucket(), None);
         assert_eq!(
-            super::bucket_advice("gs://b/p").split(": create it with ").nth(1),
-            Some("`gcloud storage buckets create gs://b`, or give another --remote-cache; nothing was uploaded")
+            super::bucket_advice("gs://b/p")
+                .split(": create it with ")
+                .nth(1),
+            Some(
+                "`gcloud storage buckets create gs://b`, or give another --remote-cache; nothing was uploaded"
+            )
         );
     }
 

@@ -112,7 +112,7 @@ impl RemoteCache {
 
     /// The objects below `prefix`, at most `most` of them (a folder that holds more is read
     /// no further).
-    async fn list_objects(
+    pub(super) async fn list_objects(
         &self,
         prefix: &str,
         most: usize,

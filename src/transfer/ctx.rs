@@ -96,6 +96,9 @@ impl<'a> Ctx<'a> {
             () = self.stop.cancelled() => return true,
             a = fill.assign(index) => a,
         };
+        for n in fill.notices() {
+            self.events.notice(&n);
+        }
         if let super::Assigned::Mirror { sha256 } = a {
             self.chunks.lock().expect_copy(index, Some(sha256));
         }
@@ -110,7 +113,8 @@ impl<'a> Ctx<'a> {
         let Some(fill) = m.fill().filter(|_| m.fetches_for_others(index)) else {
             return;
         };
-        let (Some(range), Some(digest)) = (self.plan.chunk(index), self.chunks.lock().digest(index))
+        let (Some(range), Some(digest)) =
+            (self.plan.chunk(index), self.chunks.lock().digest(index))
         else {
             return;
         };

@@ -109,6 +109,12 @@ pub trait Fill: Mirror {
         file: std::sync::Arc<std::fs::File>,
     );
 
+    /// What the fill has to tell the user since it was last asked (a wait cut short, and
+    /// why): the engine asks after each assignment and says each as a notice.
+    fn notices(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The copy of chunk `index` read from the mirror did not match (its recorded digest, or
     /// the manifest): the engine fetches it from the resolve URL instead; the fill removes or
     /// reports that copy.

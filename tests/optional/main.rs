@@ -58,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Python: remote_cache::moto_honours_conditional_writes_and_one_of_eight_nodes_leads,
         Python: remote_cache::eight_wi_fetch_nodes_started_together_fill_from_the_hub_once,
         Python: remote_cache::a_leader_killed_at_30_percent_is_taken_over,
+        Python: remote_cache::hostile_leases_in_the_bucket_hold_no_node_for_long,
         Python: remote_cache::one_node_alone_fills_with_chunks_fetched_in_several_ranges,
         MiniLm: safetensors::real_minilm_checkpoint,
         Python: safetensors::files_written_by_the_reference_writer,

@@ -131,7 +131,7 @@ const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 pub fn moto_honours_conditional_writes_and_one_of_eight_nodes_leads() {
     use crate::support::moto::{Moto, BUCKET};
     use weight_inspect::manifest::Sha256Hex;
-    use weight_inspect::remote_cache::{now_ms, Claim, Lease, RemoteCache};
+    use weight_inspect::remote_cache::{Claim, Lease, RemoteCache};
     let moto = Moto::start();
     crate::block_on(async {
         let url = format!("s3://{BUCKET}/team");
@@ -139,7 +139,7 @@ pub fn moto_honours_conditional_writes_and_one_of_eight_nodes_leads() {
         assert!(cache.conditional_writes("node-0").await.unwrap());
         let key = RemoteCache::lease_key(&Sha256Hex([7; 32]));
         let names: Vec<String> = (0..8).map(|n| format!("node-{n}")).collect();
-        let now = now_ms();
+        let now = cache.bucket_now_ms();
         let claims =
             futures::future::join_all(names.iter().map(|n| cache.claim(&key, n, LEASE_TTL, now)))
                 .await;
@@ -153,16 +153,23 @@ pub fn moto_honours_conditional_writes_and_one_of_eight_nodes_leads() {
         }
         assert_eq!((won.len(), held.len()), (1, 7), "{won:?} {held:?}");
         let mut leader = won.pop().unwrap();
-        assert!(held.iter().all(|r| r.holder == leader.holder()), "{held:?}");
-        assert!(cache
-            .renew(&mut leader, LEASE_TTL, now + 1_000)
+        assert!(
+            held.iter().all(|h| h.record.holder == leader.holder()),
+            "{held:?}"
+        );
+        assert!(cache.renew(&mut leader, LEASE_TTL).await.unwrap());
+        // Of two followers taking it over at once from the version they read, one wins.
+        let Claim::Held(read) = cache
+            .claim(&key, "node-8", LEASE_TTL, cache.bucket_now_ms())
             .await
-            .unwrap());
-        // Lapsed (the leader stopped renewing): one of two followers takes it over.
-        let later = leader.expires_ms() + 1;
+            .unwrap()
+        else {
+            panic!("held by the leader");
+        };
+        let later = cache.bucket_now_ms() + LEASE_TTL.as_millis() as u64 + 2_000;
         let (a, b) = futures::join!(
-            cache.claim(&key, "node-8", LEASE_TTL, later),
-            cache.claim(&key, "node-9", LEASE_TTL, later)
+            cache.take_over(&key, &read, "node-8", LEASE_TTL, later),
+            cache.take_over(&key, &read, "node-9", LEASE_TTL, later)
         );
         let mut took: Vec<Lease> = [a.unwrap(), b.unwrap()]
             .into_iter()
@@ -172,14 +179,18 @@ pub fn moto_honours_conditional_writes_and_one_of_eight_nodes_leads() {
             })
             .collect();
         assert_eq!(took.len(), 1);
-        assert!(!cache.renew(&mut leader, LEASE_TTL, later).await.unwrap());
+        assert!(!cache.renew(&mut leader, LEASE_TTL).await.unwrap());
         cache.release(took.pop().unwrap()).await.unwrap();
         assert!(matches!(
-            cache
-                .claim(&key, "node-10", LEASE_TTL, later)
-                .await
-                .unwrap(),
+            cache.claim(&key, "node-10", LEASE_TTL, now).await.unwrap(),
             Claim::Won(_)
+        ));
+        // Not rewritten for longer than its term by moto's clock (its Last-Modified, learnt by
+        // the probe): a claim takes it over.
+        assert!(cache.knows_bucket_clock());
+        assert!(matches!(
+            cache.claim(&key, "node-11", LEASE_TTL, later).await.unwrap(),
+            Claim::Won(l) if l.taken_over()
         ));
     });
 }
@@ -221,10 +232,22 @@ fn fleet_node(
     moto: &crate::support::moto::Moto,
     name: &str,
 ) -> std::process::Command {
+    fleet_node_in(sb, hub, moto, name, "team", "2s")
+}
+
+/// [`fleet_node`], filling below `prefix` in the bucket, with leases of `lease`.
+fn fleet_node_in(
+    sb: &Sandbox,
+    hub: &mock_server::MockHub,
+    moto: &crate::support::moto::Moto,
+    name: &str,
+    prefix: &str,
+    lease: &str,
+) -> std::process::Command {
     let mut c = sb.cmd(hub);
     moto.env(&mut c);
     c.args([FLEET_REPO, FLEET_FILE, "--json", "--remote-cache"])
-        .arg(format!("s3://{}/team", crate::support::moto::BUCKET))
+        .arg(format!("s3://{}/{prefix}", crate::support::moto::BUCKET))
         .args([
             "--node-name",
             name,
@@ -233,7 +256,7 @@ fn fleet_node(
             "--connections",
             "2",
         ])
-        .args(["--fill-lease", "2s"]);
+        .args(["--fill-lease", lease]);
     c
 }
 
@@ -308,6 +331,68 @@ pub fn eight_wi_fetch_nodes_started_together_fill_from_the_hub_once() {
             0
         );
     });
+}
+
+/// A chunk's lease written into the bucket by a hostile or careless node (issue 48): an expiry
+/// in the far future, a holder whose clock runs an hour ahead and then dies, a "done" mark
+/// naming an object that is not a piece, or a piece that is not there. Each holds a node for no
+/// longer than a lease's term: it takes the chunk over, fetches it, and finishes.
+pub fn hostile_leases_in_the_bucket_hold_no_node_for_long() {
+    use crate::support::moto::Moto;
+    let moto = Moto::start();
+    let (hub, bytes) = fleet_hub(64 << 20);
+    let sha = crate::support::sha256_hex(&bytes);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let zeros = "0".repeat(64);
+    let cases = [
+        (
+            "forever",
+            r#"{"holder":"ghost","expires_ms":18446744073709551615}"#.to_string(),
+        ),
+        (
+            "an hour ahead",
+            format!(
+                r#"{{"holder":"ahead","expires_ms":{},"ttl_ms":1000}}"#,
+                now_ms + 3_600_000 + 1_000
+            ),
+        ),
+        (
+            "done, no piece",
+            format!(
+                r#"{{"holder":"liar","expires_ms":18446744073709551615,"done":"blobs/sha256/{zeros}"}}"#
+            ),
+        ),
+        (
+            "done, piece gone",
+            format!(
+                r#"{{"holder":"liar","expires_ms":18446744073709551615,"done":"fills/sha256/{sha}/1048576/piece-0-{zeros}.liar"}}"#
+            ),
+        ),
+    ];
+    for (n, (name, lease)) in cases.iter().enumerate() {
+        let prefix = format!("team-{n}");
+        moto.put(
+            &format!("{prefix}/fills/sha256/{sha}/1048576/lease-0.json"),
+            lease.as_bytes(),
+        );
+        let sb = Sandbox::new();
+        let c = fleet_node_in(&sb, &hub, &moto, "node-b", &prefix, "1s");
+        let o = run_within(c, std::time::Duration::from_secs(120));
+        expect_code(&o, 0);
+        let f = &json(&o)["files"][0];
+        assert_eq!(
+            std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+            bytes,
+            "{name}"
+        );
+        assert!(
+            f["fill"]["taken_over"].as_u64() >= Some(1),
+            "{name}: chunk 0 taken over: {f}"
+        );
+    }
 }
 
 /// The node filling a file alone is killed (SIGKILL) once 30% of its pieces are in the

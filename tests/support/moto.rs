@@ -81,6 +81,22 @@ impl Moto {
     }
 }
 
+impl Moto {
+    /// Writes `body` at `key` in [`BUCKET`] unconditionally, as a hostile or careless node
+    /// would (moto checks no signature: one bare request).
+    pub fn put(&self, key: &str, body: &[u8]) {
+        let addr = self.endpoint.trim_start_matches("http://");
+        let mut s = TcpStream::connect(addr).unwrap();
+        let head = format!(
+            "PUT /{BUCKET}/{key} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let answer = request(s, std::str::from_utf8(body).unwrap()).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+}
+
 /// Sends `text` and reads the answer to the end.
 fn request(mut s: TcpStream, text: &str) -> std::io::Result<String> {
     s.set_read_timeout(Some(Duration::from_secs(10)))?;

@@ -182,6 +182,9 @@ class FillReport(TypedDict):
     read_from: dict[str, int]
     #: Pieces found damaged (deleted from the bucket), by key.
     damaged: list[str]
+    #: Chunks this node fetched from the Hub itself, without their lease, after waiting past
+    #: the bound for another node's piece.
+    waited_out: int
     #: Why coordinating stopped early, or why a piece could not be shared.
     trouble: NotRequired[str]
 

@@ -166,7 +166,7 @@ pub(super) struct FetchArgs {
     #[arg(long, value_name = "NAME", env = "WI_NODE_NAME")]
     pub(super) node_name: Option<String>,
     /// How long a chunk's lease in the bucket holds without renewal: a node that stops has its
-    /// chunks taken over this long after its last renewal.
+    /// chunks taken over this long after its last renewal (at most 120s).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10s")]
     pub(super) fill_lease: Duration,
     /// Resolve and show what would be fetched; download nothing.

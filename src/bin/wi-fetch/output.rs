@@ -252,6 +252,12 @@ fn fill_line(part: &weight_inspect::remote_cache::FillReport) -> String {
             part.taken_over
         ));
     }
+    if part.waited_out > 0 {
+        line.push_str(&format!(
+            ", {} more fetched by this node after waiting past the bound for another's",
+            part.waited_out
+        ));
+    }
     if read > 0 {
         let who: Vec<String> = part
             .read_from
