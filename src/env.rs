@@ -23,26 +23,130 @@ fn non_empty(v: Option<OsString>) -> Option<OsString> {
     v.filter(|v| !v.is_empty())
 }
 
-/// A Hub access token. Its `Debug` output hides the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Token(String);
+/// A Hub access token, and where it came from (to name it when it is refused). Its `Debug`
+/// output hides the value; nothing of this crate prints it.
+///
+/// A token goes into an `Authorization: Bearer` header, so it must be one word of visible
+/// ASCII: [`Token::check`] says so, naming its [`TokenSource`], and every client that sends one
+/// (`HubClient::new`, so `wi-fetch`, `weight-inspect` on `hf://`, `serve --upstream` and the
+/// Python package) refuses to start with a token that is not, rather than going on without it.
+#[derive(Clone)]
+pub struct Token {
+    value: String,
+    source: TokenSource,
+}
+
+/// Where a [`Token`] came from: said when it is refused (its value never is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenSource {
+    /// An environment variable (`HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`).
+    Var(&'static str),
+    /// The token file (`$HF_TOKEN_PATH`, else `$HF_HOME/token`).
+    File(PathBuf),
+    /// A command-line option (`--token`).
+    Option(&'static str),
+    /// A keyword argument (Python's `token=`).
+    Keyword(&'static str),
+    /// Given to the library ([`Token::new`]).
+    Given,
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenSource::Var(v) => write!(f, "the token in {v}"),
+            TokenSource::File(p) => write!(
+                f,
+                "the token in the token file {}",
+                crate::names::escape(&p.to_string_lossy())
+            ),
+            TokenSource::Option(o) => write!(f, "the token given with {o}"),
+            TokenSource::Keyword(k) => write!(f, "the token given as {k}="),
+            TokenSource::Given => f.write_str("the token given"),
+        }
+    }
+}
+
+/// A token that cannot be sent in a header: where it came from and what it holds (never the
+/// token itself).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{from} contains {what}: a token is one word of visible ASCII, sent as a header; it was \
+     not used"
+)]
+pub struct TokenError {
+    /// Where the token came from.
+    pub from: TokenSource,
+    /// What it holds that a token cannot: "a line break", "a control character", "a space",
+    /// "a character that is not ASCII".
+    pub what: &'static str,
+}
 
 impl Token {
-    /// Wraps a token; surrounding whitespace is removed. `None` when nothing is left.
+    /// Wraps a token given to the library ([`TokenSource::Given`]); surrounding whitespace is
+    /// removed. `None` when nothing is left. It is [checked](Token::check) when a client that
+    /// would send it is made.
     pub fn new(token: impl AsRef<str>) -> Option<Token> {
+        Token::from_source(token, TokenSource::Given)
+    }
+
+    /// [`Token::new`] of a token that came from `source`.
+    pub fn from_source(token: impl AsRef<str>, source: TokenSource) -> Option<Token> {
         let t = token.as_ref().trim();
-        if t.is_empty() {
-            None
-        } else {
-            Some(Token(t.to_string()))
+        (!t.is_empty()).then(|| Token {
+            value: t.to_string(),
+            source,
+        })
+    }
+
+    /// [`Token::from_source`], [checked](Token::check): `Ok(None)` when the value is empty.
+    pub fn parse(token: impl AsRef<str>, source: TokenSource) -> Result<Option<Token>, TokenError> {
+        let t = Token::from_source(token, source);
+        if let Some(t) = &t {
+            t.check()?;
         }
+        Ok(t)
+    }
+
+    /// Whether the token can be sent: one word of visible ASCII (no line break, control
+    /// character, space or other character), as a bearer token is (RFC 6750); else why not,
+    /// naming where it came from.
+    pub fn check(&self) -> Result<(), TokenError> {
+        let bad = self.value.chars().find(|c| !c.is_ascii_graphic());
+        match bad {
+            None => Ok(()),
+            Some(c) => Err(TokenError {
+                from: self.source.clone(),
+                what: match c {
+                    '\r' | '\n' => "a line break",
+                    ' ' => "a space",
+                    c if c.is_ascii() => "a control character",
+                    _ => "a character that is not ASCII",
+                },
+            }),
+        }
+    }
+
+    /// Where the token came from.
+    pub fn source(&self) -> &TokenSource {
+        &self.source
     }
 
     /// The token's value, to put in an `Authorization: Bearer` header.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.value
     }
 }
+
+/// Two tokens are equal when their values are, wherever they came from.
+impl PartialEq for Token {
+    fn eq(&self, other: &Token) -> bool {
+        self.value == other.value
+    }
+}
+
+impl Eq for Token {}
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -133,7 +237,8 @@ pub fn normalize_endpoint(e: &str) -> String {
 
 /// The token: `HF_TOKEN` (or the older `HUGGING_FACE_HUB_TOKEN`), else the content of the file
 /// `$HF_TOKEN_PATH`, else `$HF_HOME/token`. Whitespace around it is ignored; an empty value
-/// counts as none.
+/// counts as none. The token says where it came from; one that is not text (not UTF-8) is kept
+/// as read, for [`Token::check`] to refuse.
 pub fn token() -> Option<Token> {
     token_from(&process_env)
 }
@@ -141,8 +246,10 @@ pub fn token() -> Option<Token> {
 /// [`token`] with an explicit environment.
 pub fn token_from(env: EnvLookup<'_>) -> Option<Token> {
     for var in ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"] {
-        if let Some(t) = env(var).and_then(|v| Token::new(v.to_string_lossy())) {
-            return Some(t);
+        let found =
+            env(var).and_then(|v| Token::from_source(v.to_string_lossy(), TokenSource::Var(var)));
+        if found.is_some() {
+            return found;
         }
     }
     let path = non_empty(env("HF_TOKEN_PATH"))
@@ -151,7 +258,7 @@ pub fn token_from(env: EnvLookup<'_>) -> Option<Token> {
     // A token file is small: refuse anything large, and anything but a regular file (a FIFO
     // would block the read).
     let bytes = crate::safe_fs::read_bounded(&path, 64 * 1024).ok()??;
-    Token::new(String::from_utf8(bytes).ok()?)
+    Token::from_source(String::from_utf8_lossy(&bytes), TokenSource::File(path))
 }
 
 /// Whether `HF_HUB_OFFLINE` asks for offline mode (`1`, `ON`, `YES`, `TRUE`, any case), as
@@ -257,6 +364,58 @@ mod tests {
         let e = env_of(&[("HF_HOME", dir.path().join("none").to_str().unwrap())]);
         assert!(token_from(&e).is_none());
         assert_eq!(format!("{:?}", Token::new("secret")), "Some(Token(***))");
+    }
+
+    /// A token that cannot be a header is refused by its source, never shown; one read from
+    /// the environment or the file says which.
+    #[test]
+    fn tokens_that_cannot_be_headers_are_named_by_their_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, b"hf_se\xffcret\n").unwrap();
+        let f = file.to_str().unwrap();
+        let e = env_of(&[("HF_TOKEN", "hf_se\ncret\n")]);
+        let err = token_from(&e).unwrap().check().unwrap_err();
+        assert_eq!(err.from, TokenSource::Var("HF_TOKEN"));
+        let message = err.to_string();
+        assert!(
+            message.starts_with("the token in HF_TOKEN contains a line break"),
+            "{message}"
+        );
+        assert!(!message.contains("cret"), "{message}");
+        let e = env_of(&[("HUGGING_FACE_HUB_TOKEN", "a\rb")]);
+        let err = token_from(&e).unwrap().check().unwrap_err();
+        assert_eq!(err.from, TokenSource::Var("HUGGING_FACE_HUB_TOKEN"));
+        let e = env_of(&[("HF_TOKEN_PATH", f)]);
+        let err = token_from(&e).unwrap().check().unwrap_err();
+        assert_eq!(err.what, "a character that is not ASCII");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("the token in the token file {f} contains")),
+            "{err}"
+        );
+        for (value, what) in [
+            ("a b", "a space"),
+            ("a\0b", "a control character"),
+            ("a\tb", "a control character"),
+            ("a\u{7f}b", "a control character"),
+            ("a\u{e9}b", "a character that is not ASCII"),
+        ] {
+            let err = Token::parse(value, TokenSource::Option("--token")).unwrap_err();
+            assert_eq!(err.what, what, "{value:?}");
+            assert!(err
+                .to_string()
+                .starts_with("the token given with --token contains"));
+        }
+        let k = Token::parse("x\ny", TokenSource::Keyword("token")).unwrap_err();
+        assert!(k
+            .to_string()
+            .starts_with("the token given as token= contains a line break"));
+        assert_eq!(Token::parse(" \n", TokenSource::Given), Ok(None));
+        let ok = Token::parse(" hf_Ab-._~+/= \n", TokenSource::Given)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.expose(), "hf_Ab-._~+/=");
     }
 
     #[test]

@@ -415,6 +415,113 @@ fn added_headers_go_to_the_origin_only() {
     );
 }
 
+/// Regression: a token holding a line break (or another byte a header cannot carry) was
+/// dropped without a word where it became a header, and the run went on anonymous (exit 0 for
+/// a public repository). Now each tool that would send it refuses it before any request, naming
+/// where it came from, exit 1 as for a bad `--header`, and never shows it: `wi-fetch` (from
+/// `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN`, `--token`, the token file), `weight-inspect` on
+/// `hf://` (`HF_TOKEN`, `--token`) and `serve --upstream` (its own `HF_TOKEN`).
+#[test]
+fn a_token_that_cannot_be_a_header_is_refused_by_its_source() {
+    let hub = token_hub(|b| b);
+    let sb = Sandbox::new();
+    let (line_break, control) = (format!("{CANARY}\nX"), format!("{CANARY}\u{1}X"));
+    // (Outside the sandbox, which must hold the canary nowhere.)
+    let elsewhere = tempfile::tempdir().unwrap();
+    let token_file = elsewhere.path().join("token");
+    fs::write(&token_file, format!("{CANARY}\r\nX\n")).unwrap();
+    fs::create_dir_all(sb.cache()).unwrap();
+    let refused = |o: &Output, says: &str| {
+        expect_code(o, 1);
+        assert!(stderr(o).contains(says), "{says}: {}", stderr(o));
+        assert_no_canary(o, &sb);
+        assert_eq!(hub.stats().total_requests, 0, "{says}: no request");
+    };
+    for (env, args, says) in [
+        (
+            Some(("HF_TOKEN", line_break.as_str())),
+            &[][..],
+            "the token in HF_TOKEN contains a line break",
+        ),
+        (
+            Some(("HUGGING_FACE_HUB_TOKEN", control.as_str())),
+            &[],
+            "the token in HUGGING_FACE_HUB_TOKEN contains a control character",
+        ),
+        (
+            Some(("HF_TOKEN_PATH", token_file.to_str().unwrap())),
+            &[],
+            "the token in the token file",
+        ),
+        (
+            None,
+            &["--token", line_break.as_str()],
+            "the token given with --token contains a line break",
+        ),
+        // A good token given wins over a bad one in the environment, which is never sent.
+        (
+            Some(("HF_TOKEN", line_break.as_str())),
+            &["--token", "hf_fine"],
+            "",
+        ),
+    ] {
+        let mut c = sb.cmd(&hub);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        c.args(["tok/repo", "c.json", "-q"]).args(args);
+        let o = run_within(c, LIMIT);
+        if says.is_empty() {
+            expect_code(&o, 0);
+            assert_no_canary(&o, &sb);
+            hub.reset_stats();
+            continue;
+        }
+        refused(&o, says);
+    }
+
+    // weight-inspect on the Hub: its --token, and HF_TOKEN.
+    let inspect = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weight-inspect"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", sb.dir.path())
+            .env("HF_HOME", sb.home())
+            .env("HF_ENDPOINT", hub.url())
+            .arg("hf://tok/repo/c.json")
+            .stdin(Stdio::null());
+        c
+    };
+    let mut c = inspect();
+    c.env("HF_TOKEN", &line_break);
+    refused(
+        &run_within(c, LIMIT),
+        "the token in HF_TOKEN contains a line break",
+    );
+    let mut c = inspect();
+    c.args(["--token", &control]);
+    refused(
+        &run_within(c, LIMIT),
+        "the token given with --token contains a control character",
+    );
+
+    // serve --upstream: the mirror's own token.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weight-inspect"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", sb.dir.path())
+        .env("HF_HOME", sb.home())
+        .env("HF_TOKEN", &line_break)
+        .arg("serve")
+        .arg(sb.cache())
+        .args(["--addr", "127.0.0.1:0", "--upstream", &hub.url()])
+        .stdin(Stdio::null());
+    refused(
+        &run_within(c, LIMIT),
+        "the token in HF_TOKEN contains a line break",
+    );
+}
+
 /// The token is never printed, logged or written to disk, whatever fails.
 fn assert_no_canary(o: &Output, sb: &Sandbox) {
     assert!(

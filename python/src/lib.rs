@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use weight_inspect::cache::{HfCache, LocalDir, Store};
-use weight_inspect::env::Token;
+use weight_inspect::env::{Token, TokenSource};
 use weight_inspect::exit::ExitClass;
 use weight_inspect::hub::HubConfig;
 use weight_inspect::manifest::{self, CreateOptions, Document, DEFAULT_CHUNK_SIZE};
@@ -92,6 +92,7 @@ fn inspect(
     revision: Option<String>,
     token: Option<String>,
 ) -> PyResult<(Vec<Bound<'_, PyAny>>, Option<String>)> {
+    check_token(token.as_deref())?;
     let opts = Options {
         hash_tensors: verify,
         strict,
@@ -137,7 +138,8 @@ fn inspect_remote(
         cfg.endpoint = e;
     }
     if let Some(t) = token {
-        cfg.token = Token::new(t);
+        // An empty one is none: no token is sent.
+        cfg.token = Token::from_source(t, TokenSource::Keyword("token"));
     }
     let (_target, inspection) = remote::inspect_reference_blocking(spec, revision, cfg, opts)
         .map_err(|e| Failure::of(e.exit_class(), &e))?;
@@ -290,7 +292,18 @@ fn fetch<'py>(
     }
     let request: weight_inspect::fetch::FetchRequest = pythonize::depythonize(&request)
         .map_err(|e| pyo3::exceptions::PyTypeError::new_err(format!("fetch request: {e}")))?;
+    check_token(request.token.as_deref())?;
     download::run(py, request, progress, dry_run)
+}
+
+/// The `token=` keyword, checked as every token is (`Token::check`): one that cannot be sent in
+/// a header raises `ValueError` naming the keyword (never the token), instead of the call going
+/// on without it.
+fn check_token(token: Option<&str>) -> PyResult<()> {
+    match token.map(|t| Token::parse(t, TokenSource::Keyword("token"))) {
+        Some(Err(e)) => Err(pyo3::exceptions::PyValueError::new_err(e.to_string())),
+        _ => Ok(()),
+    }
 }
 
 /// A repository type as huggingface_hub takes it: exactly `model`, `dataset` or `space`

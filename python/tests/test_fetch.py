@@ -206,6 +206,41 @@ def test_fetch_failures_raise_by_class(hub: Hub, tmp_path: Path) -> None:
         wi.fetch("demo/tiny", endpoint=hub.url, cache_dir=tmp_path, connections=0)
 
 
+def test_a_token_that_cannot_be_a_header_is_refused(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token with a line break (or another byte a header cannot carry) raises, naming where
+    it came from and never showing it, before any request: it was dropped without a word and
+    the download went on anonymous."""
+    canary = "hf_canary_token_4b1d"
+    hub.reset_stats()
+    calls: list[Callable[[str], Any]] = [
+        lambda t: wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url,
+                           cache_dir=tmp_path, token=t),
+        lambda t: wi.hf_hub_download("demo/tiny", "config.json", endpoint=hub.url,
+                                     cache_dir=tmp_path, token=t),
+        lambda t: wi.snapshot_download("demo/tiny", endpoint=hub.url, cache_dir=tmp_path, token=t),
+        lambda t: wi.inspect("hf://demo/tiny/model.safetensors", endpoint=hub.url, token=t),
+    ]
+    for call in calls:
+        for bad, what in [(f"{canary}\nX", "a line break"), (f"{canary}\rX", "a line break"),
+                          (f"{canary}\x00X", "a control character"), (f"{canary} X", "a space")]:
+            with pytest.raises(ValueError, match=f"^the token given as token= contains {what}") as e:
+                call(bad)
+            assert canary not in str(e.value)
+    # From the environment: the variable named, a LocalError (exit code 1) as for a bad header.
+    monkeypatch.setenv("HF_TOKEN", f"{canary}\nX")
+    with pytest.raises(wi.LocalError, match="^the token in HF_TOKEN contains a line break") as le:
+        wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, cache_dir=tmp_path)
+    assert canary not in str(le.value) and le.value.exit_code == 1
+    assert hub.stats()["total_requests"] == 0
+    assert not list(tmp_path.glob("models--demo--tiny/blobs/*"))
+    # A good token given wins over the environment's, which is never sent.
+    s = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, cache_dir=tmp_path,
+                 token="hf_fine")
+    assert s["files"][0]["path"] == "config.json"
+
+
 def test_an_exception_in_the_progress_callback_stops_the_fetch(hub: Hub, tmp_path: Path) -> None:
     def boom(event: wi.ProgressEvent) -> None:
         raise RuntimeError(f"stop at {event.kind}")

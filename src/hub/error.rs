@@ -185,6 +185,10 @@ pub enum HubError {
         /// The commit the answer named.
         answered: String,
     },
+    /// The token cannot be sent (not one word of visible ASCII: a line break, a control
+    /// character…): refused, naming where it came from, rather than sent without it.
+    #[error(transparent)]
+    Token(#[from] crate::env::TokenError),
     /// The HTTP client could not be built (the reason, reqwest's own cause, said: "builder
     /// error" alone tells nobody that the system has no CA certificates).
     #[error("cannot build the HTTP client: {}", crate::net::cause(.0))]

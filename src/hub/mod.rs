@@ -236,8 +236,12 @@ pub struct HubClient {
 }
 
 impl HubClient {
-    /// A client with these settings.
+    /// A client with these settings; a token that cannot be sent in a header is refused
+    /// ([`HubError::Token`], naming where it came from).
     pub fn new(mut cfg: HubConfig) -> Result<Self, HubError> {
+        if let Some(t) = &cfg.token {
+            t.check()?;
+        }
         cfg.endpoint = normalize_endpoint(&cfg.endpoint);
         let base = match url::Url::parse(&cfg.endpoint) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => u,
@@ -371,6 +375,22 @@ mod tests {
         assert!(h[AUTHORIZATION].is_sensitive());
         assert!(!format!("{h:?}").contains("hf_secret"));
         assert!(!format!("{c:?}").contains("hf_secret"));
+    }
+
+    #[test]
+    fn a_token_that_cannot_be_a_header_is_refused_by_its_source() {
+        let e = HubClient::new(HubConfig {
+            token: Token::from_source("hf_se\ncret", crate::env::TokenSource::Var("HF_TOKEN")),
+            ..HubConfig::default()
+        })
+        .unwrap_err();
+        assert!(matches!(e, HubError::Token(_)), "{e:?}");
+        let message = e.to_string();
+        assert!(
+            message.starts_with("the token in HF_TOKEN contains a line break"),
+            "{message}"
+        );
+        assert!(!message.contains("cret") && !format!("{e:?}").contains("cret"));
     }
 
     #[test]

@@ -291,6 +291,10 @@ fn parse_resolve_url(spec: &str) -> Result<Option<Target>, RemoteError> {
 /// The client to read `target` with: `cfg` as it is, or, for a URL on another server, `cfg`
 /// pointed at that server **without the token** (the token belongs to `cfg`'s endpoint only).
 pub(crate) fn client_for(target: &Target, mut cfg: HubConfig) -> Result<HubClient, HubError> {
+    // A token that cannot be sent is refused even where another endpoint would not get it.
+    if let Some(t) = &cfg.token {
+        t.check()?;
+    }
     if let Some(ep) = &target.endpoint {
         let origin = |e: &str| url::Url::parse(e).ok().map(|u| u.origin());
         let ours = origin(&crate::env::normalize_endpoint(&cfg.endpoint));
@@ -915,9 +919,18 @@ mod tests {
             .token
             .is_some());
         let other = parse_target("https://evil.example/o/n/resolve/main/f.gguf", None).unwrap();
-        let c = client_for(&other, cfg).unwrap();
+        let c = client_for(&other, cfg.clone()).unwrap();
         assert!(c.config().token.is_none());
         assert_eq!(c.endpoint(), "https://evil.example");
+        // A token that cannot be sent is refused, whichever server the URL names.
+        let bad = HubConfig {
+            token: crate::env::Token::new("hf_a\nb"),
+            ..cfg
+        };
+        for target in [&same, &other] {
+            let e = client_for(target, bad.clone()).unwrap_err();
+            assert!(matches!(e, HubError::Token(_)), "{e:?}");
+        }
     }
 
     #[test]

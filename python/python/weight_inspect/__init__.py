@@ -773,7 +773,8 @@ def inspect(
     would fetch (one GGUF, or each safetensors model), and the note saying which was chosen is
     logged (logger ``weight_inspect``, level INFO). ``endpoint`` (default
     ``HF_ENDPOINT``), ``revision`` (for the forms without one) and ``token`` (default
-    ``HF_TOKEN`` or the token file; sent to the endpoint's origin only) are
+    ``HF_TOKEN`` or the token file; sent to the endpoint's origin only; one that cannot be a
+    header raises ``ValueError``) are
     ``weight-inspect``'s options. Failures raise :class:`NotFoundError` (4),
     :class:`NetworkError` (3) or :class:`LocalError` (1); offline (``HF_HUB_OFFLINE``) a
     remote path is a :class:`NotFoundError`.
@@ -940,7 +941,8 @@ def fetch(
     repository gives its default model (Q4_K_M, else Q8_0, else the first), others every file.
     ``revision`` a branch, tag or commit; ``cache_dir`` the Hugging Face cache (default as
     huggingface_hub finds it), or ``local_dir`` a plain folder; ``token`` (default ``HF_TOKEN``
-    or the token file); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
+    or the token file; one that is not a word of visible ASCII, such as one with a line break,
+    raises ``ValueError``); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
     ``connections`` the ranged requests in flight (default: adaptive); ``endpoint`` the Hub's
     URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``
     (``ValueError`` otherwise);

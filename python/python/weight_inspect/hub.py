@@ -368,8 +368,9 @@ def hf_hub_download(
     ``subfolder`` a folder it is joined below; ``revision`` a branch, tag or commit (default
     ``main``); ``repo_type`` ``model`` (default), ``dataset`` or ``space`` (else
     ``ValueError``); ``cache_dir`` default ``HF_HUB_CACHE`` / ``$HF_HOME/hub``; ``token``
-    a token, ``True``/``None`` the saved one (``HF_TOKEN`` or the token file), ``False`` none;
-    ``endpoint`` default ``HF_ENDPOINT``; ``force_download`` downloads again what is on disk;
+    a token (one with a line break or another character a header cannot carry raises
+    ``ValueError``), ``True``/``None`` the saved one (``HF_TOKEN`` or the token file), ``False``
+    none; ``endpoint`` default ``HF_ENDPOINT``; ``force_download`` downloads again what is on disk;
     ``etag_timeout`` seconds for each metadata request (``HF_HUB_ETAG_TIMEOUT`` wins);
     ``local_files_only`` (or ``HF_HUB_OFFLINE``) the cache only. When the Hub cannot be
     reached, the cache is used, as huggingface_hub does.

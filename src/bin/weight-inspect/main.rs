@@ -256,7 +256,10 @@ async fn inspect_remote(
         cfg.endpoint = e.clone();
     }
     if let Some(t) = &cli.token {
-        cfg.token = weight_inspect::env::Token::new(t);
+        cfg.token = weight_inspect::env::Token::from_source(
+            t,
+            weight_inspect::env::TokenSource::Option("--token"),
+        );
     }
     let (_, inspection) =
         remote::inspect_reference(spec, cli.revision.as_deref(), cfg, opts).await?;

@@ -13,6 +13,33 @@ pub(super) fn parse_header(
     Ok((name.trim().to_string(), value.trim().to_string()))
 }
 
+/// `--token`, checked as every token is (`Token::check`: one word of visible ASCII); a token
+/// that is not is refused naming the option, never shown (clap's own message would quote it).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TokenArg;
+
+impl clap::builder::TypedValueParser for TokenArg {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        use weight_inspect::env::{Token, TokenSource};
+        let text = value.to_string_lossy();
+        match Token::parse(&text, TokenSource::Option("--token")) {
+            Ok(_) => Ok(text.into_owned()),
+            Err(e) => Err(clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{e}\n"),
+            )
+            .with_cmd(cmd)),
+        }
+    }
+}
+
 /// Fetch files from the Hugging Face Hub into its cache: resumable, hash-checked, verified.
 #[derive(Debug, Parser)]
 #[command(name = "wi-fetch", version, long_about = None)]
@@ -100,7 +127,7 @@ pub(super) struct FetchArgs {
     #[arg(long, env = "HF_ENDPOINT", value_name = "URL")]
     pub(super) endpoint: Option<String>,
     /// Access token (default: HF_TOKEN, then the file $HF_TOKEN_PATH or $HF_HOME/token).
-    #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
+    #[arg(long, value_parser = TokenArg)]
     pub(super) token: Option<String>,
     /// Add a header to every request to the Hub's origin, as the token is sent (a proxy's
     /// credential, a tracing id): 'Name: value', repeatable. Never sent to the CDN a file
