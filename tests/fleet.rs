@@ -140,40 +140,11 @@ async fn eight_nodes_started_together_fetch_the_file_from_the_hub_once() {
 /// wrote it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lying_piece_is_found_deleted_and_named() {
-    use std::io::Write;
-    use weight_inspect::transfer::Fill;
     let bytes = data(2 << 20, 43);
     let hub = hub(&bytes).await;
     let bucket = RemoteCache::in_memory();
     let sha = sha256_hex(&bytes).parse().unwrap();
-    let size = bytes.len() as u64;
-    // The liar: wins chunk 2, shares other bytes under their own digest.
-    let liar = BucketFill::new(
-        &bucket,
-        sha,
-        size,
-        "liar",
-        weight_inspect::remote_cache::FILL_LEASE,
-        weight_inspect::fetch::SystemClock::shared(),
-    );
-    liar.begin(CHUNK);
-    assert_eq!(
-        liar.assign(2).await,
-        weight_inspect::transfer::Assigned::Origin
-    );
-    let mut wrong = bytes.clone();
-    let range = (2 * CHUNK) as usize..(3 * CHUNK) as usize;
-    wrong[range.clone()].iter_mut().for_each(|b| *b ^= 0x5a);
-    let mut file = tempfile::tempfile().unwrap();
-    file.write_all(&wrong).unwrap();
-    liar.fetched(
-        2,
-        2 * CHUNK..3 * CHUNK,
-        crate::support::sha256(&wrong[range]),
-        Arc::new(file),
-    );
-    assert_eq!(liar.settle().await.shared, 1);
-
+    lie_about_chunk_2(&bucket, &bytes).await;
     let dir = tempfile::tempdir().unwrap();
     let nodes: Vec<Fetcher> = (0..3).map(|n| node(&hub, &bucket, dir.path(), n)).collect();
     let summaries = fetch_all(&nodes).await;
@@ -197,6 +168,67 @@ async fn a_lying_piece_is_found_deleted_and_named() {
         0,
         "nothing of the fill left"
     );
+}
+
+/// A node that finds the file made with a lying piece wrong fetches only the chunks the
+/// pieces gave it again from the Hub, not the whole file (issue 48: one self-consistent bad
+/// piece cost 1.8 times the file): here the Hub serves each chunk once, the piece's chunk
+/// twice at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_piece_costs_its_chunk_not_the_file() {
+    let bytes = data(2 << 20, 47);
+    let hub = hub(&bytes).await;
+    let bucket = RemoteCache::in_memory();
+    lie_about_chunk_2(&bucket, &bytes).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = fetch_all(&[node(&hub, &bucket, dir.path(), 0)]).await;
+    let f = &s[0].files[0];
+    assert_eq!(std::fs::read(&f.local_path).unwrap(), bytes);
+    let part = f.fill.as_ref().unwrap();
+    assert_eq!(part.read_from.get("liar"), Some(&1), "{part:?}");
+    assert!(
+        part.damaged.iter().any(|d| d.contains("written by liar")),
+        "{part:?}"
+    );
+    let from_hub = hub.stats().file(REPO, FILE).bytes_sent;
+    assert_eq!(
+        from_hub,
+        bytes.len() as u64,
+        "the Hub served each chunk once (the lying piece's chunk from the Hub instead)"
+    );
+}
+
+/// A node that wins chunk 2 and shares other bytes under their own digest (so the chunk's
+/// check passes): a lie only the whole file's digest shows.
+async fn lie_about_chunk_2(bucket: &RemoteCache, bytes: &[u8]) {
+    use std::io::Write;
+    use weight_inspect::transfer::Fill;
+    let sha = sha256_hex(bytes).parse().unwrap();
+    let liar = BucketFill::new(
+        bucket,
+        sha,
+        bytes.len() as u64,
+        "liar",
+        weight_inspect::remote_cache::FILL_LEASE,
+        weight_inspect::fetch::SystemClock::shared(),
+    );
+    liar.begin(CHUNK);
+    assert_eq!(
+        liar.assign(2).await,
+        weight_inspect::transfer::Assigned::Origin
+    );
+    let mut wrong = bytes.to_vec();
+    let range = (2 * CHUNK) as usize..(3 * CHUNK) as usize;
+    wrong[range.clone()].iter_mut().for_each(|b| *b ^= 0x5a);
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(&wrong).unwrap();
+    liar.fetched(
+        2,
+        2 * CHUNK..3 * CHUNK,
+        crate::support::sha256(&wrong[range]),
+        Arc::new(file),
+    );
+    assert_eq!(liar.settle().await.shared, 1);
 }
 
 /// Nodes told not to coordinate (`--no-coordinate`) each fetch what they lack from the Hub, as

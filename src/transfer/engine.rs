@@ -368,6 +368,13 @@ async fn fetch_and_check(
     if actual == expected {
         Ok(sha256)
     } else if let Some(m) = from_mirror.filter(|_| !ctx.chunks.lock().has_manifest()) {
+        // Under a fill, the chunks other nodes' pieces served are fetched again from the Hub,
+        // alone, to find the one that differs.
+        if m.fill().is_some() {
+            if let Some(sha256) = modes::repair::pieces(ctx, m, expected).await? {
+                return Ok(sha256);
+            }
+        }
         // Without a manifest nothing says which of the mirror's chunks is wrong:
         // its copy is damaged, and the caller fetches the file from the Hub.
         Err(TransferError::MirrorMismatch {

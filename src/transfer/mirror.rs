@@ -77,7 +77,10 @@ impl MirrorState {
 
     /// Whether chunk `index` was assigned a source (under a fill; always without one).
     pub(crate) fn is_assigned(&self, index: usize) -> bool {
-        self.fill().is_none() || lock(&self.assigned).get(index).is_some_and(|&a| a != UNASKED)
+        self.fill().is_none()
+            || lock(&self.assigned)
+                .get(index)
+                .is_some_and(|&a| a != UNASKED)
     }
 
     /// The turn of chunk `index`'s parts to ask the fill where it comes from.
@@ -179,6 +182,23 @@ impl MirrorState {
             fill.damaged(index);
         }
         true
+    }
+
+    /// The chunks some of whose bytes on disk came from the mirror, in order.
+    pub(crate) fn served_chunks(&self) -> Vec<usize> {
+        lock(&self.served)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &s)| s.then_some(i))
+            .collect()
+    }
+
+    /// Chunk `index` comes from the resolve URL from now on (a copy to compare with the
+    /// mirror's), without saying the mirror's copy is damaged.
+    pub(crate) fn send_to_origin(&self, index: usize) {
+        if let Some(h) = lock(&self.hub_only).get_mut(index) {
+            *h = true;
+        }
     }
 
     /// Whether any byte on disk came from the mirror.

@@ -192,6 +192,65 @@ fn scratch(ctx: &Ctx<'_>) -> Result<(std::path::PathBuf, Arc<File>), TransferErr
     Ok((dir, Arc::new(file)))
 }
 
+/// Without a manifest, under a fill (nodes filling the file together): the file failed its
+/// whole-file check and some of its chunks came from other nodes' pieces, which nothing but
+/// their writers' digests vouched for. Each chunk a piece served is fetched again from the
+/// resolve URL, alone and in order; one whose fresh copy differs from the bytes on disk is
+/// replaced by it (the Hub is the root; the piece is condemned: named, and deleted from the
+/// bucket by the fill) and the file is hashed again from it. `Some` with the file's SHA-256
+/// once its digest matches; `None` when every chunk from a piece matched the Hub and the file
+/// still does not (the caller then fetches the whole file). The chunks this node fetched from
+/// the resolve URL itself are not fetched again.
+pub(crate) async fn pieces(
+    ctx: &Ctx<'_>,
+    mirror: &super::super::mirror::MirrorState,
+    expected: Digest,
+) -> Result<Option<[u8; 32]>, TransferError> {
+    let served = mirror.served_chunks();
+    if served.is_empty() {
+        return Ok(None);
+    }
+    ctx.events.notice(&format!(
+        "the file made with other nodes' pieces does not match the published {expected}: \
+         fetching the {} chunk(s) read from pieces again from the Hub, one at a time, to find \
+         the piece that differs",
+        served.len()
+    ));
+    let file_name = ctx.events.file();
+    let (dir, scratch) = scratch(ctx)?;
+    for index in served {
+        let range = ctx.plan.chunk(index).expect("chunk index within the plan");
+        let (f, start, len) = (ctx.file.clone(), range.start, range.len);
+        let on_disk: [u8; 32] = blocking(move || {
+            let mut h = Sha256::new();
+            hash_range(&f, start, len, Some(&mut h), None)?;
+            Ok(h.finalize().into())
+        })
+        .await
+        .map_err(|e| local_error(file_name, ctx.data_path, "read back", 0, e))?;
+        // From the resolve URL from now on, whatever the fill assigned.
+        mirror.send_to_origin(index);
+        let fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
+        if fresh == on_disk {
+            continue;
+        }
+        put_fresh(
+            ctx,
+            &scratch,
+            range,
+            fresh,
+            "this chunk, read from another node's piece, differs from the Hub's bytes",
+        )
+        .await?;
+        mirror.rejected(index);
+        let (sha256, digest) = ctx.prefix.rehash_from(index).await?.finish();
+        if digest == expected {
+            return Ok(Some(sha256));
+        }
+    }
+    Ok(None)
+}
+
 /// Without a manifest: fresh copies compared with the disk (see the module docs).
 async fn without_manifest(
     ctx: &Ctx<'_>,
