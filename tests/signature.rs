@@ -92,6 +92,244 @@ fn files_present_but_not_signed_and_files_missing_are_refused() {
     assert!(stdout(&o).contains("sub/w.bin: missing"), "{}", stdout(&o));
 }
 
+/// A signed model with `add` done to it after signing: `signature verify` refuses it, naming
+/// `unsigned` as present but not signed (as model_signing refuses it: checked in
+/// tests/optional/signature.rs), and accepts it with --ignore-unsigned-files.
+fn refused_as_unsigned(add: impl Fn(&Path), unsigned: &str) {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    sign(&model, &private, &[]);
+    add(&model);
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(2), "{unsigned}: {}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("{unsigned}: present but not signed")),
+        "{unsigned}: {}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("NOT verified"), "{}", stdout(&o));
+    let o = verify(&model, &public, &["--ignore-unsigned-files"]);
+    assert_eq!(o.status.code(), Some(0), "{unsigned}: {}", stdout(&o));
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_link_to_a_folder_is_unsigned_content() {
+    refused_as_unsigned(
+        |m| {
+            let outside = m.parent().unwrap().join("outside");
+            write(&outside.join("payload.bin"), b"never signed");
+            std::os::unix::fs::symlink(&outside, m.join("sub/linked")).unwrap();
+        },
+        "sub/linked (a link to a folder)",
+    );
+}
+
+#[test]
+fn a_lock_file_is_unsigned_content() {
+    refused_as_unsigned(|m| write(&m.join("m.gguf.lock"), b""), "m.gguf.lock");
+}
+
+#[test]
+fn an_incomplete_download_is_unsigned_content() {
+    refused_as_unsigned(
+        |m| write(&m.join("sub/x.bin.incomplete"), b"half"),
+        "sub/x.bin.incomplete",
+    );
+}
+
+#[test]
+fn a_partial_download_of_ours_is_unsigned_content() {
+    refused_as_unsigned(
+        |m| write(&m.join("x.abc.wi-partial"), b"half"),
+        "x.abc.wi-partial",
+    );
+}
+
+#[test]
+fn a_hidden_temporary_file_is_unsigned_content() {
+    refused_as_unsigned(|m| write(&m.join(".x.tmp"), b"payload"), ".x.tmp");
+}
+
+#[test]
+fn a_cache_folder_below_the_top_is_unsigned_content() {
+    refused_as_unsigned(
+        |m| write(&m.join("sub/.cache/huggingface/x"), b"payload"),
+        "sub/.cache/huggingface/x",
+    );
+    // At the top, .cache is left out by our signer (its statement says so); see
+    // what_verify_leaves_out_is_named for model_signing's statements.
+}
+
+#[test]
+fn a_git_folder_below_the_top_is_unsigned_content() {
+    refused_as_unsigned(
+        |m| write(&m.join("sub/.git/config"), b"[core]"),
+        "sub/.git/config",
+    );
+    refused_as_unsigned(
+        |m| write(&m.join("sub/.gitattributes"), b"* -text"),
+        "sub/.gitattributes",
+    );
+}
+
+#[test]
+fn signing_refuses_a_link_to_a_folder_and_signs_everything_else() {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    // What our signer left out before (bookkeeping names, .cache and .git below the top) is
+    // signed now, as model_signing signs it; the verifier then finds nothing unsigned.
+    write(&model.join("sub/x.lock"), b"");
+    write(&model.join("sub/.cache/x"), b"payload");
+    write(&model.join(".x.tmp"), b"payload");
+    sign(&model, &private, &[]);
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("(6 file(s))"), "{}", stdout(&o));
+
+    let outside = d.path().join("outside");
+    write(&outside.join("payload.bin"), b"never signed");
+    std::os::unix::fs::symlink(&outside, model.join("sub/linked")).unwrap();
+    let o = run(
+        &[
+            "signature",
+            "sign",
+            "--private-key",
+            private.to_str().unwrap(),
+        ],
+        &[&model],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("'sub/linked' in ") && stderr(&o).contains("is a link to a folder"),
+        "{}",
+        stderr(&o)
+    );
+    sign(&model, &private, &["--ignore-paths", "sub/linked"]);
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("sub/linked: not checked (the signer left it out"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// model_signing 1.1.1's `ignore_paths` by default: git's four paths, and the signature when it
+/// is inside the folder.
+const MODEL_SIGNING_IGNORES: [&str; 5] = [
+    ".github",
+    ".gitattributes",
+    ".gitignore",
+    ".git",
+    "model.sig",
+];
+
+/// Signs `model`'s statement again with `ignore_paths` (our signer lists `.cache` too).
+fn resign_ignoring(model: &Path, private: &Path, ignore_paths: &[&str]) {
+    use base64::Engine as _;
+    let sig = model.join("model.sig");
+    let b: serde_json::Value = serde_json::from_slice(&fs::read(&sig).unwrap()).unwrap();
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(b["dsseEnvelope"]["payload"].as_str().unwrap())
+        .unwrap();
+    let mut st: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    st["predicate"]["serialization"]["ignore_paths"] = serde_json::json!(ignore_paths);
+    let key = weight_inspect::signature::SigningKey::read(private).unwrap();
+    let bundle =
+        weight_inspect::signature::sign_statement(st.to_string().as_bytes(), &key, None).unwrap();
+    fs::write(&sig, bundle).unwrap();
+}
+
+#[test]
+fn what_verify_leaves_out_is_named() {
+    let (d, model) = signing_model_dir();
+    let (private, public) = key_pair(d.path(), "k", 256);
+    sign(&model, &private, &[]);
+    resign_ignoring(&model, &private, &MODEL_SIGNING_IGNORES);
+    write(&model.join(".git/config"), b"[core]");
+    write(&model.join(".gitattributes"), b"* -text");
+    write(&model.join(".github/workflows/ci.yml"), b"on: push");
+    // A --local-dir's download records (huggingface_hub's, and ours).
+    write(
+        &model.join(".cache/huggingface/download/m.gguf.metadata"),
+        b"abc\n",
+    );
+    write(
+        &model.join(".cache/huggingface/download/x.bin.abc.wi-partial"),
+        b"half",
+    );
+    let o = verify(&model, &public, &["--ignore-paths", "sub/w.bin"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for line in [
+        "model.sig: not checked (the signature itself)\n",
+        ".git: not checked, a folder of 1 file(s) (the signer left it out (the statement's \
+         ignore_paths))\n",
+        ".gitattributes: not checked (the signer left it out",
+        ".github: not checked, a folder of 1 file(s) (the signer",
+        ".cache/huggingface: not checked, a folder of 2 file(s) (the Hugging Face tools' \
+         download records of a --local-dir, which model_signing would count as unsigned)\n",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // A path the statement names is checked, whatever is said to leave out.
+    assert!(!out.contains("sub/w.bin: not checked"), "{out}");
+    let o = verify(&model, &public, &["--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let left: Vec<(String, String, u64)> = v["left_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap().to_string(),
+                l["reason"].as_str().unwrap().to_string(),
+                l["files"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        left,
+        [
+            (".cache/huggingface", "hub_download_records", 2),
+            (".git", "signer_ignored", 1),
+            (".gitattributes", "signer_ignored", 1),
+            (".github", "signer_ignored", 1),
+            ("model.sig", "signature", 1),
+        ]
+        .map(|(p, r, n)| (p.to_string(), r.to_string(), n))
+    );
+
+    // Without the statement's list, git's files are still left out, as model_signing's
+    // verifier leaves them out by default.
+    resign_ignoring(&model, &private, &[]);
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            ".gitattributes: not checked (git's files: model_signing leaves them out by default)\n"
+        ),
+        "{}",
+        stdout(&o)
+    );
+
+    // Anything else in .cache is unsigned.
+    write(&model.join(".cache/other/x"), b"payload");
+    resign_ignoring(&model, &private, &MODEL_SIGNING_IGNORES);
+    let o = verify(&model, &public, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(".cache/other/x: present but not signed\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 #[test]
 fn another_key_an_edited_statement_and_a_broken_bundle_exit_2() {
     use base64::Engine as _;

@@ -91,6 +91,96 @@ fn files_below(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     Ok(out)
 }
 
+/// Everything below a model's folder, as a signature's verifier must see it (and as
+/// `model_signing` walks it): nothing is skipped but what `leave_out` chooses.
+#[derive(Debug, Default)]
+pub(crate) struct Walk {
+    /// Regular files and links to them, by path relative to the folder (`/`-separated), sorted.
+    pub files: Vec<(String, PathBuf)>,
+    /// Entries that are not regular files nor folders (links to folders, links to nothing,
+    /// sockets, pipes, devices), by relative path, with what each is; sorted.
+    pub other: Vec<(String, &'static str)>,
+    /// The entries `leave_out` chose (not walked into), by relative path, each with whether it
+    /// is a folder and the number of regular files it holds (1 for a file), sorted.
+    pub left_out: Vec<(String, bool, usize)>,
+}
+
+/// Walks `dir` whole (links to files followed, links to folders not: they are listed in
+/// [`Walk::other`]); `leave_out(rel)` says which entries are left out, their files counted.
+/// Bounded: at most [`MAX_FILES`] entries in all.
+pub(crate) fn walk(dir: &Path, leave_out: &dyn Fn(&str) -> bool) -> Result<Walk, ManifestError> {
+    let mut out = Walk::default();
+    let mut seen = 0usize;
+    let mut stack: Vec<(PathBuf, String)> = vec![(dir.to_path_buf(), String::new())];
+    while let Some((d, prefix)) = stack.pop() {
+        for e in fs::read_dir(&d).map_err(|e| ManifestError::io(&d, e))? {
+            let e = e.map_err(|e| ManifestError::io(&d, e))?;
+            seen += 1;
+            if seen > MAX_FILES {
+                return Err(ManifestError::Input(format!(
+                    "{} holds more than {MAX_FILES} files",
+                    dir.display()
+                )));
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let ft = e
+                .file_type()
+                .map_err(|er| ManifestError::io(&e.path(), er))?;
+            if leave_out(&rel) {
+                let files = if ft.is_dir() {
+                    count_files(&e.path(), MAX_FILES)
+                } else {
+                    1
+                };
+                out.left_out.push((rel, ft.is_dir(), files));
+            } else if ft.is_dir() {
+                stack.push((e.path(), rel));
+            } else if ft.is_file() {
+                out.files.push((rel, e.path()));
+            } else if ft.is_symlink() {
+                match fs::metadata(e.path()) {
+                    Ok(m) if m.is_file() => out.files.push((rel, e.path())),
+                    Ok(m) if m.is_dir() => out.other.push((rel, "a link to a folder")),
+                    Ok(_) => out.other.push((rel, "a link to a special file")),
+                    Err(_) => out.other.push((rel, "a link to nothing")),
+                }
+            } else {
+                out.other
+                    .push((rel, "not a regular file (a socket, pipe or device)"));
+            }
+        }
+    }
+    out.files.sort();
+    out.other.sort();
+    out.left_out.sort();
+    Ok(out)
+}
+
+/// The regular files below `dir` (links not followed), looking at `max` entries at most.
+fn count_files(dir: &Path, max: usize) -> usize {
+    let (mut n, mut seen) = (0, 0);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            seen += 1;
+            if seen > max {
+                return n;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
 /// A file named on the command line, with the files it stands for: the parts of a split GGUF
 /// (named by its first part), the shards of a safetensors index.
 fn files_of(file: &Path) -> Vec<PathBuf> {

@@ -59,7 +59,7 @@
 mod check;
 mod chunked;
 mod create;
-pub(crate) use create::select;
+pub(crate) use create::walk;
 mod digest;
 mod error;
 mod expect;

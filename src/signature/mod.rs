@@ -39,7 +39,9 @@ pub use bundle::BUNDLE_MEDIA_TYPE;
 pub use chain::{CertificateRoots, CertificateSigner};
 pub use error::SignatureError;
 pub use key::{Curve, PublicKey, SigningKey};
-pub use model::{sign_model, verify_model, ModelVerdict, SignOptions, VerifyOptions};
+pub use model::{
+    sign_model, verify_model, LeftOut, LeftOutReason, ModelVerdict, SignOptions, VerifyOptions,
+};
 pub use sigstore::{KeylessPolicy, TrustedRoot};
 
 use crate::manifest::{OpenSsfDocument, MAX_MANIFEST_BYTES};

@@ -13,12 +13,19 @@ use crate::manifest::{check_expectations, CheckReport, FileExpectation, Manifest
 use crate::names::escape;
 
 /// The paths `model_signing` leaves out by default (`--ignore-git-paths`), always left out here.
-const GIT_PATHS: [&str; 4] = [".git", ".gitattributes", ".github", ".gitignore"];
+pub(crate) const GIT_PATHS: [&str; 4] = [".git", ".gitattributes", ".github", ".gitignore"];
 
-/// How a model is compared with its signature (`model_signing verify`'s options). Git's own
-/// files (`.git`, `.gitattributes`, `.github`, `.gitignore`) are always left out, as
-/// `model_signing` leaves them out by default, and so are `.cache` folders (the Hugging Face
-/// tools' bookkeeping).
+/// The Hugging Face tools' records in a `--local-dir` (huggingface_hub's and wi-fetch's
+/// metadata, locks and partial downloads), left out and named.
+const HUB_RECORDS: &str = ".cache/huggingface";
+
+/// How a model is compared with its signature (`model_signing verify`'s options). What is
+/// left out (and named, never silently): the signature itself, what the signer left out (the
+/// statement's `ignore_paths`), git's files at the top (`.git`, `.gitattributes`, `.github`,
+/// `.gitignore`: `model_signing` leaves them out by default), the paths given, and the Hugging
+/// Face tools' records at the top of a `--local-dir` (`.cache/huggingface`, which
+/// `model_signing` would count as unsigned). Anything else present that the signature does not
+/// name is unsigned: a file anywhere, whatever its name, and a link to a folder.
 #[derive(Debug, Clone, Default)]
 pub struct VerifyOptions {
     /// Paths left out of the model, relative to its folder (or absolute, inside it), besides
@@ -28,8 +35,53 @@ pub struct VerifyOptions {
     pub ignore_unsigned_files: bool,
 }
 
-/// What [`verify_model`] found: who signed, every signed file's verdict, and the files present
-/// that the signature does not name.
+/// Why a path of the model's folder was not checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftOutReason {
+    /// The signature itself.
+    Signature,
+    /// The signer left it out: the statement's `ignore_paths` lists it.
+    SignerIgnored,
+    /// Git's files at the top, which `model_signing` leaves out by default.
+    GitFiles,
+    /// Given to leave out ([`VerifyOptions::ignore_paths`]).
+    Given,
+    /// The Hugging Face tools' download records in a `--local-dir` (`.cache/huggingface`).
+    HubDownloadRecords,
+}
+
+impl LeftOutReason {
+    /// In words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LeftOutReason::Signature => "the signature itself",
+            LeftOutReason::SignerIgnored => "the signer left it out (the statement's ignore_paths)",
+            LeftOutReason::GitFiles => "git's files: model_signing leaves them out by default",
+            LeftOutReason::Given => "--ignore-paths",
+            LeftOutReason::HubDownloadRecords => {
+                "the Hugging Face tools' download records of a --local-dir, which model_signing \
+                 would count as unsigned"
+            }
+        }
+    }
+}
+
+/// A path of the model's folder that was not checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeftOut {
+    /// Relative to the model's folder (a folder is named once, for all its files).
+    pub path: String,
+    /// Whether it is a folder.
+    pub folder: bool,
+    /// The regular files it holds (1 for a file).
+    pub files: usize,
+    /// Why.
+    pub reason: LeftOutReason,
+}
+
+/// What [`verify_model`] found: who signed, every signed file's verdict, the files present
+/// that the signature does not name, and what was left out.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelVerdict {
     /// Who signed (the signature itself held).
@@ -41,10 +93,14 @@ pub struct ModelVerdict {
     /// What the statement says of each file (the report's files, in its order).
     #[serde(skip)]
     pub expected: Vec<FileExpectation>,
-    /// Files in the model's folder the statement does not name, by path relative to it.
+    /// What is in the model's folder that the statement does not name, by path relative to
+    /// it: files, and entries that are not regular files (a link to a folder, a socket…) with
+    /// what they are in brackets.
     pub unsigned: Vec<String>,
     /// Whether unsigned files were accepted ([`VerifyOptions::ignore_unsigned_files`]).
     pub unsigned_accepted: bool,
+    /// Paths of the model's folder not checked, and why (see [`VerifyOptions`]).
+    pub left_out: Vec<LeftOut>,
     /// What the reader should know.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -117,29 +173,70 @@ pub fn verify_model(
     report.signature_verified = Some(true);
     report.notes = verified.notes.clone();
     let mut unsigned = Vec::new();
+    let mut left_out = Vec::new();
     if model.is_dir() {
-        let mut ignored: Vec<String> = verified.statement.ignore_paths().to_vec();
-        ignored.extend(GIT_PATHS.iter().map(|s| s.to_string()));
+        let mut rules: Vec<(String, LeftOutReason)> = Vec::new();
+        rules.extend(relative(signature, model).map(|r| (r, LeftOutReason::Signature)));
+        rules.extend(
+            st.ignore_paths()
+                .iter()
+                .map(|p| (p.clone(), LeftOutReason::SignerIgnored)),
+        );
+        rules.extend(
+            GIT_PATHS
+                .iter()
+                .map(|p| (p.to_string(), LeftOutReason::GitFiles)),
+        );
         for p in &opts.ignore_paths {
-            if p.is_absolute() {
-                ignored.extend(relative(p, model));
+            let rel = if p.is_absolute() {
+                relative(p, model)
             } else {
-                ignored.push(p.to_string_lossy().replace('\\', "/"));
-            }
+                Some(p.to_string_lossy().replace('\\', "/"))
+            };
+            rules.extend(rel.map(|r| (r, LeftOutReason::Given)));
         }
-        ignored.extend(relative(signature, model));
+        rules.push((HUB_RECORDS.to_string(), LeftOutReason::HubDownloadRecords));
         let named: std::collections::HashSet<&str> =
             expected.iter().map(|f| f.path.as_str()).collect();
-        let sel = crate::manifest::select(&[model.to_path_buf()]).map_err(SignatureError::Model)?;
+        // A path a rule covers is left out, unless the statement names a file at or below it
+        // (then that file is checked, and its neighbours judged one by one).
+        let reason = |rel: &str| -> Option<LeftOutReason> {
+            let (_, why) = rules.iter().find(|(r, _)| is_within(rel, r))?;
+            let holds_named = named.contains(rel)
+                || named
+                    .iter()
+                    .any(|n| n.len() > rel.len() && is_within(n, rel));
+            (!holds_named).then_some(*why)
+        };
+        let walk = crate::manifest::walk(model, &|rel| reason(rel).is_some())
+            .map_err(SignatureError::Model)?;
         // Shards cut an empty file into nothing: a sharded statement cannot name one.
         let sharded = st.shard_size().is_some();
-        unsigned = sel
-            .named
+        unsigned = walk
+            .files
             .into_iter()
             .filter(|(rel, _)| !named.contains(rel.as_str()))
-            .filter(|(rel, _)| !ignored.iter().any(|i| is_within(rel, i)))
             .filter(|(_, path)| !(sharded && std::fs::metadata(path).is_ok_and(|m| m.len() == 0)))
             .map(|(rel, _)| rel)
+            .chain(
+                walk.other
+                    .into_iter()
+                    .map(|(rel, what)| format!("{rel} ({what})")),
+            )
+            .collect();
+        unsigned.sort();
+        left_out = walk
+            .left_out
+            .into_iter()
+            .filter_map(|(path, folder, files)| {
+                let reason = reason(&path)?;
+                Some(LeftOut {
+                    path,
+                    folder,
+                    files,
+                    reason,
+                })
+            })
             .collect();
     }
     Ok(ModelVerdict {
@@ -149,6 +246,7 @@ pub fn verify_model(
         expected,
         unsigned,
         unsigned_accepted: opts.ignore_unsigned_files,
+        left_out,
         notes: verified.notes,
     })
 }

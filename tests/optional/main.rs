@@ -65,6 +65,7 @@ fn main() -> std::process::ExitCode {
         Python: serve_changes::huggingface_hub_never_takes_a_damaged_blob,
         Python: signature::model_signing_and_this_program_verify_each_others_signatures,
         Python: signature::certificate_chains_are_judged_as_model_signing_judges_them,
+        Python: signature::unsigned_content_is_refused_as_model_signing_refuses_it,
         SigstoreAssets: signature::real_keyless_signatures_verify_offline,
         SigstoreAssets: signature::wi_fetch_checks_a_keyless_signature,
         SigstoreAssets: signature::sigstore_conformance_cases_of_a_dsse_bundle,

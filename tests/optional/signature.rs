@@ -528,6 +528,109 @@ pub fn model_signing_and_this_program_verify_each_others_signatures() {
     agree(&python, d.path(), &cases);
 }
 
+/// `model_signing` signs `argv[2]` (a folder) with the private key `argv[1]` into `argv[3]`,
+/// with its defaults (whole files, SHA-256, git's files left out).
+const SIGN_DEFAULTS: &str = r#"
+import pathlib, sys
+from model_signing import signing
+signing.Config().use_elliptic_key_signer(private_key=pathlib.Path(sys.argv[1])) \
+    .sign(pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]))
+"#;
+
+/// What is present but not signed, whatever its name, is refused by both tools: a link to a
+/// folder, a lock file, a partial download (huggingface_hub's and ours), a hidden temporary
+/// file, a `.cache` or `.git` folder below the top, a `.cache` folder at the top; git's files at
+/// the top are left out by both.
+pub fn unsigned_content_is_refused_as_model_signing_refuses_it() {
+    let python = crate::support::required_env("WI_PYTHON");
+    let (d, model) = signing_model_dir();
+    let (private, public) = crate::support::signature::key_pair(d.path(), "k", 256);
+    let sig = d.path().join("theirs.sig");
+    let o = Command::new(&python)
+        .args(["-c", SIGN_DEFAULTS])
+        .args([&private, &model, &sig])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let write = |p: PathBuf, bytes: &[u8]| {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    };
+    type Add = Box<dyn Fn(&Path)>;
+    let kinds: Vec<(&str, Add, Option<&'static str>)> = vec![
+        (
+            "git's files at the top",
+            Box::new(move |m: &Path| {
+                write(m.join(".git/config"), b"[core]");
+                write(m.join(".gitattributes"), b"* -text");
+                write(m.join(".github/ci.yml"), b"on: push");
+                write(m.join(".gitignore"), b"*.tmp");
+            }),
+            None,
+        ),
+        (
+            "a link to a folder",
+            Box::new(move |m: &Path| {
+                let outside = m.parent().unwrap().join("outside");
+                write(outside.join("payload.bin"), b"never signed");
+                std::os::unix::fs::symlink(&outside, m.join("sub/linked")).unwrap();
+            }),
+            Some("sub/linked (a link to a folder): present but not signed"),
+        ),
+        (
+            "a lock file",
+            Box::new(move |m: &Path| write(m.join("m.gguf.lock"), b"")),
+            Some("m.gguf.lock: present but not signed"),
+        ),
+        (
+            "huggingface_hub's partial download",
+            Box::new(move |m: &Path| write(m.join("x.incomplete"), b"half")),
+            Some("x.incomplete: present but not signed"),
+        ),
+        (
+            "our partial download",
+            Box::new(move |m: &Path| write(m.join("x.abc.wi-partial"), b"half")),
+            Some("x.abc.wi-partial: present but not signed"),
+        ),
+        (
+            "a hidden temporary file",
+            Box::new(move |m: &Path| write(m.join(".x.tmp"), b"payload")),
+            Some(".x.tmp: present but not signed"),
+        ),
+        (
+            "a .cache folder below the top",
+            Box::new(move |m: &Path| write(m.join("sub/.cache/x"), b"payload")),
+            Some("sub/.cache/x: present but not signed"),
+        ),
+        (
+            "a .cache folder at the top",
+            Box::new(move |m: &Path| write(m.join(".cache/x"), b"payload")),
+            Some(".cache/x: present but not signed"),
+        ),
+        (
+            "a .git folder below the top",
+            Box::new(move |m: &Path| write(m.join("sub/.git/config"), b"[core]")),
+            Some("sub/.git/config: present but not signed"),
+        ),
+    ];
+    let mut dirs = Vec::new();
+    let mut cases = Vec::new();
+    for (what, add, refused) in kinds {
+        let (t, m) = signing_model_dir();
+        add(&m);
+        cases.push(Case {
+            what: what.to_string(),
+            model: m,
+            signature: sig.clone(),
+            flag: "--public-key",
+            material: public.clone(),
+            refused,
+        });
+        dirs.push(t);
+    }
+    agree(&python, d.path(), &cases);
+}
+
 /// Certificate chains that OpenSSL (`model_signing`'s `X509Store`) refuses and webpki alone
 /// accepts, and their good neighbours: each case's signing certificate, the chain the bundle
 /// carries, and the certificate trusted. Made with `cryptography`; `model_signing` signs each.

@@ -230,6 +230,18 @@ fn verify(
                 if refused_unsigned { "" } else { " (accepted)" }
             ));
         }
+        for l in &v.left_out {
+            let folder = if l.folder {
+                format!(", a folder of {} file(s)", l.files)
+            } else {
+                String::new()
+            };
+            t.push_str(&format!(
+                "{}: not checked{folder} ({})\n",
+                esc(&l.path),
+                l.reason.describe()
+            ));
+        }
         let n = v.report.files.len();
         let model_shown = esc(&model.display().to_string()).into_owned();
         if ok {

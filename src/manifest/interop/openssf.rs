@@ -706,10 +706,37 @@ pub fn create_in_toto_with(
             )));
         }
     }
-    let sel = crate::manifest::create::select(paths)?;
     let ignored = |rel: &str| {
-        let top = rel.split('/').next().unwrap_or(rel);
-        IGNORE_PATHS.contains(&top) || ignore.iter().any(|i| is_within(rel, i))
+        IGNORE_PATHS.iter().any(|i| is_within(rel, i)) || ignore.iter().any(|i| is_within(rel, i))
+    };
+    let sel = match paths {
+        // A folder: everything below it but what is left out (and listed in `ignore_paths`),
+        // as `model_signing` signs it, so that a verifier finds nothing unsigned.
+        [dir] if dir.is_dir() => {
+            let walk = crate::manifest::create::walk(dir, &ignored)?;
+            if let Some((rel, what)) = walk.other.first() {
+                return Err(ManifestError::Input(format!(
+                    "'{}' in {} is {what}: it cannot be signed (model_signing refuses it too); \
+                     leave it out (--ignore-paths) or replace it with what it stands for",
+                    escape(rel),
+                    dir.display()
+                )));
+            }
+            for (rel, _) in &walk.files {
+                check_repo_path(rel).map_err(|why| {
+                    ManifestError::Input(format!(
+                        "cannot name '{}' in a statement: {why} (leave it out: --ignore-paths)",
+                        escape(rel)
+                    ))
+                })?;
+            }
+            crate::manifest::create::Selection {
+                base: dir.clone(),
+                named: walk.files,
+                single_file: false,
+            }
+        }
+        _ => crate::manifest::create::select(paths)?,
     };
     let named: Vec<&(String, PathBuf)> = sel.named.iter().filter(|(r, _)| !ignored(r)).collect();
     if named.is_empty() {
