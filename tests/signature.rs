@@ -507,7 +507,40 @@ fn wi_fetch_checks_the_model_signature_before_any_file() {
     let o = wi_fetch(&sb, &hub, &args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("every file checked against the model's signature, made by the key"),
+        stderr(&o).contains("the model's signature, made by the key")
+            && stderr(&o).contains("every file hashed against it (2)"),
+        "{}",
+        stderr(&o)
+    );
+    // The summary says what was signed: the statement's digest and the model's name.
+    let o = wi_fetch(&sb, &hub, &[&args[..], &["--json"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sig = &summary["signature"];
+    assert_eq!(
+        sig["statement_sha256"].as_str().map(str::len),
+        Some(64),
+        "{sig}"
+    );
+    assert!(sig["model"].is_string(), "{sig}");
+    assert!(
+        stderr(&o).contains(&format!(
+            "statement sha256:{}",
+            &sig["statement_sha256"].as_str().unwrap()[..16]
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // The files were in the cache: at the fast level their bytes are not hashed again, and the
+    // summary says so rather than claiming a check it did not make.
+    assert_eq!(sig["files_hashed"], serde_json::Value::Null, "{sig}");
+    assert_eq!(
+        sig["files_from_cache"],
+        serde_json::json!(["m.gguf", "sub/w.bin"]),
+        "{sig}"
+    );
+    assert!(
+        stderr(&o).contains("2 taken from the cache as checked before, not hashed now"),
         "{}",
         stderr(&o)
     );
@@ -544,7 +577,8 @@ fn wi_fetch_checks_the_model_signature_before_any_file() {
     let o = check(&sb, key);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("every file checked against the model's signature, made by the key"),
+        stderr(&o).contains("the model's signature, made by the key")
+            && stderr(&o).contains("every file hashed against it (2)"),
         "{}",
         stderr(&o)
     );
@@ -816,7 +850,7 @@ fn a_node_reading_the_bucket_offline_checks_the_signature_it_keeps() {
     let o = wi_fetch(&sb, &hub, &offline);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("every file checked against the model's signature"),
+        stderr(&o).contains("every file hashed against it (2)"),
         "{}",
         stderr(&o)
     );
@@ -1005,4 +1039,129 @@ fn a_file_the_mirror_refused_is_not_fetched_again_for_every_client() {
         sent,
         "fetched from the upstream again"
     );
+}
+
+/// A signature the repository's listing names but that cannot be read (404, 401, 403) is a
+/// refusal under a key, never "no signature" (issue 48: the check was switched off, the files
+/// fetched unchecked and exit 0): exit 2, nothing committed.
+#[test]
+fn a_listed_signature_that_cannot_be_read_is_a_refusal() {
+    use crate::support::cli::Sandbox;
+    let (hub, _d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    for status in [404, 401, 403] {
+        hub.faults().clear();
+        hub.faults()
+            .push(mock_server::Fault::status(status).on_path("acme/signed/model.sig"));
+        let sb = Sandbox::new();
+        let o = wi_fetch(&sb, &hub, &["acme/signed", "--public-key", key]);
+        assert_eq!(o.status.code(), Some(2), "{status}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("the repository lists it")
+                && !stderr(&o).contains("has no signature"),
+            "{status}: {}",
+            stderr(&o)
+        );
+        assert!(
+            snapshot_files(&sb, "acme/signed").is_empty(),
+            "{status}: {:?}",
+            snapshot_files(&sb, "acme/signed")
+        );
+    }
+}
+
+/// A mirror checking signatures reads a commit's signature once, however many files and
+/// clients ask (it read and parsed it again for every file it pulled: six files, six
+/// downloads), and a signature past the bound is refused unread.
+#[test]
+fn a_mirror_reads_a_commits_signature_once() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let mirror = crate::support::serve::mirror(
+        &hub.url(),
+        &d.path().join("mirror-cache"),
+        &["--public-key", key, "--metadata-ttl", "600"],
+        &[],
+    );
+    let through = |files: &[&str]| {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.env("HF_ENDPOINT", &mirror.base)
+            .arg("acme/signed")
+            .args(files);
+        c.output().unwrap()
+    };
+    hub.reset_stats();
+    for files in [&["m.gguf"][..], &["sub/w.bin"], &["m.gguf", "sub/w.bin"]] {
+        let o = through(files);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    let sig = hub.stats().file("acme/signed", "model.sig");
+    assert_eq!(sig.get_requests, 1, "{sig:?}");
+}
+
+/// A signature larger than the bound is refused before it is read, naming the bound.
+#[test]
+fn a_signature_past_the_bound_is_refused_unread() {
+    use crate::support::cli::Sandbox;
+    let (hub, _d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let huge = vec![b' '; (32 << 20) + 1];
+    hub.mutate_file("acme/signed", "model.sig", huge).unwrap();
+    hub.reset_stats();
+    let sb = Sandbox::new();
+    let o = wi_fetch(&sb, &hub, &["acme/signed", "m.gguf", "--public-key", key]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("more than the 32.0 MiB a signature may have"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(hub.stats().file("acme/signed", "model.sig").bytes_sent, 0);
+    assert!(snapshot_files(&sb, "acme/signed").is_empty());
+}
+
+/// A lock file pins the signed statement too: a locked fetch refuses another signing by the
+/// same key (an older version of the model, another model's files and signature).
+#[test]
+fn a_lock_file_pins_the_signed_statement() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let lock = d.path().join("wi.lock");
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &[
+            "acme/signed",
+            "m.gguf",
+            "--public-key",
+            key,
+            "--write-lock",
+            lock.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut pinned: serde_json::Value = serde_json::from_slice(&fs::read(&lock).unwrap()).unwrap();
+    let sig = &mut pinned["repos"][0]["signature"];
+    assert_eq!(sig["statement_sha256"].as_str().map(str::len), Some(64));
+    assert!(sig.get("files_from_cache").is_none() && sig.get("files_hashed").is_none());
+    sig["statement_sha256"] = "cd".repeat(32).into();
+    let other = d.path().join("other.lock");
+    fs::write(&other, pinned.to_string()).unwrap();
+    let sb = Sandbox::new();
+    let o = wi_fetch(
+        &sb,
+        &hub,
+        &["--locked", other.to_str().unwrap(), "--public-key", key],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("where the lock file pins sha256:cdcd"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(snapshot_files(&sb, "acme/signed").is_empty());
 }

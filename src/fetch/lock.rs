@@ -304,7 +304,10 @@ impl LockedRepo {
             revision: summary.revision.clone(),
             commit: summary.commit.clone(),
             files,
-            signature: summary.signature.clone(),
+            signature: summary
+                .signature
+                .as_ref()
+                .map(super::SignatureCheck::pinned),
         })
     }
 }

@@ -73,6 +73,13 @@ pub struct Plan {
     /// there is neither to judge by.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlisted: Vec<String>,
+    /// With a signature asked for, what the listing the plan was made from says of it: `None`
+    /// when no listing was read (explicit files, offline), `Some(None)` when it does not name
+    /// it, `Some(Some(size))` when it does (a signature named there that cannot be read is a
+    /// refusal, never "no signature").
+    #[serde(skip)]
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub(crate) signature_listed: Option<Option<u64>>,
 }
 
 /// Who said what a plan's files are, when nobody checked it: offline, a remote cache's ref (for
@@ -344,6 +351,40 @@ pub struct SignatureCheck {
     pub path: String,
     /// Who signed.
     pub signer: crate::signature::Signer,
+    /// What the statement says was signed: the model's name (the folder, or the one file, its
+    /// signer signed). A signature binds content, not a repository or a commit: the same signed
+    /// files, in another repository or an older commit, carry the same statement.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    /// The statement's subject digest (SHA-256, hex): the signed content as a whole. Two
+    /// signings of different content differ here; a lock file pins it, so that a locked fetch
+    /// refuses another signing by the same signer (an older version, another model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement_sha256: Option<String>,
+    /// Files of this fetch whose bytes were hashed against the signature: as they arrived, or
+    /// read again (`--verify full`). Not in a lock file.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub files_hashed: u64,
+    /// Files of this fetch taken from the cache as an earlier fetch checked them, their bytes
+    /// not hashed again now (`--verify full` hashes them), by path. Not in a lock file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_from_cache: Vec<String>,
+}
+
+impl SignatureCheck {
+    /// What a lock file pins of it: the path, the signer and the statement, not what one fetch
+    /// did.
+    pub fn pinned(&self) -> SignatureCheck {
+        SignatureCheck {
+            files_hashed: 0,
+            files_from_cache: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 impl FetchSummary {

@@ -40,6 +40,8 @@ struct Listed {
     notice: Option<String>,
     unlisted: Vec<String>,
     refused: Vec<hub::RefusedEntry>,
+    /// What the listing says of the model's signature (see [`Plan::signature_listed`]).
+    signature: Option<Option<u64>>,
 }
 
 impl Fetcher {
@@ -160,6 +162,7 @@ impl Fetcher {
             notice,
             unlisted: unlisted_files,
             refused,
+            signature,
         } = if selection.is_explicit_only() {
             let commit = self.hub.repo_commit(repo).await?;
             // A warm cache: nothing more to ask (see `warm_explicit`).
@@ -178,6 +181,7 @@ impl Fetcher {
                 notice: None,
                 unlisted: Vec::new(),
                 refused: Vec::new(),
+                signature: None,
             }
         } else {
             self.resolve_listed(repo, selection, &store, fresh).await?
@@ -196,6 +200,7 @@ impl Fetcher {
             false,
         );
         p.unlisted = unlisted_files;
+        p.signature_listed = signature;
         Ok(p)
     }
 
@@ -344,12 +349,20 @@ impl Fetcher {
             } else {
                 Vec::new()
             };
+            let signature = self.signature.as_ref().map(|p| {
+                listing
+                    .files
+                    .iter()
+                    .find(|f| f.path == p.path)
+                    .map(|f| f.size)
+            });
             return Ok(Listed {
                 commit: listing.commit,
                 wanted,
                 notice: chosen.notice,
                 unlisted: stray,
                 refused: listing.refused,
+                signature,
             });
         }
     }
@@ -937,6 +950,7 @@ fn plan(
         unreachable: None,
         witness: None,
         unlisted: Vec::new(),
+        signature_listed: None,
     }
 }
 

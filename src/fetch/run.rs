@@ -125,7 +125,9 @@ impl Fetcher {
                 errors.push(e);
             }
         }
-        let signed = self.signed(repo, &plan.commit, &store, pins, rep).await?;
+        let signed = self
+            .signed(repo, &plan.commit, &store, pins, plan.signature_listed, rep)
+            .await?;
         let stale = StalePartials::of(&store, &plan);
         let round = Round {
             repo,
@@ -183,6 +185,7 @@ impl Fetcher {
         if let Some(e) = FetchError::several(errors) {
             return Err(e);
         }
+        let signature = signed.map(|s| self.signature_check(&s, &plan.files, &reports));
         Ok(FetchSummary {
             repo: plan.repo,
             revision: plan.revision,
@@ -192,10 +195,7 @@ impl Fetcher {
             notice: plan.notice,
             witness: plan.witness,
             unlisted: plan.unlisted,
-            signature: signed.map(|s| super::SignatureCheck {
-                path: s.path.clone(),
-                signer: s.signer.clone(),
-            }),
+            signature,
             elapsed: start.elapsed(),
             connections: Default::default(),
             files_at_once: Default::default(),

@@ -14,19 +14,43 @@ use super::lock::LockedRepo;
 use super::{FetchError, Fetcher, RepoRef};
 use crate::cache::Store;
 use crate::key::FileKey;
-use crate::manifest::Document;
 use crate::names::escape;
 use crate::signature::{verify_signature, Signer, MAX_SIGNATURE_BYTES};
 
-/// A signature that held: who signed, and the statement as the document every file is checked
-/// against.
-pub(super) struct Signed {
+/// A signature that held: who signed, and the statement every file is checked against.
+pub(crate) struct Signed {
     /// Who signed.
     pub signer: Signer,
-    /// The signed statement.
-    pub doc: Document,
     /// The signature's path in the repository (a file that needs no other check).
     pub path: String,
+    read: Arc<Read>,
+}
+
+impl Signed {
+    /// The signed statement.
+    pub fn statement(&self) -> &crate::manifest::OpenSsfDocument {
+        &self.read.verified.statement
+    }
+
+    /// The model the statement names.
+    pub fn model(&self) -> &str {
+        self.statement().model_name()
+    }
+
+    /// The statement's subject digest, hex.
+    pub fn statement_sha256(&self) -> Option<String> {
+        self.statement().subject_sha256().map(|d| d.to_string())
+    }
+
+    /// What the statement says of the file at `path` (looked up by path, not by a scan: a
+    /// statement may name a few hundred thousand files).
+    fn expectation(&self, path: &str) -> Option<Expect> {
+        let i = *self.read.by_path.get(path)?;
+        Some(Expect {
+            file: self.statement().files().get(i)?.clone(),
+            origin: Origin::Signed,
+        })
+    }
 }
 
 /// Whom a model's signature must come from, and where the repository keeps it.
@@ -39,8 +63,11 @@ pub struct SignaturePolicy {
     pub path: String,
     /// Whether a repository without it fails (`wi-fetch --require-signature`); otherwise one
     /// that ships it is checked against it, and one that does not is fetched as before, said
-    /// in a notice.
+    /// in a notice. A signature the repository's listing names but that cannot be read is
+    /// refused either way.
     pub required: bool,
+    /// The signatures verified under this policy (shared by its clones).
+    verified: Arc<Memo>,
 }
 
 impl SignaturePolicy {
@@ -50,6 +77,7 @@ impl SignaturePolicy {
             trust,
             path: "model.sig".to_string(),
             required,
+            verified: Arc::default(),
         }
     }
 
@@ -129,6 +157,86 @@ pub struct SignatureTrust {
     pub trust_config: Option<std::path::PathBuf>,
 }
 
+/// Signatures kept once read and verified, by repository, commit, path and whether read
+/// offline: each is fetched and verified once however many fetches of that commit need it at
+/// once (single flight: the others wait for the first), at most [`MEMO_ENTRIES`] of them and
+/// [`MEMO_BYTES`] of signature in all (the oldest forgotten first). What was not found, or
+/// failed, is not kept: the next fetch asks again.
+struct Memo {
+    cells: std::sync::Mutex<lru::LruCache<MemoKey, Arc<Cell>>>,
+}
+
+/// One signature's place in the memo: filled once (`None`: the repository has none).
+type Cell = tokio::sync::OnceCell<Option<Arc<Read>>>;
+
+type MemoKey = (crate::names::RepoType, String, String, String, bool);
+
+/// Signatures kept at most.
+const MEMO_ENTRIES: usize = 32;
+/// Bytes of signature kept at most (one signature may be up to [`MAX_SIGNATURE_BYTES`]).
+const MEMO_BYTES: usize = 64 << 20;
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo {
+            cells: std::sync::Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(MEMO_ENTRIES).expect("not zero"),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
+}
+
+impl Memo {
+    /// The cell of `key`: filled once, by the first fetch that asks.
+    fn cell(&self, key: MemoKey) -> Arc<Cell> {
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.get_or_insert(key, Arc::default).clone()
+    }
+
+    /// Forgets `key` (what it found is not to be kept), and the oldest signatures while more
+    /// than [`MEMO_BYTES`] are kept.
+    fn settle(&self, key: &MemoKey, keep: bool) {
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        if !keep {
+            cells.pop(key);
+            return;
+        }
+        let weight = |c: &Cell| {
+            c.get()
+                .and_then(Option::as_ref)
+                .map_or(0, |r| r.bytes.len())
+        };
+        let mut total: usize = cells.iter().map(|(_, c)| weight(c)).sum();
+        while total > MEMO_BYTES && cells.len() > 1 {
+            match cells.pop_lru() {
+                Some((k, c)) if &k == key => {
+                    // The newest is kept; put back as the most recent.
+                    cells.put(k, c);
+                    break;
+                }
+                Some((_, c)) => total -= weight(&c),
+                None => break,
+            }
+        }
+    }
+}
+
+/// A signature read and verified.
+struct Read {
+    bytes: Vec<u8>,
+    verified: crate::signature::VerifiedSignature,
+    /// Each file of the statement, by path.
+    by_path: std::collections::HashMap<String, usize>,
+    /// Read from the remote cache (offline).
+    from_bucket: bool,
+}
+
 /// The id the Hub gives a file kept in git (not LFS): the SHA-1 of `blob {len}\0` and its bytes.
 fn git_blob_id(bytes: &[u8]) -> String {
     let mut h = Sha1::new();
@@ -148,6 +256,7 @@ impl Fetcher {
         commit: &str,
         store: &Store,
         pins: Option<&LockedRepo>,
+        listed: Option<Option<u64>>,
         rep: &Gate<'_>,
     ) -> Result<Option<Arc<Signed>>, FetchError> {
         let locked = pins.and_then(|p| p.signature.as_ref());
@@ -171,10 +280,116 @@ impl Fetcher {
             },
         };
         let p = &policy;
+        let key = (
+            repo.repo_type,
+            repo.id.clone(),
+            commit.to_string(),
+            p.path.clone(),
+            self.offline,
+        );
+        let cell = p.verified.cell(key.clone());
+        let read = cell
+            .get_or_try_init(|| self.read_signature(repo, commit, store, p, listed, rep))
+            .await;
+        p.verified.settle(&key, matches!(&read, Ok(Some(_))));
+        let Some(read) = read?.clone() else {
+            return Ok(None);
+        };
+        let verified = &read.verified;
+        if let Some(l) = locked {
+            if !verified.signer.same_as(&l.signer) {
+                return Err(FetchError::Locked {
+                    file: p.path.clone(),
+                    what: format!(
+                        "signed by {}, where the lock file pins {}",
+                        verified.signer, l.signer
+                    ),
+                });
+            }
+            let statement = verified.statement.subject_sha256().map(|d| d.to_string());
+            if let (Some(want), Some(got)) = (&l.statement_sha256, &statement) {
+                if want != got {
+                    return Err(FetchError::Locked {
+                        file: p.path.clone(),
+                        what: format!(
+                            "its statement is sha256:{got}, where the lock file pins \
+                             sha256:{want} (another signing of the model, by the same signer)"
+                        ),
+                    });
+                }
+            }
+        }
+        let mut kept = None;
+        if (!self.offline || read.from_bucket) && self.writes() {
+            match keep(store, repo, commit, &p.path, &read.bytes) {
+                Ok(key) => kept = store.data_path(&key),
+                Err(e) => notice(
+                    rep,
+                    None,
+                    &format!(
+                        "the signature '{}' could not be kept in the cache: {e}",
+                        escape(&p.path)
+                    ),
+                ),
+            }
+        }
+        #[cfg(feature = "remote-cache")]
+        if let Some(local) = kept.as_deref().filter(|_| !self.offline) {
+            self.signature_to_bucket(repo, commit, local, &p.path, &read.bytes, rep)
+                .await;
+        }
+        #[cfg(not(feature = "remote-cache"))]
+        let _ = kept;
+        for n in &verified.notes {
+            notice(rep, None, n);
+        }
+        Ok(Some(Arc::new(Signed {
+            signer: verified.signer.clone(),
+            path: p.path.clone(),
+            read,
+        })))
+    }
+
+    /// The signature at `commit` read (offline from the store, else the bucket; online from
+    /// the Hub) and verified under `p`: `None` when the repository has none and none is
+    /// required (said in a notice). `listed`: what the listing the plan was made from says of
+    /// it (see [`Plan::signature_listed`](super::Plan)); without a listing, a `HEAD` asks.
+    async fn read_signature(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        store: &Store,
+        p: &SignaturePolicy,
+        listed: Option<Option<u64>>,
+        rep: &Gate<'_>,
+    ) -> Result<Option<Arc<Read>>, FetchError> {
         let unsigned = |why: String| FetchError::Unsigned {
             repo: repo.id.clone(),
             path: p.path.clone(),
             why,
+        };
+        let too_large = |n: u64| {
+            unsigned(format!(
+                "it is {n} bytes, more than the {} a signature may have: refused unread",
+                crate::units::human_bytes(MAX_SIGNATURE_BYTES)
+            ))
+        };
+        // None, and none required: said, and the files fetched unchecked.
+        let absent = |required: String, said: String| -> Result<Option<Arc<Read>>, FetchError> {
+            if p.required {
+                return Err(unsigned(required));
+            }
+            notice(rep, None, &said);
+            Ok(None)
+        };
+        let online_absent = || {
+            absent(
+                format!("the repository has no such file at commit {commit}"),
+                format!(
+                    "the repository has no signature '{}': its files are not checked against one",
+                    escape(&p.path)
+                ),
+            )
         };
         let mut from_bucket = false;
         let bytes = if self.offline {
@@ -209,94 +424,176 @@ impl Fetcher {
             match found {
                 Some(b) => b,
                 None => {
-                    if p.required {
-                        return Err(unsigned(format!(
-                            "not in the cache at commit {commit} (fetch it online first)"
-                        )));
-                    }
-                    notice(
-                        rep,
-                        None,
-                        &format!(
+                    return absent(
+                        format!("not in the cache at commit {commit} (fetch it online first)"),
+                        format!(
                             "no signature '{}' in the cache at commit {commit}: not checked",
                             escape(&p.path)
                         ),
-                    );
-                    return Ok(None);
+                    )
                 }
             }
         } else {
+            // What the Hub says of the file first: whether it is there, and its size (a
+            // signature past the bound is refused unread).
+            let (size, etag) = match listed {
+                Some(None) => return online_absent(),
+                Some(Some(size)) => (size, None),
+                None => match self.hub.file_metadata(repo, commit, &p.path).await {
+                    Ok(m) => (m.size, Some(m.etag)),
+                    Err(e) if e.is_not_found_or_denied() => return online_absent(),
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            if size > MAX_SIGNATURE_BYTES {
+                return Err(too_large(size));
+            }
             let url = self.hub.resolve_url(repo, commit, &p.path);
             let limit = usize::try_from(MAX_SIGNATURE_BYTES).unwrap_or(usize::MAX);
-            match self
+            let bytes = match self
                 .hub
                 .get_small(&url, Some((repo, commit, &p.path)), limit)
                 .await
             {
                 Ok(b) => b,
+                // Named by the Hub, yet not to be had: never taken for "no signature".
                 Err(e) if e.is_not_found_or_denied() => {
-                    if p.required {
-                        return Err(unsigned(format!(
-                            "the repository has no such file at commit {commit}"
-                        )));
-                    }
-                    notice(
-                        rep,
-                        None,
-                        &format!(
-                            "the repository has no signature '{}': its files are not checked \
-                             against one",
-                            escape(&p.path)
-                        ),
-                    );
-                    return Ok(None);
+                    return Err(unsigned(format!(
+                        "the repository lists it ({size} bytes) at commit {commit}, but reading \
+                         it failed: {e}"
+                    )))
                 }
-                Err(e) => return Err(e.into()),
+                Err(
+                    e @ (crate::hub::HubError::Network { .. }
+                    | crate::hub::HubError::Stalled { .. }
+                    | crate::hub::HubError::ServerError { .. }),
+                ) => return Err(e.into()),
+                Err(e) => {
+                    return Err(unsigned(format!(
+                        "the repository lists it ({size} bytes) at commit {commit}, but it could \
+                         not be read: {e}"
+                    )))
+                }
+            };
+            if bytes.len() as u64 != size {
+                return Err(unsigned(format!(
+                    "the Hub says {size} bytes, it sent {}",
+                    bytes.len()
+                )));
             }
+            if let Some(etag) = etag.filter(|e| e.as_str().len() == 40) {
+                if git_blob_id(&bytes) != etag.as_str() {
+                    return Err(unsigned(
+                        "its bytes are not the file the Hub describes (another git blob id)".into(),
+                    ));
+                }
+            }
+            bytes
         };
         let verified = verify_signature(&bytes, &p.trust).map_err(FetchError::Signature)?;
-        if let Some(l) = locked.filter(|l| !verified.signer.same_as(&l.signer)) {
-            return Err(FetchError::Locked {
-                file: p.path.clone(),
-                what: format!(
-                    "signed by {}, where the lock file pins {}",
-                    verified.signer, l.signer
-                ),
-            });
-        }
-        let mut kept = None;
-        if (!self.offline || from_bucket) && self.writes() {
-            match keep(store, repo, commit, &p.path, &bytes) {
-                Ok(key) => kept = store.data_path(&key),
-                Err(e) => notice(
-                    rep,
-                    None,
-                    &format!(
-                        "the signature '{}' could not be kept in the cache: {e}",
-                        escape(&p.path)
-                    ),
-                ),
-            }
-        }
-        #[cfg(feature = "remote-cache")]
-        if let Some(local) = kept.as_deref().filter(|_| !self.offline) {
-            self.signature_to_bucket(repo, commit, local, &p.path, &bytes, rep)
-                .await;
-        }
-        #[cfg(not(feature = "remote-cache"))]
-        let _ = kept;
-        for n in &verified.notes {
-            notice(rep, None, n);
-        }
-        Ok(Some(Arc::new(Signed {
-            signer: verified.signer,
-            doc: Document::OpenSsf(verified.statement),
-            path: p.path.clone(),
+        let by_path = verified
+            .statement
+            .files()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.path.clone(), i))
+            .collect();
+        Ok(Some(Arc::new(Read {
+            bytes,
+            verified,
+            by_path,
+            from_bucket,
         })))
     }
 }
 
 impl Fetcher {
+    /// Whether this fetcher checks a model's signature (see [`FetcherBuilder::signature`]).
+    ///
+    /// [`FetcherBuilder::signature`]: super::FetcherBuilder::signature
+    pub fn checks_signatures(&self) -> bool {
+        self.signature.is_some()
+    }
+
+    /// The model's signature at `commit` of `repo`, read and verified under this fetcher's
+    /// policy once for every caller (see [`SignaturePolicy`]), without a fetch of any file:
+    /// `None` without a policy, or when the repository has none and none is required. `listed`:
+    /// what the caller's listing of the commit says of it (`Some(None)`: not there,
+    /// `Some(Some(size))`: there); `None` lets a `HEAD` ask. What a mirror checks every answer
+    /// against.
+    pub(crate) async fn signature_at(
+        &self,
+        repo: &RepoRef,
+        commit: &str,
+        listed: Option<Option<u64>>,
+    ) -> Result<Option<Arc<Signed>>, FetchError> {
+        let store = self.store_for(repo);
+        let quiet = crate::progress::NoProgress;
+        let gate = Gate::new(&quiet);
+        self.signed(repo, commit, &store, None, listed, &gate).await
+    }
+
+    /// What a fetch says of the signature it checked: who signed, what the statement is, and
+    /// how each file it names was checked (`reports`, of `files`): hashed now, or taken from
+    /// the cache as checked before (at the fast level, a cached file's bytes are not read).
+    pub(super) fn signature_check(
+        &self,
+        s: &Signed,
+        files: &[super::PlannedFile],
+        reports: &[super::FileReport],
+    ) -> super::SignatureCheck {
+        let mut check = super::SignatureCheck {
+            path: s.path.clone(),
+            signer: s.signer.clone(),
+            model: s.model().to_string(),
+            statement_sha256: s.statement_sha256(),
+            files_hashed: 0,
+            files_from_cache: Vec::new(),
+        };
+        let by_path: std::collections::HashMap<&str, &super::PlannedFile> =
+            files.iter().map(|f| (f.path.as_str(), f)).collect();
+        for r in reports {
+            let Some(f) = by_path.get(r.path.as_str()) else {
+                continue;
+            };
+            if !matches!(Self::signed_expectation(s, f), Ok(Some(_))) {
+                continue;
+            }
+            if r.cached && self.verify_level == super::VerifyLevel::Fast {
+                check.files_from_cache.push(r.path.clone());
+            } else {
+                check.files_hashed += 1;
+            }
+        }
+        check
+    }
+
+    /// The signature's path in the repository, under a policy.
+    pub(crate) fn signature_path(&self) -> Option<&str> {
+        self.signature.as_ref().map(|p| p.path.as_str())
+    }
+
+    /// What the file at `path` (`size` bytes, the Hub's `etag`) must be under the verified
+    /// signature `s`: `None` for the signature itself; a refusal for a file it does not name, or
+    /// that it describes otherwise than the Hub does.
+    pub(crate) fn signed_file(
+        s: &Signed,
+        path: &str,
+        size: u64,
+        etag: &str,
+    ) -> Result<Option<crate::manifest::FileExpectation>, FetchError> {
+        let f = super::PlannedFile {
+            path: path.to_string(),
+            size,
+            etag: etag.to_string(),
+            local_path: std::path::PathBuf::new(),
+            cached: false,
+            partial_bytes: 0,
+            sidecar: None,
+        };
+        Ok(Self::signed_expectation(s, &f)?.map(|e| e.file))
+    }
+
     /// What `f` must be under a verified signature: what the statement says of its path; the
     /// signature itself needs nothing more; a file it does not name is refused.
     pub(super) fn signed_expectation(
@@ -306,7 +603,7 @@ impl Fetcher {
         if f.path == s.path {
             return Ok(None);
         }
-        let Some(e) = Expect::from_document(&s.doc, &f.path, Origin::Signed) else {
+        let Some(e) = s.expectation(&f.path) else {
             return Err(FetchError::NotSigned {
                 file: f.path.clone(),
             });

@@ -98,6 +98,7 @@ mod tests {
             unreachable: None,
             witness: None,
             unlisted: Vec::new(),
+            signature_listed: None,
         }
     }
 

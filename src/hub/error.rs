@@ -185,6 +185,16 @@ pub enum HubError {
         /// The commit the answer named.
         answered: String,
     },
+    /// A mirror's own checks refused what its upstream served (`X-Error-Code:
+    /// UpstreamContentRefused`: a model signature that does not hold or name the file, bytes
+    /// that differ): asked once, the same answer would come again.
+    #[error("{url}: {message}")]
+    MirrorRefused {
+        /// The URL asked (without its query).
+        url: String,
+        /// The mirror's reason (escaped).
+        message: String,
+    },
     /// The token cannot be sent (not one word of visible ASCII: a line break, a control
     /// character…): refused, naming where it came from, rather than sent without it.
     #[error(transparent)]
@@ -221,7 +231,10 @@ impl HubError {
     /// True when the answer contradicts what was asked in a way that concerns the integrity of
     /// what would be fetched (a commit id answered with another commit).
     pub fn is_integrity(&self) -> bool {
-        matches!(self, HubError::CommitMismatch { .. })
+        matches!(
+            self,
+            HubError::CommitMismatch { .. } | HubError::MirrorRefused { .. }
+        )
     }
 
     /// True for transport failures and server errors after retries, malformed answers and

@@ -106,7 +106,10 @@ impl HubClient {
                 let status = r.status().as_u16();
                 let (_, mut message) = error_code_and_message(r.headers(), None);
                 if let Some(refused) = net::mirror_refusal(r.headers()) {
-                    message = refused;
+                    return Err(HubError::MirrorRefused {
+                        url: redact(url),
+                        message: refused,
+                    });
                 } else if let Some(says) = net::error_code_says(r.headers()) {
                     message = if message.is_empty() {
                         says.to_string()

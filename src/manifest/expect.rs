@@ -98,38 +98,24 @@ impl Document {
     /// What every file the document describes must be, by path.
     pub fn expectations(&self) -> Vec<FileExpectation> {
         match self {
-            Document::Native(m) => m
-                .files
-                .iter()
-                .map(|f| FileExpectation {
-                    path: f.path.clone(),
-                    size: Some(f.size),
-                    sha256: Some(f.sha256),
-                    chunks: Some(ChunkDigests {
-                        chunk_size: f.chunk_size,
-                        digests: f.chunks.clone(),
-                    }),
-                    tensors: f
-                        .tensors
-                        .iter()
-                        .map(|t| TensorExpectation {
-                            name: t.name.clone(),
-                            range: Some(t.offset..t.offset.saturating_add(t.length)),
-                            sha256: t.sha256,
-                        })
-                        .collect(),
-                    ..FileExpectation::default()
-                })
-                .collect(),
+            Document::Native(m) => m.files.iter().map(native_expectation).collect(),
             Document::GgufHash(d) => d.files().to_vec(),
             Document::OpenSsf(d) => d.files().to_vec(),
         }
     }
 
     /// What the file at `path` (relative to the model's folder, `/`-separated) must be, when
-    /// the document describes it.
+    /// the document describes it (only that file's expectation is made).
     pub fn expectation(&self, path: &str) -> Option<FileExpectation> {
-        self.expectations().into_iter().find(|f| f.path == path)
+        match self {
+            Document::Native(m) => m
+                .files
+                .iter()
+                .find(|f| f.path == path)
+                .map(native_expectation),
+            Document::GgufHash(d) => d.files().iter().find(|f| f.path == path).cloned(),
+            Document::OpenSsf(d) => d.files().iter().find(|f| f.path == path).cloned(),
+        }
     }
 
     /// What a check against this document does not establish, in plain words, for the reader of
@@ -312,6 +298,29 @@ pub struct TensorExpectation {
     pub range: Option<std::ops::Range<u64>>,
     /// The SHA-256 of its bytes.
     pub sha256: Sha256Hex,
+}
+
+/// What a file of a weight-inspect manifest must be.
+fn native_expectation(f: &super::ManifestFile) -> FileExpectation {
+    FileExpectation {
+        path: f.path.clone(),
+        size: Some(f.size),
+        sha256: Some(f.sha256),
+        chunks: Some(ChunkDigests {
+            chunk_size: f.chunk_size,
+            digests: f.chunks.clone(),
+        }),
+        tensors: f
+            .tensors
+            .iter()
+            .map(|t| TensorExpectation {
+                name: t.name.clone(),
+                range: Some(t.offset..t.offset.saturating_add(t.length)),
+                sha256: t.sha256,
+            })
+            .collect(),
+        ..FileExpectation::default()
+    }
 }
 
 #[cfg(test)]

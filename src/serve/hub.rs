@@ -819,8 +819,36 @@ async fn resolve(
             }
         }
     }
+    // Under a signature policy every answer is checked against the model's signature at its
+    // commit, whatever filled the cache (a pull before the key was set, wi-fetch without one):
+    // a file it does not name, or describes otherwise, is refused before a byte of it leaves.
+    let signed = match (&m.upstream, &who) {
+        (Some(up), Some(who)) if up.checks_signatures() => {
+            let sig = up
+                .signature(at.kind, &at.id, commit, &at.listing, who)
+                .await
+                .map_err(|why| refused_pull(path, &why))?;
+            match sig {
+                Some(s) => crate::fetch::Fetcher::signed_file(&s, path, f.size, f.etag())
+                    .map_err(|e| {
+                        Refusal::upstream_refused(format!(
+                            "'{}' is not served: {}",
+                            escape(path),
+                            escape(&e.to_string())
+                        ))
+                    })?
+                    .map(|e| (s, e)),
+                None => None,
+            }
+        }
+        _ => None,
+    };
     // A HEAD of a held blob of the right size reads nothing more (at the size level).
-    if method == Method::HEAD && m.check == BlobCheck::Size && held_size == Some(f.size) {
+    if method == Method::HEAD
+        && m.check == BlobCheck::Size
+        && signed.is_none()
+        && held_size == Some(f.size)
+    {
         return Ok(resp.body(Body::empty()).unwrap_or_default());
     }
     // A held blob, checked before anything of it is answered: one that is not what it was
@@ -866,19 +894,7 @@ async fn resolve(
                     .pull(at.kind, &at.id, commit, f, who)
                     .map_err(Refusal::failure)?;
                 if let Err(why) = pull.started(from, to).await {
-                    // 504 when the upstream could not be reached, 502 when it answered wrongly.
-                    let message = format!(
-                        "fetching '{}' from the upstream failed: {}",
-                        escape(path),
-                        escape(&why.message)
-                    );
-                    return Err(if why.network {
-                        Refusal::gateway_timeout(message)
-                    } else if why.refused {
-                        Refusal::upstream_refused(message)
-                    } else {
-                        Refusal::bad_gateway(message)
-                    });
+                    return Err(refused_pull(path, &why));
                 }
                 Ok(resp
                     .body(Body::from_stream(pull.body(from, to, super::PIECE)))
@@ -907,6 +923,24 @@ async fn resolve(
         );
     });
     Ok(resp.body(Body::from_stream(body)).unwrap_or_default())
+}
+
+/// A pull of `path` (or the signature it is checked against) that failed: 504 when the
+/// upstream could not be reached, 502 when it answered wrongly, and 502
+/// `UpstreamContentRefused` when the mirror's checks refused what it served.
+fn refused_pull(path: &str, why: &super::upstream::PullError) -> Refusal {
+    let message = format!(
+        "fetching '{}' from the upstream failed: {}",
+        escape(path),
+        escape(&why.message)
+    );
+    if why.network {
+        Refusal::gateway_timeout(message)
+    } else if why.refused {
+        Refusal::upstream_refused(message)
+    } else {
+        Refusal::bad_gateway(message)
+    }
 }
 
 /// What the mirror does not hold or may not answer, as the Hub says it (`X-Error-Code`).

@@ -297,7 +297,13 @@ pub struct Upstream {
     cancel: tokio_util::sync::CancellationToken,
     /// Whether the mirror has a token of its own.
     own_token: bool,
+    /// Reads the model's signature from the cache when the upstream cannot be asked (the
+    /// signature is checked against the policy's key, whichever way it came).
+    offline: Fetcher,
 }
+
+/// The model's signature at a commit, as the mirror checks every answer against it.
+pub(crate) type Signature = Option<Arc<crate::fetch::Signed>>;
 
 /// The fetchers of one asker: metadata asked quickly, files fetched with the usual retries.
 struct Clients {
@@ -335,6 +341,7 @@ impl Upstream {
         let cancel = tokio_util::sync::CancellationToken::new();
         let builder = builder.verify(false).cancellation(cancel.clone());
         let own_token = builder.has_token();
+        let offline = builder.clone().offline(true).build()?;
         Ok(Upstream {
             fetcher: Arc::new(Clients::new(builder.clone())?),
             anonymous: Arc::new(Clients::new(builder.clone().no_token())?),
@@ -350,7 +357,58 @@ impl Upstream {
             for_tokens: Mutex::new(HashMap::new()),
             down_since: Mutex::new(None),
             own_token,
+            offline,
             cancel,
+        })
+    }
+
+    /// Whether the mirror checks what it serves against the model's signature.
+    pub(crate) fn checks_signatures(&self) -> bool {
+        self.fetcher.pull.checks_signatures()
+    }
+
+    /// The model's signature at `commit` of `id` (see [`Signature`]), read once for every
+    /// request of that commit (the policy keeps it), as `who` (the upstream is asked as the
+    /// client asks), or from the cache when the upstream cannot be reached. `listing`: the
+    /// commit's listing, which says whether the repository has one.
+    pub(crate) async fn signature(
+        &self,
+        kind: RepoType,
+        id: &str,
+        commit: &str,
+        listing: &Listing,
+        who: &Identity,
+    ) -> Result<Signature, PullError> {
+        let Some(path) = self.fetcher.pull.signature_path() else {
+            return Ok(None);
+        };
+        let listed = listing
+            .entries
+            .iter()
+            .find(|e| e.path == path)
+            .map(|e| e.size);
+        let repo = RepoRef::model(id).with_type(kind).with_revision(commit);
+        let asked = if self.paused() {
+            None
+        } else {
+            match who
+                .clients
+                .pull
+                .signature_at(&repo, commit, Some(listed))
+                .await
+            {
+                Err(e) if e.exit_class() == crate::exit::ExitClass::Network => None,
+                r => Some(r),
+            }
+        };
+        let r = match asked {
+            Some(r) => r,
+            None => self.offline.signature_at(&repo, commit, None).await,
+        };
+        r.map_err(|e| PullError {
+            network: e.exit_class() == crate::exit::ExitClass::Network,
+            refused: e.exit_class() == crate::exit::ExitClass::Integrity,
+            message: e.to_string(),
         })
     }
 

@@ -44,12 +44,13 @@ pub use model::{
 };
 pub use sigstore::{KeylessPolicy, TrustedRoot};
 
-use crate::manifest::{OpenSsfDocument, MAX_MANIFEST_BYTES};
+use crate::manifest::OpenSsfDocument;
 use bundle::{pae, pae_v0_2, Bundle, Material};
 use key::Hash;
 
-/// The largest signature file read (the bound on manifests).
-pub const MAX_SIGNATURE_BYTES: u64 = MAX_MANIFEST_BYTES;
+/// The largest signature file read: 32 MiB, a statement of about 200,000 files (a signature
+/// past it is refused unread, never parsed).
+pub const MAX_SIGNATURE_BYTES: u64 = 32 << 20;
 
 /// Whom a signature must come from.
 #[derive(Debug, Clone)]

@@ -311,6 +311,15 @@ class SignatureCheck(TypedDict):
     #: Its path in the repository.
     path: str
     signer: Signer
+    #: What the statement says was signed: the model's name (the folder, or the one file).
+    model: NotRequired[str]
+    #: The statement's subject digest (SHA-256, hex): the signed content as a whole. A signature
+    #: binds content, not a repository or a commit.
+    statement_sha256: NotRequired[str]
+    #: Files of this fetch whose bytes were hashed against the signature.
+    files_hashed: NotRequired[int]
+    #: Files taken from the cache as an earlier fetch checked them, not hashed now.
+    files_from_cache: NotRequired[list[str]]
 
 
 class FetchSummary(TypedDict):

@@ -218,10 +218,7 @@ pub(super) fn print_summary(s: &FetchSummary) {
         line.push_str("; no model file to verify");
     }
     if let Some(sig) = &s.signature {
-        line.push_str(&format!(
-            "; every file checked against the model's signature, made by {}",
-            sig.signer
-        ));
+        line.push_str(&signature_part(sig));
     }
     eprintln!("{line}");
     for f in &s.files {
@@ -234,6 +231,35 @@ pub(super) fn print_summary(s: &FetchSummary) {
             }
         }
     }
+}
+
+/// What the signature check did, never more: who signed, what the statement is, which files
+/// were hashed against it now and which were taken from the cache as checked before
+/// ("; the model's signature, made by the key 3f…, holds (statement sha256:9a1c…, model
+/// 'm'): 2 file(s) hashed against it, 1 from the cache as checked before (--verify full
+/// hashes them again)").
+fn signature_part(sig: &weight_inspect::fetch::SignatureCheck) -> String {
+    let mut part = format!("; the model's signature, made by {}, holds", sig.signer);
+    let mut about = Vec::new();
+    if let Some(d) = &sig.statement_sha256 {
+        about.push(format!("statement sha256:{}", &d[..d.len().min(16)]));
+    }
+    if !sig.model.is_empty() {
+        about.push(format!("model '{}'", escape(&sig.model)));
+    }
+    if !about.is_empty() {
+        part.push_str(&format!(" ({})", about.join(", ")));
+    }
+    let cached = sig.files_from_cache.len();
+    match (sig.files_hashed, cached) {
+        (0, 0) => part.push_str(": no file of this fetch is one it names"),
+        (n, 0) => part.push_str(&format!(": every file hashed against it ({n})")),
+        (n, c) => part.push_str(&format!(
+            ": {n} file(s) hashed against it, {c} taken from the cache as checked before, not \
+             hashed now (--verify full hashes them)"
+        )),
+    }
+    part
 }
 
 /// A file filled together with other nodes: who fetched what from the Hub, who read what from

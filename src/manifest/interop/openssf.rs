@@ -78,6 +78,7 @@ pub struct OpenSsfDocument {
     bundle: bool,
     predicate_type: String,
     model_name: String,
+    subject_sha256: Option<Sha256Hex>,
     shard_size: Option<u64>,
     ignore_paths: Vec<String>,
     single_file: bool,
@@ -225,6 +226,7 @@ impl OpenSsfDocument {
             bundle,
             predicate_type: pt.to_string(),
             model_name: String::new(),
+            subject_sha256: None,
             shard_size: None,
             ignore_paths: Vec::new(),
             single_file: false,
@@ -251,6 +253,7 @@ impl OpenSsfDocument {
             "the subject".to_string()
         })?;
         doc.model_name = subject.name.clone();
+        doc.subject_sha256 = Some(root);
         let Some(pred) = st.predicate else {
             return Err(invalid("no predicate".into()));
         };
@@ -342,6 +345,13 @@ impl OpenSsfDocument {
     /// signed); empty for the v0.1 predicate, which has none.
     pub fn model_name(&self) -> &str {
         &self.model_name
+    }
+
+    /// The statement's subject digest: the SHA-256 of every resource's digest in order, what
+    /// names the signed model's content as a whole (`None` for the v0.1 predicate, which has
+    /// none).
+    pub fn subject_sha256(&self) -> Option<Sha256Hex> {
+        self.subject_sha256
     }
 
     /// The shard size of a `shards` manifest.
