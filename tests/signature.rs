@@ -796,6 +796,14 @@ fn a_mirror_serves_only_what_the_signature_names() {
         .join("models--acme--signed/snapshots")
         .join(&commit);
     assert!(!snap.join("sub/w.bin").exists());
+    // Nor a partial download of it (it stayed as blobs/*.wi-partial: issue 48).
+    let left: Vec<String> = fs::read_dir(mirror_cache.join("models--acme--signed/blobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".wi-partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     // And a file the signature does not name.
     hub.mutate_file("acme/signed", "README.md", &b"added after signing"[..])
         .unwrap();

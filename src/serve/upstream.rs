@@ -861,8 +861,22 @@ impl Upstream {
                 );
             crate::metrics::global().upstream(if r.is_ok() { "done" } else { "failed" });
             if let Err(e) = &r {
-                if e.refused && up.ttl > Duration::ZERO {
-                    up.refused.put(refused_key, Arc::new(e.message.clone()));
+                if e.refused {
+                    // Bytes the mirror's checks refused are not kept, not even as a partial
+                    // download to resume (asking again gets the same answer): discarded under
+                    // the partial's lock, unless another process holds it.
+                    let partial = repo_cache.partial(want.etag());
+                    if let Ok(Some(locked)) = partial.try_lock() {
+                        if let Err(err) = locked.discard() {
+                            tracing::warn!(
+                                partial = %partial.data.display(),
+                                "a refused download could not be removed: {err}"
+                            );
+                        }
+                    }
+                    if up.ttl > Duration::ZERO {
+                        up.refused.put(refused_key, Arc::new(e.message.clone()));
+                    }
                 }
             }
             if r.is_ok() {
