@@ -14,8 +14,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
+use super::read::{FileReader, Hasher};
 use super::{Document, FileExpectation, Manifest};
-use crate::format::mmap::Mmap;
 
 /// What [`check`] found for every file of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -186,7 +186,8 @@ pub struct ChunkDiff {
 }
 
 /// Re-hashes every file of `manifest` found below `base` (files in parallel, and each file's
-/// chunks in parallel, straight from a memory map) and says which chunks and tensors differ.
+/// chunks in parallel, read by position: a file that changes meanwhile is unreadable, never a
+/// crash) and says which chunks and tensors differ.
 ///
 /// `base` is the model's folder (the manifest names files relative to it), or one file of it:
 /// then only the entry of that name is checked, in the file's folder.
@@ -233,12 +234,8 @@ const GGUF_HASH_SKIPPED: [&str; 3] = [
     ".rotary_emb.inv_freq",
 ];
 
-fn sha(b: &[u8]) -> [u8; 32] {
-    Sha256::digest(b).into()
-}
-
 fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
-    let file = match crate::safe_fs::open_read_following(path) {
+    let file = match FileReader::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileVerdict::Missing,
         Err(e) => {
@@ -247,20 +244,20 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
             }
         }
     };
-    let map = match Mmap::open(&file) {
-        Ok(m) => m,
-        Err(e) => {
-            return FileVerdict::Unreadable {
-                error: e.to_string(),
-            }
-        }
-    };
-    map.advise_sequential();
-    let bytes = map.as_bytes();
-    let size = bytes.len() as u64;
-    let slice = |r: &Range<u64>| -> Option<&[u8]> {
-        bytes.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)
-    };
+    // A file truncated or written to while it is read cannot be judged: it is unreadable.
+    match check_open(f, &file).and_then(|v| file.unchanged().map(|()| v)) {
+        Ok(v) => v,
+        Err(e) => FileVerdict::Unreadable {
+            error: e.to_string(),
+        },
+    }
+}
+
+/// [`check_file`] on the open file: its bytes read by position (a file that changes meanwhile
+/// is an error, see [`FileReader`]).
+fn check_open(f: &FileExpectation, file: &FileReader) -> std::io::Result<FileVerdict> {
+    let size = file.len();
+    let within = |r: &Range<u64>| r.start <= r.end && r.end <= size;
     // The pieces the document cuts the file into: chunks of one size, or ranges.
     let expected_end = f.size.unwrap_or(size);
     let pieces: Vec<(Range<u64>, [u8; 32])> = match &f.chunks {
@@ -276,61 +273,72 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
             .map(|r| (r.range.clone(), r.sha256.0))
             .collect(),
     };
+    let diff = |index: usize, r: &Range<u64>| ChunkDiff {
+        index,
+        start: r.start,
+        end: r.end,
+    };
     let mut chunks: Vec<ChunkDiff> = pieces
         .par_iter()
         .enumerate()
-        .filter_map(|(i, (r, d))| {
-            let same = slice(r).is_some_and(|b| sha(b) == *d);
-            (!same).then_some(ChunkDiff {
-                index: i,
-                start: r.start,
-                end: r.end,
-            })
+        .map(|(i, (r, d))| {
+            let same = within(r) && file.sha256(r.clone())? == *d;
+            Ok((!same).then(|| diff(i, r)))
         })
+        .collect::<std::io::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
         .collect();
     // Ranges in another algorithm (a BLAKE2b sharded statement), indexed after the SHA-256 ones.
     if let Some(o) = &f.other {
-        chunks.extend(
-            o.ranges
-                .par_iter()
-                .enumerate()
-                .filter_map(|(i, (r, d))| {
-                    let same = slice(r).is_some_and(|b| o.algorithm.digest(b) == *d);
-                    (!same).then_some(ChunkDiff {
-                        index: pieces.len() + i,
-                        start: r.start,
-                        end: r.end,
-                    })
-                })
-                .collect::<Vec<_>>(),
-        );
+        let other: Vec<Option<ChunkDiff>> = o
+            .ranges
+            .par_iter()
+            .enumerate()
+            .map(|(i, (r, d))| {
+                let same = within(r) && file.digest(r.clone(), o.algorithm)? == *d;
+                Ok((!same).then(|| diff(pieces.len() + i, r)))
+            })
+            .collect::<std::io::Result<_>>()?;
+        chunks.extend(other.into_iter().flatten());
     }
     chunks.sort_by_key(|c| c.index);
     let size_differs = f.size.is_some_and(|s| s != size);
 
-    // The whole file, when nothing finer covers it.
+    // The whole file, when nothing finer covers it: one pass for every digest asked for.
     let mut digests = Vec::new();
-    if let Some(want) = f.sha256.filter(|_| !f.covered()) {
-        if sha(bytes) != want.0 {
-            digests.push(DigestKind::FileSha256);
-        }
-    }
-    if let Some((alg, want)) = f
+    let want_sha = f.sha256.filter(|_| !f.covered());
+    let want_other = f
         .other
         .as_ref()
-        .and_then(|o| Some((o.algorithm, o.whole.as_ref()?)))
-    {
-        if alg.digest(bytes) != *want {
-            digests.push(DigestKind::of_file(alg));
+        .and_then(|o| Some((o.algorithm, o.whole.as_ref()?)));
+    if want_sha.is_some() || want_other.is_some() {
+        let mut sha = want_sha.map(|_| Sha256::new());
+        let mut other = want_other.map(|(a, _)| Hasher::new(a));
+        file.blocks(0..size, |b| {
+            if let Some(h) = &mut sha {
+                h.update(b);
+            }
+            if let Some(h) = &mut other {
+                h.update(b);
+            }
+        })?;
+        if let (Some(h), Some(want)) = (sha, want_sha) {
+            if h.finalize()[..] != want.0[..] {
+                digests.push(DigestKind::FileSha256);
+            }
+        }
+        if let (Some(h), Some((alg, want))) = (other, want_other) {
+            if h.finalize() != *want {
+                digests.push(DigestKind::of_file(alg));
+            }
         }
     }
 
     // Tensors: placed by the document, or by the file's own header.
     let needs_header =
         f.tensor_data_sha256.is_some() || f.tensors.iter().any(|t| t.range.is_none());
-    let header = needs_header
-        .then(|| crate::format::parse(bytes).ok())
-        .flatten();
+    let header = if needs_header { file.header()? } else { None };
     let infos = header.as_ref().map_or(&[][..], |h| h.tensors());
     if let Some(want) = f.tensor_data_sha256 {
         // llama.cpp hashes every tensor; gguf-py's gguf_hash.py leaves out three kinds of
@@ -338,15 +346,18 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
         let (mut all, mut kept) = (Sha256::new(), Sha256::new());
         let mut whole = header.is_some();
         for t in infos {
-            match slice(&t.byte_range()) {
-                Some(b) => {
-                    all.update(b);
-                    if !GGUF_HASH_SKIPPED.iter().any(|s| t.name.ends_with(s)) {
-                        kept.update(b);
-                    }
-                }
-                None => whole = false,
+            let r = t.byte_range();
+            if !within(&r) {
+                whole = false;
+                continue;
             }
+            let keep = !GGUF_HASH_SKIPPED.iter().any(|s| t.name.ends_with(s));
+            file.blocks(r, |b| {
+                all.update(b);
+                if keep {
+                    kept.update(b);
+                }
+            })?;
         }
         let same = |h: Sha256| h.finalize()[..] == want.0[..];
         if !whole || !(same(all) || same(kept)) {
@@ -354,7 +365,7 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
         }
     }
     if chunks.is_empty() && !size_differs && digests.is_empty() && f.tensors.is_empty() {
-        return FileVerdict::Match;
+        return Ok(FileVerdict::Match);
     }
     // Every tensor listed is re-hashed, even in a file whose chunks all match: a manifest whose
     // tensor digests contradict its own chunks is wrong about the file, and says so here.
@@ -375,8 +386,13 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
     }
     let mut tensors: Vec<String> = placed
         .par_iter()
-        .filter(|(_, r, d)| slice(r).is_none_or(|b| sha(b) != *d))
-        .map(|(name, _, _)| (*name).to_string())
+        .map(|(name, r, d)| {
+            let same = within(r) && file.sha256(r.clone())? == *d;
+            Ok((!same).then(|| (*name).to_string()))
+        })
+        .collect::<std::io::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
         .collect();
     tensors.sort();
     absent_tensors.sort();
@@ -386,13 +402,68 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
         && tensors.is_empty()
         && absent_tensors.is_empty()
     {
-        return FileVerdict::Match;
+        return Ok(FileVerdict::Match);
     }
-    FileVerdict::Differs {
+    Ok(FileVerdict::Differs {
         size,
         chunks,
         tensors,
         digests,
         absent_tensors,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder with one file of `len` bytes; its path.
+    fn one_file(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("w.bin");
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&p, bytes).unwrap();
+        (d, p)
+    }
+
+    fn truncate_to(path: &Path, len: u64) -> impl FnOnce() + Send + 'static {
+        let path = path.to_path_buf();
+        move || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(len)
+                .unwrap();
+        }
+    }
+
+    /// The file truncated between its opening and its first read (where a memory map made the
+    /// hasher die of SIGBUS): the file's verdict is that it changed while it was read.
+    #[test]
+    fn a_file_truncated_while_it_is_checked_is_unreadable_not_a_crash() {
+        for chunked in [false, true] {
+            let (d, path) = one_file(3 << 20);
+            let m = crate::manifest::create(
+                &[d.path().to_path_buf()],
+                &crate::manifest::CreateOptions::default().with_chunk_size(1 << 20),
+            )
+            .unwrap();
+            let mut expected = Document::Native(m).expectations();
+            if !chunked {
+                // Only the whole file's SHA-256 (an OpenSSF `files` statement).
+                expected[0].chunks = None;
+            }
+            super::super::read::hook::before_first_read(&path, truncate_to(&path, 1 << 20));
+            let report = check_expectations(&expected, d.path());
+            match &report.files[0].verdict {
+                FileVerdict::Unreadable { error } => {
+                    assert!(error.contains("it changed while it was read"), "{error}");
+                    assert!(error.contains("truncated"), "{error}");
+                }
+                other => panic!("chunked {chunked}: {other:?}"),
+            }
+            assert_eq!(report.files[0].path, "w.bin");
+        }
     }
 }

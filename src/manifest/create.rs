@@ -4,13 +4,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use sha2::{Digest as _, Sha256};
 
+use super::read::FileReader;
 use super::{
     now_rfc3339, Manifest, ManifestError, ManifestFile, ModelSummary, Sha256Hex, Source,
     TensorDigest, DEFAULT_CHUNK_SIZE, FORMAT, MAX_FILES, MIN_CHUNK_SIZE, VERSION,
 };
-use crate::format::mmap::Mmap;
 use crate::format::{self, Header};
 use crate::names::{check_repo_path, escape};
 
@@ -301,7 +300,7 @@ pub(crate) fn select(paths: &[PathBuf]) -> Result<Selection, ManifestError> {
 /// Makes a manifest of `paths` (files and folders; see `weight-inspect manifest create`): one
 /// folder is the model's folder and names its files relative to it; files are named relative to
 /// their common folder (a split GGUF's first part brings its other parts, a safetensors index its
-/// shards). Chunks and tensors are hashed in parallel straight from a memory map.
+/// shards). Chunks and tensors are hashed in parallel, read by position.
 pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> Result<Manifest, ManifestError> {
     if opts.chunk_size < MIN_CHUNK_SIZE {
         return Err(ManifestError::Input(format!(
@@ -330,66 +329,81 @@ pub fn create(paths: &[PathBuf], opts: &CreateOptions) -> Result<Manifest, Manif
     Ok(m)
 }
 
-fn sha256(b: &[u8]) -> Sha256Hex {
-    Sha256Hex(Sha256::digest(b).into())
-}
-
-/// A file's size and digests in `algorithm`, from a memory map, hashing only what is asked
-/// for: the whole file (`shard` `None`, one digest), or each `shard`-byte piece (in parallel).
+/// A file's size and digests in `algorithm`, read by position, hashing only what is asked for:
+/// the whole file (`shard` `None`, one digest), or each `shard`-byte piece (in parallel). A
+/// file that changes while it is read is an error naming it.
 pub(crate) fn file_digests(
     path: &Path,
     shard: Option<u64>,
     algorithm: super::HashAlgorithm,
 ) -> Result<(u64, Vec<Vec<u8>>), ManifestError> {
-    let file = crate::safe_fs::open_read_following(path).map_err(|e| ManifestError::io(path, e))?;
-    let map = Mmap::open(&file).map_err(|e| ManifestError::io(path, e))?;
-    map.advise_sequential();
-    let bytes = map.as_bytes();
+    let io = |e| ManifestError::io(path, e);
+    let file = FileReader::open(path).map_err(io)?;
+    let size = file.len();
     let digests = match shard {
-        None => vec![algorithm.digest(bytes)],
-        Some(n) => algorithm.digest_pieces(bytes, usize::try_from(n).unwrap_or(usize::MAX)),
+        None => vec![file.digest(0..size, algorithm).map_err(io)?],
+        Some(n) => {
+            let n = n.max(1);
+            (0..size.div_ceil(n))
+                .into_par_iter()
+                .map(|i| file.digest(i * n..((i + 1) * n).min(size), algorithm))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(io)?
+        }
     };
-    Ok((bytes.len() as u64, digests))
+    file.unchanged().map_err(io)?;
+    Ok((size, digests))
 }
 
 /// One file's entry: whole-file and chunk digests (side by side), and its tensors (when
-/// `with_tensors`).
+/// `with_tensors`), read by position.
 pub(crate) fn describe(
     rel: &str,
     path: &Path,
     chunk_size: u64,
     with_tensors: bool,
 ) -> Result<ManifestFile, ManifestError> {
-    let file = crate::safe_fs::open_read_following(path).map_err(|e| ManifestError::io(path, e))?;
-    let map = Mmap::open(&file).map_err(|e| ManifestError::io(path, e))?;
-    map.advise_sequential();
-    let bytes = map.as_bytes();
-    let step = usize::try_from(chunk_size).unwrap_or(usize::MAX);
+    let io = |e| ManifestError::io(path, e);
+    let file = FileReader::open(path).map_err(io)?;
+    let size = file.len();
+    let step = chunk_size.max(1);
     let (whole, chunks) = rayon::join(
-        || sha256(bytes),
-        || bytes.par_chunks(step).map(sha256).collect::<Vec<_>>(),
+        || file.sha256(0..size),
+        || {
+            (0..size.div_ceil(step))
+                .into_par_iter()
+                .map(|i| file.sha256(i * step..((i + 1) * step).min(size)))
+                .collect::<std::io::Result<Vec<_>>>()
+        },
     );
+    let (whole, chunks) = (whole.map_err(io)?, chunks.map_err(io)?);
     let lower = rel.to_ascii_lowercase();
-    let header = (with_tensors && (lower.ends_with(".gguf") || lower.ends_with(".safetensors")))
-        .then(|| format::parse(bytes).ok())
-        .flatten();
+    let header = if with_tensors && (lower.ends_with(".gguf") || lower.ends_with(".safetensors")) {
+        file.header().map_err(io)?
+    } else {
+        None
+    };
     let (model, tensors) = match &header {
-        Some(h) => summarize(h, bytes),
+        Some(h) => summarize(h, &file).map_err(io)?,
         None => (None, Vec::new()),
     };
+    file.unchanged().map_err(io)?;
     Ok(ManifestFile {
         path: rel.to_string(),
-        size: bytes.len() as u64,
-        sha256: whole,
+        size,
+        sha256: Sha256Hex(whole),
         chunk_size,
-        chunks,
+        chunks: chunks.into_iter().map(Sha256Hex).collect(),
         model,
         tensors,
     })
 }
 
 /// The model summary and the digest of every tensor that lies inside the file, by offset.
-fn summarize(h: &Header, bytes: &[u8]) -> (Option<ModelSummary>, Vec<TensorDigest>) {
+fn summarize(
+    h: &Header,
+    file: &FileReader,
+) -> std::io::Result<(Option<ModelSummary>, Vec<TensorDigest>)> {
     let format = match h {
         Header::Gguf(_) => "gguf",
         Header::Safetensors(_) => "safetensors",
@@ -401,26 +415,28 @@ fn summarize(h: &Header, bytes: &[u8]) -> (Option<ModelSummary>, Vec<TensorDiges
         .fold(0u64, u64::saturating_add);
     let mut tensors: Vec<TensorDigest> = infos
         .par_iter()
-        .filter_map(|t| {
+        .filter(|t| {
             let r = t.byte_range();
-            let slice = bytes.get(usize::try_from(r.start).ok()?..usize::try_from(r.end).ok()?)?;
-            Some(TensorDigest {
+            r.start <= r.end && r.end <= file.len()
+        })
+        .map(|t| {
+            Ok(TensorDigest {
                 name: t.name.clone(),
                 offset: t.offset,
                 length: t.n_bytes,
-                sha256: sha256(slice),
+                sha256: Sha256Hex(file.sha256(t.byte_range())?),
             })
         })
-        .collect();
+        .collect::<std::io::Result<_>>()?;
     tensors.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
-    (
+    Ok((
         Some(ModelSummary {
             format: format.to_string(),
             tensor_count: infos.len() as u64,
             total_params,
         }),
         tensors,
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -445,5 +461,46 @@ mod tests {
         assert_eq!(s.repo, "datasets/org/d");
         assert!(source_from_cache_path(Path::new("/h/models--org--name/snapshots/main")).is_none());
         assert!(source_from_cache_path(Path::new("/tmp/model")).is_none());
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_truncated_while_it_is_hashed_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("w.bin");
+        for shard in [None, Some(1 << 20)] {
+            fs::write(&path, vec![1u8; 3 << 20]).unwrap();
+            let p = path.clone();
+            super::super::read::hook::before_first_read(&path, move || {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .unwrap()
+                    .set_len(10)
+                    .unwrap();
+            });
+            let e = file_digests(&path, shard, super::super::HashAlgorithm::Sha256)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("w.bin: it changed while it was read"), "{e}");
+        }
+        fs::write(&path, vec![1u8; 3 << 20]).unwrap();
+        let p = path.clone();
+        super::super::read::hook::before_first_read(&path, move || {
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(10)
+                .unwrap();
+        });
+        let e = describe("w.bin", &path, 1 << 20, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w.bin: it changed while it was read"), "{e}");
     }
 }

@@ -43,8 +43,9 @@
 //! outside their file; and it is bounded in total ([`MAX_MANIFEST_BYTES`], [`MAX_FILES`],
 //! [`MAX_CHUNKS`], [`MAX_TENSORS`]) — nothing in it sizes an allocation.
 //!
-//! [`create`] writes one from files on disk, hashing chunks and tensors in parallel straight
-//! from a memory map; [`check`] re-hashes files against one, in parallel, and names the chunks
+//! [`create`] writes one from files on disk, hashing chunks and tensors in parallel, the files
+//! read by position (never through a memory map: a file truncated meanwhile is an error naming
+//! it, not a `SIGBUS`); [`check`] re-hashes files against one, in parallel, and names the chunks
 //! (byte ranges) and tensors that differ.
 //!
 //! # Other tools' manifests
@@ -65,6 +66,9 @@ mod error;
 mod expect;
 mod hash;
 pub mod interop;
+mod read;
+#[cfg(test)]
+pub(crate) use read::hook as read_hook;
 
 pub use check::{
     check, check_document, check_expectations, CheckReport, ChunkDiff, DigestKind, FileCheck,

@@ -311,3 +311,48 @@ pub fn sign_model(
         .map_err(|e| SignatureError::io(signature, e.error))?;
     Ok(signer)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `signature verify` on a model whose file is truncated while it is hashed: a verdict
+    /// naming the file (it died of SIGBUS, reading a memory map).
+    #[test]
+    fn a_file_truncated_while_it_is_verified_is_named_and_the_model_refused() {
+        use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
+        let key = SigningKey::from_der(doc.as_ref()).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let model = d.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        let w = model.join("w.bin");
+        std::fs::write(&w, vec![9u8; 4 << 20]).unwrap();
+        std::fs::write(model.join("config.json"), b"{}").unwrap();
+        let sig = model.join("model.sig");
+        sign_model(&model, &sig, &key, &SignOptions::default()).unwrap();
+        let policy = TrustPolicy::Key(key.public_key().clone());
+        let v = verify_model(&model, &sig, &policy, &VerifyOptions::default()).unwrap();
+        assert!(v.verified());
+
+        let truncated = w.clone();
+        crate::manifest::read_hook::before_first_read(&w, move || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&truncated)
+                .unwrap()
+                .set_len(1 << 20)
+                .unwrap();
+        });
+        let v = verify_model(&model, &sig, &policy, &VerifyOptions::default()).unwrap();
+        assert!(!v.verified());
+        let f = v.report.files.iter().find(|f| f.path == "w.bin").unwrap();
+        match &f.verdict {
+            crate::manifest::FileVerdict::Unreadable { error } => {
+                assert!(error.contains("it changed while it was read"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
