@@ -99,6 +99,7 @@ pub mod signature;
 pub mod telemetry;
 pub mod units;
 pub mod verify;
+pub mod xet;
 
 // The network (feature `net`, on by default).
 #[cfg(feature = "net")]

@@ -1,0 +1,13 @@
+//! Xet, the Hub's own storage and transport: files cut into content-defined chunks, chunks
+//! stored compressed in xorbs, a file described by its reconstruction (which ranges of which
+//! xorbs make it), every hash a Merkle tree over chunks. This is the network-free part — the
+//! hashes ([`hash`]), the chunker ([`chunking`]), the xorb format ([`xorb`]) and the
+//! reconstruction the CAS answers ([`reconstruction`]) — that the download client checks every
+//! chunk with, and that mock-hub builds its CAS from.
+
+pub mod chunking;
+pub mod hash;
+pub mod reconstruction;
+pub mod xorb;
+
+pub use hash::{chunk_hash, MerkleBuilder, XetHash};
