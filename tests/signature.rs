@@ -1173,3 +1173,67 @@ fn a_lock_file_pins_the_signed_statement() {
     );
     assert!(snapshot_files(&sb, "acme/signed").is_empty());
 }
+
+/// A signing mirror checks what its cache already holds, whatever filled it (issue 48: a file
+/// pulled before the key was set was served unchecked, and a path the signature does not name
+/// was served once a signed file with the same bytes was held).
+#[test]
+fn a_signing_mirror_checks_what_it_already_holds() {
+    use crate::support::cli::Sandbox;
+    let (hub, d, _private, public) = signed_hub(&[]);
+    let key = public.to_str().unwrap();
+    let cache = d.path().join("mirror-cache");
+    let through = |mirror: &crate::support::serve::Server, files: &[&str]| {
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.env("HF_ENDPOINT", &mirror.base)
+            .arg("acme/signed")
+            .args(files);
+        c.output().unwrap()
+    };
+    // The upstream changes a signed file; a mirror without a key pulls it and keeps it.
+    let mut w = fs::read(d.path().join("hub/acme/signed/sub/w.bin")).unwrap();
+    w[10] ^= 1;
+    hub.mutate_file("acme/signed", "sub/w.bin", w).unwrap();
+    // A path the signature does not name, with a signed file's bytes (the same blob).
+    let m = fs::read(d.path().join("hub/acme/signed/m.gguf")).unwrap();
+    hub.mutate_file("acme/signed", "copy.gguf", m).unwrap();
+    {
+        let open = crate::support::serve::mirror(&hub.url(), &cache, &[], &[]);
+        let o = through(&open, &["sub/w.bin", "m.gguf"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    // The same cache behind a mirror with the key: the held file is checked, found not to be
+    // what the signature says, and refused (the upstream's copy is no better).
+    let signing = crate::support::serve::mirror(
+        &hub.url(),
+        &cache,
+        &["--public-key", key, "--metadata-ttl", "0"],
+        &[],
+    );
+    let o = through(&signing, &["sub/w.bin"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the mirror refused what its upstream served"),
+        "{}",
+        stderr(&o)
+    );
+    // The signed file it holds is served, checked once.
+    let o = through(&signing, &["m.gguf"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The unnamed path with the same bytes is refused, held or not.
+    let o = through(&signing, &["copy.gguf"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not named by the model's signature"),
+        "{}",
+        stderr(&o)
+    );
+    // And so is a HEAD of it, as huggingface_hub's clients ask first.
+    let url = format!("{}/acme/signed/resolve/main/copy.gguf", signing.base);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt
+        .block_on(crate::support::serve::client().head(url).send())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 502);
+}

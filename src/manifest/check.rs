@@ -253,6 +253,26 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
     }
 }
 
+/// What the open file `file` is against `f` (its path not looked at): read by position, a file
+/// truncated or written to meanwhile is [`FileVerdict::Unreadable`]. For a server checking a
+/// file it holds open.
+pub(crate) fn check_opened(f: &FileExpectation, file: std::fs::File) -> FileVerdict {
+    let reader = match FileReader::from_file(file) {
+        Ok(r) => r,
+        Err(e) => {
+            return FileVerdict::Unreadable {
+                error: e.to_string(),
+            }
+        }
+    };
+    match check_open(f, &reader).and_then(|v| reader.unchanged().map(|()| v)) {
+        Ok(v) => v,
+        Err(e) => FileVerdict::Unreadable {
+            error: e.to_string(),
+        },
+    }
+}
+
 /// [`check_file`] on the open file: its bytes read by position (a file that changes meanwhile
 /// is an error, see [`FileReader`]).
 fn check_open(f: &FileExpectation, file: &FileReader) -> std::io::Result<FileVerdict> {

@@ -70,6 +70,7 @@ mod read;
 #[cfg(test)]
 pub(crate) use read::hook as read_hook;
 
+pub(crate) use check::check_opened;
 pub use check::{
     check, check_document, check_expectations, CheckReport, ChunkDiff, DigestKind, FileCheck,
     FileVerdict,

@@ -70,6 +70,12 @@ impl FileReader {
         Ok(FileReader { file, stamp })
     }
 
+    /// Reads a file already open (found without following a link, say), stamping it now.
+    pub fn from_file(file: File) -> io::Result<FileReader> {
+        let stamp = Stamp::of(&file)?;
+        Ok(FileReader { file, stamp })
+    }
+
     /// Its size when it was opened: every range read lies within it.
     pub fn len(&self) -> u64 {
         self.stamp.size

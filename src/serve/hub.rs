@@ -57,6 +57,10 @@ pub(crate) struct Mirror {
     check: BlobCheck,
     /// Blobs hashed whole and found right, with their stamp then (bounded).
     hashed: std::sync::Mutex<lru::LruCache<std::path::PathBuf, Stamp>>,
+    /// Held blobs found to be what a model's signature says of a path: by blob, the statement
+    /// (its subject digest) and the path, with the blob's stamp then (hashed again once it
+    /// changes).
+    signed_ok: std::sync::Mutex<lru::LruCache<(std::path::PathBuf, String, String), Stamp>>,
     /// Saved listings read, by commit (see [`Mirror::recorded`]; bounded in count and entries).
     recorded: Memory<std::path::PathBuf, RecordedFiles>,
     /// Sizes recorded in blobs' manifests (see [`Mirror::recorded_size`]; bounded).
@@ -147,6 +151,88 @@ impl Mirror {
     }
 }
 
+impl Mirror {
+    /// A held blob (`opened`), checked against what the model's signature `s` says of `path`
+    /// (`e`): hashed once per change of the blob (its stamp), whatever filled the cache; one
+    /// that differs is damaged (fetched again through the signature's check, or refused).
+    async fn check_signed(
+        &self,
+        blob: &std::path::Path,
+        opened: (Arc<std::fs::File>, Stamp),
+        s: &crate::fetch::Signed,
+        path: &str,
+        e: &crate::manifest::FileExpectation,
+    ) -> Result<(Arc<std::fs::File>, Stamp), Unservable> {
+        let (file, stamp) = opened;
+        let key = (
+            blob.to_path_buf(),
+            s.statement_sha256().unwrap_or_default(),
+            path.to_string(),
+        );
+        let known = self
+            .signed_ok
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied();
+        if known == Some(stamp) {
+            return Ok((file, stamp));
+        }
+        if e.size.is_some_and(|n| n != stamp.size()) {
+            return Err(Unservable::Damaged(format!(
+                "it has {} bytes, the model's signature says {}",
+                stamp.size(),
+                e.size.unwrap_or_default()
+            )));
+        }
+        let (dup, want) = (
+            file.try_clone().map_err(|_| Unservable::Unreadable)?,
+            e.clone(),
+        );
+        let verdict =
+            tokio::task::spawn_blocking(move || crate::manifest::check_opened(&want, dup))
+                .await
+                .map_err(|_| Unservable::Unreadable)?;
+        match verdict {
+            crate::manifest::FileVerdict::Match => {
+                self.signed_ok
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .put(key, stamp);
+                Ok((file, stamp))
+            }
+            other => Err(Unservable::Damaged(format!(
+                "it is not what the model's signature says ({})",
+                verdict_words(&other)
+            ))),
+        }
+    }
+}
+
+/// A verdict that is not a match, in a few words.
+fn verdict_words(v: &crate::manifest::FileVerdict) -> String {
+    use crate::manifest::FileVerdict;
+    match v {
+        FileVerdict::Match => "it matches".into(),
+        FileVerdict::Missing => "it is missing".into(),
+        FileVerdict::Unreadable { error } => error.clone(),
+        FileVerdict::Differs {
+            chunks, digests, ..
+        } => {
+            let mut parts = Vec::new();
+            if !chunks.is_empty() {
+                parts.push(crate::manifest::describe_chunks(chunks, 4));
+            }
+            parts.extend(digests.iter().map(|d| d.describe().to_string()));
+            if parts.is_empty() {
+                "its bytes differ".into()
+            } else {
+                parts.join(", ")
+            }
+        }
+    }
+}
+
 /// Whether the `size` bytes of `file` hash to `etag`: its SHA-256 (64 hex digits), else its
 /// git blob id (the SHA-1 of `blob {size}\0` and the bytes).
 fn hashes_to(file: &std::fs::File, size: u64, etag: &str) -> std::io::Result<bool> {
@@ -175,6 +261,9 @@ pub(crate) fn router(cache: HfCache, upstream: Option<Arc<Upstream>>, check: Blo
         upstream,
         check,
         hashed: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
+        signed_ok: std::sync::Mutex::new(lru::LruCache::new(
             std::num::NonZeroUsize::new(HASHED).unwrap_or(std::num::NonZeroUsize::MIN),
         )),
         recorded: Memory::new(),
@@ -858,6 +947,10 @@ async fn resolve(
         let opened_blob = match &blobs {
             Some(dir) => m.open_blob(dir, blob.clone(), f).await,
             None => Err(Unservable::Unreadable),
+        };
+        let opened_blob = match (opened_blob, &signed) {
+            (Ok(o), Some((s, e))) => m.check_signed(&blob, o, s, path, e).await,
+            (r, _) => r,
         };
         match opened_blob {
             Ok(o) => opened = Some(o),
