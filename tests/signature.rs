@@ -268,8 +268,8 @@ fn what_verify_leaves_out_is_named() {
     assert_eq!(o.status.code(), Some(0), "{out}");
     for line in [
         "model.sig: not checked (the signature itself)\n",
-        ".git: not checked, a folder of 1 file(s) (the signer left it out (the statement's \
-         ignore_paths))\n",
+        ".git: not checked, a folder of 1 file(s) (the signer left it out: the statement's \
+         ignore_paths)\n",
         ".gitattributes: not checked (the signer left it out",
         ".github: not checked, a folder of 1 file(s) (the signer",
         ".cache/huggingface: not checked, a folder of 2 file(s) (the Hugging Face tools' \
@@ -492,6 +492,71 @@ fn snapshot_files(sb: &crate::support::cli::Sandbox, repo: &str) -> Vec<String> 
     }
     out.sort();
     out
+}
+
+/// What the signer left out (the statement's `ignore_paths`; git's files at the top even when
+/// the statement does not list them, as model_signing's verifier leaves them out) is fetched
+/// whole without a check, each file named in a notice; anything else the statement does not
+/// name is still refused.
+#[test]
+fn files_the_signer_left_out_are_fetched_unchecked_and_named() {
+    use crate::support::cli::Sandbox;
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("hub");
+    let (private, public) = key_pair(d.path(), "k", 256);
+    let key = public.to_str().unwrap();
+    // Signed by this program, which lists git's files in ignore_paths, and `notes` left out.
+    let (_m, model) = signing_model_dir();
+    write(&model.join(".gitattributes"), b"*.gguf filter=lfs\n");
+    write(&model.join("notes/README.md"), b"left out by the signer");
+    sign(&model, &private, &["--ignore-paths", "notes"]);
+    fs::create_dir_all(root.join("acme")).unwrap();
+    fs::rename(&model, root.join("acme/signed")).unwrap();
+    // A statement that lists only the signature.
+    let (_b, bare) = signing_model_dir();
+    write(&bare.join(".gitattributes"), b"*.gguf filter=lfs\n");
+    sign(&bare, &private, &[]);
+    resign_ignoring(&bare, &private, &["model.sig"]);
+    fs::rename(&bare, root.join("acme/bare")).unwrap();
+    let hub = hub_at(&root);
+
+    let sb = Sandbox::new();
+    let whole = |repo| ["--include", "*", repo, "--public-key", key];
+    let o = wi_fetch(&sb, &hub, &whole("acme/signed"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for f in [".gitattributes", "notes/README.md"] {
+        let note = format!(
+            "wi-fetch: note: {f}: not covered by the model's signature (the signer left it out: \
+             the statement's ignore_paths): fetched without a signature check"
+        );
+        assert!(stderr(&o).contains(&note), "{note}\n{}", stderr(&o));
+    }
+    let got = snapshot_files(&sb, "acme/signed");
+    assert!(
+        got.contains(&".gitattributes".to_string()) && got.contains(&"notes/README.md".to_string()),
+        "{got:?}"
+    );
+
+    let o = wi_fetch(&sb, &hub, &whole("acme/bare"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "wi-fetch: note: .gitattributes: not covered by the model's signature (git's files: \
+             model_signing leaves them out by default): fetched without a signature check"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // A file added after signing, under no path the signer left out: refused.
+    hub.mutate_file("acme/bare", "notes/README.md", &b"added after signing"[..])
+        .unwrap();
+    let o = wi_fetch(&sb, &hub, &whole("acme/bare"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("notes/README.md: FAILED: not named by the model's signature"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -389,7 +389,7 @@ impl Fetcher {
             integrity::check_pin(p, f)?;
         }
         let expect = match round.signed {
-            Some(s) => Self::signed_expectation(s, f)?,
+            Some(s) => Self::signed_expectation(s, f, Some(round.rep))?,
             None => {
                 self.expectation(round.repo, round.commit, round.store, f, pin, round.rep)
                     .await?

@@ -556,7 +556,7 @@ impl Fetcher {
             let Some(f) = by_path.get(r.path.as_str()) else {
                 continue;
             };
-            if !matches!(Self::signed_expectation(s, f), Ok(Some(_))) {
+            if !matches!(Self::signed_expectation(s, f, None), Ok(Some(_))) {
                 continue;
             }
             if r.cached && self.verify_level == super::VerifyLevel::Fast {
@@ -591,19 +591,37 @@ impl Fetcher {
             partial_bytes: 0,
             sidecar: None,
         };
-        Ok(Self::signed_expectation(s, &f)?.map(|e| e.file))
+        Ok(Self::signed_expectation(s, &f, None)?.map(|e| e.file))
     }
 
     /// What `f` must be under a verified signature: what the statement says of its path; the
-    /// signature itself needs nothing more; a file it does not name is refused.
+    /// signature itself needs nothing more; a file the signer left out, as `model_signing`'s
+    /// verifier honours it (a path the statement's `ignore_paths` lists, or git's files at the
+    /// top: `.gitattributes`, `.github/`, `.gitignore`), needs nothing either and is fetched
+    /// unchecked, `rep` told so naming it; any other file it does not name is refused.
     pub(super) fn signed_expectation(
         s: &Signed,
         f: &super::PlannedFile,
+        rep: Option<&Gate<'_>>,
     ) -> Result<Option<Expect>, FetchError> {
         if f.path == s.path {
             return Ok(None);
         }
         let Some(e) = s.expectation(&f.path) else {
+            if let Some(why) = crate::signature::left_out_by_signer(s.statement(), &f.path) {
+                if let Some(rep) = rep {
+                    notice(
+                        rep,
+                        Some(&f.path),
+                        &format!(
+                            "not covered by the model's signature ({}): fetched without a \
+                             signature check",
+                            why.describe()
+                        ),
+                    );
+                }
+                return Ok(None);
+            }
             return Err(FetchError::NotSigned {
                 file: f.path.clone(),
             });

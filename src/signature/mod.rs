@@ -39,6 +39,7 @@ pub use bundle::BUNDLE_MEDIA_TYPE;
 pub use chain::{CertificateRoots, CertificateSigner};
 pub use error::SignatureError;
 pub use key::{Curve, PublicKey, SigningKey};
+pub(crate) use model::left_out_by_signer;
 pub use model::{
     sign_model, verify_model, LeftOut, LeftOutReason, ModelVerdict, SignOptions, VerifyOptions,
 };

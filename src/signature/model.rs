@@ -19,6 +19,22 @@ pub(crate) const GIT_PATHS: [&str; 4] = [".git", ".gitattributes", ".github", ".
 /// metadata, locks and partial downloads), left out and named.
 const HUB_RECORDS: &str = ".cache/huggingface";
 
+/// Why `rel`, a path the statement does not name, is left out as `model_signing`'s verifier
+/// leaves it out: the signer left it out (the statement's `ignore_paths` lists it, or a folder
+/// above it), or it is one of git's files at the top. `None`: it is unsigned content.
+pub(crate) fn left_out_by_signer(
+    statement: &crate::manifest::OpenSsfDocument,
+    rel: &str,
+) -> Option<LeftOutReason> {
+    if statement.ignore_paths().iter().any(|p| is_within(rel, p)) {
+        Some(LeftOutReason::SignerIgnored)
+    } else if GIT_PATHS.iter().any(|p| is_within(rel, p)) {
+        Some(LeftOutReason::GitFiles)
+    } else {
+        None
+    }
+}
+
 /// How a model is compared with its signature (`model_signing verify`'s options). What is
 /// left out (and named, never silently): the signature itself, what the signer left out (the
 /// statement's `ignore_paths`), git's files at the top (`.git`, `.gitattributes`, `.github`,
@@ -56,7 +72,7 @@ impl LeftOutReason {
     pub fn describe(self) -> &'static str {
         match self {
             LeftOutReason::Signature => "the signature itself",
-            LeftOutReason::SignerIgnored => "the signer left it out (the statement's ignore_paths)",
+            LeftOutReason::SignerIgnored => "the signer left it out: the statement's ignore_paths",
             LeftOutReason::GitFiles => "git's files: model_signing leaves them out by default",
             LeftOutReason::Given => "--ignore-paths",
             LeftOutReason::HubDownloadRecords => {

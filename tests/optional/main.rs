@@ -66,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Python: signature::model_signing_and_this_program_verify_each_others_signatures,
         Python: signature::certificate_chains_are_judged_as_model_signing_judges_them,
         Python: signature::unsigned_content_is_refused_as_model_signing_refuses_it,
+        Python: signature::a_repository_signed_by_model_signing_is_fetched_whole,
         SigstoreAssets: signature::real_keyless_signatures_verify_offline,
         SigstoreAssets: signature::wi_fetch_checks_a_keyless_signature,
         SigstoreAssets: signature::sigstore_conformance_cases_of_a_dsse_bundle,

@@ -631,6 +631,106 @@ pub fn unsigned_content_is_refused_as_model_signing_refuses_it() {
     agree(&python, d.path(), &cases);
 }
 
+/// A repository signed by `model_signing`'s command line with its defaults: a folder holding
+/// `.gitattributes` (which it leaves out of the signature and records, with git's other paths
+/// and the signature, in the statement's `ignore_paths`), served by mock-hub. `wi-fetch
+/// --public-key` fetches it whole: every signed file checked, `.gitattributes` fetched without
+/// a check and named as not covered; the snapshot verifies; huggingface_hub's
+/// `snapshot_download` through a mirror that checks the signature gets every file.
+pub fn a_repository_signed_by_model_signing_is_fetched_whole() {
+    use crate::support::cli::Sandbox;
+    let python = crate::support::required_env("WI_PYTHON");
+    let d = tempfile::tempdir().unwrap();
+    let repo = d.path().join("hub/acme/signed");
+    fs::create_dir_all(&repo).unwrap();
+    let weights: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    fs::write(repo.join("weights.bin"), &weights).unwrap();
+    fs::write(repo.join("config.json"), b"{\"model_type\": \"test\"}").unwrap();
+    fs::write(
+        repo.join(".gitattributes"),
+        b"*.bin filter=lfs diff=lfs merge=lfs -text\n",
+    )
+    .unwrap();
+    let (private, public) = crate::support::signature::key_pair(d.path(), "k", 256);
+    let cli = Path::new(&python).with_file_name("model_signing");
+    let o = Command::new(&cli)
+        .args(["sign", "key"])
+        .arg(&repo)
+        .arg("--private_key")
+        .arg(&private)
+        .arg("--signature")
+        .arg(repo.join("model.sig"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let hub = mock_server::MockHub::builder()
+        .root(d.path().join("hub"))
+        .lfs_threshold(64 << 10)
+        .hash_cache(false)
+        .start_in_background()
+        .unwrap();
+    let key = public.to_str().unwrap();
+
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["acme/signed", "--public-key", key]);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            ".gitattributes: not covered by the model's signature (the signer left it out: the \
+             statement's ignore_paths): fetched without a signature check"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let snapshots = sb.repo_dir("acme/signed").join("snapshots");
+    let snapshot = fs::read_dir(&snapshots)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for f in [".gitattributes", "config.json", "model.sig", "weights.bin"] {
+        assert!(snapshot.join(f).is_file(), "{f} not fetched");
+    }
+    assert_eq!(fs::read(snapshot.join("weights.bin")).unwrap(), weights);
+    let o = run(&["signature", "verify", "--public-key", key], &[&snapshot]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(".gitattributes: not checked (the signer left it out"),
+        "{}",
+        stdout(&o)
+    );
+
+    // huggingface_hub through a mirror that checks every file against the signature.
+    let mirror = crate::support::serve::mirror(
+        &hub.url(),
+        &d.path().join("mirror-cache"),
+        &["--public-key", key],
+        &[],
+    );
+    let hf_cache = d.path().join("hf-cache");
+    let o = Command::new(&python)
+        .arg("-c")
+        .arg("from huggingface_hub import snapshot_download\nprint(snapshot_download('acme/signed'))\n")
+        .env("HF_HUB_CACHE", &hf_cache)
+        .env("HF_HOME", hf_cache.join(".home"))
+        .env("HF_ENDPOINT", &mirror.base)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_HUB_DISABLE_XET", "1")
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = PathBuf::from(stdout(&o).lines().last().unwrap().trim());
+    for f in [".gitattributes", "config.json", "model.sig", "weights.bin"] {
+        assert!(got.join(f).is_file(), "{f} not in {}", got.display());
+    }
+    assert_eq!(fs::read(got.join("weights.bin")).unwrap(), weights);
+}
+
 /// Certificate chains that OpenSSL (`model_signing`'s `X509Store`) refuses and webpki alone
 /// accepts, and their good neighbours: each case's signing certificate, the chain the bundle
 /// carries, and the certificate trusted. Made with `cryptography`; `model_signing` signs each.
