@@ -38,6 +38,9 @@ pub struct RemoteFile {
     pub git_oid: Etag,
     /// SHA-256 of the content for LFS files, lowercase hex.
     pub lfs_sha256: Option<Etag>,
+    /// The file's Xet hash, when the Hub stores it in Xet (the listing's `xetHash`; one that is
+    /// not a hash is left out, and the file is fetched through the resolve URL).
+    pub xet_hash: Option<crate::xet::XetHash>,
 }
 
 impl RemoteFile {
@@ -103,6 +106,8 @@ struct TreeEntry {
     size: Option<Size>,
     #[serde(default)]
     lfs: Option<LfsInfo>,
+    #[serde(default, rename = "xetHash")]
+    xet_hash: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,11 +172,19 @@ impl TreeEntry {
             }
             None => return Err(refuse("no size".into())),
         };
+        // Only a file whose content the LFS oid names can be fetched by its Xet hash (the
+        // SHA-256 still decides).
+        let xet_hash = self
+            .xet_hash
+            .as_deref()
+            .filter(|_| lfs_sha256.is_some())
+            .and_then(|h| h.parse().ok());
         Ok(RemoteFile {
             path: self.path,
             size,
             git_oid: oid,
             lfs_sha256,
+            xet_hash,
         })
     }
 }
@@ -254,6 +267,9 @@ pub fn save_tree(files: &[RemoteFile], refused: &[RefusedEntry]) -> String {
             if let Some(sha) = &f.lfs_sha256 {
                 e["lfs"] = serde_json::json!({"oid": sha, "size": f.size});
             }
+            if let Some(x) = &f.xet_hash {
+                e["xetHash"] = x.to_string().into();
+            }
             e
         })
         .collect();
@@ -278,6 +294,9 @@ pub fn save_hf_tree(files: &[RemoteFile]) -> String {
         if let Some(sha) = &f.lfs_sha256 {
             info.insert("lfs_sha256".into(), sha.as_str().into());
             info.insert("lfs_size".into(), f.size.into());
+        }
+        if let Some(x) = &f.xet_hash {
+            info.insert("xet_hash".into(), x.to_string().into());
         }
         map.insert(f.path.clone(), info.into());
     }
@@ -310,6 +329,8 @@ pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>)
         lfs_sha256: Option<String>,
         #[serde(default, deserialize_with = "size")]
         lfs_size: Option<Size>,
+        #[serde(default)]
+        xet_hash: Option<String>,
     }
     let tree: HfTree =
         serde_json::from_slice(bytes).map_err(|e| ListingError::Malformed(e.to_string()))?;
@@ -330,6 +351,7 @@ pub fn load_hf_tree(bytes: &[u8]) -> Result<(Vec<RemoteFile>, Vec<RefusedEntry>)
                         sha256: None,
                         size: e.lfs_size,
                     }),
+                    xet_hash: e.xet_hash,
                 }),
                 Err(_) => PageEntry::Other(serde::de::IgnoredAny),
             },
@@ -579,6 +601,35 @@ mod tests {
         assert_eq!(next_link(&h), None);
     }
 
+    /// A file the Hub stores in Xet carries its Xet hash; one that is not a hash, or on a file
+    /// without an LFS oid, is left out (the file is still listed, fetched through the resolve
+    /// URL); saved listings, ours and huggingface_hub's, keep it.
+    #[test]
+    fn xet_hashes_are_read_checked_and_saved() {
+        let (oid, xet) = ("0".repeat(40), "1f".repeat(32));
+        let lfs = serde_json::json!({"oid": "a".repeat(64), "size": 9});
+        let f = entry(serde_json::json!({
+            "type": "file", "path": "m", "oid": oid, "size": 9, "lfs": lfs, "xetHash": xet,
+        }))
+        .unwrap();
+        assert_eq!(f.xet_hash.map(|h| h.to_string()), Some(xet.clone()));
+        for bad in [serde_json::json!("zz"), serde_json::json!("1f".repeat(33))] {
+            let f = entry(serde_json::json!({
+                "type": "file", "path": "m", "oid": oid, "size": 9, "lfs": lfs, "xetHash": bad,
+            }));
+            assert_eq!(f.unwrap().xet_hash, None);
+        }
+        let small = entry(
+            serde_json::json!({"type": "file", "path": "c", "oid": oid, "size": 9, "xetHash": xet}),
+        )
+        .unwrap();
+        assert_eq!(small.xet_hash, None);
+        let (ours, _) = load_tree(save_tree(std::slice::from_ref(&f), &[]).as_bytes()).unwrap();
+        assert_eq!(ours, std::slice::from_ref(&f));
+        let (theirs, _) = load_hf_tree(save_hf_tree(std::slice::from_ref(&f)).as_bytes()).unwrap();
+        assert_eq!(theirs, [f]);
+    }
+
     #[test]
     fn entries_are_checked_and_refused_not_fatal() {
         let oid = "0".repeat(40);
@@ -639,6 +690,7 @@ mod tests {
             size: 1,
             git_oid: Etag::parse(&"0".repeat(40)).unwrap(),
             lfs_sha256: None,
+            xet_hash: None,
         };
         let mut refused = Vec::new();
         let kept = refuse_collisions(
@@ -665,6 +717,7 @@ mod tests {
             size: 5,
             git_oid: Etag::parse(&"1".repeat(40)).unwrap(),
             lfs_sha256: Some(Etag::parse(&"2".repeat(64)).unwrap()),
+            xet_hash: None,
         }];
         let refused = vec![RefusedEntry {
             path: "bad\\n".into(),
@@ -690,12 +743,14 @@ mod tests {
                 size: 24,
                 git_oid: Etag::parse(&"3".repeat(40)).unwrap(),
                 lfs_sha256: None,
+                xet_hash: None,
             },
             RemoteFile {
                 path: "a.gguf".into(),
                 size: 5,
                 git_oid: Etag::parse(&"1".repeat(40)).unwrap(),
                 lfs_sha256: Some(Etag::parse(&"2".repeat(64)).unwrap()),
+                xet_hash: None,
             },
         ];
         let text = save_hf_tree(&files);

@@ -21,6 +21,9 @@ pub struct FileMetadata {
     pub size: u64,
     /// Where the bytes are: the CDN URL of a redirect, else the resolve URL itself.
     pub location: String,
+    /// The file's Xet hash (`X-Xet-Hash`), when the Hub stores it in Xet and the ETag is its
+    /// SHA-256 (one that is not a hash is left out: the file comes through the resolve URL).
+    pub xet_hash: Option<crate::xet::XetHash>,
 }
 
 impl HubClient {
@@ -120,11 +123,15 @@ fn metadata_from(
         .ok()
         .filter(|&s| s <= MAX_FILE_SIZE)
         .ok_or_else(|| invalid(format!("impossible size '{}'", escape(size))))?;
+    let xet_hash = header_str(h, "x-xet-hash")
+        .filter(|_| etag.kind() == crate::names::EtagKind::Sha256)
+        .and_then(|x| x.trim().parse().ok());
     Ok(FileMetadata {
         commit,
         etag,
         size,
         location,
+        xet_hash,
     })
 }
 
@@ -151,6 +158,19 @@ mod tests {
         let m = metadata_from(&h, true, "x".into(), &url).unwrap();
         assert_eq!(m.etag, "a".repeat(64));
         assert_eq!(m.size, MAX_FILE_SIZE);
+        assert_eq!(m.xet_hash, None);
+        // The Xet hash, when the Hub stores the file in Xet; one that is not a hash is left out.
+        h.insert(
+            "x-xet-hash",
+            HeaderValue::from_str(&"2e".repeat(32)).unwrap(),
+        );
+        let m = metadata_from(&h, true, "x".into(), &url).unwrap();
+        assert_eq!(m.xet_hash.map(|x| x.to_string()), Some("2e".repeat(32)));
+        h.insert("x-xet-hash", HeaderValue::from_static("not-a-hash"));
+        assert_eq!(
+            metadata_from(&h, true, "x".into(), &url).unwrap().xet_hash,
+            None
+        );
         h.insert(
             "x-linked-size",
             HeaderValue::from_static("9223372036854775808"),

@@ -36,7 +36,7 @@ pub use headers::{
     UnparsableContentRange,
 };
 pub use redirect::{location, redact, same_origin, Chain, RedirectError, MAX_REDIRECTS};
-pub(crate) use retry::cause;
+pub(crate) use retry::{cause, one_line};
 
 /// The `X-Error-Code` a mirror (`weight-inspect serve --upstream`) answers its 504s with: it
 /// cannot reach its upstream for what it does not hold.

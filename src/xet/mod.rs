@@ -6,6 +6,8 @@
 //! chunk with, and that mock-hub builds its CAS from.
 
 pub mod chunking;
+#[cfg(feature = "net")]
+pub mod client;
 pub mod hash;
 pub mod reconstruction;
 pub mod xorb;
