@@ -36,8 +36,17 @@ pub(crate) enum Tail {
     Endless,
 }
 
+/// What a body's bytes count for in the stats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BodyOf {
+    /// A file, by its stats key (`{repo}/{path}`): its `bytes_sent` and in-flight gauge.
+    File(String),
+    /// A xorb of the CAS: `cas.xorb_bytes_sent`.
+    Xorb,
+}
+
 /// How to send one body.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct BodySpec {
     /// First byte (absolute file offset).
     pub start: u64,
@@ -57,8 +66,8 @@ pub(crate) struct BodySpec {
     pub hold: Option<u64>,
     /// Extra absolute offsets to flip (xor 0xff).
     pub flips: Vec<u64>,
-    /// Stats key of the file, for `bytes_sent`.
-    pub stats_key: String,
+    /// What the bytes sent count for.
+    pub of: BodyOf,
 }
 
 /// Byte `i` of the tail is `i as u8`: slices of this buffer starting at `i % 256`.
@@ -112,6 +121,14 @@ enum Reader {
     Memory(Bytes),
     Zeros,
     Padded(Bytes),
+    /// Another source with bytes inserted: the part of the span before the insertion, the
+    /// inserted bytes, the part after (both parts read from the inner source).
+    Spliced {
+        at: u64,
+        insert: Bytes,
+        before: Box<Span>,
+        after: Box<Span>,
+    },
 }
 
 /// The bytes `start..start + len` of a source, patches applied, in pieces of at most
@@ -125,18 +142,39 @@ struct Span {
 
 impl Span {
     fn new(source: &Source, start: u64, len: u64, flips: &[u64]) -> Self {
+        let end = start.saturating_add(len);
         let reader = match &source.base {
             Base::Disk(p) => Reader::Pending(p.clone()),
             Base::Memory(b) => Reader::Memory(b.clone()),
             Base::Zeros(_) => Reader::Zeros,
             Base::Padded { head, .. } => Reader::Padded(head.clone()),
+            Base::Spliced { inner, at, insert } => {
+                let (at, ins_end) = (*at, at + insert.len() as u64);
+                // In the inner source's offsets: [start, min(end, at)) before, and what
+                // follows the inserted bytes, moved back by their length.
+                let before_end = end.min(at).max(start);
+                let after_start = start.max(ins_end);
+                let before = Span::new(inner, start, before_end - start, &[]);
+                let after = Span::new(
+                    inner,
+                    after_start - insert.len() as u64,
+                    end.saturating_sub(after_start),
+                    &[],
+                );
+                Reader::Spliced {
+                    at,
+                    insert: insert.clone(),
+                    before: Box::new(before),
+                    after: Box::new(after),
+                }
+            }
         };
         let mut patches = source.patches.clone();
         patches.extend(flips.iter().map(|&o| (o, 0xff)));
         Span {
             reader,
             pos: start,
-            end: start.saturating_add(len),
+            end,
             patches,
         }
     }
@@ -148,6 +186,44 @@ impl Span {
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
         if self.is_done() {
             return Ok(None);
+        }
+        if let Reader::Spliced {
+            at,
+            insert,
+            before,
+            after,
+        } = &mut self.reader
+        {
+            let ins_end = *at + insert.len() as u64;
+            let piece = if self.pos < *at {
+                Box::pin(before.next()).await?
+            } else if self.pos < ins_end {
+                // Both below `insert.len()`, a usize.
+                let from = (self.pos - *at) as usize;
+                let to = (ins_end.min(self.end).min(self.pos + CHUNK) - *at) as usize;
+                Some(insert.slice(from..to))
+            } else {
+                Box::pin(after.next()).await?
+            };
+            let piece = piece.ok_or_else(|| io::Error::other("mock-hub: span outside the file"))?;
+            let n = piece.len() as u64;
+            let patched = self
+                .patches
+                .iter()
+                .any(|&(off, _)| off >= self.pos && off < self.pos + n);
+            let piece = if patched {
+                let mut buf = BytesMut::from(&piece[..]);
+                for &(off, mask) in &self.patches {
+                    if off >= self.pos && off < self.pos + n {
+                        buf[(off - self.pos) as usize] ^= mask;
+                    }
+                }
+                buf.freeze()
+            } else {
+                piece
+            };
+            self.pos += n;
+            return Ok(Some(piece));
         }
         let n = CHUNK.min(self.end - self.pos);
         let patched = self
@@ -320,14 +396,15 @@ pub(crate) struct BodyCtl {
 /// Counts one body in the `in_flight` gauge (and on the link) until [`Flight::end`] or drop.
 struct Flight {
     stats: StatsCell,
-    key: String,
+    /// The file's stats key (none for a xorb: only the totals count it).
+    key: Option<String>,
     live: bool,
     seat: Option<Seat>,
 }
 
 impl Flight {
-    fn start(stats: StatsCell, key: String, link: Option<&Arc<Link>>) -> Self {
-        stats.body_started(&key);
+    fn start(stats: StatsCell, key: Option<String>, link: Option<&Arc<Link>>) -> Self {
+        stats.body_started(key.as_deref());
         Flight {
             stats,
             key,
@@ -339,7 +416,7 @@ impl Flight {
     fn end(&mut self) {
         self.seat = None;
         if std::mem::take(&mut self.live) {
-            self.stats.body_ended(&self.key);
+            self.stats.body_ended(self.key.as_deref());
         }
     }
 }
@@ -399,7 +476,11 @@ pub(crate) fn file_body(source: &Source, spec: BodySpec, ctl: BodyCtl) -> Body {
         },
         tail_pos: 0,
     };
-    let flight = Flight::start(ctl.stats.clone(), spec.stats_key.clone(), ctl.link.as_ref());
+    let key = match &spec.of {
+        BodyOf::File(k) => Some(k.clone()),
+        BodyOf::Xorb => None,
+    };
+    let flight = Flight::start(ctl.stats.clone(), key, ctl.link.as_ref());
     let st = St {
         producer,
         pending: Bytes::new(),
@@ -514,7 +595,10 @@ async fn step(st: &mut St) -> io::Result<Option<Bytes>> {
     }
     let piece = st.pending.split_to(n as usize);
     st.sent += n;
-    st.stats.file(&st.spec.stats_key, |f| f.bytes_sent += n);
+    match &st.spec.of {
+        BodyOf::File(k) => st.stats.file(k, |f| f.bytes_sent += n),
+        BodyOf::Xorb => st.stats.with(|s| s.cas.xorb_bytes_sent += n),
+    }
     Ok(Some(piece))
 }
 

@@ -26,6 +26,14 @@ pub enum Error {
     /// A repository named in a call does not exist.
     #[error("unknown repository {0:?}")]
     UnknownRepo(String),
+    /// A file named in a call is not in the repository's `main`.
+    #[error("no file {path:?} in repository {repo:?}")]
+    UnknownFile {
+        /// The repository.
+        repo: String,
+        /// The file.
+        path: String,
+    },
     /// A setting or a fault specification is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

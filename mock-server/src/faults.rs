@@ -250,8 +250,12 @@ pub enum Target {
     Any,
     /// The hub (API and `resolve`).
     Hub,
-    /// The CDN that serves large files.
+    /// The CDN that serves large files (but not xorbs).
     Cdn,
+    /// The Xet CAS (with `--xet`): reconstructions (on the hub's port) and xorbs (on the CDN's);
+    /// neither `hub` nor `cdn` rules concern them. Body faults apply to xorb bodies, matched
+    /// against the URL path (`/xorbs/{hash}`, `/cas/v2/reconstructions/{hash}`).
+    Cas,
 }
 
 /// A fault with its scope and frequency. Build one from a [`Fault`] with its setters, parse one
@@ -344,7 +348,7 @@ impl FromStr for FaultRule {
     /// `redirect=CODE` (with option `location=LOCATION`), `content-encoding=VALUE`,
     /// `overlong=EXTRA`, `endless`, `content-range=VALUE`, `hold` (with option `after=BYTES`,
     /// or `hold=BYTES`), `listing-self-link`, `listing-endless`, `listing-pad=BYTES`; and
-    /// OPTIONs are `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|any`, `body-only`.
+    /// OPTIONs are `path=PATTERN`, `times=N`, `rate=P`, `target=hub|cdn|cas|any`, `body-only`.
     ///
     /// A value may be written in double quotes, as a JSON string: then it may hold commas and
     /// escapes such as `\t` (`redirect=302,location="/\t/{cdn}/x"`). Unquoted values end at the
@@ -466,6 +470,7 @@ impl FromStr for FaultRule {
                 }
                 ("target", Some("hub")) => rule.target = Target::Hub,
                 ("target", Some("cdn")) => rule.target = Target::Cdn,
+                ("target", Some("cas")) => rule.target = Target::Cas,
                 ("target", Some("any")) => rule.target = Target::Any,
                 ("body-only", None) => rule.body_only = true,
                 _ => return Err(format!("unknown fault option {k:?}")),
@@ -816,6 +821,9 @@ mod tests {
             r,
             Fault::stall(10, Duration::from_millis(500)).on(Target::Cdn)
         );
+        let r: FaultRule = "flip=2,target=cas,times=1".parse().unwrap();
+        assert_eq!(r, Fault::FlipBytes { count: 2 }.on(Target::Cas).times(1));
+        assert!("flip=2,target=xorb".parse::<FaultRule>().is_err());
         let r: FaultRule = "429=3,body-only,rate=0.5".parse().unwrap();
         assert_eq!(r, Fault::too_many_requests(3).body_only().rate(0.5));
         let r: FaultRule = r#"{"kind":"status","status":503,"times":1}"#.parse().unwrap();

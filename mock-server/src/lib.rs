@@ -46,9 +46,19 @@
 //!
 //! The hub listener also answers `GET|POST|DELETE /_mock/faults`, `GET|DELETE /_mock/stats`,
 //! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed`,
-//! `POST /_mock/release`, `POST /_mock/listing` and `GET /_mock/repos`; see the crate's README.
+//! `POST /_mock/release`, `POST /_mock/listing`, `GET /_mock/repos` and `GET /_mock/xet`; see
+//! the crate's README.
+//!
+//! # Xet
+//!
+//! With [`MockHubBuilder::xet`], LFS files are Xet-backed as on the Hub today: `resolve` and
+//! the tree announce their Xet hash, a token endpoint hands out CAS tokens, the CAS
+//! (`{hub}/cas`) answers v1 and v2 reconstructions, and the CDN serves xorbs under signed,
+//! expiring URLs. Chunks are shared by every file and revision of a server, as the Hub
+//! deduplicates; [`CasStats`] counts what the CAS served.
 
 mod body;
+mod cas;
 pub mod demo;
 mod error;
 mod faults;
@@ -56,6 +66,7 @@ mod link;
 mod repo;
 mod server;
 mod stats;
+mod xet;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -73,7 +84,9 @@ pub use error::Error;
 pub use faults::{Fault, FaultRule, Faults, Target};
 pub use link::LinkSpec;
 pub use repo::{RepoKind, RepoSettings, CACHE_FILE, SETTINGS_FILE};
-pub use stats::{FileStats, RequestRecord, Stats};
+pub use server::MAX_INSERT;
+pub use stats::{CasStats, FileStats, RequestRecord, Stats};
+pub use xet::{XetStored, MAX_XORB_BYTES, MAX_XORB_CHUNKS};
 
 use repo::Repo;
 use server::{Config, Shared, SigStore};
@@ -83,6 +96,10 @@ use stats::StatsCell;
 pub const DEFAULT_LFS_THRESHOLD: u64 = 10 * 1024 * 1024;
 /// Default tree page size.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
+/// Default lifetime of a Xet access token, in seconds.
+pub const DEFAULT_XET_TOKEN_TTL: u64 = 600;
+/// Default lifetime of a xorb URL, in seconds.
+pub const DEFAULT_XET_URL_TTL: u64 = 600;
 
 /// Settings of a [`MockHub`]; start it with [`MockHubBuilder::start`].
 #[derive(Debug, Clone)]
@@ -105,6 +122,10 @@ pub struct MockHubBuilder {
     resolve_cache: bool,
     total_bandwidth: Option<u64>,
     crowding: f64,
+    xet: bool,
+    xet_token_ttl: u64,
+    xet_url_ttl: u64,
+    xet_v2: bool,
 }
 
 impl Default for MockHubBuilder {
@@ -128,6 +149,10 @@ impl Default for MockHubBuilder {
             resolve_cache: false,
             total_bandwidth: None,
             crowding: 0.0,
+            xet: false,
+            xet_token_ttl: DEFAULT_XET_TOKEN_TTL,
+            xet_url_ttl: DEFAULT_XET_URL_TTL,
+            xet_v2: true,
         }
     }
 }
@@ -319,6 +344,38 @@ impl MockHubBuilder {
         self
     }
 
+    /// Serves files at or above the LFS threshold through Xet, as the Hub does today: `HEAD`
+    /// and `GET` on `resolve` (still a 302 to the CDN) carry `X-Xet-Hash` and
+    /// `Link: <…/xet-read-token/{commit}>; rel="xet-auth"`, tree entries `xetHash`; the token
+    /// endpoint, the CAS (`{hub}/cas`: v1 and v2 reconstructions) and signed xorb URLs on the
+    /// CDN answer. A file is made into chunks the first time it is asked about; chunks are
+    /// shared by every file and revision of the server. Default false.
+    pub fn xet(mut self, on: bool) -> Self {
+        self.xet = on;
+        self
+    }
+
+    /// How long a Xet access token is valid (0: expired when issued, so the CAS answers 401).
+    /// Default 600 s.
+    pub fn xet_token_ttl(mut self, ttl: Duration) -> Self {
+        self.xet_token_ttl = ttl.as_secs();
+        self
+    }
+
+    /// How long a xorb URL is valid (0: expired when issued, so the CDN answers 403). Default
+    /// 600 s.
+    pub fn xet_url_ttl(mut self, ttl: Duration) -> Self {
+        self.xet_url_ttl = ttl.as_secs();
+        self
+    }
+
+    /// Whether the CAS answers `/v2/reconstructions` (else 404, and a client falls back to
+    /// v1). Default true.
+    pub fn xet_v2(mut self, on: bool) -> Self {
+        self.xet_v2 = on;
+        self
+    }
+
     /// Scans and hashes the repositories, binds both listeners and starts serving on the
     /// current tokio runtime.
     pub async fn start(self) -> Result<MockHub, Error> {
@@ -349,6 +406,7 @@ impl MockHubBuilder {
                 token: self.token.clone(),
                 page_size: self.page_size,
                 resolve_cache: self.resolve_cache,
+                seed: self.seed,
             },
             hub_url: format!("http://{hub_addr}"),
             cdn_url: format!("http://{cdn_addr}"),
@@ -362,6 +420,16 @@ impl MockHubBuilder {
                     bytes_per_sec,
                     crowding: self.crowding,
                 })
+            }),
+            xet: self.xet.then(|| {
+                Arc::new(xet::XetStore::new(
+                    xet::XetConfig {
+                        token_ttl: self.xet_token_ttl,
+                        url_ttl: self.xet_url_ttl,
+                        v2: self.xet_v2,
+                    },
+                    self.seed,
+                ))
             }),
         });
         let mut tasks = Vec::new();
@@ -639,6 +707,26 @@ impl MockHub {
         let mut repos = self.shared.write_repos();
         let r = repos.get_mut(&key).ok_or(Error::UnknownRepo(key.clone()))?;
         Ok(r.commit_change(branch, path, Some(entry)))
+    }
+
+    /// Pushes a commit on `main` of `repo` in which `len` bytes (seeded) are inserted into
+    /// `path` at offset `at` (at most its length): a header edit that shifts every byte after
+    /// it. The file is not held in memory (the old content is spliced while streaming); at most
+    /// [`MAX_INSERT`] bytes. Blocking: the new content is hashed. Same as `POST /_mock/mutate`
+    /// with `insert_at` and `insert_len`. Returns the new commit id.
+    pub fn insert_bytes(&self, repo: &str, path: &str, at: u64, len: u64) -> Result<String, Error> {
+        let key = normalize_key(repo)?;
+        self.shared.mutate_insert(&key, path, at, len)
+    }
+
+    /// What the Xet store holds (files made into chunks, xorbs, chunks, bytes); all zero
+    /// without [`MockHubBuilder::xet`]. Same as `GET /_mock/xet`.
+    pub fn xet_stored(&self) -> XetStored {
+        self.shared
+            .xet
+            .as_ref()
+            .map(|x| x.stored())
+            .unwrap_or_default()
     }
 
     /// Pushes a commit on `main` of `repo` without `path`. Returns the new commit id.

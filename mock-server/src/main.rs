@@ -39,7 +39,7 @@ Faults (--fault KIND[=ARG][,OPTION...], or a JSON rule):
   listing-self-link        tree API: the next-page link is the URL asked
   listing-endless          tree API: a next page with a new cursor forever, [] past the end
   listing-pad=BYTES        tree API: JSON then spaces up to BYTES, streamed, no Content-Length
-Options: path=PATTERN, times=N, rate=P, target=hub|cdn|any, body-only. A value may be a quoted
+Options: path=PATTERN, times=N, rate=P, target=hub|cdn|cas|any, body-only. A value may be a quoted
 JSON string: location=\"/\\t/{cdn}/x\" sends a TAB. See the mock-server README.";
 
 #[derive(Parser, Debug)]
@@ -122,6 +122,20 @@ struct ServeArgs {
     /// Do not read or write `.mock-hub-cache.json` hash caches.
     #[arg(long)]
     no_hash_cache: bool,
+    /// Serve LFS files through Xet as the Hub does: `X-Xet-Hash` and a `xet-auth` link on
+    /// resolve, `xetHash` in the tree, the token endpoint, a CAS at {hub}/cas and xorbs on the
+    /// CDN. Files are made into chunks the first time they are asked about.
+    #[arg(long)]
+    xet: bool,
+    /// With --xet: seconds a CAS access token is valid (0: expired at once, the CAS answers 401).
+    #[arg(long, value_name = "SECS", default_value_t = mock_server::DEFAULT_XET_TOKEN_TTL, requires = "xet")]
+    xet_token_ttl: u64,
+    /// With --xet: seconds a xorb URL is valid (0: expired at once, the CDN answers 403).
+    #[arg(long, value_name = "SECS", default_value_t = mock_server::DEFAULT_XET_URL_TTL, requires = "xet")]
+    xet_url_ttl: u64,
+    /// With --xet: answer 404 on /v2/reconstructions, so clients fall back to v1.
+    #[arg(long, requires = "xet")]
+    xet_no_v2: bool,
 }
 
 #[derive(Args, Debug)]
@@ -209,7 +223,11 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .page_size(a.page_size)
         .seed(a.seed)
         .hash_cache(!a.no_hash_cache)
-        .resolve_cache_redirects(a.resolve_cache);
+        .resolve_cache_redirects(a.resolve_cache)
+        .xet(a.xet)
+        .xet_token_ttl(std::time::Duration::from_secs(a.xet_token_ttl))
+        .xet_url_ttl(std::time::Duration::from_secs(a.xet_url_ttl))
+        .xet_v2(!a.xet_no_v2);
     if let Some(t) = a.token {
         b = b.token(t);
     }

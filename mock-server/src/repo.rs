@@ -100,6 +100,17 @@ pub enum Base {
         /// The file's size (at least `head`'s length).
         size: u64,
     },
+    /// Another file's content with `insert` put in at offset `at` (everything from `at` on
+    /// moves by `insert`'s length): a header edit that shifts every tensor, without holding the
+    /// file (`POST /_mock/mutate` with `insert_at`).
+    Spliced {
+        /// The content before the insertion (its own patches applied).
+        inner: Arc<Source>,
+        /// Where the bytes go (at most `inner`'s length).
+        at: u64,
+        /// The inserted bytes.
+        insert: Bytes,
+    },
 }
 
 /// A file's content: a base plus byte patches (`offset`, xor mask) applied while streaming, so a
@@ -527,9 +538,20 @@ fn hash_file(path: &Path) -> Result<(String, String, u64), Error> {
     ))
 }
 
-/// Hashes a (possibly patched) source, streaming it (blocking).
-pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
-    let mut reader: Box<dyn Read> = match &source.base {
+/// The length of a source's content.
+pub fn source_len(source: &Source) -> io::Result<u64> {
+    Ok(match &source.base {
+        Base::Memory(b) => b.len() as u64,
+        Base::Disk(p) => fs::metadata(p)?.len(),
+        Base::Zeros(n) => *n,
+        Base::Padded { head, size } => (*size).max(head.len() as u64),
+        Base::Spliced { inner, insert, .. } => source_len(inner)? + insert.len() as u64,
+    })
+}
+
+/// A blocking reader of a source's content, patches applied.
+pub fn open_source(source: &Source) -> io::Result<Box<dyn Read + Send>> {
+    let base: Box<dyn Read + Send> = match &source.base {
         Base::Memory(b) => Box::new(io::Cursor::new(b.clone())),
         Base::Disk(p) => Box::new(fs::File::open(p)?),
         Base::Zeros(n) => Box::new(io::repeat(0).take(*n)),
@@ -537,13 +559,84 @@ pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
             io::Cursor::new(head.clone())
                 .chain(io::repeat(0).take(size.saturating_sub(head.len() as u64))),
         ),
+        Base::Spliced { inner, at, insert } => Box::new(SplicedReader {
+            inner: open_source(inner)?,
+            at: *at,
+            insert: insert.clone(),
+            pos: 0,
+        }),
     };
-    let len = match &source.base {
-        Base::Memory(b) => b.len() as u64,
-        Base::Disk(p) => fs::metadata(p)?.len(),
-        Base::Zeros(n) => *n,
-        Base::Padded { head, size } => (*size).max(head.len() as u64),
-    };
+    if source.patches.is_empty() {
+        return Ok(base);
+    }
+    Ok(Box::new(PatchedReader {
+        inner: base,
+        patches: source.patches.clone(),
+        pos: 0,
+    }))
+}
+
+/// Reads `inner` up to `at`, then `insert`, then the rest of `inner`.
+struct SplicedReader {
+    inner: Box<dyn Read + Send>,
+    at: u64,
+    insert: Bytes,
+    pos: u64,
+}
+
+impl Read for SplicedReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let ins_end = self.at + self.insert.len() as u64;
+        let n = if self.pos < self.at {
+            let want = buf
+                .len()
+                .min(usize::try_from(self.at - self.pos).unwrap_or(usize::MAX));
+            let n = self.inner.read(&mut buf[..want])?;
+            if n == 0 && want > 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than its insertion point",
+                ));
+            }
+            n
+        } else if self.pos < ins_end {
+            // Both below `insert.len()`, a usize.
+            let from = (self.pos - self.at) as usize;
+            let n = buf.len().min(self.insert.len() - from);
+            buf[..n].copy_from_slice(&self.insert[from..from + n]);
+            n
+        } else {
+            self.inner.read(buf)?
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Xors the patches into the bytes read from `inner`.
+struct PatchedReader {
+    inner: Box<dyn Read + Send>,
+    patches: Vec<(u64, u8)>,
+    pos: u64,
+}
+
+impl Read for PatchedReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &(off, mask) in &self.patches {
+            if off >= self.pos && off < self.pos + n as u64 {
+                buf[(off - self.pos) as usize] ^= mask;
+            }
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Hashes a (possibly patched) source, streaming it (blocking).
+pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
+    let mut reader = open_source(source)?;
+    let len = source_len(source)?;
     let mut sha256 = Sha256::new();
     let mut sha1 = Sha1::new();
     sha1.update(format!("blob {len}\0").as_bytes());
@@ -554,14 +647,8 @@ pub fn hash_source(source: &Source) -> io::Result<(String, String, u64)> {
         if n == 0 {
             break;
         }
-        let chunk = &mut buf[..n];
-        for &(off, mask) in &source.patches {
-            if off >= pos && off < pos + n as u64 {
-                chunk[(off - pos) as usize] ^= mask;
-            }
-        }
-        sha256.update(&*chunk);
-        sha1.update(&*chunk);
+        sha256.update(&buf[..n]);
+        sha1.update(&buf[..n]);
         pos += n as u64;
     }
     if pos != len {

@@ -19,11 +19,12 @@ use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 use tokio::sync::watch;
 
-use crate::body::{file_body, gzip_len, padded_json, BodyCtl, BodySpec, Tail};
+use crate::body::{file_body, gzip_len, padded_json, BodyCtl, BodyOf, BodySpec, Tail};
 use crate::error::Error;
 use crate::faults::{Answer, FaultRule, Faults, Plan, RequestCtx, Target};
 use crate::repo::{self, parse_key, Commit, FileEntry, Injected, Repo, RepoKind, Source};
 use crate::stats::{RequestRecord, StatsCell};
+use crate::xet::XetStore;
 
 /// Characters escaped in a path segment of a redirect.
 const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -35,6 +36,9 @@ const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// How long a signed CDN URL stays valid.
 const SIGNATURE_TTL_SECS: u64 = 3600;
 
+/// The most bytes `POST /_mock/mutate` inserts at once (they are held in memory).
+pub const MAX_INSERT: u64 = 64 << 20;
+
 /// Server settings fixed at start.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -42,6 +46,8 @@ pub(crate) struct Config {
     pub token: Option<String>,
     pub page_size: usize,
     pub resolve_cache: bool,
+    /// The server's seed (for the bytes `POST /_mock/mutate` inserts).
+    pub seed: u64,
 }
 
 /// State shared by both listeners and the library handle.
@@ -61,6 +67,8 @@ pub(crate) struct Shared {
     pub release: watch::Sender<u64>,
     /// The total bandwidth every file body shares, if any (see `link`).
     pub link: Option<Arc<crate::link::Link>>,
+    /// The Xet store, with `--xet`.
+    pub xet: Option<Arc<XetStore>>,
 }
 
 #[derive(Debug)]
@@ -176,6 +184,71 @@ impl Shared {
         held
     }
 
+    /// Pushes a commit on `main` where `len` seeded bytes are inserted in `path` at offset `at`
+    /// (at most its length), everything after moving by `len`; returns the new commit id. The
+    /// file is not held: its new content is the old one spliced (blocking: it is hashed).
+    pub fn mutate_insert(
+        &self,
+        repo_key: &str,
+        path: &str,
+        at: u64,
+        len: u64,
+    ) -> Result<String, Error> {
+        if len > MAX_INSERT {
+            return Err(Error::Config(format!(
+                "insert_len {len} is more than {MAX_INSERT} bytes"
+            )));
+        }
+        let (entry, k) = {
+            let mut repos = self.write_repos();
+            let repo = repos
+                .get_mut(repo_key)
+                .ok_or_else(|| Error::UnknownRepo(repo_key.to_string()))?;
+            let entry = repo
+                .main()
+                .files
+                .get(path)
+                .cloned()
+                .ok_or_else(|| Error::UnknownFile {
+                    repo: repo_key.to_string(),
+                    path: path.to_string(),
+                })?;
+            repo.mutations += 1;
+            (entry, repo.mutations)
+        };
+        if at > entry.size {
+            return Err(Error::Config(format!(
+                "insert_at {at} is past the end of {path} ({} bytes)",
+                entry.size
+            )));
+        }
+        let mut insert = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        ChaCha8Rng::seed_from_u64(self.cfg.seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .fill_bytes(&mut insert);
+        let source = Source {
+            base: repo::Base::Spliced {
+                inner: Arc::new(entry.source.clone()),
+                at,
+                insert: insert.into(),
+            },
+            patches: Vec::new(),
+        };
+        let (sha256, git_sha1, size) =
+            repo::hash_source(&source).map_err(|e| Error::io(std::path::Path::new(path), e))?;
+        let new = FileEntry {
+            path: path.to_string(),
+            size,
+            sha256,
+            git_sha1,
+            source,
+        };
+        let mut repos = self.write_repos();
+        let repo = repos
+            .get_mut(repo_key)
+            .ok_or_else(|| Error::UnknownRepo(repo_key.to_string()))?;
+        Ok(repo.commit_change("main", path, Some(new)))
+    }
+
     /// Pushes a commit on `main` where `path` has patched bytes; returns the new commit id.
     pub fn mutate_patch(&self, repo_key: &str, path: &str) -> Option<String> {
         let (entry, k) = {
@@ -236,6 +309,7 @@ pub(crate) fn hub_app(shared: Arc<Shared>) -> Router {
         .route("/_mock/release", post(release_holds))
         .route("/_mock/listing", post(add_listing))
         .route("/_mock/repos", get(list_repos))
+        .route("/_mock/xet", get(xet_stored))
         .fallback(hub_handler)
         .layer(middleware::from_fn_with_state(rec, record))
         .with_state(shared)
@@ -319,7 +393,7 @@ async fn record(State(rec): State<RecordState>, req: Request, next: Next) -> Res
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-fn hub_error(status: StatusCode, code: Option<&str>, msg: &str) -> Response {
+pub(crate) fn hub_error(status: StatusCode, code: Option<&str>, msg: &str) -> Response {
     let mut resp = (status, Json(json!({ "error": msg }))).into_response();
     let h = resp.headers_mut();
     if let Some(code) = code {
@@ -329,7 +403,7 @@ fn hub_error(status: StatusCode, code: Option<&str>, msg: &str) -> Response {
     resp
 }
 
-fn hv(s: &str) -> HeaderValue {
+pub(crate) fn hv(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
@@ -359,7 +433,7 @@ fn injected_status(status: u16, retry_after: Option<u64>) -> Response {
 }
 
 /// The answer a status or redirect fault puts in place of the normal one.
-fn injected(shared: &Shared, answer: &Answer, uri: &Uri) -> Response {
+pub(crate) fn injected(shared: &Shared, answer: &Answer, uri: &Uri) -> Response {
     match answer {
         Answer::Status(st, ra) => injected_status(*st, *ra),
         Answer::Redirect(st, template) => {
@@ -461,7 +535,7 @@ fn decode(seg: &str) -> String {
     percent_decode_str(seg).decode_utf8_lossy().into_owned()
 }
 
-fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
     uri.query()
         .unwrap_or("")
         .split('&')
@@ -484,6 +558,14 @@ async fn hub_handler(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
+    if let Some(xet) = &shared.xet {
+        if uri.path() == "/v1/telemetry" && method == Method::POST {
+            return crate::cas::telemetry();
+        }
+        if uri.path().starts_with("/cas/") {
+            return crate::cas::reconstruction(&shared, xet, &method, &uri, &headers);
+        }
+    }
     if method != Method::GET && method != Method::HEAD {
         return hub_error(StatusCode::METHOD_NOT_ALLOWED, None, "Method Not Allowed");
     }
@@ -541,7 +623,7 @@ fn redirect_relative(loc: &str) -> Response {
 
 /// Looks up repository and revision, enforcing access. `download` is true for `resolve`.
 #[allow(clippy::result_large_err)] // the error is the answer; it is built once per request
-fn lookup(
+pub(crate) fn lookup(
     shared: &Shared,
     headers: &HeaderMap,
     key: &str,
@@ -617,11 +699,14 @@ async fn resolve(
         Ok(x) => x,
         Err(r) => return r,
     };
+    // Injected entries are never Xet-backed (their sizes may be anything).
     let found = match commit.files.get(path) {
-        Some(e) => Some((e.clone(), shared.is_lfs(e))),
-        None => shared.injected_file(key, path),
+        Some(e) => Some((e.clone(), shared.is_lfs(e), true)),
+        None => shared
+            .injected_file(key, path)
+            .map(|(e, lfs)| (e, lfs, false)),
     };
-    let Some((entry, is_lfs)) = found else {
+    let Some((entry, is_lfs, real)) = found else {
         return hub_error(
             StatusCode::NOT_FOUND,
             Some("EntryNotFound"),
@@ -637,6 +722,10 @@ async fn resolve(
         is_listing: false,
         subject: &stats_key,
     });
+    let xet_file = match &shared.xet {
+        Some(xet) if lfs && real && plan.answer.is_none() => xet.file_for(&entry).await,
+        _ => None,
+    };
     let mut resp = if let Some(answer) = &plan.answer {
         injected(shared, answer, uri)
     } else if cache_redirect {
@@ -676,6 +765,23 @@ async fn resolve(
         h.insert(header::CONTENT_TYPE, hv("text/plain; charset=utf-8"));
         h.insert(header::CONTENT_LENGTH, hv(&body.len().to_string()));
         h.insert("x-repo-kind", hv(kind.api_segment()));
+        if let Some(f) = &xet_file {
+            // On the redirect itself: a client does not follow a redirect to another origin
+            // (the CDN's port) to read a file's metadata.
+            let (_, id) = parse_key(key);
+            let hub = &shared.hub_url;
+            h.insert("x-xet-hash", hv(&f.hash.to_string()));
+            h.insert(
+                header::LINK,
+                hv(&format!(
+                    "<{hub}/api/{}/{id}/xet-read-token/{}>; rel=\"xet-auth\", \
+                     <{hub}/cas/v1/reconstructions/{}>; rel=\"xet-reconstruction-info\"",
+                    kind.api_segment(),
+                    commit.id,
+                    f.hash
+                )),
+            );
+        }
         let b = if *method == Method::HEAD {
             Body::empty()
         } else {
@@ -690,7 +796,16 @@ async fn resolve(
         h.insert("x-repo-commit", hv(&commit.id));
         h.insert(header::ETAG, hv(&format!("\"{}\"", entry.git_sha1)));
         h.insert(header::CONTENT_TYPE, hv(content_type(path)));
-        serve_file(shared, method, headers, &entry, &plan, h, &stats_key).await
+        serve_file(
+            shared,
+            method,
+            headers,
+            &entry,
+            &plan,
+            h,
+            &BodyOf::File(stats_key.clone()),
+        )
+        .await
     };
     if plan.mutate {
         let (shared, key, path) = (shared.clone(), key.to_string(), path.to_string());
@@ -789,14 +904,14 @@ fn unsendable(what: &str) -> Response {
 }
 
 /// Answers a GET or HEAD with (part of) a file, applying the body faults of `plan`.
-async fn serve_file(
+pub(crate) async fn serve_file(
     shared: &Shared,
     method: &Method,
     req_headers: &HeaderMap,
     entry: &Arc<FileEntry>,
     plan: &Plan,
     mut h: HeaderMap,
-    stats_key: &str,
+    of: &BodyOf,
 ) -> Response {
     let total = entry.size;
     let range_header = req_headers.get(header::RANGE).and_then(|v| v.to_str().ok());
@@ -807,10 +922,10 @@ async fn serve_file(
     };
     h.insert(header::ACCEPT_RANGES, hv("bytes"));
     let is_get = *method == Method::GET;
-    if is_get {
-        shared.stats.file(stats_key, |f| {
-            f.ranges.push(range_header.map(str::to_string))
-        });
+    if let (true, BodyOf::File(key)) = (is_get, of) {
+        shared
+            .stats
+            .file(key, |f| f.ranges.push(range_header.map(str::to_string)));
     }
     let (status, start, len) = match range {
         RangeReq::Unsatisfiable => {
@@ -896,10 +1011,10 @@ async fn serve_file(
         if !plan.drop_content_length && tail == Tail::None {
             h.insert(header::CONTENT_LENGTH, hv(&span_len.to_string()));
         }
-        if len > 0 {
+        if let (true, BodyOf::File(key)) = (len > 0, of) {
             shared
                 .stats
-                .file(stats_key, |f| f.served.push((start, start + len - 1)));
+                .file(key, |f| f.served.push((start, start + len - 1)));
         }
         let cut_after = match (plan.cut_after, cut_draw) {
             (Some(c), _) => Some(c),
@@ -930,7 +1045,7 @@ async fn serve_file(
             throttle: plan.throttle,
             hold: plan.hold,
             flips,
-            stats_key: stats_key.to_string(),
+            of: of.clone(),
         };
         let ctl = BodyCtl {
             stats: shared.stats.clone(),
@@ -1035,8 +1150,16 @@ async fn api(
                 .map(|s| decode(s))
                 .collect::<Vec<_>>()
                 .join("/");
-            tree(shared, uri, headers, &key, &rev, &path, &q, &plan)
+            let xet = xet_hashes(shared, headers, &key, &rev, &path).await;
+            tree(shared, uri, headers, &key, &rev, &path, &q, &plan, &xet)
         }
+        ["xet-read-token", rev @ ..] if !rev.is_empty() => match &shared.xet {
+            Some(xet) => {
+                let rev = rev.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
+                crate::cas::read_token(shared, xet, headers, &key, &rev)
+            }
+            None => not_found(),
+        },
         ["refs"] => refs(shared, headers, &key),
         _ => not_found(),
     }
@@ -1167,6 +1290,36 @@ fn refs(shared: &Shared, headers: &HeaderMap, key: &str) -> Response {
     Json(json!({ "branches": branches, "converts": [], "tags": [] })).into_response()
 }
 
+/// The Xet hashes (by SHA-256) of the LFS files of `rev` below `dir`, made into chunks now if
+/// they were not (empty without `--xet`, or when the revision is not readable: the listing
+/// then answers the error).
+async fn xet_hashes(
+    shared: &Shared,
+    headers: &HeaderMap,
+    key: &str,
+    rev: &str,
+    dir: &str,
+) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let Some(xet) = &shared.xet else {
+        return out;
+    };
+    let Ok((commit, _)) = lookup(shared, headers, key, rev, false) else {
+        return out;
+    };
+    for (p, f) in &commit.files {
+        let below = dir.is_empty()
+            || p.strip_prefix(dir)
+                .is_some_and(|rest| rest.starts_with('/'));
+        if below && shared.is_lfs(f) && !out.contains_key(&f.sha256) {
+            if let Some(x) = xet.file_for(f).await {
+                out.insert(f.sha256.clone(), x.hash.to_string());
+            }
+        }
+    }
+    out
+}
+
 #[allow(clippy::too_many_arguments)]
 fn tree(
     shared: &Shared,
@@ -1177,6 +1330,7 @@ fn tree(
     dir: &str,
     q: &[(String, String)],
     plan: &Plan,
+    xet: &HashMap<String, String>,
 ) -> Response {
     let (commit, _) = match lookup(shared, headers, key, rev, false) {
         Ok(x) => x,
@@ -1229,10 +1383,14 @@ fn tree(
             continue;
         }
         let v = if shared.is_lfs(f) {
-            json!({
+            let mut v = json!({
                 "type": "file", "oid": f.lfs_pointer_oid(), "size": f.size, "path": p,
                 "lfs": { "oid": f.sha256, "size": f.size, "pointerSize": f.lfs_pointer().len() },
-            })
+            });
+            if let Some(h) = xet.get(&f.sha256) {
+                v["xetHash"] = json!(h);
+            }
+            v
         } else {
             json!({"type": "file", "oid": f.git_sha1, "size": f.size, "path": p})
         };
@@ -1298,7 +1456,7 @@ fn tree(
 // ---------------------------------------------------------------------------------------------
 // CDN
 
-fn s3_error(status: StatusCode, code: &str, msg: &str) -> Response {
+pub(crate) fn s3_error(status: StatusCode, code: &str, msg: &str) -> Response {
     let body = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{msg}</Message></Error>"
     );
@@ -1324,6 +1482,9 @@ async fn cdn_handler(
     // Only `/repos/xx/yy/{sha256}` names an object; anything else (a redirect fault may send
     // clients anywhere) is answered 404, and recorded like every request.
     let segs: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+    if let (Some(xet), ["xorbs", hash]) = (&shared.xet, &segs[..]) {
+        return crate::cas::xorb(&shared, xet, &method, &uri, &headers, hash).await;
+    }
     let ["repos", _, _, sha] = segs[..] else {
         return s3_error(
             StatusCode::NOT_FOUND,
@@ -1402,7 +1563,7 @@ async fn cdn_handler(
             &entry,
             &plan,
             h,
-            &signed.stats_key,
+            &BodyOf::File(signed.stats_key.clone()),
         )
         .await
     };
@@ -1482,10 +1643,35 @@ struct MutateReq {
     path: String,
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    insert_at: Option<u64>,
+    #[serde(default)]
+    insert_len: Option<u64>,
 }
 
 async fn mutate(State(shared): State<Arc<Shared>>, Json(m): Json<MutateReq>) -> Response {
     let key = m.repo.clone();
+    let bad = |msg: &str| (StatusCode::BAD_REQUEST, Json(json!({ "error": msg }))).into_response();
+    match (&m.content, m.insert_at, m.insert_len) {
+        (_, None, None) => {}
+        (Some(_), _, _) => return bad("content and insert_at/insert_len exclude each other"),
+        (None, Some(at), Some(len)) => {
+            let sh = shared.clone();
+            let (k, p) = (key.clone(), m.path.clone());
+            let made = tokio::task::spawn_blocking(move || sh.mutate_insert(&k, &p, at, len)).await;
+            return match made {
+                Ok(Ok(c)) => Json(json!({ "commit": c })).into_response(),
+                Ok(Err(e @ (Error::UnknownRepo(_) | Error::UnknownFile { .. }))) => (
+                    StatusCode::NOT_FOUND,
+                    Json(json!({ "error": e.to_string() })),
+                )
+                    .into_response(),
+                Ok(Err(e)) => bad(&e.to_string()),
+                Err(e) => bad(&e.to_string()),
+            };
+        }
+        (None, _, _) => return bad("insert_at and insert_len go together"),
+    }
     let commit = match m.content {
         Some(c) => {
             let entry = repo::memory_entry(&m.path, c.into_bytes().into());
@@ -1559,6 +1745,10 @@ async fn add_listing(State(shared): State<Arc<Shared>>, Json(r): Json<ListingReq
             (status, Json(json!({ "error": e.to_string() }))).into_response()
         }
     }
+}
+
+async fn xet_stored(State(shared): State<Arc<Shared>>) -> Json<crate::xet::XetStored> {
+    Json(shared.xet.as_ref().map(|x| x.stored()).unwrap_or_default())
 }
 
 async fn list_repos(State(shared): State<Arc<Shared>>) -> Json<Value> {

@@ -35,6 +35,20 @@ pub struct Stats {
     /// Every request in order (control API excluded). A long-running server keeps the last
     /// 40 000 to 50 000.
     pub requests: Vec<RequestRecord>,
+    /// What the Xet CAS served (all zero without `--xet`).
+    #[serde(default)]
+    pub cas: CasStats,
+}
+
+/// Counters of the Xet CAS (see [`crate::MockHubBuilder::xet`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CasStats {
+    /// Reconstructions answered (200, v1 or v2).
+    pub reconstructions: u64,
+    /// Xorb requests answered with bytes (200 or 206).
+    pub xorb_requests: u64,
+    /// Xorb body bytes handed to the connection (a cut body counts what was sent).
+    pub xorb_bytes_sent: u64,
 }
 
 impl Stats {
@@ -173,30 +187,36 @@ impl StatsCell {
         self.with(|s| f(s.files.entry(key.to_string()).or_default()))
     }
 
-    /// A body of file `key` starts.
-    pub fn body_started(&self, key: &str) {
+    /// A body of file `key` (or of a xorb, `None`) starts.
+    pub fn body_started(&self, key: Option<&str>) {
         {
             let mut g = self.lock();
-            let n = g.file_in_flight.entry(key.to_string()).or_default();
-            *n += 1;
-            let n = *n;
+            let n = key.map(|key| {
+                let n = g.file_in_flight.entry(key.to_string()).or_default();
+                *n += 1;
+                *n
+            });
             let s = &mut g.stats;
             s.in_flight += 1;
             s.peak_in_flight = s.peak_in_flight.max(s.in_flight);
-            let f = s.files.entry(key.to_string()).or_default();
-            f.peak_in_flight = f.peak_in_flight.max(n);
+            if let (Some(key), Some(n)) = (key, n) {
+                let f = s.files.entry(key.to_string()).or_default();
+                f.peak_in_flight = f.peak_in_flight.max(n);
+            }
         }
         self.0.changed.notify_waiters();
     }
 
-    /// A body of file `key` ended (once per [`StatsCell::body_started`]).
-    pub fn body_ended(&self, key: &str) {
+    /// A body of file `key` (or of a xorb) ended (once per [`StatsCell::body_started`]).
+    pub fn body_ended(&self, key: Option<&str>) {
         {
             let mut g = self.lock();
-            if let Some(n) = g.file_in_flight.get_mut(key) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    g.file_in_flight.remove(key);
+            if let Some(key) = key {
+                if let Some(n) = g.file_in_flight.get_mut(key) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        g.file_in_flight.remove(key);
+                    }
                 }
             }
             g.stats.in_flight = g.stats.in_flight.saturating_sub(1);

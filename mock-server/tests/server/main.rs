@@ -11,3 +11,4 @@ mod injected;
 mod listing;
 mod redirects;
 mod routes;
+mod xet;
