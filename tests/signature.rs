@@ -531,6 +531,13 @@ fn files_the_signer_left_out_are_fetched_unchecked_and_named() {
         );
         assert!(stderr(&o).contains(&note), "{note}\n{}", stderr(&o));
     }
+    // The summary never says every file was checked: it names those that were not.
+    assert!(
+        stderr(&o).contains("2 file(s) its signer left out, not checked against it")
+            && !stderr(&o).contains("every file hashed"),
+        "{}",
+        stderr(&o)
+    );
     let got = snapshot_files(&sb, "acme/signed");
     assert!(
         got.contains(&".gitattributes".to_string()) && got.contains(&"notes/README.md".to_string()),

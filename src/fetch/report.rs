@@ -369,6 +369,11 @@ pub struct SignatureCheck {
     /// not hashed again now (`--verify full` hashes them), by path. Not in a lock file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files_from_cache: Vec<String>,
+    /// Files of this fetch the signature does not cover (its signer left them out: the
+    /// statement's `ignore_paths`, git's files), fetched without a signature check, by path. Not
+    /// in a lock file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_not_covered: Vec<String>,
 }
 
 impl SignatureCheck {
@@ -378,6 +383,7 @@ impl SignatureCheck {
         SignatureCheck {
             files_hashed: 0,
             files_from_cache: Vec::new(),
+            files_not_covered: Vec::new(),
             ..self.clone()
         }
     }

@@ -549,6 +549,7 @@ impl Fetcher {
             statement_sha256: s.statement_sha256(),
             files_hashed: 0,
             files_from_cache: Vec::new(),
+            files_not_covered: Vec::new(),
         };
         let by_path: std::collections::HashMap<&str, &super::PlannedFile> =
             files.iter().map(|f| (f.path.as_str(), f)).collect();
@@ -557,6 +558,9 @@ impl Fetcher {
                 continue;
             };
             if !matches!(Self::signed_expectation(s, f, None), Ok(Some(_))) {
+                if r.path != s.path {
+                    check.files_not_covered.push(r.path.clone());
+                }
                 continue;
             }
             if r.cached && self.verify_level == super::VerifyLevel::Fast {

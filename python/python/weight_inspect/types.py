@@ -320,6 +320,8 @@ class SignatureCheck(TypedDict):
     files_hashed: NotRequired[int]
     #: Files taken from the cache as an earlier fetch checked them, not hashed now.
     files_from_cache: NotRequired[list[str]]
+    #: Files its signer left out (``ignore_paths``, git's files), fetched without a check.
+    files_not_covered: NotRequired[list[str]]
 
 
 class FetchSummary(TypedDict):

@@ -250,14 +250,28 @@ fn signature_part(sig: &weight_inspect::fetch::SignatureCheck) -> String {
     if !about.is_empty() {
         part.push_str(&format!(" ({})", about.join(", ")));
     }
-    let cached = sig.files_from_cache.len();
-    match (sig.files_hashed, cached) {
-        (0, 0) => part.push_str(": no file of this fetch is one it names"),
-        (n, 0) => part.push_str(&format!(": every file hashed against it ({n})")),
-        (n, c) => part.push_str(&format!(
+    let (cached, left) = (sig.files_from_cache.len(), sig.files_not_covered.len());
+    match (sig.files_hashed, cached, left) {
+        (0, 0, _) => part.push_str(": no file of this fetch is one it names"),
+        (n, 0, 0) => part.push_str(&format!(": every file hashed against it ({n})")),
+        (n, 0, _) => part.push_str(&format!(": {n} file(s) hashed against it")),
+        (n, c, _) => part.push_str(&format!(
             ": {n} file(s) hashed against it, {c} taken from the cache as checked before, not \
              hashed now (--verify full hashes them)"
         )),
+    }
+    if left > 0 {
+        let shown: Vec<String> = sig
+            .files_not_covered
+            .iter()
+            .take(4)
+            .map(|p| escape(p).into_owned())
+            .collect();
+        part.push_str(&format!(
+            "; {left} file(s) its signer left out, not checked against it ({}{})",
+            shown.join(", "),
+            if left > 4 { ", …" } else { "" }
+        ));
     }
     part
 }
