@@ -709,6 +709,20 @@ impl MockHub {
         Ok(r.commit_change(branch, path, Some(entry)))
     }
 
+    /// Pushes a commit on `main` of `repo` in which one byte of `path` differs (at a place
+    /// that moves with each mutation; the file is not held: the byte is patched while
+    /// streaming). Blocking: the new content is hashed. Same as `POST /_mock/mutate` without
+    /// `content`. Returns the new commit id.
+    pub fn mutate_byte(&self, repo: &str, path: &str) -> Result<String, Error> {
+        let key = normalize_key(repo)?;
+        self.shared
+            .mutate_patch(&key, path)
+            .ok_or_else(|| Error::UnknownFile {
+                repo: key,
+                path: path.to_string(),
+            })
+    }
+
     /// Pushes a commit on `main` of `repo` in which `len` bytes (seeded) are inserted into
     /// `path` at offset `at` (at most its length): a header edit that shifts every byte after
     /// it. The file is not held in memory (the old content is spliced while streaming); at most

@@ -26,6 +26,7 @@ mod serve_changes;
 mod signature;
 mod transfer;
 mod wi_fetch;
+mod xet;
 
 use support::optional::{Input, Test};
 
@@ -76,6 +77,7 @@ fn main() -> std::process::ExitCode {
         Python: wi_fetch::huggingface_hub_reads_our_cache,
         Python: wi_fetch::we_read_a_huggingface_hub_cache,
         Python: wi_fetch::huggingface_hub_keeps_a_renamed_repository_where_we_do,
+        Python: xet::huggingface_hub_and_hf_xet_download_through_the_cas,
     ])
 }
 
