@@ -57,6 +57,29 @@ async fn clean_download_fetches_each_byte_once_in_ranged_chunks() {
     assert!(progress.len() <= 2 * SIZE / CHUNK as usize, "too chatty");
 }
 
+/// The Xet hash the Hub announces is checked on the same bytes as the SHA-256 (issue 49): one
+/// that names other bytes fails the download, though every byte matches the SHA-256.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_xet_hash_announced_is_checked_with_the_sha256() {
+    let fx = fixture().await;
+    let mut spec = fx.spec(LFS);
+    spec.xet = Some(weight_inspect::xet::hash::file_hash(&fx.lfs));
+    let out = engine(config()).download(&spec, &Recorder::default()).await;
+    assert_eq!(out.unwrap().sha256, sha256(&fx.lfs));
+    assert_complete(&spec, &fx.lfs);
+
+    let fx = fixture().await;
+    let mut spec = fx.spec(LFS);
+    spec.xet = Some(weight_inspect::xet::hash::file_hash(b"other bytes"));
+    let e = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, TransferError::XetMismatch { .. }), "{e}");
+    assert!(e.is_integrity());
+    assert!(e.to_string().contains("not the"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_file_checks_the_git_blob_sha1() {
     let fx = fixture().await;

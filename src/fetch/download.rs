@@ -53,6 +53,7 @@ impl Fetcher {
                 .and_then(Expect::engine_chunks)
                 .or_else(|| bucket.and_then(|b| b.chunks.clone())),
             mirror: bucket.map(|b| b.mirror.clone()),
+            xet: None,
         };
         let turn = match turn {
             Some(t) => t,

@@ -182,6 +182,7 @@ pub(crate) async fn download(
     );
 
     // 1. The partial download: what is on disk, re-checked.
+    let xet_slot = super::hash::XetSlot::default();
     let opened = partial
         .open(
             &spec.key,
@@ -189,7 +190,10 @@ pub(crate) async fn download(
             chunk_size,
             manifest.as_deref(),
             events,
-            FileHasher::new(size, &expected),
+            match spec.xet {
+                Some(_) => FileHasher::new(size, &expected).with_xet(xet_slot.clone()),
+                None => FileHasher::new(size, &expected),
+            },
         )
         .await?;
     let plan = opened.plan;
@@ -269,6 +273,18 @@ pub(crate) async fn download(
             return Err(e);
         }
     };
+    // The file matched the Hub's SHA-256: the Xet hash the Hub announced must name the same
+    // bytes (its answers agree), computed from the chunks as the Hub cut them.
+    if let Some(want) = spec.xet {
+        let got = *xet_slot.lock().unwrap_or_else(|e| e.into_inner());
+        if got != Some(want) {
+            return Err(TransferError::XetMismatch {
+                file: ctx.events.file().to_string(),
+                expected: want.to_string(),
+                actual: got.map_or_else(|| "nothing".into(), |g| g.to_string()),
+            });
+        }
+    }
     if let Some(e) = unsaved {
         ctx.events.notice(&format!(
             "could not record the finished download ({e}); the file is complete and verified"

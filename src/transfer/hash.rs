@@ -19,7 +19,13 @@ pub(crate) const READ_BUF: usize = 256 << 10;
 pub(crate) struct FileHasher {
     sha256: Sha256,
     git_sha1: Option<Sha1>,
+    /// The file's Xet hash too, when the Hub announced one: computed on the same bytes, and
+    /// told to the slot each time the file is finished (the last finish is the file's).
+    xet: Option<(crate::xet::FileHasher, XetSlot)>,
 }
+
+/// Where a finished [`FileHasher`] leaves the file's Xet hash.
+pub(crate) type XetSlot = std::sync::Arc<std::sync::Mutex<Option<crate::xet::XetHash>>>;
 
 impl FileHasher {
     /// A hasher for a file of `size` bytes; computes the git blob SHA-1 too when `expected` is
@@ -33,18 +39,46 @@ impl FileHasher {
         FileHasher {
             sha256: Sha256::new(),
             git_sha1,
+            xet: None,
         }
+    }
+
+    /// Computes the file's Xet hash as well, leaving it in `slot` at each finish.
+    pub(crate) fn with_xet(mut self, slot: XetSlot) -> Self {
+        self.xet = Some((crate::xet::FileHasher::new(), slot));
+        self
     }
 
     pub(crate) fn update(&mut self, data: &[u8]) {
-        self.sha256.update(data);
-        if let Some(h) = &mut self.git_sha1 {
-            h.update(data);
+        match &mut self.xet {
+            // Two hashes of the same bytes, on two cores.
+            Some((xet, _)) => {
+                let (sha256, git_sha1) = (&mut self.sha256, &mut self.git_sha1);
+                rayon::join(
+                    || {
+                        sha256.update(data);
+                        if let Some(h) = git_sha1 {
+                            h.update(data);
+                        }
+                    },
+                    || xet.update(data),
+                );
+            }
+            None => {
+                self.sha256.update(data);
+                if let Some(h) = &mut self.git_sha1 {
+                    h.update(data);
+                }
+            }
         }
     }
 
-    /// The SHA-256, and the digest comparable with `expected` (same kind).
+    /// The SHA-256, and the digest comparable with `expected` (same kind); the Xet hash, when
+    /// computed, left in its slot.
     pub(crate) fn finish(self) -> ([u8; 32], Digest) {
+        if let Some((xet, slot)) = self.xet {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(xet.finish());
+        }
         let sha256: [u8; 32] = self.sha256.finalize().into();
         let actual = match self.git_sha1 {
             Some(h) => Digest::GitSha1(h.finalize().into()),

@@ -212,10 +212,14 @@ pub struct TransferSpec {
     /// fetched again, alone), and bytes already on disk without a resume state are checked
     /// chunk by chunk rather than thrown away. `None`: only the whole-file digest is known.
     pub chunks: Option<Arc<ExpectedChunks>>,
-    /// Another place holding the same bytes, read first (see [`MirrorUse`]): a team's bucket.
-    /// Its answers are checked as the resolve URL's are, every chunk against `chunks` and the
-    /// whole file against the key's digest.
+    /// Another place holding the same bytes, read first (see [`MirrorUse`]): a team's bucket,
+    /// or the Hub's CAS. Its answers are checked as the resolve URL's are, every chunk against
+    /// `chunks` and the whole file against the key's digest.
     pub mirror: Option<MirrorUse>,
+    /// The file's Xet hash, when the Hub announced one: computed from the bytes in the same
+    /// pass as their SHA-256 (the chunks cut as the Hub cut them), and a file whose bytes match
+    /// the SHA-256 but not this is refused ([`TransferError::XetMismatch`]).
+    pub xet: Option<crate::xet::XetHash>,
 }
 
 /// The SHA-256 of every chunk of a file cut into chunks of `chunk_size` bytes (the last one

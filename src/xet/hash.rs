@@ -232,6 +232,62 @@ impl MerkleBuilder {
     }
 }
 
+/// A file's Xet hash computed as its bytes come in order, in any pieces: the chunker cuts them
+/// as the Hub cut them, each chunk is hashed as it grows (never held), and the tree takes each
+/// chunk's hash. A few kilobytes whatever the file's size; cheap to clone (a snapshot).
+#[derive(Clone, Debug)]
+pub struct FileHasher {
+    chunker: super::chunking::Chunker,
+    chunk: blake3::Hasher,
+    chunk_len: u64,
+    tree: MerkleBuilder,
+}
+
+impl Default for FileHasher {
+    fn default() -> Self {
+        FileHasher {
+            chunker: super::chunking::Chunker::new(),
+            chunk: blake3::Hasher::new_keyed(&DATA_KEY),
+            chunk_len: 0,
+            tree: MerkleBuilder::new(),
+        }
+    }
+}
+
+impl FileHasher {
+    /// A hasher at the start of a file.
+    pub fn new() -> Self {
+        FileHasher::default()
+    }
+
+    /// The file's next bytes.
+    pub fn update(&mut self, mut data: &[u8]) {
+        while let Some(n) = self.chunker.next(data) {
+            self.chunk.update(&data[..n]);
+            self.chunk_len += n as u64;
+            self.end_chunk();
+            data = &data[n..];
+        }
+        self.chunk.update(data);
+        self.chunk_len += data.len() as u64;
+    }
+
+    fn end_chunk(&mut self) {
+        let hash = XetHash(*self.chunk.finalize().as_bytes());
+        self.tree.push(hash, self.chunk_len);
+        self.chunk = blake3::Hasher::new_keyed(&DATA_KEY);
+        self.chunk_len = 0;
+    }
+
+    /// The file's Xet hash.
+    pub fn finish(mut self) -> XetHash {
+        if self.chunk_len > 0 {
+            self.end_chunk();
+        }
+        self.tree.file_hash()
+    }
+}
+
 /// The file hash of `data` cut into chunks as Xet cuts them (see [`super::chunking`]).
 pub fn file_hash(data: &[u8]) -> XetHash {
     let mut tree = MerkleBuilder::new();
@@ -340,6 +396,25 @@ mod tests {
         for (data, want) in cases {
             assert_eq!(file_hash(&data).to_string(), want, "{} bytes", data.len());
         }
+    }
+
+    /// Fed in pieces of any size, the streaming file hasher gives the file's hash.
+    #[test]
+    fn the_file_hasher_takes_pieces_of_any_size() {
+        let mut data = vec![0u8; 2_500_000];
+        blake3::Hasher::new()
+            .update(b"pieces")
+            .finalize_xof()
+            .fill(&mut data);
+        let want = file_hash(&data);
+        for piece in [1usize, 1000, 65_536, 131_073, data.len()] {
+            let mut h = FileHasher::new();
+            for p in data.chunks(piece) {
+                h.update(p);
+            }
+            assert_eq!(h.finish(), want, "pieces of {piece}");
+        }
+        assert_eq!(FileHasher::new().finish(), XetHash::ZERO);
     }
 
     /// The streaming tree is the tree over all the items, whatever their count.

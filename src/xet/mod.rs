@@ -12,4 +12,4 @@ pub mod hash;
 pub mod reconstruction;
 pub mod xorb;
 
-pub use hash::{chunk_hash, MerkleBuilder, XetHash};
+pub use hash::{chunk_hash, FileHasher, MerkleBuilder, XetHash};

@@ -295,6 +295,7 @@ impl Fixture {
                 id: FileId::next(),
                 chunks: None,
                 mirror: None,
+                xet: None,
             },
             paths: PartialPaths {
                 data: partial_path.clone(),
