@@ -562,7 +562,9 @@ async fn hub_handler(
         if uri.path() == "/v1/telemetry" && method == Method::POST {
             return crate::cas::telemetry();
         }
-        if uri.path().starts_with("/cas/") {
+        // `/cas/{version}/reconstructions/…`: never a `resolve` URL (of an organisation `cas`).
+        let segs: Vec<&str> = uri.path().split('/').take(4).collect();
+        if let ["", "cas", _, "reconstructions"] = segs[..] {
             return crate::cas::reconstruction(&shared, xet, &method, &uri, &headers);
         }
     }

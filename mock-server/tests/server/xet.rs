@@ -40,6 +40,7 @@ fn xet_builder() -> MockHubBuilder {
         .file(REPO, "big.bin", big())
         .file(REPO, "mixed.bin", mixed())
         .file(REPO, "small.txt", b"small\n".to_vec())
+        .file("cas/v1", "a.txt", b"a\n".to_vec())
         .file("org/gated", "w.bin", noise(50_000, 13))
         .gated("org/gated")
         .file("org/private", "w.bin", noise(50_000, 14))
@@ -260,6 +261,14 @@ async fn xet_files_are_announced_and_rebuilt_from_the_cas() {
         c.get(&cdn).send().await.unwrap().bytes().await.unwrap(),
         big()
     );
+    // A repository whose organisation is `cas` is still a repository.
+    let r = c
+        .get(format!("{}/cas/v1/resolve/main/a.txt", hub.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "a\n");
     // A small file is not Xet-backed.
     let r = c
         .head(format!("{}/{REPO}/resolve/main/small.txt", hub.url()))
