@@ -70,11 +70,17 @@ mod expect;
 mod fleet;
 mod gate;
 mod integrity;
+mod listing;
 pub mod lock;
 mod observe;
 mod report;
 mod request;
 mod resolve;
+#[cfg(feature = "remote-cache")]
+mod resolve_bucket;
+mod resolve_explicit;
+mod resolve_listed;
+mod resolve_offline;
 mod run;
 mod signed;
 #[doc(no_inline)]
