@@ -114,9 +114,9 @@ impl RemoteCache {
     /// Every index entry of a repository at `commit` (at most [`MAX_INDEX_ENTRIES`]), in path
     /// order; each checked as [`index_entry`](Self::index_entry) checks one. An object that
     /// cannot be used — a key that cannot name an object (`..`, an empty segment), an entry
-    /// larger than [`MAX_ENTRY_BYTES`](super::MAX_ENTRY_BYTES), one that is not an index entry or describes another
-    /// file — is left out and named in [`Index::skipped`]; the others still count. Only a store
-    /// that cannot be read fails the whole.
+    /// larger than [`MAX_ENTRY_BYTES`](super::MAX_ENTRY_BYTES), one that is not an index entry
+    /// or describes another file — is left out and named in [`Index::skipped`]; the others
+    /// still count. Only a store that cannot be read fails the whole.
     pub async fn index(
         &self,
         repo_type: RepoType,
