@@ -36,6 +36,9 @@ mod hub;
 mod range;
 mod source;
 mod upstream;
+mod upstream_access;
+mod upstream_memory;
+mod upstream_pull;
 
 pub use conn::Limits;
 pub use hub::BlobCheck;
