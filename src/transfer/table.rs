@@ -21,7 +21,7 @@
 //! shrinking requests, before each request the bytes it asks for), and a split never cuts below
 //! a reservation.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -256,8 +256,14 @@ const DEFAULT_MIN_COPIES: u32 = 8;
 pub(crate) struct ChunkTable {
     plan: Plan,
     chunks: Vec<Chunk>,
-    /// Waiting parts: (chunk, part start).
-    queue: VecDeque<(usize, u64)>,
+    /// Waiting parts (chunk, part start), handed out in file order: the chunks then complete
+    /// in order, so that the whole-file hash follows the download and a split chunk is read
+    /// back while it is still being written around, not all at the end (see
+    /// [`claim_next`](Self::claim_next)).
+    waiting: BTreeSet<(usize, u64)>,
+    /// Parts put first in line (a chunk fetched again after a wrong copy, parts a fill set
+    /// aside), handed out before the waiting ones.
+    first: VecDeque<(usize, u64)>,
     /// What each chunk must hash to, from a manifest (cut by the same plan).
     expected: Option<Arc<ExpectedChunks>>,
     split: SplitRule,
@@ -331,7 +337,7 @@ impl ChunkTable {
                 ..Chunk::open(range.len)
             };
         }
-        let queue = chunks
+        let waiting = chunks
             .iter()
             .enumerate()
             .flat_map(|(i, c)| {
@@ -344,7 +350,8 @@ impl ChunkTable {
         let mut t = ChunkTable {
             plan,
             chunks,
-            queue,
+            waiting,
+            first: VecDeque::new(),
             expected,
             split,
             splits: 0,
@@ -400,7 +407,7 @@ impl ChunkTable {
     pub(super) fn unpark(&mut self) -> usize {
         let n = self.parked.len();
         for part in self.parked.drain(..).rev() {
-            self.queue.push_front(part);
+            self.first.push_front(part);
         }
         n
     }
@@ -478,9 +485,17 @@ impl ChunkTable {
         self.claim_part(index, from)
     }
 
-    /// Hands out the next queued part that is neither done nor held.
+    /// Hands out the next part that is neither done nor held: one put first in line, else the
+    /// waiting part nearest the start of the file. Parts are cut (at the start, see
+    /// [`presplit`](Self::presplit)) and given back (a connection fewer, a refusal) out of
+    /// order; handed out in order, the connections work on the earliest chunks, which complete
+    /// one after the other: the whole-file hash, reading each chunk back as its prefix grows,
+    /// keeps up with the download, and so does the reading back of a split chunk's later
+    /// parts. Handed out as they were queued (a chunk's first halves, then its second ones;
+    /// the parts of lowered connections first), most chunks completed near the end, and their
+    /// reading back came after the last byte.
     pub(super) fn claim_next(&mut self) -> Option<Claim> {
-        while let Some((i, from)) = self.queue.pop_front() {
+        while let Some((i, from)) = self.first.pop_front().or_else(|| self.waiting.pop_first()) {
             if let Some(c) = self.claim_part(i, from) {
                 return Some(c);
             }
@@ -619,7 +634,7 @@ impl ChunkTable {
         p.sha256 = hasher.clone().finalize().into();
         p.hasher = Some(hasher);
         if !p.done() {
-            self.queue.push_front((index, from));
+            self.waiting.insert((index, from));
             return Released::Pending;
         }
         // The chunk is assembled by whoever gives back its last part: a part whose bytes are all
@@ -675,7 +690,7 @@ impl ChunkTable {
                 Rejection::Again
             };
             // First in line: a server that keeps corrupting it is found out at once.
-            self.queue.push_front((index, 0));
+            self.first.push_front((index, 0));
             return Released::Rejected {
                 rejections: c.rejections,
                 actual: digest,
@@ -753,7 +768,7 @@ impl ChunkTable {
             self.chunks[i]
                 .parts
                 .insert(k + 1, Part::new(mid, mid, to, None, empty_digest()));
-            self.queue.push_back((i, mid));
+            self.waiting.insert((i, mid));
             waiting += 1;
             added += 1;
         }
@@ -1100,6 +1115,64 @@ mod tests {
         let mut t = ChunkTable::new(plan, Vec::new(), None, NEVER);
         assert_eq!(t.presplit(16), 0);
         drop(claims);
+    }
+
+    #[test]
+    fn parts_are_handed_out_in_file_order() {
+        // Three 16 MiB chunks cut for 6 connections (as for a ceiling the count may never
+        // reach), fetched by 2: the parts of chunk 0 come before those of chunk 1, so that
+        // chunk 0 completes first and the whole-file hash can follow it.
+        let plan = Plan::new(48 * MIB, 16 * MIB);
+        let rule = SplitRule {
+            min: MIB,
+            after: Duration::ZERO,
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), None, rule);
+        assert_eq!(t.presplit(6), 3);
+        let order = |t: &mut ChunkTable, n| {
+            (0..n)
+                .map(|_| {
+                    let c = t.claim_next().unwrap();
+                    (c.range.index, c.from / MIB)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(&mut t, 2), [(0, 0), (0, 8)]);
+        // Chunk 0's first half is given back half-way (its connection was one too many): it
+        // comes before chunk 1, and chunk 0 is done before chunk 1 is started.
+        let bytes = vec![3u8; (4 * MIB) as usize];
+        let h = fed(&Sha256::new(), &bytes);
+        assert!(matches!(
+            t.release(0, 0, 4 * MIB, h, 0),
+            Released::Pending
+        ));
+        let again = t.claim_next().unwrap();
+        assert_eq!((again.range.index, again.from, again.at), (0, 0, 4 * MIB));
+        drop(again);
+        assert_eq!(order(&mut t, 4), [(1, 0), (1, 8), (2, 0), (2, 8)]);
+        assert!(t.claim_next().is_none());
+        // A chunk fetched again after a wrong copy still comes first, before an earlier part.
+        let plan = Plan::new(300, 100);
+        let expected = ExpectedChunks {
+            chunk_size: 100,
+            sha256: vec![digest(&[1; 100]); 3],
+        };
+        let mut t = ChunkTable::new(plan, Vec::new(), Some(Arc::new(expected)), NEVER);
+        let (a, b) = (t.claim_next().unwrap(), t.claim_next().unwrap());
+        let h = fed(&a.hasher, &[1; 40]);
+        assert!(matches!(t.release(0, 0, 40, h, 0), Released::Pending));
+        let h = fed(&b.hasher, &[7; 100]);
+        assert!(matches!(
+            t.release(1, 0, 100, h, 0),
+            Released::Rejected { .. }
+        ));
+        let next: Vec<(usize, u64)> = (0..3)
+            .map(|_| {
+                let c = t.claim_next().unwrap();
+                (c.range.index, c.at)
+            })
+            .collect();
+        assert_eq!(next, [(1, 0), (0, 40), (2, 0)]);
     }
 
     #[test]
