@@ -18,7 +18,14 @@
 //! While doubling raises the rate by at least [`RISE`], the count doubles, up to
 //! [`EngineConfig::connections`], the ceiling. When the first doubling did not pay, halving is
 //! tried: while halving raises the rate by at least [`FEWER`], the count halves (down to one).
-//! When a step does not pay, the count goes back to the best one measured and settles there.
+//! When the first doubling cost throughput (the rate fell by more than [`FEWER`]: the link
+//! crowds, as a proxy bound to one core does), the first halving is kept when it is as fast
+//! as the start within [`FEWER`] (and leaves at least [`AS_FAST_FLOOR`]), and halving goes
+//! on from it: where more connections cost, the start is not a count to go back to, and a
+//! window that measured the halving a little low (the one after a change pays for the
+//! connections just closed) no longer sends the count back up to it for the rest of the
+//! download. When a step does not pay, the count goes back to the best one measured and
+//! settles there.
 //! When the server pushes back (429, 503) the refused connection is not replaced: the count
 //! drops by one per refusal (never to none), and every [`ANSWERS_PER_RECOVERY`] answers in a
 //! row that are not refusals give one back, up to the count the climb chose. The climb goes on
@@ -61,6 +68,10 @@ pub(crate) const RISE: f64 = 1.15;
 /// The rise of throughput that justifies fewer connections (fewer cost less, so a smaller
 /// gain is enough; below it, the noise of a window decides).
 pub(crate) const FEWER: f64 = 1.05;
+/// Where more connections were slower (see the module docs), the first halving is kept for
+/// being as fast as the start only if it leaves this many; fewer only when faster: a few
+/// connections carry a download through one connection's stall or cut.
+pub(crate) const AS_FAST_FLOOR: usize = 4;
 /// A change of throughput this large (either way) is judged after half a window.
 pub(crate) const PLAIN: f64 = 1.3;
 /// Steps of a path kept for reports.
@@ -83,7 +94,8 @@ pub enum Settled {
     Ceiling,
     /// Neither more nor fewer connections were faster: the link's total is the limit.
     NoGain,
-    /// Fewer connections were faster (the server slows as connections are added).
+    /// Fewer connections were faster (the server slows as connections are added), or as fast
+    /// where more were slower.
     FewerFaster,
     /// More connections paid, then stopped paying.
     MoreStoppedPaying,
@@ -180,9 +192,12 @@ pub(crate) struct Climb {
     phase: Phase,
     start: usize,
     ceiling: usize,
-    /// The best rate measured (bytes per second; 0 for none yet) and its count.
+    /// The best rate measured (bytes per second; 0 for none yet), and the count kept for it:
+    /// the count that measured it, or fewer that were as fast where more were slower.
     best: f64,
     best_n: usize,
+    /// The first doubling cost throughput: the link crowds (see the module docs).
+    crowded: bool,
 }
 
 impl Climb {
@@ -202,6 +217,7 @@ impl Climb {
             ceiling,
             best: 0.0,
             best_n: start,
+            crowded: false,
         }
     }
 
@@ -226,7 +242,9 @@ impl Climb {
                 }
             }
             Phase::Growing if self.best_n == self.start && self.best_n > 1 => {
-                // The first doubling did not pay: perhaps fewer do better.
+                // The first doubling did not pay: perhaps fewer do better. If it cost
+                // throughput, the link crowds: fewer that are as fast are better too.
+                self.crowded = rate * FEWER < self.best;
                 self.phase = Phase::Shrinking;
                 Step::Try(self.best_n / 2)
             }
@@ -239,6 +257,19 @@ impl Climb {
                 } else {
                     Step::Settle(1, Settled::FewerFaster)
                 }
+            }
+            Phase::Shrinking
+                if self.crowded
+                    && self.best_n == self.start
+                    && target >= AS_FAST_FLOOR
+                    && rate * FEWER >= self.best =>
+            {
+                // As fast as the start, which more connections showed to be too many: kept
+                // instead of it, and fewer tried. The best rate stays the start's, and only
+                // this step may be kept for being as fast, so that steps within the noise
+                // cannot add up.
+                self.best_n = target;
+                Step::Try(target / 2)
             }
             Phase::Shrinking if self.best_n == self.start => {
                 Step::Settle(self.best_n, Settled::NoGain)
@@ -594,6 +625,74 @@ mod tests {
         assert_eq!(c.judge(2, 2, 100e6), Step::Try(4));
         assert_eq!(c.judge(4, 4, 90e6), Step::Try(1));
         assert_eq!(c.judge(1, 1, 120e6), Step::Settle(1, Settled::FewerFaster));
+    }
+
+    /// Drives a climb from `start` under `ceiling` over a link that carries `link(n)` bytes a
+    /// second with `n` connections, window `i` measuring it times `noise(i)`; returns the counts
+    /// tried and where it settled.
+    fn climb_over(
+        start: usize,
+        ceiling: usize,
+        link: impl Fn(usize) -> f64,
+        noise: impl Fn(usize) -> f64,
+    ) -> (Vec<usize>, usize, Settled) {
+        let mut c = Climb::new(start, ceiling, true);
+        let mut n = start;
+        let mut path = vec![n];
+        for i in 0..64 {
+            match c.judge(n, n, link(n) * noise(i)) {
+                Step::Try(m) => {
+                    n = m;
+                    path.push(n);
+                }
+                Step::Settle(m, why) => return (path, m, why),
+                Step::Hold => panic!("every connection was busy"),
+            }
+        }
+        panic!("never settled: {path:?}");
+    }
+
+    /// A forwarding proxy bound to one core: `n` connections share 160 MB/s / (1 + 0.04 ×
+    /// (n − 1)), each at most 40 MB/s (mock-hub's `crowded` bench mode): 4 connections carry
+    /// 143 MB/s, 8 carry 125, 16 carry 100, 32 carry 71, 2 carry 80.
+    fn crowding_proxy(n: usize) -> f64 {
+        let n = n as f64;
+        (160e6 / (1.0 + 0.04 * (n - 1.0))).min(n * 40e6)
+    }
+
+    #[test]
+    fn a_crowding_proxy_settles_low_and_does_not_climb_back() {
+        // Measured as it is: 16 → 32 (slower) → 8 → 4 → 2 (slower): 4.
+        let (path, n, why) = climb_over(START, 32, crowding_proxy, |_| 1.0);
+        assert_eq!((path.as_slice(), n, why), (&[16, 32, 8, 4, 2][..], 4, Settled::FewerFaster));
+        // Windows measure low by up to a fifth (the one after a change pays for the
+        // connections just closed or opened, this machine's other work): whichever do, the
+        // count settles at 8 or fewer, and never goes back to the 16 that 32 showed to be too
+        // many. It went back to 16 whenever the window at 8 came out less than 5% above the
+        // one at 16 ("no gain"), 100 against 125 MB/s for the rest of the download.
+        let levels = [0.8, 0.9, 1.0];
+        for case in 0..levels.len().pow(5) {
+            let noise = |i: usize| levels[case / levels.len().pow(i.min(4) as u32) % levels.len()];
+            let (path, n, why) = climb_over(START, 32, crowding_proxy, noise);
+            assert!(n <= 8, "case {case}: settled at {n} ({why:?}) after {path:?}");
+            let below = path.iter().position(|&m| m < START).expect("fewer tried");
+            assert!(
+                path[below..].iter().all(|&m| m < START),
+                "case {case}: climbed back: {path:?}"
+            );
+            assert!(crowding_proxy(n) >= 0.85 * crowding_proxy(4), "case {case}: {n}");
+        }
+        // As fast, not faster, is enough for the first halving only, and only down to
+        // AS_FAST_FLOOR: later ones must be faster.
+        let flat = |n: usize| if n >= 32 { 70e6 } else { 100e6 };
+        let (path, n, _) = climb_over(START, 32, flat, |_| 1.0);
+        assert_eq!((path.as_slice(), n), (&[16, 32, 8, 4][..], 8));
+        let above_floor = |n: usize| if n > AS_FAST_FLOOR { 70e6 } else { 100e6 };
+        let (path, n, why) = climb_over(AS_FAST_FLOOR, 32, above_floor, |_| 1.0);
+        assert_eq!(
+            (path.as_slice(), n, why),
+            (&[4, 8, 2][..], AS_FAST_FLOOR, Settled::NoGain)
+        );
     }
 
     #[test]
