@@ -232,8 +232,8 @@ impl Reporter for Queue {
 
 /// What a fetch answers: its summary, or with `dry_run` its plan.
 enum Answer {
-    Summary(weight_inspect::fetch::FetchSummary),
-    Plan(weight_inspect::fetch::Plan),
+    Summary(Box<weight_inspect::fetch::FetchSummary>),
+    Plan(Box<weight_inspect::fetch::Plan>),
 }
 
 /// A fetch that failed, and, offline, the plan that shows the snapshot on disk incomplete.
@@ -358,9 +358,13 @@ pub fn run<'py>(
         .name("wi-fetch".into())
         .spawn(move || {
             let answer = if dry_run {
-                fetcher.resolve(&repo, &selection).map(Answer::Plan)
+                fetcher
+                    .resolve(&repo, &selection)
+                    .map(|p| Answer::Plan(Box::new(p)))
             } else {
-                fetcher.fetch(&repo, &selection).map(Answer::Summary)
+                fetcher
+                    .fetch(&repo, &selection)
+                    .map(|s| Answer::Summary(Box::new(s)))
             };
             let answer = answer.map_err(|error| Failed {
                 incomplete: incomplete(&fetcher, &repo, &selection, &error),
@@ -400,8 +404,8 @@ pub fn run<'py>(
     };
     deliver(py)?;
     match outcome {
-        Ok(Answer::Summary(s)) => Ok(pythonize::pythonize(py, &s)?),
-        Ok(Answer::Plan(p)) => Ok(pythonize::pythonize(py, &p)?),
+        Ok(Answer::Summary(s)) => Ok(pythonize::pythonize(py, &*s)?),
+        Ok(Answer::Plan(p)) => Ok(pythonize::pythonize(py, &*p)?),
         Err(f) if f.error.exit_class() == ExitClass::Interrupted => {
             Err(Failure::of(ExitClass::Interrupted, &f.error).into())
         }

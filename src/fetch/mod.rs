@@ -97,6 +97,7 @@ pub use report::{
 };
 pub use request::FetchRequest;
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
+#[cfg(feature = "serve")]
 pub(crate) use signed::Signed;
 pub use signed::{SignaturePolicy, SignatureTrust};
 pub use verification::Verification;

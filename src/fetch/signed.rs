@@ -515,6 +515,7 @@ impl Fetcher {
         self.signature.is_some()
     }
 
+    #[cfg(feature = "serve")]
     /// The model's signature at `commit` of `repo`, read and verified under this fetcher's
     /// policy once for every caller (see [`SignaturePolicy`]), without a fetch of any file:
     /// `None` without a policy, or when the repository has none and none is required. `listed`:
@@ -572,11 +573,13 @@ impl Fetcher {
         check
     }
 
+    #[cfg(feature = "serve")]
     /// The signature's path in the repository, under a policy.
     pub(crate) fn signature_path(&self) -> Option<&str> {
         self.signature.as_ref().map(|p| p.path.as_str())
     }
 
+    #[cfg(feature = "serve")]
     /// What the file at `path` (`size` bytes, the Hub's `etag`) must be under the verified
     /// signature `s`: `None` for the signature itself; a refusal for a file it does not name, or
     /// that it describes otherwise than the Hub does.

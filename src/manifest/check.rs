@@ -256,6 +256,7 @@ fn check_file(f: &FileExpectation, path: &Path) -> FileVerdict {
 /// What the open file `file` is against `f` (its path not looked at): read by position, a file
 /// truncated or written to meanwhile is [`FileVerdict::Unreadable`]. For a server checking a
 /// file it holds open.
+#[cfg(feature = "serve")]
 pub(crate) fn check_opened(f: &FileExpectation, file: std::fs::File) -> FileVerdict {
     let reader = match FileReader::from_file(file) {
         Ok(r) => r,

@@ -60,6 +60,7 @@
 mod check;
 mod chunked;
 mod create;
+#[cfg(feature = "signature")]
 pub(crate) use create::walk;
 mod digest;
 mod error;
@@ -70,6 +71,7 @@ mod read;
 #[cfg(test)]
 pub(crate) use read::hook as read_hook;
 
+#[cfg(feature = "serve")]
 pub(crate) use check::check_opened;
 pub use check::{
     check, check_document, check_expectations, CheckReport, ChunkDiff, DigestKind, FileCheck,

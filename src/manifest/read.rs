@@ -71,6 +71,7 @@ impl FileReader {
     }
 
     /// Reads a file already open (found without following a link, say), stamping it now.
+    #[cfg(feature = "serve")]
     pub fn from_file(file: File) -> io::Result<FileReader> {
         let stamp = Stamp::of(&file)?;
         Ok(FileReader { file, stamp })

@@ -3,8 +3,9 @@
 //! range the download engine asks (`/v2/reconstructions`, `/v1/` where the CAS has no v2), the
 //! xorb ranges it names fetched with exactly their `Range` and no credential, each chunk
 //! decompressed as it arrives and its bytes handed on in the file's order. [`XetSource`] is a
-//! [`crate::transfer::Mirror`]: the engine plans, retries, checks and resumes as for any source,
-//! and falls back to the resolve URL (the Hub's bridge) when the CAS fails.
+//! source of ranges to the download engine (a mirror): the engine plans, retries, checks and
+//! resumes as for any source, and falls back to the resolve URL (the Hub's bridge) when the CAS
+//! fails.
 //!
 //! Memory: one reconstruction of one engine range at a time per connection (a few terms), one
 //! chunk being decoded per xorb body.
