@@ -30,3 +30,4 @@ mod telemetry;
 mod transfer;
 mod trust;
 mod wi_fetch;
+mod xet;

@@ -3,6 +3,8 @@
 //! [`Reuse`] says), the transfer, the user's manifest checked, the file put in place and its
 //! manifest recorded.
 
+use std::sync::Arc;
+
 use super::bucket::FromBucket;
 use super::decide::Reuse;
 use super::gate::notice;
@@ -44,6 +46,20 @@ impl Fetcher {
         }
         let url = self.hub.resolve_url(repo, commit, &f.path);
         let expect = job.expect.as_ref();
+        // A file the Hub stores in Xet comes through its CAS, the bridge (the resolve URL) its
+        // fallback; not one read from the bucket, whose copy is the source then.
+        let xet = f
+            .xet_hash
+            .filter(|_| self.xet && !self.offline && bucket.is_none() && f.size > 0)
+            .map(|hash| {
+                let access = self.xet_access(repo, commit);
+                Arc::new(crate::xet::client::XetSource::new(
+                    hash,
+                    f.size,
+                    access,
+                    self.xet_http.clone(),
+                ))
+            });
         let spec = TransferSpec {
             url: url.clone(),
             headers: self.hub.origin_headers(),
@@ -52,8 +68,14 @@ impl Fetcher {
             chunks: expect
                 .and_then(Expect::engine_chunks)
                 .or_else(|| bucket.and_then(|b| b.chunks.clone())),
-            mirror: bucket.map(|b| b.mirror.clone()),
-            xet: None,
+            mirror: bucket.map(|b| b.mirror.clone()).or_else(|| {
+                xet.clone().map(|x| crate::transfer::MirrorUse {
+                    mirror: x,
+                    fallback: true,
+                    fill: None,
+                })
+            }),
+            xet: xet.as_ref().and(f.xet_hash),
         };
         let turn = match turn {
             Some(t) => t,
@@ -99,7 +121,38 @@ impl Fetcher {
                 });
             }
         }
-        self.put_in_place(job, reuse, finished, bucket, url)
+        let mirror = finished.outcome.mirror.clone();
+        let mut report = self.put_in_place(job, reuse, finished, bucket, url)?;
+        if let (Some(x), Some(hash)) = (&xet, f.xet_hash) {
+            let c = &x.counters;
+            use std::sync::atomic::Ordering::Relaxed;
+            report.xet = Some(super::XetRead {
+                hash: hash.to_string(),
+                bytes: mirror.as_ref().map_or(0, |m| m.bytes),
+                xorb_bytes: c.xorb_bytes.load(Relaxed),
+                xorb_requests: c.xorb_requests.load(Relaxed),
+                reconstructions: c.reconstructions.load(Relaxed),
+                left: mirror.and_then(|m| m.left),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Access to the Hub's CAS for `repo` at `commit` (one token for all its files).
+    fn xet_access(
+        &self,
+        repo: &super::RepoRef,
+        commit: &str,
+    ) -> Arc<crate::xet::client::XetAccess> {
+        let mut map = self.xet_access.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= 64 {
+            map.clear();
+        }
+        map.entry((repo.repo_type, repo.id.clone(), commit.to_string()))
+            .or_insert_with(|| {
+                crate::xet::client::XetAccess::new(self.hub.clone(), repo.clone(), commit)
+            })
+            .clone()
     }
 
     /// The file's turn on the engine's connections and the lock of its partial download, which
@@ -242,6 +295,7 @@ impl Fetcher {
             manifest: None,
             upload: None,
             remote_read: bucket.map(|b| b.read(out.mirror.as_ref())),
+            xet: None,
             remote_check: None,
             #[cfg(feature = "remote-cache")]
             fill: None,

@@ -93,7 +93,7 @@ pub use error::{human_bytes, ExitClass, FetchError};
 pub use integrity::{VerifyLevel, MAX_SIDECAR_BYTES, SIDECAR_SUFFIX};
 pub use report::{
     FetchSummary, FileReport, Plan, PlannedFile, RemoteCheck, RemoteRead, SignatureCheck,
-    UploadReport, Witness,
+    UploadReport, Witness, XetRead,
 };
 pub use request::FetchRequest;
 pub use selection::{parse_reference, parse_repo_spec, Reference, Selection};
@@ -144,6 +144,7 @@ pub struct FetcherBuilder {
     manifest: Option<Arc<crate::manifest::Document>>,
     signature: Option<SignaturePolicy>,
     sidecars: bool,
+    xet: bool,
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
@@ -216,6 +217,7 @@ impl Default for FetcherBuilder {
             manifest: None,
             signature: None,
             sidecars: true,
+            xet: true,
             ensure_manifests: false,
             #[cfg(feature = "remote-cache")]
             remote_cache: None,
@@ -374,6 +376,17 @@ impl FetcherBuilder {
     /// none.
     pub fn signature(mut self, policy: Option<SignaturePolicy>) -> Self {
         self.signature = policy;
+        self
+    }
+
+    /// Fetch a file the Hub stores in Xet through the Hub's CAS (its content-addressed store:
+    /// chunks in xorbs, as `hf download` fetches them), its Xet hash checked with its SHA-256;
+    /// else through the resolve URL (the Hub's bridge, which reconstructs the file). Default
+    /// true, unless `HF_HUB_DISABLE_XET` is set (as huggingface_hub reads it) for
+    /// [`Fetcher::from_env`]. A file read from a remote cache, or filled with other nodes,
+    /// comes from there and the bridge.
+    pub fn xet(mut self, yes: bool) -> Self {
+        self.xet = yes;
         self
     }
 
@@ -583,8 +596,12 @@ impl FetcherBuilder {
         let cancel = self.engine.cancel.clone();
         #[cfg(feature = "remote-cache")]
         let clock = self.engine.retry_clock.clone();
+        let xet_http = client.clone();
         let engine = Engine::new(client, self.engine);
         Ok(Fetcher {
+            xet: self.xet,
+            xet_http,
+            xet_access: std::sync::Mutex::default(),
             cancel,
             hub,
             engine,
@@ -642,6 +659,17 @@ pub struct Fetcher {
     manifest: Option<Arc<crate::manifest::Document>>,
     signature: Option<SignaturePolicy>,
     sidecars: bool,
+    /// Files the Hub stores in Xet come through its CAS (see [`FetcherBuilder::xet`]).
+    xet: bool,
+    /// The client xorb ranges are fetched with (the engine's: no redirect followed).
+    xet_http: reqwest::Client,
+    /// Access to the CAS by repository and commit (its token), shared by their files.
+    xet_access: std::sync::Mutex<
+        std::collections::HashMap<
+            (crate::names::RepoType, String, String),
+            Arc<crate::xet::client::XetAccess>,
+        >,
+    >,
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
@@ -700,6 +728,7 @@ impl Fetcher {
         let mut b = FetcherBuilder {
             hub: HubConfig::from_env(),
             offline: crate::env::offline(),
+            xet: !crate::env::flag("HF_HUB_DISABLE_XET"),
             ..FetcherBuilder::default()
         };
         if let Some(t) = crate::env::seconds("HF_HUB_DOWNLOAD_TIMEOUT") {

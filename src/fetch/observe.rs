@@ -113,6 +113,7 @@ impl Fetcher {
             manifest: None,
             upload: None,
             remote_read: None,
+            xet: None,
             remote_check: None,
             #[cfg(feature = "remote-cache")]
             fill: None,

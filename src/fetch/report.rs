@@ -30,6 +30,11 @@ pub struct PlannedFile {
     /// the listing has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sidecar: Option<String>,
+    /// Its Xet hash, when the Hub stores it in Xet: it is then fetched through the Hub's CAS
+    /// (unless Xet is turned off), and the hash checked with its SHA-256.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub xet_hash: Option<crate::xet::XetHash>,
 }
 
 /// What a selection resolves to (see [`Fetcher::resolve`](super::Fetcher::resolve)).
@@ -217,6 +222,9 @@ pub struct FileReport {
     /// What its download read from the remote cache, when it found the file there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_read: Option<RemoteRead>,
+    /// What its download read through the Hub's CAS, when the file came that way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xet: Option<XetRead>,
     /// The check of the remote cache's copy (`cache verify --remote-cache`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_check: Option<RemoteCheck>,
@@ -241,6 +249,25 @@ pub struct RemoteCheck {
     /// What is wrong, or why it could not be checked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// What a file's download read through the Hub's CAS (Xet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct XetRead {
+    /// The file's Xet hash (checked with its SHA-256).
+    pub hash: String,
+    /// Bytes of the file that came through the CAS (the rest from the bridge).
+    pub bytes: u64,
+    /// Bytes of xorbs received (compressed).
+    pub xorb_bytes: u64,
+    /// Xorb ranges asked.
+    pub xorb_requests: u64,
+    /// Reconstructions asked (one per range of the file).
+    pub reconstructions: u64,
+    /// Why the CAS stopped being read before the end (the rest came from the bridge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
 }
 
 /// What a file's download read from the remote cache (a team's bucket).

@@ -145,6 +145,9 @@ pub struct FetchRequest {
     pub signature_path: Option<String>,
     /// Use the manifest a repository publishes beside a model file. Default true.
     pub sidecars: bool,
+    /// Fetch files the Hub stores in Xet through its CAS (`false`: through the resolve URL, the
+    /// Hub's bridge). Default: true unless `HF_HUB_DISABLE_XET` is set.
+    pub xet: Option<bool>,
     /// Record a manifest for every file that has none (for a lock file).
     pub ensure_manifests: bool,
     /// Check what is on disk, download nothing (`cache verify`).
@@ -214,6 +217,7 @@ impl Default for FetchRequest {
             require_signature: false,
             signature_path: None,
             sidecars: true,
+            xet: None,
             ensure_manifests: false,
             check_only: false,
             strict: false,
@@ -275,6 +279,9 @@ impl FetchRequest {
             .strict(self.strict)
             .cache_fallback(self.cache_fallback);
         b = b.signature(self.signature_policy()?);
+        if let Some(x) = self.xet {
+            b = b.xet(x);
+        }
         if let Some(e) = self.endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
             b = b.endpoint(e);
         }

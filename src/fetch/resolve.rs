@@ -17,6 +17,8 @@ pub(super) struct Wanted {
     pub(super) size: u64,
     pub(super) etag: String,
     pub(super) sidecar: Option<String>,
+    /// Its Xet hash, when the Hub stores it in Xet.
+    pub(super) xet_hash: Option<crate::xet::XetHash>,
 }
 
 impl Wanted {
@@ -234,6 +236,7 @@ pub(super) fn planned(store: &Store, repo: &RepoRef, commit: &str, w: Wanted) ->
         cached,
         partial_bytes,
         sidecar: w.sidecar,
+        xet_hash: w.xet_hash,
     }
 }
 

@@ -124,6 +124,7 @@ impl Fetcher {
                         size: e.size,
                         etag: e.etag,
                         sidecar: None,
+                        xet_hash: None,
                     },
                 )
             })

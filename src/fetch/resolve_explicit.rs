@@ -57,6 +57,7 @@ impl Fetcher {
                             size: m.size,
                             etag: m.etag.into_string(),
                             sidecar: None,
+                            xet_hash: m.xet_hash,
                         }),
                         Err(HubError::EntryNotFound { .. }) | Err(HubError::NotFound { .. }) => {
                             if let (Store::Cache(r), true) = (store, self.writes()) {

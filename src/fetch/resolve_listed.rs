@@ -80,6 +80,7 @@ impl Fetcher {
                         size: f.size,
                         etag: f.etag().to_string(),
                         sidecar: by_path.contains_key(sidecar.as_str()).then_some(sidecar),
+                        xet_hash: f.xet_hash,
                     }
                 })
                 .collect::<Vec<Wanted>>();

@@ -94,6 +94,7 @@ impl Fetcher {
                 cached: true,
                 partial_bytes: 0,
                 sidecar: None,
+                xet_hash: None,
             })
             .collect();
         let mut p = plan(repo, store, commit, files, notice, Vec::new(), true);

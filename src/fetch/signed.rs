@@ -597,6 +597,7 @@ impl Fetcher {
             cached: false,
             partial_bytes: 0,
             sidecar: None,
+            xet_hash: None,
         };
         Ok(Self::signed_expectation(s, &f, None)?.map(|e| e.file))
     }

@@ -89,6 +89,7 @@ mod tests {
                     cached: false,
                     partial_bytes: 0,
                     sidecar: None,
+                    xet_hash: None,
                 })
                 .collect(),
             notice: None,

@@ -384,9 +384,9 @@ async fn fetch_and_check(
     if actual == expected {
         Ok(sha256)
     } else if let Some(m) = from_mirror.filter(|_| !ctx.chunks.lock().has_manifest()) {
-        // Under a fill, the chunks other nodes' pieces served are fetched again from the Hub,
-        // alone, to find the one that differs.
-        if m.fill().is_some() {
+        // From a fill's pieces or the Hub's CAS, the chunks they served are fetched again from
+        // the Hub, alone, to find the one that differs.
+        if m.fill().is_some() || m.use_.mirror.repaired_by_chunk() {
             if let Some(sha256) = modes::repair::pieces(ctx, m, expected).await? {
                 return Ok(sha256);
             }

@@ -151,7 +151,7 @@ impl RetryCauses {
             (self.throttled, "throttled (429)"),
             (self.bad_answer, "bad answer"),
             (self.cdn_refused, "CDN location refused"),
-            (self.mirror, "remote cache left for the Hub"),
+            (self.mirror, "mirror left for the Hub (the bucket, the CAS)"),
         ]
         .iter()
         .filter(|(n, _)| *n > 0)

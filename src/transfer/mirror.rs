@@ -17,6 +17,10 @@ use std::sync::Mutex;
 use super::events::Events;
 use super::source::{Assigned, Fill, MirrorUse};
 
+/// Chunks a mirror that falls back chunk by chunk (the Hub's CAS) may fail before it is left for
+/// good.
+const CHUNK_FAILURES: u32 = 3;
+
 /// A chunk's source under a fill: not asked yet, the resolve URL, the mirror.
 const UNASKED: u8 = 0;
 const ORIGIN: u8 = 1;
@@ -48,6 +52,8 @@ pub(crate) struct MirrorState {
     served: Mutex<Vec<bool>>,
     damaged: Mutex<Vec<usize>>,
     bytes: AtomicU64,
+    /// Chunks that failed on a mirror that falls back chunk by chunk (not a fill).
+    failed_chunks: std::sync::atomic::AtomicU32,
     /// Per chunk, under a fill: where it comes from ([`UNASKED`], [`ORIGIN`], [`MIRROR`]).
     assigned: Mutex<Vec<u8>>,
     /// Per chunk being asked of the fill: the parts of one chunk (split between connections)
@@ -65,6 +71,7 @@ impl MirrorState {
             served: Mutex::new(vec![false; chunks]),
             damaged: Mutex::new(Vec::new()),
             bytes: AtomicU64::new(0),
+            failed_chunks: std::sync::atomic::AtomicU32::new(0),
             assigned: Mutex::new(vec![UNASKED; chunks]),
             asking: Mutex::new(std::collections::HashMap::new()),
         }
@@ -130,7 +137,13 @@ impl MirrorState {
         if !self.use_.fallback {
             return false;
         }
-        if self.fill().is_some() {
+        // A source that falls back chunk by chunk (a fill, the Hub's CAS) sends only this chunk
+        // to the resolve URL, until it has failed more chunks than it may (a CAS that fails
+        // every chunk is left for good, not asked once more per chunk).
+        let by_chunk = self.fill().is_some()
+            || (self.use_.mirror.repaired_by_chunk()
+                && self.failed_chunks.fetch_add(1, Ordering::AcqRel) < CHUNK_FAILURES);
+        if by_chunk {
             // Only this chunk goes to the resolve URL; the first such failure is said.
             if let Some(h) = lock(&self.hub_only).get_mut(index) {
                 *h = true;

@@ -581,7 +581,7 @@ impl Engine {
     /// (preallocating, writing, syncing, saving the state), is [`TransferError::DiskFull`]
     /// naming the file and the local path; when the data file and the state fail together, the
     /// data file's error is the one returned.
-#[cfg_attr(not(feature = "test-util"), allow(dead_code))] // the engine on its own, as its tests drive it
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // the engine on its own, as its tests drive it
     pub async fn download(
         &self,
         spec: &TransferSpec,

@@ -30,6 +30,16 @@ pub trait Mirror: Send + Sync + std::fmt::Debug {
         &self,
         range: std::ops::Range<u64>,
     ) -> futures::future::BoxFuture<'_, Result<MirrorBody, super::BoxError>>;
+
+    /// Whether it falls back chunk by chunk: a chunk it fails comes from the resolve URL alone
+    /// (the others still from it, unless it fails a few), and a file made with its bytes that
+    /// fails its whole-file check (with no manifest to locate the damage) has only the chunks
+    /// it served fetched again from the resolve URL, one at a time, rather than the whole file.
+    /// For a source whose copy is not a blob to replace (the Hub's CAS). A fill's pieces are
+    /// always handled that way.
+    fn repaired_by_chunk(&self) -> bool {
+        false
+    }
 }
 
 /// The body of a ranged read from a [`Mirror`].

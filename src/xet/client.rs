@@ -553,4 +553,8 @@ impl Mirror for XetSource {
     ) -> BoxFuture<'_, Result<MirrorBody, BoxError>> {
         Box::pin(async move { self.range_body(range).await.map_err(BoxError::from) })
     }
+
+    fn repaired_by_chunk(&self) -> bool {
+        true
+    }
 }

@@ -33,6 +33,7 @@ __all__ = [
     "UploadReport",
     "Verification",
     "Witness",
+    "XetRead",
 ]
 
 
@@ -88,6 +89,8 @@ class FetchRequest(TypedDict, total=False):
     #: The signature's path in the repository (``model.sig``).
     signature_path: str | None
     sidecars: bool
+    #: Fetch files the Hub stores in Xet through its CAS (default: unless ``HF_HUB_DISABLE_XET``).
+    xet: bool | None
     ensure_manifests: bool
     check_only: bool
     strict: bool
@@ -165,6 +168,21 @@ RemoteRead = TypedDict(
         "damaged_chunks": NotRequired[int],
     },
 )
+
+
+class XetRead(TypedDict):
+    """What a file's download read through the Hub's CAS (Xet)."""
+
+    #: The file's Xet hash (checked with its SHA-256).
+    hash: str
+    #: Bytes of the file that came through the CAS (the rest from the bridge).
+    bytes: int
+    #: Bytes of xorbs received (compressed).
+    xorb_bytes: int
+    xorb_requests: int
+    reconstructions: int
+    #: Why the CAS stopped being read before the end (the rest came from the bridge).
+    left: NotRequired[str]
 
 
 class FillReport(TypedDict):
@@ -277,6 +295,8 @@ class FetchedFile(TypedDict):
     upload: NotRequired[UploadReport]
     #: What its download read from the remote cache, when the bucket held it.
     remote_read: NotRequired[RemoteRead]
+    #: What its download read through the Hub's CAS, when the file came that way.
+    xet: NotRequired[XetRead]
     #: The check of the remote cache's copy (``cache verify --remote-cache``).
     remote_check: NotRequired[RemoteCheck]
     #: This node's part in filling the blob with the nodes that started with it.
@@ -362,6 +382,8 @@ class PlannedFile(TypedDict):
     #: Bytes an interrupted download of it keeps (what a resume starts from).
     partial_bytes: int
     sidecar: NotRequired[str]
+    #: Its Xet hash, when the Hub stores it in Xet.
+    xet_hash: NotRequired[str]
 
 
 class Plan(TypedDict):

@@ -242,6 +242,10 @@ pub(super) struct FetchArgs {
     /// Ignore the manifest a repository publishes beside a model file ({file}.wi-manifest.json).
     #[arg(long)]
     pub(super) no_sidecar: bool,
+    /// Fetch files the Hub stores in Xet through its bridge (the resolve URL) rather than its
+    /// CAS, as huggingface_hub does with HF_HUB_DISABLE_XET=1 (which this reads too).
+    #[arg(long)]
+    pub(super) no_xet: bool,
     /// After the fetch, pin what was fetched in this lock file (repository, commit, each file's
     /// size, SHA-256 and manifest digest); an existing lock file keeps its other entries.
     #[arg(long, value_name = "FILE")]
@@ -352,6 +356,7 @@ impl FetchArgs {
             require_signature: self.require_signature,
             signature_path: Some(self.signature.clone()),
             sidecars: !self.no_sidecar,
+            xet: self.no_xet.then_some(false),
             ensure_manifests: self.write_lock.is_some(),
             check_only: self.check_only,
             strict: self.strict,

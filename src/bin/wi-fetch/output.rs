@@ -136,7 +136,28 @@ pub(super) fn print_summary(s: &FetchSummary) {
                 line.push_str(&format!(" and {} from the Hub", human_bytes(from_hub)));
             }
         } else {
-            line.push_str(" from the Hub");
+            let xet: Vec<&weight_inspect::fetch::XetRead> =
+                s.files.iter().filter_map(|f| f.xet.as_ref()).collect();
+            let through: u64 = xet.iter().map(|x| x.bytes).sum();
+            if through > 0 {
+                let xorbs: u64 = xet.iter().map(|x| x.xorb_bytes).sum();
+                line.push_str(&format!(
+                    " from the Hub, {} of it through its CAS (Xet: {} of xorbs, every file's Xet \
+                     hash checked)",
+                    human_bytes(through),
+                    human_bytes(xorbs)
+                ));
+                if let Some(why) = xet.iter().find_map(|x| x.left.as_deref()) {
+                    line.push_str(&format!(", the rest through its bridge ({})", escape(why)));
+                }
+            } else if let Some(why) = xet.iter().find_map(|x| x.left.as_deref()) {
+                line.push_str(&format!(
+                    " from the Hub through its bridge (its CAS failed: {})",
+                    escape(why)
+                ));
+            } else {
+                line.push_str(" from the Hub");
+            }
         }
         // Worth a word only when more than one connection was used at once.
         if s.connections.peak > 1 {

@@ -192,15 +192,15 @@ fn scratch(ctx: &Ctx<'_>) -> Result<(std::path::PathBuf, Arc<File>), TransferErr
     Ok((dir, Arc::new(file)))
 }
 
-/// Without a manifest, under a fill (nodes filling the file together): the file failed its
-/// whole-file check and some of its chunks came from other nodes' pieces, which nothing but
-/// their writers' digests vouched for. Each chunk a piece served is fetched again from the
-/// resolve URL, alone and in order; one whose fresh copy differs from the bytes on disk is
-/// replaced by it (the Hub is the root; the piece is condemned: named, and deleted from the
-/// bucket by the fill) and the file is hashed again from it. `Some` with the file's SHA-256
-/// once its digest matches; `None` when every chunk from a piece matched the Hub and the file
-/// still does not (the caller then fetches the whole file). The chunks this node fetched from
-/// the resolve URL itself are not fetched again.
+/// Without a manifest, from a mirror that falls back chunk by chunk (a fill's pieces, the
+/// Hub's CAS): the file failed its whole-file check and some of its chunks came from the mirror,
+/// which nothing but the mirror itself vouched for. Each chunk the mirror served is fetched again
+/// from the resolve URL, alone and in order; one whose fresh copy differs from the bytes on disk
+/// is replaced by it (the Hub's resolve URL is the root; the mirror's copy is condemned: named,
+/// and a fill's piece deleted from the bucket) and the file is hashed again from it. `Some` with
+/// the file's SHA-256 once its digest matches; `None` when every chunk from the mirror matched
+/// the Hub and the file still does not (the caller then fetches the whole file). The chunks this
+/// node fetched from the resolve URL itself are not fetched again.
 pub(crate) async fn pieces(
     ctx: &Ctx<'_>,
     mirror: &super::super::mirror::MirrorState,
@@ -211,9 +211,10 @@ pub(crate) async fn pieces(
         return Ok(None);
     }
     ctx.events.notice(&format!(
-        "the file made with other nodes' pieces does not match the published {expected}: \
-         fetching the {} chunk(s) read from pieces again from the Hub, one at a time, to find \
-         the piece that differs",
+        "the file made with bytes from {} does not match the published {expected}: fetching \
+         the {} chunk(s) read from it again from the Hub, one at a time, to find the one that \
+         differs",
+        mirror.name(),
         served.len()
     ));
     let file_name = ctx.events.file();
@@ -239,7 +240,10 @@ pub(crate) async fn pieces(
             &scratch,
             range,
             fresh,
-            "this chunk, read from another node's piece, differs from the Hub's bytes",
+            &format!(
+                "this chunk, read from {}, differs from the Hub's bytes",
+                mirror.name()
+            ),
         )
         .await?;
         mirror.rejected(index);

@@ -1,0 +1,166 @@
+//! wi-fetch through the Hub's CAS (issue 49): a file the Hub stores in Xet comes as xorb ranges,
+//! decompressed and checked (its Xet hash with its SHA-256), with the bridge (the resolve URL) as
+//! the fallback; `--no-xet` and `HF_HUB_DISABLE_XET` take the bridge. The judge is mock-hub's
+//! counters: what the CAS served, what the resolve URL served.
+
+use crate::support::cli::{expect_code, stderr, Sandbox};
+use crate::support::data;
+
+const REPO: &str = "org/xet";
+const FILE: &str = "model.bin";
+
+/// A Hub speaking Xet serving one 3 MiB file (random, then zeros: every compression scheme).
+fn hub(
+    tune: impl FnOnce(mock_server::MockHubBuilder) -> mock_server::MockHubBuilder,
+) -> (mock_server::BackgroundHub, Vec<u8>) {
+    let mut bytes = data(2 << 20, 49);
+    bytes.extend(vec![0u8; 1 << 20]);
+    let b = mock_server::MockHub::builder()
+        .file(REPO, FILE, bytes.clone())
+        .file(REPO, "config.json", b"{}".to_vec())
+        .lfs_threshold(64 << 10)
+        .xet(true);
+    (tune(b).start_in_background().unwrap(), bytes)
+}
+
+fn fetch(sb: &Sandbox, hub: &mock_server::MockHub, extra: &[&str]) -> std::process::Output {
+    let mut c = sb.cmd(hub);
+    c.args([REPO, "--json"]).args(extra);
+    c.output().unwrap()
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn file<'a>(s: &'a serde_json::Value, path: &str) -> &'a serde_json::Value {
+    s["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap()
+}
+
+#[test]
+fn a_file_stored_in_xet_comes_through_the_cas_checked() {
+    let (hub, bytes) = hub(|b| b);
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[]);
+    expect_code(&o, 0);
+    let s = json(&o);
+    let f = file(&s, FILE);
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    let x = &f["xet"];
+    assert_eq!(
+        x["hash"].as_str().unwrap(),
+        weight_inspect::xet::hash::file_hash(&bytes).to_string()
+    );
+    assert_eq!(x["bytes"], bytes.len() as u64, "{x}");
+    // Every byte came through the CAS: the resolve URL served none of the file.
+    assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0);
+    assert!(hub.stats().cas.xorb_bytes_sent > 0);
+    assert!(
+        stderr(&o).contains("through its CAS") && stderr(&o).contains("Xet hash checked"),
+        "{}",
+        stderr(&o)
+    );
+    // The small file (in git) comes as before.
+    assert!(file(&s, "config.json").get("xet").is_none());
+}
+
+#[test]
+fn no_xet_and_hf_hub_disable_xet_take_the_bridge() {
+    let (hub, bytes) = hub(|b| b);
+    for how in ["--no-xet", "HF_HUB_DISABLE_XET"] {
+        hub.reset_stats();
+        let sb = Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args([REPO, FILE, "--json"]);
+        if how == "--no-xet" {
+            c.arg("--no-xet");
+        } else {
+            c.env("HF_HUB_DISABLE_XET", "1");
+        }
+        let o = c.output().unwrap();
+        expect_code(&o, 0);
+        let s = json(&o);
+        let f = file(&s, FILE);
+        assert_eq!(
+            std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+            bytes
+        );
+        assert!(f.get("xet").is_none(), "{how}: {f}");
+        assert_eq!(hub.stats().cas.xorb_requests, 0, "{how}");
+        assert_eq!(
+            hub.stats().file(REPO, FILE).bytes_sent,
+            bytes.len() as u64,
+            "{how}"
+        );
+    }
+}
+
+/// A byte flipped in a xorb body is never in the file: the file fails its check, the chunks the
+/// CAS served are fetched again from the bridge one at a time, and the one that differs
+/// replaces its bytes (hf_xet keeps the wrong byte).
+#[test]
+fn a_flipped_xorb_byte_never_reaches_the_file() {
+    let (hub, bytes) = hub(|b| b);
+    hub.faults().push(
+        "flip=100,target=cas,times=1"
+            .parse::<mock_server::FaultRule>()
+            .unwrap(),
+    );
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[FILE, "--chunk-size", "256K"]);
+    expect_code(&o, 0);
+    let s = json(&o);
+    let f = file(&s, FILE);
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    // Only what the CAS served was fetched again: never the whole file from the bridge.
+    assert!(
+        hub.stats().file(REPO, FILE).bytes_sent < bytes.len() as u64,
+        "{:?}\n{}",
+        hub.stats().file(REPO, FILE),
+        stderr(&o)
+    );
+}
+
+/// A CAS without v2 is asked v1; a token the CAS refuses (expired at once) is asked again, then
+/// the bridge takes the file: it is right either way.
+#[test]
+fn v1_and_a_refused_token_still_give_the_file() {
+    let (hub, bytes) = hub(|b| b.xet_v2(false));
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[FILE]);
+    expect_code(&o, 0);
+    let f = file(&json(&o), FILE).clone();
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    assert_eq!(f["xet"]["bytes"], bytes.len() as u64, "{f}");
+    assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0);
+
+    let (hub, bytes) = hub_expired();
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[FILE]);
+    expect_code(&o, 0);
+    let f = file(&json(&o), FILE).clone();
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    assert!(f["xet"]["left"].is_string(), "{f}");
+    assert!(stderr(&o).contains("through its bridge"), "{}", stderr(&o));
+}
+
+fn hub_expired() -> (mock_server::BackgroundHub, Vec<u8>) {
+    hub(|b| b.xet_token_ttl(std::time::Duration::ZERO))
+}
