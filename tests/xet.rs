@@ -164,3 +164,64 @@ fn v1_and_a_refused_token_still_give_the_file() {
 fn hub_expired() -> (mock_server::BackgroundHub, Vec<u8>) {
     hub(|b| b.xet_token_ttl(std::time::Duration::ZERO))
 }
+
+/// An edit of the file on the Hub (a new commit).
+type Edit = Box<dyn Fn(&mock_server::MockHub)>;
+
+/// A new revision fetches only what changed: the chunks the cached version holds are copied from
+/// its blob (its reconstruction kept beside it), the rest fetched: one byte changed, or 4 KiB
+/// inserted near the start (every later byte shifted), costs a few chunks, not the file.
+#[test]
+fn a_new_revision_fetches_only_what_changed() {
+    let mut bytes = data(8 << 20, 53);
+    bytes[4 << 20..].fill(7);
+    let hub = mock_server::MockHub::builder()
+        .file(REPO, FILE, bytes.clone())
+        .lfs_threshold(64 << 10)
+        .xet(true)
+        .start_in_background()
+        .unwrap();
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[FILE]);
+    expect_code(&o, 0);
+    let size = bytes.len() as u64;
+    let edits: [(&str, Edit, u64); 2] = [
+        (
+            "one byte changed",
+            Box::new(|h: &mock_server::MockHub| {
+                h.mutate_byte(REPO, FILE).unwrap();
+            }),
+            size * 2 / 100,
+        ),
+        (
+            "4 KiB inserted at byte 1000",
+            Box::new(|h: &mock_server::MockHub| {
+                h.insert_bytes(REPO, FILE, 1000, 4096).unwrap();
+            }),
+            size * 5 / 100,
+        ),
+    ];
+    for (what, edit, most) in edits {
+        edit(&hub);
+        hub.reset_stats();
+        let o = fetch(&sb, &hub, &[FILE]);
+        expect_code(&o, 0);
+        let s = json(&o);
+        let f = file(&s, FILE);
+        let got = std::fs::read(f["local_path"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            f["sha256"].as_str().unwrap(),
+            crate::support::sha256_hex(&got),
+            "{what}"
+        );
+        assert_ne!(got, bytes, "{what}: the new revision");
+        let x = &f["xet"];
+        let sent = hub.stats().cas.xorb_bytes_sent;
+        assert!(
+            sent <= most,
+            "{what}: {sent} bytes of xorbs for a {size}-byte file: {x}"
+        );
+        assert!(x["reused"].as_u64().unwrap() > size * 9 / 10, "{what}: {x}");
+        assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0, "{what}");
+    }
+}

@@ -9,6 +9,7 @@
 //! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
 //! {cache}/models--{org}--{name}/.wi-manifests/{etag}.json        our manifest of a verified blob
 //! {cache}/models--{org}--{name}/.wi-trees/{commit}.json          our copy of the file listing
+//! {cache}/models--{org}--{name}/.wi-xet/{etag}.json              a Xet file's reconstruction
 //! {cache}/models--{org}--{name}/trees/{commit}.json              huggingface_hub's copy of it
 //! {cache}/.locks/models--{org}--{name}/{etag}.lock               held while a blob is written
 //! ```
@@ -215,6 +216,17 @@ impl RepoCache {
     /// area: other tools read only `blobs/`, `snapshots/`, `refs/` and `.no_exist/`).
     pub fn manifest_path(&self, etag: &str) -> PathBuf {
         self.dir.join(".wi-manifests").join(format!("{etag}.json"))
+    }
+
+    /// `.wi-xet/`: what is kept of the files fetched through the Hub's CAS, by ETag (see
+    /// [`crate::xet::record`]).
+    pub fn xet_records_dir(&self) -> PathBuf {
+        self.dir.join(".wi-xet")
+    }
+
+    /// `.wi-xet/{etag}.json`: what is kept of the blob `etag`, fetched through the Hub's CAS.
+    pub fn xet_record_path(&self, etag: &str) -> PathBuf {
+        self.xet_records_dir().join(format!("{etag}.json"))
     }
 
     /// `.wi-trees/{commit}.json`: the repository's file listing at `commit` (a commit's tree

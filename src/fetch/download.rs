@@ -53,12 +53,10 @@ impl Fetcher {
             .filter(|_| self.xet && !self.offline && bucket.is_none() && f.size > 0)
             .map(|hash| {
                 let access = self.xet_access(repo, commit);
-                Arc::new(crate::xet::client::XetSource::new(
-                    hash,
-                    f.size,
-                    access,
-                    self.xet_http.clone(),
-                ))
+                Arc::new(
+                    crate::xet::client::XetSource::new(hash, f.size, access, self.xet_http.clone())
+                        .reusing(older_version(job.store, &f.path, &f.etag)),
+                )
             });
         let spec = TransferSpec {
             url: url.clone(),
@@ -132,8 +130,30 @@ impl Fetcher {
                 xorb_bytes: c.xorb_bytes.load(Relaxed),
                 xorb_requests: c.xorb_requests.load(Relaxed),
                 reconstructions: c.reconstructions.load(Relaxed),
+                reused: c.reused_bytes.load(Relaxed),
                 left: mirror.and_then(|m| m.left),
             });
+            // What a later revision of the file reuses: its reconstruction, kept beside the
+            // blob (a hint; a failure only costs that reuse).
+            if let (crate::cache::Store::Cache(r), true) = (job.store, self.writes()) {
+                match x.whole().await {
+                    Ok(whole) => {
+                        if let Some(rec) = crate::xet::record::XetRecord::of(
+                            &whole, &f.path, &f.etag, f.size, hash,
+                        ) {
+                            let path = r.xet_record_path(&f.etag);
+                            let text = serde_json::to_vec(&rec).unwrap_or_default();
+                            let kept =
+                                crate::safe_fs::create_dirs_below(r.dir(), &r.xet_records_dir())
+                                    .and_then(|()| crate::safe_fs::write_replace(&path, &text));
+                            if let Err(e) = kept {
+                                tracing::debug!(file = f.path.as_str(), "Xet record not kept: {e}");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(file = f.path.as_str(), "Xet record not kept: {e}"),
+                }
+            }
         }
         Ok(report)
     }
@@ -301,4 +321,55 @@ impl Fetcher {
             fill: None,
         })
     }
+}
+
+/// The newest older version of `path` held in the cache that was fetched through the Hub's CAS
+/// (its record and its blob), whose chunks a download of the new version copies rather than
+/// fetches. Only records of the same path, with another ETag and their blob present.
+fn older_version(
+    store: &crate::cache::Store,
+    path: &str,
+    etag: &str,
+) -> Option<crate::xet::client::Reuse> {
+    let crate::cache::Store::Cache(r) = store else {
+        return None;
+    };
+    let mut best: Option<(std::time::SystemTime, crate::xet::record::XetRecord)> = None;
+    for e in std::fs::read_dir(r.xet_records_dir())
+        .ok()?
+        .flatten()
+        .take(4096)
+    {
+        let name = e.file_name();
+        let Some(other) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        if other == etag {
+            continue;
+        }
+        let Ok(Some(bytes)) =
+            crate::safe_fs::read_bounded(&e.path(), crate::xet::record::MAX_RECORD_BYTES)
+        else {
+            continue;
+        };
+        let Some(rec) = crate::xet::record::XetRecord::parse(&bytes) else {
+            continue;
+        };
+        if rec.path != path || rec.etag != other {
+            continue;
+        }
+        let when = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or(std::time::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(t, _)| when > *t) {
+            best = Some((when, rec));
+        }
+    }
+    let (_, rec) = best?;
+    let blob = r.blob_path(&rec.etag);
+    std::fs::symlink_metadata(&blob)
+        .ok()
+        .filter(|m| m.is_file())?;
+    Some(crate::xet::client::Reuse::new(rec, blob))
 }

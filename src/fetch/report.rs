@@ -265,6 +265,9 @@ pub struct XetRead {
     pub xorb_requests: u64,
     /// Reconstructions asked (one per range of the file).
     pub reconstructions: u64,
+    /// Bytes copied from an older version of the file held in the cache (chunks the new
+    /// version shares with it), not fetched.
+    pub reused: u64,
     /// Why the CAS stopped being read before the end (the rest came from the bridge).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub left: Option<String>,

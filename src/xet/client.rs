@@ -191,6 +191,49 @@ impl XetAccess {
     }
 }
 
+/// An older version of the file held in the cache, whose chunks a download copies instead of
+/// fetching them (see [`super::record`]).
+#[derive(Debug)]
+pub struct Reuse {
+    /// What was kept of it.
+    pub record: super::record::XetRecord,
+    /// Its blob.
+    pub blob: std::path::PathBuf,
+    /// Its chunks, indexed once, when first needed (`None`: the record does not fit the blob).
+    index: tokio::sync::OnceCell<Option<Arc<super::record::LocalChunks>>>,
+}
+
+impl Reuse {
+    /// The older version `record` describes, whose blob is at `blob`.
+    pub fn new(record: super::record::XetRecord, blob: std::path::PathBuf) -> Reuse {
+        Reuse {
+            record,
+            blob,
+            index: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Its chunks (the blob read and cut once, on a blocking thread).
+    async fn chunks(&self) -> Option<Arc<super::record::LocalChunks>> {
+        self.index
+            .get_or_init(|| async {
+                let (record, blob) = (self.record.clone(), self.blob.clone());
+                tokio::task::spawn_blocking(move || {
+                    let file = crate::safe_fs::open_read(&blob).ok()?;
+                    super::record::LocalChunks::index(&record, file)
+                        .ok()
+                        .flatten()
+                        .map(Arc::new)
+                })
+                .await
+                .ok()
+                .flatten()
+            })
+            .await
+            .clone()
+    }
+}
+
 /// What one download read through the CAS.
 #[derive(Debug, Default)]
 pub struct XetCounters {
@@ -200,6 +243,8 @@ pub struct XetCounters {
     pub xorb_requests: AtomicU64,
     /// Bytes received of xorbs.
     pub xorb_bytes: AtomicU64,
+    /// Bytes copied from an older version of the file held in the cache.
+    pub reused_bytes: AtomicU64,
 }
 
 /// One file's bytes through the CAS (see the module docs).
@@ -212,6 +257,8 @@ pub struct XetSource {
     access: Arc<XetAccess>,
     /// The CAS answered v2 with 404 or 501: v1 from then on.
     v1: AtomicBool,
+    /// An older version held in the cache, whose chunks are copied rather than fetched.
+    reuse: Option<Arc<Reuse>>,
     /// What it read.
     pub counters: Arc<XetCounters>,
 }
@@ -232,8 +279,21 @@ impl XetSource {
             http,
             access,
             v1: AtomicBool::new(false),
+            reuse: None,
             counters: Arc::default(),
         }
+    }
+
+    /// Copies the chunks `reuse` (an older version of the file) holds rather than fetching
+    /// them.
+    pub fn reusing(mut self, reuse: Option<Reuse>) -> XetSource {
+        self.reuse = reuse.map(Arc::new);
+        self
+    }
+
+    /// The whole file's reconstruction (what the cache keeps of it once it is downloaded).
+    pub async fn whole(&self) -> Result<Reconstruction, XetError> {
+        self.reconstruction(&(0..self.size)).await
     }
 
     /// The reconstruction of bytes `range` of the file, checked, with a retry for what may pass.
@@ -500,14 +560,25 @@ impl XetSource {
             return Ok(futures::stream::empty().boxed());
         }
         let r = Arc::new(self.reconstruction(&range).await?);
+        let local = match &self.reuse {
+            Some(reuse) => reuse.chunks().await,
+            None => None,
+        };
         let this = self.clone_for_body();
         let mut skip = r.offset_into_first_range;
         let mut left = range.end - range.start;
         let terms: Vec<Term> = r.terms.clone();
         let stream = futures::stream::iter(terms)
             .then(move |term| {
-                let (this, r) = (this.clone(), r.clone());
+                let (this, r, local) = (this.clone(), r.clone(), local.clone());
                 async move {
+                    // Chunks an older version holds are copied from it.
+                    if let Some((local, spans)) = local.and_then(|l| {
+                        let spans = l.find(term.hash, term.range.start, term.range.end)?;
+                        Some((l, spans))
+                    }) {
+                        return Ok(copied(local, spans, this.counters.clone()));
+                    }
                     let fetch = r
                         .fetch_for(&term)
                         .cloned()
@@ -537,9 +608,39 @@ impl XetSource {
             http: self.http.clone(),
             access: self.access.clone(),
             v1: AtomicBool::new(self.v1.load(Ordering::Relaxed)),
+            reuse: self.reuse.clone(),
             counters: self.counters.clone(),
         })
     }
+}
+
+/// Chunks copied from an older version of the file (`spans` of its blob), in order.
+fn copied(
+    local: Arc<super::record::LocalChunks>,
+    spans: Vec<(u64, u32)>,
+    counters: Arc<XetCounters>,
+) -> futures::stream::BoxStream<'static, Result<Bytes, XetError>> {
+    futures::stream::iter(spans)
+        .then(move |(offset, len)| {
+            let (local, counters) = (local.clone(), counters.clone());
+            async move {
+                let bytes = tokio::task::spawn_blocking(move || local.read(offset, len))
+                    .await
+                    .map_err(|e| XetError::Network {
+                        what: "a chunk of the older version".into(),
+                        why: e.to_string(),
+                    })?
+                    .map_err(|e| XetError::Network {
+                        what: "a chunk of the older version".into(),
+                        why: e.to_string(),
+                    })?;
+                counters
+                    .reused_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                Ok(Bytes::from(bytes))
+            }
+        })
+        .boxed()
 }
 
 impl Mirror for XetSource {

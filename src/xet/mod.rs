@@ -10,6 +10,7 @@ pub mod chunking;
 pub mod client;
 pub mod hash;
 pub mod reconstruction;
+pub mod record;
 pub mod xorb;
 
 pub use hash::{chunk_hash, FileHasher, MerkleBuilder, XetHash};

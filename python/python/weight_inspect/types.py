@@ -181,6 +181,8 @@ class XetRead(TypedDict):
     xorb_bytes: int
     xorb_requests: int
     reconstructions: int
+    #: Bytes copied from an older version of the file the cache held, not fetched.
+    reused: int
     #: Why the CAS stopped being read before the end (the rest came from the bridge).
     left: NotRequired[str]
 

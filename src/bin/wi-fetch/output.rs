@@ -141,9 +141,18 @@ pub(super) fn print_summary(s: &FetchSummary) {
             let through: u64 = xet.iter().map(|x| x.bytes).sum();
             if through > 0 {
                 let xorbs: u64 = xet.iter().map(|x| x.xorb_bytes).sum();
+                let reused: u64 = xet.iter().map(|x| x.reused.min(x.bytes)).sum();
+                let copied = if reused > 0 {
+                    format!(
+                        ", {} copied from the version the cache held",
+                        human_bytes(reused)
+                    )
+                } else {
+                    String::new()
+                };
                 line.push_str(&format!(
-                    " from the Hub, {} of it through its CAS (Xet: {} of xorbs, every file's Xet \
-                     hash checked)",
+                    " from the Hub, {} of it through its CAS (Xet: {} of xorbs{copied}, every \
+                     file's Xet hash checked)",
                     human_bytes(through),
                     human_bytes(xorbs)
                 ));
