@@ -429,16 +429,19 @@ pub(super) fn plan_revisions(
                 );
             }
         }
-        let man = rc.manifest_path(etag);
-        if let Ok(m) = fs::symlink_metadata(&man) {
-            out.push(
-                ItemKind::Manifest,
-                id,
-                etag.clone(),
-                man,
-                m.len(),
-                lock_of(etag),
-            );
+        // Its recorded manifest and, for a file fetched through the Hub's CAS, its record: they
+        // describe that blob only.
+        for man in [rc.manifest_path(etag), rc.xet_record_path(etag)] {
+            if let Ok(m) = fs::symlink_metadata(&man) {
+                out.push(
+                    ItemKind::Manifest,
+                    id,
+                    etag.clone(),
+                    man,
+                    m.len(),
+                    lock_of(etag),
+                );
+            }
         }
     }
 }
@@ -563,7 +566,10 @@ fn plan_records_left_over(out: &mut Removal, repo: &RepoReport, rc: &RepoCache, 
         .filter(|c| !detached.contains(*c))
         .chain(repo.refs.values())
         .collect();
-    for (name, path, len) in read_dir_names(repo, ".wi-manifests") {
+    for (name, path, len) in read_dir_names(repo, ".wi-manifests")
+        .into_iter()
+        .chain(read_dir_names(repo, ".wi-xet"))
+    {
         if let Some(etag) = name
             .strip_suffix(".json")
             .filter(|e| etag_kind(e).is_some())

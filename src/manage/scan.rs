@@ -589,7 +589,7 @@ pub(super) fn recorded_size(rc: &RepoCache, etag: &str, path: &str) -> Option<u6
 }
 
 /// Bytes of the regular files below a repository's folder, links not followed, leaving out
-/// wi-fetch's own records (`.wi-manifests/`, `.wi-trees/`: not the repository's files, and
+/// wi-fetch's own records (`.wi-manifests/`, `.wi-trees/`, `.wi-xet/`: not the repository's files, and
 /// `hf cache ls` does not count them).
 pub(super) fn tree_size(dir: &Path) -> u64 {
     let mut total = 0;
@@ -598,8 +598,11 @@ pub(super) fn tree_size(dir: &Path) -> u64 {
         let Ok(rd) = fs::read_dir(&d) else { continue };
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
-            let own =
-                d == dir && matches!(e.file_name().to_str(), Some(".wi-manifests" | ".wi-trees"));
+            let own = d == dir
+                && matches!(
+                    e.file_name().to_str(),
+                    Some(".wi-manifests" | ".wi-trees" | ".wi-xet")
+                );
             if ft.is_dir() && !own {
                 stack.push(e.path());
             } else if ft.is_file() {
