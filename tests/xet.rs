@@ -225,3 +225,36 @@ fn a_new_revision_fetches_only_what_changed() {
         assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0, "{what}");
     }
 }
+
+/// A mirror in front of a Hub that stores files in Xet pulls them through its CAS, checked, and
+/// serves its clients plain HTTP (no Xet header: its clients need no CAS); a client through it
+/// gets the file, and the upstream's resolve URL served none of it.
+#[test]
+fn a_mirror_pulls_through_the_cas_and_serves_plain_http() {
+    let (hub, bytes) = hub(|b| b);
+    let dir = tempfile::tempdir().unwrap();
+    let mirror = crate::support::serve::mirror(&hub.url(), &dir.path().join("m"), &[], &[]);
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.env("HF_ENDPOINT", &mirror.base).args([REPO, FILE, "--json"]);
+    let o = c.output().unwrap();
+    expect_code(&o, 0);
+    let s = json(&o);
+    let f = file(&s, FILE);
+    assert_eq!(std::fs::read(f["local_path"].as_str().unwrap()).unwrap(), bytes);
+    // The client saw no Xet: it fetched plain ranges from the mirror.
+    assert!(f.get("xet").is_none(), "{f}");
+    assert!(hub.stats().cas.xorb_bytes_sent > 0);
+    assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0);
+    let url = format!("{}/{REPO}/resolve/main/{FILE}", mirror.base);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt
+        .block_on(crate::support::serve::client().head(url).send())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.headers().keys().all(|k| !k.as_str().starts_with("x-xet")),
+        "{:?}",
+        r.headers()
+    );
+}

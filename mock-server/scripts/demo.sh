@@ -39,11 +39,11 @@ if [ ! -f "$data/.demo-$size_mb" ]; then
     touch "$data/.demo-$size_mb"
 fi
 
-echo "== starting mock-hub on 127.0.0.1 (each connection capped at 50 MB/s, like a CDN)"
+echo "== starting mock-hub on 127.0.0.1 (each connection capped at 50 MB/s, like a CDN; large files in Xet, as on the Hub)"
 log=$(mktemp)
 errlog=$(mktemp)
 # The first line mock-hub prints on stdout is its base URL.
-"$bin/mock-hub" --root "$data" --addr 127.0.0.1:0 --bandwidth 50000000 >"$log" 2>"$errlog" &
+"$bin/mock-hub" --root "$data" --addr 127.0.0.1:0 --bandwidth 50000000 --xet >"$log" 2>"$errlog" &
 hub=$!
 trap 'kill $hub 2>/dev/null || true; rm -f "$log" "$errlog"' EXIT
 for _ in $(seq 100); do
@@ -102,7 +102,7 @@ echo "demo done: cache in $cache (standard Hugging Face layout; HF_HUB_CACHE=$ca
 rel() { case $1 in "$root"/*) echo "${1#"$root"/}" ;; *) echo "$1" ;; esac; }
 echo
 echo "To keep playing against the demo Hub (mock-hub stopped with this script), from $root:"
-echo "  $(rel "$bin")/mock-hub --root $(rel "$data") --addr 127.0.0.1:8080 &"
+echo "  $(rel "$bin")/mock-hub --root $(rel "$data") --addr 127.0.0.1:8080 --xet &"
 echo "  export HF_ENDPOINT=http://127.0.0.1:8080 HF_HUB_CACHE=$(rel "$cache")"
 echo "  $(rel "$bin")/wi-fetch demo/TinyLlama-GGUF:Q4_K_M"
 echo "(or put the tools on your PATH: cargo install --path . && cargo install --path mock-server)"
