@@ -236,12 +236,16 @@ fn a_mirror_pulls_through_the_cas_and_serves_plain_http() {
     let mirror = crate::support::serve::mirror(&hub.url(), &dir.path().join("m"), &[], &[]);
     let sb = Sandbox::new();
     let mut c = sb.cmd(&hub);
-    c.env("HF_ENDPOINT", &mirror.base).args([REPO, FILE, "--json"]);
+    c.env("HF_ENDPOINT", &mirror.base)
+        .args([REPO, FILE, "--json"]);
     let o = c.output().unwrap();
     expect_code(&o, 0);
     let s = json(&o);
     let f = file(&s, FILE);
-    assert_eq!(std::fs::read(f["local_path"].as_str().unwrap()).unwrap(), bytes);
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
     // The client saw no Xet: it fetched plain ranges from the mirror.
     assert!(f.get("xet").is_none(), "{f}");
     assert!(hub.stats().cas.xorb_bytes_sent > 0);
@@ -256,5 +260,45 @@ fn a_mirror_pulls_through_the_cas_and_serves_plain_http() {
         r.headers().keys().all(|k| !k.as_str().starts_with("x-xet")),
         "{:?}",
         r.headers()
+    );
+}
+
+/// Killed (SIGKILL) half way through a file coming from the CAS, the rerun keeps every checked
+/// chunk on disk and fetches only the rest (hf_xet starts again).
+#[test]
+fn a_kill_half_way_keeps_what_the_cas_gave() {
+    use crate::support::cli::{recorded_bytes, wait_for};
+    let (hub, bytes) = hub(|b| b.bandwidth(1 << 20));
+    let sb = Sandbox::new();
+    let size = bytes.len() as u64;
+    let mut c = sb.cmd(&hub);
+    c.args([REPO, FILE, "--chunk-size", "256K", "--connections", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let repo_dir = sb.repo_dir(REPO);
+    wait_for("1 MiB recorded", std::time::Duration::from_secs(60), || {
+        recorded_bytes(&repo_dir) >= 1 << 20
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = recorded_bytes(&repo_dir);
+    assert!(kept < size, "killed too late");
+    hub.reset_stats();
+    let o = fetch(&sb, &hub, &[FILE, "--chunk-size", "256K"]);
+    expect_code(&o, 0);
+    let s = json(&o);
+    let f = file(&s, FILE);
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    assert_eq!(f["resumed"].as_u64(), Some(kept), "{f}");
+    // The rest came through the CAS: what is kept, plus a chunk's worth at each end of the
+    // ranges asked, at most.
+    let sent = hub.stats().cas.xorb_bytes_sent;
+    assert!(
+        sent <= size - kept + (size - kept) / 4 + (512 << 10),
+        "{sent} bytes of xorbs after {kept} of {size} were kept"
     );
 }
