@@ -161,6 +161,37 @@ fn v1_and_a_refused_token_still_give_the_file() {
     assert!(stderr(&o).contains("through its bridge"), "{}", stderr(&o));
 }
 
+/// A token close to its expiry is asked again before it is used, never sent to the CAS to be
+/// refused: with tokens that live 20 s (less than the 30 s margin), each reconstruction comes
+/// with a token asked just before it, and the CAS never answers 401.
+#[test]
+fn a_token_about_to_expire_is_asked_again_first() {
+    let (hub, bytes) = hub(|b| b.xet_token_ttl(std::time::Duration::from_secs(20)));
+    let sb = Sandbox::new();
+    // Ranges of 512 KiB: several reconstructions for the 3 MiB file.
+    let o = fetch(&sb, &hub, &[FILE, "--chunk-size", "512KiB"]);
+    expect_code(&o, 0);
+    let f = file(&json(&o), FILE).clone();
+    assert_eq!(
+        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
+        bytes
+    );
+    assert_eq!(f["xet"]["bytes"], bytes.len() as u64, "{f}");
+    let stats = hub.stats();
+    let asked = |p: &str| stats.requests.iter().filter(|r| r.path.contains(p)).count();
+    let (tokens, reconstructions) = (asked("/xet-read-token/"), asked("/reconstructions/"));
+    assert!(reconstructions > 1, "{reconstructions} reconstructions");
+    assert!(
+        tokens >= reconstructions,
+        "{tokens} tokens for {reconstructions} reconstructions"
+    );
+    assert!(
+        stats.requests.iter().all(|r| r.status != 401),
+        "{:?}",
+        stats.by_status
+    );
+}
+
 fn hub_expired() -> (mock_server::BackgroundHub, Vec<u8>) {
     hub(|b| b.xet_token_ttl(std::time::Duration::ZERO))
 }

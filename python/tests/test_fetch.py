@@ -391,3 +391,45 @@ def test_a_signed_model_is_checked_against_its_signature(tmp_path: Path) -> None
         assert not list((tmp_path / "cache2").rglob("weights.bin"))
     finally:
         h.stop()
+
+
+def test_a_file_stored_in_xet_comes_through_the_cas(
+    repos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fetch``, ``hf_hub_download`` and ``snapshot_download`` fetch a file the Hub stores in Xet
+    through its CAS (the resolve URL serves none of it), its Xet hash checked with its SHA-256;
+    ``HF_HUB_DISABLE_XET`` is read as huggingface_hub reads it."""
+    # conftest.py turns Xet off for the comparisons with huggingface_hub: on here, as by default.
+    monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+    h = Hub(repos, "--xet", "--lfs-threshold", "1048576")
+    try:
+        want = (repos / "demo" / "tiny" / "model.safetensors").read_bytes()
+        s = wi.fetch("demo/tiny", files=["model.safetensors"], endpoint=h.url, cache_dir=tmp_path / "a")
+        f = s["files"][0]
+        assert Path(f["local_path"]).read_bytes() == want
+        assert f["xet"]["bytes"] == len(want), f
+        stats = h.stats()
+        assert stats["cas"]["xorb_bytes_sent"] > 0
+        assert stats["files"].get("demo/tiny/model.safetensors", {}).get("bytes_sent", 0) == 0
+        getters = [
+            lambda d: wi.hf_hub_download("demo/tiny", "model.safetensors", endpoint=h.url, cache_dir=d),
+            lambda d: str(Path(wi.snapshot_download("demo/tiny", endpoint=h.url, cache_dir=d)) / "model.safetensors"),
+        ]
+        for i, get in enumerate(getters):
+            h.reset_stats()
+            path = get(tmp_path / f"b{i}")
+            assert Path(path).read_bytes() == want
+            assert h.stats()["cas"]["xorb_bytes_sent"] > 0
+        # With Xet off, the bridge (the resolve URL) serves the file.
+        h.reset_stats()
+        env = dict(os.environ, HF_HUB_DISABLE_XET="1")
+        code = (
+            "import weight_inspect as wi, sys; "
+            f"s = wi.fetch('demo/tiny', files=['model.safetensors'], endpoint={h.url!r}, "
+            f"cache_dir={str(tmp_path / 'c')!r}); print('xet' in s['files'][0])"
+        )
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "False", out
+        assert h.stats()["cas"]["xorb_bytes_sent"] == 0
+    finally:
+        h.stop()
