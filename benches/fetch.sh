@@ -18,6 +18,15 @@
 #   REPEAT             runs of each tool in each mode; the run of median time is reported (a
 #                      file of a few hundred MB takes well under a second: one run is noisy)
 #                                                                     (default 1)
+#   ROUNDS             interleaved rounds in each mode: each round runs every tool of the mode
+#                      once, in order (A B C A B C …), so that a slow phase of a shared machine
+#                      falls on every tool alike; each tool is reported by its run of median
+#                      time, every time and the spread in its note (replaces REPEAT)
+#   LOAD_MAX, LOAD_WAIT
+#                      with ROUNDS: a round starts once the 1-minute load average is at most
+#                      LOAD_MAX (checked every 5 s, at most LOAD_WAIT s); one that started
+#                      quiet and ends above LOAD_MAX + 1 (other work began) is run again; each
+#                      round's load at its start and end is in the report  (default 1.0, 900)
 #   MODES              "capped uncapped flaky shared crowded slow" (default), or some of them. flaky
 #                      is reported beside uncapped (the clean link of the same run), so keep
 #                      uncapped in.
@@ -33,6 +42,9 @@
 #   SWEEP_MODES        (default "capped shared crowded slow flaky"; flaky sweeps every flaky pass)
 #   SLOW_BPS           slow mode: a lower per-connection cap, where the tail of a download is
 #                      long and splits are many (a mirror far away)      (default 3000000)
+#   BEFORE_BIN         another wi-fetch binary (an earlier build) run with its defaults beside the
+#                      one built, as tool wi-fetch-before, in every mode: before and after a
+#                      change in the same session (with ROUNDS, in the same rounds)
 #   WHOLE_MODES        modes where `wi-fetch --request-size whole-part` (one request per range,
 #                      split while it streams) is also run, beside the default's shrinking
 #                      requests, as wi-fetch-whole                (default "capped slow")
@@ -86,10 +98,18 @@ CAP_BPS="${CAP_BPS:-20000000}"
 KILL_TRIALS="${KILL_TRIALS:-3}"
 REPEAT="${REPEAT:-1}"
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || { echo "fetch.sh: error: REPEAT must be a positive integer" >&2; exit 1; }
+ROUNDS="${ROUNDS:-}"
+[[ -z "$ROUNDS" || "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "fetch.sh: error: ROUNDS must be a positive integer" >&2; exit 1; }
+LOAD_MAX="${LOAD_MAX:-1.0}"
+[[ "$LOAD_MAX" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "fetch.sh: error: LOAD_MAX must be a number" >&2; exit 1; }
+LOAD_WAIT="${LOAD_WAIT:-900}"
+[[ "$LOAD_WAIT" =~ ^[0-9]+$ ]] || { echo "fetch.sh: error: LOAD_WAIT must be whole seconds" >&2; exit 1; }
 KILL_CONNECTIONS=8
 MODES="${MODES:-capped uncapped flaky shared crowded slow}"
 SLOW_BPS="${SLOW_BPS:-3000000}"
 WHOLE_MODES="${WHOLE_MODES-capped slow}"
+BEFORE_BIN="${BEFORE_BIN:-}"
+[[ -z "$BEFORE_BIN" || -x "$BEFORE_BIN" ]] || { echo "fetch.sh: error: BEFORE_BIN: no executable $BEFORE_BIN" >&2; exit 1; }
 SHARED_BPS="${SHARED_BPS:-150000000}"
 CROWD_BPS="${CROWD_BPS:-160000000}"
 CROWD_CAP_BPS="${CROWD_CAP_BPS:-40000000}"
@@ -611,6 +631,7 @@ tool_cmd() { # tool_cmd TOOL [MODE]: sets CMD
 		;;
 	wi-fetch@*) CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json --connections "${tool#wi-fetch@}") ;;
 	wi-fetch-whole) CMD=("$WI_FETCH" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json --request-size whole-part) ;;
+	wi-fetch-before) CMD=("$BEFORE_BIN" "$REPO_ID" "$FILE" --endpoint "$URL" --cache-dir "$out" --quiet --json) ;;
 	hf) CMD=(env HF_ENDPOINT="$URL" "$HF_CLI" download "$REPO_ID" "$FILE" --cache-dir "$out") ;;
 	aria2c)
 		CMD=(aria2c -x16 -s16 -k1M --file-allocation=none --no-conf=true --quiet=true
@@ -628,7 +649,7 @@ tool_cmd() { # tool_cmd TOOL [MODE]: sets CMD
 flaky_cmd() { # flaky_cmd TOOL: sets CMD
 	local tool=$1 out="$WORK/out"
 	case "$tool" in
-	wi-fetch | wi-fetch@* | wi-fetch-whole) tool_cmd "$tool" ;;
+	wi-fetch | wi-fetch@* | wi-fetch-whole | wi-fetch-before) tool_cmd "$tool" ;;
 	# hf download resumes from its .incomplete file but gives up on a 503 (and after 5 cuts in a
 	# row without progress): run it again, as a user would. Runs are counted in the report.
 	hf) CMD=("$HELPERS/reruns.sh" "$FLAKY_RERUNS" env HF_ENDPOINT="$URL" "$HF_CLI" download "$REPO_ID" "$FILE" --cache-dir "$out") ;;
@@ -662,38 +683,116 @@ FLAKY_SETTINGS=(
 )
 
 # run_tool MODE TOOL: REPEAT runs of TOOL, reported by the run of median time (each run's time
-# in the note); a run that fails is reported as it is.
+# in the note); a run that fails is reported as it is. With ROUNDS, run_rounds instead.
 R_FIELDS=(R_SEC R_MBS R_RSS R_ANON R_CPU R_SCPU R_OK R_SENT R_NOTE R_GETS R_503 R_429 R_RUNS)
-declare -A R_SAVED
+declare -A R_SAVED R_TIMES
 run_tool() { # run_tool MODE TOOL
-	local k="$1/$2" i f times=() order median
+	local i
 	if ((REPEAT == 1)); then
 		run_once "$@"
 		return
 	fi
 	for ((i = 0; i < REPEAT; i++)); do
-		run_once "$@"
-		[[ "${R_OK[$k]:-}" == yes ]] || return 0
-		times+=("${R_SEC[$k]}")
-		for f in "${R_FIELDS[@]}"; do
-			local -n field=$f
-			R_SAVED[$f/$k/$i]=${field[$k]:-}
-		done
-		[[ -f "$LOGS/$1-$2.log" ]] && cp "$LOGS/$1-$2.log" "$LOGS/$1-$2.run$i.log"
+		run_saved "$1" "$2" "$i" || return 0
 	done
-	# The index of the median time.
+	report_median "$1" "$2"
+}
+
+# run_saved MODE TOOL I: run I of TOOL, its figures kept (false when it failed: then its
+# figures stand as the tool's result).
+run_saved() {
+	local k="$1/$2" f
+	run_once "$1" "$2"
+	[[ "${R_OK[$k]:-}" == yes ]] || return 1
+	R_TIMES[$k]="${R_TIMES[$k]:+${R_TIMES[$k]} }${R_SEC[$k]}"
+	for f in "${R_FIELDS[@]}"; do
+		local -n field=$f
+		R_SAVED[$f/$k/$3]=${field[$k]:-}
+	done
+	[[ -f "$LOGS/$1-$2.log" ]] && cp "$LOGS/$1-$2.log" "$LOGS/$1-$2.run$3.log"
+	return 0
+}
+
+# report_median MODE TOOL: the tool's result is its run of median time; the note gives every
+# run's time (in the order they ran) and the spread.
+report_median() {
+	local k="$1/$2" i f times order median n
+	read -r -a times <<<"${R_TIMES[$k]:-}"
+	n=${#times[@]}
+	((n > 0)) || return 0
 	order=$(for i in "${!times[@]}"; do echo "${times[$i]} $i"; done | sort -n | awk '{print $2}')
-	median=$(echo "$order" | sed -n "$(((REPEAT + 1) / 2))p")
+	median=$(echo "$order" | sed -n "$(((n + 1) / 2))p")
 	for f in "${R_FIELDS[@]}"; do
 		local -n field=$f
 		# shellcheck disable=SC2004 # field names an associative array (k is MODE/TOOL)
 		field[$k]=${R_SAVED[$f/$k/$median]}
 	done
 	cp "$LOGS/$1-$2.run$median.log" "$LOGS/$1-$2.log"
-	R_NOTE[$k]="${R_NOTE[$k]:+${R_NOTE[$k]}; }median of $REPEAT runs ($(
+	R_NOTE[$k]="${R_NOTE[$k]:+${R_NOTE[$k]}; }median of $n $([[ -n "$ROUNDS" ]] && echo "interleaved ")runs ($(
 		IFS=/
 		echo "${times[*]}"
-	) s)"
+	) s; spread $(printf '%s\n' "${times[@]}" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f", hi - lo }') s)"
+}
+
+# load1: the 1-minute load average.
+load1() { awk '{print $1}' /proc/loadavg; }
+
+# wait_quiet: waits (every 5 s, at most LOAD_WAIT s) until the 1-minute load average is at most
+# LOAD_MAX; prints the load then, with "!" when it never came down.
+wait_quiet() {
+	local waited=0 l
+	l=$(load1)
+	while awk -v l="$l" -v m="$LOAD_MAX" 'BEGIN { exit !(l > m) }'; do
+		if ((waited >= LOAD_WAIT)); then
+			echo "$l!"
+			return
+		fi
+		((waited == 0)) && log "load $l > $LOAD_MAX: waiting (at most $LOAD_WAIT s)"
+		sleep 5
+		waited=$((waited + 5))
+		l=$(load1)
+	done
+	echo "$l"
+}
+
+# run_rounds MODE TOOL...: ROUNDS interleaved rounds (each runs every tool once, in order: A B
+# C A B C …), each started once the load average is at most LOAD_MAX (or LOAD_WAIT passed); a
+# round that started quiet and ended above LOAD_MAX + 1 (someone else's work began) is run
+# again, at most ROUNDS times in all. Each tool is then reported by its run of median time.
+declare -A ROUND_LOADS
+run_rounds() {
+	local mode=$1 r=0 tries=0 tool l after ok
+	shift
+	local tools=("$@")
+	local -A failed=()
+	while ((r < ROUNDS)); do
+		l=$(wait_quiet)
+		log "$mode: round $((r + 1)) of $ROUNDS (load $l)"
+		for tool in "${tools[@]}"; do
+			[[ -n "${failed[$tool]:-}" ]] && continue
+			run_saved "$mode" "$tool" "$r" || failed[$tool]=1
+		done
+		after=$(load1)
+		ok=yes
+		if [[ "$l" != *! ]] && awk -v a="$after" -v m="$LOAD_MAX" 'BEGIN { exit !(a > m + 1) }' && ((tries < ROUNDS)); then
+			ok=no
+		fi
+		tries=$((tries + 1))
+		if [[ "$ok" == no ]]; then
+			log "$mode: round $((r + 1)) ended at load $after: run again"
+			# Forget its runs.
+			for tool in "${tools[@]}"; do
+				local k="$mode/$tool"
+				R_TIMES[$k]=$(echo "${R_TIMES[$k]:-}" | awk -v n="$r" '{ for (i = 1; i <= NF && i <= n; i++) printf "%s%s", (i > 1 ? " " : ""), $i }')
+			done
+			continue
+		fi
+		ROUND_LOADS[$mode]="${ROUND_LOADS[$mode]:+${ROUND_LOADS[$mode]} }$l→$after"
+		r=$((r + 1))
+	done
+	for tool in "${tools[@]}"; do
+		[[ -n "${failed[$tool]:-}" ]] || report_median "$mode" "$tool"
+	done
 }
 
 run_once() { # run_once MODE TOOL
@@ -826,6 +925,7 @@ kill_test() {
 swept() { [[ " $SWEEP_MODES " == *" $1 "* || " $SWEEP_MODES " == *" ${1%%-*} "* ]]; }
 mode_tools() { # mode_tools MODE
 	local t=$TOOLS n
+	[[ -n "$BEFORE_BIN" ]] && t+=" wi-fetch-before"
 	if [[ " $WHOLE_MODES " == *" $1 "* && " $TOOLS " == *" wi-fetch "* ]]; then
 		t+=" wi-fetch-whole"
 	fi
@@ -843,9 +943,14 @@ KILL_DONE=no
 	log "flaky: seed $FLAKY_SEED, mean between cuts $FLAKY_MEAN, 503/429 share $FLAKY_ERR (Retry-After $FLAKY_RETRY_AFTER s)"
 for mode in "${PASSES[@]}"; do
 	start_server "$mode"
-	for tool in $(mode_tools "$mode"); do
-		run_tool "$mode" "$tool"
-	done
+	if [[ -n "$ROUNDS" ]]; then
+		# shellcheck disable=SC2046 # the tools are words
+		run_rounds "$mode" $(mode_tools "$mode")
+	else
+		for tool in $(mode_tools "$mode"); do
+			run_tool "$mode" "$tool"
+		done
+	fi
 	if [[ "$mode" == capped ]] && ((KILL_TRIALS > 0)); then
 		expect=${R_SEC[capped/wi-fetch]:-}
 		if [[ -z "$expect" || "${R_OK[capped/wi-fetch]:-}" != yes ]]; then
@@ -1010,6 +1115,7 @@ if [[ "$KILL_DONE" == yes ]]; then
 fi
 
 REPRO="KILL_SEED=$KILL_SEED benches/fetch.sh $SIZE_MB"
+[[ -n "$ROUNDS" ]] && REPRO="ROUNDS=$ROUNDS LOAD_MAX=$LOAD_MAX $REPRO"
 [[ -n "$WI_FETCH_ARGS" ]] && REPRO="WI_FETCH_ARGS='$WI_FETCH_ARGS' $REPRO"
 [[ "$CAP_BPS" != 20000000 ]] && REPRO="CAP_BPS=$CAP_BPS $REPRO"
 [[ "$MODES" != "capped uncapped flaky" ]] && REPRO="MODES='$MODES' $REPRO"
@@ -1024,7 +1130,7 @@ fi
 	echo "page cache dropped before each download: $DROP_CACHES. MB = 10^6 bytes. Capped = mock-hub --bandwidth $CAP_BPS (each response body, i.e. each connection, capped at $(mb "$CAP_BPS") MB/s)."
 	echo "Shared = mock-hub --total-bandwidth $SHARED_BPS (every connection shares $(mb "$SHARED_BPS") MB/s). Crowded = --total-bandwidth $CROWD_BPS --crowding $CROWDING --bandwidth $CROWD_CAP_BPS (n connections share $(mb "$CROWD_BPS") / (1 + $CROWDING × (n − 1)) MB/s, each at most $(mb "$CROWD_CAP_BPS") MB/s)."
 	echo "Slow = mock-hub --bandwidth $SLOW_BPS ($(mb "$SLOW_BPS") MB/s per connection: a long tail, many splits)."
-	echo "wi-fetch@N = wi-fetch --connections N (fixed); wi-fetch-whole = wi-fetch --request-size whole-part (one request per range, a slow one split while it streams; the default shrinks its requests near the end and splits where one ends). Note of a wi-fetch row: files at once, the connection count's path from its --json summary (start → peak → settled, why), splits, and the bytes received twice or past a split (refetched)."
+	echo "wi-fetch@N = wi-fetch --connections N (fixed); wi-fetch-whole = wi-fetch --request-size whole-part (one request per range, a slow one split while it streams; the default shrinks its requests near the end and splits where one ends).${BEFORE_BIN:+ wi-fetch-before = $BEFORE_BIN with its defaults (an earlier build).} Note of a wi-fetch row: files at once, the connection count's path from its --json summary (start → peak → settled, why), splits, and the bytes received twice or past a split (refetched)."
 	echo "Versions: wi-fetch $("$WI_FETCH" --version 2>/dev/null | awk '{print $2}'), huggingface_hub $HF_HUB_VERSION, hf_transfer ${HF_TRANSFER_VERSION:-not installable}, $(aria2c --version 2>/dev/null | head -n1 || echo 'aria2c: not installed'), $(curl --version | head -n1 | cut -d' ' -f1-2)."
 	echo
 	echo "| mode | tool | seconds | MB/s | peak RSS MB | peak anon RSS MB | CPU s (user+sys) | mock-hub CPU s | server sent / size | GETs | SHA-256 OK | note |"
@@ -1040,6 +1146,14 @@ fi
 			fi
 		done
 	done
+	if [[ -n "$ROUNDS" ]]; then
+		echo
+		echo "$ROUNDS interleaved rounds in each mode (each runs every tool once, in the order of the table), each started at a 1-minute load average of at most $LOAD_MAX (\"!\": it did not come down in $LOAD_WAIT s); load at each round's start → end:"
+		echo
+		for mode in "${PASSES[@]}"; do
+			echo "- $mode: ${ROUND_LOADS[$mode]:-–}"
+		done
+	fi
 	echo
 	echo "Commands: wi-fetch \`$REPO_ID $FILE --endpoint URL --cache-dir DIR --quiet${WI_FETCH_ARGS:+ $WI_FETCH_ARGS}\` (defaults: connections adapting from 16 up to 32, slow ranges split, verification on);"
 	echo "\`hf download $REPO_ID $FILE --cache-dir DIR\` (HF_ENDPOINT=URL, HF_HUB_DISABLE_XET=1); \`aria2c -x16 -s16 -k1M --file-allocation=none\`;"
