@@ -58,9 +58,9 @@ fn cas_error(status: StatusCode, msg: &str) -> Response {
 }
 
 /// `/cas/…` on the hub: `GET /cas/v1/reconstructions/{hash}` and `/cas/v2/…`.
-pub(crate) fn reconstruction(
+pub(crate) async fn reconstruction(
     shared: &Shared,
-    xet: &XetStore,
+    xet: &Arc<XetStore>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -98,7 +98,18 @@ pub(crate) fn reconstruction(
     let Ok(hash) = hash.parse::<XetHash>() else {
         return cas_error(StatusCode::BAD_REQUEST, "not a Xet hash");
     };
-    let Some(file) = xet.file(&hash) else {
+    let file = match xet.file(&hash) {
+        Some(f) => Some(f),
+        None => {
+            // The Hub's CAS holds every file stored in Xet, whether or not this server was
+            // asked about it (a client may hold its Xet hash from a listing it saved while
+            // talking to an earlier run of this server): the files not yet made into chunks
+            // are made now, once each, and the hash looked up again.
+            ingest_every_file(shared, xet).await;
+            xet.file(&hash)
+        }
+    };
+    let Some(file) = file else {
         return cas_error(StatusCode::NOT_FOUND, "no file of this hash");
     };
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
@@ -244,4 +255,23 @@ pub(crate) async fn xorb(
         shared.stats.with(|s| s.cas.xorb_requests += 1);
     }
     resp
+}
+
+/// Makes every Xet-backed file of every repository and commit into chunks (each content once:
+/// [`XetStore::file_for`] keeps what it made, so a later call costs a walk of the entries).
+async fn ingest_every_file(shared: &Shared, xet: &Arc<XetStore>) {
+    let entries: Vec<Arc<FileEntry>> = {
+        let repos = shared.repos.read().unwrap_or_else(|e| e.into_inner());
+        let mut seen = std::collections::HashSet::new();
+        repos
+            .values()
+            .flat_map(|r| r.commits.values())
+            .flat_map(|c| c.files.values())
+            .filter(|f| shared.is_lfs(f) && seen.insert(f.sha256.clone()))
+            .cloned()
+            .collect()
+    };
+    for f in &entries {
+        xet.file_for(f).await;
+    }
 }

@@ -348,7 +348,8 @@ impl MockHubBuilder {
     /// and `GET` on `resolve` (still a 302 to the CDN) carry `X-Xet-Hash` and
     /// `Link: <…/xet-read-token/{commit}>; rel="xet-auth"`, tree entries `xetHash`; the token
     /// endpoint, the CAS (`{hub}/cas`: v1 and v2 reconstructions) and signed xorb URLs on the
-    /// CDN answer. A file is made into chunks the first time it is asked about; chunks are
+    /// CDN answer. A file is made into chunks the first time it is asked about (or when the
+    /// CAS is asked for a hash it does not know yet: then every file not made yet); chunks are
     /// shared by every file and revision of the server. Default false.
     pub fn xet(mut self, on: bool) -> Self {
         self.xet = on;

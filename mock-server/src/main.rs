@@ -124,7 +124,8 @@ struct ServeArgs {
     no_hash_cache: bool,
     /// Serve LFS files through Xet as the Hub does: `X-Xet-Hash` and a `xet-auth` link on
     /// resolve, `xetHash` in the tree, the token endpoint, a CAS at {hub}/cas and xorbs on the
-    /// CDN. Files are made into chunks the first time they are asked about.
+    /// CDN. Files are made into chunks the first time they are asked about (all those not made
+    /// yet when the CAS is asked for a hash it does not know).
     #[arg(long)]
     xet: bool,
     /// With --xet: seconds a CAS access token is valid (0: expired at once, the CAS answers 401).

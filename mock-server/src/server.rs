@@ -113,7 +113,7 @@ impl Shared {
         self.repos.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn is_lfs(&self, e: &FileEntry) -> bool {
+    pub(crate) fn is_lfs(&self, e: &FileEntry) -> bool {
         e.size >= self.cfg.lfs_threshold
     }
 
@@ -565,7 +565,7 @@ async fn hub_handler(
         // `/cas/{version}/reconstructions/…`: never a `resolve` URL (of an organisation `cas`).
         let segs: Vec<&str> = uri.path().split('/').take(4).collect();
         if let ["", "cas", _, "reconstructions"] = segs[..] {
-            return crate::cas::reconstruction(&shared, xet, &method, &uri, &headers);
+            return crate::cas::reconstruction(&shared, xet, &method, &uri, &headers).await;
         }
     }
     if method != Method::GET && method != Method::HEAD {

@@ -440,6 +440,25 @@ async fn the_cas_wants_a_valid_unexpired_token() {
 }
 
 #[tokio::test]
+async fn the_cas_knows_a_file_nobody_asked_this_server_about() {
+    // A client that saved a listing while talking to an earlier run of the server asks the
+    // CAS straight away, with the Xet hash it kept: no HEAD, no tree listing in this run.
+    let hub = xet_builder().start().await.unwrap();
+    let (t, cas) = token(&format!(
+        "{}/api/models/{REPO}/xet-read-token/main",
+        hub.url()
+    ))
+    .await;
+    let hash = weight_inspect::xet::hash::file_hash(&mixed()).to_string();
+    let rec = recon(&cas, &t, "v2", &hash, Some("bytes=1000-899999")).await;
+    let want = &mixed()[1000..900_000];
+    assert!(rebuild(&rec).await.bytes[..want.len()] == *want);
+    // A hash no file has is still not found.
+    let r = recon_response(&cas, &t, "v1", &"ab".repeat(32), None).await;
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
 async fn without_v2_a_client_falls_back_to_v1() {
     let hub = xet_builder().xet_v2(false).start().await.unwrap();
     let hd = head(&hub, REPO, "main", "big.bin").await;
