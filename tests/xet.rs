@@ -42,6 +42,16 @@ fn file<'a>(s: &'a serde_json::Value, path: &str) -> &'a serde_json::Value {
         .unwrap()
 }
 
+/// The file a summary's entry `f` names holds `bytes`.
+fn assert_holds(f: &serde_json::Value, bytes: &[u8]) {
+    let got = std::fs::read(f["local_path"].as_str().unwrap()).unwrap();
+    assert!(
+        got == bytes,
+        "{} differs from what the Hub holds",
+        f["path"]
+    );
+}
+
 #[test]
 fn a_file_stored_in_xet_comes_through_the_cas_checked() {
     let (hub, bytes) = hub(|b| b);
@@ -50,10 +60,7 @@ fn a_file_stored_in_xet_comes_through_the_cas_checked() {
     expect_code(&o, 0);
     let s = json(&o);
     let f = file(&s, FILE);
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(f, &bytes);
     let x = &f["xet"];
     assert_eq!(
         x["hash"].as_str().unwrap(),
@@ -89,10 +96,7 @@ fn no_xet_and_hf_hub_disable_xet_take_the_bridge() {
         expect_code(&o, 0);
         let s = json(&o);
         let f = file(&s, FILE);
-        assert_eq!(
-            std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-            bytes
-        );
+        assert_holds(f, &bytes);
         assert!(f.get("xet").is_none(), "{how}: {f}");
         assert_eq!(hub.stats().cas.xorb_requests, 0, "{how}");
         assert_eq!(
@@ -119,10 +123,7 @@ fn a_flipped_xorb_byte_never_reaches_the_file() {
     expect_code(&o, 0);
     let s = json(&o);
     let f = file(&s, FILE);
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(f, &bytes);
     // Only what the CAS served was fetched again: never the whole file from the bridge.
     assert!(
         hub.stats().file(REPO, FILE).bytes_sent < bytes.len() as u64,
@@ -141,10 +142,7 @@ fn v1_and_a_refused_token_still_give_the_file() {
     let o = fetch(&sb, &hub, &[FILE]);
     expect_code(&o, 0);
     let f = file(&json(&o), FILE).clone();
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(&f, &bytes);
     assert_eq!(f["xet"]["bytes"], bytes.len() as u64, "{f}");
     assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0);
 
@@ -153,10 +151,7 @@ fn v1_and_a_refused_token_still_give_the_file() {
     let o = fetch(&sb, &hub, &[FILE]);
     expect_code(&o, 0);
     let f = file(&json(&o), FILE).clone();
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(&f, &bytes);
     assert!(f["xet"]["left"].is_string(), "{f}");
     assert!(stderr(&o).contains("through its bridge"), "{}", stderr(&o));
 }
@@ -172,10 +167,7 @@ fn a_token_about_to_expire_is_asked_again_first() {
     let o = fetch(&sb, &hub, &[FILE, "--chunk-size", "512KiB"]);
     expect_code(&o, 0);
     let f = file(&json(&o), FILE).clone();
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(&f, &bytes);
     assert_eq!(f["xet"]["bytes"], bytes.len() as u64, "{f}");
     let stats = hub.stats();
     let asked = |p: &str| stats.requests.iter().filter(|r| r.path.contains(p)).count();
@@ -273,10 +265,7 @@ fn a_mirror_pulls_through_the_cas_and_serves_plain_http() {
     expect_code(&o, 0);
     let s = json(&o);
     let f = file(&s, FILE);
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(f, &bytes);
     // The client saw no Xet: it fetched plain ranges from the mirror.
     assert!(f.get("xet").is_none(), "{f}");
     assert!(hub.stats().cas.xorb_bytes_sent > 0);
@@ -320,10 +309,7 @@ fn a_kill_half_way_keeps_what_the_cas_gave() {
     expect_code(&o, 0);
     let s = json(&o);
     let f = file(&s, FILE);
-    assert_eq!(
-        std::fs::read(f["local_path"].as_str().unwrap()).unwrap(),
-        bytes
-    );
+    assert_holds(f, &bytes);
     assert_eq!(f["resumed"].as_u64(), Some(kept), "{f}");
     // The rest came through the CAS: what is kept, plus a chunk's worth at each end of the
     // ranges asked, at most.
