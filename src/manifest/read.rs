@@ -172,22 +172,30 @@ impl FileReader {
     /// The GGUF or safetensors header at the file's start, read in growing prefixes (at most
     /// [`MAX_HEADER_READ`] bytes): `Ok(None)` when the file holds none.
     pub fn header(&self) -> io::Result<Option<crate::format::Header>> {
+        Ok(self.parse_header()?.ok())
+    }
+
+    /// The header at the file's start as [`header`](Self::header) reads it, or why the file
+    /// holds none.
+    pub fn parse_header(
+        &self,
+    ) -> io::Result<Result<crate::format::Header, crate::format::FormatError>> {
         use crate::format::FormatErrorKind;
         let size = self.len();
         let mut want = FIRST_HEADER_READ.min(size);
         loop {
             let prefix = self.read(0..want)?;
             match crate::format::parse_header(&prefix, size) {
-                Ok(h) => return Ok(Some(h)),
+                Ok(h) => return Ok(Ok(h)),
                 Err(e) => {
                     let needed = match &e.kind {
                         FormatErrorKind::Truncated { needed, .. } => {
                             e.offset.saturating_add(*needed)
                         }
-                        _ => return Ok(None),
+                        _ => return Ok(Err(e)),
                     };
                     if want >= size || want >= MAX_HEADER_READ {
-                        return Ok(None);
+                        return Ok(Err(e));
                     }
                     // A GGUF cut short says only what its next item needs: at least double.
                     want = needed

@@ -30,8 +30,8 @@ use rayon::prelude::*;
 use sha2::{Digest as _, Sha256};
 
 use super::shown;
-use crate::format::mmap::Mmap;
 use crate::format::{self, Header};
+use crate::manifest::read::FileReader;
 use crate::manifest::{
     FileExpectation, ManifestError, Sha256Hex, TensorExpectation, MAX_FILES, MAX_TENSORS,
 };
@@ -320,10 +320,6 @@ pub fn create_gguf_hash(paths: &[PathBuf]) -> Result<String, ManifestError> {
     Ok(out)
 }
 
-fn sha256(b: &[u8]) -> Sha256Hex {
-    Sha256Hex(Sha256::digest(b).into())
-}
-
 /// One file's lines, or `None` when it is not a GGUF file.
 fn file_lines(rel: &str, path: &Path) -> Result<Option<String>, ManifestError> {
     if rel.contains(':') || rel.chars().any(|c| c.is_whitespace()) {
@@ -332,13 +328,15 @@ fn file_lines(rel: &str, path: &Path) -> Result<Option<String>, ManifestError> {
             escape(rel)
         )));
     }
-    let file = crate::safe_fs::open_read_following(path).map_err(|e| ManifestError::io(path, e))?;
-    let map = Mmap::open(&file).map_err(|e| ManifestError::io(path, e))?;
-    let bytes = map.as_bytes();
-    if format::detect(bytes) != Some(format::Format::Gguf) {
+    // Read by position, never mapped: a file truncated while it is hashed is an error naming
+    // it, not a SIGBUS (see `manifest::read`).
+    let io = |e| ManifestError::io(path, e);
+    let file = FileReader::open(path).map_err(io)?;
+    let magic = file.read(0..file.len().min(8)).map_err(io)?;
+    if format::detect(&magic) != Some(format::Format::Gguf) {
         return Ok(None);
     }
-    let header = match format::parse(bytes) {
+    let header = match file.parse_header().map_err(io)? {
         Ok(Header::Gguf(h)) => h,
         Ok(_) => return Ok(None),
         Err(e) => {
@@ -349,7 +347,7 @@ fn file_lines(rel: &str, path: &Path) -> Result<Option<String>, ManifestError> {
             )))
         }
     };
-    let mut slices = Vec::with_capacity(header.tensors.len());
+    let mut ranges = Vec::with_capacity(header.tensors.len());
     for t in &header.tensors {
         if t.name.is_empty() || t.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(ManifestError::Input(format!(
@@ -360,29 +358,32 @@ fn file_lines(rel: &str, path: &Path) -> Result<Option<String>, ManifestError> {
             )));
         }
         let r = t.byte_range();
-        let slice = usize::try_from(r.start)
-            .ok()
-            .zip(usize::try_from(r.end).ok())
-            .and_then(|(s, e)| bytes.get(s..e))
-            .ok_or_else(|| {
-                ManifestError::Input(format!(
-                    "{}: tensor '{}' lies outside the file",
-                    escape(rel),
-                    escape(&t.name)
-                ))
-            })?;
-        slices.push(slice);
+        if r.start > r.end || r.end > file.len() {
+            return Err(ManifestError::Input(format!(
+                "{}: tensor '{}' lies outside the file",
+                escape(rel),
+                escape(&t.name)
+            )));
+        }
+        ranges.push(r);
     }
     let (tensor_digests, model) = rayon::join(
-        || slices.par_iter().map(|s| sha256(s)).collect::<Vec<_>>(),
+        || {
+            ranges
+                .par_iter()
+                .map(|r| file.sha256(r.clone()).map(Sha256Hex))
+                .collect::<std::io::Result<Vec<_>>>()
+        },
         || {
             let mut h = Sha256::new();
-            for s in &slices {
-                h.update(s);
+            for r in &ranges {
+                file.blocks(r.clone(), |b| h.update(b))?;
             }
-            Sha256Hex(h.finalize().into())
+            Ok::<_, std::io::Error>(Sha256Hex(h.finalize().into()))
         },
     );
+    let (tensor_digests, model) = (tensor_digests.map_err(io)?, model.map_err(io)?);
+    file.unchanged().map_err(io)?;
     let mut out = String::new();
     for (t, d) in header.tensors.iter().zip(&tensor_digests) {
         out.push_str(&format!("{:<8}  {d}  {rel}:{}\n", "sha256", t.name));
@@ -454,5 +455,35 @@ mod tests {
             e.contains("line 1") && e.contains("no other manifest"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_file_truncated_while_it_is_hashed_is_an_error_naming_it() {
+        use testkit::gguf::{Fill, GgufWriter};
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.gguf");
+        let bytes = GgufWriter::new()
+            .arch("llama")
+            .tensor("token_embd.weight", 0, &[1024, 1024])
+            .tensor("output.weight", 0, &[256, 256])
+            .fill(Fill::Pattern)
+            .build();
+        std::fs::write(&path, &bytes).unwrap();
+        // Whole, every tensor and the model are described.
+        let lines = create_gguf_hash(std::slice::from_ref(&path)).unwrap();
+        assert_eq!(lines.lines().count(), 3, "{lines}");
+        let p = path.clone();
+        crate::manifest::read_hook::before_first_read(&path, move || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(4096)
+                .unwrap();
+        });
+        let e = create_gguf_hash(std::slice::from_ref(&path))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("m.gguf: it changed while it was read"), "{e}");
     }
 }
