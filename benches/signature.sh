@@ -110,8 +110,8 @@ row "weight-inspect signature verify, BLAKE3 (its own)" "$(time_it ours-verify-b
 row "weight-inspect signature verify, BLAKE3 (model_signing's)" "$(time_it ours-verify-theirs-b3 "$BIN" signature verify "$model" --signature "$theirs_b3" --public-key "$BENCH_DIR/k.pub.pem")"
 row "model_signing verify, BLAKE3 (its own; its Python API)" "$(time_it theirs-verify-b3 "$PY" -c "$MS_API" verify "$model" "$theirs_b3" "$BENCH_DIR")"
 row "model_signing verify, BLAKE3 (weight-inspect's; its Python API)" "$(time_it theirs-verify-ours-b3 "$PY" -c "$MS_API" verify "$model" "$ours_b3" "$BENCH_DIR")"
-# anon_peak CMD...: the peak of the process's anonymous memory (heap, stacks: not the model's
-# pages it maps from the page cache, which peak RSS counts), sampled every 10 ms from /proc, in kB.
+# anon_peak CMD...: the peak of the process's anonymous memory (heap, stacks, read buffers: not
+# file pages), sampled every 10 ms from /proc, in kB.
 anon_peak() {
 	"$@" > /dev/null 2>&1 &
 	local pid=$! max=0 a
@@ -127,7 +127,7 @@ sign_anon=$(anon_peak "$BIN" signature sign "$model" --private-key "$BENCH_DIR/k
 verify_anon=$(anon_peak "$BIN" signature verify "$model" --signature "$ours_sig" --public-key "$BENCH_DIR/k.pub.pem")
 theirs_anon=$(anon_peak "$MS" verify key "$model" --signature "$theirs_sig" --public_key "$BENCH_DIR/k.pub.pem")
 echo
-echo "Peak anonymous memory (RssAnon, sampled every 10 ms): weight-inspect sign ${sign_anon} kB, verify ${verify_anon} kB; model_signing verify ${theirs_anon} kB. weight-inspect's peak RSS counts the model's pages it maps from the page cache (shared, file-backed); model_signing reads the files through buffers."
+echo "Peak anonymous memory (RssAnon, sampled every 10 ms): weight-inspect sign ${sign_anon} kB, verify ${verify_anon} kB; model_signing verify ${theirs_anon} kB. Both read the files through buffers (weight-inspect by position, two 8 MiB blocks per file hashed at once, so that a file truncated meanwhile is an error, never a SIGBUS)."
 # One core's SHA-256 (OpenSSL, which uses the CPU's SHA instructions where there are some).
 single=$(echo "scale=0; $big / 1000000 / $(time_it openssl-sha256 openssl dgst -sha256 "$model/model-00001-of-00002.safetensors" | cut -d' ' -f1)" | bc -l)
 echo
