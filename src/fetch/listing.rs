@@ -29,15 +29,7 @@ impl Fetcher {
         let commit = self.hub.repo_commit(repo).await?;
         let ours = store.tree_path(&commit);
         let theirs = store.hf_tree_path(&commit);
-        let limit = self.hub.config().max_listing_bytes;
-        // The repository folder itself may be a planted link: nothing is read or written
-        // through one (the saved listings are below it).
-        let read = |p: &std::path::Path| {
-            store
-                .open_own(p)
-                .ok()
-                .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
-        };
+        let read = |p: &std::path::Path| self.read_saved(store, p);
         let theirs_there = std::fs::symlink_metadata(&theirs).is_ok();
         let (saved, saved_path) = match read(&ours).map(|b| hub::load_tree(&b)) {
             Some(s) => (Some(s), &ours),
@@ -123,17 +115,23 @@ impl Fetcher {
         }
     }
 
+    /// The bytes of a listing saved at `path` in `store`, if one is there and within the
+    /// listing's limit. The repository folder itself may be a planted link: nothing is read or
+    /// written through one (the saved listings are below it).
+    fn read_saved(&self, store: &Store, path: &std::path::Path) -> Option<Vec<u8>> {
+        store
+            .open_own(path)
+            .ok()
+            .and_then(|f| crate::safe_fs::read_limited(f, self.hub.config().max_listing_bytes).ok())
+    }
+
     /// The paths of the listing saved for `commit` (ours, else huggingface_hub's): a hint of
     /// which files the repository has, read offline to name what a selection lacks.
     pub(super) fn saved_paths(&self, store: &Store, commit: &str) -> Option<Vec<String>> {
-        let limit = self.hub.config().max_listing_bytes;
-        let read = |p: &std::path::Path| {
-            store
-                .open_own(p)
-                .ok()
-                .and_then(|f| crate::safe_fs::read_limited(f, limit).ok())
-        };
-        match read(&store.tree_path(commit)).and_then(|b| hub::load_tree(&b).ok()) {
+        match self
+            .read_saved(store, &store.tree_path(commit))
+            .and_then(|b| hub::load_tree(&b).ok())
+        {
             Some((files, _)) => Some(files.into_iter().map(|f| f.path).collect()),
             None => store.hf_listed_paths(commit),
         }

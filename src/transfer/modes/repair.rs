@@ -36,6 +36,7 @@ use super::super::blocking;
 use super::super::ctx::Ctx;
 use super::super::error::{local_error, MismatchCause, TransferError};
 use super::super::hash::{hash_range, read_range};
+use super::super::plan::ChunkRange;
 use super::super::sink::ScratchSink;
 use super::super::Digest;
 use super::{fill, Stop};
@@ -217,18 +218,10 @@ pub(crate) async fn pieces(
         mirror.name(),
         served.len()
     ));
-    let file_name = ctx.events.file();
     let (dir, scratch) = scratch(ctx)?;
     for index in served {
         let range = ctx.plan.chunk(index).expect("chunk index within the plan");
-        let (f, start, len) = (ctx.file.clone(), range.start, range.len);
-        let on_disk: [u8; 32] = blocking(move || {
-            let mut h = Sha256::new();
-            hash_range(&f, start, len, Some(&mut h), None)?;
-            Ok(h.finalize().into())
-        })
-        .await
-        .map_err(|e| local_error(file_name, ctx.data_path, "read back", 0, e))?;
+        let on_disk = on_disk_sha256(ctx, range).await?;
         // From the resolve URL from now on, whatever the fill assigned.
         mirror.send_to_origin(index);
         let fresh = fetch_copy(ctx, range, &scratch, &dir).await?;
@@ -253,6 +246,18 @@ pub(crate) async fn pieces(
         }
     }
     Ok(None)
+}
+
+/// The SHA-256 of the bytes on disk in `range`, as they are now.
+async fn on_disk_sha256(ctx: &Ctx<'_>, range: ChunkRange) -> Result<[u8; 32], TransferError> {
+    let (f, start, len) = (ctx.file.clone(), range.start, range.len);
+    blocking(move || {
+        let mut h = Sha256::new();
+        hash_range(&f, start, len, Some(&mut h), None)?;
+        Ok(h.finalize().into())
+    })
+    .await
+    .map_err(|e| local_error(ctx.events.file(), ctx.data_path, "read back", 0, e))
 }
 
 /// Without a manifest: fresh copies compared with the disk (see the module docs).
@@ -281,14 +286,7 @@ async fn without_manifest(
         for index in order {
             let range = ctx.plan.chunk(index).expect("chunk index within the plan");
             // The bytes on disk, as they are now.
-            let (f, start, len) = (ctx.file.clone(), range.start, range.len);
-            let on_disk: [u8; 32] = blocking(move || {
-                let mut h = Sha256::new();
-                hash_range(&f, start, len, Some(&mut h), None)?;
-                Ok(h.finalize().into())
-            })
-            .await
-            .map_err(|e| local_error(file_name, ctx.data_path, "read back", 0, e))?;
+            let on_disk = on_disk_sha256(ctx, range).await?;
             // Fresh copies until one agrees with the disk (the bytes there are right) or two
             // agree with each other (they replace the bytes there). Without a manifest nothing
             // else says which bytes are right, and a server that corrupts answers now and then
