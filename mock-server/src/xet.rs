@@ -535,19 +535,6 @@ mod tests {
         }
     }
 
-    /// Pseudo-random bytes (xorshift).
-    fn noise(len: usize, seed: u32) -> Vec<u8> {
-        let mut x = 0x9e37_79b9 ^ seed;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
-
     /// The bytes `first..=last` of `file`, put together from its reconstruction.
     fn rebuild(s: &XetStore, file: &XetFile, first: u64, last: u64) -> Vec<u8> {
         let a = s.answer(file, first, last);
@@ -579,7 +566,7 @@ mod tests {
     #[test]
     fn files_are_rebuilt_from_their_terms_and_share_chunks() {
         let s = store();
-        let a = noise(700_000, 1);
+        let a = testkit::data(700_000, 1);
         let fa = s.ingest(&memory(a.clone()), a.len() as u64).unwrap();
         assert_eq!(fa.hash, weight_inspect::xet::hash::file_hash(&a));
         assert_eq!(rebuild(&s, &fa, 0, a.len() as u64 - 1), a);
@@ -592,9 +579,9 @@ mod tests {
         }
         let before = s.stored();
         // Another file that holds it in the middle: only the chunks around its edges are new.
-        let mut b = noise(300_000, 2);
+        let mut b = testkit::data(300_000, 2);
         b.extend(&a);
-        b.extend(noise(5000, 3));
+        b.extend(testkit::data(5000, 3));
         let fb = s.ingest(&memory(b.clone()), b.len() as u64).unwrap();
         assert_eq!(rebuild(&s, &fb, 0, b.len() as u64 - 1), b);
         let after = s.stored();
@@ -616,7 +603,7 @@ mod tests {
         let fz = s.ingest(&memory(z.clone()), z.len() as u64).unwrap();
         assert_eq!(s.stored().chunks, 2, "a full chunk of zeros and the tail");
         assert_eq!(rebuild(&s, &fz, 0, 999_999), z);
-        let a = noise(3_000_000, 4);
+        let a = testkit::data(3_000_000, 4);
         s.ingest(&memory(a.clone()), a.len() as u64).unwrap();
         let x = s.xorbs.read().unwrap();
         let mut schemes = [0; 3];

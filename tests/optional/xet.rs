@@ -20,40 +20,27 @@ const A: &str = "org/xet-a";
 const B: &str = "org/xet-b";
 const DATA: &str = "datasets/org/xet-data";
 
-/// Pseudo-random bytes (xorshift), the same for the same seed.
-fn noise(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = 0x9e37_79b9 ^ seed;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 /// 6 MiB: text that compresses, then random bytes.
 fn big() -> Vec<u8> {
     let mut v: Vec<u8> = (0u32..)
         .flat_map(|i| format!("{i:08}: tensor blk.{}.attn_q.weight f16\n", i % 32).into_bytes())
         .take(3 << 20)
         .collect();
-    v.extend(noise(3 << 20, 1));
+    v.extend(testkit::data(3 << 20, 1));
     v
 }
 
 /// The repositories: (repository, path, bytes).
 fn files() -> Vec<(&'static str, &'static str, Vec<u8>)> {
-    let shared = noise(1_500_000, 2);
+    let shared = testkit::data(1_500_000, 2);
     vec![
         (A, "config.json", br#"{"model_type": "llama"}"#.to_vec()),
-        (A, "mid.bin", noise(300 << 10, 3)),
+        (A, "mid.bin", testkit::data(300 << 10, 3)),
         (A, "big.bin", big()),
         (A, "shared.bin", shared.clone()),
         (B, "shared.bin", shared),
         (B, "zeros.bin", vec![0; 2 << 20]),
-        (DATA, "data.bin", noise(500 << 10, 4)),
+        (DATA, "data.bin", testkit::data(500 << 10, 4)),
     ]
 }
 
