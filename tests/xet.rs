@@ -79,6 +79,86 @@ fn a_file_stored_in_xet_comes_through_the_cas_checked() {
     assert!(file(&s, "config.json").get("xet").is_none());
 }
 
+/// The Xet hash of `bytes` cut by `rule` (the Merkle root of those chunks).
+fn era_hash(bytes: &[u8], rule: mock_server::ChunkRule) -> String {
+    use weight_inspect::xet::{chunking, hash};
+    let mut tree = hash::MerkleBuilder::new();
+    for r in chunking::chunks_by(bytes, rule) {
+        tree.push(hash::chunk_hash(&bytes[r.clone()]), r.len() as u64);
+    }
+    tree.file_hash().to_string()
+}
+
+/// Files the Hub holds as they were cut in other eras — by xet-core before its PR #487 of
+/// 2025-09-09 (chunks of 8,128 bytes and up), or in fixed-size chunks — come through the CAS
+/// with their Xet hash checked over the chunks their xorbs delivered (issue 53: they were
+/// refused, cut again with today's chunker); a new revision of such a file copies what it
+/// shares with the old one, whose record keeps its own chunks.
+#[test]
+fn files_of_every_era_come_through_the_cas_checked() {
+    use mock_server::{ChunkRule, XetChunking};
+    // Random bytes: the rules part within the first few hundred KiB.
+    let old = data(6 << 20, 531);
+    let fixed = data(3 << 20, 532);
+    let hub = mock_server::MockHub::builder()
+        .file(REPO, "old.bin", old.clone())
+        .file(REPO, "fixed.bin", fixed.clone())
+        .lfs_threshold(64 << 10)
+        .xet(true)
+        .xet_chunking("before-2025-09:old.bin".parse::<XetChunking>().unwrap())
+        .xet_chunking("fixed-100000:fixed.bin".parse::<XetChunking>().unwrap())
+        .start_in_background()
+        .unwrap();
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &["--chunk-size", "1MiB"]);
+    expect_code(&o, 0);
+    let s = json(&o);
+    for (path, bytes, rule) in [
+        ("old.bin", &old, ChunkRule::BeforeMinimumFix),
+        ("fixed.bin", &fixed, ChunkRule::Fixed(100_000)),
+    ] {
+        let f = file(&s, path);
+        assert_holds(f, bytes);
+        let x = &f["xet"];
+        let announced = era_hash(bytes, rule);
+        assert_eq!(x["hash"].as_str(), Some(announced.as_str()), "{path}");
+        assert_ne!(
+            announced,
+            weight_inspect::xet::hash::file_hash(bytes).to_string(),
+            "{path}: today's chunker would cut it otherwise"
+        );
+        assert_eq!(x["checked"], true, "{path}: {x}");
+        assert!(x.get("unchecked").is_none(), "{path}: {x}");
+        assert_eq!(x["bytes"], bytes.len() as u64, "{path}: {x}");
+        assert_eq!(hub.stats().file(REPO, path).bytes_sent, 0, "{path}");
+    }
+    assert!(
+        stderr(&o).contains("every file's Xet hash checked"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A new revision of the old file: what it shares with the cached one is copied.
+    hub.mutate_byte(REPO, "old.bin").unwrap();
+    hub.reset_stats();
+    let o = fetch(&sb, &hub, &["old.bin", "--chunk-size", "1MiB"]);
+    expect_code(&o, 0);
+    let s = json(&o);
+    let f = file(&s, "old.bin");
+    let got = std::fs::read(f["local_path"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        f["sha256"].as_str().unwrap(),
+        crate::support::sha256_hex(&got)
+    );
+    assert_ne!(got, old);
+    let x = &f["xet"];
+    assert_eq!(x["checked"], true, "{x}");
+    let size = old.len() as u64;
+    assert!(x["reused"].as_u64().unwrap() > size * 9 / 10, "{x}");
+    assert!(x["reused"].as_u64().unwrap() <= size, "{x}");
+    assert!(hub.stats().cas.xorb_bytes_sent < size / 20, "{x}");
+}
+
 #[test]
 fn no_xet_and_hf_hub_disable_xet_take_the_bridge() {
     let (hub, bytes) = hub(|b| b);

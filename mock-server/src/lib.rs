@@ -86,7 +86,8 @@ pub use link::LinkSpec;
 pub use repo::{RepoKind, RepoSettings, CACHE_FILE, SETTINGS_FILE};
 pub use server::MAX_INSERT;
 pub use stats::{CasStats, FileStats, RequestRecord, Stats};
-pub use xet::{XetStored, MAX_XORB_BYTES, MAX_XORB_CHUNKS};
+pub use weight_inspect::xet::chunking::ChunkRule;
+pub use xet::{XetChunking, XetStored, MAX_XORB_BYTES, MAX_XORB_CHUNKS};
 
 use repo::Repo;
 use server::{Config, Shared, SigStore};
@@ -126,6 +127,7 @@ pub struct MockHubBuilder {
     xet_token_ttl: u64,
     xet_url_ttl: u64,
     xet_v2: bool,
+    xet_chunking: Vec<XetChunking>,
 }
 
 impl Default for MockHubBuilder {
@@ -153,6 +155,7 @@ impl Default for MockHubBuilder {
             xet_token_ttl: DEFAULT_XET_TOKEN_TTL,
             xet_url_ttl: DEFAULT_XET_URL_TTL,
             xet_v2: true,
+            xet_chunking: Vec::new(),
         }
     }
 }
@@ -377,6 +380,15 @@ impl MockHubBuilder {
         self
     }
 
+    /// Cuts the Xet files whose path matches `chunking.pattern` into chunks by its rule, as
+    /// the Hub holds a file uploaded in that era (xet-core before its PR #487 of 2025-09-09, or
+    /// fixed-size chunks): their xorbs, reconstructions and Xet hashes are those of that era.
+    /// The first rule whose pattern matches applies; files no rule matches are cut as today.
+    pub fn xet_chunking(mut self, chunking: XetChunking) -> Self {
+        self.xet_chunking.push(chunking);
+        self
+    }
+
     /// Scans and hashes the repositories, binds both listeners and starts serving on the
     /// current tokio runtime.
     pub async fn start(self) -> Result<MockHub, Error> {
@@ -428,6 +440,7 @@ impl MockHubBuilder {
                         token_ttl: self.xet_token_ttl,
                         url_ttl: self.xet_url_ttl,
                         v2: self.xet_v2,
+                        chunking: self.xet_chunking.clone(),
                     },
                     self.seed,
                 ))

@@ -137,6 +137,12 @@ struct ServeArgs {
     /// With --xet: answer 404 on /v2/reconstructions, so clients fall back to v1.
     #[arg(long, requires = "xet")]
     xet_no_v2: bool,
+    /// With --xet: cut the files whose path matches PATTERN (a glob with * and ?, else a
+    /// substring; none: every file) into chunks as the Hub holds files of that era:
+    /// `before-2025-09` (xet-core before its PR #487: chunks of 8,128 bytes and up), `fixed-BYTES`,
+    /// or `current`. The first that matches applies; repeatable.
+    #[arg(long, value_name = "RULE[:PATTERN]", requires = "xet")]
+    xet_chunking: Vec<mock_server::XetChunking>,
 }
 
 #[derive(Args, Debug)]
@@ -229,6 +235,9 @@ fn serve(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .xet_token_ttl(std::time::Duration::from_secs(a.xet_token_ttl))
         .xet_url_ttl(std::time::Duration::from_secs(a.xet_url_ttl))
         .xet_v2(!a.xet_no_v2);
+    for c in a.xet_chunking {
+        b = b.xet_chunking(c);
+    }
     if let Some(t) = a.token {
         b = b.token(t);
     }

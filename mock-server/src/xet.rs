@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use weight_inspect::xet::chunking::{Chunker, MAX_CHUNK};
+use weight_inspect::xet::chunking::{ChunkRule, Chunker, MAX_CHUNK};
 use weight_inspect::xet::hash::{chunk_hash, MerkleBuilder, XetHash};
 use weight_inspect::xet::reconstruction::{ByteRange, ChunkRange, Term};
 use weight_inspect::xet::xorb::{encode_chunk, Scheme};
@@ -34,7 +34,7 @@ pub const MAX_XORB_BYTES: usize = 64 << 20;
 pub const MAX_XORB_CHUNKS: usize = 8192;
 
 /// Settings of the Xet side, fixed at start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct XetConfig {
     /// Seconds an access token is valid.
     pub token_ttl: u64,
@@ -42,6 +42,46 @@ pub(crate) struct XetConfig {
     pub url_ttl: u64,
     /// Whether `/v2/reconstructions` is answered (else 404, so a client falls back to v1).
     pub v2: bool,
+    /// How files are cut into chunks: the rule of the first pattern their path matches
+    /// ([`crate::faults`]' patterns), else today's.
+    pub chunking: Vec<XetChunking>,
+}
+
+/// Files whose path matches `pattern` are cut into chunks by `rule`: stored as the Hub holds a
+/// file uploaded in that era (see [`weight_inspect::xet::chunking::ChunkRule`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XetChunking {
+    /// The rule.
+    pub rule: ChunkRule,
+    /// A path pattern (glob with `*`/`?`, else a substring; empty: every file).
+    pub pattern: String,
+}
+
+impl std::str::FromStr for XetChunking {
+    type Err = String;
+
+    /// `RULE[:PATTERN]`, RULE one of `current`, `before-2025-09` (xet-core before its PR #487)
+    /// and `fixed-BYTES`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (rule, pattern) = s.split_once(':').unwrap_or((s, ""));
+        let rule = match rule {
+            "current" => ChunkRule::Current,
+            "before-2025-09" => ChunkRule::BeforeMinimumFix,
+            r => match r.strip_prefix("fixed-").map(str::parse::<usize>) {
+                Some(Ok(n)) if (1..=MAX_CHUNK).contains(&n) => ChunkRule::Fixed(n),
+                _ => {
+                    return Err(format!(
+                        "'{r}': a chunking rule is current, before-2025-09 or fixed-BYTES \
+                         (1 to {MAX_CHUNK})"
+                    ))
+                }
+            },
+        };
+        Ok(XetChunking {
+            rule,
+            pattern: pattern.to_string(),
+        })
+    }
 }
 
 /// What the store holds (`MockHub::xet_stored`, `GET /_mock/xet`).
@@ -269,7 +309,9 @@ impl XetStore {
             .clone();
         cell.get_or_init(|| async {
             let (store, e) = (self.clone(), entry.clone());
-            let made = tokio::task::spawn_blocking(move || store.ingest(&e.source, e.size)).await;
+            let rule = self.rule_for(&entry.path);
+            let made =
+                tokio::task::spawn_blocking(move || store.ingest(&e.source, e.size, rule)).await;
             match made {
                 Ok(Ok(f)) => Some(f),
                 Ok(Err(err)) => {
@@ -311,9 +353,18 @@ impl XetStore {
         }
     }
 
-    /// Reads `source` (of `size` bytes), cuts it into chunks, stores the new ones, and returns
-    /// the file (blocking; one ingestion at a time).
-    fn ingest(&self, source: &Source, size: u64) -> io::Result<Arc<XetFile>> {
+    /// The rule a file at `path` is cut by.
+    fn rule_for(&self, path: &str) -> ChunkRule {
+        self.cfg
+            .chunking
+            .iter()
+            .find(|c| c.pattern.is_empty() || crate::faults::pattern_matches(&c.pattern, path))
+            .map_or(ChunkRule::Current, |c| c.rule)
+    }
+
+    /// Reads `source` (of `size` bytes), cuts it into chunks by `rule`, stores the new ones,
+    /// and returns the file (blocking; one ingestion at a time).
+    fn ingest(&self, source: &Source, size: u64, rule: ChunkRule) -> io::Result<Arc<XetFile>> {
         let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
         let first_id = self
             .xorbs
@@ -334,7 +385,7 @@ impl XetStore {
         let mut reader = repo::open_source(source)?;
         let mut buf = vec![0u8; 1 << 20];
         let mut chunk = Vec::with_capacity(MAX_CHUNK);
-        let mut chunker = Chunker::new();
+        let mut chunker = Chunker::with_rule(rule);
         loop {
             let n = match reader.read(&mut buf) {
                 Ok(0) => break,
@@ -523,6 +574,7 @@ mod tests {
                 token_ttl: 600,
                 url_ttl: 600,
                 v2: true,
+                chunking: Vec::new(),
             },
             1,
         )
@@ -567,7 +619,9 @@ mod tests {
     fn files_are_rebuilt_from_their_terms_and_share_chunks() {
         let s = store();
         let a = testkit::data(700_000, 1);
-        let fa = s.ingest(&memory(a.clone()), a.len() as u64).unwrap();
+        let fa = s
+            .ingest(&memory(a.clone()), a.len() as u64, ChunkRule::Current)
+            .unwrap();
         assert_eq!(fa.hash, weight_inspect::xet::hash::file_hash(&a));
         assert_eq!(rebuild(&s, &fa, 0, a.len() as u64 - 1), a);
         for (first, last) in [(0, 0), (1, 100_000), (65_000, 65_001), (699_999, 699_999)] {
@@ -582,7 +636,9 @@ mod tests {
         let mut b = testkit::data(300_000, 2);
         b.extend(&a);
         b.extend(testkit::data(5000, 3));
-        let fb = s.ingest(&memory(b.clone()), b.len() as u64).unwrap();
+        let fb = s
+            .ingest(&memory(b.clone()), b.len() as u64, ChunkRule::Current)
+            .unwrap();
         assert_eq!(rebuild(&s, &fb, 0, b.len() as u64 - 1), b);
         let after = s.stored();
         assert!(
@@ -591,7 +647,8 @@ mod tests {
         );
         assert!(after.xorb_bytes - before.xorb_bytes < 300_000 + 2 * 131_072);
         // The same content again adds nothing.
-        s.ingest(&memory(b.clone()), b.len() as u64).unwrap();
+        s.ingest(&memory(b.clone()), b.len() as u64, ChunkRule::Current)
+            .unwrap();
         assert_eq!(s.stored(), after);
     }
 
@@ -600,11 +657,14 @@ mod tests {
         let s = store();
         // Zeros repeat one chunk: it is stored once (with the shorter last one).
         let z = vec![0u8; 1_000_000];
-        let fz = s.ingest(&memory(z.clone()), z.len() as u64).unwrap();
+        let fz = s
+            .ingest(&memory(z.clone()), z.len() as u64, ChunkRule::Current)
+            .unwrap();
         assert_eq!(s.stored().chunks, 2, "a full chunk of zeros and the tail");
         assert_eq!(rebuild(&s, &fz, 0, 999_999), z);
         let a = testkit::data(3_000_000, 4);
-        s.ingest(&memory(a.clone()), a.len() as u64).unwrap();
+        s.ingest(&memory(a.clone()), a.len() as u64, ChunkRule::Current)
+            .unwrap();
         let x = s.xorbs.read().unwrap();
         let mut schemes = [0; 3];
         for xorb in &x.list {
@@ -619,8 +679,12 @@ mod tests {
     #[test]
     fn a_short_or_long_source_is_refused() {
         let s = store();
-        assert!(s.ingest(&memory(vec![1; 10]), 11).is_err());
-        assert!(s.ingest(&memory(vec![1; 10]), 9).is_err());
+        assert!(s
+            .ingest(&memory(vec![1; 10]), 11, ChunkRule::Current)
+            .is_err());
+        assert!(s
+            .ingest(&memory(vec![1; 10]), 9, ChunkRule::Current)
+            .is_err());
         assert_eq!(s.stored(), XetStored::default());
     }
 
@@ -631,13 +695,13 @@ mod tests {
         assert!(s.token_valid(&t) && exp > now_secs());
         assert!(!s.token_valid(&t.replace("xet_", "xet_1")));
         assert!(!s.token_valid("xet_99999999999_00"));
-        let other = XetStore::new(s.cfg, 2);
+        let other = XetStore::new(s.cfg.clone(), 2);
         assert!(!other.token_valid(&t));
         let expired = XetStore::new(
             XetConfig {
                 token_ttl: 0,
                 url_ttl: 0,
-                ..s.cfg
+                ..s.cfg.clone()
             },
             1,
         );

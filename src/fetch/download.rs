@@ -53,9 +53,16 @@ impl Fetcher {
             .filter(|_| self.xet && !self.offline && bucket.is_none() && f.size > 0)
             .map(|hash| {
                 let access = self.xet_access(repo, commit);
+                let framing = crate::xet::framing::Framing::new(f.size);
                 Arc::new(
-                    crate::xet::client::XetSource::new(hash, f.size, access, self.xet_http.clone())
-                        .reusing(older_version(job.store, &f.path, &f.etag)),
+                    crate::xet::client::XetSource::new(
+                        hash,
+                        f.size,
+                        access,
+                        self.xet_http.clone(),
+                        framing,
+                    )
+                    .reusing(older_version(job.store, &f.path, &f.etag)),
                 )
             });
         let spec = TransferSpec {
@@ -68,12 +75,18 @@ impl Fetcher {
                 .or_else(|| bucket.and_then(|b| b.chunks.clone())),
             mirror: bucket.map(|b| b.mirror.clone()).or_else(|| {
                 xet.clone().map(|x| crate::transfer::MirrorUse {
-                    mirror: x,
+                    mirror: Arc::new(crate::xet::client::XetMirror(x)),
                     fallback: true,
                     fill: None,
                 })
             }),
-            xet: xet.as_ref().and(f.xet_hash),
+            xet: xet
+                .as_ref()
+                .zip(f.xet_hash)
+                .map(|(x, hash)| crate::transfer::XetExpect {
+                    hash,
+                    framing: x.framing().clone(),
+                }),
         };
         let turn = match turn {
             Some(t) => t,
@@ -120,39 +133,33 @@ impl Fetcher {
             }
         }
         let mirror = finished.outcome.mirror.clone();
+        let xet_check = finished.outcome.xet.clone();
         let mut report = self.put_in_place(job, reuse, finished, bucket, url)?;
         if let (Some(x), Some(hash)) = (&xet, f.xet_hash) {
             let c = &x.counters;
             use std::sync::atomic::Ordering::Relaxed;
+            let check = xet_check.unwrap_or(crate::transfer::XetCheck::Unchecked(
+                crate::xet::framing::Unchecked::Unframed { at: 0 },
+            ));
             report.xet = Some(super::XetRead {
                 hash: hash.to_string(),
+                checked: check == crate::transfer::XetCheck::Matched,
+                unchecked: check.why_unchecked(&hash),
                 bytes: mirror.as_ref().map_or(0, |m| m.bytes),
                 xorb_bytes: c.xorb_bytes.load(Relaxed),
                 xorb_requests: c.xorb_requests.load(Relaxed),
                 reconstructions: c.reconstructions.load(Relaxed),
-                reused: c.reused_bytes.load(Relaxed),
+                reused: c.reused_bytes.load(Relaxed).min(f.size),
                 left: mirror.and_then(|m| m.left),
             });
-            // What a later revision of the file reuses: its reconstruction, kept beside the
-            // blob (a hint; a failure only costs that reuse).
-            if let (crate::cache::Store::Cache(r), true) = (job.store, self.writes()) {
-                match x.whole().await {
-                    Ok(whole) => {
-                        if let Some(rec) = crate::xet::record::XetRecord::of(
-                            &whole, &f.path, &f.etag, f.size, hash,
-                        ) {
-                            let path = r.xet_record_path(&f.etag);
-                            let text = serde_json::to_vec(&rec).unwrap_or_default();
-                            let kept =
-                                crate::safe_fs::create_dirs_below(r.dir(), &r.xet_records_dir())
-                                    .and_then(|()| crate::safe_fs::write_replace(&path, &text));
-                            if let Err(e) = kept {
-                                tracing::debug!(file = f.path.as_str(), "Xet record not kept: {e}");
-                            }
-                        }
-                    }
-                    Err(e) => tracing::debug!(file = f.path.as_str(), "Xet record not kept: {e}"),
-                }
+            // What a later revision of the file reuses: its chunks as the xorbs framed them,
+            // kept beside the blob — only when the file's Xet hash over them matched (a hint;
+            // a failure only costs that reuse). Made from what the download recorded: no
+            // request, nothing to wait for.
+            if let (crate::cache::Store::Cache(r), true, crate::transfer::XetCheck::Matched) =
+                (job.store, self.writes(), &check)
+            {
+                keep_record(r, x.framing(), &f.path, &f.etag, f.size, hash);
             }
         }
         Ok(report)
@@ -320,6 +327,42 @@ impl Fetcher {
             #[cfg(feature = "remote-cache")]
             fill: None,
         })
+    }
+}
+
+/// Keeps the record of a file fetched through the CAS whose Xet hash matched over the chunks
+/// `framing` recorded (see [`crate::xet::record`]).
+fn keep_record(
+    r: &crate::cache::RepoCache,
+    framing: &crate::xet::framing::Framing,
+    path: &str,
+    etag: &str,
+    size: u64,
+    hash: crate::xet::XetHash,
+) {
+    let Some(rec) = framing
+        .whole()
+        .and_then(|chunks| crate::xet::record::XetRecord::of(&chunks, path, etag, size, hash))
+    else {
+        tracing::debug!(
+            file = path,
+            "Xet record not kept: the chunks are not all known"
+        );
+        return;
+    };
+    let text = serde_json::to_vec(&rec).unwrap_or_default();
+    if text.len() as u64 > crate::xet::record::MAX_RECORD_BYTES {
+        tracing::debug!(
+            file = path,
+            "Xet record not kept: larger than a record is read"
+        );
+        return;
+    }
+    let file = r.xet_record_path(etag);
+    let kept = crate::safe_fs::create_dirs_below(r.dir(), &r.xet_records_dir())
+        .and_then(|()| crate::safe_fs::write_replace(&file, &text));
+    if let Err(e) = kept {
+        tracing::debug!(file = path, "Xet record not kept: {e}");
     }
 }
 

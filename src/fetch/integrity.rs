@@ -607,6 +607,7 @@ fn hash_from_disk(
         chunk_size,
         chunks: chunks.iter().map(|c| c.0).collect(),
         mirror: None,
+        xet: None,
     };
     Ok(out)
 }

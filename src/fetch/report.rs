@@ -255,8 +255,15 @@ pub struct RemoteCheck {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct XetRead {
-    /// The file's Xet hash (checked with its SHA-256).
+    /// The file's Xet hash, as the Hub announced it.
     pub hash: String,
+    /// Whether the file's Xet hash, computed over the chunks the CAS delivered (as its xorbs
+    /// framed them), is the one announced (the SHA-256 is always checked, and decides).
+    pub checked: bool,
+    /// Why it was not checked or differs, when it does not vouch for the file: bytes that came
+    /// without their chunks' boundaries (from the bridge), or chunks that make another hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchecked: Option<String>,
     /// Bytes of the file that came through the CAS (the rest from the bridge).
     pub bytes: u64,
     /// Bytes of xorbs received (compressed).

@@ -27,7 +27,7 @@ use super::range::parse_url;
 use super::source::Source;
 use super::state::StateFile;
 use super::table::{ChunkTable, SharedTable, SplitRule};
-use super::{EngineConfig, ExpectedChunks, Finished, TransferOutcome, TransferSpec};
+use super::{EngineConfig, ExpectedChunks, Finished, TransferOutcome, TransferSpec, XetCheck};
 use crate::key::Digest;
 use crate::progress::Reporter;
 
@@ -190,8 +190,10 @@ pub(crate) async fn download(
             chunk_size,
             manifest.as_deref(),
             events,
-            match spec.xet {
-                Some(_) => FileHasher::new(size, &expected).with_xet(xet_slot.clone()),
+            match &spec.xet {
+                Some(x) => {
+                    FileHasher::new(size, &expected).with_xet(x.framing.clone(), xet_slot.clone())
+                }
                 None => FileHasher::new(size, &expected),
             },
         )
@@ -273,18 +275,24 @@ pub(crate) async fn download(
             return Err(e);
         }
     };
-    // The file matched the Hub's SHA-256: the Xet hash the Hub announced must name the same
-    // bytes (its answers agree), computed from the chunks as the Hub cut them.
-    if let Some(want) = spec.xet {
-        let got = *xet_slot.lock().unwrap_or_else(|e| e.into_inner());
-        if got != Some(want) {
-            return Err(TransferError::XetMismatch {
-                file: ctx.events.file().to_string(),
-                expected: want.to_string(),
-                actual: got.map_or_else(|| "nothing".into(), |g| g.to_string()),
-            });
+    // The file matched the Hub's SHA-256, which decides. Its Xet hash, computed over the chunks
+    // the CAS delivered, says whether those chunks are the file the Hub named (a record of them
+    // is kept only then); one that differs or could not be computed is said, not refused.
+    let xet = spec.xet.as_ref().map(|want| {
+        let found = xet_slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let check = match found {
+            Some(Ok(h)) if h == want.hash => XetCheck::Matched,
+            Some(Ok(actual)) => XetCheck::Differs { actual },
+            Some(Err(u)) => XetCheck::Unchecked(u),
+            None => XetCheck::Unchecked(crate::xet::framing::Unchecked::Unframed { at: 0 }),
+        };
+        if let XetCheck::Differs { .. } = check {
+            if let Some(why) = check.why_unchecked(&want.hash) {
+                ctx.events.notice(&why);
+            }
         }
-    }
+        check
+    });
     if let Some(e) = unsaved {
         ctx.events.notice(&format!(
             "could not record the finished download ({e}); the file is complete and verified"
@@ -293,7 +301,8 @@ pub(crate) async fn download(
     ctx.checkpoint.close().await?;
     let transferred = ctx.counters.transferred.load(Ordering::Relaxed);
     ctx.events.downloaded(transferred);
-    let outcome = transfer_outcome(&ctx, sha256, transferred, opened.resumed, started);
+    let mut outcome = transfer_outcome(&ctx, sha256, transferred, opened.resumed, started);
+    outcome.xet = xet;
     drop(ctx);
     Ok(Finished { outcome, partial })
 }
@@ -431,6 +440,7 @@ fn transfer_outcome(
         chunk_size: ctx.plan.chunk_size,
         chunks,
         mirror: ctx.mirror.as_ref().map(super::mirror::MirrorState::report),
+        xet: None,
     }
 }
 

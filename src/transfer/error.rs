@@ -325,19 +325,6 @@ pub enum TransferError {
         /// The digest of the bytes read.
         actual: String,
     },
-    /// The file matched the Hub's SHA-256, but not the Xet hash the Hub announced for it: the
-    /// Hub's two answers describe different bytes.
-    #[error(
-        "{file}: its bytes match the Hub's SHA-256, but their Xet hash is {actual}, not the {expected} the Hub announced"
-    )]
-    XetMismatch {
-        /// Path in the repository.
-        file: String,
-        /// The Xet hash announced.
-        expected: String,
-        /// The Xet hash of the bytes.
-        actual: String,
-    },
     /// A mirror refused what its upstream served for this file (its answer's `X-Error-Code`
     /// is `UpstreamContentRefused`): asked once, not again.
     #[error("{file}: {reason} ({url})")]
@@ -369,7 +356,6 @@ impl TransferError {
                 | TransferError::ManifestDisagrees { .. }
                 | TransferError::MirrorMismatch { .. }
                 | TransferError::MirrorRefused { .. }
-                | TransferError::XetMismatch { .. }
         )
     }
 
@@ -448,7 +434,6 @@ impl TransferError {
             | TransferError::ChunkMismatch { file, .. }
             | TransferError::ManifestDisagrees { file, .. }
             | TransferError::MirrorMismatch { file, .. }
-            | TransferError::XetMismatch { file, .. }
             | TransferError::Network { file, .. }
             | TransferError::TooManyCuts { file, .. }
             | TransferError::Server { file, .. }

@@ -19,13 +19,17 @@ pub(crate) const READ_BUF: usize = 256 << 10;
 pub(crate) struct FileHasher {
     sha256: Sha256,
     git_sha1: Option<Sha1>,
-    /// The file's Xet hash too, when the Hub announced one: computed on the same bytes, and
-    /// told to the slot each time the file is finished (the last finish is the file's).
-    xet: Option<(crate::xet::FileHasher, XetSlot)>,
+    /// The file's Xet hash too, when it comes through the Hub's CAS: computed on the same
+    /// bytes over the chunks its xorbs delivered, and told to the slot each time the file is
+    /// finished (the last finish is the file's).
+    xet: Option<(crate::xet::framing::FramedHasher, XetSlot)>,
 }
 
+/// What a finished [`FileHasher`] found of the file's Xet hash: the hash, or why it has none.
+pub(crate) type XetFound = Result<crate::xet::XetHash, crate::xet::framing::Unchecked>;
+
 /// Where a finished [`FileHasher`] leaves the file's Xet hash.
-pub(crate) type XetSlot = std::sync::Arc<std::sync::Mutex<Option<crate::xet::XetHash>>>;
+pub(crate) type XetSlot = std::sync::Arc<std::sync::Mutex<Option<XetFound>>>;
 
 impl FileHasher {
     /// A hasher for a file of `size` bytes; computes the git blob SHA-1 too when `expected` is
@@ -43,9 +47,14 @@ impl FileHasher {
         }
     }
 
-    /// Computes the file's Xet hash as well, leaving it in `slot` at each finish.
-    pub(crate) fn with_xet(mut self, slot: XetSlot) -> Self {
-        self.xet = Some((crate::xet::FileHasher::new(), slot));
+    /// Computes the file's Xet hash as well, over the chunks `framing` records, leaving it in
+    /// `slot` at each finish.
+    pub(crate) fn with_xet(
+        mut self,
+        framing: std::sync::Arc<crate::xet::framing::Framing>,
+        slot: XetSlot,
+    ) -> Self {
+        self.xet = Some((crate::xet::framing::FramedHasher::new(framing), slot));
         self
     }
 

@@ -216,10 +216,49 @@ pub struct TransferSpec {
     /// or the Hub's CAS. Its answers are checked as the resolve URL's are, every chunk against
     /// `chunks` and the whole file against the key's digest.
     pub mirror: Option<MirrorUse>,
-    /// The file's Xet hash, when the Hub announced one: computed from the bytes in the same
-    /// pass as their SHA-256 (the chunks cut as the Hub cut them), and a file whose bytes match
-    /// the SHA-256 but not this is refused ([`TransferError::XetMismatch`]).
-    pub xet: Option<crate::xet::XetHash>,
+    /// The file's Xet hash, when it comes through the Hub's CAS: computed from the bytes in the
+    /// same pass as their SHA-256, over the chunks its xorbs delivered (see
+    /// [`crate::xet::framing`]); what it found is [`TransferOutcome::xet`]. The SHA-256 decides
+    /// what is kept: a Xet hash that cannot be computed or differs is said, not refused.
+    pub xet: Option<XetExpect>,
+}
+
+/// The Xet hash a file is checked against, and where its chunks' boundaries are recorded.
+#[derive(Debug, Clone)]
+pub struct XetExpect {
+    /// The Xet hash the Hub announced.
+    pub hash: crate::xet::XetHash,
+    /// The chunks the CAS delivers, recorded as they come (shared with the source).
+    pub framing: Arc<crate::xet::framing::Framing>,
+}
+
+/// What became of a file's Xet hash (see [`TransferSpec::xet`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XetCheck {
+    /// Computed over the chunks the CAS delivered, it is the one the Hub announced.
+    Matched,
+    /// Not computed: the file is held to its SHA-256 alone.
+    Unchecked(crate::xet::framing::Unchecked),
+    /// Computed over the chunks the CAS delivered, it is another: the CAS's chunks are not
+    /// the file the Hub named, though the bytes are (they match its SHA-256).
+    Differs {
+        /// The hash computed.
+        actual: crate::xet::XetHash,
+    },
+}
+
+impl XetCheck {
+    /// Why the file's Xet hash does not vouch for it, in words; `None` when it matched.
+    pub fn why_unchecked(&self, expected: &crate::xet::XetHash) -> Option<String> {
+        match self {
+            XetCheck::Matched => None,
+            XetCheck::Unchecked(u) => Some(format!("{u}; held to its SHA-256")),
+            XetCheck::Differs { actual } => Some(format!(
+                "the chunks the CAS delivered make Xet hash {actual}, not the {expected} the \
+                 Hub announced; held to its SHA-256, which the bytes match"
+            )),
+        }
+    }
 }
 
 /// The SHA-256 of every chunk of a file cut into chunks of `chunk_size` bytes (the last one
@@ -439,6 +478,8 @@ pub struct TransferOutcome {
     pub chunks: Vec<[u8; 32]>,
     /// What came from the [`TransferSpec::mirror`], if there was one.
     pub mirror: Option<MirrorReport>,
+    /// What became of the file's Xet hash, when [`TransferSpec::xet`] asked for it.
+    pub xet: Option<XetCheck>,
 }
 
 /// A finished download: every byte on disk, synced, the digest matched. It still holds the

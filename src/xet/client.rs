@@ -19,10 +19,12 @@ use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 
+use super::framing::Framing;
 use super::hash::XetHash;
 use super::reconstruction::{
     BadReconstruction, Fetch, Reconstruction, ReconstructionV1, ReconstructionV2, Term,
 };
+use super::record::{LocalChunk, LocalChunks};
 use super::xorb::{ChunkDecoder, XorbError};
 use crate::hub::{HubClient, RepoRef};
 use crate::transfer::{BoxError, Mirror, MirrorBody};
@@ -175,10 +177,17 @@ impl XetAccess {
             .map_err(|e| fail(e.to_string()))?;
         let t: TokenAnswer =
             serde_json::from_slice(&body).map_err(|e| fail(format!("not a token ({e})")))?;
-        let cas = url::Url::parse(&t.cas_url)
+        let mut cas = url::Url::parse(&t.cas_url)
             .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https"))
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
             .ok_or_else(|| fail("its CAS URL is not an http(s) URL".into()))?;
+        // The CAS is sent the token, and nothing else: a user name or password in its URL
+        // would go as Basic credentials beside it.
+        if !cas.username().is_empty() || cas.password().is_some() {
+            tracing::debug!(repo = %self.repo.id, "the CAS URL's user name and password are left out");
+            let _ = cas.set_username("");
+            let _ = cas.set_password(None);
+        }
         let header = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", t.access_token))
             .map_err(|_| fail("a token no header can carry".into()))?;
         let token = CasToken {
@@ -243,7 +252,7 @@ pub struct XetCounters {
     pub xorb_requests: AtomicU64,
     /// Bytes received of xorbs.
     pub xorb_bytes: AtomicU64,
-    /// Bytes copied from an older version of the file held in the cache.
+    /// Bytes of the file copied from an older version of it held in the cache (not fetched).
     pub reused_bytes: AtomicU64,
 }
 
@@ -259,18 +268,31 @@ pub struct XetSource {
     v1: AtomicBool,
     /// An older version held in the cache, whose chunks are copied rather than fetched.
     reuse: Option<Arc<Reuse>>,
+    /// Where each chunk delivered lies in the file (see [`super::framing`]).
+    framing: Arc<Framing>,
     /// What it read.
     pub counters: Arc<XetCounters>,
 }
 
+/// Where a piece of a range's body came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    Xorb,
+    OlderVersion,
+}
+
+/// A range's body as it is made: pieces of the file's bytes, each with where it came from.
+type Pieces = futures::stream::BoxStream<'static, Result<(Bytes, From), XetError>>;
+
 impl XetSource {
     /// The file of Xet hash `file` and `size` bytes, through `access`, its xorbs fetched with
-    /// `http` (a client that follows no redirect).
+    /// `http` (a client that follows no redirect), each chunk delivered recorded in `framing`.
     pub fn new(
         file: XetHash,
         size: u64,
         access: Arc<XetAccess>,
         http: reqwest::Client,
+        framing: Arc<Framing>,
     ) -> XetSource {
         XetSource {
             name: format!("the Hub's CAS (xet {file})"),
@@ -280,6 +302,7 @@ impl XetSource {
             access,
             v1: AtomicBool::new(false),
             reuse: None,
+            framing,
             counters: Arc::default(),
         }
     }
@@ -291,12 +314,14 @@ impl XetSource {
         self
     }
 
-    /// The whole file's reconstruction (what the cache keeps of it once it is downloaded).
-    pub async fn whole(&self) -> Result<Reconstruction, XetError> {
-        self.reconstruction(&(0..self.size)).await
+    /// Where the chunks it delivered lie in the file.
+    pub fn framing(&self) -> &Arc<Framing> {
+        &self.framing
     }
 
     /// The reconstruction of bytes `range` of the file, checked, with a retry for what may pass.
+    /// Read (at most [`MAX_RECONSTRUCTION_BYTES`]) and checked on a blocking thread, in time
+    /// linear in its size.
     async fn reconstruction(
         &self,
         range: &std::ops::Range<u64>,
@@ -372,16 +397,24 @@ impl XetSource {
                     })
                 }
             };
-            let r: Reconstruction = if v1 {
-                serde_json::from_slice::<ReconstructionV1>(&body)
-                    .map(Reconstruction::from)
-                    .map_err(|e| BadReconstruction(e.to_string()))?
-            } else {
-                serde_json::from_slice::<ReconstructionV2>(&body)
-                    .map(Reconstruction::from)
-                    .map_err(|e| BadReconstruction(e.to_string()))?
-            };
-            r.check()?;
+            let r = tokio::task::spawn_blocking(move || {
+                let mut r: Reconstruction = if v1 {
+                    serde_json::from_slice::<ReconstructionV1>(&body)
+                        .map(Reconstruction::from)
+                        .map_err(|e| BadReconstruction(e.to_string()))?
+                } else {
+                    serde_json::from_slice::<ReconstructionV2>(&body)
+                        .map(Reconstruction::from)
+                        .map_err(|e| BadReconstruction(e.to_string()))?
+                };
+                r.check()?;
+                Ok::<_, BadReconstruction>(r)
+            })
+            .await
+            .map_err(|e| XetError::Network {
+                what: what.clone(),
+                why: e.to_string(),
+            })??;
             if r.len() < range.end - range.start {
                 return Err(BadReconstruction(format!(
                     "its terms make {} byte(s), {} were asked",
@@ -394,13 +427,10 @@ impl XetSource {
         }
     }
 
-    /// The decoded chunks `want` of `fetch`, in order (a xorb range fetched with exactly its
-    /// `Range`; its chunks before `want.start` decoded and dropped).
-    async fn chunks(
-        &self,
-        fetch: &Fetch,
-        term: &Term,
-    ) -> Result<futures::stream::BoxStream<'static, Result<Bytes, XetError>>, XetError> {
+    /// The chunks of `term` (the whole term, whose first chunk is at `offset` in the file),
+    /// decoded from `fetch` (a xorb range asked with exactly its `Range`; its chunks before the
+    /// term's decoded and dropped), in order, each recorded in the framing as it comes.
+    async fn chunks(&self, fetch: &Fetch, term: &Term, offset: u64) -> Result<Pieces, XetError> {
         let xorb = fetch.xorb;
         let what = format!("xorb {xorb} ({})", fetch.bytes.header());
         let mut attempt = 0;
@@ -451,10 +481,6 @@ impl XetSource {
                 ),
             });
         }
-        let counters = self.counters.clone();
-        let first = fetch.chunks.start;
-        let (from, to) = (term.range.start, term.range.end);
-        let want_len = u64::from(term.unpacked_length);
         struct St {
             body: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
             dec: ChunkDecoder,
@@ -463,26 +489,29 @@ impl XetSource {
             from: u32,
             given: u64,
             want: u64,
+            /// Where the next chunk of the term lies in the file.
+            at: u64,
             xorb: XetHash,
             counters: Arc<XetCounters>,
-            done: bool,
+            framing: Arc<Framing>,
         }
         let st = St {
             body: resp.bytes_stream().boxed(),
             dec: ChunkDecoder::new(),
-            index: first,
-            to,
-            from,
+            index: fetch.chunks.start,
+            to: term.range.end,
+            from: term.range.start,
             given: 0,
-            want: want_len,
+            want: u64::from(term.unpacked_length),
+            at: offset,
             xorb,
-            counters,
-            done: false,
+            counters: self.counters.clone(),
+            framing: self.framing.clone(),
         };
         Ok(futures::stream::try_unfold(st, |mut st| async move {
             loop {
-                if st.done || st.index >= st.to {
-                    if !st.done && st.given != st.want {
+                if st.index >= st.to {
+                    if st.given != st.want {
                         return Err(XetError::Mismatch {
                             xorb: st.xorb,
                             why: format!(
@@ -506,14 +535,19 @@ impl XetSource {
                         if i < st.from {
                             continue;
                         }
-                        st.given += chunk.len() as u64;
+                        let len = chunk.len() as u64;
+                        st.given += len;
                         if st.given > st.want {
                             return Err(XetError::Mismatch {
                                 xorb: st.xorb,
                                 why: format!("its chunks make more than the term's {}", st.want),
                             });
                         }
-                        return Ok(Some((Bytes::from(chunk), st)));
+                        // A chunk as its xorb frames it: the file's hash is made over these.
+                        st.framing
+                            .record(st.at, u32::try_from(len).unwrap_or(0), st.xorb, i);
+                        st.at += len;
+                        return Ok(Some(((Bytes::from(chunk), From::Xorb), st)));
                     }
                     Ok(None) => {}
                 }
@@ -546,9 +580,133 @@ impl XetSource {
         .boxed())
     }
 
+    /// The chunks of term `i` of `r` (its first chunk at `offset` in the file): copied from
+    /// the older version of the file where it holds them (each checked as it is read), the
+    /// rest — all of it, or from the first chunk the older version does not have right —
+    /// fetched from the term's xorb.
+    fn term_pieces(
+        self: &Arc<Self>,
+        r: Arc<Reconstruction>,
+        i: usize,
+        offset: u64,
+        local: Option<Arc<LocalChunks>>,
+    ) -> Pieces {
+        let this = self.clone();
+        let Some(term) = r.terms.get(i).cloned() else {
+            return futures::stream::empty().boxed();
+        };
+        let held = local.and_then(|l| {
+            let found = l.find(term.hash, term.range.start, term.range.end)?;
+            Some((l, found))
+        });
+        let Some((local, found)) = held else {
+            return futures::stream::once(async move {
+                let fetch = r
+                    .fetch_for(i)
+                    .cloned()
+                    .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?;
+                this.chunks(&fetch, &term, offset).await
+            })
+            .try_flatten()
+            .boxed();
+        };
+        // Copied a batch at a time (a few MiB read at once, each chunk hashed), the chunks
+        // recorded as the older version framed them.
+        enum Step {
+            Copy(usize, u64),
+            Fetch(u32, u64, u64),
+            Done,
+        }
+        let batch_bytes = 2u64 << 20;
+        futures::stream::try_unfold(Step::Copy(0, offset), move |step| {
+            let (this, local, found, term, r) = (
+                this.clone(),
+                local.clone(),
+                found.clone(),
+                term.clone(),
+                r.clone(),
+            );
+            async move {
+                let next: Result<Option<(Pieces, Step)>, XetError> = match step {
+                    Step::Done => Ok(None),
+                    Step::Copy(k, at) if k >= found.len() => {
+                        let _ = at;
+                        Ok(None)
+                    }
+                    Step::Copy(k, at) => {
+                        let mut end = k;
+                        let mut bytes = 0u64;
+                        while end < found.len() && (end == k || bytes < batch_bytes) {
+                            bytes += u64::from(found[end].len);
+                            end += 1;
+                        }
+                        let want: Vec<LocalChunk> = found[k..end].to_vec();
+                        let l = local.clone();
+                        let got = tokio::task::spawn_blocking(move || l.read_checked(&want))
+                            .await
+                            .map_err(|e| older(e.to_string()))?
+                            .map_err(|e| older(e.to_string()))?;
+                        let mut out = Vec::with_capacity(got.len());
+                        let mut pos = at;
+                        for (n, chunk) in got.into_iter().enumerate() {
+                            let index = term.range.start + u32::try_from(k + n).unwrap_or(0);
+                            let len = chunk.len() as u64;
+                            this.framing.record(
+                                pos,
+                                u32::try_from(len).unwrap_or(0),
+                                term.hash,
+                                index,
+                            );
+                            pos += len;
+                            out.push(Ok((Bytes::from(chunk), From::OlderVersion)));
+                        }
+                        let copied = k + out.len();
+                        let next = if copied == end {
+                            Step::Copy(end, pos)
+                        } else {
+                            // A chunk that is not what the record says: the rest of the term
+                            // comes from its xorb.
+                            Step::Fetch(
+                                term.range.start + u32::try_from(copied).unwrap_or(0),
+                                pos,
+                                pos - offset,
+                            )
+                        };
+                        Ok(Some((futures::stream::iter(out).boxed(), next)))
+                    }
+                    Step::Fetch(first, at, done) => {
+                        let fetch = r
+                            .fetch_for(i)
+                            .cloned()
+                            .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?;
+                        let rest = Term {
+                            hash: term.hash,
+                            unpacked_length: u32::try_from(
+                                u64::from(term.unpacked_length).saturating_sub(done),
+                            )
+                            .unwrap_or(0),
+                            range: super::reconstruction::ChunkRange {
+                                start: first,
+                                end: term.range.end,
+                            },
+                        };
+                        let body = this.chunks(&fetch, &rest, at).await?;
+                        Ok(Some((body, Step::Done)))
+                    }
+                };
+                next
+            }
+        })
+        .try_flatten()
+        .boxed()
+    }
+
     /// Bytes `range` of the file: its reconstruction, then each term's chunks, the first term's
     /// skipped bytes left out and the last cut at the range's end.
-    async fn range_body(&self, range: std::ops::Range<u64>) -> Result<MirrorBody, XetError> {
+    async fn range_body(
+        self: &Arc<Self>,
+        range: std::ops::Range<u64>,
+    ) -> Result<MirrorBody, XetError> {
         if range.end > self.size || range.start > range.end {
             return Err(BadReconstruction(format!(
                 "bytes {}..{} of a file of {}",
@@ -560,99 +718,82 @@ impl XetSource {
             return Ok(futures::stream::empty().boxed());
         }
         let r = Arc::new(self.reconstruction(&range).await?);
+        // Where the first term's first chunk lies in the file.
+        let first = range
+            .start
+            .checked_sub(r.offset_into_first_range)
+            .ok_or_else(|| {
+                BadReconstruction(format!(
+                    "it skips {} byte(s) before byte {} of the file",
+                    r.offset_into_first_range, range.start
+                ))
+            })?;
         let local = match &self.reuse {
             Some(reuse) => reuse.chunks().await,
             None => None,
         };
-        let this = self.clone_for_body();
+        let mut offsets = Vec::with_capacity(r.terms.len());
+        let mut at = first;
+        for t in &r.terms {
+            offsets.push(at);
+            at = at.saturating_add(u64::from(t.unpacked_length));
+        }
+        let this = self.clone();
+        let counters = self.counters.clone();
         let mut skip = r.offset_into_first_range;
         let mut left = range.end - range.start;
-        let terms: Vec<Term> = r.terms.clone();
-        let stream = futures::stream::iter(terms)
-            .then(move |term| {
-                let (this, r, local) = (this.clone(), r.clone(), local.clone());
-                async move {
-                    // Chunks an older version holds are copied from it.
-                    if let Some((local, spans)) = local.and_then(|l| {
-                        let spans = l.find(term.hash, term.range.start, term.range.end)?;
-                        Some((l, spans))
-                    }) {
-                        return Ok(copied(local, spans, this.counters.clone()));
-                    }
-                    let fetch = r
-                        .fetch_for(&term)
-                        .cloned()
-                        .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?;
-                    this.chunks(&fetch, &term).await
-                }
+        let stream = futures::stream::iter(offsets.into_iter().enumerate())
+            .map(move |(i, offset)| {
+                Ok::<_, XetError>(this.term_pieces(r.clone(), i, offset, local.clone()))
             })
             .try_flatten()
-            .map_ok(move |mut b: Bytes| {
+            .map_ok(move |(mut b, from): (Bytes, From)| {
+                if left == 0 {
+                    // The range is complete: nothing more is read.
+                    return None;
+                }
                 let s = usize::try_from(skip.min(b.len() as u64)).unwrap_or(b.len());
                 skip -= s as u64;
                 b = b.slice(s..);
                 let n = usize::try_from(left.min(b.len() as u64)).unwrap_or(b.len());
                 left -= n as u64;
-                b.slice(..n)
+                let b = b.slice(..n);
+                // Only what is written counts as copied.
+                if from == From::OlderVersion {
+                    counters
+                        .reused_bytes
+                        .fetch_add(b.len() as u64, Ordering::Relaxed);
+                }
+                Some(b)
             })
-            .try_filter(|b| futures::future::ready(!b.is_empty()))
+            .try_take_while(|b| futures::future::ready(Ok(b.is_some())))
+            .try_filter_map(|b| futures::future::ready(Ok(b.filter(|b| !b.is_empty()))))
             .map_err(BoxError::from);
         Ok(stream.boxed())
     }
+}
 
-    fn clone_for_body(&self) -> Arc<XetSource> {
-        Arc::new(XetSource {
-            name: self.name.clone(),
-            file: self.file,
-            size: self.size,
-            http: self.http.clone(),
-            access: self.access.clone(),
-            v1: AtomicBool::new(self.v1.load(Ordering::Relaxed)),
-            reuse: self.reuse.clone(),
-            counters: self.counters.clone(),
-        })
+fn older(why: String) -> XetError {
+    XetError::Network {
+        what: "a chunk of the older version".into(),
+        why,
     }
 }
 
-/// Chunks copied from an older version of the file (`spans` of its blob), in order.
-fn copied(
-    local: Arc<super::record::LocalChunks>,
-    spans: Vec<(u64, u32)>,
-    counters: Arc<XetCounters>,
-) -> futures::stream::BoxStream<'static, Result<Bytes, XetError>> {
-    futures::stream::iter(spans)
-        .then(move |(offset, len)| {
-            let (local, counters) = (local.clone(), counters.clone());
-            async move {
-                let bytes = tokio::task::spawn_blocking(move || local.read(offset, len))
-                    .await
-                    .map_err(|e| XetError::Network {
-                        what: "a chunk of the older version".into(),
-                        why: e.to_string(),
-                    })?
-                    .map_err(|e| XetError::Network {
-                        what: "a chunk of the older version".into(),
-                        why: e.to_string(),
-                    })?;
-                counters
-                    .reused_bytes
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                Ok(Bytes::from(bytes))
-            }
-        })
-        .boxed()
-}
+/// The source the engine reads (an `Arc`, so that a range's body may hold it).
+#[derive(Debug, Clone)]
+pub struct XetMirror(pub Arc<XetSource>);
 
-impl Mirror for XetSource {
+impl Mirror for XetMirror {
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn get_range(
         &self,
         range: std::ops::Range<u64>,
     ) -> BoxFuture<'_, Result<MirrorBody, BoxError>> {
-        Box::pin(async move { self.range_body(range).await.map_err(BoxError::from) })
+        Box::pin(async move { self.0.range_body(range).await.map_err(BoxError::from) })
     }
 
     fn repaired_by_chunk(&self) -> bool {

@@ -150,8 +150,11 @@ pub struct Reconstruction {
     pub offset_into_first_range: u64,
     /// The terms, in order.
     pub terms: Vec<Term>,
-    /// Where chunks are fetched, by xorb.
+    /// Where chunks are fetched, by xorb (sorted by their first chunk once checked).
     pub fetches: BTreeMap<XetHash, Vec<Fetch>>,
+    /// Per term, once [`check`](Self::check)ed: the index, in its xorb's list, of the fetch
+    /// that covers it.
+    cover: Vec<usize>,
 }
 
 /// Why a reconstruction cannot be used.
@@ -181,6 +184,7 @@ impl From<ReconstructionV1> for Reconstruction {
             offset_into_first_range: v.offset_into_first_range,
             terms: v.terms,
             fetches,
+            cover: Vec::new(),
         }
     }
 }
@@ -210,6 +214,7 @@ impl From<ReconstructionV2> for Reconstruction {
             offset_into_first_range: v.offset_into_first_range,
             terms: v.terms,
             fetches,
+            cover: Vec::new(),
         }
     }
 }
@@ -233,8 +238,11 @@ impl Reconstruction {
     /// Refuses what no CAS answers and the client could not use: more than [`MAX_TERMS`] terms
     /// or fetches, an empty chunk range, a term longer than its chunks can be, a term no fetch of
     /// its xorb covers, a byte range shorter than a chunk header per chunk, a skip past the first
-    /// term.
-    pub fn check(&self) -> Result<(), BadReconstruction> {
+    /// term. Finds the fetch that covers each term on the way ([`fetch_for`](Self::fetch_for)),
+    /// in time linear in the answer's size (each xorb's fetches sorted once, each term found by
+    /// a binary search): a hostile answer of many terms and fetches costs no more than its
+    /// reading.
+    pub fn check(&mut self) -> Result<(), BadReconstruction> {
         let bad = |m: String| Err(BadReconstruction(m));
         if self.terms.len() > MAX_TERMS {
             return bad(format!("{} terms, more than {MAX_TERMS}", self.terms.len()));
@@ -242,29 +250,6 @@ impl Reconstruction {
         let fetches: usize = self.fetches.values().map(Vec::len).sum();
         if fetches > MAX_TERMS {
             return bad(format!("{fetches} fetches, more than {MAX_TERMS}"));
-        }
-        for (i, t) in self.terms.iter().enumerate() {
-            if t.range.is_empty() {
-                return bad(format!("term {i} names no chunk of xorb {}", t.hash));
-            }
-            let most = u64::from(t.range.len()) * MAX_CHUNK_LEN as u64;
-            if t.unpacked_length == 0 || u64::from(t.unpacked_length) > most {
-                return bad(format!(
-                    "term {i} says {} byte(s) for {} chunk(s)",
-                    t.unpacked_length,
-                    t.range.len()
-                ));
-            }
-            let covered = self
-                .fetches
-                .get(&t.hash)
-                .is_some_and(|l| l.iter().any(|f| f.chunks.contains(&t.range)));
-            if !covered {
-                return bad(format!(
-                    "term {i} (chunks {}..{} of xorb {}) has no fetch that covers it",
-                    t.range.start, t.range.end, t.hash
-                ));
-            }
         }
         for f in self.fetches.values().flatten() {
             if f.chunks.is_empty() || f.bytes.end < f.bytes.start {
@@ -279,6 +264,53 @@ impl Reconstruction {
                 ));
             }
         }
+        // Per xorb, its fetches by first chunk, and for each the one reaching furthest among
+        // it and those before it: a term is covered by that one of the last fetch starting at
+        // or before it, if any is.
+        let mut furthest: BTreeMap<XetHash, Vec<usize>> = BTreeMap::new();
+        for (xorb, list) in self.fetches.iter_mut() {
+            list.sort_by_key(|f| (f.chunks.start, std::cmp::Reverse(f.chunks.end)));
+            let mut best = 0usize;
+            let reach = list
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    if f.chunks.end > list[best].chunks.end {
+                        best = i;
+                    }
+                    best
+                })
+                .collect();
+            furthest.insert(*xorb, reach);
+        }
+        let mut cover = Vec::with_capacity(self.terms.len());
+        for (i, t) in self.terms.iter().enumerate() {
+            if t.range.is_empty() {
+                return bad(format!("term {i} names no chunk of xorb {}", t.hash));
+            }
+            let most = u64::from(t.range.len()) * MAX_CHUNK_LEN as u64;
+            if t.unpacked_length == 0 || u64::from(t.unpacked_length) > most {
+                return bad(format!(
+                    "term {i} says {} byte(s) for {} chunk(s)",
+                    t.unpacked_length,
+                    t.range.len()
+                ));
+            }
+            let found = self.fetches.get(&t.hash).and_then(|list| {
+                let starts_before = list.partition_point(|f| f.chunks.start <= t.range.start);
+                let best = *furthest.get(&t.hash)?.get(starts_before.checked_sub(1)?)?;
+                list[best].chunks.contains(&t.range).then_some(best)
+            });
+            match found {
+                Some(k) => cover.push(k),
+                None => {
+                    return bad(format!(
+                        "term {i} (chunks {}..{} of xorb {}) has no fetch that covers it",
+                        t.range.start, t.range.end, t.hash
+                    ))
+                }
+            }
+        }
         if let Some(first) = self.terms.first() {
             if self.offset_into_first_range >= u64::from(first.unpacked_length) {
                 return bad(format!(
@@ -289,15 +321,15 @@ impl Reconstruction {
         } else if self.offset_into_first_range != 0 {
             return bad("it skips bytes of no term".into());
         }
+        self.cover = cover;
         Ok(())
     }
 
-    /// The fetch a term's chunks come from (the first that covers them).
-    pub fn fetch_for(&self, t: &Term) -> Option<&Fetch> {
-        self.fetches
-            .get(&t.hash)?
-            .iter()
-            .find(|f| f.chunks.contains(&t.range))
+    /// The fetch term `i`'s chunks come from (once [`check`](Self::check)ed: one that covers
+    /// them).
+    pub fn fetch_for(&self, i: usize) -> Option<&Fetch> {
+        let t = self.terms.get(i)?;
+        self.fetches.get(&t.hash)?.get(*self.cover.get(i)?)
     }
 }
 
@@ -314,7 +346,7 @@ mod tests {
     #[test]
     fn v1_and_v2_read_as_one_shape() {
         let v1: ReconstructionV1 = serde_json::from_str(V1).unwrap();
-        let r1 = Reconstruction::from(v1.clone());
+        let mut r1 = Reconstruction::from(v1.clone());
         r1.check().unwrap();
         assert_eq!(r1.len(), 263873 - 5);
         let xorb = v1.terms[0].hash;
@@ -337,12 +369,10 @@ mod tests {
             .into(),
         };
         let json = serde_json::to_string(&v2).unwrap();
-        let r2 = Reconstruction::from(serde_json::from_str::<ReconstructionV2>(&json).unwrap());
+        let mut r2 = Reconstruction::from(serde_json::from_str::<ReconstructionV2>(&json).unwrap());
+        r2.check().unwrap();
         assert_eq!(r1, r2);
-        assert_eq!(
-            r1.fetch_for(&r1.terms[0]).unwrap().bytes.header(),
-            "bytes=0-131071"
-        );
+        assert_eq!(r1.fetch_for(0).unwrap().bytes.header(), "bytes=0-131071");
     }
 
     #[test]
@@ -366,5 +396,90 @@ mod tests {
         // A hash that is not one.
         let e = serde_json::from_str::<ReconstructionV1>(&V1.replace("1111111111111111111111111111111111111111111111111111111111111111\",\n                   \"unpacked", "11\",\n                   \"unpacked")).unwrap_err();
         assert!(e.to_string().contains("not a Xet hash"), "{e}");
+    }
+
+    /// Each term finds the fetch that covers it, among many of its xorb in any order; a term
+    /// that only overlapping fetches cover together is refused.
+    #[test]
+    fn each_term_finds_its_fetch() {
+        let xorb = XetHash([7; 32]);
+        let fetch = |start: u32, end: u32| Fetch {
+            xorb,
+            chunks: ChunkRange { start, end },
+            url: format!("http://x/{start}-{end}"),
+            bytes: ByteRange {
+                start: 0,
+                end: 1 << 20,
+            },
+        };
+        let term = |start: u32, end: u32| Term {
+            hash: xorb,
+            unpacked_length: 1000,
+            range: ChunkRange { start, end },
+        };
+        let mut r = Reconstruction {
+            offset_into_first_range: 0,
+            terms: vec![term(12, 14), term(0, 2), term(3, 9), term(20, 21)],
+            fetches: [(
+                xorb,
+                vec![fetch(10, 15), fetch(2, 4), fetch(0, 10), fetch(20, 30)],
+            )]
+            .into(),
+            cover: Vec::new(),
+        };
+        r.check().unwrap();
+        let urls: Vec<&str> = (0..4)
+            .map(|i| r.fetch_for(i).unwrap().url.as_str())
+            .collect();
+        assert_eq!(
+            urls,
+            [
+                "http://x/10-15",
+                "http://x/0-10",
+                "http://x/0-10",
+                "http://x/20-30"
+            ]
+        );
+        r.terms.push(term(9, 11));
+        assert!(r.check().unwrap_err().to_string().contains("term 4"));
+    }
+
+    /// A hostile answer of many terms and fetches of one xorb is checked in time linear in its
+    /// size (it took seconds when each term was matched against every fetch).
+    #[test]
+    fn a_large_hostile_answer_is_checked_linearly() {
+        let xorb = XetHash([9; 32]);
+        let n = 200_000u32;
+        let mut r = Reconstruction {
+            offset_into_first_range: 0,
+            terms: (0..n)
+                .map(|i| Term {
+                    hash: xorb,
+                    unpacked_length: 1,
+                    range: ChunkRange {
+                        start: n - 1 - i,
+                        end: n - i,
+                    },
+                })
+                .collect(),
+            fetches: [(
+                xorb,
+                (0..n)
+                    .map(|i| Fetch {
+                        xorb,
+                        chunks: ChunkRange {
+                            start: i,
+                            end: i + 1,
+                        },
+                        url: String::new(),
+                        bytes: ByteRange { start: 0, end: 8 },
+                    })
+                    .collect(),
+            )]
+            .into(),
+            cover: Vec::new(),
+        };
+        r.check().unwrap();
+        assert_eq!(r.fetch_for(0).unwrap().chunks.start, n - 1);
     }
 }

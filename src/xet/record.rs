@@ -1,40 +1,46 @@
 //! What the cache keeps of a file fetched through the CAS, beside its blob
-//! (`.wi-xet/{etag}.json`): its Xet hash and its reconstruction's terms (which chunks of which
-//! xorbs make it). A later revision of the file whose terms name chunks it already holds copies
-//! them from the old blob instead of fetching them ([`LocalChunks`]).
+//! (`.wi-xet/{etag}.json`): its Xet hash and its chunks in order, each as the xorb framed it —
+//! which chunk of which xorb, its length and its hash — grouped in runs of one xorb's
+//! consecutive chunks. A later revision of the file whose reconstruction names chunks the old
+//! one holds copies them from the old blob instead of fetching them ([`LocalChunks`]).
 //!
-//! The record is a hint, checked like every hint: the old blob is cut into chunks again (as the
-//! Hub cut it) and the terms must account for exactly those chunks, each term's length the sum
-//! of its chunks'; a record that does not fit its blob is not used. What is copied is then
-//! checked with everything else, against the new file's Xet hash and SHA-256.
+//! The record is written only for a file whose Xet hash was computed over those very chunks and
+//! matched, so its boundaries are the file's own (whatever chunker cut it, in whatever era). It
+//! is a hint all the same, checked like every hint: the old blob must have the record's size,
+//! and every chunk copied from it is hashed as it is read and must be the chunk the record
+//! names; one that is not is fetched. What is copied is then checked with everything else,
+//! against the new file's Xet hash and SHA-256. Records of the first format (terms without
+//! their chunks, found again by cutting the blob with today's chunker) are not read.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::FileExt as _;
 
+use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::hash::XetHash;
-use super::reconstruction::Reconstruction;
+use super::framing::{chunk_limit, FramedChunk};
+use super::hash::{chunk_hash, XetHash};
+use super::xorb::MAX_CHUNK_LEN;
 
 /// The record's format name.
 pub const FORMAT: &str = "weight-inspect-xet-record";
-/// The record's largest size read.
-pub const MAX_RECORD_BYTES: u64 = 16 << 20;
-/// The most chunks of an old file indexed for reuse (a 512 GiB file of 64 KiB chunks).
-pub const MAX_CHUNKS: usize = 1 << 23;
+/// The record's version.
+pub const VERSION: u32 = 2;
+/// The record's largest size read (about 60 bytes a chunk: a file of 64 GiB in 64 KiB chunks).
+pub const MAX_RECORD_BYTES: u64 = 64 << 20;
 
-/// One term of a file's reconstruction, as kept.
+/// Consecutive chunks of one xorb, as kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordTerm {
+pub struct RecordRun {
     /// The xorb.
     pub xorb: XetHash,
-    /// Its first chunk.
+    /// The index of its first chunk in the xorb.
     pub start: u32,
-    /// One past its last.
-    pub end: u32,
-    /// The bytes of those chunks.
-    pub len: u32,
+    /// Each chunk's length.
+    pub lens: Vec<u32>,
+    /// Each chunk's hash, 32 bytes each, back to back, in base64.
+    pub hashes: String,
 }
 
 /// What is kept of a file fetched through the CAS.
@@ -42,7 +48,7 @@ pub struct RecordTerm {
 pub struct XetRecord {
     /// [`FORMAT`].
     pub format: String,
-    /// 1.
+    /// [`VERSION`].
     pub version: u32,
     /// The file's path in the repository.
     pub path: String,
@@ -52,47 +58,124 @@ pub struct XetRecord {
     pub size: u64,
     /// Its Xet hash.
     pub xet_hash: XetHash,
-    /// Its terms, in order.
-    pub terms: Vec<RecordTerm>,
+    /// Its chunks, in order.
+    pub runs: Vec<RecordRun>,
+}
+
+/// One chunk of a record, located in its blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalChunk {
+    /// Its offset in the blob.
+    pub offset: u64,
+    /// Its length.
+    pub len: u32,
+    /// Its hash.
+    pub hash: XetHash,
 }
 
 impl XetRecord {
-    /// The record of a whole file's reconstruction; `None` for one that is not of a whole file
-    /// (it skips bytes of its first term) or that makes another length.
+    /// The record of a file whose chunks are `chunks` (in order, from its first byte to its
+    /// last, each with its hash: [`super::framing::Framing::whole`]); `None` when they do not
+    /// make `size` bytes.
     pub fn of(
-        r: &Reconstruction,
+        chunks: &[FramedChunk],
         path: &str,
         etag: &str,
         size: u64,
         xet_hash: XetHash,
     ) -> Option<XetRecord> {
-        if r.offset_into_first_range != 0 || r.len() != size {
+        let mut runs: Vec<(RecordRun, Vec<u8>)> = Vec::new();
+        let mut at = 0u64;
+        for c in chunks {
+            if c.offset != at {
+                return None;
+            }
+            at += u64::from(c.len);
+            let hash = c.hash?;
+            match runs.last_mut() {
+                Some((r, h))
+                    if r.xorb == c.xorb
+                        && u64::from(r.start) + r.lens.len() as u64 == u64::from(c.index) =>
+                {
+                    r.lens.push(c.len);
+                    h.extend_from_slice(&hash.0);
+                }
+                _ => runs.push((
+                    RecordRun {
+                        xorb: c.xorb,
+                        start: c.index,
+                        lens: vec![c.len],
+                        hashes: String::new(),
+                    },
+                    hash.0.to_vec(),
+                )),
+            }
+        }
+        if at != size {
             return None;
         }
         Some(XetRecord {
             format: FORMAT.into(),
-            version: 1,
+            version: VERSION,
             path: path.into(),
             etag: etag.into(),
             size,
             xet_hash,
-            terms: r
-                .terms
-                .iter()
-                .map(|t| RecordTerm {
-                    xorb: t.hash,
-                    start: t.range.start,
-                    end: t.range.end,
-                    len: t.unpacked_length,
+            runs: runs
+                .into_iter()
+                .map(|(mut r, h)| {
+                    r.hashes = base64::engine::general_purpose::STANDARD_NO_PAD.encode(h);
+                    r
                 })
                 .collect(),
         })
     }
 
-    /// Reads a record, refusing another format or version.
+    /// Reads a record (at most [`MAX_RECORD_BYTES`], bounded by the caller), refusing another
+    /// format or version, and one whose chunks cannot be a file of its size.
     pub fn parse(bytes: &[u8]) -> Option<XetRecord> {
         let r: XetRecord = serde_json::from_slice(bytes).ok()?;
-        (r.format == FORMAT && r.version == 1).then_some(r)
+        if r.format != FORMAT || r.version != VERSION {
+            return None;
+        }
+        r.chunks().map(|_| r)
+    }
+
+    /// Every chunk, in order: (xorb, index, offset in the file, length, hash). `None` when the
+    /// record cannot describe a file of its size: a chunk longer than a chunk may be, a run
+    /// whose hashes are not one per chunk, more chunks than such a file has, lengths that do
+    /// not add up to its size.
+    pub fn chunks(&self) -> Option<Vec<(XetHash, u32, LocalChunk)>> {
+        let mut out = Vec::new();
+        let mut at = 0u64;
+        let limit = chunk_limit(self.size);
+        for run in &self.runs {
+            let hashes = base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(run.hashes.as_bytes())
+                .ok()?;
+            if hashes.len() != 32 * run.lens.len() {
+                return None;
+            }
+            for (k, (&len, h)) in run.lens.iter().zip(hashes.chunks_exact(32)).enumerate() {
+                if len == 0 || len as usize > MAX_CHUNK_LEN || out.len() >= limit {
+                    return None;
+                }
+                let index = run.start.checked_add(u32::try_from(k).ok()?)?;
+                let mut hash = [0u8; 32];
+                hash.copy_from_slice(h);
+                out.push((
+                    run.xorb,
+                    index,
+                    LocalChunk {
+                        offset: at,
+                        len,
+                        hash: XetHash(hash),
+                    },
+                ));
+                at += u64::from(len);
+            }
+        }
+        (at == self.size).then_some(out)
     }
 }
 
@@ -100,85 +183,65 @@ impl XetRecord {
 #[derive(Debug)]
 pub struct LocalChunks {
     file: std::fs::File,
-    /// `(xorb, chunk index)` → (offset in the blob, length).
-    chunks: HashMap<(XetHash, u32), (u64, u32)>,
+    /// `(xorb, chunk index)` → where it is in the blob, and its hash.
+    chunks: HashMap<(XetHash, u32), LocalChunk>,
 }
 
 impl LocalChunks {
-    /// The chunks of `blob` (the file `record` describes) by xorb chunk: the blob is read and
-    /// cut into chunks as the Hub cut it, and the record's terms must account for exactly those
-    /// (`None` otherwise: the record does not describe this blob, or it changed).
+    /// The chunks of `blob` (the file `record` describes) by xorb chunk; `None` when the blob
+    /// does not have the record's size (it is not the file, or it changed).
     pub fn index(record: &XetRecord, blob: std::fs::File) -> io::Result<Option<LocalChunks>> {
-        let size = blob.metadata()?.len();
-        if size != record.size {
+        if blob.metadata()?.len() != record.size {
             return Ok(None);
         }
-        // The blob's chunks, as the Hub cut them.
-        let mut lens: Vec<u32> =
-            Vec::with_capacity(usize::try_from(size / 65_536 + 1).unwrap_or(0));
-        let mut chunker = super::chunking::Chunker::new();
-        let mut buf = vec![0u8; 4 << 20];
-        let (mut at, mut current) = (0u64, 0u64);
-        let mut whole = super::hash::FileHasher::new();
-        while at < size {
-            let n = usize::try_from((size - at).min(buf.len() as u64)).unwrap_or(buf.len());
-            blob.read_exact_at(&mut buf[..n], at)?;
-            let mut piece = &buf[..n];
-            whole.update(piece);
-            while let Some(k) = chunker.next(piece) {
-                lens.push(u32::try_from(current + k as u64).unwrap_or(u32::MAX));
-                current = 0;
-                piece = &piece[k..];
-                if lens.len() > MAX_CHUNKS {
-                    return Ok(None);
-                }
-            }
-            current += piece.len() as u64;
-            at += n as u64;
-        }
-        if current > 0 {
-            lens.push(u32::try_from(current).unwrap_or(u32::MAX));
-        }
-        // The blob is the file the record names (its Xet hash, computed on the way).
-        if whole.finish() != record.xet_hash {
+        let Some(list) = record.chunks() else {
             return Ok(None);
-        }
-        let mut chunks = HashMap::with_capacity(lens.len());
-        let (mut next, mut offset) = (0usize, 0u64);
-        for t in &record.terms {
-            let n = t.end.saturating_sub(t.start) as usize;
-            let Some(those) = lens.get(next..next + n) else {
-                return Ok(None);
-            };
-            if those.iter().map(|&l| u64::from(l)).sum::<u64>() != u64::from(t.len) {
-                return Ok(None);
-            }
-            for (k, &len) in those.iter().enumerate() {
-                chunks
-                    .entry((t.xorb, t.start + k as u32))
-                    .or_insert((offset, len));
-                offset += u64::from(len);
-            }
-            next += n;
-        }
-        if next != lens.len() {
-            return Ok(None);
+        };
+        let mut chunks = HashMap::with_capacity(list.len());
+        for (xorb, index, c) in list {
+            chunks.entry((xorb, index)).or_insert(c);
         }
         Ok(Some(LocalChunks { file: blob, chunks }))
     }
 
     /// Where chunks `start..end` of `xorb` are in the blob, when it holds every one of them.
-    pub fn find(&self, xorb: XetHash, start: u32, end: u32) -> Option<Vec<(u64, u32)>> {
+    pub fn find(&self, xorb: XetHash, start: u32, end: u32) -> Option<Vec<LocalChunk>> {
         (start..end)
             .map(|i| self.chunks.get(&(xorb, i)).copied())
             .collect()
     }
 
-    /// The bytes at `offset`, `len` of them.
-    pub fn read(&self, offset: u64, len: u32) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len as usize];
-        self.file.read_exact_at(&mut buf, offset)?;
-        Ok(buf)
+    /// The bytes of `chunks` (as [`find`](Self::find) gives them), read with as few reads as
+    /// their places allow and each hashed: the chunks from the first on that are what the
+    /// record says, up to the first that is not (which the caller fetches instead).
+    pub fn read_checked(&self, chunks: &[LocalChunk]) -> io::Result<Vec<Vec<u8>>> {
+        let mut out = Vec::with_capacity(chunks.len());
+        let mut i = 0;
+        while i < chunks.len() {
+            // A span of chunks back to back in the blob, read at once (up to 8 MiB).
+            let mut j = i + 1;
+            let mut len = u64::from(chunks[i].len);
+            while j < chunks.len()
+                && chunks[j].offset == chunks[j - 1].offset + u64::from(chunks[j - 1].len)
+                && len + u64::from(chunks[j].len) <= 8 << 20
+            {
+                len += u64::from(chunks[j].len);
+                j += 1;
+            }
+            let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+            self.file.read_exact_at(&mut buf, chunks[i].offset)?;
+            let mut at = 0usize;
+            for c in &chunks[i..j] {
+                let bytes = &buf[at..at + c.len as usize];
+                if chunk_hash(bytes) != c.hash {
+                    return Ok(out);
+                }
+                out.push(bytes.to_vec());
+                at += c.len as usize;
+            }
+            i = j;
+        }
+        Ok(out)
     }
 
     /// How many chunks it holds.
@@ -195,32 +258,36 @@ impl LocalChunks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xet::chunking::chunks;
-    use crate::xet::hash::{chunk_hash, file_hash};
+    use crate::xet::chunking::{chunks_by, ChunkRule};
+    use crate::xet::framing::{FramedHasher, Framing};
 
-    /// A record whose terms put every chunk of `data` in one xorb, `per` chunks a term.
-    fn record_of(data: &[u8], per: usize) -> XetRecord {
-        let cs = chunks(data);
-        let xorb = chunk_hash(b"xorb");
-        let terms = cs
-            .chunks(per)
-            .enumerate()
-            .map(|(g, group)| RecordTerm {
-                xorb,
-                start: (g * per) as u32,
-                end: (g * per + group.len()) as u32,
-                len: group.iter().map(|r| (r.end - r.start) as u32).sum(),
-            })
-            .collect();
-        XetRecord {
-            format: FORMAT.into(),
-            version: 1,
-            path: "m.bin".into(),
-            etag: "e".into(),
-            size: data.len() as u64,
-            xet_hash: file_hash(data),
-            terms,
+    fn data(seed: &[u8], n: usize) -> Vec<u8> {
+        let mut out = vec![0u8; n];
+        blake3::Hasher::new()
+            .update(seed)
+            .finalize_xof()
+            .fill(&mut out);
+        out
+    }
+
+    /// The record of `data` cut by `rule`, every chunk in one xorb, `per` chunks a xorb.
+    fn record_of(data: &[u8], rule: ChunkRule, per: usize) -> XetRecord {
+        let framing = Framing::new(data.len() as u64);
+        for (i, r) in chunks_by(data, rule).iter().enumerate() {
+            let xorb = chunk_hash(&(i / per).to_le_bytes());
+            framing.record(r.start as u64, r.len() as u32, xorb, (i % per) as u32);
         }
+        let mut h = FramedHasher::new(framing.clone());
+        h.update(data);
+        let hash = h.finish().unwrap();
+        XetRecord::of(
+            &framing.whole().unwrap(),
+            "m.bin",
+            "e",
+            data.len() as u64,
+            hash,
+        )
+        .unwrap()
     }
 
     fn file_of(data: &[u8]) -> std::fs::File {
@@ -230,53 +297,69 @@ mod tests {
         f
     }
 
+    /// A file cut as xet-core cut files before its PR #487 is indexed by its own chunks (no
+    /// chunker runs), and each is read back checked.
     #[test]
-    fn an_old_blob_is_indexed_by_xorb_chunk_and_read_back() {
-        let mut data = vec![0u8; 1_500_000];
-        blake3::Hasher::new()
-            .update(b"old")
-            .finalize_xof()
-            .fill(&mut data);
-        let rec = record_of(&data, 3);
+    fn an_old_blob_is_indexed_by_its_own_chunks_and_read_back_checked() {
+        let bytes = data(b"old", 1_500_000);
+        let rec = record_of(&bytes, ChunkRule::BeforeMinimumFix, 7);
         let text = serde_json::to_vec(&rec).unwrap();
         assert_eq!(XetRecord::parse(&text), Some(rec.clone()));
-        let local = LocalChunks::index(&rec, file_of(&data)).unwrap().unwrap();
-        let n = chunks(&data).len();
-        assert_eq!(local.len(), n);
-        let xorb = rec.terms[0].xorb;
-        let spans = local.find(xorb, 1, 3).unwrap();
-        let (off, len) = spans[0];
-        let r = &chunks(&data)[1];
-        assert_eq!((off as usize, len as usize), (r.start, r.end - r.start));
-        assert_eq!(local.read(off, len).unwrap(), &data[r.clone()]);
-        assert!(local.find(xorb, 0, n as u32 + 1).is_none());
+        assert!(rec.runs.len() > 1);
+        let local = LocalChunks::index(&rec, file_of(&bytes)).unwrap().unwrap();
+        let cuts = chunks_by(&bytes, ChunkRule::BeforeMinimumFix);
+        assert_eq!(local.len(), cuts.len());
+        let xorb = rec.runs[0].xorb;
+        let found = local.find(xorb, 1, 4).unwrap();
+        assert_eq!(found[0].offset as usize, cuts[1].start);
+        let got = local.read_checked(&found).unwrap();
+        assert_eq!(got.concat(), &bytes[cuts[1].start..cuts[3].end]);
+        assert!(local.find(xorb, 0, 8).is_none());
     }
 
-    /// A record that does not describe its blob (another file, changed bytes, terms that do
-    /// not add up) is not used.
+    /// A blob that changed since its record: the chunks up to the changed one are read, the
+    /// rest is left to be fetched; one of another size is not used at all.
     #[test]
-    fn a_record_that_does_not_fit_its_blob_is_not_used() {
-        let mut data = vec![0u8; 600_000];
-        blake3::Hasher::new()
-            .update(b"fit")
-            .finalize_xof()
-            .fill(&mut data);
-        let rec = record_of(&data, 2);
-        let mut changed = data.clone();
-        changed[1000] ^= 1;
-        assert!(LocalChunks::index(&rec, file_of(&changed))
+    fn a_changed_blob_lends_only_what_is_still_right() {
+        let bytes = data(b"fit", 600_000);
+        let rec = record_of(&bytes, ChunkRule::Current, 100);
+        let cuts = chunks_by(&bytes, ChunkRule::Current);
+        let mut changed = bytes.clone();
+        changed[cuts[2].start + 10] ^= 1;
+        let local = LocalChunks::index(&rec, file_of(&changed))
+            .unwrap()
+            .unwrap();
+        let all = local.find(rec.runs[0].xorb, 0, cuts.len() as u32).unwrap();
+        let got = local.read_checked(&all).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(LocalChunks::index(&rec, file_of(&bytes[1..]))
             .unwrap()
             .is_none());
-        let mut wrong = rec.clone();
-        wrong.terms[0].len += 1;
-        assert!(LocalChunks::index(&wrong, file_of(&data))
-            .unwrap()
-            .is_none());
-        let mut short = rec.clone();
-        short.terms.pop();
-        assert!(LocalChunks::index(&short, file_of(&data))
-            .unwrap()
-            .is_none());
-        assert!(XetRecord::parse(b"{\"format\": \"other\"}").is_none());
+    }
+
+    /// Records that cannot describe a file of their size are refused, and so is the first
+    /// format.
+    #[test]
+    fn a_record_that_cannot_be_is_not_read() {
+        let bytes = data(b"bad", 300_000);
+        let rec = record_of(&bytes, ChunkRule::Current, 100);
+        let refused = |f: &dyn Fn(&mut XetRecord)| {
+            let mut r = rec.clone();
+            f(&mut r);
+            XetRecord::parse(&serde_json::to_vec(&r).unwrap()).is_none()
+        };
+        assert!(refused(&|r| r.size += 1));
+        assert!(refused(&|r| r.runs[0].lens[0] = 0));
+        assert!(refused(&|r| r.runs[0].lens[0] = 200_000));
+        assert!(refused(&|r| r.runs[0].hashes.truncate(10)));
+        assert!(refused(&|r| r.version = 1));
+        assert!(refused(&|r| r.runs[0].start = u32::MAX));
+        assert!(!refused(&|_| ()));
+        assert!(XetRecord::parse(
+            br#"{"format": "weight-inspect-xet-record", "version": 1, "path": "m", "etag": "e",
+                "size": 5, "xet_hash": "0000000000000000000000000000000000000000000000000000000000000000",
+                "terms": []}"#
+        )
+        .is_none());
     }
 }

@@ -78,6 +78,7 @@ fn main() -> std::process::ExitCode {
         Python: wi_fetch::we_read_a_huggingface_hub_cache,
         Python: wi_fetch::huggingface_hub_keeps_a_renamed_repository_where_we_do,
         Python: xet::huggingface_hub_and_hf_xet_download_through_the_cas,
+        Python: xet::hf_xet_downloads_files_of_every_era_byte_exact,
     ])
 }
 

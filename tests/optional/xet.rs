@@ -362,3 +362,93 @@ pub fn huggingface_hub_and_hf_xet_download_through_the_cas() {
         }
     }
 }
+
+/// Mock-hub's files of other eras are what the Hub holds (issue 53): stored as xet-core cut
+/// files before its PR #487 of 2025-09-09, or in fixed-size chunks, huggingface_hub 2.4 with the
+/// real hf_xet downloads them byte-exact through the CAS (v2, then v1), and the Xet hash
+/// mock-hub announces for them is the Merkle root of those chunks — not the hash hf_xet or we
+/// compute by cutting the bytes with today's chunker. wi-fetch gets them through the CAS with
+/// that hash checked.
+pub fn hf_xet_downloads_files_of_every_era_byte_exact() {
+    use mock_server::{ChunkRule, XetChunking};
+    use weight_inspect::xet::{chunking, hash};
+    let era = |bytes: &[u8], rule: ChunkRule| {
+        let mut tree = hash::MerkleBuilder::new();
+        for r in chunking::chunks_by(bytes, rule) {
+            tree.push(hash::chunk_hash(&bytes[r.clone()]), r.len() as u64);
+        }
+        tree.file_hash().to_string()
+    };
+    let files = [
+        (
+            "old.bin",
+            testkit::data(6 << 20, 531),
+            ChunkRule::BeforeMinimumFix,
+        ),
+        (
+            "fixed.bin",
+            testkit::data(3 << 20, 532),
+            ChunkRule::Fixed(100_000),
+        ),
+        (
+            "small-chunks.bin",
+            testkit::data(1 << 20, 533),
+            ChunkRule::Fixed(4096),
+        ),
+    ];
+    for v2 in [true, false] {
+        let mut b = MockHub::builder()
+            .lfs_threshold(THRESHOLD)
+            .xet(true)
+            .xet_v2(v2)
+            .xet_chunking("before-2025-09:old.bin".parse::<XetChunking>().unwrap())
+            .xet_chunking("fixed-100000:fixed.bin".parse::<XetChunking>().unwrap())
+            .xet_chunking(
+                "fixed-4096:small-chunks.bin"
+                    .parse::<XetChunking>()
+                    .unwrap(),
+            );
+        for (path, data, _) in &files {
+            b = b.file(A, *path, data.clone());
+        }
+        let hub = b.start_in_background().expect("mock hub");
+        let jobs: Vec<Value> = files
+            .iter()
+            .map(|(p, _, _)| file_job(A, "main", p))
+            .collect();
+        let (_home, got) = run(&hub, &jobs, true);
+        for ((path, data, rule), g) in files.iter().zip(&got) {
+            assert_eq!(g["sha256"], sha256(data), "{path} (v2 {v2}): the bytes");
+            let announced = era(data, *rule);
+            assert_eq!(
+                g["announced"],
+                announced.as_str(),
+                "{path}: the hash announced"
+            );
+            let today = hash::file_hash(data).to_string();
+            assert_eq!(g["hf_xet"], today.as_str(), "{path}: hf_xet cuts as today");
+            assert_ne!(announced, today, "{path}: another era's chunks");
+        }
+        let lfs: Vec<(&str, &str)> = files.iter().map(|(p, _, _)| (A, *p)).collect();
+        served_through_cas(&hub.stats(), &lfs, v2);
+
+        // wi-fetch: the same files through the CAS, each Xet hash checked over its own chunks.
+        let sb = crate::support::cli::Sandbox::new();
+        let mut c = sb.cmd(&hub);
+        c.args([A, "--json"]);
+        let o = c.output().unwrap();
+        crate::support::cli::expect_code(&o, 0);
+        let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+        for (path, data, rule) in &files {
+            let f = s["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["path"] == *path)
+                .unwrap();
+            assert_eq!(f["sha256"], sha256(data), "{path}");
+            assert_eq!(f["xet"]["hash"], era(data, *rule).as_str(), "{path}");
+            assert_eq!(f["xet"]["checked"], true, "{path}: {f}");
+        }
+    }
+}

@@ -123,7 +123,7 @@ async fn recon(
     let r = recon_response(cas, token, version, hash, range).await;
     assert_eq!(r.status(), 200, "{version} {range:?}");
     let text = r.text().await.unwrap();
-    let rec: Reconstruction = if version == "v2" {
+    let mut rec: Reconstruction = if version == "v2" {
         serde_json::from_str::<ReconstructionV2>(&text)
             .unwrap()
             .into()
@@ -150,8 +150,8 @@ type Fetched = BTreeMap<(String, u64), (u32, Vec<Vec<u8>>)>;
 async fn rebuild(rec: &Reconstruction) -> Rebuilt {
     let mut got = Fetched::new();
     let mut schemes = BTreeSet::new();
-    for t in &rec.terms {
-        let f = rec.fetch_for(t).unwrap();
+    for i in 0..rec.terms.len() {
+        let f = rec.fetch_for(i).unwrap();
         let k = (f.url.clone(), f.bytes.start);
         if got.contains_key(&k) {
             continue;
@@ -192,8 +192,8 @@ async fn rebuild(rec: &Reconstruction) -> Rebuilt {
         chunks: Vec::new(),
         schemes,
     };
-    for t in &rec.terms {
-        let f = rec.fetch_for(t).unwrap();
+    for (i, t) in rec.terms.iter().enumerate() {
+        let f = rec.fetch_for(i).unwrap();
         let (first, chunks) = &got[&(f.url.clone(), f.bytes.start)];
         let mut n = 0u64;
         for i in t.range.start..t.range.end {

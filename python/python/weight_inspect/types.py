@@ -173,8 +173,14 @@ RemoteRead = TypedDict(
 class XetRead(TypedDict):
     """What a file's download read through the Hub's CAS (Xet)."""
 
-    #: The file's Xet hash (checked with its SHA-256).
+    #: The file's Xet hash, as the Hub announced it.
     hash: str
+    #: Whether the Xet hash computed over the chunks the CAS delivered is the one announced
+    #: (the SHA-256 is always checked, and decides what is kept).
+    checked: bool
+    #: Why it does not vouch for the file (bytes that came without their chunks' boundaries,
+    #: or chunks that make another hash): the file is then held to its SHA-256 alone.
+    unchecked: NotRequired[str]
     #: Bytes of the file that came through the CAS (the rest from the bridge).
     bytes: int
     #: Bytes of xorbs received (compressed).

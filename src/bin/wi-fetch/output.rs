@@ -150,9 +150,22 @@ pub(super) fn print_summary(s: &FetchSummary) {
                 } else {
                     String::new()
                 };
+                let unchecked = xet.iter().filter(|x| !x.checked).count();
+                let hashes = if unchecked == 0 {
+                    "every file's Xet hash checked".to_string()
+                } else {
+                    format!(
+                        "{unchecked} of {} file(s) held to their SHA-256 alone: {}",
+                        xet.len(),
+                        xet.iter()
+                            .find_map(|x| x.unchecked.as_deref())
+                            .map(escape)
+                            .unwrap_or_default()
+                    )
+                };
                 line.push_str(&format!(
-                    " from the Hub, {} of it through its CAS (Xet: {} of xorbs{copied}, every \
-                     file's Xet hash checked)",
+                    " from the Hub, {} of it through its CAS (Xet: {} of xorbs{copied}, \
+                     {hashes})",
                     human_bytes(through),
                     human_bytes(xorbs)
                 ));
