@@ -558,3 +558,85 @@ fn a_mirror_without_its_upstream_names_the_model_and_why() {
     assert!(!e.contains("8 attempts"), "{e}");
     assert_eq!(hub2.stats().total_requests, 0);
 }
+
+/// A client asks the mirror for the first half of a 4 MiB file while it is still pulling it,
+/// and the upstream damages the first bodies it sends (a byte flipped in each). The mirror
+/// repairs its copy before the file is checked whole; the client's answer must never be a
+/// complete 206 with the damaged bytes (issue 53: it was, for a range ending before the file's
+/// last byte). Its last byte waits for the file's check: the answer is right, or cut short.
+fn a_range_answer_waits_for_the_check(xet: bool) {
+    let want = crate::support::data(4 << 20, 530);
+    let flips = if xet {
+        "flip=1,target=cas,times=2"
+    } else {
+        "flip=1,target=cdn,times=2"
+    };
+    let hub = start(
+        mock_server::MockHub::builder()
+            .file(PULLED.0, PULLED.1, want.clone())
+            .lfs_threshold(64 << 10)
+            .xet(xet)
+            .total_bandwidth(1 << 20)
+            .fault(flips.parse::<mock_server::FaultRule>().unwrap()),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let m = mirror(
+        &hub.url(),
+        cache.path(),
+        &["--chunk-size", "256KiB", "--upstream-connections", "2"],
+        &[],
+    );
+    let url = m.url(&format!("/{}/resolve/main/{}", PULLED.0, PULLED.1));
+    let half = 2usize << 20;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let r = client()
+            .get(&url)
+            .header("range", format!("bytes=0-{}", half - 1))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 206);
+        let mut got = Vec::new();
+        let mut body = r.bytes_stream();
+        let mut cut = false;
+        while let Some(piece) = body.next().await {
+            match piece {
+                Ok(b) => got.extend_from_slice(&b),
+                Err(_) => {
+                    cut = true;
+                    break;
+                }
+            }
+        }
+        if !cut && got.len() == half {
+            assert!(
+                got == want[..half],
+                "a complete answer with bytes the file's check refused"
+            );
+        } else {
+            assert!(got.len() < half, "{} bytes", got.len());
+        }
+        // Once the file is checked, the same range is the file's.
+        let again = client()
+            .get(&url)
+            .header("range", format!("bytes=0-{}", half - 1))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 206);
+        assert!(again.bytes().await.unwrap() == want[..half]);
+    });
+    // The damage was there to be found: the upstream flipped both bodies (the rule is used up).
+    assert!(hub.faults().list().is_empty(), "{:?}", hub.faults().list());
+}
+
+#[test]
+fn a_range_answer_waits_for_the_check_of_the_cdn_bytes() {
+    a_range_answer_waits_for_the_check(false);
+}
+
+#[test]
+fn a_range_answer_waits_for_the_check_of_the_cas_bytes() {
+    a_range_answer_waits_for_the_check(true);
+}

@@ -4,11 +4,13 @@
 //! **Files** are fetched by the library's own [`Fetcher`] into the mirror's cache (ranged,
 //! resumable, every byte checked against the upstream's SHA-256), once: concurrent requests
 //! for a blob follow the one fetch ([`Pull`]), and are served its prefix as it lands on disk
-//! (the [`Event::Prefix`] of the download). The last byte of a file is held back until the
-//! fetch ended well (the whole file matched its digest and is in the cache), so that no
-//! client ever receives a complete file that was not checked, or that the mirror does not
-//! hold; a download that fails or rewrites bytes already sent cuts the answers in
-//! flight short (their `Content-Length` tells their clients).
+//! (the [`Event::Prefix`] of the download). The last byte of every answer — the whole file's, or
+//! a range's that ends anywhere before it — is held back until the fetch ended well (the whole
+//! file matched its digest and is in the cache), so that no client ever receives a complete
+//! answer, 200 or 206, with a byte that was not checked, or of a file the mirror does not
+//! hold; a download that fails or rewrites bytes already sent cuts the answers in flight short
+//! (their `Content-Length` tells their clients). Whether the bytes came through the upstream's
+//! CAS or its CDN, the rule is the same.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -209,14 +211,15 @@ pub(crate) struct PullState {
 }
 
 impl PullState {
-    /// Bytes from the start that may be sent: the prefix, but never the last byte before the
-    /// fetch has ended well — the file verified, in the cache, its branches recorded — so that
-    /// a client holding the whole file can count on the mirror holding it too.
-    pub fn sendable(&self, size: u64) -> u64 {
+    /// Bytes from the start that an answer ending at `to` (exclusive) may send: the prefix,
+    /// but never its last byte before the fetch has ended well — the file verified, in the
+    /// cache, its branches recorded — so that a client holding a complete answer holds checked
+    /// bytes, and (of the whole file) can count on the mirror holding it too.
+    pub fn sendable(&self, to: u64) -> u64 {
         if matches!(self.end, Some(Ok(()))) {
-            size
+            to
         } else {
-            self.prefix.min(size.saturating_sub(1))
+            self.prefix.min(to.saturating_sub(1))
         }
     }
 }
@@ -262,7 +265,7 @@ impl Pull {
                 if let Some(Err(e)) = &s.end {
                     return Err(e.clone());
                 }
-                if from >= to || s.sendable(self.size) > from || s.end.is_some() {
+                if from >= to || s.sendable(to.min(self.size)) > from || s.end.is_some() {
                     return Ok(());
                 }
             }
@@ -277,8 +280,9 @@ impl Pull {
     }
 
     /// The bytes `from..to` of the file, each as soon as it may be sent (see
-    /// [`PullState::sendable`]), read in pieces of `piece` bytes; an error when the fetch
-    /// fails, or rewrites bytes this body has already sent.
+    /// [`PullState::sendable`]: the last one once the file is checked), read in pieces of
+    /// `piece` bytes; an error when the fetch fails, or rewrites bytes this body has already
+    /// sent.
     pub fn body(
         self: Arc<Self>,
         from: u64,
@@ -324,7 +328,7 @@ impl Pull {
                         ));
                     }
                     (
-                        s.sendable(r.pull.size),
+                        s.sendable(r.to.min(r.pull.size)),
                         matches!(s.end, Some(Ok(()))),
                         s.epoch,
                     )
