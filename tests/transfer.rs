@@ -1936,3 +1936,69 @@ async fn an_only_mirror_never_reaches_the_hub() {
     );
     assert_eq!(fx.hub.stats().file(REPO, LFS).requests, 0);
 }
+
+/// A mirror that falls back chunk by chunk (as the Hub's CAS does) and damages every chunk it
+/// serves: a byte flipped in each `CHUNK` of the file.
+#[derive(Debug)]
+struct DamagingCas {
+    bytes: Arc<Vec<u8>>,
+}
+
+impl Mirror for DamagingCas {
+    fn name(&self) -> &str {
+        "a damaging CAS"
+    }
+
+    fn get_range(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> futures::future::BoxFuture<'_, Result<MirrorBody, BoxError>> {
+        let mut body = self.bytes[range.start as usize..range.end as usize].to_vec();
+        for (i, b) in body.iter_mut().enumerate() {
+            if (range.start + i as u64) % CHUNK == 100 {
+                *b ^= 0xff;
+            }
+        }
+        Box::pin(async move {
+            let body: MirrorBody = Box::pin(futures::stream::iter(
+                body.chunks(16 << 10)
+                    .map(|p| Ok(bytes::Bytes::copy_from_slice(p)))
+                    .collect::<Vec<Result<bytes::Bytes, BoxError>>>(),
+            ));
+            Ok(body)
+        })
+    }
+
+    fn repaired_by_chunk(&self) -> bool {
+        true
+    }
+}
+
+/// Every chunk a CAS served is damaged: each is fetched again from the Hub and replaced, and
+/// the file is hashed again after the first replacement and once more after the last — twice
+/// its size at most (issue 53: it was hashed again from each replaced chunk to the end, 65
+/// CPU-s for 128 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_that_damages_every_chunk_costs_a_linear_repair() {
+    let fx = fixture().await;
+    let mut spec = fx.spec(LFS);
+    spec.mirror = Some(MirrorUse {
+        mirror: Arc::new(DamagingCas {
+            bytes: Arc::new(fx.lfs.clone()),
+        }),
+        fallback: true,
+        fill: None,
+    });
+    let out = engine(config())
+        .download(&spec, &Recorder::default())
+        .await
+        .unwrap();
+    assert_complete(&spec, &fx.lfs);
+    let m = out.mirror.clone().expect("a mirror report");
+    assert_eq!(m.damaged_chunks.len(), SIZE / CHUNK as usize, "{m:?}");
+    assert!(
+        out.rehashed <= 2 * SIZE as u64,
+        "{} bytes hashed again for a file of {SIZE}",
+        out.rehashed
+    );
+}

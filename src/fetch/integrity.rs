@@ -608,6 +608,7 @@ fn hash_from_disk(
         chunks: chunks.iter().map(|c| c.0).collect(),
         mirror: None,
         xet: None,
+        rehashed: 0,
     };
     Ok(out)
 }

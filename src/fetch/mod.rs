@@ -528,8 +528,9 @@ impl FetcherBuilder {
         self
     }
 
-    /// A connection that delivers no byte for this long is abandoned and its chunk retried.
-    /// Default 20 s.
+    /// A connection that delivers no byte for this long is abandoned and its chunk retried;
+    /// one from a mirror (the Hub's CAS, a remote cache) that brings less than 64 KiB in this
+    /// long is treated the same (a trickle). Default 20 s.
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
         self.engine.stall_timeout = timeout;
         self

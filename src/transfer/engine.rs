@@ -441,6 +441,7 @@ fn transfer_outcome(
         chunks,
         mirror: ctx.mirror.as_ref().map(super::mirror::MirrorState::report),
         xet: None,
+        rehashed: ctx.prefix.rehashed(),
     }
 }
 

@@ -480,6 +480,9 @@ pub struct TransferOutcome {
     pub mirror: Option<MirrorReport>,
     /// What became of the file's Xet hash, when [`TransferSpec::xet`] asked for it.
     pub xet: Option<XetCheck>,
+    /// Bytes of the file hashed again to check it after repairs (0 without one): whatever was
+    /// damaged, at most twice the file per pass.
+    pub rehashed: u64,
 }
 
 /// A finished download: every byte on disk, synced, the digest matched. It still holds the

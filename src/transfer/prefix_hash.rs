@@ -21,6 +21,8 @@ pub(crate) struct PrefixHash {
     snapshots: Mutex<Vec<FileHasher>>,
     data_path: std::path::PathBuf,
     file_name: String,
+    /// Bytes hashed again after repairs.
+    rehashed: std::sync::atomic::AtomicU64,
 }
 
 impl PrefixHash {
@@ -36,6 +38,7 @@ impl PrefixHash {
             snapshots: Mutex::new(Vec::new()),
             data_path,
             file_name: file_name.to_string(),
+            rehashed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -107,7 +110,16 @@ impl PrefixHash {
         for index in from..self.plan.count() {
             self.snapshots()[index] = hasher.clone();
             hasher = self.hash_chunk(index, hasher).await?;
+            if let Some(r) = self.plan.chunk(index) {
+                self.rehashed
+                    .fetch_add(r.len, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         Ok(hasher)
+    }
+
+    /// Bytes hashed again after repairs ([`rehash_from`](Self::rehash_from)).
+    pub(super) fn rehashed(&self) -> u64 {
+        self.rehashed.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

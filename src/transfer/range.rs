@@ -61,7 +61,18 @@ pub(crate) struct Answer {
     pub requested: String,
     /// The chunk it fills, when it comes from the mirror.
     pub mirror_chunk: Option<usize>,
+    /// From the mirror: when the current window of [`EngineConfig::stall_timeout`] began, and
+    /// the bytes it has brought (see [`TRICKLE_FLOOR`]).
+    ///
+    /// [`EngineConfig::stall_timeout`]: super::EngineConfig::stall_timeout
+    window: (Instant, u64),
 }
+
+/// The least a mirror's answer (the Hub's CAS, a bucket) must bring in each stall timeout, or
+/// it is treated as stalled (and left for the resolve URL where there is one): a trickle of a
+/// few bytes now and then never trips the stall timeout, and would hold a range for hours.
+/// One chunk of Xet's (64 KiB) in 20 s (the default timeout) is 3.2 KiB/s.
+pub(crate) const TRICKLE_FLOOR: u64 = 64 << 10;
 
 /// Sends one GET for `want`, following redirects, and checks the answer.
 pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure> {
@@ -203,6 +214,7 @@ pub(crate) async fn request(ctx: &Ctx<'_>, want: Want) -> Result<Answer, Failure
         unchecked,
         requested,
         mirror_chunk: None,
+        window: (Instant::now(), 0),
     })
 }
 
@@ -239,6 +251,7 @@ async fn from_mirror(
         unchecked: false,
         requested: requested.to_string(),
         mirror_chunk: Some(index),
+        window: (Instant::now(), 0),
     })
 }
 
@@ -342,6 +355,23 @@ impl Answer {
             Ok(Some(Err(f))) => Err(f),
             Ok(Some(Ok(b))) => {
                 self.count(ctx, &b);
+                if self.mirror_chunk.is_some() {
+                    self.window.1 += b.len() as u64;
+                    let took = self.window.0.elapsed();
+                    if took >= stall {
+                        if self.window.1 < TRICKLE_FLOOR {
+                            return Err(Failure::io(
+                                std::io::ErrorKind::TimedOut,
+                                format!(
+                                    "too slow: {} byte(s) in {took:.1?}, less than {} in a \
+                                     stall timeout",
+                                    self.window.1, TRICKLE_FLOOR
+                                ),
+                            ));
+                        }
+                        self.window = (Instant::now(), 0);
+                    }
+                }
                 // Judged as bytes flow, not only when a connection comes back: at a CDN's cap
                 // a 16 MiB chunk keeps its connection for most of a second.
                 ctx.pace

@@ -154,6 +154,43 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Runs `c` to its end (the event waited for), its output captured; a run that lasts longer
+/// than `limit` is killed and fails the test.
+pub fn output_within(mut c: Command, limit: Duration) -> std::process::Output {
+    use std::io::Read as _;
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    std::process::Output {
+        status,
+        stdout: reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
 /// Bytes the resume states in a repository folder's `blobs/` record as on disk, read as the
 /// engine reads them (`PartialPaths::inspect`): what a kill now would keep (0 where there is no
 /// usable state, or it is being replaced).

@@ -262,7 +262,9 @@ pub(super) struct FetchArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "30s")]
     pub(super) retry_max_delay: Duration,
     /// A connection that delivers no byte for this long is dropped and its range retried
-    /// (default: HF_HUB_DOWNLOAD_TIMEOUT seconds, else 20s).
+    /// (default: HF_HUB_DOWNLOAD_TIMEOUT seconds, else 20s); one from the Hub's CAS or a
+    /// remote cache that brings less than 64 KiB in this long is treated the same (its range
+    /// then comes from the Hub's resolve URL).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub(super) stall_timeout: Option<Duration>,
     /// Download the files again even when they are complete in the cache (the copy there is

@@ -198,7 +198,9 @@ fn scratch(ctx: &Ctx<'_>) -> Result<(std::path::PathBuf, Arc<File>), TransferErr
 /// which nothing but the mirror itself vouched for. Each chunk the mirror served is fetched again
 /// from the resolve URL, alone and in order; one whose fresh copy differs from the bytes on disk
 /// is replaced by it (the Hub's resolve URL is the root; the mirror's copy is condemned: named,
-/// and a fill's piece deleted from the bucket) and the file is hashed again from it. `Some` with
+/// and a fill's piece deleted from the bucket) and the file is hashed again: from the first one
+/// at once, from the later ones together at the end (linear in the file whatever the mirror
+/// damaged). `Some` with
 /// the file's SHA-256 once its digest matches; `None` when every chunk from the mirror matched
 /// the Hub and the file still does not (the caller then fetches the whole file). The chunks this
 /// node fetched from the resolve URL itself are not fetched again.
@@ -219,6 +221,11 @@ pub(crate) async fn pieces(
         served.len()
     ));
     let (dir, scratch) = scratch(ctx)?;
+    // After the first replacement the file is hashed again at once (one damaged chunk is the
+    // usual case); the later ones are hashed again together once every chunk was compared, so
+    // that a mirror that damaged every chunk costs two passes over the file, not one per chunk.
+    let mut replaced = false;
+    let mut unchecked_from: Option<usize> = None;
     for index in served {
         let range = ctx.plan.chunk(index).expect("chunk index within the plan");
         let on_disk = on_disk_sha256(ctx, range).await?;
@@ -240,7 +247,18 @@ pub(crate) async fn pieces(
         )
         .await?;
         mirror.rejected(index);
+        if replaced {
+            unchecked_from = Some(unchecked_from.map_or(index, |i| i.min(index)));
+            continue;
+        }
+        replaced = true;
         let (sha256, digest) = ctx.prefix.rehash_from(index).await?.finish();
+        if digest == expected {
+            return Ok(Some(sha256));
+        }
+    }
+    if let Some(from) = unchecked_from {
+        let (sha256, digest) = ctx.prefix.rehash_from(from).await?.finish();
         if digest == expected {
             return Ok(Some(sha256));
         }
