@@ -144,6 +144,10 @@ pub struct PartialPaths {
     pub state: PathBuf,
     /// The lock file held while the data file and the state are written.
     pub lock: PathBuf,
+    /// Beside the state, for a file fetched through the Hub's CAS: the log of the chunks'
+    /// boundaries its xorbs delivered (see [`crate::xet::framing`]), so that a resumed download
+    /// still checks the file's Xet hash.
+    pub framing: PathBuf,
     /// Files another tool fills while holding the same lock (huggingface_hub's
     /// `blobs/{etag}.incomplete`): watched, with ours, for the holder's progress.
     pub watch: Vec<PathBuf>,

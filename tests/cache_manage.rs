@@ -350,6 +350,9 @@ fn prune_removes_a_stale_partial_of_an_older_version() {
         .join("blobs")
         .join(format!("{e1}.wi-partial.state"));
     assert!(partial.exists() && state.exists());
+    // The log of chunk boundaries a download through the Hub's CAS keeps beside its state.
+    let framing = repo_dir.join("blobs").join(format!("{e1}.wi-partial.xet"));
+    fs::write(&framing, b"WIXETFR1").unwrap();
     let recorded = recorded_bytes(&repo_dir);
     assert!(recorded > 0, "the state records bytes");
     hub.faults().clear();
@@ -371,6 +374,7 @@ fn prune_removes_a_stale_partial_of_an_older_version() {
     assert_eq!(p["resumable_bytes"], recorded);
     assert_eq!(p["stale"], true, "{p}");
     assert_eq!(p["in_use"], false);
+    assert_eq!(p["framing_path"], framing.to_str().unwrap(), "{p}");
     assert_eq!(revision(r, &c2)["files"][0]["state"], "complete");
 
     // Held by a (pretend) running download: left alone, and said so.
@@ -399,7 +403,7 @@ fn prune_removes_a_stale_partial_of_an_older_version() {
     );
     let done = cache_json(&sb, &["prune"]);
     assert_eq!(done["freed_bytes"], dry["freed_bytes"]);
-    assert!(!partial.exists() && !state.exists());
+    assert!(!partial.exists() && !state.exists() && !framing.exists());
     assert!(!lock_path.exists(), "its lock file nobody holds goes too");
     let mut c = sb.cmd(&hub);
     c.args([REPO, "w.bin", "--offline", "-q"]);

@@ -398,6 +398,25 @@ fn a_kill_half_way_keeps_what_the_cas_gave() {
     let f = file(&s, FILE);
     assert_holds(f, &bytes);
     assert_eq!(f["resumed"].as_u64(), Some(kept), "{f}");
+    // The bytes kept are hashed over the chunks the first run's xorbs delivered (logged beside
+    // its resume state): the Xet hash is checked whole, and the record kept for a later version.
+    assert_eq!(f["xet"]["checked"], true, "{f}");
+    assert!(!sb
+        .repo_dir(REPO)
+        .join("blobs")
+        .read_dir()
+        .unwrap()
+        .any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".wi-partial.xet")));
+    assert_eq!(
+        std::fs::read_dir(sb.repo_dir(REPO).join(".wi-xet"))
+            .unwrap()
+            .count(),
+        1
+    );
     // The rest came through the CAS: what is kept, plus a chunk's worth at each end of the
     // ranges asked, at most.
     let sent = hub.stats().cas.xorb_bytes_sent;

@@ -22,7 +22,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{CachedFile, PARTIAL_SUFFIX, STATE_SUFFIX};
+use super::{CachedFile, FRAMING_SUFFIX, PARTIAL_SUFFIX, STATE_SUFFIX};
 use crate::key::{FileKey, PartialPaths};
 use crate::names::{check_repo_path, etag_kind, is_commit_hash};
 use crate::safe_fs::{self, create_dirs_below, write_atomic};
@@ -120,6 +120,10 @@ impl LocalDir {
             data: self.partial_path(path, etag),
             state: self.state_path(path, etag),
             lock: self.lock_path(path),
+            framing: join_repo_path(
+                &self.download_dir(),
+                &format!("{path}.{etag}{FRAMING_SUFFIX}"),
+            ),
             watch: vec![join_repo_path(
                 &self.download_dir(),
                 &format!("{path}.{etag}.incomplete"),

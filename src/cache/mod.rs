@@ -4,6 +4,7 @@
 //! {cache}/models--{org}--{name}/blobs/{etag}                     content, named by its hash
 //! {cache}/models--{org}--{name}/blobs/{etag}.wi-partial          our partial download
 //! {cache}/models--{org}--{name}/blobs/{etag}.wi-partial.state    our resume state beside it
+//! {cache}/models--{org}--{name}/blobs/{etag}.wi-partial.xet      a Xet file's chunk boundaries
 //! {cache}/models--{org}--{name}/snapshots/{commit}/{path}        → ../../blobs/{etag}
 //! {cache}/models--{org}--{name}/refs/{revision}                  commit id, no newline
 //! {cache}/models--{org}--{name}/.no_exist/{commit}/{path}        empty: file known absent
@@ -54,6 +55,10 @@ pub const PARTIAL_SUFFIX: &str = ".wi-partial";
 /// Suffix of our resume states, beside the partial file: `blobs/{etag}.wi-partial.state`,
 /// `{download}/{path}.{etag}.wi-partial.state`.
 pub const STATE_SUFFIX: &str = ".wi-partial.state";
+
+/// Suffix of the log of a Xet file's chunk boundaries, beside its resume state:
+/// `blobs/{etag}.wi-partial.xet`, `{download}/{path}.{etag}.wi-partial.xet`.
+pub const FRAMING_SUFFIX: &str = ".wi-partial.xet";
 
 /// The cache folder name of a repository: `models--org--name`, `datasets--org--name`.
 pub fn repo_folder_name(repo_type: RepoType, id: &str) -> String {
@@ -203,6 +208,10 @@ impl RepoCache {
             data: self.partial_path(etag),
             state: self.state_path(etag),
             lock: self.lock_path(etag),
+            framing: self
+                .dir
+                .join("blobs")
+                .join(format!("{etag}{FRAMING_SUFFIX}")),
             watch: vec![self.dir.join("blobs").join(format!("{etag}.incomplete"))],
         }
     }

@@ -61,8 +61,8 @@ use crate::names::{check_repo_id, check_repo_path, etag_kind, is_commit_hash, is
 use crate::safe_fs::{self, FileLock, LockProbe};
 
 use crate::cache::{
-    cache_dir_from, parse_repo_folder_name, repo_folder_name, HfCache, RepoCache, PARTIAL_SUFFIX,
-    STATE_SUFFIX,
+    cache_dir_from, parse_repo_folder_name, repo_folder_name, HfCache, RepoCache, FRAMING_SUFFIX,
+    PARTIAL_SUFFIX, STATE_SUFFIX,
 };
 
 /// huggingface_hub's partial download in `blobs/`.

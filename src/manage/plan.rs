@@ -498,6 +498,7 @@ fn plan_stale_partials(out: &mut Removal, repo: &RepoReport, rc: &RepoCache) -> 
         for (path, kind) in [
             (&p.data_path, ItemKind::Partial),
             (&p.state_path, ItemKind::ResumeState),
+            (&p.framing_path, ItemKind::ResumeState),
         ] {
             if let Some(path) = path {
                 let len = fs::symlink_metadata(path).map_or(0, |m| m.len());

@@ -129,13 +129,16 @@ pub struct PartialReport {
     pub data_path: Option<PathBuf>,
     /// Our resume state, if any.
     pub state_path: Option<PathBuf>,
+    /// Beside our resume state, the log of a Xet file's chunk boundaries, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub framing_path: Option<PathBuf>,
     /// Path in the repository (recorded in our resume state).
     pub path: Option<String>,
     /// The commit it was resolved at (recorded in our resume state).
     pub commit: Option<String>,
     /// The file's full size (recorded in our resume state).
     pub size: Option<u64>,
-    /// Bytes the files take (data file and state).
+    /// Bytes the files take (data file, state and log).
     pub bytes_on_disk: u64,
     /// Bytes a resume keeps: what our state records; for huggingface_hub and llama.cpp, which
     /// append, the data file's length.
@@ -452,18 +455,21 @@ fn read_refs(dir: &Path, warnings: &mut Vec<String>) -> BTreeMap<String, String>
     refs
 }
 
-/// The partial downloads found in `blobs/`: ours (data file and resume state, by ETag), and
-/// other tools' (ETag, tool, path, size).
+/// Our partial download of one ETag: its data file, resume state and log of chunk boundaries.
+type Ours = (Option<PathBuf>, Option<PathBuf>, Option<PathBuf>);
+
+/// The partial downloads found in `blobs/`: ours (by ETag), and other tools' (ETag, tool, path,
+/// size).
 #[derive(Default)]
 struct BlobPartials {
-    ours: BTreeMap<String, (Option<PathBuf>, Option<PathBuf>)>,
+    ours: BTreeMap<String, Ours>,
     foreign: Vec<(String, PartialTool, PathBuf, u64)>,
 }
 
 /// Reads `blobs/` of the repository folder `dir` into `s` (complete blobs, other files), and
 /// returns the partial downloads found there.
 fn read_blobs(dir: &Path, s: &mut RepoScan, warnings: &mut Vec<String>) -> BlobPartials {
-    let mut ours: BTreeMap<String, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
+    let mut ours: BTreeMap<String, Ours> = BTreeMap::new();
     let mut foreign: Vec<(String, PartialTool, PathBuf, u64)> = Vec::new();
     if let Some(entries) = real_dir_entries(&dir.join("blobs"), warnings) {
         for e in entries {
@@ -484,6 +490,9 @@ fn read_blobs(dir: &Path, s: &mut RepoScan, warnings: &mut Vec<String>) -> BlobP
                     ours.entry(etag.to_string()).or_default().0 = Some(p)
                 }
                 Some((etag, STATE_SUFFIX)) => ours.entry(etag.to_string()).or_default().1 = Some(p),
+                Some((etag, FRAMING_SUFFIX)) => {
+                    ours.entry(etag.to_string()).or_default().2 = Some(p)
+                }
                 Some((etag, HF_INCOMPLETE_SUFFIX)) => {
                     foreign.push((etag.to_string(), PartialTool::HuggingfaceHub, p, m.len()))
                 }
@@ -506,7 +515,7 @@ fn partial_reports(
 ) -> Vec<PartialReport> {
     let BlobPartials { ours, foreign } = found;
     let mut partials = Vec::new();
-    for (etag, (data, state)) in ours {
+    for (etag, (data, state, framing)) in ours {
         let info = rc.partial(&etag).inspect();
         let len = |p: &Option<PathBuf>| {
             p.as_ref()
@@ -519,11 +528,12 @@ fn partial_reports(
             commit: info.as_ref().map(|i| i.key.commit.clone()),
             size: info.as_ref().map(|i| i.key.size),
             resumable_bytes: info.as_ref().map_or(0, |i| i.recorded_bytes),
-            bytes_on_disk: len(&data) + len(&state),
+            bytes_on_disk: len(&data) + len(&state) + len(&framing),
             etag,
             tool: PartialTool::WiFetch,
             data_path: data,
             state_path: state,
+            framing_path: framing,
             stale: false,
         });
     }
@@ -539,6 +549,7 @@ fn partial_reports(
             tool,
             data_path: Some(p),
             state_path: None,
+            framing_path: None,
             stale: false,
         });
     }

@@ -62,6 +62,9 @@ pub(crate) struct Checkpoint {
     closed: Arc<Mutex<bool>>,
     /// False for a small file: no state is ever written (see the module docs).
     enabled: bool,
+    /// A Xet file's chunk boundaries, logged before each state (see
+    /// [`super::framing_log`]).
+    framing_log: Option<Arc<super::framing_log::FramingLog>>,
 }
 
 impl Checkpoint {
@@ -77,6 +80,7 @@ impl Checkpoint {
         guard: Arc<FileLock>,
         every: u64,
         enabled: bool,
+        framing_log: Option<Arc<super::framing_log::FramingLog>>,
     ) -> Self {
         Checkpoint {
             file,
@@ -92,6 +96,7 @@ impl Checkpoint {
             finished: AtomicBool::new(false),
             closed: Arc::new(Mutex::new(false)),
             enabled,
+            framing_log,
         }
     }
 
@@ -134,6 +139,7 @@ impl Checkpoint {
         snapshot.chunks = records;
         let (file, path) = (self.file.clone(), self.state_path.clone());
         let (closed, guard) = (self.closed.clone(), self.guard.clone());
+        let log = self.framing_log.clone();
         let r = blocking(move || {
             let _keep_locked = guard;
             let closed = closed.lock().unwrap_or_else(|e| e.into_inner());
@@ -142,6 +148,12 @@ impl Checkpoint {
             }
             if let Err(e) = file.sync_data() {
                 return Ok(Err(Saving::Data(e)));
+            }
+            if let Some(log) = &log {
+                // A hint: a failure only costs the Xet check of a resumed download.
+                if let Err(e) = log.append() {
+                    tracing::debug!("the chunks' boundaries were not logged: {e}");
+                }
             }
             Ok(state::save(&path, &snapshot).map_err(Saving::State))
         })

@@ -183,12 +183,20 @@ pub(crate) async fn download(
 
     // 1. The partial download: what is on disk, re-checked.
     let xet_slot = super::hash::XetSlot::default();
+    let framing_log = spec.xet.as_ref().map(|x| {
+        Arc::new(super::framing_log::FramingLog::new(
+            x.framing.clone(),
+            x.hash,
+            partial.paths().framing.clone(),
+        ))
+    });
     let opened = partial
         .open(
             &spec.key,
             &expected_str,
             chunk_size,
             manifest.as_deref(),
+            framing_log.clone(),
             events,
             match &spec.xet {
                 Some(x) => {
@@ -239,6 +247,7 @@ pub(crate) async fn download(
             partial.guard(),
             CHECKPOINT_BYTES_PER_CONNECTION * cfg.connections.max(1) as u64,
             super::checkpoint::keeps_state(size, plan.count()),
+            framing_log,
         ),
         prefix: PrefixHash::new(opened.file.clone(), plan, data_path.clone(), file),
         counters: Counters::default(),

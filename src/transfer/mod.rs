@@ -121,6 +121,7 @@ mod engine;
 mod error;
 mod events;
 mod failure;
+mod framing_log;
 mod gauge;
 mod hash;
 mod mirror;

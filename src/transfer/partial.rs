@@ -197,10 +197,11 @@ impl LockedPartial {
         self.guard.clone()
     }
 
-    /// Removes the data file, the state, and temporary files a crash left beside the state.
+    /// Removes the data file, the state (with a Xet file's log of its chunks), and temporary
+    /// files a crash left beside the state.
     pub fn discard(&self) -> io::Result<()> {
         safe_fs::remove_file_if_exists(&self.paths.data)?;
-        state::remove_state(&self.paths.state)
+        self.forget_state()
     }
 
     /// Discards another partial download that this lock covers too (a local folder's lock is per
@@ -217,23 +218,26 @@ impl LockedPartial {
             ));
         }
         safe_fs::remove_file_if_exists(&other.data)?;
+        safe_fs::remove_file_if_exists(&other.framing)?;
         state::remove_state(&other.state)
     }
 
     /// Removes the resume state (and temporary files a crash left beside it), keeping the data
     /// file: what it holds is then checked against a manifest, or thrown away, when it is opened.
     pub fn forget_state(&self) -> io::Result<()> {
+        safe_fs::remove_file_if_exists(&self.paths.framing)?;
         state::remove_state(&self.paths.state)
     }
 
     /// Removes the state (once the data file was moved into place) and releases the lock.
     pub(crate) fn finish(self) -> io::Result<()> {
-        state::remove_state(&self.paths.state)
+        self.forget_state()
     }
 
     /// Opens the partial download of `identity` for `expected` in chunks of `chunk_size` (a
     /// resumed download keeps its own, unless a manifest cuts the file otherwise): reads the
-    /// state, opens the data file (no link followed), throws away what cannot be trusted (with a
+    /// state (and, for a Xet file, `framing_log`: the chunks' boundaries of what it resumes),
+    /// opens the data file (no link followed), throws away what cannot be trusted (with a
     /// notice saying why), preallocates, and re-hashes every byte the state claims. The leading
     /// complete chunks also feed `whole`, the whole-file hash (in the same pass).
     ///
@@ -241,12 +245,14 @@ impl LockedPartial {
     /// usable state — a damaged file put back to be repaired, a half-restored cache, a state
     /// lost or cut otherwise — is not thrown away: every chunk is hashed (in parallel) and
     /// those matching the manifest are kept.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn open(
         &self,
         identity: &FileKey,
         expected: &str,
         chunk_size: u64,
         manifest: Option<&ExpectedChunks>,
+        framing_log: Option<Arc<super::framing_log::FramingLog>>,
         events: Events<'_>,
         whole: FileHasher,
     ) -> Result<Opened, TransferError> {
@@ -291,6 +297,13 @@ impl LockedPartial {
         }
         preallocate(&file, &paths.data, file_name, size)?;
         let file = Arc::new(file);
+        if let Some(log) = framing_log {
+            // The chunks' boundaries of the bytes resumed, read before they are hashed.
+            let resuming = adopt.is_none() && !fresh;
+            blocking(move || log.open(resuming))
+                .await
+                .map_err(|e| local_error(file_name, &paths.framing, "read", 0, e))?;
+        }
         if let Some((m, len)) = adopt {
             return adopt_checked(file, plan, m, len, &paths.data, events, whole).await;
         }
@@ -564,6 +577,7 @@ mod tests {
             data: dir.join("p.wi-partial"),
             state: dir.join("p.wi-partial.state"),
             lock: dir.join("p.lock"),
+            framing: dir.join("p.wi-partial.xet"),
             watch: Vec::new(),
         }
     }

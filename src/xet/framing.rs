@@ -89,6 +89,37 @@ struct Inner {
     new: Vec<u64>,
 }
 
+/// The first bytes of a resume log of a file's framing (see [`log_header`]).
+pub const LOG_MAGIC: &[u8; 8] = b"WIXETFR1";
+/// The bytes of one chunk in a resume log: its offset (8 bytes), length and index (4 each),
+/// little-endian, and its xorb's hash (32).
+pub const LOG_RECORD: usize = 48;
+
+/// The header of a resume log of the framing of the file of Xet hash `file`: [`LOG_MAGIC`] and
+/// the hash (a log of another file is not read).
+pub fn log_header(file: &XetHash) -> Vec<u8> {
+    let mut out = LOG_MAGIC.to_vec();
+    out.extend_from_slice(&file.0);
+    out
+}
+
+/// `chunks` as records of a resume log, back to back.
+pub fn log_records(chunks: &[FramedChunk]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(chunks.len() * LOG_RECORD);
+    for c in chunks {
+        out.extend_from_slice(&c.offset.to_le_bytes());
+        out.extend_from_slice(&c.len.to_le_bytes());
+        out.extend_from_slice(&c.index.to_le_bytes());
+        out.extend_from_slice(&c.xorb.0);
+    }
+    out
+}
+
+/// The largest resume log of a file of `size` bytes: its header and a record per chunk.
+pub fn max_log_bytes(size: u64) -> u64 {
+    (LOG_MAGIC.len() + 32) as u64 + (LOG_RECORD as u64).saturating_mul(chunk_limit(size) as u64)
+}
+
 /// The chunks of one file recorded as they were delivered (see the module docs). Shared by the
 /// sources that deliver chunks and the hasher that follows the file.
 #[derive(Debug)]
@@ -121,6 +152,38 @@ impl Framing {
     /// does not fit the file (empty, longer than a chunk may be, past its end) is not recorded;
     /// one where another was recorded is a conflict unless it is the same.
     pub fn record(&self, offset: u64, len: u32, xorb: XetHash, index: u32) {
+        self.put(offset, len, xorb, index, true);
+    }
+
+    /// Reads a resume log (`bytes`, at most [`max_log_bytes`]) of the file of Xet hash `file`
+    /// into the framing, each chunk checked as [`record`](Self::record) checks it (and not
+    /// logged again); a record cut short at the end (a crash while it was written) is left out.
+    /// `false` when it is not a log of that file.
+    pub fn load_log(&self, bytes: &[u8], file: &XetHash) -> bool {
+        let head = log_header(file);
+        let Some(records) = bytes.strip_prefix(head.as_slice()) else {
+            return false;
+        };
+        for r in records.chunks_exact(LOG_RECORD) {
+            let word = |at: usize, n: usize| {
+                let mut b = [0u8; 8];
+                b[..n].copy_from_slice(&r[at..at + n]);
+                u64::from_le_bytes(b)
+            };
+            let mut xorb = [0u8; 32];
+            xorb.copy_from_slice(&r[16..48]);
+            self.put(
+                word(0, 8),
+                u32::try_from(word(8, 4)).unwrap_or(0),
+                XetHash(xorb),
+                u32::try_from(word(12, 4)).unwrap_or(0),
+                false,
+            );
+        }
+        true
+    }
+
+    fn put(&self, offset: u64, len: u32, xorb: XetHash, index: u32, log: bool) {
         let fits = len > 0
             && len as usize <= MAX_CHUNK_LEN
             && offset
@@ -162,7 +225,9 @@ impl Framing {
                 hash: None,
             },
         );
-        inner.new.push(offset);
+        if log {
+            inner.new.push(offset);
+        }
     }
 
     /// The length of the chunk recorded at `offset`.
@@ -415,6 +480,32 @@ mod tests {
             hash_in_pieces(&f, &bytes[..200_000], 7000),
             Err(Unchecked::Unframed { .. })
         ));
+    }
+
+    /// A resume log gives back what was recorded, once: a log of another file, or a record cut
+    /// short, is not read.
+    #[test]
+    fn a_resume_log_gives_back_the_framing() {
+        let bytes = data(700_000);
+        let f = framed(&bytes, ChunkRule::BeforeMinimumFix);
+        let file = chunk_hash(b"the file");
+        let mut log = log_header(&file);
+        log.extend(log_records(&f.take_new()));
+        assert!(f.take_new().is_empty());
+        let back = Framing::new(bytes.len() as u64);
+        log.extend_from_slice(&[1, 2, 3]);
+        assert!(back.load_log(&log, &file));
+        assert_eq!(back.len(), f.len());
+        assert!(
+            back.take_new().is_empty(),
+            "loaded chunks are not logged again"
+        );
+        assert_eq!(
+            hash_in_pieces(&back, &bytes, 10_000),
+            hash_in_pieces(&f, &bytes, 10_000)
+        );
+        assert!(!Framing::new(bytes.len() as u64).load_log(&log, &chunk_hash(b"other")));
+        assert!(log.len() as u64 <= max_log_bytes(bytes.len() as u64));
     }
 
     /// More chunks than a file of its size has are not followed.

@@ -301,6 +301,7 @@ impl Fixture {
                 data: partial_path.clone(),
                 state: state_path.clone(),
                 lock: self.dir.path().join(format!("{name}.lock")),
+                framing: self.dir.path().join(format!("{name}.wi-partial.xet")),
                 watch: Vec::new(),
             },
             partial_path,
