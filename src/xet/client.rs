@@ -19,6 +19,7 @@ use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 
+use super::edges::{self, EdgeChunk, Edges};
 use super::framing::Framing;
 use super::hash::XetHash;
 use super::reconstruction::{
@@ -270,6 +271,8 @@ pub struct XetSource {
     reuse: Option<Arc<Reuse>>,
     /// Where each chunk delivered lies in the file (see [`super::framing`]).
     framing: Arc<Framing>,
+    /// The chunks that straddle the edges of its ranges, each fetched once.
+    edges: Edges,
     /// What it read.
     pub counters: Arc<XetCounters>,
 }
@@ -303,6 +306,7 @@ impl XetSource {
             v1: AtomicBool::new(false),
             reuse: None,
             framing,
+            edges: Edges::default(),
             counters: Arc::default(),
         }
     }
@@ -580,35 +584,26 @@ impl XetSource {
         .boxed())
     }
 
-    /// The chunks of term `i` of `r` (its first chunk at `offset` in the file): copied from
-    /// the older version of the file where it holds them (each checked as it is read), the
+    /// The chunks of `term` (its first chunk at `offset` in the file), asked of `fetch`: copied
+    /// from the older version of the file where it holds them (each checked as it is read), the
     /// rest — all of it, or from the first chunk the older version does not have right —
     /// fetched from the term's xorb.
     fn term_pieces(
         self: &Arc<Self>,
-        r: Arc<Reconstruction>,
-        i: usize,
+        term: Term,
+        fetch: Fetch,
         offset: u64,
         local: Option<Arc<LocalChunks>>,
     ) -> Pieces {
         let this = self.clone();
-        let Some(term) = r.terms.get(i).cloned() else {
-            return futures::stream::empty().boxed();
-        };
         let held = local.and_then(|l| {
             let found = l.find(term.hash, term.range.start, term.range.end)?;
             Some((l, found))
         });
         let Some((local, found)) = held else {
-            return futures::stream::once(async move {
-                let fetch = r
-                    .fetch_for(i)
-                    .cloned()
-                    .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?;
-                this.chunks(&fetch, &term, offset).await
-            })
-            .try_flatten()
-            .boxed();
+            return futures::stream::once(async move { this.chunks(&fetch, &term, offset).await })
+                .try_flatten()
+                .boxed();
         };
         // Copied a batch at a time (a few MiB read at once, each chunk hashed), the chunks
         // recorded as the older version framed them.
@@ -619,12 +614,12 @@ impl XetSource {
         }
         let batch_bytes = 2u64 << 20;
         futures::stream::try_unfold(Step::Copy(0, offset), move |step| {
-            let (this, local, found, term, r) = (
+            let (this, local, found, term, fetch) = (
                 this.clone(),
                 local.clone(),
                 found.clone(),
                 term.clone(),
-                r.clone(),
+                fetch.clone(),
             );
             async move {
                 let next: Result<Option<(Pieces, Step)>, XetError> = match step {
@@ -675,10 +670,6 @@ impl XetSource {
                         Ok(Some((futures::stream::iter(out).boxed(), next)))
                     }
                     Step::Fetch(first, at, done) => {
-                        let fetch = r
-                            .fetch_for(i)
-                            .cloned()
-                            .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?;
                         let rest = Term {
                             hash: term.hash,
                             unpacked_length: u32::try_from(
@@ -701,8 +692,76 @@ impl XetSource {
         .boxed()
     }
 
-    /// Bytes `range` of the file: its reconstruction, then each term's chunks, the first term's
-    /// skipped bytes left out and the last cut at the range's end.
+    /// The chunk that straddles the edge at `at` (between two ranges), as the CAS names it
+    /// (asked once for both ranges, see [`super::edges`]).
+    async fn edge_chunk(&self, at: u64) -> Result<EdgeChunk, XetError> {
+        let edge = self.edges.at(at);
+        edge.chunk
+            .get_or_try_init(|| async {
+                let r = self.reconstruction(&(at..at + 1)).await?;
+                EdgeChunk::of(at, r).ok_or_else(|| {
+                    BadReconstruction(format!("byte {at} is not in one chunk of its answer")).into()
+                })
+            })
+            .await
+            .cloned()
+    }
+
+    /// The bytes of the edge chunk `chunk` at `at`, fetched once for both its ranges (or copied
+    /// from the older version), and whether they were copied; this range's part is taken.
+    async fn edge_bytes(
+        self: &Arc<Self>,
+        at: u64,
+        chunk: &EdgeChunk,
+        local: Option<Arc<LocalChunks>>,
+    ) -> Result<(Bytes, From), XetError> {
+        let edge = self.edges.at(at);
+        let (bytes, copied) = edge
+            .bytes
+            .get_or_try_init(|| async {
+                let term = chunk.recon.terms[0].clone();
+                let fetch = chunk
+                    .recon
+                    .fetch_for(0)
+                    .cloned()
+                    .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?;
+                let pieces: Vec<(Bytes, From)> = self
+                    .term_pieces(term, fetch, chunk.start, local)
+                    .try_collect()
+                    .await?;
+                let copied = pieces.iter().any(|(_, f)| *f == From::OlderVersion);
+                let mut all =
+                    bytes::BytesMut::with_capacity(usize::try_from(chunk.len).unwrap_or(0));
+                for (b, _) in pieces {
+                    all.extend_from_slice(&b);
+                }
+                if all.len() as u64 != chunk.len {
+                    return Err(BadReconstruction(format!(
+                        "the chunk at {at} made {} byte(s), {} were said",
+                        all.len(),
+                        chunk.len
+                    ))
+                    .into());
+                }
+                Ok::<_, XetError>((all.freeze(), copied))
+            })
+            .await?
+            .clone();
+        self.edges.taken(at, &edge);
+        Ok((
+            bytes,
+            if copied {
+                From::OlderVersion
+            } else {
+                From::Xorb
+            },
+        ))
+    }
+
+    /// Bytes `range` of the file: its reconstruction, the chunks that straddle its edges
+    /// fetched once for the two ranges that need them (see [`super::edges`]), its other chunks
+    /// from their xorbs; the first chunk's bytes before the range left out and the last cut at
+    /// its end.
     async fn range_body(
         self: &Arc<Self>,
         range: std::ops::Range<u64>,
@@ -717,8 +776,8 @@ impl XetSource {
         if range.start == range.end {
             return Ok(futures::stream::empty().boxed());
         }
-        let r = Arc::new(self.reconstruction(&range).await?);
-        // Where the first term's first chunk lies in the file.
+        let r = self.reconstruction(&range).await?;
+        // Where the first term's first chunk lies in the file, and the last one's end.
         let first = range
             .start
             .checked_sub(r.offset_into_first_range)
@@ -728,25 +787,69 @@ impl XetSource {
                     r.offset_into_first_range, range.start
                 ))
             })?;
+        let end = r
+            .terms
+            .iter()
+            .try_fold(first, |at, t| at.checked_add(u64::from(t.unpacked_length)))
+            .ok_or_else(|| BadReconstruction("its terms make more than a file".into()))?;
         let local = match &self.reuse {
             Some(reuse) => reuse.chunks().await,
             None => None,
         };
-        let mut offsets = Vec::with_capacity(r.terms.len());
-        let mut at = first;
-        for t in &r.terms {
-            offsets.push(at);
-            at = at.saturating_add(u64::from(t.unpacked_length));
-        }
+        // The chunks that straddle the range's edges (not one chunk that holds it all, which is
+        // fetched as it is). An edge the CAS cannot name alone costs only that sharing.
+        let one_chunk = r.terms.len() == 1 && r.terms[0].range.len() == 1;
+        let head = match r.offset_into_first_range > 0 && !one_chunk {
+            true => self.edge_chunk(range.start).await.ok(),
+            false => None,
+        };
+        let tail = match end > range.end && !one_chunk {
+            true => self.edge_chunk(range.end).await.ok(),
+            false => None,
+        };
+        let (parts, head, tail) = match edges::interior(&r, first, head.as_ref(), tail.as_ref()) {
+            Some(parts) => (parts, head, tail),
+            None => (
+                edges::interior(&r, first, None, None)
+                    .ok_or_else(|| BadReconstruction("a term without its fetch".into()))?,
+                None,
+                None,
+            ),
+        };
         let this = self.clone();
         let counters = self.counters.clone();
-        let mut skip = r.offset_into_first_range;
+        let mut skip = match head {
+            Some(_) => 0,
+            None => r.offset_into_first_range,
+        };
         let mut left = range.end - range.start;
-        let stream = futures::stream::iter(offsets.into_iter().enumerate())
-            .map(move |(i, offset)| {
-                Ok::<_, XetError>(this.term_pieces(r.clone(), i, offset, local.clone()))
+        let head_piece = head.map(|h| {
+            let (this, local, at) = (self.clone(), local.clone(), range.start);
+            futures::stream::once(async move {
+                let (b, from) = this.edge_bytes(at, &h, local).await?;
+                let from_at = usize::try_from(at - h.start).unwrap_or(0).min(b.len());
+                Ok::<_, XetError>((b.slice(from_at..), from))
             })
-            .try_flatten()
+            .boxed()
+        });
+        let tail_piece = tail.map(|t| {
+            let (this, local, at) = (self.clone(), local.clone(), range.end);
+            futures::stream::once(async move {
+                let (b, from) = this.edge_bytes(at, &t, local).await?;
+                let to = usize::try_from(at - t.start).unwrap_or(0).min(b.len());
+                Ok::<_, XetError>((b.slice(..to), from))
+            })
+            .boxed()
+        });
+        let interior = futures::stream::iter(parts)
+            .map(move |(term, fetch, offset)| {
+                Ok::<_, XetError>(this.term_pieces(term, fetch, offset, local.clone()))
+            })
+            .try_flatten();
+        let stream = futures::stream::iter(head_piece)
+            .flatten()
+            .chain(interior)
+            .chain(futures::stream::iter(tail_piece).flatten())
             .map_ok(move |(mut b, from): (Bytes, From)| {
                 if left == 0 {
                     // The range is complete: nothing more is read.

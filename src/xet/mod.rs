@@ -10,6 +10,8 @@
 pub mod chunking;
 #[cfg(feature = "net")]
 pub mod client;
+#[cfg(feature = "net")]
+mod edges;
 pub mod framing;
 pub mod hash;
 pub mod reconstruction;
