@@ -605,14 +605,13 @@ impl XetSource {
                 .try_flatten()
                 .boxed();
         };
-        // Copied a batch at a time (a few MiB read at once, each chunk hashed), the chunks
-        // recorded as the older version framed them.
+        // Copied a span at a time (chunks back to back in the old blob, a few MiB read at once,
+        // each chunk hashed), the chunks recorded as the older version framed them.
         enum Step {
             Copy(usize, u64),
             Fetch(u32, u64, u64),
             Done,
         }
-        let batch_bytes = 2u64 << 20;
         futures::stream::try_unfold(Step::Copy(0, offset), move |step| {
             let (this, local, found, term, fetch) = (
                 this.clone(),
@@ -629,31 +628,26 @@ impl XetSource {
                         Ok(None)
                     }
                     Step::Copy(k, at) => {
-                        let mut end = k;
-                        let mut bytes = 0u64;
-                        while end < found.len() && (end == k || bytes < batch_bytes) {
-                            bytes += u64::from(found[end].len);
-                            end += 1;
-                        }
+                        // Chunks back to back in the old blob, read at once (a few MiB).
+                        let end = k + LocalChunks::span_len(&found[k..]);
                         let want: Vec<LocalChunk> = found[k..end].to_vec();
                         let l = local.clone();
-                        let got = tokio::task::spawn_blocking(move || l.read_checked(&want))
+                        let (buf, ok) = tokio::task::spawn_blocking(move || l.read_span(&want))
                             .await
                             .map_err(|e| older(e.to_string()))?
                             .map_err(|e| older(e.to_string()))?;
-                        let mut out = Vec::with_capacity(got.len());
-                        let mut pos = at;
-                        for (n, chunk) in got.into_iter().enumerate() {
+                        let buf = Bytes::from(buf);
+                        let mut out = Vec::with_capacity(ok);
+                        let (mut pos, mut from) = (at, 0usize);
+                        for (n, c) in found[k..k + ok].iter().enumerate() {
                             let index = term.range.start + u32::try_from(k + n).unwrap_or(0);
-                            let len = chunk.len() as u64;
-                            this.framing.record(
-                                pos,
-                                u32::try_from(len).unwrap_or(0),
-                                term.hash,
-                                index,
-                            );
-                            pos += len;
-                            out.push(Ok((Bytes::from(chunk), From::OlderVersion)));
+                            // Hashed as it was read: the file's hash takes it as it is.
+                            this.framing
+                                .record_hashed(pos, c.len, term.hash, index, c.hash);
+                            pos += u64::from(c.len);
+                            let to = from + c.len as usize;
+                            out.push(Ok((buf.slice(from..to), From::OlderVersion)));
+                            from = to;
                         }
                         let copied = k + out.len();
                         let next = if copied == end {

@@ -76,6 +76,9 @@ struct Slot {
     xorb: u32,
     index: u32,
     hash: Option<XetHash>,
+    /// The hash came with the chunk (computed over the very bytes written, as a chunk copied
+    /// from an older version is checked): the hasher need not hash them again.
+    given: bool,
 }
 
 #[derive(Debug, Default)]
@@ -152,7 +155,15 @@ impl Framing {
     /// does not fit the file (empty, longer than a chunk may be, past its end) is not recorded;
     /// one where another was recorded is a conflict unless it is the same.
     pub fn record(&self, offset: u64, len: u32, xorb: XetHash, index: u32) {
-        self.put(offset, len, xorb, index, true);
+        self.put(offset, len, xorb, index, true, None);
+    }
+
+    /// As [`record`](Self::record), for a chunk whose `hash` was computed over the bytes that
+    /// are written (a chunk copied from an older version, checked as it was read):
+    /// [`FramedHasher`] takes it rather than hashing the bytes again (the file's SHA-256, which
+    /// decides, still reads them).
+    pub fn record_hashed(&self, offset: u64, len: u32, xorb: XetHash, index: u32, hash: XetHash) {
+        self.put(offset, len, xorb, index, true, Some(hash));
     }
 
     /// Reads a resume log (`bytes`, at most [`max_log_bytes`]) of the file of Xet hash `file`
@@ -178,12 +189,21 @@ impl Framing {
                 XetHash(xorb),
                 u32::try_from(word(12, 4)).unwrap_or(0),
                 false,
+                None,
             );
         }
         true
     }
 
-    fn put(&self, offset: u64, len: u32, xorb: XetHash, index: u32, log: bool) {
+    fn put(
+        &self,
+        offset: u64,
+        len: u32,
+        xorb: XetHash,
+        index: u32,
+        log: bool,
+        given: Option<XetHash>,
+    ) {
         let fits = len > 0
             && len as usize <= MAX_CHUNK_LEN
             && offset
@@ -222,7 +242,8 @@ impl Framing {
                 len,
                 xorb: id,
                 index,
-                hash: None,
+                hash: given,
+                given: given.is_some(),
             },
         );
         if log {
@@ -235,9 +256,17 @@ impl Framing {
         self.lock().chunks.get(&offset).map(|s| s.len)
     }
 
+    /// The length of the chunk recorded at `offset`, and its hash when it came with it.
+    fn chunk_at(&self, offset: u64) -> Option<(u32, Option<XetHash>)> {
+        self.lock()
+            .chunks
+            .get(&offset)
+            .map(|s| (s.len, s.hash.filter(|_| s.given)))
+    }
+
     /// Records the hash of the chunk at `offset`, computed over the file's bytes.
     fn set_hash(&self, offset: u64, hash: XetHash) {
-        if let Some(s) = self.lock().chunks.get_mut(&offset) {
+        if let Some(s) = self.lock().chunks.get_mut(&offset).filter(|s| !s.given) {
             s.hash = Some(hash);
         }
     }
@@ -315,6 +344,8 @@ pub struct FramedHasher {
     chunk_start: u64,
     left: u64,
     chunk: blake3::Hasher,
+    /// The current chunk's hash, when it came with the chunk (its bytes are not hashed).
+    given: Option<XetHash>,
     tree: MerkleBuilder,
     /// Where the framing had no chunk.
     lost: Option<u64>,
@@ -329,6 +360,7 @@ impl FramedHasher {
             chunk_start: 0,
             left: 0,
             chunk: blake3::Hasher::new_keyed(&DATA_KEY),
+            given: None,
             tree: MerkleBuilder::new(),
             lost: None,
         }
@@ -343,11 +375,14 @@ impl FramedHasher {
     pub fn update(&mut self, mut data: &[u8]) {
         while !data.is_empty() && self.lost.is_none() {
             if self.left == 0 {
-                match self.framing.len_at(self.pos) {
-                    Some(len) => {
+                match self.framing.chunk_at(self.pos) {
+                    Some((len, given)) => {
                         self.chunk_start = self.pos;
                         self.left = u64::from(len);
-                        self.chunk = blake3::Hasher::new_keyed(&DATA_KEY);
+                        self.given = given;
+                        if given.is_none() {
+                            self.chunk = blake3::Hasher::new_keyed(&DATA_KEY);
+                        }
                     }
                     None => {
                         self.lost = Some(self.pos);
@@ -356,14 +391,22 @@ impl FramedHasher {
                 }
             }
             let n = usize::try_from(self.left.min(data.len() as u64)).unwrap_or(data.len());
-            self.chunk.update(&data[..n]);
+            if self.given.is_none() {
+                self.chunk.update(&data[..n]);
+            }
             self.pos += n as u64;
             self.left -= n as u64;
             data = &data[n..];
             if self.left == 0 {
-                let hash = XetHash(*self.chunk.finalize().as_bytes());
+                let hash = match self.given {
+                    Some(h) => h,
+                    None => {
+                        let h = XetHash(*self.chunk.finalize().as_bytes());
+                        self.framing.set_hash(self.chunk_start, h);
+                        h
+                    }
+                };
                 self.tree.push(hash, self.pos - self.chunk_start);
-                self.framing.set_hash(self.chunk_start, hash);
             }
         }
     }
@@ -440,6 +483,33 @@ mod tests {
         let want = tree.file_hash();
         assert_eq!(hash_in_pieces(&fixed, &bytes, 4096), Ok(want));
         assert_ne!(want, file_hash(&bytes));
+    }
+
+    /// A chunk whose hash came with it (copied, and checked as it was read) is not hashed
+    /// again: its hash is taken as given.
+    #[test]
+    fn a_hash_given_with_a_chunk_is_taken() {
+        let bytes = data(400_000);
+        let cuts = chunks_by(&bytes, ChunkRule::Current);
+        let given = |wrong: bool| {
+            let f = Framing::new(bytes.len() as u64);
+            for (i, r) in cuts.iter().enumerate() {
+                let mut h = chunk_hash(&bytes[r.clone()]);
+                if wrong && i == 1 {
+                    h = chunk_hash(b"not it");
+                }
+                f.record_hashed(
+                    r.start as u64,
+                    r.len() as u32,
+                    chunk_hash(b"x"),
+                    i as u32,
+                    h,
+                );
+            }
+            hash_in_pieces(&f, &bytes, 30_000)
+        };
+        assert_eq!(given(false), Ok(file_hash(&bytes)));
+        assert_ne!(given(true), Ok(file_hash(&bytes)));
     }
 
     /// A gap, a conflict, a chunk past the end: the hash is not computed, and says why.

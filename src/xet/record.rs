@@ -29,6 +29,8 @@ pub const FORMAT: &str = "weight-inspect-xet-record";
 pub const VERSION: u32 = 2;
 /// The record's largest size read (about 60 bytes a chunk: a file of 64 GiB in 64 KiB chunks).
 pub const MAX_RECORD_BYTES: u64 = 64 << 20;
+/// The most bytes of an old blob read at once (chunks back to back).
+pub const MAX_SPAN: u64 = 2 << 20;
 
 /// Consecutive chunks of one xorb, as kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,37 +213,53 @@ impl LocalChunks {
             .collect()
     }
 
-    /// The bytes of `chunks` (as [`find`](Self::find) gives them), read with as few reads as
-    /// their places allow and each hashed: the chunks from the first on that are what the
-    /// record says, up to the first that is not (which the caller fetches instead).
-    pub fn read_checked(&self, chunks: &[LocalChunk]) -> io::Result<Vec<Vec<u8>>> {
-        let mut out = Vec::with_capacity(chunks.len());
-        let mut i = 0;
-        while i < chunks.len() {
-            // A span of chunks back to back in the blob, read at once (up to 8 MiB).
-            let mut j = i + 1;
-            let mut len = u64::from(chunks[i].len);
-            while j < chunks.len()
-                && chunks[j].offset == chunks[j - 1].offset + u64::from(chunks[j - 1].len)
-                && len + u64::from(chunks[j].len) <= 8 << 20
-            {
-                len += u64::from(chunks[j].len);
-                j += 1;
+    /// The bytes of `chunks` (some of what [`find`](Self::find) gave, which lie back to back in
+    /// the blob: at most [`MAX_SPAN`] of them are read at once), read at once and each chunk
+    /// hashed: the bytes, and how many chunks from the first on are what the record says (up to
+    /// the first that is not, which the caller fetches instead).
+    pub fn read_span(&self, chunks: &[LocalChunk]) -> io::Result<(Vec<u8>, usize)> {
+        let Some(first) = chunks.first() else {
+            return Ok((Vec::new(), 0));
+        };
+        let mut len = 0u64;
+        for (i, c) in chunks.iter().enumerate() {
+            if c.offset != first.offset + len {
+                return Err(io::Error::other(format!(
+                    "chunk {i} of the span is not right after the one before"
+                )));
             }
-            let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
-            self.file.read_exact_at(&mut buf, chunks[i].offset)?;
-            let mut at = 0usize;
-            for c in &chunks[i..j] {
-                let bytes = &buf[at..at + c.len as usize];
-                if chunk_hash(bytes) != c.hash {
-                    return Ok(out);
-                }
-                out.push(bytes.to_vec());
-                at += c.len as usize;
-            }
-            i = j;
+            len += u64::from(c.len);
         }
-        Ok(out)
+        if len > MAX_SPAN {
+            return Err(io::Error::other(format!("a span of {len} bytes")));
+        }
+        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        self.file.read_exact_at(&mut buf, first.offset)?;
+        let mut at = 0usize;
+        for (i, c) in chunks.iter().enumerate() {
+            if chunk_hash(&buf[at..at + c.len as usize]) != c.hash {
+                return Ok((buf, i));
+            }
+            at += c.len as usize;
+        }
+        Ok((buf, chunks.len()))
+    }
+
+    /// How many of `chunks` (from the first, as [`find`](Self::find) gave them) make one span
+    /// [`read_span`](Self::read_span) reads at once: back to back in the blob, and at most
+    /// [`MAX_SPAN`] bytes (at least one chunk).
+    pub fn span_len(chunks: &[LocalChunk]) -> usize {
+        let mut n = 0;
+        let mut len = 0u64;
+        while let Some(c) = chunks.get(n) {
+            let next = n > 0 && c.offset != chunks[n - 1].offset + u64::from(chunks[n - 1].len);
+            if next || (n > 0 && len + u64::from(c.len) > MAX_SPAN) {
+                break;
+            }
+            len += u64::from(c.len);
+            n += 1;
+        }
+        n
     }
 
     /// How many chunks it holds.
@@ -312,8 +330,10 @@ mod tests {
         let xorb = rec.runs[0].xorb;
         let found = local.find(xorb, 1, 4).unwrap();
         assert_eq!(found[0].offset as usize, cuts[1].start);
-        let got = local.read_checked(&found).unwrap();
-        assert_eq!(got.concat(), &bytes[cuts[1].start..cuts[3].end]);
+        assert_eq!(LocalChunks::span_len(&found), 3);
+        let (got, ok) = local.read_span(&found).unwrap();
+        assert_eq!(ok, 3);
+        assert_eq!(got, &bytes[cuts[1].start..cuts[3].end]);
         assert!(local.find(xorb, 0, 8).is_none());
     }
 
@@ -330,8 +350,10 @@ mod tests {
             .unwrap()
             .unwrap();
         let all = local.find(rec.runs[0].xorb, 0, cuts.len() as u32).unwrap();
-        let got = local.read_checked(&all).unwrap();
-        assert_eq!(got.len(), 2);
+        let n = LocalChunks::span_len(&all);
+        assert_eq!(n, all.len(), "back to back, under 2 MiB");
+        let (_, ok) = local.read_span(&all[..n]).unwrap();
+        assert_eq!(ok, 2);
         assert!(LocalChunks::index(&rec, file_of(&bytes[1..]))
             .unwrap()
             .is_none());

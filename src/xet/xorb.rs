@@ -119,7 +119,7 @@ fn group4(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The inverse of [`group4`].
+/// The inverse of [`group4`]: the four groups read side by side, four bytes written at a time.
 fn ungroup4(grouped: &[u8]) -> Vec<u8> {
     let n = grouped.len();
     let (split, rem) = (n / 4, n % 4);
@@ -127,9 +127,18 @@ fn ungroup4(grouped: &[u8]) -> Vec<u8> {
     for g in 1..4 {
         starts[g] = starts[g - 1] + split + usize::from(g - 1 < rem);
     }
-    let mut out = vec![0u8; n];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = grouped[starts[i % 4] + i / 4];
+    let mut out = Vec::with_capacity(n);
+    let (g0, g1, g2, g3) = (
+        &grouped[starts[0]..],
+        &grouped[starts[1]..],
+        &grouped[starts[2]..],
+        &grouped[starts[3]..],
+    );
+    for k in 0..split {
+        out.extend_from_slice(&[g0[k], g1[k], g2[k], g3[k]]);
+    }
+    for group in [g0, g1, g2].iter().take(rem) {
+        out.push(group[split]);
     }
     out
 }
@@ -194,6 +203,9 @@ pub fn decode_payload(h: &ChunkHeader, payload: &[u8]) -> Result<Vec<u8>, XorbEr
 #[derive(Debug, Default)]
 pub struct ChunkDecoder {
     buf: Vec<u8>,
+    /// Where the next chunk starts in `buf` (what is before it was given; dropped once it is
+    /// more than half of `buf`, so that bytes are moved about once, not once per chunk).
+    at: usize,
     /// Chunks given so far.
     taken: usize,
 }
@@ -206,40 +218,44 @@ impl ChunkDecoder {
 
     /// Adds the body's next bytes.
     pub fn push(&mut self, piece: &[u8]) {
+        if self.at > 0 && self.at * 2 >= self.buf.len() {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
         self.buf.extend_from_slice(piece);
     }
 
     /// Bytes held that are not a whole chunk yet (at most one chunk's, plus the last piece).
     pub fn held(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.at
     }
 
     /// The next chunk, decompressed, once all of it has arrived; `Ok(None)` until then. A
     /// header or payload that is wrong is an error naming the chunk (by its place in the body).
     pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, XorbError> {
-        if self.buf.len() < HEADER_LEN {
+        let rest = &self.buf[self.at..];
+        if rest.len() < HEADER_LEN {
             return Ok(None);
         }
         let mut head = [0u8; HEADER_LEN];
-        head.copy_from_slice(&self.buf[..HEADER_LEN]);
+        head.copy_from_slice(&rest[..HEADER_LEN]);
         let at = self.taken;
         let h = ChunkHeader::parse(&head).map_err(|e| name(at, e))?;
         let end = HEADER_LEN + h.compressed_len;
-        if self.buf.len() < end {
+        if rest.len() < end {
             return Ok(None);
         }
-        let data = decode_payload(&h, &self.buf[HEADER_LEN..end]).map_err(|e| name(at, e))?;
-        self.buf.drain(..end);
+        let data = decode_payload(&h, &rest[HEADER_LEN..end]).map_err(|e| name(at, e))?;
+        self.at += end;
         self.taken += 1;
         Ok(Some(data))
     }
 
     /// The body ended: an error when it ended inside a chunk.
     pub fn finish(&self) -> Result<(), XorbError> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(XorbError::Truncated(self.buf.len()))
+        match self.held() {
+            0 => Ok(()),
+            n => Err(XorbError::Truncated(n)),
         }
     }
 }
