@@ -31,7 +31,7 @@ any file above the LFS threshold.
 Usage: WI_PYTHON=.venv/bin/python benches/xet.py   (or run it with such a Python)
 
 Environment (all optional):
-  SIZE_MB       the file's size in MiB                               (default 1024)
+  SIZE_MB       the file's size in MiB, at least 2 (every file of 1 MiB and more is Xet-backed) (default 1024)
   ROUNDS        interleaved rounds of the timed scenarios             (default 3)
   SCENARIOS     some of the scenarios above, space-separated           (default all)
   TOOLS         some of: wi-fetch wi-fetch-no-xet hf hf-no-xet        (default all)
@@ -97,10 +97,8 @@ for s in SCENARIOS:
 for t in TOOLS:
     if t not in ALL_TOOLS:
         sys.exit(f"xet.py: unknown tool {t!r} (known: {' '.join(ALL_TOOLS)})")
-if SIZE_MB < 16 or ROUNDS < 1:
-    sys.exit(
-        "xet.py: SIZE_MB must be at least 16 (above the LFS threshold) and ROUNDS at least 1"
-    )
+if SIZE_MB < 2 or ROUNDS < 1:
+    sys.exit("xet.py: SIZE_MB must be at least 2 and ROUNDS at least 1")
 if not HF.exists():
     sys.exit(
         f"xet.py: no `hf` beside {sys.executable} (run it with a venv holding huggingface_hub)"
@@ -168,6 +166,9 @@ class Hub:
                 "--addr",
                 "127.0.0.1:0",
                 "--xet",
+                # Every file of 1 MiB and more is an LFS file, so Xet-backed.
+                "--lfs-threshold",
+                str(1 << 20),
                 "--seed",
                 str(seed),
                 *flags,
@@ -533,7 +534,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
         sha = {True: "matches", False: "**wrong bytes kept**", None: "–"}[r["sha_ok"]]
         lines.append(
             f"| {r['scenario']} | {r['tool']} | {r['wall_s']:.2f} | {r['maxrss_mib']} | {r['peak_anon_mib']} | {r['cpu_s']} "
-            f"| {r['cas_bytes'] / SIZE:.3f} | {r['bridge_bytes'] / SIZE:.3f} | {sha} | {'; '.join(note)} |"
+            f"| {r['cas_bytes'] / SIZE:.4f} | {r['bridge_bytes'] / SIZE:.3f} | {sha} | {'; '.join(note)} |"
         )
     return lines
 
