@@ -9,7 +9,13 @@ use crate::support::data;
 const REPO: &str = "org/xet";
 const FILE: &str = "model.bin";
 
-/// A Hub speaking Xet serving one 3 MiB file (random, then zeros: every compression scheme).
+/// The rule the Hub cut [`hub`]'s file with: as xet-core cut files before its PR #487 of
+/// 2025-09-09 (most files on the Hub were uploaded before), so that every test of the Xet path
+/// runs on a file of that era; `files_of_every_era_come_through_the_cas_checked` covers today's.
+const ERA: mock_server::ChunkRule = mock_server::ChunkRule::BeforeMinimumFix;
+
+/// A Hub speaking Xet serving one 3 MiB file (random, then zeros: every compression scheme),
+/// cut into chunks by [`ERA`] unless `tune` says otherwise.
 fn hub(
     tune: impl FnOnce(mock_server::MockHubBuilder) -> mock_server::MockHubBuilder,
 ) -> (mock_server::BackgroundHub, Vec<u8>) {
@@ -20,7 +26,11 @@ fn hub(
         .file(REPO, "config.json", b"{}".to_vec())
         .lfs_threshold(64 << 10)
         .xet(true);
-    (tune(b).start_in_background().unwrap(), bytes)
+    let b = tune(b).xet_chunking(mock_server::XetChunking {
+        rule: ERA,
+        pattern: String::new(),
+    });
+    (b.start_in_background().unwrap(), bytes)
 }
 
 fn fetch(sb: &Sandbox, hub: &mock_server::MockHub, extra: &[&str]) -> std::process::Output {
@@ -62,10 +72,13 @@ fn a_file_stored_in_xet_comes_through_the_cas_checked() {
     let f = file(&s, FILE);
     assert_holds(f, &bytes);
     let x = &f["xet"];
-    assert_eq!(
-        x["hash"].as_str().unwrap(),
-        weight_inspect::xet::hash::file_hash(&bytes).to_string()
+    assert_eq!(x["hash"].as_str().unwrap(), era_hash(&bytes, ERA));
+    assert_ne!(
+        era_hash(&bytes, ERA),
+        weight_inspect::xet::hash::file_hash(&bytes).to_string(),
+        "the file of that era is not cut as today"
     );
+    assert_eq!(x["checked"], true, "{x}");
     assert_eq!(x["bytes"], bytes.len() as u64, "{x}");
     // Every byte came through the CAS: the resolve URL served none of the file.
     assert_eq!(hub.stats().file(REPO, FILE).bytes_sent, 0);
