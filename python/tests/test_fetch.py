@@ -408,6 +408,7 @@ def test_a_file_stored_in_xet_comes_through_the_cas(
         f = s["files"][0]
         assert Path(f["local_path"]).read_bytes() == want
         assert f["xet"]["bytes"] == len(want), f
+        assert f["xet"]["checked"] is True, f
         stats = h.stats()
         assert stats["cas"]["xorb_bytes_sent"] > 0
         assert stats["files"].get("demo/tiny/model.safetensors", {}).get("bytes_sent", 0) == 0

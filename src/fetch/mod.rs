@@ -380,7 +380,8 @@ impl FetcherBuilder {
     }
 
     /// Fetch a file the Hub stores in Xet through the Hub's CAS (its content-addressed store:
-    /// chunks in xorbs, as `hf download` fetches them), its Xet hash checked with its SHA-256;
+    /// chunks in xorbs, as `hf download` fetches them), its Xet hash checked over the chunks
+    /// its xorbs delivered beside its SHA-256 (which decides);
     /// else through the resolve URL (the Hub's bridge, which reconstructs the file). Default
     /// true, unless `HF_HUB_DISABLE_XET` is set (as huggingface_hub reads it) for
     /// [`Fetcher::from_env`]. A file read from a remote cache, or filled with other nodes,

@@ -233,8 +233,10 @@ impl MerkleBuilder {
 }
 
 /// A file's Xet hash computed as its bytes come in order, in any pieces: the chunker cuts them
-/// as the Hub cut them, each chunk is hashed as it grows (never held), and the tree takes each
-/// chunk's hash. A few kilobytes whatever the file's size; cheap to clone (a snapshot).
+/// as today's xet-core cuts them, each chunk is hashed as it grows (never held), and the tree
+/// takes each chunk's hash. A few kilobytes whatever the file's size; cheap to clone (a
+/// snapshot). It is the hash of a file uploaded today; a file the Hub holds is checked over the
+/// chunks its xorbs delivered instead ([`super::framing::FramedHasher`]).
 #[derive(Clone, Debug)]
 pub struct FileHasher {
     chunker: super::chunking::Chunker,
