@@ -15,7 +15,8 @@ pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 /// A lookup of one environment variable.
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
 
-fn process_env(name: &str) -> Option<OsString> {
+/// The process environment, as an [`EnvLookup`].
+pub(crate) fn process_env(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 

@@ -32,6 +32,7 @@
 //! blob, then the snapshot link is (atomically) replaced, then the ref is written.
 
 mod local_dir;
+pub mod shared;
 
 /// A file's identity, and where its partial download's files go.
 pub use crate::key::{Digest, FileKey, PartialPaths};
@@ -364,12 +365,36 @@ impl RepoCache {
         self.read_ref(revision)
     }
 
-    /// The blob for `etag` if it exists with the right size.
+    /// The file that holds the blob `etag` if it exists with the right size: `blobs/{etag}`
+    /// itself, or the entry of huggingface_hub's shared store it links to
+    /// ([`shared::SharedStore::resolve`]). Any other link in a blob's place is no blob (nothing
+    /// is read through it).
     pub fn complete_blob(&self, etag: &str, size: u64) -> Option<PathBuf> {
         let p = self.blob_path(etag);
-        // A link in a blob's place is no blob (nothing is read through it).
         let m = fs::symlink_metadata(&p).ok()?;
+        if m.is_symlink() {
+            return self.shared_store().resolve(&p, size);
+        }
         (m.is_file() && m.len() == size).then_some(p)
+    }
+
+    /// The file that holds the blob `etag`, whatever its size: `blobs/{etag}` when it is a
+    /// regular file, the store entry when it is a link of the store's form to a regular file.
+    pub fn blob_bytes(&self, etag: &str) -> Option<PathBuf> {
+        let p = self.blob_path(etag);
+        let m = fs::symlink_metadata(&p).ok()?;
+        if m.is_symlink() {
+            let store = self.shared_store();
+            let (_, entry) = store.target(&p)?;
+            let size = fs::symlink_metadata(&entry).ok()?.len();
+            return store.resolve(&p, size);
+        }
+        m.is_file().then_some(p)
+    }
+
+    /// huggingface_hub's shared blob store of this repository's cache.
+    pub fn shared_store(&self) -> shared::SharedStore {
+        shared::SharedStore::new(self.root.clone())
     }
 
     /// Points `snapshots/{commit}/{path}` at `blobs/{etag}` (replacing any older link) and
@@ -474,13 +499,14 @@ impl RepoCache {
             if etag_kind(&etag).is_none() {
                 continue;
             }
-            let Ok(m) = fs::symlink_metadata(self.blob_path(&etag)) else {
+            // The blob, or the shared store's entry it links to (any other link in a blob's
+            // place is not listed: nothing is read through it).
+            let Some(m) = self
+                .blob_bytes(&etag)
+                .and_then(|p| fs::symlink_metadata(p).ok())
+            else {
                 continue;
             };
-            // (A link in a blob's place is not listed: nothing is read through it.)
-            if !m.is_file() {
-                continue;
-            }
             out.push(CachedFile {
                 path: rel,
                 etag,
@@ -566,7 +592,8 @@ impl Store {
                             format!("{} does not name a blob", link.display()),
                         )
                     })?;
-                self.open_own(&r.blob_path(etag))
+                let bytes = r.blob_bytes(etag).unwrap_or_else(|| r.blob_path(etag));
+                self.open_own(&bytes)
             }
             Store::Local(l) => self.open_own(&l.file_path(path)),
         }

@@ -38,6 +38,10 @@ impl Fetcher {
             Taken::Done(report) => return Ok(*report),
             Taken::Partial(locked, turn) => (locked, turn),
         };
+        // The shared blob store holds it: linked, nothing fetched.
+        if let Some(report) = self.link_from_store(job, reuse, &locked).await? {
+            return Ok(report);
+        }
         if job.key.digest().is_none() {
             return Err(FetchError::Hub(HubError::InvalidResponse {
                 url: self.hub.resolve_url(repo, commit, &f.path),
@@ -160,6 +164,8 @@ impl Fetcher {
                 (job.store, self.writes(), &check)
             {
                 keep_record(r, x.framing(), &f.path, &f.etag, f.size, hash);
+                // Checked as huggingface_hub checks what it shares: one copy for the cache.
+                self.publish_to_store(job, reuse).await;
             }
         }
         Ok(report)
@@ -410,9 +416,7 @@ fn older_version(
         }
     }
     let (_, rec) = best?;
-    let blob = r.blob_path(&rec.etag);
-    std::fs::symlink_metadata(&blob)
-        .ok()
-        .filter(|m| m.is_file())?;
+    // The blob, or the shared store's entry it links to.
+    let blob = r.blob_bytes(&rec.etag)?;
     Some(crate::xet::client::Reuse::new(rec, blob))
 }

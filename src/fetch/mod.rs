@@ -82,6 +82,7 @@ mod resolve_explicit;
 mod resolve_listed;
 mod resolve_offline;
 mod run;
+mod shared;
 mod signed;
 #[doc(no_inline)]
 use crate::selection;
@@ -145,6 +146,7 @@ pub struct FetcherBuilder {
     signature: Option<SignaturePolicy>,
     sidecars: bool,
     xet: bool,
+    shared_blobs: bool,
     ensure_manifests: bool,
     force_download: bool,
     check_only: bool,
@@ -218,6 +220,7 @@ impl Default for FetcherBuilder {
             signature: None,
             sidecars: true,
             xet: true,
+            shared_blobs: true,
             ensure_manifests: false,
             #[cfg(feature = "remote-cache")]
             remote_cache: None,
@@ -388,6 +391,20 @@ impl FetcherBuilder {
     /// comes from there and the bridge.
     pub fn xet(mut self, yes: bool) -> Self {
         self.xet = yes;
+        self
+    }
+
+    /// Share files with huggingface_hub's shared blob store in the cache
+    /// ([`cache::shared`]): a file the Hub stores in Xet whose Xet hash the store holds is
+    /// linked there rather than fetched (the store's copy checked at the fetch's level first),
+    /// and a file fetched through the CAS with its Xet hash checked is moved into the store and
+    /// linked, so that every repository and both tools keep one copy. Only with
+    /// [`xet`](Self::xet) on, and never in a local folder. Links already in the cache are read
+    /// whatever this says. Default true, unless `HF_HUB_DISABLE_SHARED_BLOBS`,
+    /// `HF_HUB_DISABLE_XET` or `HF_HUB_DISABLE_SYMLINKS` is set for [`Fetcher::from_env`] (as
+    /// huggingface_hub reads them).
+    pub fn shared_blobs(mut self, yes: bool) -> Self {
+        self.shared_blobs = yes;
         self
     }
 
@@ -602,6 +619,7 @@ impl FetcherBuilder {
         let engine = Engine::new(client, self.engine);
         Ok(Fetcher {
             xet: self.xet,
+            shared_blobs: self.xet && self.shared_blobs,
             xet_http,
             xet_access: std::sync::Mutex::default(),
             cancel,
@@ -663,6 +681,9 @@ pub struct Fetcher {
     sidecars: bool,
     /// Files the Hub stores in Xet come through its CAS (see [`FetcherBuilder::xet`]).
     xet: bool,
+    /// Files are linked from and moved into huggingface_hub's shared blob store
+    /// ([`FetcherBuilder::shared_blobs`]).
+    shared_blobs: bool,
     /// The client xorb ranges are fetched with (the engine's: no redirect followed).
     xet_http: reqwest::Client,
     /// Access to the CAS by repository and commit (its token), shared by their files.
@@ -731,6 +752,7 @@ impl Fetcher {
             hub: HubConfig::from_env(),
             offline: crate::env::offline(),
             xet: !crate::env::flag("HF_HUB_DISABLE_XET"),
+            shared_blobs: cache::shared::writes_enabled(&crate::env::process_env),
             ..FetcherBuilder::default()
         };
         if let Some(t) = crate::env::seconds("HF_HUB_DOWNLOAD_TIMEOUT") {

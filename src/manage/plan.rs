@@ -33,6 +33,9 @@ pub enum ItemKind {
     Note,
     /// A flat download of an older llama.cpp.
     LegacyFile,
+    /// An entry of huggingface_hub's shared blob store that no link will refer to: collected
+    /// under its lock, and only if no link refers to it then.
+    SharedBlob,
 }
 
 /// One thing to remove.
@@ -81,6 +84,10 @@ pub struct Removal {
     pub repos_removed: usize,
     /// Revisions removed (including those of repositories removed whole).
     pub revisions_removed: usize,
+    /// Entries of the shared store whose links the removal touches, which keep other links:
+    /// their `.refs` is rewritten to name only the links left.
+    #[serde(skip)]
+    pub(super) shared_touched: BTreeSet<crate::xet::XetHash>,
 }
 
 impl Removal {
@@ -91,6 +98,7 @@ impl Removal {
         self.freed_bytes += other.freed_bytes;
         self.items.extend(other.items);
         self.skipped.extend(other.skipped);
+        self.shared_touched.extend(other.shared_touched);
         self
     }
 
@@ -104,6 +112,7 @@ impl Removal {
             not_found: Vec::new(),
             repos_removed: 0,
             revisions_removed: 0,
+            shared_touched: BTreeSet::new(),
         }
     }
 
@@ -285,8 +294,45 @@ pub fn plan_removal(report: &CacheReport, targets: &[Target], raw: &[String]) ->
             plan_revisions(&mut out, sel.repo, &sel.commits, &sel.files, false);
         }
     }
+    plan_shared(&mut out, false);
     out.probe_locks();
     out
+}
+
+/// Plans the shared store's entries that no link will refer to once the removal is done: those
+/// whose links it removes (`shared_touched`) and, for `prune`, every entry no link refers to.
+/// Each is an item of its size (counted once, whatever number of links it had); the others
+/// touched stay in `shared_touched`, their `.refs` to be rewritten.
+fn plan_shared(out: &mut Removal, prune: bool) {
+    let store = crate::cache::shared::SharedStore::new(&out.root);
+    if !store.is_marked() {
+        out.shared_touched.clear();
+        return;
+    }
+    let links = store.links();
+    let removed: Vec<PathBuf> = out.items.iter().map(|i| i.path.clone()).collect();
+    let gone = |p: &PathBuf| removed.iter().any(|r| p.starts_with(r));
+    let mut candidates = std::mem::take(&mut out.shared_touched);
+    if prune {
+        candidates.extend(store.entries().into_iter().map(|(h, _, _)| h));
+    }
+    for hash in candidates {
+        let left = links.get(&hash).is_some_and(|l| l.iter().any(|p| !gone(p)));
+        let entry = store.entry_path(&hash);
+        match fs::symlink_metadata(&entry) {
+            Ok(m) if m.is_file() && !left => out.items.push(Item {
+                kind: ItemKind::SharedBlob,
+                repo: None,
+                what: hash.to_string(),
+                path: entry,
+                bytes: m.len(),
+                lock: None,
+            }),
+            _ => {
+                out.shared_touched.insert(hash);
+            }
+        }
+    }
 }
 
 impl<'a> Selected<'a> {
@@ -308,14 +354,24 @@ pub(super) fn plan_whole_repo(out: &mut Removal, repo: &RepoReport) {
     out.repos_removed += 1;
     out.revisions_removed += repo.revisions.len();
     let lock = repo_cache_of(&out.root, repo).locks_dir().to_path_buf();
+    // Its links into the shared store go with it; their entries are planned apart.
     out.push(
         ItemKind::Repo,
         &repo.cache_id,
         repo.cache_id.clone(),
         repo.path.clone(),
-        repo.size_on_disk,
+        repo.size_on_disk - repo.shared_bytes,
         None,
     );
+    for f in repo.revisions.iter().flat_map(|r| &r.files) {
+        if let Some(h) = f
+            .shared
+            .as_deref()
+            .and_then(crate::cache::shared::parse_name)
+        {
+            out.shared_touched.insert(h);
+        }
+    }
     if fs::symlink_metadata(&lock).is_ok() {
         out.push(
             ItemKind::Lock,
@@ -418,7 +474,19 @@ pub(super) fn plan_revisions(
     for etag in freed_candidates.difference(&remaining) {
         let blob = repo.path.join("blobs").join(etag);
         if let Ok(m) = fs::symlink_metadata(&blob) {
-            if m.is_file() {
+            // A link into the shared store: the link goes (its entry is planned apart).
+            let store = rc.shared_store();
+            if let Some((hash, _)) = m.is_symlink().then(|| store.target(&blob)).flatten() {
+                out.shared_touched.insert(hash);
+                out.push(
+                    ItemKind::Blob,
+                    id,
+                    etag.clone(),
+                    blob.clone(),
+                    0,
+                    lock_of(etag),
+                );
+            } else if m.is_file() {
                 out.push(
                     ItemKind::Blob,
                     id,
@@ -478,6 +546,7 @@ pub fn plan_prune(report: &CacheReport, only_listed: bool) -> Removal {
     if !only_listed {
         plan_lock_folders(&mut out, report);
     }
+    plan_shared(&mut out, !only_listed);
     out.probe_locks();
     out
 }

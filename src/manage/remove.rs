@@ -128,6 +128,25 @@ pub fn execute(mut plan: Removal) -> Removal {
             });
             continue;
         }
+        if item.kind == ItemKind::SharedBlob {
+            match sweep_shared(&root, &item.what) {
+                Ok(crate::cache::shared::Swept::Freed(_)) => done.push(item),
+                Ok(crate::cache::shared::Swept::Linked(n)) => plan.skipped.push(Skipped {
+                    path: item.path,
+                    reason: format!("{n} link(s) in the cache refer to it now"),
+                }),
+                Ok(crate::cache::shared::Swept::Unknown) => plan.skipped.push(Skipped {
+                    path: item.path,
+                    reason: "its .refs file cannot be read: it may be in use".into(),
+                }),
+                Ok(crate::cache::shared::Swept::Absent) => {}
+                Err(e) => plan.skipped.push(Skipped {
+                    path: item.path,
+                    reason: e.to_string(),
+                }),
+            }
+            continue;
+        }
         match remove_below(&root, &item.path) {
             Ok(_) => {
                 if item.kind == ItemKind::SnapshotFile {
@@ -154,7 +173,24 @@ pub fn execute(mut plan: Removal) -> Removal {
         }
         drop(guards);
     }
+    // The entries that keep links: their `.refs` named the links removed.
+    for hash in std::mem::take(&mut plan.shared_touched) {
+        if let Err(e) = sweep_shared(&root, &hash.to_string()) {
+            tracing::debug!("shared store entry {hash}: .refs not rewritten: {e}");
+        }
+    }
     plan.freed_bytes = done.iter().map(|i| i.bytes).sum();
     plan.items = done;
     plan
+}
+
+/// Sweeps the shared store's entry `hash` of the cache at `root` (see
+/// [`crate::cache::shared::SharedStore::sweep`]), with the links the cache holds now.
+fn sweep_shared(root: &Path, hash: &str) -> io::Result<crate::cache::shared::Swept> {
+    let store = crate::cache::shared::SharedStore::new(root);
+    let Some(h) = crate::cache::shared::parse_name(hash) else {
+        return Ok(crate::cache::shared::Swept::Absent);
+    };
+    let found = store.links().remove(&h).unwrap_or_default();
+    store.sweep(&h, &found)
 }

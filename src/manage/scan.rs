@@ -9,10 +9,14 @@ pub struct CacheReport {
     /// The cache root.
     pub root: PathBuf,
     /// Bytes of every regular file below the repositories listed (links not followed, so each
-    /// blob counts once).
+    /// blob counts once), and of the shared store's entries they link to, each counted once
+    /// (with every entry of the store, linked or not, when all repositories are listed).
     pub size_on_disk: u64,
     /// The repositories, by cache id.
     pub repos: Vec<RepoReport>,
+    /// huggingface_hub's shared blob store (`{cache}/blobs/`), when the cache has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_store: Option<SharedStoreReport>,
     /// Entries that are not what the layout says (a link where a folder should be, an unreadable
     /// ref…), one sentence each.
     pub warnings: Vec<String>,
@@ -20,6 +24,20 @@ pub struct CacheReport {
     /// [`scan_llama_cpp_legacy`]; left out of the JSON when empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub llama_cpp_legacy: Vec<LegacyFile>,
+}
+
+/// huggingface_hub's shared blob store of a cache ([`crate::cache::shared`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct SharedStoreReport {
+    /// `{cache}/blobs`.
+    pub path: PathBuf,
+    /// Its entries (one file each, named by its Xet hash).
+    pub entries: usize,
+    /// Bytes of its entries.
+    pub size_on_disk: u64,
+    /// Entries no repository's blob links to, by Xet hash, with their sizes: `cache prune`
+    /// removes them.
+    pub unreferenced: BTreeMap<String, u64>,
 }
 
 /// One repository folder.
@@ -33,8 +51,12 @@ pub struct RepoReport {
     pub repo_type: String,
     /// The repository folder.
     pub path: PathBuf,
-    /// Bytes of its regular files (each blob once, partial downloads included).
+    /// Bytes of its regular files (each blob once, partial downloads included), a blob kept in
+    /// the shared store counted at its size (as `hf cache ls` counts it).
     pub size_on_disk: u64,
+    /// Of `size_on_disk`, the bytes of its blobs kept in the shared store, which other
+    /// repositories may link to too (the cache's total counts each once).
+    pub shared_bytes: u64,
     /// Distinct files: blobs linked from a snapshot, plus regular files in snapshots.
     pub nb_files: usize,
     /// Latest access time of its blobs, Unix seconds.
@@ -91,6 +113,9 @@ pub struct FileReport {
     /// What is wrong with a damaged file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// Its blob is a link to the shared store's entry of this Xet hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<String>,
 }
 
 /// The state of a file in the cache.
@@ -235,14 +260,53 @@ pub fn scan(root: &Path, only: &[String]) -> Result<CacheReport, ManageError> {
         }
         repos.push(scan_repo(root, &dir, ty, &id, cache_id, &mut warnings));
     }
-    let size_on_disk = repos.iter().map(|r| r.size_on_disk).sum();
+    let own: u64 = repos.iter().map(|r| r.size_on_disk - r.shared_bytes).sum();
+    let (shared_store, shared_size) = shared_store_report(root, &repos, only.is_empty());
     Ok(CacheReport {
         root: root.to_path_buf(),
-        size_on_disk,
+        size_on_disk: own + shared_size,
         repos,
+        shared_store,
         warnings,
         llama_cpp_legacy: Vec::new(),
     })
+}
+
+/// The shared store's report, and the bytes the listed repositories' links into it take (each
+/// entry once; with `all`, every entry of the store).
+fn shared_store_report(
+    root: &Path,
+    repos: &[RepoReport],
+    all: bool,
+) -> (Option<SharedStoreReport>, u64) {
+    let store = crate::cache::shared::SharedStore::new(root);
+    if !store.is_marked() {
+        return (None, 0);
+    }
+    let links = store.links();
+    let linked_by_listed: BTreeSet<String> = repos
+        .iter()
+        .flat_map(|r| r.revisions.iter().flat_map(|v| v.files.iter()))
+        .filter_map(|f| f.shared.clone())
+        .collect();
+    let mut report = SharedStoreReport {
+        path: store.dir(),
+        entries: 0,
+        size_on_disk: 0,
+        unreferenced: BTreeMap::new(),
+    };
+    let mut counted = 0;
+    for (hash, _, len) in store.entries() {
+        report.entries += 1;
+        report.size_on_disk += len;
+        if !links.contains_key(&hash) {
+            report.unreferenced.insert(hash.to_string(), len);
+        }
+        if all || linked_by_listed.contains(&hash.to_string()) {
+            counted += len;
+        }
+    }
+    (Some(report), counted)
 }
 
 /// Whether the user's `o` (`org/name`, `model/org/name`, a folder name) names this repository.
@@ -354,6 +418,8 @@ pub(super) struct RepoScan {
     no_exist: BTreeSet<String>,
     /// Lock files: etag → held.
     locks: BTreeMap<String, bool>,
+    /// Blobs that are links to the shared store: etag → (the entry's Xet hash, its path).
+    shared: BTreeMap<String, (crate::xet::XetHash, PathBuf)>,
 }
 
 #[derive(Debug, Clone)]
@@ -370,7 +436,7 @@ pub(super) fn read_repo(rc: &RepoCache, warnings: &mut Vec<String>) -> RepoScan 
         refs: read_refs(dir, warnings),
         ..RepoScan::default()
     };
-    let found = read_blobs(dir, &mut s, warnings);
+    let found = read_blobs(rc, &mut s, warnings);
     // locks
     if let Some(entries) = real_dir_entries(rc.locks_dir(), warnings) {
         for e in entries {
@@ -468,7 +534,9 @@ struct BlobPartials {
 
 /// Reads `blobs/` of the repository folder `dir` into `s` (complete blobs, other files), and
 /// returns the partial downloads found there.
-fn read_blobs(dir: &Path, s: &mut RepoScan, warnings: &mut Vec<String>) -> BlobPartials {
+fn read_blobs(rc: &RepoCache, s: &mut RepoScan, warnings: &mut Vec<String>) -> BlobPartials {
+    let dir = rc.dir();
+    let store = rc.shared_store();
     let mut ours: BTreeMap<String, Ours> = BTreeMap::new();
     let mut foreign: Vec<(String, PartialTool, PathBuf, u64)> = Vec::new();
     if let Some(entries) = real_dir_entries(&dir.join("blobs"), warnings) {
@@ -478,6 +546,22 @@ fn read_blobs(dir: &Path, s: &mut RepoScan, warnings: &mut Vec<String>) -> BlobP
             let Ok(m) = fs::symlink_metadata(&p) else {
                 continue;
             };
+            if m.is_symlink() {
+                // A link into the shared store (marked, its entry a regular file) is the blob.
+                let in_store = split_etag(&name)
+                    .filter(|(_, rest)| rest.is_empty())
+                    .zip(store.target(&p))
+                    .and_then(|((etag, _), (hash, entry))| {
+                        let len = fs::symlink_metadata(&entry).ok()?.len();
+                        store.resolve(&p, len)?;
+                        Some((etag, hash, entry, len))
+                    });
+                if let Some((etag, hash, entry, len)) = in_store {
+                    s.blobs.insert(etag.to_string(), len);
+                    s.shared.insert(etag.to_string(), (hash, entry));
+                    continue;
+                }
+            }
             if !m.is_file() {
                 warnings.push(format!("{} is {}", p.display(), describe(&p)));
                 continue;
@@ -678,6 +762,7 @@ fn partial_file(p: &PartialReport, path: &str) -> FileReport {
         state: FileState::Partial,
         resumable_bytes: Some(p.resumable_bytes),
         problem: None,
+        shared: None,
     }
 }
 
@@ -764,12 +849,14 @@ pub(super) fn scan_repo(
         .filter(|(e, _)| !seen.referenced.contains(*e))
         .map(|(e, l)| (e.clone(), *l))
         .collect();
+    let shared_bytes: u64 = s.shared.keys().filter_map(|e| s.blobs.get(e)).sum();
     RepoReport {
         cache_id,
         repo_id: id.to_string(),
         repo_type: ty.to_string(),
         path: dir.to_path_buf(),
-        size_on_disk: tree_size(dir),
+        size_on_disk: tree_size(dir) + shared_bytes,
+        shared_bytes,
         nb_files: seen.referenced.len() + seen.regular_files,
         last_accessed: seen.last_accessed,
         last_modified: seen.last_modified,
@@ -872,10 +959,14 @@ fn snapshot_file(
     };
     FileReport {
         path: rel.to_string(),
-        etag,
         size: fsize,
         state,
         resumable_bytes: None,
         problem,
+        shared: etag
+            .as_ref()
+            .and_then(|e| s.shared.get(e))
+            .map(|(h, _)| h.to_string()),
+        etag,
     }
 }

@@ -338,18 +338,23 @@ impl Pull {
                     let file = match &r.file {
                         Some(f) => f.clone(),
                         None => {
-                            let (root, partial, blob) = (
+                            let (root, partial, blob, size) = (
                                 r.pull.root.clone(),
                                 r.pull.partial.clone(),
                                 r.pull.blob.clone(),
+                                r.pull.size,
                             );
                             let opened = tokio::task::spawn_blocking(move || {
                                 // The partial file becomes the blob once complete (the same
-                                // file, renamed): whichever is there.
-                                let first = if done { &blob } else { &partial };
-                                crate::safe_fs::open_read_below(&root, first).or_else(|e| {
+                                // file, renamed), and may then move into the shared blob store,
+                                // the blob a link to it: whichever is there.
+                                let store = crate::cache::shared::SharedStore::new(&root);
+                                if done {
+                                    return store.open_blob(&blob, size);
+                                }
+                                crate::safe_fs::open_read_below(&root, &partial).or_else(|e| {
                                     if e.kind() == std::io::ErrorKind::NotFound {
-                                        crate::safe_fs::open_read_below(&root, &blob)
+                                        store.open_blob(&blob, size)
                                     } else {
                                         Err(e)
                                     }

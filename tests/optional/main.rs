@@ -23,6 +23,7 @@ mod pull_through;
 mod remote_cache;
 mod safetensors;
 mod serve_changes;
+mod shared_blobs;
 mod signature;
 mod transfer;
 mod wi_fetch;
@@ -79,6 +80,11 @@ fn main() -> std::process::ExitCode {
         Python: wi_fetch::huggingface_hub_keeps_a_renamed_repository_where_we_do,
         Python: xet::huggingface_hub_and_hf_xet_download_through_the_cas,
         Python: xet::hf_xet_downloads_files_of_every_era_byte_exact,
+        Python: shared_blobs::hf_first_then_wi_fetch_fetches_nothing,
+        Python: shared_blobs::wi_fetch_first_then_hf_fetches_nothing,
+        Python: shared_blobs::the_switches_keep_files_out_of_the_store,
+        Python: shared_blobs::rm_by_either_tool_keeps_what_a_link_uses,
+        Python: shared_blobs::prune_collects_only_what_no_link_uses,
     ])
 }
 

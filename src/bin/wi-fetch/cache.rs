@@ -82,11 +82,13 @@ blob's size differs from the manifest recorded when it was verified). Nothing is
 `wi-fetch cache verify` does that.
 
 --json prints {root, size_on_disk, repos: [{cache_id, repo_id, repo_type, path, size_on_disk, \
-nb_files, last_accessed, last_modified, refs: {ref: commit}, in_use, revisions: [{commit, refs, \
-snapshot_path, size_on_disk, nb_files, last_modified, files: [{path, etag, size, state, \
-resumable_bytes?, problem?}]}], partials: [{etag, tool, data_path, state_path, path, commit, \
-size, bytes_on_disk, resumable_bytes, in_use, stale}], unreferenced_blobs: {etag: size}}], \
-warnings, llama_cpp_legacy?}; times are Unix seconds.")]
+shared_bytes, nb_files, last_accessed, last_modified, refs: {ref: commit}, in_use, revisions: \
+[{commit, refs, snapshot_path, size_on_disk, nb_files, last_modified, files: [{path, etag, size, \
+state, resumable_bytes?, problem?, shared?}]}], partials: [{etag, tool, data_path, state_path, \
+path, commit, size, bytes_on_disk, resumable_bytes, in_use, stale}], unreferenced_blobs: {etag: \
+size}}], shared_store?: {path, entries, size_on_disk, unreferenced: {xet_hash: size}}, warnings, \
+llama_cpp_legacy?}; times are Unix seconds. A file kept in huggingface_hub's shared blob store \
+counts at its size in each repository that links to it (shared_bytes) and once in the total.")]
 struct LsArgs {
     /// Only these repositories (org/name, model/org/name, dataset/org/name).
     #[arg(value_name = "REPO")]
@@ -258,6 +260,7 @@ fn cache_ls(a: LsArgs) -> Result<u8, Failure> {
             root: root.clone(),
             size_on_disk: 0,
             repos: Vec::new(),
+            shared_store: None,
             warnings: Vec::new(),
             llama_cpp_legacy: Vec::new(),
         },
@@ -290,6 +293,21 @@ fn cache_ls(a: LsArgs) -> Result<u8, Failure> {
                 revisions,
                 human_bytes(report.size_on_disk)
             )?;
+        }
+        if let Some(s) = &report.shared_store {
+            let mut line = format!(
+                "Shared blob store (huggingface_hub's): {} file(s), {}",
+                s.entries,
+                human_bytes(s.size_on_disk)
+            );
+            if !s.unreferenced.is_empty() {
+                line.push_str(&format!(
+                    "; {} unreferenced ({}): remove them with 'wi-fetch cache prune'",
+                    s.unreferenced.len(),
+                    human_bytes(s.unreferenced.values().sum())
+                ));
+            }
+            writeln!(out, "{line}.")?;
         }
         if !report.llama_cpp_legacy.is_empty() {
             print_legacy(out, &report.llama_cpp_legacy)?;
@@ -361,7 +379,14 @@ fn print_revisions(out: &mut impl Write, report: &manage::CacheReport) -> io::Re
                     }
                 };
                 let size = f.size.map(human_bytes).unwrap_or_else(|| "-".into());
-                writeln!(out, "  {:>10}  {}  {}", size, escape(&f.path), state)?;
+                let shared = if f.shared.is_some() { " (shared)" } else { "" };
+                writeln!(
+                    out,
+                    "  {:>10}  {}  {}{shared}",
+                    size,
+                    escape(&f.path),
+                    state
+                )?;
             }
         }
     }
@@ -446,6 +471,9 @@ fn repo_notes(r: &manage::RepoReport) -> String {
         .count();
     if damaged > 0 {
         notes.push(format!("{damaged} DAMAGED"));
+    }
+    if r.shared_bytes > 0 {
+        notes.push(format!("{} shared", human_bytes(r.shared_bytes)));
     }
     if !r.unreferenced_blobs.is_empty() {
         notes.push(format!(
@@ -541,6 +569,7 @@ fn cache_rm(a: RmArgs) -> Result<u8, Failure> {
                 root: root.clone(),
                 size_on_disk: 0,
                 repos: Vec::new(),
+                shared_store: None,
                 warnings: Vec::new(),
                 llama_cpp_legacy: Vec::new(),
             },

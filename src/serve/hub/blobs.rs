@@ -45,10 +45,19 @@ impl Mirror {
         want: &Entry,
     ) -> Result<(Arc<std::fs::File>, Stamp), Unservable> {
         // (Opened in place: a lookup in the open folder, cheaper than the hop to a blocking
-        // thread.)
-        let file = blobs
-            .open_read(want.etag())
-            .map_err(|_| Unservable::Unreadable)?;
+        // thread.) A link there is read only when it is a link into huggingface_hub's shared
+        // blob store to an entry of the recorded size, opened below the cache root without
+        // following a link on the way.
+        let file = match blobs.open_read(want.etag()) {
+            Ok(f) => f,
+            Err(_) => {
+                let root = self.cache.root();
+                let entry = crate::cache::shared::SharedStore::new(root)
+                    .resolve(&blob, want.size)
+                    .ok_or(Unservable::Unreadable)?;
+                crate::safe_fs::open_read_below(root, &entry).map_err(|_| Unservable::Unreadable)?
+            }
+        };
         let stamp = Stamp::of(&file).map_err(|_| Unservable::Unreadable)?;
         if stamp.size() != want.size {
             return Err(Unservable::Damaged(format!(
