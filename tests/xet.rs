@@ -519,3 +519,85 @@ fn no_chunk_is_fetched_twice() {
         stored.xorb_bytes
     );
 }
+
+/// huggingface_hub's shared blob store, with wi-fetch alone: a file fetched through the CAS with
+/// its Xet hash checked is published (the repository's blob a link to the store's entry); a
+/// second repository with the same file links it, nothing fetched; a store entry whose bytes are
+/// not the file (its size right) is used at the default level (as huggingface_hub, which checks
+/// the size) but at `--verify full` said, left as it is, and the file fetched into the
+/// repository's own blob.
+#[test]
+fn the_shared_blob_store_is_filled_linked_and_a_damaged_entry_left() {
+    const OTHER: &str = "org/xet-copy";
+    const THIRD: &str = "org/xet-third";
+    let (hub, bytes) = hub(|b| {
+        b.file(
+            OTHER,
+            FILE,
+            data(2 << 20, 49)
+                .into_iter()
+                .chain(vec![0u8; 1 << 20])
+                .collect::<Vec<u8>>(),
+        )
+        .file(
+            THIRD,
+            FILE,
+            data(2 << 20, 49)
+                .into_iter()
+                .chain(vec![0u8; 1 << 20])
+                .collect::<Vec<u8>>(),
+        )
+    });
+    let sb = Sandbox::new();
+    let o = fetch(&sb, &hub, &[]);
+    expect_code(&o, 0);
+    let etag = crate::support::sha256_hex(&bytes);
+    let blob = sb.repo_dir(REPO).join("blobs").join(&etag);
+    let target = std::fs::read_link(&blob).expect("the blob is a link into the store");
+    let entry = blob.parent().unwrap().join(&target);
+    assert!(target.starts_with("../../blobs/"), "{}", target.display());
+    assert!(std::fs::read(&entry).unwrap() == bytes);
+    assert_eq!(
+        std::fs::read_to_string(sb.cache().join("blobs/.huggingface-shared-blobs")).unwrap(),
+        "1\n"
+    );
+
+    let before = hub.stats().cas.xorb_bytes_sent;
+    let mut c = sb.cmd(&hub);
+    c.args([OTHER, "--json"]);
+    let o = c.output().unwrap();
+    expect_code(&o, 0);
+    assert_eq!(
+        hub.stats().cas.xorb_bytes_sent,
+        before,
+        "linked, not fetched"
+    );
+    let other_blob = sb.repo_dir(OTHER).join("blobs").join(&etag);
+    assert_eq!(std::fs::read_link(&other_blob).unwrap(), target);
+    assert_holds(file(&json(&o), FILE), &bytes);
+
+    // The entry damaged in place, its size kept.
+    let mut damaged = bytes.clone();
+    damaged[100] ^= 1;
+    std::fs::set_permissions(&entry, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::write(&entry, &damaged).unwrap();
+    let mut c = sb.cmd(&hub);
+    c.args([THIRD, "--json", "--verify", "full"]);
+    let o = c.output().unwrap();
+    expect_code(&o, 0);
+    assert!(
+        stderr(&o).contains("the shared blob store's copy"),
+        "{}",
+        stderr(&o)
+    );
+    let third_blob = sb.repo_dir(THIRD).join("blobs").join(&etag);
+    assert!(
+        std::fs::symlink_metadata(&third_blob).unwrap().is_file(),
+        "the repository's own blob"
+    );
+    assert!(std::fs::read(&third_blob).unwrap() == bytes);
+    assert!(
+        std::fs::read(&entry).unwrap() == damaged,
+        "the entry left as it is"
+    );
+}

@@ -598,3 +598,227 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 fn rand_u32() -> u32 {
     fastrand::u32(..)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    const SIZE: u64 = 5;
+
+    /// A cache with a marked store holding one entry (`hello`), and the blob path of a
+    /// repository that may link to it.
+    fn store() -> (tempfile::TempDir, SharedStore, XetHash, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let s = SharedStore::new(d.path());
+        let h = XetHash([0xab; 32]);
+        let entry = s.entry_path(&h);
+        fs::create_dir_all(entry.parent().unwrap()).unwrap();
+        fs::write(s.dir().join(MARKER), LAYOUT).unwrap();
+        fs::write(&entry, b"hello").unwrap();
+        let blobs = d.path().join("models--org--m/blobs");
+        fs::create_dir_all(&blobs).unwrap();
+        (d, s, h, blobs.join("a".repeat(64)))
+    }
+
+    fn link_to(blob: &Path, target: &str) {
+        let _ = fs::remove_file(blob);
+        symlink(target, blob).unwrap();
+    }
+
+    #[test]
+    fn a_link_of_the_store_form_is_the_blob_and_nothing_else_is() {
+        let (d, s, h, blob) = store();
+        let name = h.to_string();
+        let rel = format!("../../blobs/{}/{name}", &name[..2]);
+        link_to(&blob, &rel);
+        assert_eq!(s.resolve(&blob, SIZE), Some(s.entry_path(&h)));
+        assert_eq!(s.resolve(&blob, SIZE + 1), None, "another size");
+        // Absolute links into the store are read as huggingface_hub reads them.
+        link_to(&blob, &s.entry_path(&h).to_string_lossy());
+        assert_eq!(s.linked_from(&blob), Some(h));
+        // Anything else is no blob.
+        for bad in [
+            format!("../../blobs/zz/{name}"),
+            format!("../../blobs/{name}"),
+            format!("../../../blobs/{}/{name}", &name[..2]),
+            format!("../../blobs/{}/{}", &name[..2], name.to_uppercase()),
+            "../../../../etc/passwd".to_string(),
+            format!("../../blobs/{}/../../etc/{name}", &name[..2]),
+        ] {
+            link_to(&blob, &bad);
+            assert_eq!(s.resolve(&blob, SIZE), None, "{bad}");
+        }
+        // Not a repository's blobs/ folder.
+        let other = d.path().join("elsewhere/blobs");
+        fs::create_dir_all(&other).unwrap();
+        let b2 = other.join("x");
+        link_to(&b2, &rel);
+        assert_eq!(s.linked_from(&b2), None);
+    }
+
+    #[test]
+    fn an_unmarked_store_or_an_entry_that_is_not_a_file_is_never_read() {
+        let (_d, s, h, blob) = store();
+        let name = h.to_string();
+        link_to(&blob, &format!("../../blobs/{}/{name}", &name[..2]));
+        assert!(s.resolve(&blob, SIZE).is_some());
+        fs::write(s.dir().join(MARKER), "2\n").unwrap();
+        assert_eq!(s.resolve(&blob, SIZE), None, "a layout this does not read");
+        fs::remove_file(s.dir().join(MARKER)).unwrap();
+        assert_eq!(s.resolve(&blob, SIZE), None, "unmarked");
+        assert!(s.entries().is_empty());
+        fs::write(s.dir().join(MARKER), LAYOUT).unwrap();
+        // The entry a link to a file elsewhere, or a FIFO.
+        let entry = s.entry_path(&h);
+        let outside = s.dir().join("../outside");
+        fs::write(&outside, b"hello").unwrap();
+        fs::remove_file(&entry).unwrap();
+        symlink(&outside, &entry).unwrap();
+        assert_eq!(s.resolve(&blob, SIZE), None, "an entry that is a link");
+        fs::remove_file(&entry).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &entry,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        assert_eq!(s.resolve(&blob, 0), None, "a FIFO");
+        assert!(s.open_blob(&blob, 0).is_err());
+        // The prefix folder a link to a folder elsewhere.
+        let (_d, s, h, blob) = store();
+        let name = h.to_string();
+        link_to(&blob, &format!("../../blobs/{}/{name}", &name[..2]));
+        let prefix = s.entry_path(&h).parent().unwrap().to_path_buf();
+        let moved = s.dir().join("../moved");
+        fs::rename(&prefix, &moved).unwrap();
+        symlink(&moved, &prefix).unwrap();
+        assert_eq!(
+            s.resolve(&blob, SIZE),
+            None,
+            "a prefix folder that is a link"
+        );
+    }
+
+    #[test]
+    fn link_appends_the_ref_then_links_and_a_planted_refs_or_lock_stops_it() {
+        let (_d, s, h, blob) = store();
+        fs::write(&blob, b"stale").unwrap();
+        assert!(s.link(&blob, &h, SIZE).unwrap());
+        assert_eq!(s.linked_from(&blob), Some(h));
+        let refs = SharedStore::with_suffix(&s.entry_path(&h), REFS_SUFFIX);
+        assert_eq!(
+            fs::read_to_string(&refs).unwrap(),
+            format!("models--org--m/blobs/{}\n", "a".repeat(64))
+        );
+        assert!(
+            !s.link(&blob, &h, SIZE + 1).unwrap(),
+            "no entry of that size"
+        );
+
+        // `.refs` planted as a link to a file elsewhere: nothing is written through it.
+        let (d, s, h, blob) = store();
+        let victim = d.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        let refs = SharedStore::with_suffix(&s.entry_path(&h), REFS_SUFFIX);
+        symlink(&victim, &refs).unwrap();
+        assert!(s.link(&blob, &h, SIZE).is_err());
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        assert!(fs::symlink_metadata(&blob).is_err(), "no link made");
+        let leftovers: Vec<_> = fs::read_dir(blob.parent().unwrap()).unwrap().collect();
+        assert!(leftovers.is_empty(), "the temporary link removed");
+        // The lock planted as a link.
+        let (d, s, h, blob) = store();
+        let victim = d.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        symlink(
+            &victim,
+            SharedStore::with_suffix(&s.entry_path(&h), LOCK_SUFFIX),
+        )
+        .unwrap();
+        assert!(s.link(&blob, &h, SIZE).is_err());
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn publish_marks_the_store_moves_the_file_and_refuses_a_folder_not_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o750)).unwrap();
+        let s = SharedStore::new(d.path());
+        let h = XetHash([9; 32]);
+        let blobs = d.path().join("datasets--org--d/blobs");
+        fs::create_dir_all(&blobs).unwrap();
+        let blob = blobs.join("b".repeat(64));
+        fs::write(&blob, b"12345").unwrap();
+        assert!(s.publish(&blob, &h, SIZE).unwrap());
+        assert!(s.is_marked());
+        let entry = s.entry_path(&h);
+        assert_eq!(fs::read(&entry).unwrap(), b"12345");
+        let mode = fs::metadata(&entry).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o440, "read-only, group-readable as the root allows");
+        assert_eq!(s.resolve(&blob, SIZE), Some(entry.clone()));
+        // A second repository's copy: linked to the entry there, its own copy gone.
+        let blobs2 = d.path().join("models--o--m/blobs");
+        fs::create_dir_all(&blobs2).unwrap();
+        let blob2 = blobs2.join("b".repeat(64));
+        fs::write(&blob2, b"12345").unwrap();
+        assert!(s.publish(&blob2, &h, SIZE).unwrap());
+        assert_eq!(s.linked_from(&blob2), Some(h));
+        assert_eq!(s.entries().len(), 1);
+        assert_eq!(s.links().get(&h).map(Vec::len), Some(2));
+
+        // A blobs/ folder that is not huggingface_hub's store: left alone, the blob its own.
+        let d = tempfile::tempdir().unwrap();
+        let s = SharedStore::new(d.path());
+        fs::create_dir_all(s.dir()).unwrap();
+        fs::write(s.dir().join("someone-elses"), b"x").unwrap();
+        let blobs = d.path().join("models--org--m/blobs");
+        fs::create_dir_all(&blobs).unwrap();
+        let blob = blobs.join("c".repeat(64));
+        fs::write(&blob, b"12345").unwrap();
+        assert!(!s.publish(&blob, &h, SIZE).unwrap());
+        assert!(fs::symlink_metadata(&blob).unwrap().is_file());
+        assert!(!s.dir().join(MARKER).exists());
+    }
+
+    #[test]
+    fn sweep_keeps_what_a_link_uses_and_ignores_refs_lines_outside_the_repositories() {
+        let (d, s, h, blob) = store();
+        assert!(s.link(&blob, &h, SIZE).unwrap());
+        let entry = s.entry_path(&h);
+        let refs = SharedStore::with_suffix(&entry, REFS_SUFFIX);
+        // Lines that name nothing of a repository's blobs/ (or climb out): ignored.
+        let mut f = OpenOptions::new().append(true).open(&refs).unwrap();
+        writeln!(
+            f,
+            "../outside\n/etc/passwd\nmodels--org--m/../../x\nmodels--org--m/blobs/nope"
+        )
+        .unwrap();
+        drop(f);
+        assert_eq!(s.sweep(&h, &[]).unwrap(), Swept::Linked(1));
+        assert_eq!(
+            fs::read_to_string(&refs).unwrap(),
+            format!("models--org--m/blobs/{}\n", "a".repeat(64)),
+            "rewritten to name the link only"
+        );
+        // A link the .refs does not name still keeps it, when the caller found it.
+        fs::write(&refs, "").unwrap();
+        assert_eq!(
+            s.sweep(&h, std::slice::from_ref(&blob)).unwrap(),
+            Swept::Linked(1)
+        );
+        // An unreadable .refs (a folder in its place) keeps it.
+        fs::remove_file(&refs).unwrap();
+        fs::remove_file(&blob).unwrap();
+        fs::create_dir(&refs).unwrap();
+        assert_eq!(s.sweep(&h, &[]).unwrap(), Swept::Unknown);
+        assert!(entry.exists());
+        fs::remove_dir(&refs).unwrap();
+        // No link: collected.
+        assert_eq!(s.sweep(&h, &[]).unwrap(), Swept::Freed(SIZE));
+        assert!(!entry.exists());
+        drop(d);
+    }
+}

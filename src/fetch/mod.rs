@@ -620,6 +620,7 @@ impl FetcherBuilder {
         Ok(Fetcher {
             xet: self.xet,
             shared_blobs: self.xet && self.shared_blobs,
+            shared_rejected: std::sync::Mutex::default(),
             xet_http,
             xet_access: std::sync::Mutex::default(),
             cancel,
@@ -684,6 +685,9 @@ pub struct Fetcher {
     /// Files are linked from and moved into huggingface_hub's shared blob store
     /// ([`FetcherBuilder::shared_blobs`]).
     shared_blobs: bool,
+    /// Entries of the shared store found not to be their file in this fetcher's runs: never
+    /// linked to by what it publishes.
+    shared_rejected: std::sync::Mutex<std::collections::HashSet<crate::xet::XetHash>>,
     /// The client xorb ranges are fetched with (the engine's: no redirect followed).
     xet_http: reqwest::Client,
     /// Access to the CAS by repository and commit (its token), shared by their files.

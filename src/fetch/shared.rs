@@ -35,6 +35,11 @@ impl Fetcher {
             return Ok(None);
         };
         if let Some(damage) = self.damage(&entry, f, job.expect.as_ref()).await? {
+            // Not linked again when this run publishes the file it fetches instead.
+            self.shared_rejected
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(hash);
             notice(
                 job.rep,
                 Some(&f.path),
@@ -69,9 +74,9 @@ impl Fetcher {
 
     /// Moves a file just fetched through the CAS, its Xet hash checked, into the shared store
     /// and links it there (best effort, as huggingface_hub: a failure leaves the repository's
-    /// own blob). Not after a forced download or a repair when the store already has an entry
-    /// of that hash: that entry may be what was damaged, and the fresh copy stays the
-    /// repository's own.
+    /// own blob). Not after a forced download, a repair, or an entry of that hash found damaged
+    /// in this run, when the store has an entry of that hash: that entry may be what was
+    /// damaged, and the fresh copy stays the repository's own.
     pub(super) async fn publish_to_store(&self, job: &Job<'_>, reuse: &Reuse) {
         let (Store::Cache(r), Some(hash)) = (job.store, job.f.xet_hash) else {
             return;
@@ -81,7 +86,13 @@ impl Fetcher {
             return;
         }
         let store = r.shared_store();
-        let fresh = self.mode == Mode::Force || matches!(reuse, Reuse::Damaged(_));
+        let fresh = self.mode == Mode::Force
+            || matches!(reuse, Reuse::Damaged(_))
+            || self
+                .shared_rejected
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&hash);
         if fresh && store.usable(&hash, f.size).is_some() {
             return;
         }

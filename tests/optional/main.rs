@@ -85,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Python: shared_blobs::the_switches_keep_files_out_of_the_store,
         Python: shared_blobs::rm_by_either_tool_keeps_what_a_link_uses,
         Python: shared_blobs::prune_collects_only_what_no_link_uses,
+        Python: shared_blobs::both_tools_at_once_keep_one_copy,
     ])
 }
 

@@ -436,3 +436,48 @@ pub fn prune_collects_only_what_no_link_uses() {
     let view = hf_view(&sb, &hub);
     assert_eq!(view["unreferenced"], 0, "{view}");
 }
+
+/// `hf download` and wi-fetch started at once on one cache, on the same repository (the blob's
+/// lock, the same file for both tools, keeps it to one download) and on two repositories that
+/// hold the same file (the store's lock: whichever publishes second links the first's entry):
+/// both succeed, one copy on disk, both links to one entry, huggingface_hub's scan clean and
+/// wi-fetch's `cache verify` of both repositories clean.
+pub fn both_tools_at_once_keep_one_copy() {
+    let hub = hub();
+    // What one download costs the CAS, for the measure.
+    wi_fetch(&Sandbox::new(), &hub, REPOS[0], &[]);
+    let one = hub.stats().cas.xorb_bytes_sent;
+    for (hf_repo, wi_repo) in [(REPOS[0], REPOS[0]), (REPOS[1], REPOS[2])] {
+        let sb = Sandbox::new();
+        let before = hub.stats().cas.xorb_bytes_sent;
+        std::thread::scope(|s| {
+            let a = s.spawn(|| hf_download(&sb, &hub, hf_repo, &[]));
+            let b = s.spawn(|| wi_fetch(&sb, &hub, wi_repo, &[]));
+            a.join().unwrap();
+            b.join().unwrap();
+        });
+        let spent = hub.stats().cas.xorb_bytes_sent - before;
+        let most = if hf_repo == wi_repo {
+            one * 3 / 2
+        } else {
+            one * 5 / 2
+        };
+        assert!(
+            spent <= most,
+            "{hf_repo} / {wi_repo}: {spent} bytes from the CAS, one download {one}"
+        );
+        assert_eq!(
+            copies(&sb.cache()),
+            1,
+            "{hf_repo} / {wi_repo}: one copy on disk"
+        );
+        assert_eq!(entry_of(&sb, hf_repo), entry_of(&sb, wi_repo));
+        let view = hf_view(&sb, &hub);
+        assert_eq!(view["unreferenced"], 0, "{view}");
+        assert_eq!(view["warnings"], serde_json::json!([]), "{view}");
+        for repo in [hf_repo, wi_repo] {
+            let o = cache_cmd(&sb, &hub, &["verify", repo]).output().unwrap();
+            expect_code(&o, 0);
+        }
+    }
+}
