@@ -434,3 +434,54 @@ def test_a_file_stored_in_xet_comes_through_the_cas(
         assert h.stats()["cas"]["xorb_bytes_sent"] == 0
     finally:
         h.stop()
+
+
+def test_one_cache_with_huggingface_hubs_shared_blob_store(
+    repos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drop-ins and huggingface_hub (Xet on, its shared blob store) on one cache, in both
+    orders: whichever comes second fetches nothing from the CAS, the blob is a link into
+    ``{cache}/blobs/``, and the drop-in answers from the cache offline too."""
+    monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+    h = Hub(repos, "--xet", "--lfs-threshold", "1048576")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_XET", "HF_HUB_OFFLINE")}
+
+    def theirs(cache: Path) -> str:
+        code = (
+            "from huggingface_hub import hf_hub_download; "
+            f"print(hf_hub_download('demo/tiny', 'model.safetensors', cache_dir={str(cache)!r}))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(env, HF_ENDPOINT=h.url),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip().splitlines()[-1]
+
+    try:
+        want = (repos / "demo" / "tiny" / "model.safetensors").read_bytes()
+        # huggingface_hub first, the drop-in second.
+        cache = tmp_path / "a"
+        path = theirs(cache)
+        h.reset_stats()
+        ours = wi.hf_hub_download("demo/tiny", "model.safetensors", endpoint=h.url, cache_dir=cache)
+        assert ours == path
+        assert Path(ours).read_bytes() == want
+        assert h.stats()["cas"]["xorb_bytes_sent"] == 0
+        blob = Path(os.path.realpath(ours))
+        assert blob.parent.parent == cache / "blobs", blob
+        offline = wi.hf_hub_download(
+            "demo/tiny", "model.safetensors", endpoint=h.url, cache_dir=cache, local_files_only=True
+        )
+        assert Path(offline).read_bytes() == want
+        # The drop-in first (it publishes), huggingface_hub second.
+        cache = tmp_path / "b"
+        ours = wi.hf_hub_download("demo/tiny", "model.safetensors", endpoint=h.url, cache_dir=cache)
+        assert Path(os.path.realpath(ours)).parent.parent == cache / "blobs"
+        h.reset_stats()
+        assert Path(theirs(cache)).read_bytes() == want
+        assert h.stats()["cas"]["xorb_bytes_sent"] == 0
+    finally:
+        h.stop()
