@@ -360,6 +360,9 @@ pub fn rm_by_either_tool_keeps_what_a_link_uses() {
     let refs = refs_of(&entry);
     assert!(!refs.contains("shared-a"), "{refs}");
     assert!(refs.contains("shared-b"), "{refs}");
+    // huggingface_hub's own check of what is left.
+    let o = hf_cli(&sb, &hub, &["cache", "verify", REPOS[1]]);
+    assert!(o.status.success());
     let dry = wi_cache(&sb, &hub, &["rm", REPOS[1], "--dry-run"]);
     let freed = dry["freed_bytes"].as_u64().unwrap();
     assert!(freed >= SIZE as u64 && freed < 2 * SIZE as u64, "{dry}");
@@ -418,6 +421,15 @@ pub fn prune_collects_only_what_no_link_uses() {
     assert_eq!(done["freed_bytes"], SIZE as u64, "{done}");
     assert!(!entry.exists());
     assert!(!entry.with_extension("refs").exists());
+
+    // The same left by huggingface_hub, pruned by hf: wi-fetch sees the store empty.
+    hf_download(&sb, &hub, REPOS[2], &[]);
+    let entry = entry_of(&sb, REPOS[2]);
+    std::fs::remove_dir_all(sb.repo_dir(REPOS[2])).unwrap();
+    hf_cli(&sb, &hub, &["cache", "prune", "-y"]);
+    assert!(!entry.exists(), "hf pruned it");
+    let ls = wi_cache(&sb, &hub, &["ls"]);
+    assert_eq!(ls["shared_store"]["entries"], 0, "{ls}");
 
     // A link whose .refs line is missing: the link itself keeps the entry.
     hf_download(&sb, &hub, REPOS[1], &[]);
