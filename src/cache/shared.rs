@@ -575,22 +575,25 @@ fn open_shared(path: &Path, append: bool) -> io::Result<File> {
     Ok(f)
 }
 
-/// `path` with `.` and `..` resolved lexically (as Python's `os.path.abspath`), `None` when it
-/// climbs above its root.
+/// `path` with `.` and `..` resolved lexically (as Python's `os.path.abspath`); the `..` a
+/// relative path starts with are kept (a cache root given as `../cache`). `None` when it climbs
+/// above `/`.
 fn normalize(path: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
+    let mut out: Vec<Component<'_>> = Vec::new();
     for c in path.components() {
         match c {
-            Component::ParentDir => {
-                if !out.pop() {
-                    return None;
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
                 }
-            }
+                Some(Component::RootDir | Component::Prefix(_)) => return None,
+                _ => out.push(c),
+            },
             Component::CurDir => {}
             c => out.push(c),
         }
     }
-    Some(out)
+    Some(out.iter().collect())
 }
 
 /// A random number for temporary names (a name taken meanwhile is a failed `O_EXCL` create or
@@ -655,6 +658,22 @@ mod tests {
         let b2 = other.join("x");
         link_to(&b2, &rel);
         assert_eq!(s.linked_from(&b2), None);
+    }
+
+    #[test]
+    fn paths_are_resolved_as_huggingface_hub_resolves_them() {
+        let n = |p: &str| normalize(Path::new(p)).map(|p| p.to_string_lossy().into_owned());
+        assert_eq!(
+            n("/c/models--a/blobs/../../blobs/ab/x").as_deref(),
+            Some("/c/blobs/ab/x")
+        );
+        assert_eq!(
+            n("../c/m/blobs/../../blobs/ab").as_deref(),
+            Some("../c/blobs/ab")
+        );
+        assert_eq!(n("c/./m/../blobs").as_deref(), Some("c/blobs"));
+        assert_eq!(n("/../etc"), None);
+        assert_eq!(n("../../x").as_deref(), Some("../../x"));
     }
 
     #[test]
