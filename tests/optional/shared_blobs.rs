@@ -210,6 +210,21 @@ pub fn hf_first_then_wi_fetch_fetches_nothing() {
     expect_code(&o, 0);
     let s = wi_fetch(&sb, &hub, REPOS[1], &["--offline"]);
     assert_eq!(file(&s, FILE)["transferred"], 0);
+    // A lock file pins the files; --locked, and cache verify --locked without the network,
+    // read them through the links.
+    let lock = sb.dir.path().join("wi.lock");
+    let lock_s = lock.to_str().unwrap();
+    wi_fetch(&sb, &hub, REPOS[1], &["--write-lock", lock_s]);
+    let mut c = sb.cmd(&hub);
+    c.args(["--locked", lock_s, "--json"]);
+    let o = c.output().unwrap();
+    expect_code(&o, 0);
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(file(&s, FILE)["transferred"], 0);
+    let o = cache_cmd(&sb, &hub, &["verify", "--locked", lock_s])
+        .output()
+        .unwrap();
+    expect_code(&o, 0);
 }
 
 /// wi-fetch first: the file it fetched through the CAS, its Xet hash checked, is moved into the
