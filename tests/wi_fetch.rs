@@ -1843,3 +1843,34 @@ fn hf_download_options_and_variables() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("stalled: no data for 300ms"), "{e}");
 }
+
+/// A regular file named as the cache (`HF_HUB_CACHE`, or `--cache-dir`) is said before anything
+/// is asked of the Hub, in one line naming it (exit 1), not as a folder that cannot be made.
+#[test]
+fn a_file_named_as_the_cache_is_said_up_front() {
+    let hub = start(hub_builder());
+    let sb = Sandbox::new();
+    let not_a_folder = sb.dir.path().join("cache-file");
+    fs::write(&not_a_folder, b"x").unwrap();
+    // As the sandbox's command, the cache named by HF_HUB_CACHE instead of --cache-dir.
+    let base = sb.cmd(&hub);
+    let mut c = Command::new(base.get_program());
+    c.env_clear()
+        .envs(base.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("HF_HUB_CACHE", &not_a_folder)
+        .args(["--retry-delay", "1ms", REPO])
+        .stdin(Stdio::null());
+    let o = run(c);
+    expect_code(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "the cache {} is a file, not a folder",
+            not_a_folder.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("File exists"), "{err}");
+    assert_eq!(hub.stats().total_requests, 0, "nothing asked of the Hub");
+    assert_eq!(fs::read(&not_a_folder).unwrap(), b"x");
+}

@@ -578,6 +578,17 @@ impl FetcherBuilder {
         #[cfg(not(feature = "remote-cache"))]
         let bucket = false;
         let mode = decide::Mode::of(self.offline, self.check_only, self.force_download, bucket)?;
+        // Said before anything is asked of the Hub, not when its first folder cannot be made.
+        let cache_root = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(cache::default_cache_dir);
+        if self.local_dir.is_none() && std::fs::metadata(&cache_root).is_ok_and(|m| !m.is_dir()) {
+            return Err(FetchError::Invalid(format!(
+                "the cache {} is a file, not a folder",
+                crate::names::escape(&cache_root.to_string_lossy())
+            )));
+        }
         let fallback = if self.cache_fallback && !self.offline && !self.check_only {
             let quiet = FetcherBuilder {
                 cache_fallback: false,
@@ -626,7 +637,7 @@ impl FetcherBuilder {
             cancel,
             hub,
             engine,
-            cache: HfCache::new(self.cache_dir.unwrap_or_else(cache::default_cache_dir)),
+            cache: HfCache::new(cache_root),
             local_dir: self.local_dir.map(LocalDir::new),
             max_files: self.max_files,
             offline: self.offline,

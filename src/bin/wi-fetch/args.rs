@@ -103,7 +103,7 @@ pub(super) struct FetchArgs {
     #[allow(rustdoc::bare_urls)]
     #[arg(value_name = "REPO[:QUANT]", required_unless_present = "locked")]
     pub(super) repo: Option<String>,
-    /// Files to fetch (paths in the repository); one ending in / is a folder: every file below
+    /// Files, by their paths in the repository; one ending in / is a folder: every file below
     /// it.
     #[arg(value_name = "FILES")]
     pub(super) files: Vec<String>,
