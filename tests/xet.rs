@@ -549,7 +549,8 @@ fn the_shared_blob_store_is_filled_linked_and_a_damaged_entry_left() {
         )
     });
     let sb = Sandbox::new();
-    let o = fetch(&sb, &hub, &[]);
+    // 512 KiB chunks: the manifest recorded lets a repair keep what is right.
+    let o = fetch(&sb, &hub, &["--chunk-size", "512KiB"]);
     expect_code(&o, 0);
     let etag = crate::support::sha256_hex(&bytes);
     let blob = sb.repo_dir(REPO).join("blobs").join(&etag);
@@ -599,5 +600,23 @@ fn the_shared_blob_store_is_filled_linked_and_a_damaged_entry_left() {
     assert!(
         std::fs::read(&entry).unwrap() == damaged,
         "the entry left as it is"
+    );
+
+    // The first repository, linked to the damaged entry, repaired at --verify full: the entry's
+    // bytes copied and only what differs fetched again, into a blob of the repository's own.
+    let o = fetch(&sb, &hub, &["--verify", "full", "--chunk-size", "512KiB"]);
+    expect_code(&o, 0);
+    let s = json(&o);
+    let f = file(&s, FILE);
+    assert_holds(f, &bytes);
+    assert!(f["kept_from_damaged"].as_u64().unwrap() > 0, "{f}");
+    assert!(
+        f["transferred"].as_u64().unwrap() < bytes.len() as u64 / 2,
+        "{f}"
+    );
+    assert!(std::fs::symlink_metadata(&blob).unwrap().is_file());
+    assert!(
+        std::fs::read(&entry).unwrap() == damaged,
+        "the entry still left as it is"
     );
 }

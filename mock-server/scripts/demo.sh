@@ -85,6 +85,9 @@ cat "$lock"
 echo
 echo "== one byte of the cached Q8_0 file damaged on disk; wi-fetch cache verify --locked names the chunk"
 blob=$(readlink -f "$cache"/models--demo--TinyLlama-GGUF/snapshots/*/tinyllama-q8_0.gguf)
+# (A file the Hub stores in Xet is kept read-only in the cache's shared blob store: made writable
+# here to damage it.)
+chmod u+w "$blob"
 printf 'X' | dd of="$blob" bs=1 seek=20000000 conv=notrunc status=none
 set +e
 "$bin/wi-fetch" cache verify --locked "$lock"

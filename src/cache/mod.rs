@@ -251,12 +251,17 @@ impl RepoCache {
         self.dir.join("trees").join(format!("{commit}.json"))
     }
 
-    /// Copies the blob `etag` (a regular file, no link followed) to its partial download's
-    /// name, to be repaired there and renamed over it when verified; false when there is no
-    /// such blob. The blob itself is never written: a reader that has it mapped keeps its bytes
-    /// (a blob is never modified in place). The caller holds the blob's lock.
+    /// Copies the blob `etag` (a regular file, no link followed; or the shared store's entry a
+    /// link of the store's form names) to its partial download's name, to be repaired there and
+    /// renamed over it when verified — the repository then holds its own blob, and the store's
+    /// entry is left as it is; false when there is no such blob. The blob itself is never
+    /// written: a reader that has it mapped keeps its bytes (a blob is never modified in place).
+    /// The caller holds the blob's lock.
     pub fn reopen_blob(&self, etag: &str) -> io::Result<bool> {
-        safe_fs::copy_replace(&self.blob_path(etag), &self.partial_path(etag))
+        let from = self
+            .blob_bytes(etag)
+            .unwrap_or_else(|| self.blob_path(etag));
+        safe_fs::copy_replace(&from, &self.partial_path(etag))
     }
 
     /// `{cache}/.locks/models--org--name/{etag}.lock`.
