@@ -19,8 +19,7 @@ const ERA: mock_server::ChunkRule = mock_server::ChunkRule::BeforeMinimumFix;
 fn hub(
     tune: impl FnOnce(mock_server::MockHubBuilder) -> mock_server::MockHubBuilder,
 ) -> (mock_server::BackgroundHub, Vec<u8>) {
-    let mut bytes = data(2 << 20, 49);
-    bytes.extend(vec![0u8; 1 << 20]);
+    let bytes = hub_file();
     let b = mock_server::MockHub::builder()
         .file(REPO, FILE, bytes.clone())
         .file(REPO, "config.json", b"{}".to_vec())
@@ -31,6 +30,13 @@ fn hub(
         pattern: String::new(),
     });
     (b.start_in_background().unwrap(), bytes)
+}
+
+/// [`hub`]'s file: 2 MiB random, then 1 MiB of zeros.
+fn hub_file() -> Vec<u8> {
+    let mut bytes = data(2 << 20, 49);
+    bytes.extend(vec![0u8; 1 << 20]);
+    bytes
 }
 
 fn fetch(sb: &Sandbox, hub: &mock_server::MockHub, extra: &[&str]) -> std::process::Output {
@@ -531,22 +537,8 @@ fn the_shared_blob_store_is_filled_linked_and_a_damaged_entry_left() {
     const OTHER: &str = "org/xet-copy";
     const THIRD: &str = "org/xet-third";
     let (hub, bytes) = hub(|b| {
-        b.file(
-            OTHER,
-            FILE,
-            data(2 << 20, 49)
-                .into_iter()
-                .chain(vec![0u8; 1 << 20])
-                .collect::<Vec<u8>>(),
-        )
-        .file(
-            THIRD,
-            FILE,
-            data(2 << 20, 49)
-                .into_iter()
-                .chain(vec![0u8; 1 << 20])
-                .collect::<Vec<u8>>(),
-        )
+        b.file(OTHER, FILE, hub_file())
+            .file(THIRD, FILE, hub_file())
     });
     let sb = Sandbox::new();
     // 512 KiB chunks: the manifest recorded lets a repair keep what is right.

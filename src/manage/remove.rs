@@ -93,6 +93,7 @@ pub fn execute(mut plan: Removal) -> Removal {
     plan.dry_run = false;
     let root = plan.root.clone();
     let mut done = Vec::new();
+    let mut links_now = None;
     for item in std::mem::take(&mut plan.items) {
         // Hold the item's lock (or every lock of a repository) while removing it.
         let mut guards = Vec::new();
@@ -129,7 +130,10 @@ pub fn execute(mut plan: Removal) -> Removal {
             continue;
         }
         if item.kind == ItemKind::SharedBlob {
-            match sweep_shared(&root, &item.what) {
+            // The links left once every other item is gone (they come first): scanned once.
+            let links = links_now
+                .get_or_insert_with(|| crate::cache::shared::SharedStore::new(&root).links());
+            match sweep_shared(&root, &item.what, links) {
                 Ok(crate::cache::shared::Swept::Freed(_)) => done.push(item),
                 Ok(crate::cache::shared::Swept::Linked(n)) => plan.skipped.push(Skipped {
                     path: item.path,
@@ -174,9 +178,14 @@ pub fn execute(mut plan: Removal) -> Removal {
         drop(guards);
     }
     // The entries that keep links: their `.refs` named the links removed.
-    for hash in std::mem::take(&mut plan.shared_touched) {
-        if let Err(e) = sweep_shared(&root, &hash.to_string()) {
-            tracing::debug!("shared store entry {hash}: .refs not rewritten: {e}");
+    let touched = std::mem::take(&mut plan.shared_touched);
+    if !touched.is_empty() {
+        let links =
+            links_now.get_or_insert_with(|| crate::cache::shared::SharedStore::new(&root).links());
+        for hash in touched {
+            if let Err(e) = sweep_shared(&root, &hash.to_string(), links) {
+                tracing::debug!("shared store entry {hash}: .refs not rewritten: {e}");
+            }
         }
     }
     plan.freed_bytes = done.iter().map(|i| i.bytes).sum();
@@ -185,12 +194,16 @@ pub fn execute(mut plan: Removal) -> Removal {
 }
 
 /// Sweeps the shared store's entry `hash` of the cache at `root` (see
-/// [`crate::cache::shared::SharedStore::sweep`]), with the links the cache holds now.
-fn sweep_shared(root: &Path, hash: &str) -> io::Result<crate::cache::shared::Swept> {
+/// [`crate::cache::shared::SharedStore::sweep`]), with `links`, the links the cache holds now
+/// (the sweep checks each again under the entry's lock).
+fn sweep_shared(
+    root: &Path,
+    hash: &str,
+    links: &HashMap<crate::xet::XetHash, Vec<PathBuf>>,
+) -> io::Result<crate::cache::shared::Swept> {
     let store = crate::cache::shared::SharedStore::new(root);
     let Some(h) = crate::cache::shared::parse_name(hash) else {
         return Ok(crate::cache::shared::Swept::Absent);
     };
-    let found = store.links().remove(&h).unwrap_or_default();
-    store.sweep(&h, &found)
+    store.sweep(&h, links.get(&h).map_or(&[][..], Vec::as_slice))
 }
