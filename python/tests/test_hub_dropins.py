@@ -6,10 +6,13 @@ read each other's caches offline."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Tuple
 
@@ -420,3 +423,234 @@ def test_the_default_cache_is_the_librarys(hub: Hub, tmp_path: Path, monkeypatch
     assert Path(one).is_relative_to(cache) and Path(one).read_text() == "# tiny\n"
     # The same cache offline.
     assert wi.snapshot_download(REPO, allow_patterns="*.json", local_files_only=True) == got
+
+
+# Progress: the bars huggingface_hub draws, drawn by ours from the fetch's events.
+
+
+class Bars:
+    """What a ``tqdm_class`` (a subclass of ``base``) was asked to draw: each bar made, in
+    order, with its arguments, and where it ended (count, total, description, closed). It
+    writes to a buffer of its own, never to stderr."""
+
+    def __init__(self, base: Any = None) -> None:
+        self.made: list[Any] = []
+        made = self.made
+
+        class Recorder(base or pytest.importorskip("tqdm.auto").tqdm):  # type: ignore[misc]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                self.wi_kwargs = dict(kwargs)
+                self.wi_closed = False
+                made.append(self)
+                super().__init__(*args, file=io.StringIO(), **kwargs)
+                self.wi_disabled = self.disable  # (closing disables a bar)
+
+            def close(self) -> None:
+                self.wi_closed = True
+                super().close()
+
+        self.cls = Recorder
+
+    def described(self) -> list[Tuple[Any, ...]]:
+        """Each bar: its arguments (but huggingface_hub's switches), count, total, description."""
+        out = []
+        for b in self.made:
+            kw = {k: v for k, v in b.wi_kwargs.items() if k not in ("disable", "name")}
+            out.append((sorted(kw.items()), b.n, b.total, b.desc))
+        return out
+
+
+def sizes(repos: Path) -> Dict[str, int]:
+    """The repository's files and their sizes (not the mock's own files)."""
+    base = repos / "demo" / "tiny"
+    return {
+        p.relative_to(base).as_posix(): p.stat().st_size
+        for p in base.rglob("*")
+        if p.is_file() and not p.name.startswith(".mock-hub")
+    }
+
+
+def test_tqdm_class_gets_huggingface_hubs_snapshot_bars(hub: Hub, repos: Path, tmp_path: Path) -> None:
+    total, n = sum(sizes(repos).values()), len(sizes(repos))
+    runs = {}
+    for lib, name in ((hf, "hf"), (wi, "wi")):
+        first, again = Bars(), Bars()
+        lib.snapshot_download(REPO, cache_dir=tmp_path / name, endpoint=hub.url, tqdm_class=first.cls)
+        lib.snapshot_download(REPO, cache_dir=tmp_path / name, endpoint=hub.url, tqdm_class=again.cls)
+        runs[name] = (first, again)
+    (hf_first, hf_again), (wi_first, wi_again) = runs["hf"], runs["wi"]
+    assert len(wi_first.made) == 3, wi_first.described()
+    # Bytes received, bytes written, then the files: "Fetching N files", total N, updated to N.
+    transfer, written, fetching = wi_first.made
+    assert fetching.wi_kwargs == {"desc": f"Fetching {n} files", "total": n}
+    assert fetching.n == n
+    assert (transfer.n, transfer.total, transfer.desc) == (total, total, "Download complete")
+    assert (written.n, written.total, written.desc) == (total, total, "Reconstruction complete: ")
+    assert transfer.wi_kwargs["unit"] == "B" and transfer.wi_kwargs["unit_scale"] is True
+    assert all(b.wi_closed for b in wi_first.made), "every bar closed"
+    # Exactly huggingface_hub's bars: their arguments, and where they end.
+    assert wi_first.described() == hf_first.described()
+    # Everything cached: the files counted, no byte.
+    assert [b.n for b in wi_again.made] == [0, 0, n]
+    assert wi_again.described() == hf_again.described()
+
+
+def test_tqdm_class_gets_huggingface_hubs_file_bar(hub: Hub, repos: Path, tmp_path: Path) -> None:
+    size = sizes(repos)["model.safetensors"]
+    got = {}
+    for lib, name in ((hf, "hf"), (wi, "wi")):
+        bars, none = Bars(), Bars()
+        cache = tmp_path / name
+        for filename, sub in (("model.safetensors", None), ("notes.txt", "sub")):
+            lib.hf_hub_download(REPO, filename, subfolder=sub, cache_dir=cache, endpoint=hub.url,
+                                tqdm_class=bars.cls)
+        # Cached, a dry run, offline: nothing is downloaded, no bar.
+        lib.hf_hub_download(REPO, "model.safetensors", cache_dir=cache, endpoint=hub.url, tqdm_class=none.cls)
+        lib.hf_hub_download(REPO, "README.md", cache_dir=cache, endpoint=hub.url, tqdm_class=none.cls,
+                            dry_run=True)
+        lib.hf_hub_download(REPO, "model.safetensors", cache_dir=cache, local_files_only=True,
+                            tqdm_class=none.cls)
+        assert none.made == [], name
+        got[name] = bars
+    ours = got["wi"].made
+    assert len(ours) == 2 and all(b.wi_closed for b in ours)
+    assert ours[0].wi_kwargs == {"unit": "B", "unit_scale": True, "total": size, "initial": 0,
+                                 "desc": "model.safetensors"}
+    assert ours[0].n == size
+    assert got["wi"].described()[0] == got["hf"].described()[0]
+    # The name the CDN gives a file; huggingface_hub falls back to the URL's end when a server
+    # sends none (the mock's origin), we always show the name.
+    assert (ours[1].wi_kwargs["desc"], ours[1].n) == ("notes.txt", sizes(repos)["sub/notes.txt"])
+
+
+def test_snapshot_dry_run_and_offline_bars_are_huggingface_hubs(hub: Hub, tmp_path: Path) -> None:
+    got = {}
+    for lib, name in ((hf, "hf"), (wi, "wi")):
+        dry, offline = Bars(), Bars()
+        cache = tmp_path / name
+        lib.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url, dry_run=True,
+                              allow_patterns=["*.json", "sub/"], tqdm_class=dry.cls)
+        lib.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url, allow_patterns="*.json")
+        lib.snapshot_download(REPO, cache_dir=cache, local_files_only=True, allow_patterns="*.json",
+                              tqdm_class=offline.cls)
+        assert offline.made == [], name  # the cache answers before any bar is drawn
+        got[name] = dry
+    assert got["wi"].made[2].wi_kwargs == {"desc": "[dry-run] Fetching 2 files", "total": 2}
+    assert got["wi"].made[2].n == 2
+    assert got["wi"].described() == got["hf"].described()
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal: tqdm draws the default byte bars on one only."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def drawn(text: str) -> set[str]:
+    """The descriptions of the bars drawn on a stream."""
+    return {m for m in re.findall(r"(?:^|\r|\n)([^\r\n:|\x1b]+?):", text) if m.strip()}
+
+
+def test_default_bars_on_a_terminal_and_what_turns_them_off(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.delenv("TQDM_POSITION", raising=False)
+
+    def run(cache: Path) -> str:
+        err = Terminal()
+        with monkeypatch.context() as m:
+            m.setattr(sys, "stderr", err)
+            wi.snapshot_download(REPO, cache_dir=cache, endpoint=hub.url, allow_patterns=["*.json", "*.md"])
+            wi.hf_hub_download(REPO, "model.safetensors", cache_dir=cache, endpoint=hub.url)
+        return err.getvalue()
+
+    shown = run(tmp_path / "a")
+    assert drawn(shown) >= {"Fetching 2 files", "Download complete", "Reconstruction complete",
+                            "model.safetensors"}, shown
+    assert "100%" in shown
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    assert run(tmp_path / "b") == ""
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS")
+    # huggingface_hub's own switch, for every bar or for a group.
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    disable_progress_bars()
+    try:
+        assert run(tmp_path / "c") == ""
+    finally:
+        enable_progress_bars()
+    disable_progress_bars("huggingface_hub.http_get")
+    try:
+        grouped = run(tmp_path / "d")
+    finally:
+        enable_progress_bars()
+    assert "Fetching 2 files" in drawn(grouped) and "model.safetensors" not in drawn(grouped), grouped
+    # A tqdm_class of one's own draws whatever the environment says, as in huggingface_hub ...
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    size = len('{"model_type": "tiny"}\n')
+    bars = Bars()
+    wi.snapshot_download(REPO, cache_dir=tmp_path / "e", endpoint=hub.url, allow_patterns="*.json",
+                         tqdm_class=bars.cls)
+    assert [(b.n, b.wi_disabled) for b in bars.made] == [(size, False), (size, False), (1, False)]
+    # ... but huggingface_hub's tqdm, or a subclass of it, honours it.
+    theirs = Bars(hf.utils.tqdm)
+    wi.snapshot_download(REPO, cache_dir=tmp_path / "f", endpoint=hub.url, allow_patterns="*.json",
+                         tqdm_class=theirs.cls)
+    assert [b.wi_disabled for b in theirs.made] == [True, True, True]
+
+
+def test_default_bars_off_a_terminal_are_huggingface_hubs(
+    hub: Hub, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal huggingface_hub draws "Fetching N files", no byte bar: so do we."""
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.delenv("TQDM_POSITION", raising=False)
+    err = {}
+    for lib, name in ((hf, "hf"), (wi, "wi")):
+        capfd.readouterr()
+        lib.snapshot_download(REPO, cache_dir=tmp_path / name, endpoint=hub.url, allow_patterns="*.json")
+        lib.hf_hub_download(REPO, "model.safetensors", cache_dir=tmp_path / name, endpoint=hub.url)
+        err[name] = capfd.readouterr().err
+    assert drawn(err["wi"]) == drawn(err["hf"]) == {"Fetching 1 files"}, err
+
+
+def test_without_tqdm_nothing_is_drawn_but_a_tqdm_class_is(hub: Hub, repos: Path, tmp_path: Path) -> None:
+    """tqdm is optional: without it (nor huggingface_hub, which needs it) the drop-ins draw
+    nothing, and a tqdm_class of one's own still gets its bars."""
+    script = textwrap.dedent(
+        """
+        import sys
+        for m in ("tqdm", "tqdm.auto", "huggingface_hub"):
+            sys.modules[m] = None  # not installed
+        import weight_inspect as wi
+
+        class Bar:
+            made = []
+            def __init__(self, **kw):
+                self.kw, self.n, self.total = kw, 0, kw.get("total")
+                Bar.made.append(self)
+            def update(self, n=1):
+                self.n += n
+            def close(self):
+                pass
+
+        endpoint, cache = sys.argv[1], sys.argv[2]
+        wi.snapshot_download("demo/tiny", cache_dir=cache + "/a", endpoint=endpoint)
+        wi.hf_hub_download("demo/tiny", "config.json", cache_dir=cache + "/b", endpoint=endpoint)
+        wi.snapshot_download("demo/tiny", cache_dir=cache + "/c", endpoint=endpoint, tqdm_class=Bar)
+        print(repr([(b.kw.get("desc"), b.n, b.total) for b in Bar.made]))
+        """
+    )
+    # TQDM_POSITION=-1 would draw huggingface_hub's bars even on a pipe.
+    r = subprocess.run([sys.executable, "-c", script, hub.url, str(tmp_path)], capture_output=True,
+                       text=True, env=dict(os.environ, TQDM_POSITION="-1"))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    total, n = sum(sizes(repos).values()), len(sizes(repos))
+    assert r.stdout.strip() == repr([
+        ("Downloading bytes", total, total),
+        ("Reconstructing (incomplete total...)", total, total),
+        (f"Fetching {n} files", n, n),
+    ])

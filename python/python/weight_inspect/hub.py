@@ -15,19 +15,27 @@ The environment is read as huggingface_hub reads it: ``HF_HUB_OFFLINE``, ``HF_EN
 redirects to); ``library_name``, ``library_version`` and ``user_agent`` are appended to our
 user agent as huggingface_hub appends them to its own; ``dry_run=True`` returns
 ``DryRunFileInfo`` (huggingface_hub's class when it is installed) and downloads nothing.
-Accepted and ignored: ``tqdm_class`` (no progress bar is drawn; use
-:func:`weight_inspect.fetch` and its ``progress`` callback for progress).
+
+Progress is drawn as huggingface_hub draws it (see :mod:`weight_inspect._progress`): a bar per
+file downloaded by ``hf_hub_download``; ``Downloading bytes``, ``Reconstructing`` and
+``Fetching N files`` for ``snapshot_download``; with ``tqdm_class`` when given (then drawn
+whatever ``HF_HUB_DISABLE_PROGRESS_BARS`` says, as there), else with huggingface_hub's tqdm,
+hidden by ``HF_HUB_DISABLE_PROGRESS_BARS=1`` or ``huggingface_hub.utils.disable_progress_bars()``
+(the byte bars on a terminal only, as there). tqdm is optional: without it, and without
+``tqdm_class``, nothing is drawn. :func:`weight_inspect.fetch` and its ``progress`` callback
+give the events themselves.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from . import _native
+from . import _native, _progress
 from .errors import NetworkError, NotFoundError, WeightInspectError
 from .types import FetchRequest
 
@@ -229,24 +237,31 @@ def _offline_env() -> bool:
     return _native.offline_env()
 
 
-def _native_fetch(args: FetchRequest, dry_run: bool, **over: Any) -> dict[str, Any]:
+def _native_fetch(
+    args: FetchRequest, dry_run: bool, progress: Callable[[_native.ProgressEvent], Any] | None = None, **over: Any
+) -> dict[str, Any]:
     request: FetchRequest = {**args, **over}  # type: ignore[typeddict-item]
-    doc: dict[str, Any] = _native.fetch(request, dry_run=dry_run)
+    doc: dict[str, Any] = _native.fetch(request, progress=progress, dry_run=dry_run)
     return doc
 
 
 def _run(
-    args: FetchRequest, offline: bool, dry_run: bool, fallback: bool = True
+    args: FetchRequest,
+    offline: bool,
+    dry_run: bool,
+    fallback: bool = True,
+    progress: Callable[[_native.ProgressEvent], Any] | None = None,
 ) -> dict[str, Any]:
-    """One fetch (or with ``dry_run`` its plan), failures as the drop-in classes.
+    """One fetch (or with ``dry_run`` its plan), failures as the drop-in classes; ``progress``
+    the fetch's callback (the bars of :mod:`weight_inspect._progress`).
 
     As huggingface_hub: when the Hub cannot be reached the cache answers (``fallback``), only
     when it holds everything asked for; the library decides (``cache_fallback``)."""
     try:
         # Without local_files_only, the library reads HF_HUB_OFFLINE itself.
         if offline:
-            return _native_fetch(args, dry_run, offline=True)
-        return _native_fetch(args, dry_run, offline=None, cache_fallback=fallback)
+            return _native_fetch(args, dry_run, progress, offline=True)
+        return _native_fetch(args, dry_run, progress, offline=None, cache_fallback=fallback)
     except WeightInspectError as e:
         new = _translate(e)
         if new is e:
@@ -382,7 +397,14 @@ def hf_hub_download(
     ``user_agent`` (a string or a dict) are appended to our user agent. ``dry_run=True``
     downloads nothing and returns a ``DryRunFileInfo`` (``commit_hash``, ``file_size``,
     ``filename``, ``local_path``, ``is_cached``, ``will_download``; huggingface_hub's class
-    when it is installed). Accepted and ignored: ``tqdm_class`` (no progress bar). Ours beyond
+    when it is installed). ``tqdm_class`` draws the file's progress bar, as huggingface_hub's
+    ``http_get`` draws it (``desc`` the file's name, ``total`` its size, ``unit="B"``,
+    ``unit_scale=True``): a file the cache holds, a dry run and offline draw none. Without it,
+    huggingface_hub's tqdm draws it (group ``huggingface_hub.http_get``) on a terminal, unless
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` or ``huggingface_hub.utils.disable_progress_bars()`` says
+    otherwise; a ``tqdm_class`` that is not huggingface_hub's tqdm (or a subclass) draws it
+    whatever they say, as in huggingface_hub. Without tqdm installed, and no ``tqdm_class``,
+    nothing is drawn. Ours beyond
     huggingface_hub's: ``remote_cache``, a team's object store that receives every file
     downloaded and verified (see :func:`weight_inspect.fetch`; default ``WI_REMOTE_CACHE``);
     ``public_key`` (or ``certificate_chain``, or ``identity`` with ``identity_provider`` and
@@ -395,7 +417,6 @@ def hf_hub_download(
     huggingface_hub class of that name and a :class:`weight_inspect.NotFoundError`; other
     failures as :func:`weight_inspect.fetch` (``NetworkError``, ``IntegrityError``, …).
     """
-    del tqdm_class  # see the docstring
     if subfolder:
         filename = f"{subfolder}/{filename}"
     args = _fetch_args(
@@ -406,7 +427,13 @@ def hf_hub_download(
     args.update(
         _signature(public_key, certificate_chain, identity, identity_provider, trust_config, require_signature)
     )
-    summary = _run(args, local_files_only, dry_run)
+    # As huggingface_hub: a bar for a download only (not for a dry run, nor offline).
+    bars = None if dry_run or local_files_only else _progress.FileBars.of(tqdm_class)
+    try:
+        summary = _run(args, local_files_only, dry_run, progress=bars)
+    finally:
+        if bars is not None:
+            bars.close()
     if dry_run:
         f = summary["files"][0]
         return DryRunFileInfo(
@@ -487,15 +514,20 @@ def snapshot_download(
     read the same way by this function offline.
 
     ``headers``, ``library_name``, ``library_version`` and ``user_agent`` as in
-    :func:`hf_hub_download`; accepted and ignored: ``tqdm_class``; ``remote_cache``,
-    the signature's options as in
+    :func:`hf_hub_download`; ``remote_cache``, the signature's options as in
+    :func:`hf_hub_download`. ``tqdm_class`` draws huggingface_hub's bars: ``Downloading bytes``
+    (bytes received) and ``Reconstructing (incomplete total...)`` (bytes written; ``unit="B"``,
+    their totals growing by each file's size as its download starts), then ``Fetching N
+    files`` (``total`` N, a step per file, from the cache or not), at the end ``Download
+    complete`` and ``Reconstruction complete``; none offline. Without it, huggingface_hub's
+    tqdm draws them (the byte bars on a terminal only, as there), unless
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` or ``disable_progress_bars()`` says otherwise; as in
     :func:`hf_hub_download`. ``dry_run=True`` downloads
     nothing (the listing it asks for is kept, as a download keeps it) and returns one ``DryRunFileInfo`` per selected file; offline or with
     the Hub unreachable it raises :class:`DryRunError`, as huggingface_hub does. Patterns that
     match no file return the snapshot folder (with a warning), as huggingface_hub does, when
     the cache knows the commit; otherwise they raise :class:`weight_inspect.NotFoundError`.
     """
-    del tqdm_class  # see the docstring
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, not {max_workers}")
 
@@ -521,8 +553,35 @@ def snapshot_download(
     args.update(
         _signature(public_key, certificate_chain, identity, identity_provider, trust_config, require_signature)
     )
+    # As huggingface_hub: offline, the cache answers before any bar is drawn.
+    bars = None if offline else _progress.SnapshotBars.of(tqdm_class, dry_run)
     try:
-        summary = _run(args, local_files_only, dry_run, fallback=not dry_run)
+        return _snapshot(
+            args, bars, cache_root, local, repo_id, repo_type, revision, local_files_only,
+            force_download, dry_run, allow_patterns, ignore_patterns,
+        )
+    finally:
+        if bars is not None:  # a failure's (after a success, they are closed already)
+            bars.close()
+
+
+def _snapshot(
+    args: FetchRequest,
+    bars: _progress.SnapshotBars | None,
+    cache_root: Path,
+    local: Path | None,
+    repo_id: str,
+    repo_type: str | None,
+    revision: str | None,
+    local_files_only: bool,
+    force_download: bool,
+    dry_run: bool,
+    allow_patterns: list[str] | str | None,
+    ignore_patterns: list[str] | str | None,
+) -> str | list[DryRunFileInfo]:
+    """:func:`snapshot_download` once its arguments are checked: the fetch, its bars drawn."""
+    try:
+        summary = _run(args, local_files_only, dry_run, fallback=not dry_run, progress=None if dry_run else bars)
     except NetworkError as e:
         if not dry_run:
             raise
@@ -533,15 +592,20 @@ def snapshot_download(
         if e.reason != "nothing_selected":
             raise
         if dry_run:
+            _draw_dry_run(bars, 0)
             return []
         kind = repo_type or "model"
         commit = _commit_of(cache_root, kind, repo_id, revision or "main")
         if local is not None or not commit:
             raise
         logger.warning("No files matched allow_patterns=%r, ignore_patterns=%r.", allow_patterns, ignore_patterns)
+        if bars is not None:  # huggingface_hub draws "Fetching 0 files"
+            bars.plan(0)
+            bars.finish()
         return os.path.join(str(cache_root), repo_folder_name(repo_id, kind), "snapshots", commit)
     commit = summary["commit"]
     if dry_run:
+        _draw_dry_run(bars, len(summary["files"]))
         return [
             DryRunFileInfo(
                 commit_hash=commit,
@@ -553,8 +617,21 @@ def snapshot_download(
             )
             for f in summary["files"]
         ]
+    if bars is not None:
+        bars.finish()
     # The snapshot folder in the cache, or the local folder. Offline, the fetcher has checked
     # it against the listing saved for the commit (ours, else huggingface_hub's): a file it
     # lacks is an IncompleteSnapshotError.
     folder: str = summary["folder"]
     return folder
+
+
+def _draw_dry_run(bars: _progress.SnapshotBars | None, files: int) -> None:
+    """A dry run's bars, as huggingface_hub draws them: ``[dry-run] Fetching N files``, a
+    step per file, the byte bars empty."""
+    if bars is None:
+        return
+    bars.plan(files)
+    for _ in range(files):
+        bars.file_done()
+    bars.finish()
