@@ -832,3 +832,181 @@ fn an_invalid_model_does_not_open_without_asking_for_lax() {
     let p = write(dir.path(), "whole.safetensors", &full);
     assert_eq!(Model::open(&p).unwrap().tensors().count(), 2);
 }
+
+/// The tensor rows of a table: each row's words after the header line `tensor  dtype  …`.
+fn tensor_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .skip_while(|l| !l.trim_start().starts_with("tensor "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// Issue 55: without `--json` no tensor was named. The table now lists each one after the
+/// summary: name, dtype, shape in the file's order, size; its SHA-256 cut short with
+/// `--verify`; `--no-tensors` leaves the list out.
+#[test]
+fn the_table_lists_every_tensor_with_its_dtype_shape_and_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "m.gguf", &small_model().build());
+    let out = run(&[], &[&p]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    // The summary first, its verdict included, then the tensors in the file's order.
+    let verdict = text.find("  verdict ").expect("a verdict");
+    let header = text.find("\n  tensor ").expect("a tensor table");
+    assert!(verdict < header, "{text}");
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        tensor_rows(&text),
+        vec![
+            words(&["token_embd.weight", "Q8_0", "[64,", "4]", "272", "B"]),
+            words(&["blk.0.attn_q.weight", "F32", "[16,", "16]", "1.0", "KiB"]),
+            words(&["output_norm.weight", "F16", "[64]", "128", "B"]),
+        ],
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l
+            .split_whitespace()
+            .eq(["tensor", "dtype", "shape", "size"])),
+        "{text}"
+    );
+
+    // --verify: each row ends with the first 16 digits of the tensor's SHA-256.
+    let json = json_lines(&run(&["--json", "--verify"], &[&p]));
+    let text = String::from_utf8(run(&["--verify"], &[&p]).stdout).unwrap();
+    let rows = tensor_rows(&text);
+    assert_eq!(rows.len(), 3, "{text}");
+    for (row, t) in rows.iter().zip(json[0]["tensors"].as_array().unwrap()) {
+        assert_eq!(row[0], t["name"].as_str().unwrap());
+        assert_eq!(
+            row.last().unwrap(),
+            &t["sha256"].as_str().unwrap()[..16],
+            "{text}"
+        );
+    }
+    assert!(text.contains("3 tensors hashed"), "{text}");
+
+    // --no-tensors: the summary alone (with a checksum sample under --verify).
+    let text = String::from_utf8(run(&["--no-tensors", "--verify"], &[&p]).stdout).unwrap();
+    assert!(!text.contains("token_embd.weight  Q8_0"), "{text}");
+    assert!(tensor_rows(&text).is_empty(), "{text}");
+    assert!(text.contains("  verdict       valid"), "{text}");
+    assert!(text.contains("3 tensors hashed (SHA-256)\n"), "{text}");
+}
+
+/// A tensor's name from a file is printed escaped on its row, and the tensor a diagnostic
+/// names (a duplicate here) is marked `error`; a sharded model's rows name their shard.
+#[test]
+fn tensor_rows_escape_names_and_mark_the_tensors_in_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "w\x1b]0;pwned\x07\n  forged  F32  [4]  16 B";
+    let bytes = GgufWriter::new()
+        .arch("llama")
+        .tensor("fine.weight", 0, &[4])
+        .tensor(evil, 0, &[4])
+        .tensor(evil, 0, &[4]) // a duplicate: an error naming it
+        .fill(Fill::Pattern)
+        .build();
+    let p = write(dir.path(), "m.gguf", &bytes);
+    let out = run(&[], &[&p]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
+    assert!(!text.lines().any(|l| l.starts_with("  forged")), "{text}");
+    let rows = tensor_rows(&text);
+    assert_eq!(rows.len(), 3, "{text}");
+    assert_eq!(rows[0], ["fine.weight", "F32", "[4]", "16", "B"], "{text}");
+    for row in &rows[1..] {
+        assert_eq!(row[0], "w\\x1b]0;pwned\\x07\\n", "{text}");
+        assert_eq!(row.last().unwrap(), "error", "{text}");
+    }
+    assert!(
+        text.lines().any(|l| l.trim_end().ends_with("  check")),
+        "{text}"
+    );
+
+    // A split GGUF: a `file` column names each tensor's shard.
+    let (a, b) = split_pair();
+    let first = write(dir.path(), "s-00001-of-00002.gguf", &a);
+    write(dir.path(), "s-00002-of-00002.gguf", &b);
+    let text = String::from_utf8(run(&[], &[&first]).stdout).unwrap();
+    let rows = tensor_rows(&text);
+    assert!(!rows.is_empty(), "{text}");
+    assert!(
+        rows.iter().all(|r| r
+            .iter()
+            .any(|w| w.starts_with("s-0000") && w.ends_with(".gguf"))),
+        "{text}"
+    );
+}
+
+/// Issue 55: `weight-inspect inspect FILE` read `inspect` as a path. It is the default
+/// command, after options too; a file named `inspect` is `./inspect`, and one in the folder is
+/// pointed out when the command is used.
+#[test]
+fn inspect_is_the_default_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "m.gguf", &small_model().build());
+    let plain = run(&[], &[&p]);
+    assert_eq!(plain.status.code(), Some(0));
+    for args in [
+        &["inspect"][..],
+        &["-v", "inspect"][..],
+        &["--no-tensors", "inspect"][..],
+        &["--revision", "main", "inspect"][..],
+    ] {
+        let out = run(args, &[&p]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        if args.contains(&"--no-tensors") {
+            assert!(tensor_rows(&String::from_utf8_lossy(&out.stdout)).is_empty());
+        } else {
+            assert_eq!(out.stdout, plain.stdout, "{args:?}");
+        }
+    }
+    let out = run(&["--json", "inspect"], &[&p]);
+    assert_eq!(json_lines(&out)[0]["path"], p.display().to_string());
+    // A path after another is a path, whatever its name.
+    let out = run(&["--json"], &[&p, Path::new("inspect")]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(json_lines(&out)[1]["path"], "inspect");
+
+    // In a folder holding a file named `inspect`, the word is still the command; the file is
+    // `./inspect`.
+    write(dir.path(), "inspect", &small_model().build());
+    let out = bin()
+        .args(["inspect", "m.gguf"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("m.gguf\n"), "{text}");
+    assert!(!text.contains("\ninspect\n"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("./inspect"), "{err}");
+    let out = bin()
+        .args(["inspect", "./inspect"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("./inspect\n"));
+    assert!(out.stderr.is_empty(), "{out:?}");
+
+    // `inspect` alone is a usage error; its help names the paths it takes.
+    assert_eq!(run(&["inspect"], &[]).status.code(), Some(1));
+    let help = run(&["--help"], &[]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.lines().any(|l| l.trim_start().starts_with("inspect ")),
+        "{help}"
+    );
+    assert!(help.contains("weight-inspect inspect PATH"), "{help}");
+    assert!(help.contains("--no-tensors"), "{help}");
+}
