@@ -4,8 +4,8 @@
 /// The class of a failure, which the `wi-fetch` binary turns into its exit code.
 ///
 /// When several files fail, `FetchError::several` keeps the most serious failure
-/// ([`ExitClass::severity`]): integrity (2) > not found or denied (4) > network (3) > local (1),
-/// so the exit code does not depend on the order in which the files failed.
+/// ([`ExitClass::severity`]): integrity (2) > access refused (5) > not found (4) > network (3) >
+/// local (1), so the exit code does not depend on the order in which the files failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ExitClass {
@@ -16,16 +16,20 @@ pub enum ExitClass {
     Integrity,
     /// The network or the server failed, after retries: 3.
     Network,
-    /// Repository, revision or file not found, or access denied (gated, private, or not in the
-    /// cache in offline mode): 4.
+    /// Repository, revision or file not found (a private repository the token cannot see
+    /// included: the Hub does not tell it apart), or not in the cache in offline mode: 4.
     NotFound,
+    /// Access refused: a gated repository whose conditions the token has not accepted (or no
+    /// token), a token the server refused, a 401 or 403 without more: 5. Another token, not
+    /// another name, is the fix.
+    Denied,
     /// Stopped on request (SIGINT, SIGTERM, a cancelled token): 130, as a shell reports a
     /// command ended by Ctrl-C. What arrived is kept; running the same fetch again resumes.
     Interrupted,
 }
 
 impl ExitClass {
-    /// The process exit code: 1, 2, 3, 4 or 130.
+    /// The process exit code: 1, 2, 3, 4, 5 or 130.
     pub fn code(self) -> i32 {
         match self {
             ExitClass::Interrupted => 130,
@@ -33,17 +37,19 @@ impl ExitClass {
             ExitClass::Integrity => 2,
             ExitClass::Network => 3,
             ExitClass::NotFound => 4,
+            ExitClass::Denied => 5,
         }
     }
 
     /// How serious the class is, to choose one when several files failed differently: stopped
-    /// on request (the run as a whole) > integrity (wrong bytes or a broken model) > not found
-    /// or denied (retrying will not help) > network (retrying may) > local. Higher is more
-    /// serious.
+    /// on request (the run as a whole) > integrity (wrong bytes or a broken model) > access
+    /// refused > not found (retrying will not help either) > network (retrying may) > local.
+    /// Higher is more serious.
     pub fn severity(self) -> u8 {
         match self {
-            ExitClass::Interrupted => 5,
-            ExitClass::Integrity => 4,
+            ExitClass::Interrupted => 6,
+            ExitClass::Integrity => 5,
+            ExitClass::Denied => 4,
             ExitClass::NotFound => 3,
             ExitClass::Network => 2,
             ExitClass::Local => 1,
@@ -71,6 +77,7 @@ mod tests {
             ExitClass::Local,
             ExitClass::Network,
             ExitClass::NotFound,
+            ExitClass::Denied,
             ExitClass::Integrity,
             ExitClass::Interrupted,
         ];

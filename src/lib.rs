@@ -76,6 +76,9 @@ macro_rules! internal {
 
 // The network-free core (always built).
 pub mod cache;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod cli;
 pub mod env;
 pub mod exit;
 pub mod format;

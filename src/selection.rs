@@ -243,6 +243,20 @@ pub fn parse_reference(spec: &str) -> Result<Reference, SelectionError> {
         if rest.split('/').count() != 2 {
             return Err(bad());
         }
+    } else if rest.split('/').count() == 3 {
+        // The type in front, as huggingface_hub's URIs and `hf cache` name repositories:
+        // `datasets/org/name`, `spaces/org/name`, `models/org/name` (a repository id has two
+        // parts, so a third can only be the type).
+        for (segment, t) in [
+            ("datasets/", Some(crate::names::RepoType::Dataset)),
+            ("spaces/", Some(crate::names::RepoType::Space)),
+            ("models/", Some(crate::names::RepoType::Model)),
+        ] {
+            if let Some(r) = rest.strip_prefix(segment) {
+                rest = r;
+                repo_type = t;
+            }
+        }
     }
     let (repo, quant) = parse_repo_spec(rest)?;
     Ok(Reference {
@@ -739,6 +753,9 @@ mod tests {
                 None,
             ),
             ("huggingface.co/spaces/a/b", RepoType::Space, None),
+            ("datasets/a/b", RepoType::Dataset, None),
+            ("spaces/a/b", RepoType::Space, None),
+            ("models/a/b", RepoType::Model, None),
         ] {
             let r = parse_reference(spec).unwrap();
             assert_eq!(
@@ -755,6 +772,10 @@ mod tests {
         ] {
             assert!(parse_reference(bad).is_err(), "{bad}");
         }
+        // A type in front keeps the quantization tag; any other third part is no type.
+        let r = parse_reference("models/a/b:Q8_0").unwrap();
+        assert_eq!((r.repo.as_str(), r.quant.as_deref()), ("a/b", Some("Q8_0")));
+        assert_eq!(parse_reference("other/a/b").unwrap().repo_type, None);
     }
 
     #[test]

@@ -201,7 +201,7 @@ async fn gated_without_token_is_auth_error_without_retries() {
     let rec = Recorder::default();
     let e = engine(config()).download(&spec, &rec).await.unwrap_err();
     assert!(matches!(e, TransferError::Auth { .. }), "{e:?}");
-    assert!(e.is_denied_or_not_found() && e.exit_code() == 4);
+    assert!(e.is_denied_or_not_found() && e.exit_code() == 5);
     assert!(rec.retries().is_empty());
 }
 

@@ -215,6 +215,93 @@ fn folders_spaces_and_quiet_as_hf_download() {
     }
 }
 
+/// `hf download`'s habits: `wi-fetch download REPO [FILES]` with hf's flags (the whole
+/// repository without FILES, a GGUF one too; the file's path for one file, else the snapshot
+/// folder); `datasets/org/name` and `spaces/org/name` ids; a repository the Hub does not have is
+/// a sentence naming it, with the URL after it (mock-hub, like a mirror, answers a bare 404).
+#[test]
+fn hf_download_habits_are_understood() {
+    let hub = start(
+        hub_builder()
+            .file("org/tree", "sub/a.txt", b"a".to_vec())
+            .file("org/tree", "top.txt", b"top".to_vec()),
+    );
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&hub);
+    c.args(["download", REPO, "config.json", "--revision", "main"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let l = lines(&o);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert!(l[0].ends_with("/config.json"), "{l:?}");
+
+    let mut c = sb.cmd(&hub);
+    c.args(["download", "org/tree", "--quiet"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let l = lines(&o);
+    assert_eq!(l.len(), 1, "the snapshot folder: {l:?}");
+    let folder = Path::new(&l[0]);
+    assert!(l[0].contains("models--org--tree/snapshots/"), "{l:?}");
+    assert_eq!(fs::read_to_string(folder.join("sub/a.txt")).unwrap(), "a");
+    assert_eq!(fs::read_to_string(folder.join("top.txt")).unwrap(), "top");
+
+    // A GGUF repository whole, as hf downloads it (wi-fetch REPO picks one model).
+    let mut c = sb.cmd(&hub);
+    c.args([
+        "download",
+        REPO,
+        "--include",
+        "*.gguf",
+        "--dry-run",
+        "--json",
+    ]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ggufs = plan["files"].as_array().unwrap().len();
+    assert!(ggufs > 2, "{plan}");
+    let mut c = sb.cmd(&hub);
+    c.args(["download", REPO, "--dry-run", "--json"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(plan["files"].as_array().unwrap().len() > ggufs, "{plan}");
+
+    let mut c = sb.cmd(&hub);
+    c.args(["datasets/demo/tiny-text", "data/train.csv"]);
+    let o = run(c);
+    expect_code(&o, 0);
+    assert!(lines(&o)[0].contains("datasets--demo--tiny-text/snapshots/"));
+    let mut c = sb.cmd(&hub);
+    c.args([
+        "download",
+        "datasets/demo/tiny-text",
+        "--repo-type",
+        "model",
+    ]);
+    let o = run(c);
+    expect_code(&o, 1);
+    assert!(
+        stderr(&o).contains("names a dataset repository, but the repository type given is model"),
+        "{}",
+        stderr(&o)
+    );
+
+    let mut c = sb.cmd(&hub);
+    c.args(["download", "nothing-here", "config.json"]);
+    let o = run(c);
+    expect_code(&o, 4);
+    let e = stderr(&o);
+    let first = e.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("wi-fetch: error: ")
+            && first.contains("'nothing-here'")
+            && first.contains(" not found (HTTP 404 from http://127.0.0.1:"),
+        "{e}"
+    );
+}
+
 /// A bare GGUF repository gets its Q4_K_M model only, and says so.
 #[test]
 fn bare_gguf_repo_picks_q4_k_m() {
@@ -376,11 +463,12 @@ fn offline_names_what_a_partial_repository_lacks() {
     assert_eq!(hub.stats().total_requests, 0);
 }
 
-/// `--cache-fallback`: with the Hub's API failing (503 every time), a cache that holds every
-/// file asked for answers, after one metadata request and no retry; a cache that lacks one of
-/// them never answers with part of the selection: the Hub is asked again with the usual
-/// retries, then exit 3 naming what the cache lacks. Without the flag the Hub's failure is the
-/// answer.
+/// The cache falls back by default, as huggingface_hub does: with the Hub's API failing (503
+/// every time), a cache that holds every file asked for answers, after one metadata request
+/// and no retry, with one warning line (and `unreachable` in `--json`); a cache that lacks one
+/// of them never answers with part of the selection: the Hub is asked again with the usual
+/// retries, then exit 3 naming what the cache lacks. With `--no-cache-fallback` the Hub's
+/// failure is the answer (`--cache-fallback`, the old opt-in, still parses).
 #[test]
 fn cache_fallback_answers_only_with_everything_asked_for() {
     let hub = start(hub_builder());
@@ -388,25 +476,39 @@ fn cache_fallback_answers_only_with_everything_asked_for() {
     two_of_the_ggufs_and_the_listing(&sb, &hub);
     hub.faults().push(Fault::status(503).on_path("/api/*"));
 
-    hub.reset_stats();
+    for extra in [None, Some("--cache-fallback")] {
+        hub.reset_stats();
+        let mut c = sb.cmd(&hub);
+        c.args([REPO, "tinyllama-q8_0.gguf"]).args(extra);
+        let o = run(c);
+        expect_code(&o, 0);
+        let err = stderr(&o);
+        let warned: Vec<&str> = err.lines().filter(|l| l.contains("answered")).collect();
+        assert_eq!(warned.len(), 1, "{err}");
+        assert!(
+            warned[0].starts_with("wi-fetch: warning: the Hub could not be reached (")
+                && warned[0].contains("HTTP 503")
+                && warned[0].contains("answered demo/TinyLlama-GGUF from the cache")
+                && warned[0].contains("--no-cache-fallback"),
+            "{}",
+            warned[0]
+        );
+        assert_eq!(lines(&o).len(), 1, "the file's path: {:?}", lines(&o));
+        assert_eq!(hub.stats().total_requests, 1, "asked once, no retry");
+    }
     let mut c = sb.cmd(&hub);
-    c.args([REPO, "tinyllama-q8_0.gguf", "--cache-fallback"]);
+    c.args([REPO, "tinyllama-q8_0.gguf", "--json"]);
     let o = run(c);
     expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
-        stderr(&o).contains("answered from the cache"),
-        "{}",
-        stderr(&o)
+        v["unreachable"].as_str().unwrap().contains("HTTP 503"),
+        "{v}"
     );
-    assert_eq!(hub.stats().total_requests, 1, "asked once, no retry");
 
     for args in [
-        vec![REPO, "--include", "tinyllama-f32*", "--cache-fallback"],
-        vec![
-            REPO,
-            "tinyllama-f32-00002-of-00002.gguf",
-            "--cache-fallback",
-        ],
+        vec![REPO, "--include", "tinyllama-f32*"],
+        vec![REPO, "tinyllama-f32-00002-of-00002.gguf"],
     ] {
         hub.reset_stats();
         let mut c = sb.cmd(&hub);
@@ -414,7 +516,7 @@ fn cache_fallback_answers_only_with_everything_asked_for() {
         let o = run(c);
         expect_code(&o, 3);
         let e = stderr(&o);
-        assert!(!e.contains("answered from the cache"), "{args:?}: {e}");
+        assert!(!e.contains("could not be reached ("), "{args:?}: {e}");
         assert!(
             e.contains("the cache cannot stand in")
                 && e.contains("tinyllama-f32-00002-of-00002.gguf"),
@@ -429,10 +531,11 @@ fn cache_fallback_answers_only_with_everything_asked_for() {
 
     hub.reset_stats();
     let mut c = sb.cmd(&hub);
-    c.args([REPO, "tinyllama-q8_0.gguf"]);
+    c.args([REPO, "tinyllama-q8_0.gguf", "--no-cache-fallback"]);
     let o = run(c);
     expect_code(&o, 3);
-    assert!(!stderr(&o).contains("cache"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("from the cache"), "{}", stderr(&o));
+    assert_eq!(hub.stats().total_requests, 6, "the usual 5 retries");
 
     // The Hub answers the listing, but the missing file's body fails on every try: a failure
     // after the metadata answered is never answered from the cache (it used to be, by the
@@ -441,11 +544,11 @@ fn cache_fallback_answers_only_with_everything_asked_for() {
     hub.faults()
         .push(Fault::status(503).on_path("*tinyllama-f32-00002-of-00002.gguf"));
     let mut c = sb.cmd(&hub);
-    c.args([REPO, "--include", "tinyllama-f32*", "--cache-fallback"]);
+    c.args([REPO, "--include", "tinyllama-f32*"]);
     let o = run(c);
     expect_code(&o, 3);
     assert!(
-        !stderr(&o).contains("answered from the cache"),
+        !stderr(&o).contains("could not be reached ("),
         "{}",
         stderr(&o)
     );
@@ -563,7 +666,9 @@ fn usage_errors_exit_1() {
     }
 }
 
-/// A gated repository without a token: exit 4 saying a token is needed; with it, fetched.
+/// A gated repository without a token, or with one it refuses: exit 5 (access refused: another
+/// token is the fix), told apart from a repository that does not exist (4); with the token,
+/// fetched.
 #[test]
 fn gated_repo_needs_a_token() {
     let hub = start(hub_builder().gated(REPO).token("hf_test_token"));
@@ -571,12 +676,19 @@ fn gated_repo_needs_a_token() {
     let mut c = sb.cmd(&hub);
     c.arg(format!("{REPO}:Q8_0"));
     let o = run(c);
-    expect_code(&o, 4);
+    expect_code(&o, 5);
     let e = stderr(&o);
     assert!(
         e.contains("gated") && e.contains("set HF_TOKEN, or save one in the token file"),
         "{e}"
     );
+    let mut c = sb.cmd(&hub);
+    c.args([&format!("{REPO}:Q8_0"), "--token", "hf_not_this_one"]);
+    let o = run(c);
+    expect_code(&o, 5);
+    let mut c = sb.cmd(&hub);
+    c.args(["demo/absent", "README.md", "--token", "hf_test_token"]);
+    expect_code(&run(c), 4);
 
     let mut c = sb.cmd(&hub);
     c.args([&format!("{REPO}:Q8_0"), "--token", "hf_test_token", "-q"]);
@@ -622,7 +734,8 @@ fn path_traversal_in_listing_is_refused() {
 }
 
 /// A file whose bytes match the Hub but fail tensor verification: exit 2 (or 0 with
-/// `--no-verify`).
+/// `--no-verify`); the message says where the file is kept, and `--json` prints the summary
+/// (the file's path and verdict) with the error, as a rerun from the cache does too.
 #[test]
 fn failed_verification_exits_2() {
     let mut broken = b"GGUF".to_vec();
@@ -644,6 +757,23 @@ fn failed_verification_exits_2() {
         e.contains("broken.gguf") && e.contains("verification"),
         "{e}"
     );
+    assert!(
+        e.contains("its bytes are the Hub's, kept in the cache: ")
+            && e.contains("models--bad--model/snapshots/"),
+        "{e}"
+    );
+    for _ in 0..2 {
+        let mut c = sb.cmd(&hub);
+        c.args(["bad/model", "broken.gguf", "--json"]);
+        let o = run(c);
+        expect_code(&o, 2);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["exit_code"], 2, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("broken.gguf"), "{v}");
+        let f = &v["files"][0];
+        assert_eq!(f["verification"]["valid"], false, "{v}");
+        assert_eq!(fs::read(f["local_path"].as_str().unwrap()).unwrap(), broken);
+    }
     let mut c = sb.cmd(&hub);
     c.args(["bad/model", "broken.gguf", "--no-verify", "-q"]);
     let o = run(c);

@@ -317,6 +317,7 @@ fn reason(e: &FetchError) -> Option<&'static str> {
         FetchError::NotCached { .. } => Some("not_cached"),
         FetchError::NothingSelected { .. } => Some("nothing_selected"),
         FetchError::Several { first, .. } => reason(first),
+        FetchError::ModelInvalid { error, .. } => reason(error),
         FetchError::Unreachable { .. } => Some("unreachable"),
         _ => None,
     }

@@ -108,6 +108,7 @@ struct Classes {
     integrity: Py<PyType>,
     network: Py<PyType>,
     not_found: Py<PyType>,
+    denied: Py<PyType>,
     interrupted: Py<PyType>,
     local: Py<PyType>,
 }
@@ -128,6 +129,7 @@ pub fn init(py: Python<'_>) -> PyResult<()> {
                 integrity: class("IntegrityError")?,
                 network: class("NetworkError")?,
                 not_found: class("NotFoundError")?,
+                denied: class("AccessDeniedError")?,
                 interrupted: class("Interrupted")?,
                 local: class("LocalError")?,
             })
@@ -156,6 +158,7 @@ impl From<Failure> for PyErr {
                 Kind::Class(ExitClass::Integrity) => &classes.integrity,
                 Kind::Class(ExitClass::Network) => &classes.network,
                 Kind::Class(ExitClass::NotFound) => &classes.not_found,
+                Kind::Class(ExitClass::Denied) => &classes.denied,
                 Kind::Class(ExitClass::Interrupted) => &classes.interrupted,
                 Kind::Class(_) => &classes.local,
             };

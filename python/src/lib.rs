@@ -434,6 +434,23 @@ fn init_telemetry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// Runs the command-line tool `program` (`wi-fetch` or `weight-inspect`) with `argv` (its
+/// name first, as `sys.argv`) and returns its exit code: the commands the package installs
+/// (`weight_inspect/_cli.py`). The GIL is released while it runs.
+#[pyfunction]
+fn cli_main(py: Python<'_>, program: &str, argv: Vec<std::ffi::OsString>) -> PyResult<u8> {
+    let run = match program {
+        "wi-fetch" => weight_inspect::cli::wi_fetch::main::<_, std::ffi::OsString>,
+        "weight-inspect" => weight_inspect::cli::weight_inspect::main::<_, std::ffi::OsString>,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "no command named {other:?}"
+            )))
+        }
+    };
+    Ok(py.detach(move || run(argv)))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::init(m.py())?;
@@ -448,6 +465,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(manifest_create, m)?)?;
     m.add_function(wrap_pyfunction!(manifest_check, m)?)?;
     m.add_function(wrap_pyfunction!(fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(served::get_tensor, m)?)?;
     m.add_class::<NativeModel>()?;
     m.add_class::<buffer::TensorBuffer>()?;

@@ -485,3 +485,36 @@ def test_one_cache_with_huggingface_hubs_shared_blob_store(
         assert h.stats()["cas"]["xorb_bytes_sent"] == 0
     finally:
         h.stop()
+
+
+def test_an_unreachable_hub_is_answered_from_the_cache_with_one_warning(
+    hub: Hub, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``wi-fetch`` and huggingface_hub: the cache answers for a Hub that cannot be reached
+    (the summary's ``unreachable`` says why, one warning is logged); ``cache_fallback=False``
+    refuses, as ``--no-cache-fallback`` does."""
+    cache = tmp_path / "cache"
+    first = wi.fetch("demo/tiny", files=["config.json"], endpoint=hub.url, cache_dir=cache)
+    dead = "http://127.0.0.1:9"  # nothing listens there
+    with caplog.at_level("WARNING", logger="weight_inspect"):
+        again = wi.fetch("demo/tiny", files=["config.json"], endpoint=dead, cache_dir=cache)
+    assert again["files"][0]["local_path"] == first["files"][0]["local_path"]
+    assert "127.0.0.1:9" in again["unreachable"]
+    warned = [r.getMessage() for r in caplog.records if "could not be reached" in r.getMessage()]
+    assert len(warned) == 1 and "answered from the cache" in warned[0], warned
+    assert "unreachable" not in first
+
+    # The refusals below retry as usual: with short delays, so that the test is quick.
+    native = wi._native.fetch
+
+    def quick(request: Dict[str, Any], **kw: Any) -> Any:
+        return native({**request, "retry_delay": 0.01, "retry_max_delay": 0.02}, **kw)
+
+    monkeypatch.setattr(wi._native, "fetch", quick)
+    caplog.clear()
+    with pytest.raises(wi.NetworkError):
+        wi.fetch("demo/tiny", files=["config.json"], endpoint=dead, cache_dir=cache, cache_fallback=False)
+    # A file the cache lacks is never answered with part of the selection.
+    with pytest.raises(wi.NetworkError, match="the cache cannot stand in"):
+        wi.fetch("demo/tiny", files=["config.json", "model.safetensors"], endpoint=dead, cache_dir=cache)
+    assert not [r for r in caplog.records if "answered from the cache" in r.getMessage()]

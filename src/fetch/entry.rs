@@ -185,14 +185,12 @@ impl Fetcher {
                 .await
                 {
                     Ok(summary) => {
-                        notice(
-                            gate,
-                            None,
-                            &format!(
-                                "the Hub could not be reached ({error}); answered from the cache"
-                            ),
-                        );
-                        return Ok(Err(summary));
+                        // Said once, by the caller (the summary's `unreachable`: a warning
+                        // line of wi-fetch's, a logged warning in Python).
+                        return Ok(Err(FetchSummary {
+                            unreachable: Some(error.to_string()),
+                            ..summary
+                        }));
                     }
                     Err(e) => e,
                 }

@@ -167,6 +167,17 @@ pub enum FetchError {
         /// The verifier's errors.
         errors: Vec<String>,
     },
+    /// Files that arrived intact (their bytes the Hub's) but fail tensor-level verification
+    /// ([`Verification`](Self::Verification), one or [`Several`](Self::Several)): the fetch
+    /// fails (exit code 2) and keeps its summary, each file's `local_path` and `verification`
+    /// saying where it is and why it fails (`wi-fetch --json` prints it).
+    #[error("{error}")]
+    ModelInvalid {
+        /// The verification failures.
+        error: Box<FetchError>,
+        /// The fetch's summary, the failing files' verdicts in it.
+        summary: Box<super::FetchSummary>,
+    },
     /// A manifest (given, found beside the model, or recorded in the cache) that cannot be read
     /// or used.
     #[error("{0}")]
@@ -286,6 +297,8 @@ impl FetchError {
             FetchError::Hub(h) => {
                 if h.is_integrity() {
                     ExitClass::Integrity
+                } else if h.is_denied() {
+                    ExitClass::Denied
                 } else if h.is_not_found_or_denied() {
                     ExitClass::NotFound
                 } else if h.is_network_or_server() {
@@ -303,6 +316,7 @@ impl FetchError {
                 2 => ExitClass::Integrity,
                 3 => ExitClass::Network,
                 4 => ExitClass::NotFound,
+                5 => ExitClass::Denied,
                 _ => ExitClass::Local,
             },
             FetchError::FileNotFound { .. }
@@ -325,6 +339,7 @@ impl FetchError {
             FetchError::Signature(_) => ExitClass::Local,
             FetchError::Unsigned { .. } | FetchError::NotSigned { .. } => ExitClass::Integrity,
             FetchError::Several { first, .. } => first.exit_class(),
+            FetchError::ModelInvalid { error, .. } => error.exit_class(),
             FetchError::Unfetched { .. } => ExitClass::Network,
             FetchError::Unreachable { error, .. } => error.exit_class(),
         }

@@ -329,12 +329,14 @@ impl FetcherBuilder {
     /// everything asked for, checked as offline ([`FetcherBuilder::offline`]) checks it; a
     /// cache that lacks a file is never returned as success. As huggingface_hub does: the
     /// Hub's metadata is asked once, without retries; when that fails for a network reason
-    /// and the cache is complete, the fetch is answered from it (with an
-    /// [`Event::Notice`](crate::progress::Event::Notice) saying so); when the cache is not,
+    /// and the cache is complete, the fetch is answered from it
+    /// ([`FetchSummary::unreachable`] says why the Hub was not asked); when the cache is not,
     /// the Hub is asked again with the usual retries, and if it still cannot be reached the
     /// failure is [`FetchError::Unreachable`], which names what the cache lacks. A failure after
     /// the metadata answered (a file's body that keeps failing) is never answered from the
-    /// cache. Default false: a fetch fails when the Hub cannot be reached.
+    /// cache. Default false here (a fetch fails when the Hub cannot be reached); true in
+    /// [`Fetcher::from_env`] and [`FetchRequest`], as in huggingface_hub, `wi-fetch` and the
+    /// Python package.
     pub fn cache_fallback(mut self, yes: bool) -> Self {
         self.cache_fallback = yes;
         self
@@ -768,6 +770,7 @@ impl Fetcher {
             offline: crate::env::offline(),
             xet: !crate::env::flag("HF_HUB_DISABLE_XET"),
             shared_blobs: cache::shared::writes_enabled(&crate::env::process_env),
+            cache_fallback: true,
             ..FetcherBuilder::default()
         };
         if let Some(t) = crate::env::seconds("HF_HUB_DOWNLOAD_TIMEOUT") {

@@ -357,6 +357,12 @@ pub struct FetchSummary {
     /// See [`Plan::witness`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub witness: Option<Witness>,
+    /// Set when the Hub could not be reached and the cache answered instead
+    /// ([`FetcherBuilder::cache_fallback`](super::FetcherBuilder::cache_fallback)): why the Hub
+    /// could not be reached. The files were checked as an offline fetch checks them, at the
+    /// fetch's verification level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<String>,
     /// See [`Plan::unlisted`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlisted: Vec<String>,

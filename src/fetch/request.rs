@@ -92,7 +92,8 @@ pub struct FetchRequest {
     /// The cache only, never the network. Default `HF_HUB_OFFLINE`.
     pub offline: Option<bool>,
     /// When the Hub cannot be reached, the cache answers if it holds everything asked for
-    /// ([`FetcherBuilder::cache_fallback`]).
+    /// ([`FetcherBuilder::cache_fallback`]), as huggingface_hub does. Default true (`wi-fetch
+    /// --no-cache-fallback`, Python's `cache_fallback=False` turn it off).
     pub cache_fallback: bool,
     /// Download again what is complete on disk.
     pub force_download: bool,
@@ -197,7 +198,7 @@ impl Default for FetchRequest {
             retry_delay: None,
             retry_max_delay: None,
             offline: None,
-            cache_fallback: false,
+            cache_fallback: true,
             force_download: false,
             connections: None,
             max_connections: None,
@@ -244,10 +245,15 @@ impl FetchRequest {
     pub fn target(&self) -> Result<(RepoRef, Selection), FetchError> {
         let reference =
             parse_reference(&self.repo).map_err(|e| FetchError::Invalid(e.to_string()))?;
-        let kind = self
-            .repo_type
-            .or(reference.repo_type)
-            .unwrap_or(RepoType::Model);
+        let kind = match (self.repo_type, reference.repo_type) {
+            (Some(given), Some(named)) if given != named => {
+                return Err(FetchError::Invalid(format!(
+                    "'{}' names a {named} repository, but the repository type given is {given}",
+                    crate::names::escape(&self.repo)
+                )))
+            }
+            (given, named) => given.or(named).unwrap_or(RepoType::Model),
+        };
         let mut repo = RepoRef::model(reference.repo).with_type(kind);
         if let Some(rev) = &self.revision {
             repo = repo.with_revision(rev.clone());

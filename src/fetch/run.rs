@@ -181,12 +181,19 @@ impl Fetcher {
         }
         self.conclude(&round, &plan, &mut reports, &mut errors)
             .await;
+        // Files that arrived intact but fail tensor-level verification: the fetch fails, and
+        // keeps its summary (each file's path and verdict) for the caller to show.
+        let model_invalid = !errors.is_empty()
+            && errors
+                .iter()
+                .all(|e| matches!(e, FetchError::Verification { .. }));
         // The most serious failure decides the exit code, whatever order files failed in.
-        if let Some(e) = FetchError::several(errors) {
-            return Err(e);
-        }
+        let failed = match FetchError::several(errors) {
+            Some(e) if !model_invalid => return Err(e),
+            other => other,
+        };
         let signature = signed.map(|s| self.signature_check(&s, &plan.files, &reports));
-        Ok(FetchSummary {
+        let summary = FetchSummary {
             repo: plan.repo,
             revision: plan.revision,
             commit: plan.commit,
@@ -194,13 +201,21 @@ impl Fetcher {
             files: reports,
             notice: plan.notice,
             witness: plan.witness,
+            unreachable: None,
             unlisted: plan.unlisted,
             signature,
             elapsed: start.elapsed(),
             connections: Default::default(),
             files_at_once: Default::default(),
             connection_path: Default::default(),
-        })
+        };
+        match failed {
+            Some(error) => Err(FetchError::ModelInvalid {
+                error: Box::new(error),
+                summary: Box::new(summary),
+            }),
+            None => Ok(summary),
+        }
     }
 
     /// The plan's event and notices; the files no listing knows, as an error (a failure with

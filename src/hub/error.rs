@@ -59,9 +59,16 @@ pub enum HubError {
         /// Whether an `Authorization` header was sent.
         token_sent: bool,
     },
-    /// A 404 without an error code.
-    #[error("not found: {url} (HTTP 404{})", fmt_message(message))]
+    /// A 404 without an error code (the Hub names what is missing in `X-Error-Code`; a mirror
+    /// may not).
+    #[error("{} not found (HTTP 404 from {url}{})", fmt_missing(repo, revision, path.as_deref()), fmt_message(message))]
     NotFound {
+        /// `org/name`.
+        repo: String,
+        /// The revision asked for, escaped.
+        revision: String,
+        /// The path in the repository, escaped, when a file was asked for.
+        path: Option<String>,
         /// The URL asked for.
         url: String,
         /// The server's message, if any.
@@ -205,6 +212,14 @@ pub enum HubError {
     Client(#[source] reqwest::Error),
 }
 
+/// What a 404 without an error code concerns, as a sentence's subject.
+fn fmt_missing(repo: &str, revision: &str, path: Option<&str>) -> String {
+    match path {
+        Some(p) => format!("file '{p}' of repository '{repo}' at revision '{revision}'"),
+        None => format!("repository '{repo}' (or its revision '{revision}')"),
+    }
+}
+
 fn fmt_message(message: &str) -> String {
     if message.is_empty() {
         String::new()
@@ -214,6 +229,15 @@ fn fmt_message(message: &str) -> String {
 }
 
 impl HubError {
+    /// True when access was refused (gated, a 401 or 403 without more): another token, not
+    /// another name, is the fix ([`ExitClass::Denied`](crate::exit::ExitClass::Denied)).
+    pub fn is_denied(&self) -> bool {
+        matches!(
+            self,
+            HubError::GatedRepo { .. } | HubError::AccessDenied { .. }
+        )
+    }
+
     /// True for "not found" and "access denied" errors (repository, revision, file, gated,
     /// private): retrying will not help, the user must change the request or the token.
     pub fn is_not_found_or_denied(&self) -> bool {

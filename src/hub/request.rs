@@ -356,6 +356,9 @@ pub(super) fn classify(
                 token_sent,
             },
             404 => HubError::NotFound {
+                repo,
+                revision: escape(ctx.revision).into_owned(),
+                path: ctx.path.map(|p| escape(p).into_owned()),
                 url: url.to_string(),
                 message,
             },

@@ -154,6 +154,7 @@ impl RemoteError {
     pub fn exit_class(&self) -> ExitClass {
         match self {
             RemoteError::Hub(h) if h.is_integrity() => ExitClass::Integrity,
+            RemoteError::Hub(h) if h.is_denied() => ExitClass::Denied,
             RemoteError::Hub(h) if h.is_not_found_or_denied() => ExitClass::NotFound,
             RemoteError::Hub(h) if h.is_network_or_server() => ExitClass::Network,
             RemoteError::NoSuchQuant(_) | RemoteError::NoModel { .. } | RemoteError::Offline(_) => {

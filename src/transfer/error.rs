@@ -410,8 +410,8 @@ impl TransferError {
         matches!(self, TransferError::DiskFull { .. })
     }
 
-    /// The conventional exit code of the CLI: 2 integrity, 3 network/server, 4 not found or
-    /// denied, 130 stopped on request, 1 local.
+    /// The conventional exit code of the CLI: 2 integrity, 3 network/server, 4 not found, 5
+    /// access refused, 130 stopped on request, 1 local.
     pub fn exit_code(&self) -> i32 {
         if self.is_interrupted() {
             130
@@ -419,6 +419,8 @@ impl TransferError {
             2
         } else if self.is_network() {
             3
+        } else if matches!(self, TransferError::Auth { .. }) {
+            5
         } else if self.is_denied_or_not_found() {
             4
         } else {

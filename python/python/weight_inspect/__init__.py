@@ -46,6 +46,7 @@ import numpy as np
 
 from . import _native
 from .errors import (
+    AccessDeniedError,
     IntegrityError,
     Interrupted,
     LocalError,
@@ -80,11 +81,24 @@ from .types import (
     ResidencyStats,
 )
 
-_ml_dtypes: ModuleType | None
-try:  # optional: BF16 and 8-bit float element types
-    import ml_dtypes as _ml_dtypes
-except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
-    _ml_dtypes = None
+# Optional: BF16 and 8-bit float element types. Imported when a tensor first needs it, not with
+# the package: importing ml_dtypes takes more than a second on a small machine, which every
+# `wi-fetch` and `weight-inspect` command installed with the package would pay (see _cli.py).
+_NOT_IMPORTED = object()
+_ml_dtypes: ModuleType | None | object = _NOT_IMPORTED
+
+
+def _ml() -> ModuleType | None:
+    """``ml_dtypes``, imported on first use, or ``None`` when it is not installed."""
+    global _ml_dtypes
+    if _ml_dtypes is _NOT_IMPORTED:
+        try:
+            import ml_dtypes
+
+            _ml_dtypes = ml_dtypes
+        except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
+            _ml_dtypes = None
+    return cast(ModuleType | None, _ml_dtypes)
 
 __version__: str = _native.__version__
 
@@ -92,6 +106,7 @@ _logger = logging.getLogger(__name__)
 
 __all__ = [
     "SAFETENSORS_VERSION",
+    "AccessDeniedError",
     "DryRunError",
     "DryRunFileInfo",
     "EntryNotFoundError",
@@ -259,7 +274,7 @@ def _describe(d: dict[str, Any], files: list[str]) -> TensorInfo:
             return flat()
         return make(u8, shape[:-1] + (row_bytes,), True, len(shape) - 1)
 
-    ml = _ml_dtypes
+    ml = _ml()
     if ggml:
         big = bool(d["big_endian"])
         if dtype in _GGML_NUMPY:
@@ -857,6 +872,7 @@ def fetch(
     local_dir: PathLike | None = None,
     token: str | None = None,
     offline: bool | None = None,
+    cache_fallback: bool = True,
     connections: int | None = None,
     progress: ProgressCallback | None = None,
     endpoint: str | None = None,
@@ -887,6 +903,7 @@ def fetch(
     local_dir: PathLike | None = None,
     token: str | None = None,
     offline: bool | None = None,
+    cache_fallback: bool = True,
     connections: int | None = None,
     progress: ProgressCallback | None = None,
     endpoint: str | None = None,
@@ -916,6 +933,7 @@ def fetch(
     local_dir: PathLike | None = None,
     token: str | None = None,
     offline: bool | None = None,
+    cache_fallback: bool = True,
     connections: int | None = None,
     progress: ProgressCallback | None = None,
     endpoint: str | None = None,
@@ -943,6 +961,11 @@ def fetch(
     huggingface_hub finds it), or ``local_dir`` a plain folder; ``token`` (default ``HF_TOKEN``
     or the token file; one that is not a word of visible ASCII, such as one with a line break,
     raises ``ValueError``); ``offline`` the cache only (default ``HF_HUB_OFFLINE``);
+    ``cache_fallback`` (default true, as huggingface_hub and ``wi-fetch``): when the Hub cannot be
+    reached (asked once, without retries: a connection refused, DNS, a timeout, a 5xx; never a
+    401, 403 or 404), the cache answers if it holds every file asked for, checked as an offline
+    fetch checks it, with a warning logged and the summary's ``unreachable`` saying why;
+    ``cache_fallback=False`` raises :class:`NetworkError` instead;
     ``connections`` the ranged requests in flight (default: adaptive); ``endpoint`` the Hub's
     URL (default ``HF_ENDPOINT``); ``repo_type`` ``model``, ``dataset`` or ``space``
     (``ValueError`` otherwise);
@@ -978,7 +1001,7 @@ def fetch(
     --json`` describes: ``repo``, ``revision``, ``commit``, ``files`` (each ``path``,
     ``local_path``, ``size``, ``sha256``, ``cached``, ``transferred``, ``resumed``,
     ``verification``, …), ``notice``, ``elapsed_secs``. Failures raise :class:`NotFoundError`
-    (4), :class:`NetworkError` (3), :class:`IntegrityError` (2), :class:`LocalError` (1) or
+    (4; :class:`AccessDeniedError`, 5, for a gated repository or a refused token), :class:`NetworkError` (3), :class:`IntegrityError` (2), :class:`LocalError` (1) or
     :class:`Interrupted` (130).
     """
 
@@ -998,6 +1021,7 @@ def fetch(
         "local_dir": None if local_dir is None else os.fspath(local_dir),
         "token": token,
         "offline": offline,
+        "cache_fallback": cache_fallback,
         "connections": connections,
         "endpoint": endpoint,
         "repo_type": repo_type,
@@ -1011,4 +1035,7 @@ def fetch(
         )
     )
     result: FetchSummary | Plan = _native.fetch(request, progress=progress, dry_run=dry_run)
+    why = result.get("unreachable")
+    if why:
+        _logger.warning("the Hub could not be reached (%s); answered from the cache", why)
     return result

@@ -166,3 +166,6 @@ def offline_env() -> bool:
 
 def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str) -> str | None:
     """The commit ``revision`` names in the cache, offline (a snapshot's commit, or ``refs/``)."""
+
+def cli_main(program: str, argv: list[str]) -> int:
+    """Run ``wi-fetch`` or ``weight-inspect`` with ``argv`` (its name first); its exit code."""

@@ -11,6 +11,7 @@ This module imports nothing from the native extension, so that the extension can
 from __future__ import annotations
 
 __all__ = [
+    "AccessDeniedError",
     "IntegrityError",
     "Interrupted",
     "LocalError",
@@ -69,10 +70,20 @@ class NetworkError(WeightInspectError):
 
 
 class NotFoundError(WeightInspectError):
-    """A repository, revision or file on the Hub was not found, or access was denied
-    (exit code 4). A missing *local* file is a :class:`MissingFileError` (exit code 1)."""
+    """A repository, revision or file on the Hub was not found (exit code 4), or access was
+    refused (:class:`AccessDeniedError`, exit code 5). A missing *local* file is a
+    :class:`MissingFileError` (exit code 1)."""
 
     exit_code = 4
+
+
+class AccessDeniedError(NotFoundError):
+    """Access refused: a gated repository, a token the server refused, a 401 or 403 without
+    more (exit code 5: another token is the fix, not another name). A
+    :class:`NotFoundError`, as huggingface_hub's ``GatedRepoError`` is a
+    ``RepositoryNotFoundError``."""
+
+    exit_code = 5
 
 
 class Interrupted(WeightInspectError):

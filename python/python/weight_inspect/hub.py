@@ -242,6 +242,9 @@ def _native_fetch(
 ) -> dict[str, Any]:
     request: FetchRequest = {**args, **over}  # type: ignore[typeddict-item]
     doc: dict[str, Any] = _native.fetch(request, progress=progress, dry_run=dry_run)
+    if doc.get("unreachable"):
+        # One line, as huggingface_hub warns when it answers from its cache.
+        logger.warning("the Hub could not be reached (%s); answered from the cache", doc["unreachable"])
     return doc
 
 

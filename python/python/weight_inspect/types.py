@@ -363,11 +363,13 @@ class FetchSummary(TypedDict):
     #: (``snapshots/{commit}``, what ``snapshot_download`` returns), or the local folder.
     folder: str
     files: list[FetchedFile]
-    #: A note for the user (which model a bare GGUF repository got, a fallback to the cache).
+    #: A note for the user (which model a bare GGUF repository got).
     notice: str | None
     #: Offline from a remote cache without a lock file: the bucket's ref and index said what
     #: the files are, unchecked.
     witness: NotRequired[Witness]
+    #: The Hub could not be reached and the cache answered (``cache_fallback``): why.
+    unreachable: NotRequired[str]
     #: Checking: files in the snapshot folder no listing or lock file knows (escaped).
     unlisted: NotRequired[list[str]]
     #: The model's signature and who signed it, when it was checked (``signature_public_key``…).

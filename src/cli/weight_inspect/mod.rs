@@ -2,8 +2,8 @@
 //!
 //! A thin shell over `weight_inspect::verify` (and `weight_inspect::remote` for models on the
 //! Hub): it parses arguments, prints reports and maps outcomes to exit codes (0 all valid, 2
-//! some model invalid, 1 usage or I/O error, 3 network or server failure, 4 not found or access
-//! denied on the Hub).
+//! some model invalid, 1 usage or I/O error, 3 network or server failure, 4 not found on the
+//! Hub, 5 access refused).
 
 use crate::fetch::ExitClass;
 use crate::hub::HubConfig;
@@ -34,8 +34,9 @@ HTTP range requests (all parts of a split GGUF or sharded safetensors); tensor d
 read, so --verify hashes nothing there. The token (--token, HF_TOKEN, else $HF_TOKEN_PATH or \
 $HF_HOME/token) goes to the endpoint's origin only.\n\n\
 Exit codes: 0 every model valid; 2 some model invalid or failed verification; 1 usage or I/O error; \
-3 network or server failure after retries; 4 repository, revision or file not found, or access \
-denied (as wi-fetch). When several fail differently: 4, then 3, then 1."
+3 network or server failure after retries; 4 repository, revision or file not found; 5 access \
+refused: gated, or a token refused (as wi-fetch). When several fail differently: 5, then 4, then \
+3, then 1."
 )]
 #[command(
     args_conflicts_with_subcommands = true,

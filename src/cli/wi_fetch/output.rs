@@ -10,6 +10,8 @@ pub(super) fn print_summaries(
     json: bool,
     show: bool,
 ) -> Result<(), Failure> {
+    // Whatever the output mode: the files are the cache's, not the Hub's answer.
+    warn_unreachable(summaries);
     write_stdout(|out| {
         if json {
             let s = match summaries {
@@ -31,6 +33,44 @@ pub(super) fn print_summaries(
         }
     }
     Ok(())
+}
+
+/// `wi-fetch download`'s output, as `hf download` prints it: the file's path when one file was
+/// asked for by name, else the folder holding the files (snapshot or local folder); the
+/// summary line on stderr as usual.
+pub(super) fn print_as_hf_download(
+    summary: &FetchSummary,
+    selection: &Selection,
+    show: bool,
+) -> Result<(), Failure> {
+    let one_file = match (&selection.files[..], &summary.files[..]) {
+        ([asked], [got]) if !asked.ends_with('/') && selection.include.is_empty() => Some(got),
+        _ => None,
+    };
+    let path = match one_file {
+        Some(f) => &f.local_path,
+        None => &summary.folder,
+    };
+    warn_unreachable(std::slice::from_ref(summary));
+    write_stdout(|out| writeln!(out, "{}", escape(&path.to_string_lossy())))?;
+    if show {
+        print_summary(summary);
+    }
+    Ok(())
+}
+
+/// The warning line of a fetch the cache answered because the Hub could not be reached.
+fn warn_unreachable(summaries: &[FetchSummary]) {
+    for s in summaries {
+        if let Some(why) = &s.unreachable {
+            eprintln!(
+                "wi-fetch: warning: the Hub could not be reached ({}); answered {} from the cache \
+                 (--no-cache-fallback refuses instead)",
+                escape(why),
+                s.repo
+            );
+        }
+    }
 }
 
 /// Writes to stdout with `f`, then flushes: a write that fails (a full disk) is an error (exit
@@ -118,7 +158,7 @@ pub(super) fn print_summary(s: &FetchSummary) {
             human_bytes((s.transferred() as f64 / secs) as u64),
         ));
         // Where the bytes came from: the remote cache (named), the Hub for the rest.
-        let reads: Vec<&weight_inspect::fetch::RemoteRead> = s
+        let reads: Vec<&crate::fetch::RemoteRead> = s
             .files
             .iter()
             .filter_map(|f| f.remote_read.as_ref())
@@ -136,7 +176,7 @@ pub(super) fn print_summary(s: &FetchSummary) {
                 line.push_str(&format!(" and {} from the Hub", human_bytes(from_hub)));
             }
         } else {
-            let xet: Vec<&weight_inspect::fetch::XetRead> =
+            let xet: Vec<&crate::fetch::XetRead> =
                 s.files.iter().filter_map(|f| f.xet.as_ref()).collect();
             let through: u64 = xet.iter().map(|x| x.bytes).sum();
             if through > 0 {
@@ -281,7 +321,7 @@ pub(super) fn print_summary(s: &FetchSummary) {
 /// ("; the model's signature, made by the key 3f…, holds (statement sha256:9a1c…, model
 /// 'm'): 2 file(s) hashed against it, 1 from the cache as checked before (--verify full
 /// hashes them again)").
-fn signature_part(sig: &weight_inspect::fetch::SignatureCheck) -> String {
+fn signature_part(sig: &crate::fetch::SignatureCheck) -> String {
     let mut part = format!("; the model's signature, made by {}, holds", sig.signer);
     let mut about = Vec::new();
     if let Some(d) = &sig.statement_sha256 {
@@ -322,7 +362,7 @@ fn signature_part(sig: &weight_inspect::fetch::SignatureCheck) -> String {
 /// A file filled together with other nodes: who fetched what from the Hub, who read what from
 /// the bucket ("filled with other nodes: 3 chunk(s) fetched from the Hub by node-1 (this node),
 /// 9 read from the bucket (node-3: 5, node-2: 4)").
-fn fill_line(part: &weight_inspect::remote_cache::FillReport) -> String {
+fn fill_line(part: &crate::remote_cache::FillReport) -> String {
     let read: u64 = part.read_from.values().sum();
     let mut line = format!(
         "filled with other nodes: {} chunk(s) fetched from the Hub by {} (this node)",

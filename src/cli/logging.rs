@@ -13,12 +13,12 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
-use weight_inspect::telemetry::{self, OtlpExporter};
+use crate::telemetry::{self, OtlpExporter};
 
 /// Holds the exporter while the program runs; dropping it sends the spans still queued, waiting
 /// at most [`telemetry::FLUSH`] for the collector.
 #[must_use]
-pub struct Guard {
+pub(crate) struct Guard {
     exporter: Option<OtlpExporter>,
 }
 
@@ -37,7 +37,7 @@ impl Drop for Guard {
 /// name, as the service `OTEL_SERVICE_NAME` (default: the program's name).
 /// `quiet`: the directives in force without `-v` or `RUST_LOG` (a server's warnings an
 /// operator must see: `weight_inspect::serve=warn`), else nothing.
-pub fn init_with(verbose: u8, program: &'static str, quiet: Option<&str>) -> Guard {
+pub(crate) fn init_with(verbose: u8, program: &'static str, quiet: Option<&str>) -> Guard {
     let env = std::env::var("RUST_LOG")
         .ok()
         .filter(|s| !s.trim().is_empty());

@@ -4,7 +4,6 @@
 //! A thin shell over `weight_inspect::fetch`: it parses arguments, draws progress from reporter
 //! events (indicatif bars on a terminal, a log line every few seconds otherwise), prints the
 //! local paths (or a JSON summary) on stdout and maps failures to exit codes.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
 mod cache;
@@ -15,37 +14,39 @@ use std::collections::{HashMap, HashSet};
 
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use clap::Parser;
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use weight_inspect::fetch::lock::{LockFile, LockedRepo};
-use weight_inspect::fetch::{
+use crate::fetch::lock::{LockFile, LockedRepo};
+use crate::fetch::{
     human_bytes, FetchError, FetchRequest, FetchSummary, Plan, RepoRef, RepoType, Selection,
 };
-use weight_inspect::manage;
-use weight_inspect::names::escape;
-use weight_inspect::progress::{Event, FileId, Reporter};
-use weight_inspect::units::{parse_duration, parse_size};
+use crate::manage;
+use crate::names::escape;
+use crate::progress::{Event, FileId, Reporter};
+use crate::units::{parse_duration, parse_size};
+use clap::Parser;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use args::*;
 use cache::{cache_main, CacheCli};
 use output::*;
 use progress::{Mode, Progress};
 
-#[path = "../common/signer.rs"]
-mod signer;
+use super::logging;
 
-#[path = "../common/logging.rs"]
-mod logging;
-
-fn main() -> ExitCode {
+/// Runs `wi-fetch` with `args` (the program's name first, as [`std::env::args_os`] gives
+/// them) and returns its exit code: what the `wi-fetch` binary and the Python package's
+/// `wi-fetch` command run.
+pub fn main<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     // Until the program returns: the spans still queued are sent when it is dropped.
     let _telemetry;
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(args) {
         Ok(Cli {
             command: Some(Command::Cache(c)),
             verbose,
@@ -57,14 +58,25 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             }
         }
+        Ok(Cli {
+            command: Some(Command::Download(args)),
+            verbose,
+            ..
+        }) => {
+            _telemetry = logging::init_with(verbose, "wi-fetch", None);
+            FetchArgs {
+                hf_download: true,
+                ..*args
+            }
+        }
         Ok(cli) => {
             _telemetry = logging::init_with(cli.verbose, "wi-fetch", None);
-            cli.fetch
+            download_after_options(cli.fetch)
         }
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
             let _ = e.print();
-            return ExitCode::from(code);
+            return code;
         }
     };
     let json = cli.json;
@@ -77,27 +89,38 @@ fn main() -> ExitCode {
                 path.display()
             );
             if result.is_ok() {
-                return ExitCode::from(1);
+                return 1;
             }
         }
     }
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err((msg, code)) => {
             eprintln!("wi-fetch: error: {}", escape(&msg));
             if let Some(hint) = HINT.lock().unwrap_or_else(|e| e.into_inner()).take() {
                 eprintln!("wi-fetch: {hint}");
             }
-            if json {
+            if json && !SUMMARY_WRITTEN.load(std::sync::atomic::Ordering::Relaxed) {
                 let v = serde_json::json!({ "error": msg, "exit_code": code });
                 let _ = writeln!(io::stdout(), "{v}");
             }
-            ExitCode::from(code)
+            code
         }
     }
 }
 
 type Failure = (String, u8);
+
+/// `wi-fetch --cache-dir DIR download org/name …`: options before `download` make clap read it
+/// as the repository (a subcommand comes first); it is `hf download`'s form all the same (an
+/// id without an organisation is one of the Hub's few legacy models, none named `download`).
+fn download_after_options(mut args: FetchArgs) -> FetchArgs {
+    if args.repo.as_deref() == Some("download") && !args.files.is_empty() {
+        args.repo = Some(args.files.remove(0));
+        args.hf_download = true;
+    }
+    args
+}
 
 /// The metrics, written beside `path` and renamed onto it (a reader never sees half a file).
 fn write_metrics(path: &std::path::Path) -> io::Result<()> {
@@ -108,7 +131,7 @@ fn write_metrics(path: &std::path::Path) -> io::Result<()> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".wi-metrics-")
         .tempfile_in(dir)?;
-    tmp.write_all(weight_inspect::metrics::encode().as_bytes())?;
+    tmp.write_all(crate::metrics::encode().as_bytes())?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
@@ -119,6 +142,46 @@ static HINT: Mutex<Option<String>> = Mutex::new(None);
 
 fn fail(e: FetchError) -> Failure {
     (e.to_string(), e.exit_code() as u8)
+}
+
+/// Set once a failed fetch's summary was written as the JSON document (with its `error` and
+/// `exit_code`): the error is not written again.
+static SUMMARY_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The final error of a fetch. Files that arrived intact but fail tensor-level verification keep
+/// the fetch's summary: with --json it is the document (each file's `local_path` and
+/// `verification`, and `error`, `exit_code`), else the message names where the files are.
+fn failure(e: FetchError, json: bool, progress: &Progress) -> Failure {
+    let FetchError::ModelInvalid { error, summary } = e else {
+        return if json { fail(e) } else { progress.fail(e) };
+    };
+    let code = error.exit_code() as u8;
+    if json {
+        let msg = error.to_string();
+        let mut doc = serde_json::to_value(&*summary).unwrap_or_default();
+        if let Some(map) = doc.as_object_mut() {
+            map.insert("error".into(), msg.clone().into());
+            map.insert("exit_code".into(), code.into());
+        }
+        if write_stdout(|out| writeln!(out, "{doc:#}")).is_ok() {
+            SUMMARY_WRITTEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        return (msg, code);
+    }
+    let (msg, code) = progress.fail(*error);
+    let kept: Vec<String> = summary
+        .files
+        .iter()
+        .filter(|f| f.verification.as_ref().is_some_and(|v| !v.valid))
+        .map(|f| escape(&f.local_path.to_string_lossy()).into_owned())
+        .collect();
+    (
+        format!(
+            "{msg}; its bytes are the Hub's, kept in the cache: {}",
+            kept.join(", ")
+        ),
+        code,
+    )
 }
 
 fn run(cli: FetchArgs) -> Result<(), Failure> {
@@ -153,7 +216,7 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
                     .with_type(
                         r.repo_type
                             .parse()
-                            .map_err(|e: weight_inspect::names::ParseError| (e.to_string(), 1))?,
+                            .map_err(|e: crate::names::ParseError| (e.to_string(), 1))?,
                     )
                     .with_revision(r.commit.clone());
                 let sel = Selection::files(r.files.iter().map(|f| f.path.clone()));
@@ -167,11 +230,15 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
         if let (true, Err(e)) = (cli.check_only, &result) {
             repair_hint(&cli, None, e, &progress);
         }
-        let summaries = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
+        let summaries = result.map_err(|e| failure(e, cli.json, &progress))?;
         print_summaries(&summaries, cli.json, show)?;
         return pushed(&cli, &summaries);
     }
-    let (repo, selection) = request.target().map_err(fail)?;
+    let (repo, mut selection) = request.target().map_err(fail)?;
+    if cli.hf_download && selection.is_bare() {
+        // As `hf download REPO`: the whole repository, a GGUF one too.
+        selection.include = vec!["*".into()];
+    }
     if cli.dry_run {
         let plan = fetcher.resolve(&repo, &selection).map_err(fail)?;
         return print_plan(&plan, cli.json, show);
@@ -181,9 +248,12 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     if let (true, Err(e)) = (cli.check_only, &result) {
         repair_hint(&cli, Some(&repo), e, &progress);
     }
-    let summary = result.map_err(|e| if cli.json { fail(e) } else { progress.fail(e) })?;
+    let summary = result.map_err(|e| failure(e, cli.json, &progress))?;
     if let Some(path) = &cli.write_lock {
         write_lock(path, &repo, &summary)?;
+    }
+    if cli.hf_download && !cli.json {
+        return print_as_hf_download(&summary, &selection, show);
     }
     print_summaries(std::slice::from_ref(&summary), cli.json, show)?;
     pushed(&cli, std::slice::from_ref(&summary))
@@ -193,9 +263,8 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
 /// `HF_HUB_DISABLE_PROGRESS_BARS`, as huggingface_hub), nothing with `--quiet`.
 fn progress_for(cli: &FetchArgs) -> Progress {
     let show = !cli.quiet;
-    let tty = show
-        && io::stderr().is_terminal()
-        && !weight_inspect::env::flag("HF_HUB_DISABLE_PROGRESS_BARS");
+    let tty =
+        show && io::stderr().is_terminal() && !crate::env::flag("HF_HUB_DISABLE_PROGRESS_BARS");
     let mut progress = Progress::new(if !show {
         Mode::Quiet
     } else if tty {
@@ -211,10 +280,7 @@ fn progress_for(cli: &FetchArgs) -> Progress {
 }
 
 /// `cache push`: the uploads are what it is for, so one that failed fails it (exit 3).
-fn pushed(
-    cli: &FetchArgs,
-    summaries: &[weight_inspect::fetch::FetchSummary],
-) -> Result<(), Failure> {
+fn pushed(cli: &FetchArgs, summaries: &[crate::fetch::FetchSummary]) -> Result<(), Failure> {
     let not_uploaded = summaries
         .iter()
         .flat_map(|s| &s.files)
@@ -231,7 +297,7 @@ fn pushed(
 
 /// After `cache verify` found damaged or missing files: the command that repairs them.
 fn repair_hint(cli: &FetchArgs, repo: Option<&RepoRef>, e: &FetchError, progress: &Progress) {
-    use weight_inspect::fetch::ExitClass;
+    use crate::fetch::ExitClass;
     if matches!(e.exit_class(), ExitClass::Integrity | ExitClass::NotFound) {
         let cmd = repair_command(cli, repo, &progress.failed_files());
         *HINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("to repair: {cmd}"));
@@ -304,7 +370,7 @@ mod tests {
                     Ok(a) => a.checking(),
                     Err(_) => panic!("not verify"),
                 },
-                None => panic!("no subcommand"),
+                _ => panic!("not cache verify"),
             }
         };
         let a = verify(&["org/name", "a.gguf"]);

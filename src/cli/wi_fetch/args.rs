@@ -5,10 +5,8 @@
 use super::*;
 
 /// `Name: value`, checked as the library checks it.
-pub(super) fn parse_header(
-    line: &str,
-) -> Result<(String, String), weight_inspect::fetch::HeaderError> {
-    weight_inspect::fetch::parse_header_line(line)?;
+pub(super) fn parse_header(line: &str) -> Result<(String, String), crate::fetch::HeaderError> {
+    crate::fetch::parse_header_line(line)?;
     let (name, value) = line.split_once(':').unwrap_or((line, ""));
     Ok((name.trim().to_string(), value.trim().to_string()))
 }
@@ -27,7 +25,7 @@ impl clap::builder::TypedValueParser for TokenArg {
         _arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<String, clap::Error> {
-        use weight_inspect::env::{Token, TokenSource};
+        use crate::env::{Token, TokenSource};
         let text = value.to_string_lossy();
         match Token::parse(&text, TokenSource::Option("--token")) {
             Ok(_) => Ok(text.into_owned()),
@@ -71,9 +69,10 @@ Lock files (--write-lock, --locked) are JSON: see docs/lock-files.md.
 
 Exit codes: 0 done and verified; 1 usage or local error (disk full, permissions); 2 integrity \
 failure (hash mismatch, failed tensor verification); 3 network or server failure after retries; \
-4 repository, revision or file not found, access denied (gated or private: a token is needed), \
-or not in the cache in offline mode. When several files fail differently, the most serious \
-failure sets the code, whatever the order they failed in: 2, then 4, then 3, then 1.")]
+4 repository, revision or file not found (a private repository the token cannot see too), or \
+not in the cache in offline mode; 5 access refused (a gated repository, a token refused: \
+another token is the fix). When several files fail differently, the most serious failure sets \
+the code, whatever the order they failed in: 2, then 5, then 4, then 3, then 1.")]
 pub(super) struct Cli {
     #[command(subcommand)]
     pub(super) command: Option<Command>,
@@ -89,6 +88,12 @@ pub(super) struct Cli {
 /// The commands besides fetching.
 #[derive(Debug, clap::Subcommand)]
 pub(super) enum Command {
+    /// `hf download`'s form, with the flags it shares (--repo-type, --revision, --include,
+    /// --exclude, --cache-dir, --local-dir, --force-download, --token, --quiet, --max-workers,
+    /// --dry-run): without FILES or --include, every file of the repository (not one GGUF
+    /// model); prints the file's path when one file is asked for by name, else the folder that
+    /// holds them (the snapshot folder, or --local-dir), as `hf download` does.
+    Download(Box<FetchArgs>),
     /// Manage the cache, as `hf cache` does: verify, list, remove, prune (`wi-fetch cache
     /// --help`).
     Cache(CacheCli),
@@ -120,9 +125,10 @@ pub(super) struct FetchArgs {
     /// Branch, tag or commit.
     #[arg(long, default_value = "main")]
     pub(super) revision: String,
-    /// Repository type.
-    #[arg(long, value_enum, default_value_t = RepoTypeArg::Model)]
-    pub(super) repo_type: RepoTypeArg,
+    /// Repository type (default: model, or what the id says: datasets/org/name,
+    /// spaces/org/name).
+    #[arg(long, value_enum)]
+    pub(super) repo_type: Option<RepoTypeArg>,
     /// Hub URL.
     #[arg(long, env = "HF_ENDPOINT", value_name = "URL")]
     pub(super) endpoint: Option<String>,
@@ -167,10 +173,16 @@ pub(super) struct FetchArgs {
     /// Never touch the network: serve from the cache or fail (also HF_HUB_OFFLINE=1).
     #[arg(long)]
     pub(super) offline: bool,
-    /// When the Hub cannot be reached (its metadata asked once, without retries), answer from
-    /// the cache if it holds every file asked for, as huggingface_hub does; otherwise ask the
-    /// Hub again with the usual retries. Never answers with part of what was asked for.
-    #[arg(long, conflicts_with = "offline")]
+    /// Fail when the Hub cannot be reached, rather than answer from the cache. By default, as
+    /// huggingface_hub does, the Hub's metadata is asked once without retries and, when that
+    /// fails for a network reason (connection refused, DNS, a timeout, a 5xx; never a 401,
+    /// 403 or 404, which are answers), the cache answers if it holds every file asked for,
+    /// checked at the --verify level, with one warning line; otherwise the Hub is asked again
+    /// with the usual retries. Never answers with part of what was asked for.
+    #[arg(long)]
+    pub(super) no_cache_fallback: bool,
+    /// The default (see --no-cache-fallback); kept for the scripts that asked for it.
+    #[arg(long, hide = true, overrides_with = "no_cache_fallback")]
     pub(super) cache_fallback: bool,
     /// A team's object store as a shared cache: a file it holds is read from it first (every
     /// chunk checked, the Hub for what fails), every file downloaded from the Hub and verified
@@ -210,6 +222,9 @@ pub(super) struct FetchArgs {
     /// No progress and no summary on stderr (errors still).
     #[arg(long, short)]
     pub(super) quiet: bool,
+    /// Run as `wi-fetch download` (`hf download`'s form): set by that subcommand.
+    #[arg(skip)]
+    pub(super) hf_download: bool,
     /// Skip the tensor-level verification of GGUF and safetensors files.
     #[arg(long)]
     pub(super) no_verify: bool,
@@ -231,7 +246,7 @@ pub(super) struct FetchArgs {
     /// refused. A repository without one is fetched as before, said in a notice (unless
     /// --require-signature). Takes the place of --manifest.
     #[command(flatten)]
-    pub(super) signer: crate::signer::SignerArgs,
+    pub(super) signer: crate::cli::signer::SignerArgs,
     /// Fail a repository that ships no signature (needs --public-key, --certificate-chain or
     /// --identity).
     #[arg(long)]
@@ -320,7 +335,7 @@ impl FetchArgs {
         FetchRequest {
             repo: self.repo.clone().unwrap_or_default(),
             // The reference's type wins over the default of --repo-type.
-            repo_type: (self.repo_type != RepoTypeArg::Model).then(|| self.repo_type.into()),
+            repo_type: self.repo_type.map(Into::into),
             revision: Some(self.revision.clone()),
             quant: None,
             files: self.files.clone(),
@@ -338,7 +353,7 @@ impl FetchArgs {
             retry_max_delay: Some(self.retry_max_delay),
             offline: self.offline.then_some(true),
             // A dry run only resolves: the cache never answers for it.
-            cache_fallback: self.cache_fallback && !self.dry_run,
+            cache_fallback: (self.cache_fallback || !self.no_cache_fallback) && !self.dry_run,
             force_download: self.force_download,
             connections: self.connections.map(usize::from),
             max_connections: Some(usize::from(self.max_connections)),
@@ -381,7 +396,7 @@ pub(super) enum RequestSizeArg {
     WholePart,
 }
 
-impl From<RequestSizeArg> for weight_inspect::fetch::RequestSize {
+impl From<RequestSizeArg> for crate::fetch::RequestSize {
     fn from(v: RequestSizeArg) -> Self {
         match v {
             RequestSizeArg::Shrinking => Self::Shrinking,
@@ -399,7 +414,7 @@ pub(super) enum VerifyArg {
     Full,
 }
 
-impl From<VerifyArg> for weight_inspect::fetch::VerifyLevel {
+impl From<VerifyArg> for crate::fetch::VerifyLevel {
     fn from(v: VerifyArg) -> Self {
         match v {
             VerifyArg::Fast => Self::Fast,

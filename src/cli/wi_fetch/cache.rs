@@ -158,7 +158,7 @@ struct PruneArgs {
 
 /// `wi-fetch cache …`: runs `ls`, `rm` or `prune` and gives their exit code; `verify` is
 /// handed back, its arguments to run as a fetch that only checks.
-pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, ExitCode> {
+pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, u8> {
     let result = match cli.command {
         CacheCommand::Verify(args) => {
             let VerifyArgs { mut fetch, strict } = *args;
@@ -182,10 +182,10 @@ pub(super) fn cache_main(cli: CacheCli) -> Result<FetchArgs, ExitCode> {
         CacheCommand::Prune(a) => cache_prune(a),
     };
     Err(match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err((msg, code)) => {
             eprintln!("wi-fetch: error: {}", escape(&msg));
-            ExitCode::from(code)
+            code
         }
     })
 }
@@ -715,8 +715,8 @@ fn prune_remote(
     url: &str,
     untouched_for: Duration,
     dry_run: bool,
-) -> Result<(String, Vec<weight_inspect::remote_cache::Abandoned>), Failure> {
-    use weight_inspect::remote_cache::RemoteCache;
+) -> Result<(String, Vec<crate::remote_cache::Abandoned>), Failure> {
+    use crate::remote_cache::RemoteCache;
     let cache = RemoteCache::open(url.trim()).map_err(|e| fail(e.into()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

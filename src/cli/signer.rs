@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use weight_inspect::fetch::SignatureTrust;
+use crate::fetch::SignatureTrust;
 
 /// The signer's options.
 #[derive(Debug, Clone, Default, clap::Args)]
