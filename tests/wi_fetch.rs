@@ -300,6 +300,10 @@ fn hf_download_habits_are_understood() {
             && first.contains(" not found (HTTP 404 from http://127.0.0.1:"),
         "{e}"
     );
+    assert!(
+        e.contains("wi-fetch: if it is a dataset or a Space: --repo-type dataset"),
+        "the flag that may help: {e}"
+    );
 }
 
 /// A bare GGUF repository gets its Q4_K_M model only, and says so.
@@ -535,6 +539,11 @@ fn cache_fallback_answers_only_with_everything_asked_for() {
     let o = run(c);
     expect_code(&o, 3);
     assert!(!stderr(&o).contains("from the cache"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wi-fetch: without --no-cache-fallback (or with --offline) the cache"),
+        "the flag that may help: {}",
+        stderr(&o)
+    );
     assert_eq!(hub.stats().total_requests, 6, "the usual 5 retries");
 
     // The Hub answers the listing, but the missing file's body fails on every try: a failure
@@ -622,7 +631,8 @@ fn offline_cold_cache_fails_clearly() {
 
 // ---- errors ----
 
-/// Repository, revision and file not found: exit 4 with a message naming each.
+/// Repository, revision and file not found: exit 4 with a message naming each, in one line (a
+/// repository not found is followed by the flag that may help: another repository type).
 #[test]
 fn not_found_errors_exit_4() {
     let hub = start(hub_builder());
@@ -643,7 +653,14 @@ fn not_found_errors_exit_4() {
             e.contains("wi-fetch: error: ") && e.contains(needle),
             "{args:?}: {e}"
         );
-        assert_eq!(e.lines().count(), 1, "one line: {e}");
+        let hint = usize::from(args == ["demo/nope"]);
+        assert_eq!(e.lines().count(), 1 + hint, "one line: {e}");
+        if hint == 1 {
+            assert!(
+                e.lines().nth(1).unwrap().contains("--repo-type dataset"),
+                "{e}"
+            );
+        }
     }
 }
 

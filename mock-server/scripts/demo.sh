@@ -71,9 +71,9 @@ target_dir="${CARGO_TARGET_DIR:-$root/target}"
 case $target_dir in /*) ;; *) target_dir="$root/$target_dir" ;; esac
 bin="$target_dir/debug"
 echo "== building wi-fetch, weight-inspect and mock-hub into $bin"
-echo "   (the first time compiles every dependency: about two and a half minutes on two cores,"
-echo "   BENCHMARKS.md says how it was measured; cargo prints each crate as it starts, and is"
-echo "   quiet for up to a minute on the longest ones: object_store, weight-inspect itself)"
+echo "   (the first time compiles 258 crates: about 11 CPU-minutes, so at least 5½ minutes on two"
+echo "   cores, 11 when other work shares them, as BENCHMARKS.md measured it; cargo prints each"
+echo "   crate as it starts, and is quiet for minutes on the longest: weight-inspect itself)"
 cargo build -p weight-inspect -p mock-server --bins
 
 echo "== demo repositories in $data"

@@ -18,6 +18,7 @@ __all__ = [
     "TensorBuffer",
     "__version__",
     "cached_commit",
+    "cli_main",
     "default_cache_dir",
     "fetch",
     "get_tensor",

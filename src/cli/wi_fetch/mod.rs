@@ -245,8 +245,10 @@ fn run(cli: FetchArgs) -> Result<(), Failure> {
     }
     let result = fetcher.fetch(&repo, &selection);
     progress.finish();
-    if let (true, Err(e)) = (cli.check_only, &result) {
-        repair_hint(&cli, Some(&repo), e, &progress);
+    match (cli.check_only, &result) {
+        (true, Err(e)) => repair_hint(&cli, Some(&repo), e, &progress),
+        (false, Err(e)) => flag_hint(&cli, &repo, e),
+        _ => {}
     }
     let summary = result.map_err(|e| failure(e, cli.json, &progress))?;
     if let Some(path) = &cli.write_lock {
@@ -293,6 +295,38 @@ fn pushed(cli: &FetchArgs, summaries: &[crate::fetch::FetchSummary]) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// After a failure a flag can help with: the flag, on the line after the error.
+fn flag_hint(cli: &FetchArgs, repo: &RepoRef, e: &FetchError) {
+    use crate::hub::HubError;
+    let inner = match e {
+        FetchError::Several { first, .. } => first.as_ref(),
+        e => e,
+    };
+    let hint = match inner {
+        // The cache may hold it: the default would have answered from it.
+        _ if inner.exit_class() == crate::fetch::ExitClass::Network && cli.no_cache_fallback => {
+            Some(
+                "without --no-cache-fallback (or with --offline) the cache answers when it holds \
+                 every file asked for"
+                    .to_string(),
+            )
+        }
+        FetchError::Hub(HubError::RepoNotFound { .. } | HubError::NotFound { path: None, .. })
+            if repo.repo_type == RepoType::Model =>
+        {
+            Some(format!(
+                "if it is a dataset or a Space: --repo-type dataset (or space), or \
+                 datasets/{0} (spaces/{0})",
+                escape(&repo.id)
+            ))
+        }
+        _ => None,
+    };
+    if let Some(h) = hint {
+        *HINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+    }
 }
 
 /// After `cache verify` found damaged or missing files: the command that repairs them.
