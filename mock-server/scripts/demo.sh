@@ -160,8 +160,8 @@ echo "== wi-fetch --locked --verify full: the repair fetches only the damaged ch
 "$bin/wi-fetch" --locked "$lock" --verify full
 
 echo
-echo "== weight-inspect on the cache"
-"$bin/weight-inspect" --verify "$cache"
+echo "== weight-inspect --verify --no-tensors on the cache   (without --no-tensors: every tensor, its dtype, shape and digest)"
+"$bin/weight-inspect" --verify --no-tensors "$cache"
 echo
 echo "demo done: cache in $cache (standard Hugging Face layout; HF_HUB_CACHE=$cache for other tools)"
 play_port=${port:-8080}
