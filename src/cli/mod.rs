@@ -7,6 +7,9 @@
 //! `weight-inspect` commands, which call [`wi_fetch::main`] and [`weight_inspect::main`] from
 //! its extension module.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+// The doc comments of the argument structs are clap's help text, printed as written: their
+// URLs stay bare and their brackets are not links.
+#![allow(rustdoc::bare_urls, rustdoc::broken_intra_doc_links)]
 
 mod logging;
 mod signer;
