@@ -173,16 +173,14 @@ impl Fetcher {
         };
         // The cache stands in only when it holds every file asked for: its plan first (which
         // reports nothing), the fetch from it (verifying, reporting) only then.
-        let cache = match fb.cache.plan(repo, selection, pins).await {
+        let offline = fb.cache()?;
+        let cache = match offline.plan(repo, selection, pins).await {
             Ok(plan) if plan.missing.is_empty() => {
                 // (Boxed: the offline fetcher has no fallback of its own; the compiler cannot
                 // know that.)
                 // The plan made, the cache's fetch verifies and reports from it.
-                match Box::pin(
-                    fb.cache
-                        .fetch_pinned(repo, selection, pins, Some(plan), gate.inner),
-                )
-                .await
+                match Box::pin(offline.fetch_pinned(repo, selection, pins, Some(plan), gate.inner))
+                    .await
                 {
                     Ok(summary) => {
                         // Said once, by the caller (the summary's `unreachable`: a warning
@@ -206,7 +204,7 @@ impl Fetcher {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                dir: fb.cache.store_for(repo).root().to_path_buf(),
+                dir: offline.store_for(repo).root().to_path_buf(),
                 offline: true,
             },
             Err(e) => e,

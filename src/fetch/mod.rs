@@ -607,13 +607,14 @@ impl FetcherBuilder {
                     ..quiet.clone()
                 }
                 .build()?,
-                // Never forced: the fallback is not taken by a forced download.
-                cache: FetcherBuilder {
+                // Never forced: the fallback is not taken by a forced download. Built when the
+                // Hub could not be reached: an HTTP client fewer for every other run.
+                cache_builder: FetcherBuilder {
                     offline: true,
                     force_download: false,
                     ..quiet
-                }
-                .build()?,
+                },
+                cache: std::sync::OnceLock::new(),
             }))
         } else {
             None
@@ -738,8 +739,25 @@ pub struct Fetcher {
 struct Fallback {
     /// Metadata requests tried once: is the Hub there?
     quick: Fetcher,
-    /// Offline: what the cache holds.
-    cache: Fetcher,
+    /// Offline: what the cache holds (made from `cache_builder` when first needed).
+    cache: std::sync::OnceLock<Fetcher>,
+    /// What `cache` is built from.
+    cache_builder: FetcherBuilder,
+}
+
+impl Fallback {
+    /// The offline fetcher, built on first use.
+    fn cache(&self) -> Result<&Fetcher, FetchError> {
+        if let Some(f) = self.cache.get() {
+            return Ok(f);
+        }
+        let built = self.cache_builder.clone().build()?;
+        // Another task may have set it first: either is the same fetcher.
+        let _ = self.cache.set(built);
+        self.cache
+            .get()
+            .ok_or_else(|| FetchError::Invalid("the cache's fetcher could not be kept".to_string()))
+    }
 }
 
 impl std::fmt::Debug for Fetcher {
