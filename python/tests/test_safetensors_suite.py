@@ -34,6 +34,8 @@ VERSION = wi.SAFETENSORS_VERSION
 HERE = Path(__file__).resolve().parent
 # Test files for another framework than NumPy, by name (test_pt_model.py, test_tf_comparison.py…).
 OTHER_FRAMEWORK_FILE = re.compile(r"^test_(pt|tf|flax|jax|mlx|paddle)_")
+# PyTorch's (test_safetensors_pt_suite.py runs them).
+PT_FILE = re.compile(r"^test_pt_")
 
 
 def _unavailable(why: str) -> None:
@@ -92,19 +94,22 @@ def suite(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return root
 
 
-def _run(root: Path, dropin: bool, tmp_path: Path) -> dict[str, Any]:
-    """safetensors' NumPy tests in a pytest of their own (in a fresh copy of `root`, where they
-    write their files); the plugin's report."""
+def _run(root: Path, dropin: bool, tmp_path: Path, framework: str = "np") -> dict[str, Any]:
+    """safetensors' NumPy tests (`framework` "pt": its PyTorch tests) in a pytest of their own
+    (in a fresh copy of `root`, where they write their files); the plugin's report."""
     work = tmp_path / "python"
     subprocess.run(["cp", "-r", str(root), str(work)], check=True)
     files = sorted(
-        p.name for p in (work / "tests").glob("test_*.py") if not OTHER_FRAMEWORK_FILE.match(p.name)
+        p.name
+        for p in (work / "tests").glob("test_*.py")
+        if (PT_FILE.match(p.name) if framework == "pt" else not OTHER_FRAMEWORK_FILE.match(p.name))
     )
     assert files, f"no test file in {work / 'tests'}"
     report = tmp_path / "report.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     env["WI_SAFETENSORS_DROPIN"] = "1" if dropin else "0"
+    env["WI_SAFETENSORS_FRAMEWORK"] = framework
     env["WI_SAFETENSORS_REPORT"] = str(report)
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "safetensors_suite_plugin", "-p", "no:cacheprovider",
