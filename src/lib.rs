@@ -87,6 +87,7 @@ internal! {
     /// [`cache`]).
     mod key;
 }
+pub mod load;
 pub mod manifest;
 pub mod metrics;
 pub mod names;

@@ -10,6 +10,7 @@ mod gguf;
 mod hostile;
 mod inspect;
 mod integrity;
+mod load;
 mod logging;
 mod manifest;
 mod manifest_interop;

@@ -25,10 +25,7 @@ use crate::manifest::{
 use crate::safe_fs;
 use crate::transfer::{ExpectedChunks, TransferOutcome};
 
-/// The name a manifest published beside a model file has: `{file}.wi-manifest.json` (a
-/// weight-inspect manifest, or any format [`Document::parse`] reads, describing the file by its
-/// name relative to the sidecar's folder).
-pub const SIDECAR_SUFFIX: &str = ".wi-manifest.json";
+pub use crate::manifest::SIDECAR_SUFFIX;
 
 /// Largest sidecar manifest read.
 pub const MAX_SIDECAR_BYTES: usize = 64 << 20;

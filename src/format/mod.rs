@@ -24,6 +24,7 @@ pub mod ggml;
 pub mod gguf;
 pub mod mmap;
 pub mod model;
+pub(crate) mod positional;
 pub mod residency;
 pub mod safetensors;
 

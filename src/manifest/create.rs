@@ -341,12 +341,12 @@ pub(crate) fn file_digests(
     let file = FileReader::open(path).map_err(io)?;
     let size = file.len();
     let digests = match shard {
-        None => vec![file.digest(0..size, algorithm).map_err(io)?],
+        None => vec![super::read::digest(&file, 0..size, algorithm).map_err(io)?],
         Some(n) => {
             let n = n.max(1);
             (0..size.div_ceil(n))
                 .into_par_iter()
-                .map(|i| file.digest(i * n..((i + 1) * n).min(size), algorithm))
+                .map(|i| super::read::digest(&file, i * n..((i + 1) * n).min(size), algorithm))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(io)?
         }

@@ -57,6 +57,11 @@
 //! [`interop`]). A Sigstore signature is not verified here (the `signature` module does): only
 //! digests are checked, and [`Document::notes`] says so.
 
+/// The name a manifest published beside a model file has: `{file}.wi-manifest.json` (a
+/// weight-inspect manifest, or any format [`Document::parse`] reads, describing the file by its
+/// name relative to the sidecar's folder).
+pub const SIDECAR_SUFFIX: &str = ".wi-manifest.json";
+
 mod check;
 mod chunked;
 mod create;
@@ -70,6 +75,7 @@ pub mod interop;
 mod read;
 #[cfg(test)]
 pub(crate) use read::hook as read_hook;
+pub(crate) use read::Hasher;
 
 #[cfg(feature = "serve")]
 pub(crate) use check::check_opened;
