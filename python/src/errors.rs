@@ -22,6 +22,9 @@ pub enum Kind {
     /// A tensor name the model does not have: `MissingTensorError` (a `LocalError` and a
     /// `KeyError`).
     MissingTensor,
+    /// Bytes that differ from what a verified load checks them against: `VerificationError`
+    /// (an `IntegrityError`).
+    Verification,
 }
 
 /// A failure to raise in Python: its class and message.
@@ -105,6 +108,7 @@ impl Failure {
 struct Classes {
     missing_file: Py<PyType>,
     missing_tensor: Py<PyType>,
+    verification: Py<PyType>,
     integrity: Py<PyType>,
     network: Py<PyType>,
     not_found: Py<PyType>,
@@ -126,6 +130,7 @@ pub fn init(py: Python<'_>) -> PyResult<()> {
             Ok::<_, PyErr>(Classes {
                 missing_file: class("MissingFileError")?,
                 missing_tensor: class("MissingTensorError")?,
+                verification: class("VerificationError")?,
                 integrity: class("IntegrityError")?,
                 network: class("NetworkError")?,
                 not_found: class("NotFoundError")?,
@@ -155,6 +160,7 @@ impl From<Failure> for PyErr {
             let class = match f.kind {
                 Kind::MissingFile => &classes.missing_file,
                 Kind::MissingTensor => &classes.missing_tensor,
+                Kind::Verification => &classes.verification,
                 Kind::Class(ExitClass::Integrity) => &classes.integrity,
                 Kind::Class(ExitClass::Network) => &classes.network,
                 Kind::Class(ExitClass::NotFound) => &classes.not_found,

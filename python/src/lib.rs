@@ -31,6 +31,7 @@ use weight_inspect::verify::{self, InspectError, Options};
 pub mod buffer;
 pub mod download;
 pub mod errors;
+pub mod load;
 pub mod model;
 pub mod served;
 
@@ -467,6 +468,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fetch, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(served::get_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(load::verified_open, m)?)?;
+    m.add_function(wrap_pyfunction!(load::verified_bytes, m)?)?;
+    m.add_class::<load::NativeVerifiedFile>()?;
     m.add_class::<NativeModel>()?;
     m.add_class::<buffer::TensorBuffer>()?;
     m.add_class::<download::ProgressEvent>()?;

@@ -12,6 +12,7 @@ import safetensors
 import safetensors.numpy as stnp
 
 import weight_inspect as wi
+from conftest import in_ci
 
 ARRAYS = {
     "a": np.arange(24, dtype=np.float32).reshape(2, 3, 4),
@@ -192,11 +193,11 @@ def test_closed_handles_and_frameworks(path: Path, tmp_path: Path) -> None:
     with pytest.raises(wi.SafetensorError, match="File is closed"):
         f.get_tensor("c")
     np.testing.assert_array_equal(kept, ARRAYS["c"])  # a view outlives its handle
-    for fw in ("pt", "tf", "jax", "flax", "mlx"):
+    for fw in ("tf", "jax", "flax", "mlx"):
         with pytest.raises(wi.SafetensorError, match="not supported") as e:
             wi.safe_open(path, framework=fw)
-        # What works, and what a PyTorch user does today.
-        assert "'numpy'" in str(e.value) and "torch.from_numpy" in str(e.value)
+        # What works instead.
+        assert "'numpy'" in str(e.value) and "'pt'" in str(e.value)
     # A framework safetensors does not know: its message, before the file is looked at.
     for where in (path, tmp_path / "nope.safetensors"):
         with pytest.raises(safetensors.SafetensorError, match="^framework foo is invalid$"):
@@ -310,11 +311,22 @@ def test_an_invalid_file_is_refused_as_safetensors_refuses_it(path: Path, tmp_pa
         assert kept and kept < set(ARRAYS)
 
 
-def test_the_readme_says_the_drop_in_is_numpy_only(tmp_path: Path) -> None:
-    """Where ``safe_open`` is called a drop-in, the README says it is for NumPy only: ``"pt"``
-    is refused."""
+def test_the_readme_says_which_frameworks_the_drop_in_serves(tmp_path: Path) -> None:
+    """Where ``safe_open`` is called a drop-in, the README says it serves NumPy and PyTorch (the
+    verified loader), and ``"pt"`` gives that loader."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     claim = readme.index("a drop-in `safe_open`")
-    assert "NumPy only" in readme[claim : claim + 120], readme[claim : claim + 120]
-    with pytest.raises(wi.SafetensorError, match="not supported"):
-        wi.safe_open(_size_mismatch(tmp_path), framework="pt", lax=True)
+    said = readme[claim : claim + 200]
+    assert "NumPy" in said and "PyTorch" in said and "weight_inspect.torch" in said, said
+    torch = pytest.importorskip("torch") if not in_ci() else __import__("torch")
+    del torch
+    import weight_inspect.torch as wt
+
+    good = tmp_path / "good.safetensors"
+    safetensors.numpy.save_file({"w": np.ones((2, 3), np.float32)}, str(good))
+    with wi.safe_open(good, framework="pt", verify="off") as f:
+        assert isinstance(f, wt.safe_open)
+        assert f.get_tensor("w").tolist() == [[1.0] * 3] * 2
+    # An invalid file: safetensors' exception class, as for NumPy.
+    with pytest.raises(wi.SafetensorError, match="needs 24"):
+        wi.safe_open(_size_mismatch(tmp_path), framework="pt")

@@ -286,6 +286,13 @@ impl VerifiedFile {
         self.header.tensors()
     }
 
+    /// The bytes of the header (the file's start up to its tensor data, which the parser
+    /// bounded), read again by position.
+    pub fn header_bytes(&self) -> Result<Vec<u8>, LoadError> {
+        let end = self.header.data_offset().min(self.size());
+        self.reader.read(0..end).map_err(|e| self.io(e))
+    }
+
     /// What reads of this file are checked against.
     pub fn verification(&self) -> Verification {
         Verification {

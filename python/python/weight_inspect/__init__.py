@@ -466,6 +466,7 @@ SAFETENSORS_VERSION = "0.8.0"
 # safetensors' framework names (``framework ... is invalid`` otherwise); NumPy's are served.
 _FRAMEWORKS = ("pt", "torch", "pytorch", "np", "numpy", "tf", "tensorflow", "jax", "flax", "mlx", "paddle")
 _NUMPY_FRAMEWORKS = ("np", "numpy")
+_TORCH_FRAMEWORKS = ("pt", "torch", "pytorch")
 _BACKENDS = ("mmap", "pread")
 _I32 = 1 << 31
 
@@ -603,8 +604,10 @@ class safe_open:
 
     ``keys()`` (sorted), ``offset_keys()`` (in data order), ``metadata()`` (``None`` without a
     ``__metadata__`` entry), ``get_tensor(name)``, ``get_tensors()`` (every tensor, in data
-    order), ``get_slice(name)`` and the context manager behave as safetensors' do. Only
-    ``framework="np"`` (or ``"numpy"``) and ``device="cpu"`` (or ``None``) are served; another of
+    order), ``get_slice(name)`` and the context manager behave as safetensors' do.
+    ``framework="np"`` (or ``"numpy"``) with ``device="cpu"`` (or ``None``) is served here;
+    ``framework="pt"`` (or ``"torch"``, ``"pytorch"``) returns :class:`weight_inspect.torch.safe_open`
+    (verified PyTorch tensors; it takes the same arguments); another of
     safetensors' frameworks is refused once the file is found, an unknown one at once
     (``framework foo is invalid``). ``backend`` is ``"mmap"`` (the default) or ``"pread"``, as in
     safetensors (another raises :class:`SafetensorError`); both give the same read-only views of
@@ -623,9 +626,16 @@ class safe_open:
     not copies (writing raises ``ValueError``; ``np.array(x)`` copies); a negative slice bound
     counts from the end as a negative integer does (safetensors raises ``OverflowError``); a
     start past the stop gives an empty axis (safetensors raises ``SystemError``); ``:`` or
-    ``...`` over an axis of size 0 gives the empty array (safetensors refuses it); NumPy only.
-    For PyTorch, ``torch.from_numpy(f.get_tensor(name))`` shares the array's memory.
+    ``...`` over an axis of size 0 gives the empty array (safetensors refuses it).
     """
+
+    def __new__(cls, filename: PathLike, framework: str = "np", *args: Any, **kwargs: Any) -> Any:
+        # framework="pt": the verified PyTorch loader (weight_inspect.torch.safe_open).
+        if isinstance(framework, str) and framework in _TORCH_FRAMEWORKS and cls is safe_open:
+            from . import torch as wi_torch
+
+            return wi_torch.safe_open(filename, framework, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -663,8 +673,8 @@ class safe_open:
             model.close()
             raise SafetensorError(
                 f"framework {framework!r} is not supported by weight_inspect.safe_open: "
-                "'np' and 'numpy' are (NumPy arrays, views of the file); for PyTorch, "
-                "torch.from_numpy(f.get_tensor(name)) shares the same memory without a copy"
+                "'np' and 'numpy' are (NumPy arrays, views of the file), and 'pt' "
+                "(weight_inspect.torch: verified PyTorch tensors)"
             )
         if device not in (None, "cpu"):
             model.close()

@@ -16,6 +16,7 @@ __all__ = [
     "NativeModel",
     "ProgressEvent",
     "TensorBuffer",
+    "VerifiedFile",
     "__version__",
     "cached_commit",
     "cli_main",
@@ -29,6 +30,8 @@ __all__ = [
     "open",
     "repo_folder_name",
     "telemetry_shutdown",
+    "verified_bytes",
+    "verified_open",
 ]
 
 __version__: str
@@ -170,3 +173,31 @@ def cached_commit(cache_dir: _Path, repo_type: str, repo_id: str, revision: str)
 
 def cli_main(program: str, argv: list[str]) -> int:
     """Run ``wi-fetch`` or ``weight-inspect`` with ``argv`` (its name first); its exit code."""
+
+_TensorRow: TypeAlias = tuple[str, str, list[int], int, int]
+
+@final
+class VerifiedFile:
+    """A model file open for verified reads (``weight_inspect.torch`` reads through it)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    def tensors(self) -> list[_TensorRow]: ...
+    def is_safetensors(self) -> bool: ...
+    def metadata(self) -> dict[str, str] | None: ...
+    def verification(self) -> dict[str, Any]: ...
+    def read_into(self, indices: Sequence[int], buffers: Sequence[Any]) -> None: ...
+
+def verified_open(
+    path: _Path,
+    *,
+    verify: str = "auto",
+    manifest: _Path | None = None,
+    lock: _Path | None = None,
+    sha256: str | None = None,
+) -> VerifiedFile: ...
+def verified_bytes(
+    data: bytes, *, verify: str = "auto", sha256: str | None = None
+) -> tuple[list[_TensorRow], dict[str, str] | None, dict[str, Any]]: ...

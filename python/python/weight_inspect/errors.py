@@ -21,6 +21,7 @@ __all__ = [
     "NetworkError",
     "NotFoundError",
     "SafetensorError",
+    "VerificationError",
     "WeightInspectError",
 ]
 
@@ -61,6 +62,16 @@ class IntegrityError(WeightInspectError):
     hash does not match."""
 
     exit_code = 2
+
+
+class VerificationError(IntegrityError):
+    """A file's bytes differ from what a verified load checks them against (a manifest, a lock
+    file, a SHA-256, the cache blob's name): ``path`` is the file, ``tensors`` the tensors whose
+    bytes differ (empty when the reference has one digest for the whole file, which cannot say
+    which). No tensor of the load that raised it is returned."""
+
+    path: str
+    tensors: list[str]
 
 
 class NetworkError(WeightInspectError):

@@ -1,0 +1,462 @@
+"""Verified loading into PyTorch: drop-ins for ``safetensors.torch.load_file``,
+``safetensors.torch.load`` and ``safetensors.safe_open(filename, framework="pt")`` that check
+every tensor in the same pass that reads it.
+
+The file is read by position (never through a memory map: a file truncated meanwhile raises an
+error naming it instead of killing the interpreter with ``SIGBUS``), in large blocks, straight
+into the tensors' own memory, with the GIL released; each block is hashed on another core while
+the next is read. What it is checked against is the finest reference found
+(:attr:`safe_open.verification` says which):
+
+- a manifest passed as ``manifest=`` (per-tensor SHA-256: a tensor that differs is named), a
+  lock file as ``lock=``, or the file's SHA-256 as ``sha256=``;
+- else the manifest published beside the file (``{file}.wi-manifest.json``);
+- else the name of the Hugging Face cache blob the path resolves to (the Hub's SHA-256 of the
+  file, which huggingface_hub and ``wi-fetch`` name blobs by), checked when the whole file has
+  been read.
+
+A tensor that does not match raises :class:`~weight_inspect.errors.VerificationError` (an
+``IntegrityError``) naming the file and the tensor (``.path``, ``.tensors``), and no tensor of
+that load is returned. A file with nothing to check against loads with that said
+(``verification["checked"]`` is ``False`` and a warning is logged on the ``weight_inspect``
+logger), or is refused with ``verify="required"``; ``verify="off"`` reads without hashing.
+
+Tensors are owned, writable copies (what ``backend="pread"`` gives in safetensors): the bytes
+checked are the bytes returned, and no later change to the file can change them. With
+``strategy="eager"`` the first tensor asked for reads the whole file in one verified pass and
+the others are handed out from it (the read network filesystems need); ``load_file`` reads the
+whole file so. ``install()`` makes safetensors and transformers load through this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any, Literal, Self, cast
+
+import numpy as np
+import torch
+
+from . import _check_index, _native
+from .errors import (
+    LocalError,
+    MissingFileError,
+    MissingSafetensorError,
+    SafetensorError,
+)
+
+__all__ = ["LoadedTensors", "install", "load", "load_file", "safe_open", "uninstall"]
+
+_log = logging.getLogger("weight_inspect")
+
+Verify = Literal["auto", "required", "off"]
+Strategy = Literal["lazy", "eager"]
+PathLike = str | os.PathLike[str]
+
+_PT_FRAMEWORKS = ("pt", "torch", "pytorch")
+_BACKENDS = ("mmap", "pread")
+
+# safetensors dtype names -> torch dtype attribute names (those this torch lacks are refused).
+_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "U32": "uint32",
+    "I32": "int32",
+    "U64": "uint64",
+    "I64": "int64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F4": "float4_e2m1fn_x2",
+}
+
+
+def _torch_dtype(name: str, tensor: str) -> torch.dtype:
+    attr = _DTYPES.get(name)
+    dtype = getattr(torch, attr, None) if attr else None
+    if not isinstance(dtype, torch.dtype):
+        raise SafetensorError(
+            f"tensor '{tensor}' is {name}, which torch {torch.__version__} has no dtype for"
+        )
+    return dtype
+
+
+def _storage_shape(dtype: str, shape: list[int]) -> list[int]:
+    """torch's shape of a tensor: F4 packs two elements a byte (``float4_e2m1fn_x2``)."""
+    if dtype != "F4":
+        return shape
+    if not shape or shape[-1] % 2:
+        raise SafetensorError(
+            f"f4_x2 dtype requires the last dim be divisible by 2 in torch: got {shape}"
+        )
+    return [*shape[:-1], shape[-1] // 2]
+
+
+def _typed(raw: torch.Tensor, dtype: str, shape: list[int], name: str) -> torch.Tensor:
+    """The bytes `raw` (uint8) as the tensor the header describes (no copy)."""
+    torch_dtype = _torch_dtype(dtype, name)
+    shape = _storage_shape(dtype, shape)
+    if raw.numel() == 0:
+        return torch.empty(shape, dtype=torch_dtype)
+    return raw.view(torch_dtype).reshape(shape)
+
+
+def _device(device: Any) -> torch.device:
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise SafetensorError(f"device {device} is invalid: {e}") from None
+
+
+def _native_open(
+    path: str, verify: str, manifest: PathLike | None, lock: PathLike | None, sha256: str | None
+) -> _native.VerifiedFile:
+    if verify not in ("auto", "required", "off"):
+        raise ValueError(f"verify must be 'auto', 'required' or 'off', not {verify!r}")
+    try:
+        return _native.verified_open(
+            path,
+            verify=verify,
+            manifest=None if manifest is None else os.fspath(manifest),
+            lock=None if lock is None else os.fspath(lock),
+            sha256=sha256,
+        )
+    except MissingFileError:
+        if not os.path.exists(path):
+            raise MissingFileError(f"No such file or directory: {path}") from None
+        raise
+    except LocalError as e:
+        raise SafetensorError(str(e)) from e
+
+
+def _said(file: _native.VerifiedFile) -> dict[str, Any]:
+    v: dict[str, Any] = file.verification()
+    if not v["checked"] and v["verify"] == "auto":
+        _log.warning(
+            "%s: loaded without a check: nothing to check it against (no manifest, lock file "
+            "or sha256 given, no .wi-manifest.json beside it, not a Hugging Face cache blob)",
+            file.path,
+        )
+    return v
+
+
+class LoadedTensors(dict[str, torch.Tensor]):
+    """What :func:`load_file` and :func:`load` return: a ``dict`` of tensors by name, with
+    :attr:`verification` (what they were checked against)."""
+
+    verification: dict[str, Any]
+
+
+class _Slice:
+    """What :meth:`safe_open.get_slice` returns, as safetensors' ``PySafeSlice``: ``get_shape()``,
+    ``get_dtype()``, and indexing (``f.get_slice(name)[:, a:b]``, ``[...]``) with safetensors'
+    checks and messages. Indexing reads (and checks) the whole tensor, then returns the part
+    asked for as a tensor of its own."""
+
+    def __init__(self, handle: safe_open, name: str) -> None:
+        self._handle = handle
+        self._name = name
+        self._row = handle._row(name)
+
+    def get_shape(self) -> list[int]:
+        """The shape, as a list."""
+        return list(self._row[2])
+
+    def get_dtype(self) -> str:
+        """The reference name of the dtype (``F32``, ``BF16``, …)."""
+        return str(self._row[1])
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        name, dtype, shape = self._row[0], self._row[1], list(self._row[2])
+        info = _SliceInfo(name, dtype, tuple(shape))
+        key = _check_index(index, cast(Any, info))
+        whole = self._handle.get_tensor(self._name)
+        if all(isinstance(k, slice) and k == slice(None, None, 1) for k in key):
+            return whole
+        return whole[key].clone()
+
+    def __repr__(self) -> str:
+        return f"SafeSlice({self._name!r}, {self._row[1]}, {list(self._row[2])})"
+
+
+class _SliceInfo:
+    """What ``_check_index`` reads of a tensor."""
+
+    def __init__(self, name: str, dtype: str, shape: tuple[int, ...]) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self.indexable_dims = len(shape)
+
+
+class safe_open:
+    """A drop-in for ``safetensors.safe_open(filename, framework="pt", device=...)`` that
+    checks every tensor it returns (see the module's docs for what against).
+
+    ``keys()`` (sorted), ``offset_keys()`` (data order), ``metadata()`` (``None`` without a
+    ``__metadata__`` entry), ``get_tensor(name)``, ``get_tensors()`` (every tensor in one pass,
+    in data order), ``get_slice(name)`` and the context manager behave as safetensors' do.
+    ``device`` is where tensors go after they are read and checked (on the CPU). ``backend``
+    (``"mmap"`` or ``"pread"``) is accepted as safetensors takes it; both read by position.
+
+    ``strategy="lazy"`` (the default) reads each tensor when asked for: checked on its own with
+    a per-tensor or per-chunk reference; with one digest for the whole file, the first read
+    hashes the whole file once (its SHA-256, and a BLAKE3 of each tensor, kept) and each tensor
+    read is then checked against its BLAKE3. ``strategy="eager"`` reads the whole file in one
+    verified pass at the first tensor asked for, and hands each tensor out from it once.
+    """
+
+    def __init__(
+        self,
+        filename: PathLike,
+        framework: str = "pt",
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+        manifest: PathLike | None = None,
+        lock: PathLike | None = None,
+        sha256: str | None = None,
+        verify: Verify = "auto",
+        strategy: Strategy = "lazy",
+    ) -> None:
+        self._file: _native.VerifiedFile | None = None
+        if not isinstance(framework, str):
+            raise TypeError(f"framework must be a str, not {type(framework).__name__}")
+        if framework not in _PT_FRAMEWORKS:
+            raise SafetensorError(
+                f"framework {framework} is invalid for weight_inspect.torch.safe_open "
+                "(pt, torch or pytorch; weight_inspect.safe_open serves NumPy)"
+            )
+        if not isinstance(backend, str):
+            raise TypeError(f"backend must be a str, not {type(backend).__name__}")
+        if backend not in _BACKENDS:
+            raise SafetensorError(
+                f'backend "{backend}" is invalid (expected one of: "mmap", "pread")'
+            )
+        if strategy not in ("lazy", "eager"):
+            raise ValueError(f"strategy must be 'lazy' or 'eager', not {strategy!r}")
+        self._device = _device(device)
+        path = os.fspath(filename)
+        file = _native_open(path, verify, manifest, lock, sha256)
+        if not file.is_safetensors():
+            raise SafetensorError(
+                f"{path}: weight_inspect.torch loads safetensors files; this one is "
+                f"{file.format} (weight_inspect.open reads it)"
+            )
+        self._rows = {row[0]: (i, row) for i, row in enumerate(file.tensors())}
+        self.verification: dict[str, Any] = _said(file)
+        """What the tensors are checked against: ``checked`` (bool), ``verify``,
+        ``reference`` (``None``, or ``{"kind": "manifest" | "sidecar" | "lock-file" |
+        "cache-blob" | "sha256", "path": …}``) and ``granularity`` (``"tensors"``,
+        ``"chunks"``, ``"file"``)."""
+        self._strategy = strategy
+        self._lock = threading.Lock()
+        self._eager: dict[str, torch.Tensor] | None = None
+        self._file = file
+
+    def _open(self) -> _native.VerifiedFile:
+        if self._file is None:
+            raise SafetensorError("File is closed")
+        return self._file
+
+    def _row(self, name: str) -> tuple[str, str, list[int], int, int]:
+        self._open()
+        got = self._rows.get(name)
+        if got is None:
+            raise MissingSafetensorError(f"File does not contain tensor {name}")
+        return got[1]
+
+    def _place(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self._device.type == "cpu" else t.to(self._device)
+
+    def _read(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The tensors `names`, read in one verified pass (none of them on an error)."""
+        file = self._open()
+        raws: list[torch.Tensor] = []
+        indices: list[int] = []
+        buffers: list[np.ndarray] = []
+        for name in names:
+            i, row = self._rows[name]
+            raw = torch.empty(row[4], dtype=torch.uint8)
+            raws.append(raw)
+            if row[4]:
+                indices.append(i)
+                buffers.append(raw.numpy())
+        file.read_into(indices, buffers)
+        del buffers
+        out = {}
+        for name, raw in zip(names, raws, strict=True):
+            _, row = self._rows[name]
+            out[name] = self._place(_typed(raw, row[1], list(row[2]), name))
+        return out
+
+    def keys(self) -> list[str]:
+        """The tensor names, sorted."""
+        self._open()
+        return sorted(self._rows)
+
+    def offset_keys(self) -> list[str]:
+        """The tensor names in the order of their data in the file."""
+        self._open()
+        return [r[0] for _, r in sorted(self._rows.values(), key=lambda v: v[1][3])]
+
+    def metadata(self) -> dict[str, str] | None:
+        """The ``__metadata__`` entries; ``None`` when the header has none (as safetensors)."""
+        return self._open().metadata()
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        """The tensor ``name``, read and checked (see the class's docs for ``strategy``)."""
+        self._row(name)
+        if self._strategy == "eager":
+            with self._lock:
+                if self._eager is None:
+                    self._eager = self._read(self.offset_keys())
+                kept = self._eager.pop(name, None)
+            if kept is not None:
+                return kept
+        return self._read([name])[name]
+
+    def get_tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor, by name, in data order, read in one verified pass."""
+        return self._read(self.offset_keys())
+
+    def get_slice(self, name: str) -> _Slice:
+        """A lazily indexed tensor: ``get_slice(name)[0, 1:3]``."""
+        self._row(name)
+        return _Slice(self, name)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file = None
+        self._eager = None
+
+
+def load_file(
+    filename: PathLike,
+    device: Any = "cpu",
+    *,
+    backend: str = "mmap",
+    manifest: PathLike | None = None,
+    lock: PathLike | None = None,
+    sha256: str | None = None,
+    verify: Verify = "auto",
+) -> LoadedTensors:
+    """A drop-in for ``safetensors.torch.load_file``: every tensor of the file, read in one
+    pass straight into its own memory and checked as it is read (see the module's docs). A
+    tensor that differs raises :class:`~weight_inspect.errors.VerificationError` and nothing is
+    returned. The result's ``verification`` says what was checked against."""
+    with safe_open(
+        filename,
+        framework="pt",
+        device=device,
+        backend=backend,
+        manifest=manifest,
+        lock=lock,
+        sha256=sha256,
+        verify=verify,
+    ) as f:
+        out = LoadedTensors(f.get_tensors())
+        out.verification = f.verification
+        return out
+
+
+def load(data: bytes, *, sha256: str | None = None, verify: Verify = "auto") -> LoadedTensors:
+    """A drop-in for ``safetensors.torch.load``: the tensors of a safetensors file held in
+    ``data``, each copied into its own memory, after ``data`` was checked against ``sha256``
+    when given (without one, nothing is checked, and that is said as for files)."""
+    if verify not in ("auto", "required", "off"):
+        raise ValueError(f"verify must be 'auto', 'required' or 'off', not {verify!r}")
+    try:
+        rows, _, verification = _native.verified_bytes(data, verify=verify, sha256=sha256)
+    except LocalError as e:
+        raise SafetensorError(str(e)) from e
+    if not verification["checked"] and verify == "auto":
+        _log.debug("safetensors bytes loaded without a check: no sha256 given")
+    view = np.frombuffer(data, dtype=np.uint8)
+    out = LoadedTensors()
+    for name, dtype, shape, offset, n_bytes in rows:
+        raw = torch.empty(n_bytes, dtype=torch.uint8)
+        if n_bytes:
+            raw.numpy()[:] = view[offset : offset + n_bytes]
+        out[name] = _typed(raw, dtype, list(shape), name)
+    out.verification = verification
+    return out
+
+
+_saved: dict[tuple[object, str], Any] = {}
+
+
+def _patch(module: object, name: str, value: Any) -> None:
+    if hasattr(module, name):
+        _saved.setdefault((module, name), getattr(module, name))
+        setattr(module, name, value)
+
+
+def install(*, strategy: Strategy = "eager") -> None:
+    """Make safetensors' loaders load through this module: ``safetensors.torch.load_file``,
+    ``load`` and ``safe_open``, ``safetensors.safe_open`` (``framework="pt"`` served here, NumPy
+    by :func:`weight_inspect.safe_open`), and the names transformers imported from them
+    (``transformers.modeling_utils``, ``modeling_layers``, ``integrations.accelerate``), so that
+    ``from_pretrained`` loads every tensor checked::
+
+        import weight_inspect.torch
+        weight_inspect.torch.install()
+
+    ``safe_open`` opened through safetensors' names takes ``strategy`` (``"eager"`` by default:
+    transformers reads every tensor of a file, so the file is read in one verified pass).
+    :func:`uninstall` restores the originals."""
+    import safetensors
+    import safetensors.torch as st
+
+    from . import safe_open as numpy_safe_open
+
+    def opened(filename: PathLike, framework: str = "pt", device: Any = "cpu", **kw: Any) -> Any:
+        if framework in _PT_FRAMEWORKS:
+            kw.setdefault("strategy", strategy)
+            return safe_open(filename, framework, device, **kw)
+        return numpy_safe_open(filename, framework, device, **kw)
+
+    _patch(st, "load_file", load_file)
+    _patch(st, "load", load)
+    _patch(st, "safe_open", opened)
+    _patch(safetensors, "safe_open", opened)
+    for name in (
+        "transformers.modeling_utils",
+        "transformers.modeling_layers",
+        "transformers.integrations.accelerate",
+        "transformers.trainer_utils",
+    ):
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = __import__(name, fromlist=["_"])
+            except Exception as e:  # noqa: BLE001 - transformers absent, or an extra missing
+                _log.debug("weight_inspect.torch.install: %s not patched: %s", name, e)
+                continue
+        _patch(module, "safe_open", opened)
+        _patch(module, "_safe_load_bytes", load)
+        _patch(module, "safe_load_file", load_file)
+
+
+def uninstall() -> None:
+    """Undo :func:`install`."""
+    for (module, name), value in _saved.items():
+        setattr(module, name, value)
+    _saved.clear()
+
