@@ -296,8 +296,12 @@ class safe_open:
             if row[4]:
                 indices.append(i)
                 buffers.append(raw.numpy())
-        file.read_into(indices, buffers)
-        del buffers
+        try:
+            file.read_into(indices, buffers)
+        except LocalError as e:  # a file that changed while it was read; VerificationError passes
+            raise SafetensorError(str(e)) from e
+        finally:
+            del buffers
         out = {}
         for name, raw in zip(names, raws, strict=True):
             _, row = self._rows[name]
