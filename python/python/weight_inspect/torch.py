@@ -291,11 +291,13 @@ class safe_open:
         buffers: list[np.ndarray] = []
         for name in names:
             i, row = self._rows[name]
-            raw = torch.empty(row[4], dtype=torch.uint8)
-            raws.append(raw)
+            # NumPy's allocator asks the kernel for huge pages for large arrays (torch's does
+            # not by default): a first write into fresh memory faults 512 times less often.
+            memory = np.empty(row[4], dtype=np.uint8)
+            raws.append(torch.from_numpy(memory))
             if row[4]:
                 indices.append(i)
-                buffers.append(raw.numpy())
+                buffers.append(memory)
         try:
             file.read_into(indices, buffers)
         except LocalError as e:  # a file that changed while it was read; VerificationError passes
