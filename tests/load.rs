@@ -21,6 +21,13 @@ fn model(dir: &Path) -> PathBuf {
     p
 }
 
+/// A model file of other bytes than [`model`]'s.
+fn fresh_copy(dir: &Path) -> PathBuf {
+    let p = dir.join("other-model.safetensors");
+    std::fs::write(&p, StWriter::new().zeros("x", "F32", &[5]).build()).unwrap();
+    p
+}
+
 /// Every tensor read, as the loaders do: the bytes of each, or the error.
 fn load_all(f: &VerifiedFile) -> Result<Vec<Vec<u8>>, LoadError> {
     let mut out: Vec<Vec<u8>> = f
@@ -195,6 +202,10 @@ fn a_cache_blob_is_checked_against_its_name_and_a_sidecar_against_itself() {
         "{v:?}"
     );
     assert_eq!(load_all(&f).unwrap(), expected(&p, &f));
+    // The manifest wi-fetch recorded when it verified the blob (a hint, read only on a failure).
+    let recorded = repo.join(".wi-manifests").join(format!("{sha}.json"));
+    std::fs::create_dir_all(recorded.parent().unwrap()).unwrap();
+    write_manifest(&blob, &recorded, |m| m.files[0].tensors.clear());
     flip(&blob, "a.weight");
     let f = VerifiedFile::open(&p, &LoadOptions::default()).unwrap();
     let e = load_all(&f).unwrap_err();
@@ -203,6 +214,18 @@ fn a_cache_blob_is_checked_against_its_name_and_a_sidecar_against_itself() {
             .contains("the SHA-256 the cache blob is named by"),
         "{e}"
     );
+    // The verdict is the blob's name; the recorded chunks name the tensors of the chunk.
+    assert!(mismatch(&e).contains(&"a.weight".to_string()), "{e}");
+    assert!(!mismatch(&e).contains(&"c.bias".to_string()), "{e}");
+    assert!(
+        e.to_string().contains("differs from the manifest recorded"),
+        "{e}"
+    );
+    assert!(load_one(&f, "c.bias").unwrap_err().is_mismatch());
+    // A recorded manifest of other bytes is not used to name anything.
+    write_manifest(&fresh_copy(d.path()), &recorded, |_| {});
+    let e = load_all(&VerifiedFile::open(&p, &LoadOptions::default()).unwrap()).unwrap_err();
+    assert!(mismatch(&e).is_empty(), "{e}");
 
     // A manifest published beside the file is taken first, and names the tensor.
     let fresh = model(d.path());

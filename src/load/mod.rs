@@ -340,8 +340,83 @@ impl VerifiedFile {
         self.reader.unchanged().map_err(|e| self.io(e))?;
         match outcome.failed.first() {
             None => Ok(()),
-            Some((i, got)) => Err(self.mismatch(&regions, *i, got)),
+            Some((i, got)) => Err(self.located(self.mismatch(&regions, *i, got))),
         }
+    }
+
+    /// A whole-file mismatch, with the tensors named where a manifest wi-fetch recorded for the
+    /// cache blob (`.wi-manifests/{sha256}.json`, beside `blobs/`) has chunk digests of the
+    /// file the reference names: the file is read again (only now, on the failure) and the
+    /// first chunk that differs names the tensors in it. The recorded manifest only says where
+    /// the damage is; the verdict is the reference's.
+    fn located(&self, e: LoadError) -> LoadError {
+        let LoadError::Mismatch(mut m) = e else {
+            return e;
+        };
+        if !m.tensors.is_empty() {
+            return LoadError::Mismatch(m);
+        }
+        let Some(Reference {
+            digests: Digests::File(sha),
+            ..
+        }) = &self.reference
+        else {
+            return LoadError::Mismatch(m);
+        };
+        let Some((chunks, recorded)) = self.recorded_chunks(sha) else {
+            return LoadError::Mismatch(m);
+        };
+        let mut planned = Planned::default();
+        for (c, d) in chunks.digests.iter().enumerate() {
+            planned.push(
+                chunks.range(c, self.size()),
+                HashAlgorithm::Sha256,
+                d.0.to_vec(),
+                What::Chunk(c),
+            );
+        }
+        let Ok(outcome) = pipeline::run(&self.reader, &planned.regions, Vec::new(), self.threads)
+        else {
+            return LoadError::Mismatch(m);
+        };
+        if let Some((i, got)) = outcome.failed.first() {
+            if let LoadError::Mismatch(chunk) = self.mismatch(&planned, *i, got) {
+                m.what = format!(
+                    "{} ({} differs from the manifest recorded when the file was verified, {})",
+                    m.what.trim_end_matches(
+                        " (one digest for the whole file: which tensor differs is not known)"
+                    ),
+                    chunk.what,
+                    recorded.display()
+                );
+                m.tensors = chunk.tensors;
+            }
+        }
+        LoadError::Mismatch(m)
+    }
+
+    /// The chunk digests of the manifest recorded for the cache blob this file resolves to,
+    /// when that manifest describes a file of SHA-256 `sha` and this file's size.
+    fn recorded_chunks(&self, sha: &Sha256Hex) -> Option<(crate::manifest::ChunkDigests, PathBuf)> {
+        let real = std::fs::canonicalize(&self.path).ok()?;
+        let blobs = real.parent()?;
+        if blobs.file_name()? != "blobs" {
+            return None;
+        }
+        let name = real.file_name()?.to_str()?;
+        let at = blobs
+            .parent()?
+            .join(".wi-manifests")
+            .join(format!("{name}.json"));
+        let file = crate::safe_fs::open_read(&at).ok()?;
+        let bytes = crate::safe_fs::read_limited(file, 64 << 20).ok()?;
+        let doc = crate::manifest::Document::parse(&bytes).ok()?;
+        let found = doc
+            .expectations()
+            .into_iter()
+            .find(|f| f.sha256.as_ref() == Some(sha) && f.size == Some(self.size()))?;
+        let chunks = found.chunks?;
+        (chunks.chunk_size > 0 && chunks.fits(self.size())).then_some((chunks, at))
     }
 
     /// Reads every tensor (see [`VerifiedFile::read_into`]), in file order: a whole-file

@@ -266,6 +266,9 @@ class safe_open:
         self._strategy = strategy
         self._lock = threading.Lock()
         self._eager: dict[str, torch.Tensor] | None = None
+        # An eager read that failed: raised again, never read again (transformers' workers ask
+        # for the file's other tensors while the first error travels).
+        self._failed: BaseException | None = None
         self._file = file
 
     def _open(self) -> _native.VerifiedFile:
@@ -329,8 +332,14 @@ class safe_open:
         self._row(name)
         if self._strategy == "eager":
             with self._lock:
+                if self._failed is not None:
+                    raise self._failed
                 if self._eager is None:
-                    self._eager = self._read(self.offset_keys())
+                    try:
+                        self._eager = self._read(self.offset_keys())
+                    except BaseException as e:
+                        self._failed = e
+                        raise
                 kept = self._eager.pop(name, None)
             if kept is not None:
                 return kept
@@ -407,6 +416,9 @@ def load(data: bytes, *, sha256: str | None = None, verify: Verify = "auto") -> 
 
 _saved: dict[tuple[object, str], Any] = {}
 
+# The packages whose modules bind safetensors' loaders by name, rebound by install().
+_USERS = ("transformers", "accelerate", "peft", "diffusers", "sentence_transformers")
+
 
 def _patch(module: object, name: str, value: Any) -> None:
     if hasattr(module, name):
@@ -417,16 +429,18 @@ def _patch(module: object, name: str, value: Any) -> None:
 def install(*, strategy: Strategy = "eager") -> None:
     """Make safetensors' loaders load through this module: ``safetensors.torch.load_file``,
     ``load`` and ``safe_open``, ``safetensors.safe_open`` (``framework="pt"`` served here, NumPy
-    by :func:`weight_inspect.safe_open`), and the names transformers imported from them
-    (``transformers.modeling_utils``, ``modeling_layers``, ``integrations.accelerate``), so that
-    ``from_pretrained`` loads every tensor checked::
+    by :func:`weight_inspect.safe_open`), and the names modules of transformers, accelerate,
+    peft and diffusers already imported bound to them (``transformers.modeling_utils``'s
+    ``safe_open`` and ``_safe_load_bytes``, …; ``transformers.modeling_utils`` is imported
+    first), so that ``from_pretrained`` loads every tensor checked::
 
         import weight_inspect.torch
         weight_inspect.torch.install()
 
     ``safe_open`` opened through safetensors' names takes ``strategy`` (``"eager"`` by default:
     transformers reads every tensor of a file, so the file is read in one verified pass).
-    :func:`uninstall` restores the originals."""
+    :func:`uninstall` restores the originals. A module imported for the first time while
+    installed keeps what it imported (call ``install()`` after importing it)."""
     import safetensors
     import safetensors.torch as st
 
@@ -438,26 +452,36 @@ def install(*, strategy: Strategy = "eager") -> None:
             return safe_open(filename, framework, device, **kw)
         return numpy_safe_open(filename, framework, device, **kw)
 
+    # transformers' loading modules, imported (when transformers is there) so the scan below
+    # finds the names they bound.
+    for name in ("transformers.modeling_utils", "transformers.trainer_utils"):
+        if name not in sys.modules:
+            try:
+                __import__(name)
+            except Exception as e:  # noqa: BLE001 - transformers absent, or an extra missing
+                _log.debug("weight_inspect.torch.install: %s not imported: %s", name, e)
+    theirs = (
+        (getattr(st, "load_file", None), load_file),
+        (getattr(st, "load", None), load),
+        (getattr(st, "safe_open", None), opened),
+        (getattr(safetensors, "safe_open", None), opened),
+    )
+    originals = {id(f): ours for f, ours in theirs if callable(f)}
     _patch(st, "load_file", load_file)
     _patch(st, "load", load)
     _patch(st, "safe_open", opened)
     _patch(safetensors, "safe_open", opened)
-    for name in (
-        "transformers.modeling_utils",
-        "transformers.modeling_layers",
-        "transformers.integrations.accelerate",
-        "transformers.trainer_utils",
-    ):
-        module = sys.modules.get(name)
-        if module is None:
-            try:
-                module = __import__(name, fromlist=["_"])
-            except Exception as e:  # noqa: BLE001 - transformers absent, or an extra missing
-                _log.debug("weight_inspect.torch.install: %s not patched: %s", name, e)
-                continue
-        _patch(module, "safe_open", opened)
-        _patch(module, "_safe_load_bytes", load)
-        _patch(module, "safe_load_file", load_file)
+    # Every module that imported one of them by name (transformers' quantizers and models
+    # among them): the names bound to safetensors' own functions are rebound too.
+    for module in list(sys.modules.values()):
+        if module is None or module is st or module is safetensors:
+            continue
+        if not getattr(module, "__name__", "").startswith(_USERS):
+            continue
+        for attr, value in list(vars(module).items()):
+            replacement = originals.get(id(value))
+            if replacement is not None:
+                _patch(module, attr, replacement)
 
 
 def uninstall() -> None:
