@@ -417,7 +417,7 @@ def load(data: bytes, *, sha256: str | None = None, verify: Verify = "auto") -> 
 _saved: dict[tuple[object, str], Any] = {}
 
 # The packages whose modules bind safetensors' loaders by name, rebound by install().
-_USERS = ("transformers", "accelerate", "peft", "diffusers", "sentence_transformers")
+_USERS = ("transformers", "accelerate", "peft", "diffusers", "sentence_transformers", "vllm", "sglang")
 
 
 def _patch(module: object, name: str, value: Any) -> None:
