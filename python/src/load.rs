@@ -160,6 +160,17 @@ impl NativeVerifiedFile {
         rows(self.file.header())
     }
 
+    /// Tensor `index` (header order) described as `NativeModel.tensor_info` describes one
+    /// (`file` 0).
+    fn tensor_info<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
+        let info = self
+            .file
+            .tensors()
+            .get(index)
+            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err(index))?;
+        crate::model::info_dict(py, self.file.header(), info, 0)
+    }
+
     /// Whether every tensor is a safetensors one (a GGUF's are ggml types).
     fn is_safetensors(&self) -> bool {
         self.file

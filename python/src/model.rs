@@ -173,27 +173,7 @@ impl NativeModel {
             return Ok(None);
         };
         let (file, info, f) = self.info_at(at);
-        let big = file.header().endianness() == weight_inspect::format::Endianness::Big;
-        let d = PyDict::new(py);
-        d.set_item("name", &info.name)?;
-        d.set_item("dtype", info.dtype.name())?;
-        d.set_item("shape", info.shape.clone())?;
-        d.set_item("file", f)?;
-        d.set_item("offset", info.offset)?;
-        d.set_item("n_bytes", info.n_bytes)?;
-        d.set_item("big_endian", big)?;
-        match info.dtype {
-            DType::Ggml(t) => {
-                d.set_item("kind", "ggml")?;
-                d.set_item("block_size", t.block_size())?;
-                d.set_item("type_size", t.type_size())?;
-            }
-            DType::Safetensors(s) => {
-                d.set_item("kind", "safetensors")?;
-                d.set_item("bits", s.bits())?;
-            }
-        }
-        Ok(Some(d))
+        info_dict(py, file.header(), info, f).map(Some)
     }
 
     /// The model's metadata as a dict. GGUF: every key of the first file (of a split model,
@@ -347,6 +327,36 @@ impl NativeModel {
     fn __len__(&self) -> usize {
         self.index.len()
     }
+}
+
+/// A tensor's description as `NativeModel.tensor_info` gives it (`file` the index `f`).
+pub fn info_dict<'py>(
+    py: Python<'py>,
+    header: &Header,
+    info: &TensorInfo,
+    f: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let big = header.endianness() == weight_inspect::format::Endianness::Big;
+    let d = PyDict::new(py);
+    d.set_item("name", &info.name)?;
+    d.set_item("dtype", info.dtype.name())?;
+    d.set_item("shape", info.shape.clone())?;
+    d.set_item("file", f)?;
+    d.set_item("offset", info.offset)?;
+    d.set_item("n_bytes", info.n_bytes)?;
+    d.set_item("big_endian", big)?;
+    match info.dtype {
+        DType::Ggml(t) => {
+            d.set_item("kind", "ggml")?;
+            d.set_item("block_size", t.block_size())?;
+            d.set_item("type_size", t.type_size())?;
+        }
+        DType::Safetensors(s) => {
+            d.set_item("kind", "safetensors")?;
+            d.set_item("bits", s.bits())?;
+        }
+    }
+    Ok(d)
 }
 
 /// A GGUF metadata value as a Python object: numbers, `bool`, `str`, and arrays as lists

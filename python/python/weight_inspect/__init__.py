@@ -56,6 +56,7 @@ from .errors import (
     NetworkError,
     NotFoundError,
     SafetensorError,
+    VerificationError,
     WeightInspectError,
 )
 from .hub import (
@@ -134,11 +135,13 @@ __all__ = [
     "SafeSlice",
     "SafetensorError",
     "TensorInfo",
+    "VerificationError",
     "WeightInspectError",
     "fetch",
     "get_tensor",
     "hf_hub_download",
     "inspect",
+    "load_file",
     "manifest_check",
     "manifest_create",
     "open",
@@ -748,6 +751,35 @@ class _safe_open_handle(safe_open):
     ) -> None:
         f.fileno  # noqa: B018 - an AttributeError without one, as safetensors
         super().__init__(os.fspath(f.name), framework, device, backend=backend, lax=lax)
+
+
+def load_file(
+    filename: PathLike,
+    *,
+    manifest: PathLike | None = None,
+    lock: PathLike | None = None,
+    sha256: str | None = None,
+    verify: Literal["auto", "required", "off"] = "auto",
+) -> dict[str, np.ndarray]:
+    """Every tensor of a GGUF or safetensors file as NumPy arrays of their own (writable,
+    ``dtype`` and shape as :meth:`Model.tensor` gives them), read in one pass by position and
+    checked as they are read: the NumPy side of ``weight_inspect.torch.load_file``, through the
+    same reader (see python/README.md, "Verified loading into PyTorch", for what a file is
+    checked against). A mismatch raises :class:`VerificationError` naming the file and the
+    tensor, and nothing is returned; with nothing to check against the file loads and a warning
+    is logged, or, with ``verify="required"``, :class:`IntegrityError` is raised."""
+    from . import _verified
+
+    path = os.fspath(filename)
+    file = _verified.open_file(path, verify, manifest, lock, sha256)
+    _verified.said(file)
+    rows = file.tensors()
+    infos = [_describe(file.tensor_info(i), [path]) for i in range(len(rows))]
+    arrays = _verified.read(file, range(len(rows)), [info.n_bytes for info in infos])
+    return {
+        info.name: a.view(info.numpy_dtype).reshape(info.array_shape)
+        for info, a in zip(infos, arrays, strict=True)
+    }
 
 
 def get_tensor(url: str, name: str) -> np.ndarray:

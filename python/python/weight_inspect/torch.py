@@ -39,7 +39,7 @@ from typing import Any, Literal, Self, cast
 import numpy as np
 import torch
 
-from . import _check_index, _native
+from . import _check_index, _native, _verified
 from .errors import (
     LocalError,
     MissingFileError,
@@ -49,11 +49,11 @@ from .errors import (
 
 __all__ = ["LoadedTensors", "install", "load", "load_file", "safe_open", "uninstall"]
 
-_log = logging.getLogger("weight_inspect")
-
 Verify = Literal["auto", "required", "off"]
 Strategy = Literal["lazy", "eager"]
 PathLike = str | os.PathLike[str]
+
+_log = logging.getLogger("weight_inspect")
 
 _PT_FRAMEWORKS = ("pt", "torch", "pytorch")
 _BACKENDS = ("mmap", "pread")
@@ -125,33 +125,14 @@ def _device(device: Any) -> torch.device:
 def _native_open(
     path: str, verify: str, manifest: PathLike | None, lock: PathLike | None, sha256: str | None
 ) -> _native.VerifiedFile:
-    if verify not in ("auto", "required", "off"):
-        raise ValueError(f"verify must be 'auto', 'required' or 'off', not {verify!r}")
     try:
-        return _native.verified_open(
-            path,
-            verify=verify,
-            manifest=None if manifest is None else os.fspath(manifest),
-            lock=None if lock is None else os.fspath(lock),
-            sha256=sha256,
-        )
+        return _verified.open_file(path, verify, manifest, lock, sha256)
     except MissingFileError:
         if not os.path.exists(path):
             raise MissingFileError(f"No such file or directory: {path}") from None
         raise
     except LocalError as e:
         raise SafetensorError(str(e)) from e
-
-
-def _said(file: _native.VerifiedFile) -> dict[str, Any]:
-    v: dict[str, Any] = file.verification()
-    if not v["checked"] and v["verify"] == "auto":
-        _log.warning(
-            "%s: loaded without a check: nothing to check it against (no manifest, lock file "
-            "or sha256 given, no .wi-manifest.json beside it, not a Hugging Face cache blob)",
-            file.path,
-        )
-    return v
 
 
 class LoadedTensors(dict[str, torch.Tensor]):
@@ -258,7 +239,7 @@ class safe_open:
                 f"{file.format} (weight_inspect.open reads it)"
             )
         self._rows = {row[0]: (i, row) for i, row in enumerate(file.tensors())}
-        self.verification: dict[str, Any] = _said(file)
+        self.verification: dict[str, Any] = _verified.said(file)
         """What the tensors are checked against: ``checked`` (bool), ``verify``,
         ``reference`` (``None``, or ``{"kind": "manifest" | "sidecar" | "lock-file" |
         "cache-blob" | "sha256", "path": …}``) and ``granularity`` (``"tensors"``,
@@ -289,24 +270,12 @@ class safe_open:
     def _read(self, names: list[str]) -> dict[str, torch.Tensor]:
         """The tensors `names`, read in one verified pass (none of them on an error)."""
         file = self._open()
-        raws: list[torch.Tensor] = []
-        indices: list[int] = []
-        buffers: list[np.ndarray] = []
-        for name in names:
-            i, row = self._rows[name]
-            # NumPy's allocator asks the kernel for huge pages for large arrays (torch's does
-            # not by default): a first write into fresh memory faults 512 times less often.
-            memory = np.empty(row[4], dtype=np.uint8)
-            raws.append(torch.from_numpy(memory))
-            if row[4]:
-                indices.append(i)
-                buffers.append(memory)
+        rows = [self._rows[name] for name in names]
         try:
-            file.read_into(indices, buffers)
+            arrays = _verified.read(file, [i for i, _ in rows], [row[4] for _, row in rows])
         except LocalError as e:  # a file that changed while it was read; VerificationError passes
             raise SafetensorError(str(e)) from e
-        finally:
-            del buffers
+        raws = [torch.from_numpy(a) for a in arrays]
         out = {}
         for name, raw in zip(names, raws, strict=True):
             _, row = self._rows[name]
