@@ -5,10 +5,10 @@
 //! is read by position (`pread`, never through a memory map, so a file truncated meanwhile is an
 //! error naming it, never a `SIGBUS`), in large blocks in order, straight into the caller's
 //! memory, and each block is handed to hashing threads while the next is read (see
-//! [`pipeline`]). Verification so costs CPU on the other cores, not a second pass over the disk.
+//! `pipeline.rs`). Verification so costs CPU on the other cores, not a second pass over the disk.
 //!
 //! What a file is checked against (its [`Reference`]) is the finest the sources have
-//! ([`reference`]): one SHA-256 per tensor (a manifest given or published beside the file),
+//! ([`mod@reference`]): one SHA-256 per tensor (a manifest given or published beside the file),
 //! per chunk, or for the whole file (a manifest, a lock file, a SHA-256 given, the Hugging
 //! Face cache blob the path resolves to). With per-tensor or per-chunk digests a tensor is
 //! checked on its own; with a whole-file digest a load of every tensor is checked when its last
