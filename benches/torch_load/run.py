@@ -19,14 +19,21 @@ loader; its sum (over the whole model) must agree between loaders, which checks 
 returned the file's bytes. ``--touch bytes`` sums every byte instead (a full pass over the
 tensors' memory on top of the load, the same for every loader).
 
-Reported per run: wall time from the clock's start to the last touch, the CPU time (user +
-system, every thread) over the same span, the child's peak RSS (``VmHWM`` of its own memory
-since exec: file pages it maps count, as do anonymous ones; not ``ru_maxrss``, which on Linux
-starts from the parent's peak) and its RSS when the clock started (Python, torch and the loader
-imported), so peak − start is what the load itself holds.
+Reported per run: wall time from the clock's start to the last touch; the CPU time (user +
+system, every thread) over the same span; the CPU time the rest of the machine used while the
+child ran (``/proc/stat`` less the child's: kernel threads' read-ahead and anything else
+running; a figure well above a few tenths of a second says the run shared its cores; each run
+first waits, up to ``--wait-idle`` seconds, for a second in which the rest used under a tenth of
+a core); the child's peak RSS (``VmHWM`` of its own memory since exec: file pages it maps count,
+as do anonymous ones; not ``ru_maxrss``, which on Linux starts from the parent's peak) and its
+RSS when the clock started (Python, torch and the loader imported), so peak − start is what the
+load itself holds.
 
 Loaders (``--loaders``, comma-separated; all by default):
 
+  alloc         no loader and no file read: torch.empty for every tensor of the header, a byte
+                written in each page: what fresh memory costs, the floor of any loader that
+                returns tensors in memory of their own (not the file's pages)
   st            safetensors.torch.load_file (mmap backend, the default)
   st-pread      safetensors.torch.load_file(backend="pread")
   st+sha256     hashlib.file_digest(f, "sha256") of each file, compared with the file's digest,
@@ -34,12 +41,16 @@ Loaders (``--loaders``, comma-separated; all by default):
   runai         runai-model-streamer's SafetensorsStreamer, stream_files(all files, device="cpu")
   fastsafe      fastsafetensors' fastsafe_open(files, device="cpu", nogds=True)
   instant       instanttensor.safe_open(files, framework="pt", device="cpu")
-  wi-manifest   weight_inspect.torch.load_file(f, manifest=M) per file, M written by
-                ``weight-inspect manifest create`` (verified against the manifest)
-  wi-blob       weight_inspect.torch.load_file(f) on a Hugging Face cache layout
-                (models--bench--NAME/blobs/<sha256>, hard links to the files, snapshot
-                symlinks), verify="auto": the file's SHA-256 (its blob name) is the reference
+  wi-manifest   weight_inspect.torch.load_file(f, manifest=M, verify="required") per file, M
+                written by ``weight-inspect manifest create`` (per-tensor SHA-256)
+  wi-sha256     weight_inspect.torch.load_file(f, sha256=<the file's>, verify="required")
+  wi-blob       weight_inspect.torch.load_file(f, verify="required") on a Hugging Face cache
+                layout (models--bench--NAME/blobs/<sha256>, hard links to the files, snapshot
+                symlinks): the file's SHA-256, its blob's name, is the reference
   wi-off        weight_inspect.torch.load_file(f, verify="off")
+  wi-manifest-4k  wi-manifest with NUMPY_MADVISE_HUGEPAGE=0 in the child's environment (a
+                diagnostic: weight_inspect.torch reads into NumPy arrays, which NumPy backs with
+                transparent huge pages when the kernel's THP mode is "madvise")
 
 runai-model-streamer and fastsafetensors read with O_DIRECT here (ext4): they bypass the page
 cache, so "warm" is a disk read for them too, and they leave no page of the file cached.
@@ -61,7 +72,7 @@ Run (from the repository's root):
     ~/.cache/weight-inspect-bench/venv/bin/python benches/torch_load/run.py [--quick]
         [--size-mib 1024] [--shards 3] [--runs 3] [--loaders LIST] [--models single,sharded]
         [--dir /tmp/wi-torch-load] [--keep] [--out FILE.md] [--json FILE.json]
-        [--weight-inspect PATH] [--touch page|bytes]
+        [--weight-inspect PATH] [--touch page|bytes] [--wait-idle SECONDS]
 
 ``--quick``: 32 MiB files and one run, to try the harness. The scratch folder is removed at the
 end unless ``--keep`` is given (a kept folder is reused by the next run when its files have the
@@ -84,15 +95,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MIB = 1 << 20
 PAGE = 4096
 N_TENSORS = 64
 MARKER = ".wi-torch-load"  # a scratch folder this script made (and may remove)
-ALL_LOADERS = ["st", "st-pread", "st+sha256", "runai", "fastsafe", "instant", "wi-manifest", "wi-blob", "wi-off"]
+ALL_LOADERS = ["alloc", "st", "st-pread", "st+sha256", "runai", "fastsafe", "instant", "wi-manifest", "wi-sha256", "wi-blob", "wi-off", "wi-manifest-4k"]
 LABELS = {
+    "alloc": "(floor, no file read) `torch.empty` per tensor + a byte written per page",
     "st": "safetensors `load_file` (mmap)",
     "st-pread": "safetensors `load_file(backend=\"pread\")`",
     "st+sha256": "safetensors `load_file` + hashlib SHA-256 of the file",
@@ -100,8 +112,10 @@ LABELS = {
     "fastsafe": "fastsafetensors `fastsafe_open(nogds=True)`",
     "instant": "instanttensor `safe_open`",
     "wi-manifest": "weight_inspect.torch `load_file(manifest=…)`, verified",
+    "wi-sha256": "weight_inspect.torch `load_file(sha256=…)`, verified",
     "wi-blob": "weight_inspect.torch `load_file` on an HF cache blob (its SHA-256), verified",
     "wi-off": "weight_inspect.torch `load_file(verify=\"off\")`",
+    "wi-manifest-4k": "weight_inspect.torch `load_file(manifest=…)`, verified, `NUMPY_MADVISE_HUGEPAGE=0` (diagnostic)",
 }
 UNVERIFIED = ["st", "st-pread", "runai", "fastsafe", "instant", "wi-off"]
 
@@ -123,7 +137,7 @@ def rss_now() -> int:
     return status("VmRSS")
 
 
-def touch(tensors: Dict[str, Any], kind: str = "page") -> int:
+def touch(tensors: dict[str, Any], kind: str = "page") -> int:
     """``page``: one byte of every 4 KiB of every tensor, and its last byte, summed: every page
     the tensor spans is made resident (a mapped file's pages read in), nothing is copied.
     ``bytes``: every byte of every tensor summed (a full pass over the memory, on top)."""
@@ -142,10 +156,22 @@ def touch(tensors: Dict[str, Any], kind: str = "page") -> int:
     return total
 
 
-def child_load(loader: str, files: List[str], extra: Dict[str, Any]) -> Dict[str, Any]:
+def child_load(loader: str, files: list[str], extra: dict[str, Any]) -> dict[str, Any]:
     """The tensors of every file, by the loader asked for. Runs inside the clock."""
-    out: Dict[str, Any] = {}
-    if loader in ("st", "st-pread"):
+    out: dict[str, Any] = {}
+    if loader == "alloc":
+        # No file: memory for every tensor (the header's sizes), a byte written in each page.
+        import torch
+        from safetensors import safe_open
+
+        for f in files:
+            with safe_open(f, framework="pt") as h:
+                shapes = {k: h.get_slice(k).get_shape() for k in h.keys()}
+            for k, shape in shapes.items():
+                t = torch.empty(shape, dtype=torch.bfloat16)
+                t.reshape(-1).view(torch.uint8)[::PAGE] = 1
+                out[k] = t
+    elif loader in ("st", "st-pread"):
         from safetensors.torch import load_file
 
         for f in files:
@@ -181,13 +207,22 @@ def child_load(loader: str, files: List[str], extra: Dict[str, Any]) -> Dict[str
     elif loader.startswith("wi-"):
         from weight_inspect.torch import load_file
 
-        for f in files:
+        loader = loader.removesuffix("-4k")
+        kinds = []
+        for f, digest in zip(files, extra["sha256"]):
+            # verify="required" for the verified variants: a load that checked nothing fails.
             if loader == "wi-manifest":
-                out.update(load_file(f, manifest=extra["manifest"]))
+                got = load_file(f, manifest=extra["manifest"], verify="required")
+            elif loader == "wi-sha256":
+                got = load_file(f, sha256=digest, verify="required")
             elif loader == "wi-blob":
-                out.update(load_file(f))
+                got = load_file(f, verify="required")
             else:
-                out.update(load_file(f, verify="off"))
+                got = load_file(f, verify="off")
+            v = getattr(got, "verification", None) or {}
+            kinds.append({k: v[k] for k in v if isinstance(v[k], (str, bool, int))})
+            out.update(got)
+        extra["verification"] = kinds
     else:
         raise SystemExit(f"unknown loader {loader}")
     return out
@@ -197,7 +232,7 @@ def child_import(loader: str) -> None:
     """Everything the loader needs, imported before the clock starts."""
     import torch  # noqa: F401
 
-    if loader.startswith("st"):
+    if loader.startswith("st") or loader == "alloc":
         import safetensors.torch  # noqa: F401
     elif loader == "runai":
         import runai_model_streamer  # noqa: F401
@@ -212,7 +247,7 @@ def child_import(loader: str) -> None:
 def child_main(loader: str, spec: str) -> None:
     extra = json.loads(spec)
     files = extra["files"]
-    result: Dict[str, Any] = {"loader": loader}
+    result: dict[str, Any] = {"loader": loader}
     try:
         child_import(loader)
         result["rss_start"] = rss_now()
@@ -231,7 +266,9 @@ def child_main(loader: str, spec: str) -> None:
             tensor_bytes=sum(t.numel() * t.element_size() for t in tensors.values()),
             check=check,
         )
-    except BaseException as e:  # reported as the loader's result, not a crash of the run
+        if "verification" in extra:
+            result["verification"] = extra["verification"]
+    except BaseException as e:  # noqa: BLE001 - reported as the loader's result, not a crash of the run
         msg = f"{type(e).__name__}: {e}".strip().splitlines()
         result["error"] = msg[0][:300] if msg else type(e).__name__
     print("RESULT " + json.dumps(result), flush=True)
@@ -258,11 +295,11 @@ def read_whole(path: Path) -> None:
             pass
 
 
-def resident_bytes(paths: List[Path]) -> Optional[int]:
+def resident_bytes(paths: list[Path]) -> int | None:
     """Bytes of these files in the page cache (util-linux fincore), None without it."""
     if not shutil.which("fincore"):
         return None
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, paths)], capture_output=True, text=True)
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, paths)], capture_output=True, text=True, check=False)
     if out.returncode:
         return None
     return sum(int(x) for x in out.stdout.split())
@@ -287,7 +324,7 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def find_cli(given: Optional[str]) -> Optional[str]:
+def find_cli(given: str | None) -> str | None:
     if given:
         return given
     for c in (Path(sys.executable).parent / "weight-inspect", ROOT / "target/release/weight-inspect", ROOT / "target/debug/weight-inspect"):
@@ -296,11 +333,11 @@ def find_cli(given: Optional[str]) -> Optional[str]:
     return shutil.which("weight-inspect")
 
 
-def prepare(scratch: Path, size_mib: int, shards: int, models: List[str], cli: Optional[str]) -> Dict[str, Dict[str, Any]]:
+def prepare(scratch: Path, size_mib: int, shards: int, models: list[str], cli: str | None) -> dict[str, dict[str, Any]]:
     """Writes (or reuses) the models, their manifests and their HF cache layouts."""
     tensor_bytes = size_mib * MIB // N_TENSORS
     file_bytes_min = N_TENSORS * tensor_bytes
-    out: Dict[str, Dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for model in models:
         folder = scratch / model
         folder.mkdir(parents=True, exist_ok=True)
@@ -327,7 +364,7 @@ def prepare(scratch: Path, size_mib: int, shards: int, models: List[str], cli: O
         if cli:
             manifest = folder / "model.manifest.json"
             args = [cli, "manifest", "create", "-o", str(manifest), *(map(str, files) if index is None else [str(index)])]
-            r = subprocess.run(args, capture_output=True, text=True)
+            r = subprocess.run(args, capture_output=True, text=True, check=False)
             if r.returncode:
                 manifest_error = f"manifest create failed: {r.stderr.strip()[-300:]}"
                 manifest = None
@@ -373,7 +410,27 @@ def prepare(scratch: Path, size_mib: int, shards: int, models: List[str], cli: O
     return out
 
 
-def run_child(loader: str, model: Dict[str, Any], timeout: float, touch_kind: str) -> Dict[str, Any]:
+def busy_seconds() -> float:
+    """CPU time every process on the machine has used since boot (all cores, /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(limit: float) -> float:
+    """Waits (at most `limit` seconds) for a second in which the rest of the machine used under
+    a tenth of a core; returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        b0 = busy_seconds()
+        time.sleep(1.0)
+        if busy_seconds() - b0 < 0.1:
+            break
+    return time.monotonic() - start
+
+
+def run_child(loader: str, model: dict[str, Any], timeout: float, touch_kind: str) -> dict[str, Any]:
     if loader.startswith("wi-") and loader == "wi-manifest" and not model["manifest"]:
         return {"loader": loader, "error": model["manifest_error"]}
     spec = {
@@ -384,13 +441,18 @@ def run_child(loader: str, model: Dict[str, Any], timeout: float, touch_kind: st
     }
     env = dict(os.environ)
     env.setdefault("RUNAI_STREAMER_LOG_LEVEL", "WARNING")
+    # "-4k": NumPy (whose arrays weight_inspect.torch reads into) asks for no huge pages.
+    env.pop("NUMPY_MADVISE_HUGEPAGE", None)
+    if loader.endswith("-4k"):
+        env["NUMPY_MADVISE_HUGEPAGE"] = "0"
+    busy0 = busy_seconds()
     p = subprocess.Popen([sys.executable, __file__, "--child", loader, json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     start = time.monotonic()
     # wait4 gives the child's own rusage (peak RSS, CPU including its imports).
     stdout_chunks = []
     import threading
 
-    err_chunks: List[bytes] = []
+    err_chunks: list[bytes] = []
     t_out = threading.Thread(target=lambda: stdout_chunks.append(p.stdout.read()))
     t_err = threading.Thread(target=lambda: err_chunks.append(p.stderr.read()))
     t_out.start()
@@ -403,7 +465,7 @@ def run_child(loader: str, model: Dict[str, Any], timeout: float, touch_kind: st
     t_out.join()
     t_err.join()
     wall = time.monotonic() - start
-    res: Dict[str, Any] = {"loader": loader}
+    res: dict[str, Any] = {"loader": loader}
     for line in b"".join(stdout_chunks).decode(errors="replace").splitlines():
         if line.startswith("RESULT "):
             res = json.loads(line[7:])
@@ -413,6 +475,9 @@ def run_child(loader: str, model: Dict[str, Any], timeout: float, touch_kind: st
     # Not ru_maxrss: Linux carries the parent's peak into a child's across fork and exec.
     res["cpu_process"] = ru.ru_utime + ru.ru_stime
     res["process_wall"] = wall
+    # What the rest of the machine used meanwhile (this script's parent's share is negligible):
+    # a run that shared the cores with something else shows it here.
+    res["others_cpu"] = max(0.0, busy_seconds() - busy0 - res["cpu_process"])
     return res
 
 
@@ -420,12 +485,12 @@ def fmt_mib(b: float) -> str:
     return f"{b / MIB:,.0f} MiB"
 
 
-def summarize(results: List[Dict[str, Any]], models: Dict[str, Dict[str, Any]], loaders: List[str], modes: List[str]) -> str:
+def summarize(results: list[dict[str, Any]], models: dict[str, dict[str, Any]], loaders: list[str], modes: list[str]) -> str:
     lines = [
-        "| model | loader | page cache | time, min–max of runs (median) | peak RSS | peak − RSS at start | CPU s (median) |",
-        "|---|---|---|---|---|---|---|",
+        "| model | loader | page cache | time, min–max of runs (median) | peak RSS | peak − RSS at start | CPU s (median) | others' CPU s (max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    summary: Dict[tuple, Dict[str, Any]] = {}
+    summary: dict[tuple, dict[str, Any]] = {}
     for model in models:
         for loader in loaders:
             for mode in modes:
@@ -433,7 +498,7 @@ def summarize(results: List[Dict[str, Any]], models: Dict[str, Dict[str, Any]], 
                 ok = [r for r in rs if "time" in r]
                 if not ok:
                     err = rs[0].get("error", "not run") if rs else "not run"
-                    lines.append(f"| {model} | {LABELS[loader]} | {mode} | not measured: {err} | | | |")
+                    lines.append(f"| {model} | {LABELS[loader]} | {mode} | not measured: {err} | | | | |")
                     continue
                 times = [r["time"] for r in ok]
                 peak = max(r["peak_rss"] for r in ok)
@@ -443,12 +508,12 @@ def summarize(results: List[Dict[str, Any]], models: Dict[str, Dict[str, Any]], 
                 note = "" if len(ok) == len(rs) else f" ({len(rs) - len(ok)} failed)"
                 lines.append(
                     f"| {model} | {LABELS[loader]} | {mode} | {min(times):.2f}–{max(times):.2f} s ({statistics.median(times):.2f}){note} "
-                    f"| {fmt_mib(peak)} | {fmt_mib(held)} | {cpu:.2f} |"
+                    f"| {fmt_mib(peak)} | {fmt_mib(held)} | {cpu:.2f} | {max(r.get('others_cpu', 0.0) for r in ok):.1f} |"
                 )
     # The sums of the touched bytes must agree: each loader gave the file's bytes.
     checks = {}
     for r in results:
-        if "check" in r:
+        if "check" in r and r["loader"] != "alloc":
             checks.setdefault(r["model"], set()).add(r["check"])
     agree = all(len(v) == 1 for v in checks.values())
     lines.append("")
@@ -509,6 +574,7 @@ def main() -> None:
     ap.add_argument("--json", help="write every run here")
     ap.add_argument("--weight-inspect", dest="cli", help="the weight-inspect CLI that writes the manifests")
     ap.add_argument("--touch", choices=["page", "bytes"], default="page", help="after the load, read a byte of every page (default) or every byte")
+    ap.add_argument("--wait-idle", type=float, default=300, help="before each run, wait up to this many seconds for an idle second (0: never wait)")
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args()
     if a.quick:
@@ -523,7 +589,7 @@ def main() -> None:
         ap.error(f"{scratch} is not empty and was not made by this script: give another --dir")
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / MARKER).touch()
-    results: List[Dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
     try:
         cli = find_cli(a.cli)
         models = prepare(scratch, a.size_mib, a.shards, a.models.split(","), cli)
@@ -541,10 +607,14 @@ def main() -> None:
                             for p in model["paths"]:
                                 read_whole(p)
                             left = resident_bytes(model["paths"])
+                        waited = wait_idle(a.wait_idle) if a.wait_idle > 0 else 0.0
                         r = run_child(loader, model, a.timeout, a.touch)
+                        r["waited_idle"] = waited
                         r.update(model=model_name, mode=mode, run=run, resident_before=left)
                         results.append(r)
-                        shown = f"{r['time']:.2f} s, peak {fmt_mib(r['peak_rss'])}, cpu {r['cpu']:.2f} s" if "time" in r else r.get("error")
+                        shown = f"{r['time']:.2f} s, peak {fmt_mib(r['peak_rss'])}, cpu {r['cpu']:.2f} s, others {r['others_cpu']:.1f} s" if "time" in r else r.get("error")
+                        if r.get("verification"):
+                            shown += f", verification {r['verification'][0]}"
                         print(f"[{mode} {run + 1}/{a.runs}] {model_name} {loader}: {shown} (resident before: {left})", file=sys.stderr, flush=True)
         head = [
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, Linux {platform.release()}; {versions()}.",
