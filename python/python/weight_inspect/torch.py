@@ -272,7 +272,15 @@ class safe_open:
         file = self._open()
         rows = [self._rows[name] for name in names]
         try:
-            arrays = _verified.read(file, [i for i, _ in rows], [row[4] for _, row in rows])
+            # torch's allocator, not NumPy's: NumPy asks for huge pages, whose first write cost
+            # 1.7-1.9 s per GiB on the benchmark's machine against 0.84-1.08 s without
+            # (BENCHMARKS.md, the NUMPY_MADVISE_HUGEPAGE=0 row).
+            arrays = _verified.read(
+                file,
+                [i for i, _ in rows],
+                [row[4] for _, row in rows],
+                lambda n: torch.empty(n, dtype=torch.uint8).numpy(),
+            )
         except LocalError as e:  # a file that changed while it was read; VerificationError passes
             raise SafetensorError(str(e)) from e
         raws = [torch.from_numpy(a) for a in arrays]
