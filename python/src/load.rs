@@ -29,6 +29,18 @@ pub fn failure(e: &LoadError) -> Failure {
     }
 }
 
+/// `verify` and `sha256` as the library takes them (`ValueError` naming what is wrong).
+fn parse_args(verify: &str, sha256: Option<&str>) -> PyResult<(Verify, Option<Sha256Hex>)> {
+    let verify: Verify = verify
+        .parse()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{e}")))?;
+    let sha256 = sha256
+        .map(|s| s.parse::<Sha256Hex>())
+        .transpose()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("sha256: {e}")))?;
+    Ok((verify, sha256))
+}
+
 /// A model file open for verified reads (`weight_inspect._native.verified_open`).
 #[pyclass(frozen, module = "weight_inspect._native", name = "VerifiedFile")]
 pub struct NativeVerifiedFile {
@@ -47,13 +59,7 @@ pub fn verified_open(
     lock: Option<PathBuf>,
     sha256: Option<&str>,
 ) -> PyResult<NativeVerifiedFile> {
-    let verify: Verify = verify
-        .parse()
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{e}")))?;
-    let sha256 = sha256
-        .map(|s| s.parse::<Sha256Hex>())
-        .transpose()
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("sha256: {e}")))?;
+    let (verify, sha256) = parse_args(verify, sha256)?;
     let opts = LoadOptions {
         verify,
         manifest,
@@ -81,13 +87,7 @@ pub fn verified_bytes<'py>(
     Option<Bound<'py, PyDict>>,
     Bound<'py, PyAny>,
 )> {
-    let verify: Verify = verify
-        .parse()
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{e}")))?;
-    let sha256 = sha256
-        .map(|s| s.parse::<Sha256Hex>())
-        .transpose()
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("sha256: {e}")))?;
+    let (verify, sha256) = parse_args(verify, sha256)?;
     let name = std::path::Path::new("<bytes>");
     let (header, v) = py
         .detach(|| weight_inspect::load::check_bytes(name, data, sha256.as_ref(), verify))
