@@ -250,10 +250,13 @@ fn from_expectation(
         })));
     }
     if !f.tensors.is_empty() {
+        // By name, once: a file of many tensors is matched in linear time, not quadratic.
+        let by_name: std::collections::HashMap<&str, &crate::manifest::TensorExpectation> =
+            f.tensors.iter().map(|e| (e.name.as_str(), e)).collect();
         let mut out = Vec::with_capacity(tensors.len());
         let mut complete = true;
         for (index, t) in tensors.iter().enumerate() {
-            let Some(e) = f.tensors.iter().find(|e| e.name == t.name) else {
+            let Some(e) = by_name.get(t.name.as_str()) else {
                 complete = false;
                 break;
             };
