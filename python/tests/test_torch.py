@@ -242,6 +242,35 @@ def test_nothing_to_check_against_is_said_or_refused(
         wt.load_file(model, verify="sometimes")  # type: ignore[arg-type]
 
 
+def test_install_required_refuses_what_nothing_checks(model: Path, tmp_path: Path) -> None:
+    # install(verify="required"): every PyTorch load through safetensors' names must be
+    # checked; an unreferenced file is an error there, a referenced one loads.
+    import safetensors
+    import safetensors.torch as st
+
+    with pytest.raises(ValueError, match="verify must be"):
+        wt.install(verify="sometimes")  # type: ignore[arg-type]
+    assert st.load_file is not wt.load_file, "a refused install() rebinds nothing"
+    original = st.load_file
+    wt.install(verify="required")
+    try:
+        for read in (
+            lambda: st.load_file(str(model)),
+            lambda: st.load(model.read_bytes()),
+            lambda: safetensors.safe_open(str(model), framework="pt").get_tensor("a.weight"),
+        ):
+            with pytest.raises(IntegrityError) as e:
+                read()
+            assert e.value.reason == "no_reference"
+        checked = st.load_file(str(model), manifest=_manifest(model, tmp_path / "m.json"))
+        assert checked.verification["checked"]
+        _same(checked)
+        assert not st.load_file(str(model), verify="off").verification["checked"]
+    finally:
+        wt.uninstall()
+    assert st.load_file is original
+
+
 def test_a_file_truncated_after_it_was_opened_raises_and_does_not_crash(model: Path) -> None:
     for kw in ({}, {"sha256": _sha(model)}):
         data = model.read_bytes()

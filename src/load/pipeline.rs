@@ -1,13 +1,16 @@
 //! One pass over a file: its bytes read by position, in order, into the caller's memory (or a
 //! scratch block for bytes nobody keeps), and handed as they arrive to hashing threads that
 //! check each region (a tensor, a chunk, the whole file) against its digest while the next
-//! block is read. Reading takes one core, hashing the others.
+//! block is read. Reading takes one core, hashing the others; a helper thread asks the kernel
+//! for the destinations' fresh pages ahead of the reader, so that their page faults (the
+//! largest cost of reading into new memory) are not paid on the reader's thread.
 
+use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::manifest::{HashAlgorithm, Hasher};
 
@@ -98,6 +101,9 @@ pub(crate) fn run<'d>(
         }
     }
     let owners = assign(regions, threads);
+    let ranges: Vec<Range<u64>> = dests.iter().map(|(r, _)| r.clone()).collect();
+    let pieces = Pieces::new(dests);
+    let read_done = AtomicBool::new(false);
     std::thread::scope(|s| -> io::Result<()> {
         let mut senders: Vec<SyncSender<(u64, Block<'d>)>> = Vec::new();
         for mine in owners.iter().filter(|m| !m.is_empty()) {
@@ -113,50 +119,151 @@ pub(crate) fn run<'d>(
                 }
             }
         };
-        let mut pool: Vec<Arc<Vec<u8>>> = Vec::new();
-        let mut dests = dests.into_iter().peekable();
-        for span in spans {
-            let mut at = span.start;
-            while at < span.end {
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                if dests.peek().is_some_and(|(r, _)| r.start == at) {
-                    let (r, mut rest) = dests.next().expect("peeked");
-                    let mut pos = r.start;
-                    while !rest.is_empty() {
-                        if stop.load(Ordering::Relaxed) {
-                            return Ok(());
-                        }
-                        let n = rest.len().min(BLOCK);
-                        let (piece, tail) = std::mem::take(&mut rest).split_at_mut(n);
-                        rest = tail;
-                        src.read_at(piece, pos)?;
-                        let piece: &'d [u8] = piece;
-                        if !senders.is_empty() {
-                            send(pos, Block::Kept(piece));
-                        }
-                        pos += n as u64;
-                    }
-                    at = r.end;
-                    continue;
-                }
-                // Bytes nobody keeps: up to the next destination or the span's end.
-                let until = dests
-                    .peek()
-                    .map_or(span.end, |(r, _)| r.start.min(span.end));
-                let n = usize::try_from(until - at).unwrap_or(usize::MAX).min(BLOCK);
-                let mut buf = take_scratch(&mut pool, n);
-                let v = Arc::get_mut(&mut buf).expect("a scratch block no thread holds");
-                src.read_at(&mut v[..n], at)?;
-                send(at, Block::Scratch(Arc::clone(&buf), n));
-                pool.push(buf);
-                at += n as u64;
-            }
+        if pieces.worth_prefaulting() {
+            let (pieces, stop, read_done) = (&pieces, &stop, &read_done);
+            s.spawn(move || pieces.prefault_ahead(stop, read_done));
         }
-        Ok(())
+        let read = || -> io::Result<()> {
+            let mut pool: Vec<Arc<Vec<u8>>> = Vec::new();
+            let mut dests = ranges.iter().peekable();
+            for span in &spans {
+                let mut at = span.start;
+                while at < span.end {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    if let Some(r) = dests.next_if(|r| r.start == at) {
+                        for _ in 0..r.end.saturating_sub(r.start).div_ceil(BLOCK as u64) {
+                            if stop.load(Ordering::Relaxed) {
+                                return Ok(());
+                            }
+                            let (pos, piece) = pieces.next().ok_or_else(|| {
+                                io::Error::other(
+                                    "the destinations' pieces ran out before their bytes",
+                                )
+                            })?;
+                            src.read_at(piece, pos)?;
+                            let piece: &'d [u8] = piece;
+                            if !senders.is_empty() {
+                                send(pos, Block::Kept(piece));
+                            }
+                        }
+                        at = r.end;
+                        continue;
+                    }
+                    // Bytes nobody keeps: up to the next destination or the span's end.
+                    let until = dests.peek().map_or(span.end, |r| r.start.min(span.end));
+                    let n = usize::try_from(until - at).unwrap_or(usize::MAX).min(BLOCK);
+                    let mut buf = take_scratch(&mut pool, n);
+                    let v = Arc::get_mut(&mut buf).expect("a scratch block no thread holds");
+                    src.read_at(&mut v[..n], at)?;
+                    send(at, Block::Scratch(Arc::clone(&buf), n));
+                    pool.push(buf);
+                    at += n as u64;
+                }
+            }
+            Ok(())
+        };
+        let result = read();
+        // Whatever happened, the helper has nothing left to prepare.
+        read_done.store(true, Ordering::Relaxed);
+        result
     })?;
     Ok(outcome.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The destinations cut into blocks of at most [`BLOCK`] bytes, in file order, each handed to
+/// the reader once ([`Pieces::next`]). A helper thread ([`Pieces::prefault_ahead`]) takes
+/// them from the front first and has their pages faulted in before passing them on; when the
+/// reader catches up with it, the reader takes the next piece as it is (and faults its pages
+/// in itself while reading), so the helper only ever saves time.
+struct Pieces<'d> {
+    state: Mutex<PieceState<'d>>,
+    ready: Condvar,
+}
+
+struct PieceState<'d> {
+    /// Not yet taken, in order.
+    pending: VecDeque<(u64, &'d mut [u8])>,
+    /// Prefaulted, in order; every one of them precedes every pending one.
+    prepared: VecDeque<(u64, &'d mut [u8])>,
+    /// The helper holds the piece between `prepared` and `pending`.
+    busy: bool,
+}
+
+impl<'d> Pieces<'d> {
+    fn new(dests: Vec<(Range<u64>, &'d mut [u8])>) -> Pieces<'d> {
+        let mut pending = VecDeque::new();
+        for (r, mut rest) in dests {
+            let mut pos = r.start;
+            while !rest.is_empty() {
+                let n = rest.len().min(BLOCK);
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                rest = tail;
+                pending.push_back((pos, piece));
+                pos += n as u64;
+            }
+        }
+        Pieces {
+            state: Mutex::new(PieceState {
+                pending,
+                prepared: VecDeque::new(),
+                busy: false,
+            }),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PieceState<'d>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// More than one block to read into: a helper thread pays for itself.
+    fn worth_prefaulting(&self) -> bool {
+        self.lock().pending.len() > 1
+    }
+
+    /// The next piece in file order (`None` when none is left).
+    fn next(&self) -> Option<(u64, &'d mut [u8])> {
+        let mut st = self.lock();
+        loop {
+            if let Some(p) = st.prepared.pop_front() {
+                return Some(p);
+            }
+            if !st.busy {
+                return st.pending.pop_front();
+            }
+            st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The helper: faults in the pending pieces' pages, front first, until none is left, the
+    /// pass stops or the reader is done (or the kernel cannot: then the reader faults them).
+    fn prefault_ahead(&self, stop: &AtomicBool, read_done: &AtomicBool) {
+        loop {
+            let (at, piece) = {
+                let mut st = self.lock();
+                if stop.load(Ordering::Relaxed) || read_done.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(p) = st.pending.pop_front() else {
+                    return;
+                };
+                st.busy = true;
+                p
+            };
+            let faulted = crate::format::mmap::prefault(piece);
+            {
+                let mut st = self.lock();
+                st.prepared.push_back((at, piece));
+                st.busy = false;
+            }
+            self.ready.notify_all();
+            if !faulted {
+                return;
+            }
+        }
+    }
 }
 
 /// A scratch block of at least `n` bytes no hashing thread holds any more (a new one when
@@ -320,6 +427,55 @@ mod tests {
         let out = run(&bytes[..], &regions, Vec::new(), 1).unwrap();
         assert_eq!(out.failed.len(), 1);
         assert_eq!(out.failed[0].0, 0);
+    }
+
+    #[test]
+    fn pieces_come_in_order_whoever_prepares_them() {
+        let mut a = vec![0u8; BLOCK * 3 + 1];
+        let mut b = [0u8; 7];
+        let mut c = [0u8; 0];
+        let n = a.len() as u64;
+        let pieces = Pieces::new(vec![
+            (0..n, &mut a[..]),
+            (n..n, &mut c[..]),
+            (n + 10..n + 17, &mut b[..]),
+        ]);
+        assert!(pieces.worth_prefaulting());
+        let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
+        let got: Vec<(u64, usize)> = std::thread::scope(|s| {
+            s.spawn(|| pieces.prefault_ahead(&stop, &done));
+            std::iter::from_fn(|| pieces.next())
+                .map(|(at, p)| (at, p.len()))
+                .collect()
+        });
+        let b = BLOCK as u64;
+        assert_eq!(
+            got,
+            vec![
+                (0, BLOCK),
+                (b, BLOCK),
+                (2 * b, BLOCK),
+                (3 * b, 1),
+                (n + 10, 7)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_source_that_ends_early_stops_the_helper_too() {
+        // Three blocks to read into, the source holding one and a half: an error, no hang.
+        let bytes = vec![5u8; BLOCK + BLOCK / 2];
+        let mut dest = vec![0u8; BLOCK * 3];
+        let regions = [region(0..bytes.len() as u64, &bytes, HashAlgorithm::Sha256)];
+        let e = run(
+            &bytes[..],
+            &regions,
+            vec![(0..BLOCK as u64 * 3, &mut dest[..])],
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(dest[..BLOCK].iter().all(|&x| x == 5));
     }
 
     #[test]

@@ -34,6 +34,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, Literal, Self, cast
 
 import numpy as np
@@ -403,7 +404,7 @@ def _patch(module: object, name: str, value: Any) -> None:
         setattr(module, name, value)
 
 
-def install(*, strategy: Strategy = "eager") -> None:
+def install(*, strategy: Strategy = "eager", verify: Verify = "auto") -> None:
     """Make safetensors' loaders load through this module: ``safetensors.torch.load_file``,
     ``load`` and ``safe_open``, ``safetensors.safe_open`` (``framework="pt"`` served here, NumPy
     by :func:`weight_inspect.safe_open`), and the names modules of transformers, accelerate,
@@ -416,18 +417,39 @@ def install(*, strategy: Strategy = "eager") -> None:
 
     ``safe_open`` opened through safetensors' names takes ``strategy`` (``"eager"`` by default:
     transformers reads every tensor of a file, so the file is read in one verified pass).
-    :func:`uninstall` restores the originals. A module imported for the first time while
-    installed keeps what it imported (call ``install()`` after importing it)."""
+    ``verify`` is the default of every PyTorch load made through them: ``"required"`` makes a
+    file with nothing to check it against an error (``IntegrityError``) instead of a warning,
+    for a deployment where every weight must have been checked. :func:`uninstall` restores the
+    originals. A module imported for the first time while installed keeps what it imported
+    (call ``install()`` after importing it)."""
     import safetensors
     import safetensors.torch as st
 
     from . import safe_open as numpy_safe_open
 
+    if strategy not in ("lazy", "eager"):
+        raise ValueError(f"strategy must be 'lazy' or 'eager', not {strategy!r}")
+    if verify not in ("auto", "required", "off"):
+        raise ValueError(f"verify must be 'auto', 'required' or 'off', not {verify!r}")
+
     def opened(filename: PathLike, framework: str = "pt", device: Any = "cpu", **kw: Any) -> Any:
         if framework in _PT_FRAMEWORKS:
             kw.setdefault("strategy", strategy)
+            kw.setdefault("verify", verify)
             return safe_open(filename, framework, device, **kw)
         return numpy_safe_open(filename, framework, device, **kw)
+
+    our_load_file: Callable[..., LoadedTensors] = load_file
+    our_load: Callable[..., LoadedTensors] = load
+    if verify != "auto":
+
+        def our_load_file(filename: PathLike, device: Any = "cpu", **kw: Any) -> LoadedTensors:
+            kw.setdefault("verify", verify)
+            return load_file(filename, device, **kw)
+
+        def our_load(data: bytes, **kw: Any) -> LoadedTensors:
+            kw.setdefault("verify", verify)
+            return load(data, **kw)
 
     # transformers' loading modules, imported (when transformers is there) so the scan below
     # finds the names they bound.
@@ -438,14 +460,14 @@ def install(*, strategy: Strategy = "eager") -> None:
             except Exception as e:  # noqa: BLE001 - transformers absent, or an extra missing
                 _log.debug("weight_inspect.torch.install: %s not imported: %s", name, e)
     theirs = (
-        (getattr(st, "load_file", None), load_file),
-        (getattr(st, "load", None), load),
+        (getattr(st, "load_file", None), our_load_file),
+        (getattr(st, "load", None), our_load),
         (getattr(st, "safe_open", None), opened),
         (getattr(safetensors, "safe_open", None), opened),
     )
     originals = {id(f): ours for f, ours in theirs if callable(f)}
-    _patch(st, "load_file", load_file)
-    _patch(st, "load", load)
+    _patch(st, "load_file", our_load_file)
+    _patch(st, "load", our_load)
     _patch(st, "safe_open", opened)
     _patch(safetensors, "safe_open", opened)
     # Every module that imported one of them by name (transformers' quantizers and models
