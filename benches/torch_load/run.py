@@ -49,8 +49,10 @@ Loaders (``--loaders``, comma-separated; all by default):
                 symlinks): the file's SHA-256, its blob's name, is the reference
   wi-off        weight_inspect.torch.load_file(f, verify="off")
   wi-manifest-4k  wi-manifest with NUMPY_MADVISE_HUGEPAGE=0 in the child's environment (a
-                diagnostic: weight_inspect.torch reads into NumPy arrays, which NumPy backs with
-                transparent huge pages when the kernel's THP mode is "madvise")
+                diagnostic: weight_inspect.torch read into NumPy arrays, which NumPy backs with
+                transparent huge pages when the kernel's THP mode is "madvise", until commit
+                483fd69; it now reads into torch's own allocations, and this row should match
+                wi-manifest's)
 
 runai-model-streamer and fastsafetensors read with O_DIRECT here (ext4): they bypass the page
 cache, so "warm" is a disk read for them too, and they leave no page of the file cached.
@@ -94,6 +96,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +169,7 @@ def child_load(loader: str, files: list[str], extra: dict[str, Any]) -> dict[str
 
         for f in files:
             with safe_open(f, framework="pt") as h:
-                shapes = {k: h.get_slice(k).get_shape() for k in h.keys()}
+                shapes = {k: h.get_slice(k).get_shape() for k in h.keys()}  # noqa: SIM118 - a safe_open handle
             for k, shape in shapes.items():
                 t = torch.empty(shape, dtype=torch.bfloat16)
                 t.reshape(-1).view(torch.uint8)[::PAGE] = 1
@@ -196,13 +199,13 @@ def child_load(loader: str, files: list[str], extra: dict[str, Any]) -> dict[str
         from fastsafetensors import fastsafe_open
 
         with fastsafe_open(files, framework="pt", device="cpu", nogds=True) as f:
-            for k in f.keys():
+            for k in f.keys():  # noqa: SIM118 - a safe_open handle
                 out[k] = f.get_tensor(k)
     elif loader == "instant":
         import instanttensor
 
         with instanttensor.safe_open(files, framework="pt", device="cpu") as f:
-            for k in f.keys():
+            for k in f.keys():  # noqa: SIM118 - a safe_open handle
                 out[k] = f.get_tensor(k)
     elif loader.startswith("wi-"):
         from weight_inspect.torch import load_file
@@ -247,14 +250,22 @@ def child_import(loader: str) -> None:
 def child_main(loader: str, spec: str) -> None:
     extra = json.loads(spec)
     files = extra["files"]
+    child_measure(loader, extra, lambda: child_import(loader), lambda: child_load(loader, files, extra))
+
+
+def child_measure(loader: str, extra: dict[str, Any], do_import: Callable[[], object], do_load: Callable[[], dict[str, Any]]) -> None:
+    """The child's measurement, printed as its ``RESULT`` line, then the process ends:
+    ``do_import()`` before the clock, then, inside it, ``do_load()`` (the tensors) and the touch
+    of every tensor (``extra["touch"]``). ``extra["verification"]`` and ``extra["report"]``
+    (a dict), when ``do_load`` left them, are reported too."""
     result: dict[str, Any] = {"loader": loader}
     try:
-        child_import(loader)
+        do_import()
         result["rss_start"] = rss_now()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         b0 = busy_seconds()
         t0 = time.perf_counter()
-        tensors = child_load(loader, files, extra)
+        tensors = do_load()
         check = touch(tensors, extra.get("touch", "page"))
         t1 = time.perf_counter()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -274,6 +285,7 @@ def child_main(loader: str, spec: str) -> None:
         )
         if "verification" in extra:
             result["verification"] = extra["verification"]
+        result.update(extra.get("report", {}))
     except BaseException as e:  # noqa: BLE001 - reported as the loader's result, not a crash of the run
         msg = f"{type(e).__name__}: {e}".strip().splitlines()
         result["error"] = msg[0][:300] if msg else type(e).__name__
@@ -447,11 +459,17 @@ def run_child(loader: str, model: dict[str, Any], timeout: float, touch_kind: st
     }
     env = dict(os.environ)
     env.setdefault("RUNAI_STREAMER_LOG_LEVEL", "WARNING")
-    # "-4k": NumPy (whose arrays weight_inspect.torch reads into) asks for no huge pages.
+    # "-4k": NumPy (whose arrays weight_inspect.torch read into before 483fd69) asks for no huge pages.
     env.pop("NUMPY_MADVISE_HUGEPAGE", None)
     if loader.endswith("-4k"):
         env["NUMPY_MADVISE_HUGEPAGE"] = "0"
-    p = subprocess.Popen([sys.executable, __file__, "--child", loader, json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return spawn_child([sys.executable, __file__, "--child", loader, json.dumps(spec)], env, timeout, loader)
+
+
+def spawn_child(argv: list[str], env: dict[str, str], timeout: float, loader: str) -> dict[str, Any]:
+    """Runs a child (killed after `timeout` seconds) and returns its ``RESULT`` line's dict (or
+    ``{"loader": loader, "error": …}``), with its CPU time from wait4 and its wall time."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     start = time.monotonic()
     # wait4 gives the child's own rusage (peak RSS, CPU including its imports).
     stdout_chunks = []
@@ -481,6 +499,35 @@ def run_child(loader: str, model: dict[str, Any], timeout: float, touch_kind: st
     res["cpu_process"] = ru.ru_utime + ru.ru_stime
     res["process_wall"] = wall
     return res
+
+
+def measured_run(label: str, mode: str, paths: list[Path], go: Callable[[], dict[str, Any]], tags: dict[str, Any], idle: float, retries: int) -> dict[str, Any]:
+    """One run of a child (`go`): the files' pages dropped (``cold``) or read whole (``warm``)
+    just before, an idle second waited for (up to `idle` seconds), and the run done again, up to
+    `retries` times, if the rest of the machine used over 0.3 s + 30% of its time. Each attempt
+    is printed to stderr after `label`; the last one's result is returned, with `tags`."""
+    for attempt in range(retries + 1):
+        if mode == "cold":
+            for p in paths:
+                drop_pages(p)
+        else:
+            for p in paths:
+                read_whole(p)
+        waited = wait_idle(idle) if idle > 0 else 0.0
+        left = resident_bytes(paths)
+        r = go()
+        r.update(**tags, resident_before=left, waited_idle=waited, attempt=attempt)
+        shown = f"{r['time']:.2f} s, peak {fmt_mib(r['peak_rss'])}, cpu {r['cpu']:.2f} s, others {r['others_cpu']:.1f} s" if "time" in r else r.get("error")
+        if r.get("verification"):
+            shown += f", verification {r['verification'][0]}"
+        # A run that shared the cores with something else is done again.
+        shared = "time" in r and r["others_cpu"] > 0.3 + 0.3 * r["time"]
+        again = shared and "time" in r and attempt < retries
+        print(f"{label}: {shown} (resident before: {left}){' - shared the cores: again' if again else ''}", file=sys.stderr, flush=True)
+        r["shared"] = shared
+        if not again:
+            break
+    return r
 
 
 def fmt_mib(b: float) -> str:
@@ -548,11 +595,11 @@ def summarize(results: list[dict[str, Any]], models: dict[str, dict[str, Any]], 
     return "\n".join(lines)
 
 
-def versions() -> str:
+def versions(names: tuple[str, ...] = ("torch", "safetensors", "runai-model-streamer", "fastsafetensors", "instanttensor", "numpy", "weight-inspect")) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     parts = [f"Python {platform.python_version()}"]
-    for name in ("torch", "safetensors", "runai-model-streamer", "fastsafetensors", "instanttensor", "numpy", "weight-inspect"):
+    for name in names:
         try:
             parts.append(f"{name} {version(name)}")
         except PackageNotFoundError:
@@ -604,28 +651,16 @@ def main() -> None:
             for model_name, model in models.items():
                 for loader in loaders:
                     for mode in modes:
-                        for attempt in range(a.retries + 1):
-                            if mode == "cold":
-                                for p in model["paths"]:
-                                    drop_pages(p)
-                            else:
-                                for p in model["paths"]:
-                                    read_whole(p)
-                            waited = wait_idle(a.wait_idle) if a.wait_idle > 0 else 0.0
-                            left = resident_bytes(model["paths"])
-                            r = run_child(loader, model, a.timeout, a.touch)
-                            r.update(model=model_name, mode=mode, run=run, resident_before=left, waited_idle=waited, attempt=attempt)
-                            shown = f"{r['time']:.2f} s, peak {fmt_mib(r['peak_rss'])}, cpu {r['cpu']:.2f} s, others {r['others_cpu']:.1f} s" if "time" in r else r.get("error")
-                            if r.get("verification"):
-                                shown += f", verification {r['verification'][0]}"
-                            # A run that shared the cores with something else is done again.
-                            shared = "time" in r and r["others_cpu"] > 0.3 + 0.3 * r["time"]
-                            again = shared and "time" in r and attempt < a.retries
-                            print(f"[{mode} {run + 1}/{a.runs}] {model_name} {loader}: {shown} (resident before: {left}){' - shared the cores: again' if again else ''}", file=sys.stderr, flush=True)
-                            r["shared"] = shared
-                            if not again:
-                                results.append(r)
-                                break
+                        r = measured_run(
+                            f"[{mode} {run + 1}/{a.runs}] {model_name} {loader}",
+                            mode,
+                            model["paths"],
+                            lambda: run_child(loader, model, a.timeout, a.touch),  # noqa: B023 - called at once
+                            {"model": model_name, "mode": mode, "run": run},
+                            a.wait_idle,
+                            a.retries,
+                        )
+                        results.append(r)
         head = [
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, Linux {platform.release()}; {versions()}.",
             f"Touch after the load: {'one byte of every 4 KiB page' if a.touch == 'page' else 'every byte'} of every tensor. Models: single = 1 file, sharded = {a.shards} files + index; {N_TENSORS} bf16 tensors of {a.size_mib * 1024 // N_TENSORS:,} KiB per file; {a.runs} run(s) per loader and page-cache state.",
