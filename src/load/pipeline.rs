@@ -91,6 +91,18 @@ pub(crate) fn run<'d>(
     threads: usize,
 ) -> io::Result<Outcome> {
     dests.sort_by_key(|(r, _)| r.start);
+    if let Some((r, _)) = dests
+        .iter()
+        .find(|(r, buf)| r.end.checked_sub(r.start) != Some(buf.len() as u64))
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "memory for bytes {}..{} is not of their length",
+                r.start, r.end
+            ),
+        ));
+    }
     let spans = spans(regions, &dests);
     let stop = AtomicBool::new(false);
     let outcome = Mutex::new(Outcome::default());
@@ -476,6 +488,14 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         assert!(dest[..BLOCK].iter().all(|&x| x == 5));
+    }
+
+    #[test]
+    fn memory_not_of_its_range_length_is_refused() {
+        let bytes = [0u8; 100];
+        let mut dest = [0u8; 10];
+        let e = run(&bytes[..], &[], vec![(0..20, &mut dest[..])], 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]
