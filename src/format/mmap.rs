@@ -1,5 +1,5 @@
 //! The one place with `unsafe`: memory-mapping a model file read-only, and asking the kernel
-//! for the pages of memory about to be written ([`prefault`]).
+//! for the pages of memory about to be written (`prefault`).
 
 use std::fs::File;
 use std::io;
