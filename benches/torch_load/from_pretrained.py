@@ -67,7 +67,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -371,21 +370,16 @@ def main() -> None:
                     results.append(r)
         c = model["config"]
         head = [
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, Linux {platform.release()}; {bench.versions(PACKAGES)}.",
+            bench.machine(bench.versions(PACKAGES)),
             (
                 f"Model: LlamaConfig, {c['num_hidden_layers']} layers, hidden {c['hidden_size']}, intermediate {c['intermediate_size']}, {c['num_attention_heads']} heads ({c['num_key_value_heads']} key-value), vocabulary {c['vocab_size']}, untied; "
                 f"{bench.fmt_mib(model['bytes'])} of bf16 safetensors in {len(model['shards'])} file(s) (`save_pretrained(max_shard_size=\"{a.max_shard_size}\")`), laid out as a Hugging Face cache. "
-                f"`AutoModelForCausalLM.from_pretrained(snapshot, dtype=torch.bfloat16)`, then a byte of every 4 KiB page of every tensor touched, inside the clock; install(strategy=\"{a.strategy}\"); {a.runs} run(s) per loader and page-cache state."
+                f"`AutoModelForCausalLM.from_pretrained(snapshot, dtype=torch.bfloat16)`, then a byte of every 4 KiB page of every tensor touched, inside the clock; install(strategy=\"{a.strategy}\", verify=\"required\"); {a.runs} run(s) per loader and page-cache state."
             ),
             f"Command: {' '.join(['python', 'benches/torch_load/from_pretrained.py', *sys.argv[1:]])}",
             "",
         ]
-        text = "\n".join(head) + summarize(results, loaders, modes)
-        print(text)
-        if a.out:
-            Path(a.out).write_text(text + "\n")
-        if a.json:
-            Path(a.json).write_text(json.dumps(results, indent=1, default=str))
+        bench.report("\n".join(head) + summarize(results, loaders, modes), results, a.out, a.json)
     finally:
         if not a.keep:
             shutil.rmtree(scratch, ignore_errors=True)

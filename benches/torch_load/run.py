@@ -530,6 +530,21 @@ def measured_run(label: str, mode: str, paths: list[Path], go: Callable[[], dict
     return r
 
 
+def machine(versions_line: str) -> str:
+    """The report's first line: the machine, then the packages' versions."""
+    gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    return f"Machine: {platform.machine()}, {os.cpu_count()} cores, {gib:.0f} GiB, Linux {platform.release()}; {versions_line}."
+
+
+def report(text: str, results: list[dict[str, Any]], out: str | None, json_path: str | None) -> None:
+    """Prints the Markdown report and writes it to `out`, and every run to `json_path`, when given."""
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+
+
 def fmt_mib(b: float) -> str:
     return f"{b / MIB:,.0f} MiB"
 
@@ -662,17 +677,12 @@ def main() -> None:
                         )
                         results.append(r)
         head = [
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / (1 << 30):.0f} GiB, Linux {platform.release()}; {versions()}.",
+            machine(versions()),
             f"Touch after the load: {'one byte of every 4 KiB page' if a.touch == 'page' else 'every byte'} of every tensor. Models: single = 1 file, sharded = {a.shards} files + index; {N_TENSORS} bf16 tensors of {a.size_mib * 1024 // N_TENSORS:,} KiB per file; {a.runs} run(s) per loader and page-cache state.",
             f"Command: {' '.join(['python', 'benches/torch_load/run.py', *sys.argv[1:]])}",
             "",
         ]
-        text = "\n".join(head) + summarize(results, models, loaders, modes)
-        print(text)
-        if a.out:
-            Path(a.out).write_text(text + "\n")
-        if a.json:
-            Path(a.json).write_text(json.dumps(results, indent=1, default=str))
+        report("\n".join(head) + summarize(results, models, loaders, modes), results, a.out, a.json)
     finally:
         if not a.keep:
             shutil.rmtree(scratch, ignore_errors=True)
