@@ -394,3 +394,133 @@ fn bytes_in_memory_are_checked_against_a_digest() {
     let e = weight_inspect::load::check_bytes(name, &bytes, None, Verify::Required).unwrap_err();
     assert!(matches!(e, LoadError::NoReference { .. }));
 }
+
+/// Tensor `i` of `shared` as handed out (`None` unless checked).
+fn handed(shared: &weight_inspect::load::SharedFile, i: usize) -> Option<Vec<u8>> {
+    let (ptr, len) = shared.hand_out(i)?;
+    // SAFETY: `hand_out` gives the address and length of a checked tensor inside the map,
+    // which `shared` keeps alive; nothing writes it meanwhile.
+    #[allow(unsafe_code)]
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    Some(bytes.to_vec())
+}
+
+#[test]
+fn shared_tensors_are_checked_through_the_map_before_they_are_handed_out() {
+    let d = tempfile::tempdir().unwrap();
+    let p = model(d.path());
+    let m = d.path().join("m.json");
+    write_manifest(&p, &m, |_| {});
+    let opts = LoadOptions {
+        manifest: Some(m),
+        ..LoadOptions::default()
+    };
+    let f = VerifiedFile::open(&p, &opts).unwrap();
+    let want = expected(&p, &f);
+    let shared = f.share().unwrap();
+    assert!(handed(&shared, 2).is_none(), "unchecked: not handed out");
+    f.check_shared(&shared, &[2]).unwrap();
+    assert_eq!(handed(&shared, 2).unwrap(), want[2]);
+    assert!(
+        handed(&shared, 1).is_none(),
+        "each tensor checked on its own"
+    );
+    f.check_shared(&shared, &[0, 1, 2, 3]).unwrap();
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&handed(&shared, i).unwrap(), w);
+    }
+    assert!(f.check_shared(&shared, &[9]).is_err());
+    drop(shared);
+
+    flip(&p, "b.big");
+    let f = VerifiedFile::open(&p, &opts).unwrap();
+    let shared = f.share().unwrap();
+    let e = f.check_shared(&shared, &[0, 1]).unwrap_err();
+    assert_eq!(mismatch(&e), vec!["b.big".to_string()]);
+    assert!(
+        handed(&shared, 1).is_none(),
+        "a damaged tensor is never handed out"
+    );
+    // Asked again, it fails again; the others load.
+    assert!(f.check_shared(&shared, &[1]).unwrap_err().is_mismatch());
+    f.check_shared(&shared, &[3]).unwrap();
+    assert_eq!(handed(&shared, 3).unwrap(), Vec::<u8>::new());
+}
+
+#[test]
+fn a_shared_file_with_one_digest_is_checked_whole_at_the_first_tensor() {
+    let d = tempfile::tempdir().unwrap();
+    let p = model(d.path());
+    let opts = LoadOptions {
+        sha256: Some(sha256_of(&p)),
+        ..LoadOptions::default()
+    };
+    let f = VerifiedFile::open(&p, &opts).unwrap();
+    let want = expected(&p, &f);
+    let shared = f.share().unwrap();
+    f.check_shared(&shared, &[2]).unwrap();
+    // The whole file matched: every tensor may be handed out.
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&handed(&shared, i).unwrap(), w);
+    }
+    drop(shared);
+    flip(&p, "c.bias");
+    let f = VerifiedFile::open(&p, &opts).unwrap();
+    let shared = f.share().unwrap();
+    let e = f.check_shared(&shared, &[0]).unwrap_err();
+    assert!(
+        e.to_string().contains("which tensor differs is not known"),
+        "{e}"
+    );
+    assert!((0..4).all(|i| handed(&shared, i).is_none()));
+}
+
+#[test]
+fn shared_tensors_keep_their_bytes_when_the_file_is_truncated_and_rewritten() {
+    let d = tempfile::tempdir().unwrap();
+    let p = model(d.path());
+    let opts = LoadOptions {
+        sha256: Some(sha256_of(&p)),
+        ..LoadOptions::default()
+    };
+    let f = VerifiedFile::open(&p, &opts).unwrap();
+    let want = expected(&p, &f);
+    let shared = f.share().unwrap();
+    f.check_shared(&shared, &[0, 1, 2, 3]).unwrap();
+    assert_eq!(
+        shared.lease(),
+        weight_inspect::format::mmap::LeaseState::Held
+    );
+    // Another program empties the file, then writes other bytes (an open that waits for the
+    // lease to be given up: the map's pages are copies by then).
+    let status = std::process::Command::new("sh")
+        .args(["-c", ": > \"$1\" && head -c 4096 /dev/zero > \"$1\"", "sh"])
+        .arg(&p)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 4096);
+    assert_eq!(
+        shared.lease(),
+        weight_inspect::format::mmap::LeaseState::Copied
+    );
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&handed(&shared, i).unwrap(), w);
+    }
+}
+
+#[test]
+fn a_file_open_for_writing_is_not_shared_and_says_why() {
+    let d = tempfile::tempdir().unwrap();
+    let p = model(d.path());
+    let f = VerifiedFile::open(&p, &LoadOptions::default()).unwrap();
+    let writer = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    let e = f.share().unwrap_err();
+    assert!(matches!(e, LoadError::Unshared { .. }), "{e}");
+    assert!(e.to_string().contains("open for writing"), "{e}");
+    drop(writer);
+    // Nothing to check against: shared as it is (the file's verification says so).
+    let shared = f.share().unwrap();
+    f.check_shared(&shared, &[0]).unwrap();
+    assert_eq!(handed(&shared, 0).unwrap(), expected(&p, &f)[0]);
+}

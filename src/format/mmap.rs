@@ -1,5 +1,6 @@
-//! The one place with `unsafe`: memory-mapping a model file read-only, and asking the kernel
-//! for the pages of memory about to be written (`prefault`).
+//! The one place with `unsafe`: memory-mapping a model file read-only ([`Mmap`]) or
+//! copy-on-write under a read lease ([`LeasedMap`]), and asking the kernel for the pages of
+//! memory about to be written (`prefault`).
 
 use std::fs::File;
 use std::io;
@@ -198,50 +199,14 @@ impl Mmap {
         let (first, last) = (pages.start, pages.end);
         let len = last - first;
         let copied = map.len().min(last) - first;
-        let base = map.as_ptr();
-        #[allow(unsafe_code)]
         // SAFETY: `first..last` lies within the mapping (page-aligned, and the mapping covers
-        // the whole pages of the file's length). The anonymous pages are new and private;
-        // `copied` bytes are read from the map (inside its length) into them. `mremap` with
-        // MREMAP_FIXED atomically replaces the mapping at `base + first` with them: the
-        // addresses stay valid and hold the same bytes, so every `&[u8]` borrowed from the map
-        // still reads exactly what it read. The pages are made read-only before the swap, as
-        // the map was. memmap2 unmaps the whole original range when the map is dropped, which
-        // unmaps the moved pages too.
+        // the whole pages of the file's length), `copied` bytes of it inside the map's length;
+        // the map was made read-only and stays so. memmap2 unmaps the whole original range
+        // when the map is dropped, which unmaps the moved pages too.
+        #[allow(unsafe_code)]
         unsafe {
-            let anon = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if anon == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            std::ptr::copy_nonoverlapping(base.add(first), anon.cast::<u8>(), copied);
-            let fail = |anon| {
-                let e = io::Error::last_os_error();
-                libc::munmap(anon, len);
-                Err(e)
-            };
-            if libc::mprotect(anon, len, libc::PROT_READ) != 0 {
-                return fail(anon);
-            }
-            let target = base.add(first).cast_mut().cast::<libc::c_void>();
-            let moved = libc::mremap(
-                anon,
-                len,
-                len,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                target,
-            );
-            if moved == libc::MAP_FAILED {
-                return fail(anon);
-            }
+            swap_in_copy(map.as_ptr(), first, len, copied, libc::PROT_READ)
         }
-        Ok(())
     }
 
     /// The whole pages that hold `range` (clipped to the map): `None` when that is empty.
@@ -388,6 +353,386 @@ impl Mmap {
     }
 }
 
+/// Replaces the `len` bytes of mapping at `base + first` (page-aligned) with new anonymous
+/// pages holding a copy of their first `copied` bytes (the rest zeros), protected `prot`.
+///
+/// # Safety
+///
+/// `base + first .. base + first + len` must be whole pages of one live mapping of this
+/// process, its first `copied` bytes readable. The addresses stay valid and read the same
+/// bytes: `mremap` with `MREMAP_FIXED` swaps the new pages in atomically. A write to those
+/// bytes by another thread between the copy and the swap is lost: the caller makes sure
+/// there is none, or accepts that.
+#[allow(unsafe_code)]
+unsafe fn swap_in_copy(
+    base: *const u8,
+    first: usize,
+    len: usize,
+    copied: usize,
+    prot: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the caller's contract. The anonymous pages are new and private; `copied`
+    // bytes are read from the mapping into them before they are made `prot` and moved over
+    // the old pages, whose addresses so stay mapped throughout.
+    unsafe {
+        let anon = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if anon == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        std::ptr::copy_nonoverlapping(base.add(first), anon.cast::<u8>(), copied);
+        let fail = |anon| {
+            let e = io::Error::last_os_error();
+            libc::munmap(anon, len);
+            Err(e)
+        };
+        if libc::mprotect(anon, len, prot) != 0 {
+            return fail(anon);
+        }
+        let target = base.add(first).cast_mut().cast::<libc::c_void>();
+        let moved = libc::mremap(
+            anon,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            target,
+        );
+        if moved == libc::MAP_FAILED {
+            return fail(anon);
+        }
+    }
+    Ok(())
+}
+
+/// A private, writable (copy-on-write) map of a whole file, held under a read lease so that
+/// no change to the file can fault or change it: the page cache's own pages, shared with
+/// every other reader of the file until somebody writes them.
+///
+/// This is what a loader that hands out tensors sharing memory with the file needs (PyTorch
+/// tensors as safetensors' mmap makes them: writable, their writes private). What keeps the
+/// process alive is the lease (`fcntl(F_SETLEASE, F_RDLCK)`): the kernel grants it only while
+/// nobody has the file open for writing, and before anybody opens it for writing or truncates
+/// it, the kernel signals the holder (`SIGIO`) and holds the writer back (up to
+/// `/proc/sys/fs/lease-break-time` seconds, 45 by default). A thread of this module then
+/// replaces every page of every map of that file with anonymous copies of its bytes, 2 MiB at
+/// a time at the same addresses (as [`Mmap::detach`] does), and lets the writer go. The map so
+/// keeps the bytes it had, whatever the writer does: [`LeaseState::Copied`]. Copying costs
+/// anonymous memory of the map's size, once, and only when the file is written. A write into
+/// the map by another thread of the process while its 2 MiB are being copied may be lost.
+///
+/// A lease is granted on a local file system to the file's owner (or a process with
+/// `CAP_LEASE`), never while the file is open for writing: [`LeasedMap::open`] fails
+/// otherwise (`WouldBlock` for a writer, the system's error for the rest), and a caller
+/// reads the file by position instead. The first map installs a handler for `SIGIO` (which
+/// otherwise ends the process): a program that replaces it loses the copies (the writer then
+/// goes on after the lease-break time), and so does a map larger than can be copied in that
+/// time ([`LeaseState::Lost`] when copying failed).
+///
+/// Bytes are read through [`LeasedMap::bytes`] and handed out through [`LeasedMap::as_ptr`];
+/// the promise between the two (never a range borrowed for reading while it may be written
+/// through a pointer handed out) is the caller's, as each says.
+#[derive(Debug)]
+pub struct LeasedMap {
+    map: Option<memmap2::MmapMut>,
+    /// The file's own open description: it holds the lease and the shared `flock`.
+    file: File,
+    len: usize,
+    id: u64,
+    state: Mutex<LeaseState>,
+}
+
+/// What became of a [`LeasedMap`]'s lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held: the map's pages are the page cache's, and nobody can write the file.
+    Held,
+    /// Somebody opened the file for writing: every page of the map was made a private copy
+    /// first, the lease given up. The bytes are those the file had.
+    Copied,
+    /// Somebody opened the file for writing and the pages could not all be copied (memory
+    /// refused): what the map reads may change, or fault.
+    Lost,
+}
+
+/// Maps holding a lease, for the thread that answers lease breaks.
+static LEASED: Mutex<Vec<(u64, std::sync::Weak<LeasedMap>)>> = Mutex::new(Vec::new());
+/// The thread that answers lease breaks, started with the first lease (its outcome kept).
+static WATCHER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+
+impl LeasedMap {
+    /// Map the file open as `file` (a new open description of it, so that the lease and the
+    /// lock live exactly as long as the map), under a read lease and a shared `flock`.
+    ///
+    /// Fails, without mapping, where a lease cannot be had: the file open for writing
+    /// anywhere (`WouldBlock`), a writer holding `flock`'s exclusive lock (`WouldBlock`),
+    /// another owner, a network or FUSE file system, a system without leases (their error).
+    pub fn open(file: &File) -> io::Result<std::sync::Arc<LeasedMap>> {
+        #[cfg(target_os = "linux")]
+        {
+            Self::open_linux(file)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = file;
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "read leases are a Linux facility",
+            ))
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn open_linux(file: &File) -> io::Result<std::sync::Arc<LeasedMap>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        if let Err(why) = WATCHER.get_or_init(start_watcher) {
+            return Err(io::Error::other(why.clone()));
+        }
+        // A new open description of the same file (not a duplicate descriptor: leases and
+        // `flock` belong to the description, and the caller's may outlive the map).
+        let own = File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        let (a, b) = (file.metadata()?, own.metadata()?);
+        if (a.dev(), a.ino()) != (b.dev(), b.ino()) || !b.is_file() {
+            return Err(io::Error::other("the file reopened is not the file given"));
+        }
+        // Registered under the lock, before the lease exists: a break arriving meanwhile
+        // waits for the lock and then finds the map.
+        let mut leased = LEASED.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: F_SETLEASE takes an int argument and touches no memory of ours.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::fcntl(own.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EAGAIN) => io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the file is open for writing (no read lease while it is)",
+                ),
+                _ => io::Error::new(e.kind(), format!("no read lease on the file: {e}")),
+            });
+        }
+        let unlease = |own: &File| {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::fcntl(own.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK)
+            };
+        };
+        // A file system without `flock` has no writer holding it either.
+        if let Ok(false) = fs4::fs_std::FileExt::try_lock_shared(&own) {
+            unlease(&own);
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "another process holds an exclusive lock on the file (it is being written)",
+            ));
+        }
+        // The length now that nobody can write it.
+        let len = match usize::try_from(own.metadata()?.len()) {
+            Ok(n) => n,
+            Err(_) => {
+                unlease(&own);
+                return Err(io::Error::other("the file is larger than memory can map"));
+            }
+        };
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the map is private (copy-on-write): writes through it never reach the
+            // file. Nobody can write or truncate the file without breaking the lease just
+            // taken, and a break makes every page of the map a private copy before the
+            // writer goes on (the watcher thread): no read of the map can fault or see bytes
+            // change behind a reference.
+            #[allow(unsafe_code)]
+            match unsafe { memmap2::MmapOptions::new().len(len).map_copy(&own) } {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    unlease(&own);
+                    return Err(e);
+                }
+            }
+        };
+        let map = std::sync::Arc::new(LeasedMap {
+            map,
+            file: own,
+            len,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(LeaseState::Held),
+        });
+        leased.retain(|(_, w)| w.strong_count() > 0);
+        leased.push((map.id, std::sync::Arc::downgrade(&map)));
+        Ok(map)
+    }
+
+    /// The number of bytes mapped (the file's length when it was mapped).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the file was empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What became of the lease.
+    pub fn state(&self) -> LeaseState {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The bytes of `range` (`None` outside the map), to read (to hash).
+    ///
+    /// The map is writable through the pointers [`LeasedMap::as_ptr`] hands out: the caller
+    /// borrows here only bytes it has not handed out (a loader hashes a tensor before it
+    /// hands it out, never after), so no write can alias the borrow.
+    pub fn bytes(&self, range: Range<usize>) -> Option<&[u8]> {
+        if range.start > range.end || range.end > self.len {
+            return None;
+        }
+        let Some(map) = &self.map else {
+            return Some(&[]);
+        };
+        // SAFETY: `range` lies inside the mapping (checked), which lives as long as `self`.
+        // Its bytes cannot change behind the borrow: the file cannot be written while the
+        // lease is held, a break copies pages without changing a byte, and writes through
+        // the pointers handed out touch only ranges the caller no longer borrows (this
+        // function's contract).
+        #[allow(unsafe_code)]
+        Some(unsafe { std::slice::from_raw_parts(map.as_ptr().add(range.start), range.len()) })
+    }
+
+    /// The address of byte `offset` (at most the length), for memory handed out to be read
+    /// and written as the caller's own (a tensor's storage). Valid as long as the map lives.
+    pub fn as_ptr(&self, offset: usize) -> Option<*mut u8> {
+        let map = self.map.as_ref()?;
+        (offset <= self.len).then(|| map.as_ptr().wrapping_add(offset).cast_mut())
+    }
+
+    /// Tell the kernel `range` will be read soon. Best effort.
+    pub fn will_need(&self, range: Range<usize>) {
+        if let Some(map) = &self.map {
+            let end = range.end.min(self.len);
+            if range.start < end {
+                let _ = map.advise_range(memmap2::Advice::WillNeed, range.start, end - range.start);
+            }
+        }
+    }
+
+    /// Every page replaced by an anonymous copy of its bytes, 2 MiB at a time: what a lease
+    /// break needs before the writer may go on (a private file mapping's own copies of written
+    /// pages do not survive a truncation: the kernel unmaps them too).
+    fn copy_all(&self) -> LeaseState {
+        let Some(map) = &self.map else {
+            return LeaseState::Copied;
+        };
+        let page = page_size();
+        let whole = self.len.div_ceil(page) * page;
+        let step = (2 << 20) / page * page;
+        let mut at = 0;
+        while at < whole {
+            let len = step.min(whole - at);
+            let copied = len.min(self.len - at);
+            // SAFETY: `at..at + len` are whole pages of the mapping (it covers the whole pages
+            // of its length), `copied` of its bytes inside that length, readable: the file
+            // is unchanged while the writer waits for the lease. The pages stay writable, as
+            // the map was. A write into these pages by another thread during the copy of
+            // this step may be lost (documented on the type).
+            #[allow(unsafe_code)]
+            let r = unsafe {
+                swap_in_copy(
+                    map.as_ptr(),
+                    at,
+                    len,
+                    copied,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            };
+            if r.is_err() {
+                return LeaseState::Lost;
+            }
+            at += len;
+        }
+        LeaseState::Copied
+    }
+
+    /// Answer a break of this map's lease, if there is one: copy, then let go of the lease.
+    #[cfg(target_os = "linux")]
+    fn answer_break(&self) {
+        use std::os::fd::AsRawFd;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if *state != LeaseState::Held {
+            return;
+        }
+        let fd = self.file.as_raw_fd();
+        // SAFETY: F_GETLEASE takes no argument and touches no memory of ours.
+        #[allow(unsafe_code)]
+        let held = unsafe { libc::fcntl(fd, libc::F_GETLEASE) };
+        if held == libc::F_RDLCK {
+            return; // not this one: a break asks for F_UNLCK
+        }
+        *state = self.copy_all();
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK)
+        };
+    }
+}
+
+impl Drop for LeasedMap {
+    fn drop(&mut self) {
+        LEASED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _)| *id != self.id);
+        // Unmapped before the lease goes (the file's description closes after this).
+        drop(self.map.take());
+    }
+}
+
+/// Installs the `SIGIO` handler (it writes a byte to a pipe) and starts the thread that reads
+/// the pipe and answers every lease break.
+#[cfg(target_os = "linux")]
+fn start_watcher() -> Result<(), String> {
+    use std::io::Read;
+    let (mut rx, tx) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+    signal_hook::low_level::pipe::register(signal_hook::consts::SIGIO, tx)
+        .map_err(|e| format!("cannot handle SIGIO for read leases: {e}"))?;
+    std::thread::Builder::new()
+        .name("wi-lease-breaks".into())
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            loop {
+                match rx.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return,
+                }
+                let maps: Vec<std::sync::Arc<LeasedMap>> = LEASED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .filter_map(|(_, w)| w.upgrade())
+                    .collect();
+                for map in maps {
+                    map.answer_break();
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_watcher() -> Result<(), String> {
+    Err("read leases are a Linux facility".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::Mmap;
@@ -476,5 +821,56 @@ mod tests {
         assert!(FileExt::try_lock_exclusive(&writer).unwrap());
         let e = Mmap::open_path(f.path()).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+    }
+    /// A leased map keeps the bytes it had when another program truncates and rewrites the
+    /// file (without the lease this read would be SIGBUS); its pages are then copies.
+    #[test]
+    fn a_leased_map_outlives_the_file_truncated_and_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let data: Vec<u8> = (0..3 * 4096 + 77).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let map = super::LeasedMap::open(&file).unwrap();
+        assert_eq!(map.state(), super::LeaseState::Held);
+        assert!(map.bytes(0..data.len()).unwrap() == &data[..]);
+        // Another process truncates the file (the shell's `>`: an open that blocks, where
+        // `truncate(1)` opens without blocking and is refused once): the kernel holds it back
+        // until the map's pages are copies.
+        let status = std::process::Command::new("sh")
+            .args(["-c", ": > \"$1\"", "sh"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        std::fs::write(&path, vec![0xEEu8; data.len()]).unwrap();
+        assert_eq!(map.state(), super::LeaseState::Copied);
+        assert!(map.bytes(0..data.len()).unwrap() == &data[..]);
+        assert!(map.bytes(0..data.len() + 1).is_none());
+    }
+
+    /// No lease on a file open for writing: the caller is told so (and reads by position).
+    #[test]
+    fn no_lease_while_the_file_is_open_for_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let writer = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let e = super::LeasedMap::open(&file).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        drop(writer);
+        let map = super::LeasedMap::open(&file).unwrap();
+        assert_eq!(map.bytes(2..4).unwrap(), b"23");
+        // Writes through the map are the process's own: the file keeps its bytes.
+        let p = map.as_ptr(2).unwrap();
+        // SAFETY: byte 2 lies inside the map, which lives; nothing borrows it now.
+        #[allow(unsafe_code)]
+        unsafe {
+            p.write(b'X')
+        };
+        assert_eq!(map.bytes(2..3).unwrap(), b"X");
+        assert_eq!(std::fs::read(&path).unwrap(), b"0123456789");
     }
 }

@@ -75,6 +75,11 @@ impl FileReader {
         Ok(FileReader { file, stamp })
     }
 
+    /// The file open.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Its size when it was opened: every range read lies within it.
     pub fn len(&self) -> u64 {
         self.stamp.size

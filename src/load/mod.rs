@@ -24,6 +24,7 @@
 
 mod pipeline;
 pub mod reference;
+mod shared;
 
 use std::io;
 use std::ops::Range;
@@ -40,6 +41,7 @@ use crate::names::escape;
 use pipeline::Region;
 use reference::{Digests, TensorDigest};
 pub use reference::{Reference, ReferenceSource};
+pub use shared::SharedFile;
 
 /// How much a load checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -136,6 +138,16 @@ pub enum LoadError {
         /// Why.
         message: String,
     },
+    /// The file cannot be mapped for tensors that share its memory (no read lease on it: open
+    /// for writing elsewhere, another owner, a network file system): read it by position.
+    #[error("{}: its memory cannot be shared safely: {source}", path.display())]
+    Unshared {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
     /// A tensor asked for twice, one the file does not have, or a destination of the wrong size.
     #[error("{}: {message}", path.display())]
     Request {
@@ -155,7 +167,8 @@ impl LoadError {
             | LoadError::Invalid { path, .. }
             | LoadError::NoReference { path }
             | LoadError::Reference { path, .. }
-            | LoadError::Request { path, .. } => path,
+            | LoadError::Request { path, .. }
+            | LoadError::Unshared { path, .. } => path,
             LoadError::Mismatch(m) => &m.path,
         }
     }
