@@ -471,6 +471,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load::verified_open, m)?)?;
     m.add_function(wrap_pyfunction!(load::verified_bytes, m)?)?;
     m.add_class::<load::NativeVerifiedFile>()?;
+    m.add_class::<load::NativeSharedFile>()?;
+    m.add_class::<load::SharedTensor>()?;
     m.add_class::<NativeModel>()?;
     m.add_class::<buffer::TensorBuffer>()?;
     m.add_class::<download::ProgressEvent>()?;

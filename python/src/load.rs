@@ -2,13 +2,17 @@
 //! ([`weight_inspect::load::VerifiedFile`]) whose tensors are read into memory Python owns
 //! (NumPy arrays, PyTorch tensors through `.numpy()`), with the GIL released.
 
+use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use weight_inspect::format::{DType, Header};
-use weight_inspect::load::{LoadError, LoadOptions, VerifiedFile, Verify};
+use weight_inspect::load::{LoadError, LoadOptions, SharedFile, VerifiedFile, Verify};
 use weight_inspect::manifest::Sha256Hex;
 
 use crate::errors::{Attr, Failure, Kind};
@@ -248,7 +252,128 @@ impl NativeVerifiedFile {
         result.map_err(|e| failure(&e).into())
     }
 
+    /// The file mapped for tensors that share its memory: `(shared, None)`, or `(None, why)`
+    /// where it cannot be held under a read lease (the caller then reads by position).
+    fn share(&self, py: Python<'_>) -> PyResult<(Option<NativeSharedFile>, Option<String>)> {
+        match py.detach(|| self.file.share()) {
+            Ok(shared) => Ok((
+                Some(NativeSharedFile {
+                    shared: Arc::new(shared),
+                }),
+                None,
+            )),
+            Err(e @ LoadError::Unshared { .. }) => Ok((None, Some(e.to_string()))),
+            Err(e) => Err(failure(&e).into()),
+        }
+    }
+
+    /// Checks the tensors `indices` of `shared` through its map (with the GIL released), so
+    /// that [`NativeSharedFile::buffer`] hands them out.
+    fn check_shared(
+        &self,
+        py: Python<'_>,
+        shared: &NativeSharedFile,
+        indices: Vec<usize>,
+    ) -> PyResult<()> {
+        py.detach(|| self.file.check_shared(&shared.shared, &indices))
+            .map_err(|e| failure(&e).into())
+    }
+
     fn __repr__(&self) -> String {
         format!("VerifiedFile({:?})", self.file.path())
+    }
+}
+
+/// A file's tensors as views of a copy-on-write map of it held under a read lease
+/// ([`SharedFile`]).
+#[pyclass(frozen, module = "weight_inspect._native", name = "SharedFile")]
+pub struct NativeSharedFile {
+    shared: Arc<SharedFile>,
+}
+
+#[pymethods]
+impl NativeSharedFile {
+    /// Tensor `index`'s bytes as a writable buffer (`torch.frombuffer`), once checked
+    /// (`VerifiedFile.check_shared`); `ValueError` for one not checked.
+    fn buffer(&self, index: usize) -> PyResult<SharedTensor> {
+        let (ptr, len) = self.shared.hand_out(index).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("tensor {index} has not been checked"))
+        })?;
+        Ok(SharedTensor {
+            shared: Arc::clone(&self.shared),
+            ptr: ptr as usize,
+            len,
+        })
+    }
+
+    /// `"held"` while the map's pages are the page cache's; `"copied"` once somebody opened
+    /// the file for writing and they were copied first; `"lost"` when they could not be.
+    #[getter]
+    fn lease(&self) -> &'static str {
+        lease_name(&self.shared)
+    }
+}
+
+fn lease_name(shared: &SharedFile) -> &'static str {
+    match shared.lease() {
+        weight_inspect::format::mmap::LeaseState::Held => "held",
+        weight_inspect::format::mmap::LeaseState::Copied => "copied",
+        weight_inspect::format::mmap::LeaseState::Lost => "lost",
+    }
+}
+
+/// One checked tensor's bytes in a [`NativeSharedFile`]'s map, exported writable through the
+/// buffer protocol: writes are the process's own (the map is copy-on-write).
+#[pyclass(frozen, module = "weight_inspect._native", name = "SharedTensor")]
+pub struct SharedTensor {
+    /// Keeps the map alive as long as any view of these bytes.
+    shared: Arc<SharedFile>,
+    ptr: usize,
+    len: usize,
+}
+
+#[pymethods]
+impl SharedTensor {
+    /// Export the bytes: writable, one-dimensional, unsigned bytes (format `B`).
+    #[allow(unsafe_code)]
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no Py_buffer to fill"));
+        }
+        let this = slf.get();
+        let len = isize::try_from(this.len)
+            .map_err(|_| PyBufferError::new_err("tensor larger than isize::MAX bytes"))?;
+        // SAFETY: `view` is the non-null `Py_buffer` CPython hands an exporter to fill;
+        // `PyBuffer_FillInfo` stores a new reference to `slf` in `view.obj`, so this exporter,
+        // and the `Arc` of the shared file it holds (and so the map `ptr` points into), lives
+        // as long as any view. `ptr..ptr + len` is a checked tensor's memory inside the map
+        // (`SharedFile::hand_out`), which the library never borrows again once handed out:
+        // writes through the view alias nothing Rust reads. The map is private (copy-on-write),
+        // so writes never reach the file.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), this.ptr as *mut c_void, len, 0, flags)
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    /// The number of bytes.
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    /// The tensors' shared file's lease (see `SharedFile.lease`).
+    #[getter]
+    fn lease(&self) -> &'static str {
+        lease_name(&self.shared)
     }
 }

@@ -272,15 +272,66 @@ def test_install_required_refuses_what_nothing_checks(model: Path, tmp_path: Pat
 
 
 def test_a_file_truncated_after_it_was_opened_raises_and_does_not_crash(model: Path) -> None:
+    # Tensors read by position: the truncation is an error naming it.
     for kw in ({}, {"sha256": _sha(model)}):
         data = model.read_bytes()
-        with wt.safe_open(model, framework="pt", **kw) as f:
+        with wt.safe_open(model, framework="pt", backend="pread", **kw) as f:
+            assert f.memory == "copied"
             os.truncate(model, len(data) // 2)
             with pytest.raises(wi.SafetensorError, match="truncated"):
                 f.get_tensor("b.big")
             with pytest.raises(wi.SafetensorError, match="truncated"):
                 f.get_tensors()
         model.write_bytes(data)
+
+
+def _mapped(p: Path) -> bool:
+    """Whether the process maps the file `p` (its pages shared, not copied)."""
+    inode = os.stat(p).st_ino
+    return any(
+        line.split()[4] == str(inode) for line in Path("/proc/self/maps").read_text().splitlines()
+    )
+
+
+def test_shared_tensors_are_the_files_pages_checked_and_survive_the_file_rewritten(
+    model: Path,
+) -> None:
+    data = model.read_bytes()
+    for kw in ({}, {"sha256": _sha(model)}):
+        got = wt.load_file(model, **kw)
+        assert got.memory == "shared"
+        _same(got)
+        assert _mapped(model)
+        # Writable as safetensors' are; the writes are the process's own.
+        got["a.weight"][0, 0] = 1000.0
+        assert got["a.weight"][0, 0] == 1000.0
+        assert model.read_bytes() == data
+        with wt.safe_open(model, framework="pt", **kw) as f:
+            assert f.memory == "shared"
+            kept = f.get_tensor("b.big")
+        # Another program truncates the file, then writes other bytes: the kernel waits until
+        # the tensors' pages are copies, so nothing faults and nothing changes.
+        os.truncate(model, 0)
+        model.write_bytes(b"\0" * len(data))
+        assert torch.equal(kept, TENSORS["b.big"])
+        assert got["a.weight"][0, 0] == 1000.0
+        assert torch.equal(got["a.weight"][1:], TENSORS["a.weight"][1:])
+        _same({k: v for k, v in got.items() if k != "a.weight"} | {"a.weight": TENSORS["a.weight"]})
+        model.write_bytes(data)
+        del got, kept
+
+
+def test_a_file_open_for_writing_is_read_into_tensors_of_their_own(model: Path) -> None:
+    with model.open("r+b"):
+        with wt.safe_open(model, framework="pt", sha256=_sha(model)) as f:
+            assert f.memory == "copied"
+            _same(f.get_tensors())
+        got = wt.load_file(model, sha256=_sha(model))
+        assert got.memory == "copied"
+        _same(got)
+    assert wt.load_file(model, backend="pread").memory == "copied"
+    with wt.safe_open(model, framework="pt", strategy="eager") as f:
+        assert f.memory == "copied"
 
 
 def test_safetensors_api_details(model: Path, tmp_path: Path) -> None:

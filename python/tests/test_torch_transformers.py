@@ -120,15 +120,16 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, dict[str, Any]]]]:
     """``install()`` for the test, ``uninstall()`` after it whatever happens. Yields the files
-    `weight_inspect.torch` opened (path, ``verification``), recorded by a subclass of its
-    ``safe_open`` that the installed loaders construct (they look the name up when called)."""
+    `weight_inspect.torch` opened (path, ``verification`` and its ``memory``), recorded by a
+    subclass of its ``safe_open`` that the installed loaders construct (they look the name up
+    when called)."""
     _assert_uninstalled()
     opened: list[tuple[str, dict[str, Any]]] = []
 
     class Recording(wt.safe_open):
         def __init__(self, filename: Any, *args: Any, **kwargs: Any) -> None:
             super().__init__(filename, *args, **kwargs)
-            opened.append((str(filename), self.verification))
+            opened.append((str(filename), {**self.verification, "memory": self.memory}))
 
     monkeypatch.setattr(wt, "safe_open", Recording)
     wt.install()
@@ -248,6 +249,8 @@ def test_from_pretrained_through_hf_cache_equals_transformers_own(
         assert v["checked"] is True, (path, v)
         assert v["reference"]["kind"] == "cache-blob", (path, v)
         assert v["granularity"] == "file", (path, v)
+        # Lazy: the tensors are the blob's pages, as safetensors' mmap gives them; eager: copies.
+        assert v["memory"] == ("shared" if strategy == "lazy" else "copied"), (path, v)
     assert weight_inspect_records(caplog) == []
 
 

@@ -15,6 +15,8 @@ _Path: TypeAlias = str | PathLike[str]
 __all__ = [
     "NativeModel",
     "ProgressEvent",
+    "SharedFile",
+    "SharedTensor",
     "TensorBuffer",
     "VerifiedFile",
     "__version__",
@@ -190,6 +192,25 @@ class VerifiedFile:
     def metadata(self) -> dict[str, str] | None: ...
     def verification(self) -> dict[str, Any]: ...
     def read_into(self, indices: Sequence[int], buffers: Sequence[Any]) -> None: ...
+    def share(self) -> tuple[SharedFile | None, str | None]: ...
+    def check_shared(self, shared: SharedFile, indices: Sequence[int]) -> None: ...
+
+@final
+class SharedFile:
+    """A file's tensors as views of a copy-on-write map of it held under a read lease."""
+
+    def buffer(self, index: int) -> SharedTensor: ...
+    @property
+    def lease(self) -> str: ...
+
+@final
+class SharedTensor:
+    """One checked tensor's bytes in a shared file's map (a writable buffer)."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __len__(self) -> int: ...
+    @property
+    def lease(self) -> str: ...
 
 def verified_open(
     path: _Path,

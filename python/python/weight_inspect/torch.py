@@ -1,19 +1,28 @@
 """Verified loading into PyTorch: drop-ins for ``safetensors.torch.load_file``,
 ``safetensors.torch.load`` and ``safetensors.safe_open(filename, framework="pt")`` that check
-every tensor in the same pass that reads it.
+every tensor before it is handed out, in the pass that reads it.
 
-The file is read by position (never through a memory map: a file truncated meanwhile raises an
-error naming it instead of killing the interpreter with ``SIGBUS``), in large blocks, straight
-into the tensors' own memory, with the GIL released; each block is hashed on another core while
-the next is read. What it is checked against is the finest reference found
+Where safetensors shares memory with the file (its default ``backend="mmap"``), so do these:
+tensors are views of the page cache's pages, mapped copy-on-write (writable, their writes the
+process's own), each checked through the map before it is handed out, on every core, with the
+GIL released. The file is held under a read lease meanwhile: before anybody may open it for
+writing or truncate it, the map's pages are made copies of the bytes they held, so no change to
+the file can kill the interpreter with ``SIGBUS`` or change a tensor checked. Where no lease can
+be had (the file open for writing, another owner, a network file system) and with
+``backend="pread"`` or ``strategy="eager"``, tensors are owned copies read by position (never
+through a memory map), in large blocks, straight into the tensors' own memory, each block
+hashed on another core while the next is read. :attr:`safe_open.memory` says which
+(``"shared"`` or ``"copied"``).
+
+What tensors are checked against is the finest reference found
 (:attr:`safe_open.verification` says which):
 
 - a manifest passed as ``manifest=`` (per-tensor SHA-256: a tensor that differs is named), a
   lock file as ``lock=``, or the file's SHA-256 as ``sha256=``;
 - else the manifest published beside the file (``{file}.wi-manifest.json``);
 - else the name of the Hugging Face cache blob the path resolves to (the Hub's SHA-256 of the
-  file, which huggingface_hub and ``wi-fetch`` name blobs by), checked when the whole file has
-  been read.
+  file, which huggingface_hub and ``wi-fetch`` name blobs by), checked over the whole file
+  before the first tensor is handed out (or, for copies, when the whole file has been read).
 
 A tensor that does not match raises :class:`~weight_inspect.errors.VerificationError` (an
 ``IntegrityError``) naming the file and the tensor (``.path``, ``.tensors``), and no tensor of
@@ -21,11 +30,9 @@ that load is returned. A file with nothing to check against loads with that said
 (``verification["checked"]`` is ``False`` and a warning is logged on the ``weight_inspect``
 logger), or is refused with ``verify="required"``; ``verify="off"`` reads without hashing.
 
-Tensors are owned, writable copies (what ``backend="pread"`` gives in safetensors): the bytes
-checked are the bytes returned, and no later change to the file can change them. With
-``strategy="eager"`` the first tensor asked for reads the whole file in one verified pass and
-the others are handed out from it (the read network filesystems need); ``load_file`` reads the
-whole file so. ``install()`` makes safetensors and transformers load through this module.
+With ``strategy="eager"`` the first tensor asked for reads the whole file in one verified pass
+into memory of its own and the others are handed out from it (the read network filesystems
+need). ``install()`` makes safetensors and transformers load through this module.
 """
 
 from __future__ import annotations
@@ -138,9 +145,11 @@ def _native_open(
 
 class LoadedTensors(dict[str, torch.Tensor]):
     """What :func:`load_file` and :func:`load` return: a ``dict`` of tensors by name, with
-    :attr:`verification` (what they were checked against)."""
+    :attr:`verification` (what they were checked against) and :attr:`memory` (``"shared"``:
+    views of the file's pages; ``"copied"``: memory of their own)."""
 
     verification: dict[str, Any]
+    memory: str
 
 
 class _Slice:
@@ -192,14 +201,19 @@ class safe_open:
     ``keys()`` (sorted), ``offset_keys()`` (data order), ``metadata()`` (``None`` without a
     ``__metadata__`` entry), ``get_tensor(name)``, ``get_tensors()`` (every tensor in one pass,
     in data order), ``get_slice(name)`` and the context manager behave as safetensors' do.
-    ``device`` is where tensors go after they are read and checked (on the CPU). ``backend``
-    (``"mmap"`` or ``"pread"``) is accepted as safetensors takes it; both read by position.
+    ``device`` is where tensors go after they are checked (on the CPU).
 
-    ``strategy="lazy"`` (the default) reads each tensor when asked for: checked on its own with
-    a per-tensor or per-chunk reference; with one digest for the whole file, the first read
-    hashes the whole file once (its SHA-256, and a BLAKE3 of each tensor, kept) and each tensor
-    read is then checked against its BLAKE3. ``strategy="eager"`` reads the whole file in one
-    verified pass at the first tensor asked for, and hands each tensor out from it once.
+    ``backend="mmap"`` (the default, as safetensors') with ``strategy="lazy"`` (the default)
+    hands out views of the file's pages (:attr:`memory` is ``"shared"``), the file held under a
+    read lease: each tensor is checked through the map when first asked for with a per-tensor
+    reference; with a per-chunk or whole-file one, the whole file is checked at the first
+    tensor. Without a lease (:attr:`memory` is ``"copied"``, the reason logged at debug level),
+    and with ``backend="pread"``, each tensor is read by position into memory of its own when
+    asked for: checked on its own with a per-tensor or per-chunk reference; with one digest for
+    the whole file, the first read hashes the whole file once (its SHA-256, and a BLAKE3 of each
+    tensor, kept) and each tensor read is then checked against its BLAKE3.
+    ``strategy="eager"`` reads the whole file into memory of its own in one verified pass at the
+    first tensor asked for, and hands each tensor out from it once.
     """
 
     def __init__(
@@ -246,6 +260,16 @@ class safe_open:
         "cache-blob" | "sha256", "path": …}``) and ``granularity`` (``"tensors"``,
         ``"chunks"``, ``"file"``)."""
         self._strategy = strategy
+        self._shared: _native.SharedFile | None = None
+        self.memory = "copied"
+        """``"shared"`` (tensors are views of the file's pages, copy-on-write) or ``"copied"``
+        (tensors are memory of their own, read by position)."""
+        if backend == "mmap" and strategy == "lazy":
+            shared, why = file.share()
+            if shared is None:
+                _log.debug("%s: tensors are read into memory of their own: %s", path, why)
+            else:
+                self._shared, self.memory = shared, "shared"
         self._lock = threading.Lock()
         self._eager: dict[str, torch.Tensor] | None = None
         # An eager read that failed: raised again, never read again (transformers' workers ask
@@ -291,6 +315,25 @@ class safe_open:
             out[name] = self._place(_typed(raw, row[1], list(row[2]), name))
         return out
 
+    def _views(self, names: list[str]) -> dict[str, torch.Tensor]:
+        """The tensors `names` as views of the shared map, checked through it first (none of
+        them on an error)."""
+        file, shared = self._open(), self._shared
+        assert shared is not None
+        rows = [self._rows[name] for name in names]
+        try:
+            file.check_shared(shared, [i for i, _ in rows])
+        except LocalError as e:  # VerificationError passes
+            raise SafetensorError(str(e)) from e
+        out = {}
+        for name, (i, row) in zip(names, rows, strict=True):
+            if row[4]:
+                raw = torch.frombuffer(shared.buffer(i), dtype=torch.uint8)
+            else:
+                raw = torch.empty(0, dtype=torch.uint8)
+            out[name] = self._place(_typed(raw, row[1], list(row[2]), name))
+        return out
+
     def keys(self) -> list[str]:
         """The tensor names, sorted."""
         self._open()
@@ -308,6 +351,8 @@ class safe_open:
     def get_tensor(self, name: str) -> torch.Tensor:
         """The tensor ``name``, read and checked (see the class's docs for ``strategy``)."""
         self._row(name)
+        if self._shared is not None:
+            return self._views([name])[name]
         if self._strategy == "eager":
             with self._lock:
                 if self._failed is not None:
@@ -324,7 +369,9 @@ class safe_open:
         return self._read([name])[name]
 
     def get_tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor, by name, in data order, read in one verified pass."""
+        """Every tensor, by name, in data order, read (or checked) in one verified pass."""
+        if self._shared is not None:
+            return self._views(self.offset_keys())
         return self._read(self.offset_keys())
 
     def get_slice(self, name: str) -> _Slice:
@@ -336,7 +383,9 @@ class safe_open:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Tensors handed out keep the map (and its lease) alive; the rest goes.
         self._file = None
+        self._shared = None
         self._eager = None
 
 
@@ -350,10 +399,11 @@ def load_file(
     sha256: str | None = None,
     verify: Verify = "auto",
 ) -> LoadedTensors:
-    """A drop-in for ``safetensors.torch.load_file``: every tensor of the file, read in one
-    pass straight into its own memory and checked as it is read (see the module's docs). A
-    tensor that differs raises :class:`~weight_inspect.errors.VerificationError` and nothing is
-    returned. The result's ``verification`` says what was checked against."""
+    """A drop-in for ``safetensors.torch.load_file``: every tensor of the file, checked in one
+    pass (see the module's docs): views of the file's pages with ``backend="mmap"`` where the
+    file can be leased, else read straight into memory of their own. A tensor that differs
+    raises :class:`~weight_inspect.errors.VerificationError` and nothing is returned. The
+    result's ``verification`` says what was checked against, ``memory`` how it is held."""
     with safe_open(
         filename,
         framework="pt",
@@ -366,6 +416,7 @@ def load_file(
     ) as f:
         out = LoadedTensors(f.get_tensors())
         out.verification = f.verification
+        out.memory = f.memory
         return out
 
 
@@ -389,6 +440,7 @@ def load(data: bytes, *, sha256: str | None = None, verify: Verify = "auto") -> 
             raw.numpy()[:] = view[offset : offset + n_bytes]
         out[name] = _typed(raw, dtype, list(shape), name)
     out.verification = verification
+    out.memory = "copied"
     return out
 
 
@@ -404,7 +456,7 @@ def _patch(module: object, name: str, value: Any) -> None:
         setattr(module, name, value)
 
 
-def install(*, strategy: Strategy = "eager", verify: Verify = "auto") -> None:
+def install(*, strategy: Strategy = "lazy", verify: Verify = "auto") -> None:
     """Make safetensors' loaders load through this module: ``safetensors.torch.load_file``,
     ``load`` and ``safe_open``, ``safetensors.safe_open`` (``framework="pt"`` served here, NumPy
     by :func:`weight_inspect.safe_open`), and the names modules of transformers, accelerate,
@@ -415,8 +467,11 @@ def install(*, strategy: Strategy = "eager", verify: Verify = "auto") -> None:
         import weight_inspect.torch
         weight_inspect.torch.install()
 
-    ``safe_open`` opened through safetensors' names takes ``strategy`` (``"eager"`` by default:
-    transformers reads every tensor of a file, so the file is read in one verified pass).
+    ``safe_open`` opened through safetensors' names takes ``strategy``: ``"lazy"`` by default,
+    whose tensors share the file's pages as safetensors' do (each file checked through the map
+    before its first tensor is handed out, or each tensor with per-tensor digests);
+    ``"eager"`` reads each file into memory of its own in one verified pass (what network
+    file systems need).
     ``verify`` is the default of every PyTorch load made through them: ``"required"`` makes a
     file with nothing to check it against an error (``IntegrityError``) instead of a warning,
     for a deployment where every weight must have been checked. :func:`uninstall` restores the
