@@ -19,7 +19,8 @@ dtype=torch.bfloat16)`` with ``HF_HUB_OFFLINE=1``:
 
   transformers     transformers' own (safetensors' ``safe_open``, mmap)
   weight_inspect   the same after ``weight_inspect.torch.install(verify="required")``
-                   (``--strategy``, ``eager`` by default, install()'s own; an unchecked load
+                   (``--strategy``, ``lazy`` by default, install()'s own: tensors share the
+                   blobs' pages, each file checked through the map; an unchecked load
                    fails), and the load refused unless weight_inspect.torch
                    opened every shard, each checked against its cache blob
 
@@ -214,7 +215,7 @@ def child_import(loader: str, extra: dict[str, Any]) -> None:
 
             def __init__(self, filename: Any, *args: Any, **kwargs: Any) -> None:
                 super().__init__(filename, *args, **kwargs)
-                opened.append((str(filename), self.verification))
+                opened.append((str(filename), {**self.verification, "memory": self.memory}))
 
         wt.safe_open = Recorded  # install()'s loaders look the name up when called
         t = time.perf_counter()
@@ -324,7 +325,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--loaders", default=",".join(LOADERS))
     ap.add_argument("--modes", default="cold,warm")
-    ap.add_argument("--strategy", choices=["eager", "lazy"], default="eager", help="install(strategy=…) (default eager, install()'s own)")
+    ap.add_argument("--strategy", choices=["eager", "lazy"], default="lazy", help="install(strategy=…) (default lazy, install()'s own)")
     ap.add_argument("--dir", default="/tmp/wi-from-pretrained", help="scratch folder (removed at the end unless --keep)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--out", help="write the Markdown here too")

@@ -29,7 +29,7 @@ exec: file pages it maps count, as do anonymous ones; not ``ru_maxrss``, which o
 from the parent's peak) and its RSS when the clock started (Python, torch and the loader
 imported), so peak − start is what the load itself holds.
 
-Loaders (``--loaders``, comma-separated; all by default):
+Loaders (``--loaders``, comma-separated; all but the diagnostic by default):
 
   alloc         no loader and no file read: torch.empty for every tensor of the header, a byte
                 written in each page: what fresh memory costs, the floor of any loader that
@@ -42,17 +42,21 @@ Loaders (``--loaders``, comma-separated; all by default):
   fastsafe      fastsafetensors' fastsafe_open(files, device="cpu", nogds=True)
   instant       instanttensor.safe_open(files, framework="pt", device="cpu")
   wi-manifest   weight_inspect.torch.load_file(f, manifest=M, verify="required") per file, M
-                written by ``weight-inspect manifest create`` (per-tensor SHA-256)
+                written by ``weight-inspect manifest create`` (per-tensor SHA-256); where the
+                file can be leased (here it can), its tensors share the file's pages, each
+                hashed through the map (``memory == "shared"``, recorded per run)
+  wi-manifest-pread  the same with backend="pread": tensors read by position into memory of
+                their own, hashed as they are read (``memory == "copied"``)
   wi-sha256     weight_inspect.torch.load_file(f, sha256=<the file's>, verify="required")
   wi-blob       weight_inspect.torch.load_file(f, verify="required") on a Hugging Face cache
                 layout (models--bench--NAME/blobs/<sha256>, hard links to the files, snapshot
                 symlinks): the file's SHA-256, its blob's name, is the reference
   wi-off        weight_inspect.torch.load_file(f, verify="off")
-  wi-manifest-4k  wi-manifest with NUMPY_MADVISE_HUGEPAGE=0 in the child's environment (a
-                diagnostic: weight_inspect.torch read into NumPy arrays, which NumPy backs with
-                transparent huge pages when the kernel's THP mode is "madvise", until commit
-                483fd69; it now reads into torch's own allocations, and this row should match
-                wi-manifest's)
+  wi-manifest-4k  wi-manifest-pread with NUMPY_MADVISE_HUGEPAGE=0 in the child's environment
+                (a diagnostic, not run by default: weight_inspect.torch read into NumPy arrays,
+                which NumPy backs with transparent huge pages when the kernel's THP mode is
+                "madvise", until commit 483fd69; it now reads into torch's own allocations, and
+                this row should match wi-manifest-pread's)
 
 runai-model-streamer and fastsafetensors read with O_DIRECT here (ext4): they bypass the page
 cache, so "warm" is a disk read for them too, and they leave no page of the file cached.
@@ -105,7 +109,8 @@ MIB = 1 << 20
 PAGE = 4096
 N_TENSORS = 64
 MARKER = ".wi-torch-load"  # a scratch folder this script made (and may remove)
-ALL_LOADERS = ["alloc", "st", "st-pread", "st+sha256", "runai", "fastsafe", "instant", "wi-manifest", "wi-sha256", "wi-blob", "wi-off", "wi-manifest-4k"]
+ALL_LOADERS = ["alloc", "st", "st-pread", "st+sha256", "runai", "fastsafe", "instant", "wi-manifest", "wi-manifest-pread", "wi-sha256", "wi-blob", "wi-off", "wi-manifest-4k"]
+DEFAULT_LOADERS = [l for l in ALL_LOADERS if l != "wi-manifest-4k"]
 LABELS = {
     "alloc": "(floor, no file read) `torch.empty` per tensor + a byte written per page",
     "st": "safetensors `load_file` (mmap)",
@@ -115,10 +120,11 @@ LABELS = {
     "fastsafe": "fastsafetensors `fastsafe_open(nogds=True)`",
     "instant": "instanttensor `safe_open`",
     "wi-manifest": "weight_inspect.torch `load_file(manifest=…)`, verified",
+    "wi-manifest-pread": "weight_inspect.torch `load_file(manifest=…, backend=\"pread\")`, verified, copies",
     "wi-sha256": "weight_inspect.torch `load_file(sha256=…)`, verified",
     "wi-blob": "weight_inspect.torch `load_file` on an HF cache blob (its SHA-256), verified",
     "wi-off": "weight_inspect.torch `load_file(verify=\"off\")`",
-    "wi-manifest-4k": "weight_inspect.torch `load_file(manifest=…)`, verified, `NUMPY_MADVISE_HUGEPAGE=0` (diagnostic)",
+    "wi-manifest-4k": "weight_inspect.torch `load_file(manifest=…, backend=\"pread\")`, verified, `NUMPY_MADVISE_HUGEPAGE=0` (diagnostic)",
 }
 UNVERIFIED = ["st", "st-pread", "runai", "fastsafe", "instant", "wi-off"]
 
@@ -210,12 +216,13 @@ def child_load(loader: str, files: list[str], extra: dict[str, Any]) -> dict[str
     elif loader.startswith("wi-"):
         from weight_inspect.torch import load_file
 
-        loader = loader.removesuffix("-4k")
+        backend = "pread" if loader.endswith(("-pread", "-4k")) else "mmap"
+        loader = loader.removesuffix("-4k").removesuffix("-pread")
         kinds = []
         for f, digest in zip(files, extra["sha256"]):
             # verify="required" for the verified variants: a load that checked nothing fails.
             if loader == "wi-manifest":
-                got = load_file(f, manifest=extra["manifest"], verify="required")
+                got = load_file(f, manifest=extra["manifest"], verify="required", backend=backend)
             elif loader == "wi-sha256":
                 got = load_file(f, sha256=digest, verify="required")
             elif loader == "wi-blob":
@@ -223,7 +230,7 @@ def child_load(loader: str, files: list[str], extra: dict[str, Any]) -> dict[str
             else:
                 got = load_file(f, verify="off")
             v = getattr(got, "verification", None) or {}
-            kinds.append({k: v[k] for k in v if isinstance(v[k], (str, bool, int))})
+            kinds.append({k: v[k] for k in v if isinstance(v[k], (str, bool, int))} | {"memory": getattr(got, "memory", None)})
             out.update(got)
         extra["verification"] = kinds
     else:
@@ -449,7 +456,7 @@ def wait_idle(limit: float) -> float:
 
 
 def run_child(loader: str, model: dict[str, Any], timeout: float, touch_kind: str) -> dict[str, Any]:
-    if loader.startswith("wi-") and loader == "wi-manifest" and not model["manifest"]:
+    if loader.startswith("wi-manifest") and not model["manifest"]:
         return {"loader": loader, "error": model["manifest_error"]}
     spec = {
         "files": model["blob_files"] if loader == "wi-blob" else model["files"],
@@ -631,7 +638,7 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024, help="bytes of tensors per file, MiB (default 1024)")
     ap.add_argument("--shards", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--loaders", default=",".join(ALL_LOADERS))
+    ap.add_argument("--loaders", default=",".join(DEFAULT_LOADERS))
     ap.add_argument("--models", default="single,sharded")
     ap.add_argument("--modes", default="cold,warm")
     ap.add_argument("--dir", default="/tmp/wi-torch-load", help="scratch folder (removed at the end unless --keep)")

@@ -612,13 +612,41 @@ impl LeasedMap {
         (offset <= self.len).then(|| map.as_ptr().wrapping_add(offset).cast_mut())
     }
 
-    /// Tell the kernel `range` will be read soon. Best effort.
-    pub fn will_need(&self, range: Range<usize>) {
-        if let Some(map) = &self.map {
-            let end = range.end.min(self.len);
-            if range.start < end {
-                let _ = map.advise_range(memmap2::Advice::WillNeed, range.start, end - range.start);
-            }
+    /// Has the kernel read `range` in and map its pages now, on the calling thread
+    /// (`MADV_POPULATE_READ`), as reading it would, without reading it: a helper thread so
+    /// takes the page faults (and the page cache's filling) off the thread that reads next.
+    /// Returns false where the kernel cannot (older than 5.14); a range past the end is clipped.
+    pub fn populate(&self, range: Range<usize>) -> bool {
+        let Some(map) = &self.map else {
+            return true;
+        };
+        let page = page_size();
+        let end = range.end.min(self.len);
+        if range.start >= end {
+            return true;
+        }
+        let first = range.start / page * page;
+        let last = end.div_ceil(page) * page;
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `first..last` are whole pages of the mapping (it covers the whole pages of
+            // its length). MADV_POPULATE_READ faults them in readable as a read would, without
+            // touching their bytes or replacing the mapping; a failure (a page the file no
+            // longer has) is an error, never a signal.
+            #[allow(unsafe_code)]
+            let rc = unsafe {
+                libc::madvise(
+                    map.as_ptr().add(first).cast_mut().cast::<libc::c_void>(),
+                    last - first,
+                    libc::MADV_POPULATE_READ,
+                )
+            };
+            rc == 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (map, first, last);
+            false
         }
     }
 
@@ -834,6 +862,15 @@ mod tests {
         let map = super::LeasedMap::open(&file).unwrap();
         assert_eq!(map.state(), super::LeaseState::Held);
         assert!(map.bytes(0..data.len()).unwrap() == &data[..]);
+        // A write of the process's own, before the break, is kept through it.
+        let p = map.as_ptr(4096).unwrap();
+        // SAFETY: byte 4096 lies inside the map, which lives; nothing borrows it now.
+        #[allow(unsafe_code)]
+        unsafe {
+            p.write(0xAB)
+        };
+        let mut data = data;
+        data[4096] = 0xAB;
         // Another process truncates the file (the shell's `>`: an open that blocks, where
         // `truncate(1)` opens without blocking and is refused once): the kernel holds it back
         // until the map's pages are copies.

@@ -12,6 +12,7 @@
 //! and every tensor may then be handed out.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
@@ -204,8 +205,8 @@ impl VerifiedFile {
         }
     }
 
-    /// Hashes every region of `planned` through the map (a single large region in order, with
-    /// the kernel asked to read ahead; several on every core): the first that differs is the
+    /// Hashes every region of `planned` through the map (a single large region in order, its
+    /// pages read in ahead by a helper; several on every core): the first that differs is the
     /// error.
     fn hash_planned(&self, shared: &SharedFile, planned: &Planned) -> Result<(), LoadError> {
         let map = &shared.map;
@@ -227,7 +228,10 @@ impl VerifiedFile {
 }
 
 /// The digest of `region` read through `map` when it differs from the expected one (`None`
-/// when it matches). A range outside the map differs (an empty digest).
+/// when it matches). A range outside the map differs (an empty digest). A large region is
+/// hashed in order while a helper thread has the kernel read its pages in, at most 64 MiB
+/// ahead ([`LeasedMap::populate`]): the page cache's filling and the page faults take the other
+/// core, not the hashing one.
 fn hash_one(map: &LeasedMap, region: &Region) -> Option<Vec<u8>> {
     const STEP: usize = 8 << 20;
     const AHEAD: usize = 64 << 20;
@@ -238,19 +242,89 @@ fn hash_one(map: &LeasedMap, region: &Region) -> Option<Vec<u8>> {
     ) else {
         return Some(Vec::new());
     };
-    let mut hasher = Hasher::new(region.algorithm);
-    let mut at = start;
-    map.will_need(start..end.min(start.saturating_add(AHEAD)));
-    while at < end {
-        let to = end.min(at + STEP);
-        let Some(bytes) = map.bytes(at..to) else {
-            return Some(Vec::new());
+    if end.saturating_sub(start) <= AHEAD {
+        let got = map.bytes(start..end).map(|b| {
+            let mut hasher = Hasher::new(region.algorithm);
+            hasher.update(b);
+            hasher.finalize()
+        });
+        return match got {
+            Some(got) if got == expect => None,
+            other => Some(other.unwrap_or_default()),
         };
-        // The next window read in while this one is hashed.
-        map.will_need(to.saturating_add(AHEAD - STEP)..end.min(to.saturating_add(AHEAD)));
-        hasher.update(bytes);
-        at = to;
     }
-    let got = hasher.finalize();
-    (got != expect).then_some(got)
+    // How far the hashing has gone; `usize::MAX` once it stops.
+    let hashed = AtomicUsize::new(start);
+    std::thread::scope(|scope| {
+        let helper = scope.spawn(|| {
+            let mut at = start;
+            while at < end {
+                let done = hashed.load(Ordering::Acquire);
+                if done == usize::MAX {
+                    return;
+                }
+                if at >= done.saturating_add(AHEAD) {
+                    std::thread::park();
+                    continue;
+                }
+                let to = end.min(at + STEP);
+                if !map.populate(at..to) {
+                    return; // the kernel cannot: the hashing thread faults them in itself
+                }
+                at = to;
+            }
+        });
+        let mut hasher = Hasher::new(region.algorithm);
+        let mut at = start;
+        let mut ok = true;
+        while at < end {
+            let to = end.min(at + STEP);
+            let Some(bytes) = map.bytes(at..to) else {
+                ok = false;
+                break;
+            };
+            hasher.update(bytes);
+            at = to;
+            hashed.store(at, Ordering::Release);
+            helper.thread().unpark();
+        }
+        hashed.store(usize::MAX, Ordering::Release);
+        helper.thread().unpark();
+        let got = if ok { hasher.finalize() } else { Vec::new() };
+        (got != expect).then_some(got)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::HashAlgorithm;
+
+    /// A region larger than the read-ahead window is hashed with the helper reading ahead: the
+    /// same digest as in one piece, a wrong expectation found, and the helper stops either way.
+    #[test]
+    fn a_large_region_is_hashed_with_its_pages_read_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.bin");
+        let data: Vec<u8> = (0..(72 << 20) + 4099).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let map = LeasedMap::open(&std::fs::File::open(&path).unwrap()).unwrap();
+        let want = HashAlgorithm::Sha256.digest(&data[5..]);
+        let region = |expect: Vec<u8>| Region {
+            range: 5..data.len() as u64,
+            algorithm: HashAlgorithm::Sha256,
+            expect: Some(expect),
+        };
+        assert_eq!(hash_one(&map, &region(want.clone())), None);
+        let mut wrong = want.clone();
+        wrong[0] ^= 1;
+        assert_eq!(hash_one(&map, &region(wrong)), Some(want));
+        // Past the map: an empty digest, never a read outside it.
+        let outside = Region {
+            range: 0..data.len() as u64 + 1,
+            algorithm: HashAlgorithm::Sha256,
+            expect: Some(vec![0; 32]),
+        };
+        assert_eq!(hash_one(&map, &outside), Some(Vec::new()));
+    }
 }
