@@ -447,10 +447,18 @@ fn shared_tensors_are_checked_through_the_map_before_they_are_handed_out() {
     assert_eq!(handed(&shared, 3).unwrap(), Vec::<u8>::new());
 }
 
-#[test]
-fn a_shared_file_with_one_digest_is_checked_whole_at_the_first_tensor() {
-    let d = tempfile::tempdir().unwrap();
-    let p = model(d.path());
+/// [`model`], opened with its SHA-256 as the reference and shared: the path, the options, the
+/// file, each tensor's bytes, the shared file.
+fn shared_model_by_its_sha256(
+    dir: &Path,
+) -> (
+    PathBuf,
+    LoadOptions,
+    VerifiedFile,
+    Vec<Vec<u8>>,
+    weight_inspect::load::SharedFile,
+) {
+    let p = model(dir);
     let opts = LoadOptions {
         sha256: Some(sha256_of(&p)),
         ..LoadOptions::default()
@@ -458,6 +466,13 @@ fn a_shared_file_with_one_digest_is_checked_whole_at_the_first_tensor() {
     let f = VerifiedFile::open(&p, &opts).unwrap();
     let want = expected(&p, &f);
     let shared = f.share().unwrap();
+    (p, opts, f, want, shared)
+}
+
+#[test]
+fn a_shared_file_with_one_digest_is_checked_whole_at_the_first_tensor() {
+    let d = tempfile::tempdir().unwrap();
+    let (p, opts, f, want, shared) = shared_model_by_its_sha256(d.path());
     f.check_shared(&shared, &[2]).unwrap();
     // The whole file matched: every tensor may be handed out.
     for (i, w) in want.iter().enumerate() {
@@ -478,14 +493,7 @@ fn a_shared_file_with_one_digest_is_checked_whole_at_the_first_tensor() {
 #[test]
 fn shared_tensors_keep_their_bytes_when_the_file_is_truncated_and_rewritten() {
     let d = tempfile::tempdir().unwrap();
-    let p = model(d.path());
-    let opts = LoadOptions {
-        sha256: Some(sha256_of(&p)),
-        ..LoadOptions::default()
-    };
-    let f = VerifiedFile::open(&p, &opts).unwrap();
-    let want = expected(&p, &f);
-    let shared = f.share().unwrap();
+    let (p, _, f, want, shared) = shared_model_by_its_sha256(d.path());
     f.check_shared(&shared, &[0, 1, 2, 3]).unwrap();
     assert_eq!(
         shared.lease(),

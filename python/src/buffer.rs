@@ -72,6 +72,48 @@ impl TensorBuffer {
     }
 }
 
+/// Fills `view` with the `len` bytes at `ptr`, exported by `exporter` (one-dimensional,
+/// unsigned bytes, format `B`; read-only when `readonly`). `PyBuffer_FillInfo` stores a new
+/// reference to `exporter` in `view.obj`, so the exporter lives at least until the consumer
+/// calls `PyBuffer_Release` (and so does every array whose `.base` chain leads to the view).
+///
+/// # Safety
+///
+/// `view` is the `Py_buffer` CPython handed the exporter's `__getbuffer__` (null is refused
+/// here). The `len` bytes at `ptr` stay valid as long as `exporter` lives, and, unless
+/// `readonly`, may be written through the view without aliasing anything Rust reads.
+#[allow(unsafe_code)]
+pub unsafe fn fill(
+    exporter: &Bound<'_, PyAny>,
+    view: *mut ffi::Py_buffer,
+    ptr: *mut c_void,
+    len: usize,
+    readonly: bool,
+    flags: c_int,
+) -> PyResult<()> {
+    if view.is_null() {
+        return Err(PyBufferError::new_err("no Py_buffer to fill"));
+    }
+    let len = isize::try_from(len)
+        .map_err(|_| PyBufferError::new_err("tensor larger than isize::MAX bytes"))?;
+    // SAFETY: `view` is the non-null `Py_buffer` to fill (this function's contract), and
+    // `ptr`/`len` stay valid while `exporter`, which the view references, lives.
+    let rc = unsafe {
+        ffi::PyBuffer_FillInfo(
+            view,
+            exporter.as_ptr(),
+            ptr,
+            len,
+            c_int::from(readonly),
+            flags,
+        )
+    };
+    if rc != 0 {
+        return Err(PyErr::fetch(exporter.py()));
+    }
+    Ok(())
+}
+
 #[pymethods]
 impl TensorBuffer {
     /// Export the bytes: read-only, one-dimensional, unsigned bytes (format `B`). A request
@@ -82,9 +124,6 @@ impl TensorBuffer {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("no Py_buffer to fill"));
-        }
         if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
             return Err(PyBufferError::new_err(format!(
                 "tensor '{}' is a read-only view of a memory-mapped file",
@@ -93,31 +132,24 @@ impl TensorBuffer {
         }
         let this = slf.get();
         let bytes = this.bytes();
-        let len = isize::try_from(bytes.len())
-            .map_err(|_| PyBufferError::new_err("tensor larger than isize::MAX bytes"))?;
-        // SAFETY: `view` is the non-null `Py_buffer` CPython hands an exporter to fill.
-        // `PyBuffer_FillInfo` stores a new reference to `slf` in `view.obj`, so this exporter
-        // lives at least until the consumer calls `PyBuffer_Release` (and so does every NumPy
-        // array whose `.base` chain leads to that view). The exporter owns an `Arc` of the
-        // `Model`, which owns the memory map `bytes` points into: the map is unmapped only when
-        // the last `Arc` is dropped, after the exporter, so the pointer stays valid for the
-        // whole life of the view. The model is never mutated after it was opened (no `&mut`
-        // exists behind the `Arc`), the length is the slice's, and the buffer is exported
-        // read-only (`readonly = 1`, writable requests refused above), so no write through it
-        // can change the mapped file's bytes, which `Mmap::open` maps read-only anyway.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
+        // SAFETY: `view` is what CPython handed this exporter. The exporter owns an `Arc` of
+        // the `Model`, which owns the memory map `bytes` points into: the map is unmapped only
+        // when the last `Arc` is dropped, after the exporter (which every view references),
+        // so the pointer stays valid for the whole life of the view. The model is never
+        // mutated after it was opened (no `&mut` exists behind the `Arc`), the length is the
+        // slice's, and the buffer is exported read-only (writable requests refused above), so
+        // no write through it can change the mapped file's bytes, which `Mmap::open` maps
+        // read-only anyway.
+        unsafe {
+            fill(
+                slf.as_any(),
                 view,
-                slf.as_ptr(),
                 bytes.as_ptr().cast_mut().cast::<c_void>(),
-                len,
-                1,
+                bytes.len(),
+                true,
                 flags,
-            )
+            )?
         };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
         this.exports.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

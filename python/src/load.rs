@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -341,26 +340,23 @@ impl SharedTensor {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("no Py_buffer to fill"));
-        }
         let this = slf.get();
-        let len = isize::try_from(this.len)
-            .map_err(|_| PyBufferError::new_err("tensor larger than isize::MAX bytes"))?;
-        // SAFETY: `view` is the non-null `Py_buffer` CPython hands an exporter to fill;
-        // `PyBuffer_FillInfo` stores a new reference to `slf` in `view.obj`, so this exporter,
-        // and the `Arc` of the shared file it holds (and so the map `ptr` points into), lives
-        // as long as any view. `ptr..ptr + len` is a checked tensor's memory inside the map
+        // SAFETY: `view` is what CPython handed this exporter. The exporter holds the `Arc` of
+        // the shared file (and so the map `ptr` points into) as long as any view references
+        // it. `ptr..ptr + len` is a checked tensor's memory inside the map
         // (`SharedFile::hand_out`), which the library never borrows again once handed out:
-        // writes through the view alias nothing Rust reads. The map is private (copy-on-write),
-        // so writes never reach the file.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), this.ptr as *mut c_void, len, 0, flags)
-        };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
+        // writes through the view alias nothing Rust reads. The map is private
+        // (copy-on-write), so writes never reach the file.
+        unsafe {
+            crate::buffer::fill(
+                slf.as_any(),
+                view,
+                this.ptr as *mut c_void,
+                this.len,
+                false,
+                flags,
+            )
         }
-        Ok(())
     }
 
     #[allow(unsafe_code)]
