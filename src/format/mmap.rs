@@ -727,9 +727,21 @@ impl Drop for LeasedMap {
 #[cfg(target_os = "linux")]
 fn start_watcher() -> Result<(), String> {
     use std::io::Read;
+    use std::os::fd::IntoRawFd;
     let (mut rx, tx) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
-    signal_hook::low_level::pipe::register(signal_hook::consts::SIGIO, tx)
-        .map_err(|e| format!("cannot handle SIGIO for read leases: {e}"))?;
+    tx.set_nonblocking(true).map_err(|e| e.to_string())?;
+    // Kept open for the life of the process: the handler writes to it.
+    let tx = tx.into_raw_fd();
+    // SAFETY: the action only calls `write(2)`, which is async-signal-safe, on a descriptor
+    // that is never closed, with a static byte; it allocates nothing, takes no lock and
+    // ignores the outcome (a full pipe already says a break is pending).
+    #[allow(unsafe_code)]
+    unsafe {
+        signal_hook_registry::register(libc::SIGIO, move || {
+            libc::write(tx, b"!".as_ptr().cast(), 1);
+        })
+    }
+    .map_err(|e| format!("cannot handle SIGIO for read leases: {e}"))?;
     std::thread::Builder::new()
         .name("wi-lease-breaks".into())
         .spawn(move || {
