@@ -1,5 +1,11 @@
-//! Verified loading: a model file's tensors read into memory the caller owns, every byte checked
-//! in the same pass that reads it.
+//! Verified loading: a model file's tensors read into memory the caller owns, or shared with the
+//! page cache, every byte checked before it is handed out, in the pass that reads it.
+//!
+//! Two ways, one reference and one verdict. [`VerifiedFile::read_into`] reads copies, as below.
+//! [`VerifiedFile::share`] maps the file copy-on-write under a read lease ([`SharedFile`], the
+//! memory safetensors' mmap shares, never faulted or changed by a writer: the lease's break
+//! makes the pages copies first) and [`VerifiedFile::check_shared`] hashes tensors through the
+//! map before [`SharedFile::hand_out`] gives them out; a file that cannot be leased is read.
 //!
 //! Reading a file to put it in memory and reading it to hash it are the same read here: the file
 //! is read by position (`pread`, never through a memory map, so a file truncated meanwhile is an
@@ -20,7 +26,8 @@
 //! against loads with that said ([`Verification::checked`]) under [`Verify::Auto`], and is
 //! refused under [`Verify::Required`]; [`Verify::Off`] reads without hashing.
 //!
-//! The NumPy and PyTorch loaders of the Python package read through [`VerifiedFile`].
+//! The NumPy and PyTorch loaders of the Python package read through [`VerifiedFile`]; the
+//! PyTorch one shares through [`SharedFile`] where it can.
 
 mod pipeline;
 pub mod reference;
